@@ -1,0 +1,53 @@
+// Writes crds/*.yaml from src/api (`npm run crds`), or fails when crds/ is stale
+// (`npm run crds:check`, run by the tests).
+import { readdirSync, readFileSync, writeFileSync, mkdirSync, rmSync } from "node:fs";
+import { join } from "node:path";
+import { stringify } from "yaml";
+import { allKinds, GROUP } from "../src/api/index.js";
+import { toCRD } from "../src/api/crd.js";
+
+const HEADER = "# Generated from src/api by `npm run crds`. Do not edit by hand.\n";
+export const crdDir = new URL("../crds/", import.meta.url).pathname;
+
+/** File name -> content of everything crds/ should hold. */
+export function renderCRDs(): Map<string, string> {
+  const files = new Map<string, string>();
+  for (const kind of allKinds) {
+    files.set(`${GROUP}_${kind.plural}.yaml`, HEADER + stringify(toCRD(kind), { lineWidth: 0 }));
+  }
+  files.set(
+    "kustomization.yaml",
+    HEADER +
+      stringify({
+        apiVersion: "kustomize.config.k8s.io/v1beta1",
+        kind: "Kustomization",
+        resources: [...files.keys()],
+      }),
+  );
+  return files;
+}
+
+function main(mode: string | undefined): number {
+  const wanted = renderCRDs();
+  const present = new Set(readdirSync(crdDir, { withFileTypes: true }).filter((e) => e.isFile()).map((e) => e.name));
+  if (mode === "check") {
+    const stale: string[] = [];
+    for (const [name, content] of wanted) {
+      if (!present.has(name) || readFileSync(join(crdDir, name), "utf8") !== content) stale.push(name);
+    }
+    for (const name of present) if (!wanted.has(name) && name.endsWith(".yaml")) stale.push(`${name} (not generated)`);
+    if (stale.length > 0) {
+      console.error(`crds/ is stale against src/api: ${stale.join(", ")}\nrun: npm run crds`);
+      return 1;
+    }
+    console.log(`crds/ is up to date (${wanted.size} files)`);
+    return 0;
+  }
+  mkdirSync(crdDir, { recursive: true });
+  for (const name of present) if (!wanted.has(name) && name.endsWith(".yaml")) rmSync(join(crdDir, name));
+  for (const [name, content] of wanted) writeFileSync(join(crdDir, name), content);
+  console.log(`wrote ${wanted.size} files to crds/`);
+  return 0;
+}
+
+process.exitCode = main(process.argv[2]);

@@ -1,0 +1,78 @@
+import { LocalObjectReference, FreeFormObject, StringMap, Type, type Static } from "./schema.js";
+import { WriteConnectionSecretTo, managedSpecFields, statusSchema, type Resource } from "./common.js";
+import { readyColumns, type KindDefinition } from "./kind.js";
+
+export const AgentDeploymentSpecSchema = Type.Object(
+  {
+    ...managedSpecFields(),
+    agentRef: Type.Optional(
+      LocalObjectReference(
+        "An Agent in the same namespace to deploy. The deployment waits (Ready=False, reason WaitingForAgent) until that Agent has an id. Exactly one of agentRef and agentId.",
+      ),
+    ),
+    agentId: Type.Optional(
+      Type.String({
+        description: "Id of a registry agent that is not managed in this cluster. Exactly one of agentRef and agentId.",
+        minLength: 1,
+        maxLength: 253,
+      }),
+    ),
+    tier: Type.Optional(Type.String({ description: "Compute tier, e.g. standard.", maxLength: 253 })),
+    skills: Type.Optional(
+      Type.Array(Type.String({ maxLength: 253 }), { description: "Names of skills to load.", maxItems: 256 }),
+    ),
+    env: Type.Optional(StringMap("Environment variables of the deployment. Put secrets in a Sandbox envFrom Secret, not here.")),
+    metadata: Type.Optional(
+      StringMap("Free key/value metadata of the deployment. The key agentcompute.dev/uid is reserved for the operator."),
+    ),
+    options: Type.Optional(
+      FreeFormObject("Further deploy options passed to the service unchanged (e.g. name, endpoint_name)."),
+    ),
+    suspend: Type.Optional(
+      Type.Boolean({ description: "true stops the deployment; false starts it again (redeploy).", default: false }),
+    ),
+    writeConnectionSecretTo: Type.Optional(WriteConnectionSecretTo),
+  },
+  {
+    description:
+      "Desired state of the deployment. A change of tier, skills, env, metadata or options replaces the deployment (its endpoint may change).",
+  },
+);
+export type AgentDeploymentSpec = Static<typeof AgentDeploymentSpecSchema>;
+
+export const AgentDeploymentStatusSchema = statusSchema("Observed state of the deployment.", {
+  deploymentId: Type.Optional(Type.String({ description: "Id of the deployment in the service." })),
+  agentId: Type.Optional(Type.String({ description: "Id of the registry agent it runs." })),
+  agentRevision: Type.Optional(Type.String({ description: "The Agent's status.revision this deployment runs." })),
+  state: Type.Optional(Type.String({ description: "The service's state: running, stopped..." })),
+  endpoint: Type.Optional(Type.String({ description: "Endpoint of the deployment (also in the connection Secret)." })),
+  endpointName: Type.Optional(Type.String({ description: "Endpoint name of the deployment." })),
+  tier: Type.Optional(Type.String({ description: "Tier it runs on." })),
+  configHash: Type.Optional(Type.String({ description: "Hash of the deploy options it was created with." })),
+  redeployAt: Type.Optional(
+    Type.String({ description: "The last agentcompute.dev/redeploy-at annotation value acted upon." }),
+  ),
+  lastRedeployedAt: Type.Optional(Type.String({ description: "When it was last redeployed.", format: "date-time" })),
+});
+export type AgentDeploymentStatus = Static<typeof AgentDeploymentStatusSchema>;
+export type AgentDeployment = Resource<AgentDeploymentSpec, AgentDeploymentStatus>;
+
+export const agentDeploymentKind: KindDefinition = {
+  kind: "AgentDeployment",
+  plural: "agentdeployments",
+  singular: "agentdeployment",
+  shortNames: ["agd"],
+  description:
+    "An AgentDeployment runs a registry agent on the Compute Service. Its token and endpoint are written to a Secret owned by the resource.",
+  spec: AgentDeploymentSpecSchema,
+  specValidations: [
+    { rule: "has(self.agentRef) != has(self.agentId)", message: "set exactly one of spec.agentRef and spec.agentId" },
+  ],
+  status: AgentDeploymentStatusSchema,
+  printerColumns: [
+    { name: "Deployment ID", type: "string", jsonPath: ".status.deploymentId" },
+    { name: "State", type: "string", jsonPath: ".status.state" },
+    { name: "Endpoint", type: "string", jsonPath: ".status.endpoint", priority: 1 },
+    ...readyColumns,
+  ],
+};

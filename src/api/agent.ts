@@ -1,0 +1,91 @@
+import { SecretReference } from "./refs.js";
+import { immutableField, managedSpecFields, statusSchema, type Resource } from "./common.js";
+import { readyColumns, type KindDefinition } from "./kind.js";
+import { FreeFormObject, StringMap, Type, type Static } from "./schema.js";
+
+export const AgentSpecSchema = Type.Object(
+  {
+    ...managedSpecFields(),
+    // Create-only in the registry.
+    orgId: Type.Optional(
+      Type.String({
+        description: "Organisation that owns the agent. Defaults to the Connection's orgId. Create-only (immutable).",
+        maxLength: 253,
+      }),
+    ),
+    name: Type.Optional(
+      Type.String({
+        description: "Agent name, unique in the organisation. Defaults to metadata.name. Create-only (immutable).",
+        minLength: 1,
+        maxLength: 253,
+      }),
+    ),
+    author: Type.Optional(Type.String({ description: "Author of the agent. Create-only (immutable).", maxLength: 253 })),
+    imagePullSecretRef: Type.Optional(
+      SecretReference(
+        "Secret in the same namespace with keys `registry`, `username` and `password`, used to pull a private image. Create-only (immutable): the registry reads it once.",
+      ),
+    ),
+    // Updatable.
+    image: Type.String({ description: "Container image of the agent, e.g. ghcr.io/acme/triage:1.4.2.", minLength: 1, maxLength: 4096 }),
+    description: Type.Optional(Type.String({ description: "What the agent does.", maxLength: 4096 })),
+    version: Type.Optional(Type.String({ description: "Version label of the agent.", maxLength: 253 })),
+    endpoint: Type.Optional(Type.String({ description: "Endpoint the agent is reachable at, if it runs elsewhere.", maxLength: 2048 })),
+    publicKey: Type.Optional(Type.String({ description: "Public key of the agent (PEM or the registry's format).", maxLength: 16384 })),
+    capabilities: Type.Optional(
+      Type.Array(Type.String({ maxLength: 253 }), {
+        description: "Capabilities the agent offers; the registry's search matches on them.",
+        maxItems: 256,
+      }),
+    ),
+    metadata: Type.Optional(
+      StringMap(
+        "Free key/value metadata stored with the agent. The key agentcompute.dev/uid is reserved for the operator.",
+      ),
+    ),
+    manifest: Type.Optional(FreeFormObject("The agent's manifest object, passed to the registry as is.")),
+  },
+  { description: "Desired state of the registry agent." },
+);
+export type AgentSpec = Static<typeof AgentSpecSchema>;
+
+export const AgentStatusSchema = statusSchema("Observed state of the registry agent.", {
+  agentId: Type.Optional(Type.String({ description: "Id of the agent in the registry." })),
+  state: Type.Optional(Type.String({ description: "The registry's state: registered, running, stopped, failed..." })),
+  visibility: Type.Optional(Type.String({ description: "private or public (set by the registry)." })),
+  allowedOrgIds: Type.Optional(
+    Type.Array(Type.String(), { description: "Organisations allowed to use the agent (set by the registry).", maxItems: 1000 }),
+  ),
+  revision: Type.Optional(
+    Type.String({
+      description:
+        "Hash of the spec last written to the registry; AgentDeployments redeploy when it changes.",
+    }),
+  ),
+  createdAt: Type.Optional(Type.String({ description: "When the registry created the agent.", format: "date-time" })),
+  updatedAt: Type.Optional(Type.String({ description: "When the registry last updated the agent.", format: "date-time" })),
+});
+export type AgentStatus = Static<typeof AgentStatusSchema>;
+export type Agent = Resource<AgentSpec, AgentStatus>;
+
+export const agentKind: KindDefinition = {
+  kind: "Agent",
+  plural: "agents",
+  singular: "agent",
+  shortNames: ["ag"],
+  description: "An Agent is an agent in the Agent Registry: its image, capabilities, metadata and manifest.",
+  spec: AgentSpecSchema,
+  specValidations: [
+    immutableField("orgId", "the registry sets it at creation only"),
+    immutableField("name", "the registry sets it at creation only"),
+    immutableField("author", "the registry sets it at creation only"),
+    immutableField("imagePullSecretRef", "the registry reads it at creation only"),
+  ],
+  status: AgentStatusSchema,
+  printerColumns: [
+    { name: "Agent ID", type: "string", jsonPath: ".status.agentId" },
+    { name: "Image", type: "string", jsonPath: ".spec.image", priority: 1 },
+    { name: "State", type: "string", jsonPath: ".status.state" },
+    ...readyColumns,
+  ],
+};

@@ -1,0 +1,154 @@
+// What every kind of agentcompute.dev shares: the API group, object metadata, kstatus
+// conditions, the connection reference, the deletion policy, and the annotations the
+// operator understands.
+import { LocalObjectReference, StringEnum, Type, type Static, type TSchema, type ValidationRule } from "./schema.js";
+
+export const GROUP = "agentcompute.dev";
+export const VERSION = "v1alpha1";
+export const API_VERSION = `${GROUP}/${VERSION}`;
+export const CATEGORY = "agentcompute";
+
+/** Finalizer that makes deletion wait until the service object is deleted or orphaned. */
+export const FINALIZER = `${GROUP}/finalizer`;
+
+export const Annotations = {
+  /** Take over an existing service object with this id instead of creating one. */
+  externalId: `${GROUP}/external-id`,
+  /** Any new value triggers one redeploy of an AgentDeployment (like `kubectl rollout restart`). */
+  redeployAt: `${GROUP}/redeploy-at`,
+} as const;
+
+/** Crash-safety marker written into the `metadata` of every service object the operator creates. */
+export const MARKER_KEY = `${GROUP}/uid`;
+
+/** Name of the Connection a resource uses when spec.connectionRef is not set. */
+export const DEFAULT_CONNECTION = "default";
+
+export interface ObjectMeta {
+  name: string;
+  namespace: string;
+  uid: string;
+  generation?: number;
+  resourceVersion?: string;
+  creationTimestamp?: string;
+  deletionTimestamp?: string;
+  labels?: Record<string, string>;
+  annotations?: Record<string, string>;
+  finalizers?: string[];
+  ownerReferences?: OwnerReference[];
+}
+
+export interface OwnerReference {
+  apiVersion: string;
+  kind: string;
+  name: string;
+  uid: string;
+  controller?: boolean;
+  blockOwnerDeletion?: boolean;
+}
+
+// --- kstatus conditions -------------------------------------------------------------------
+
+export const ConditionSchema = Type.Object(
+  {
+    type: Type.String({ description: "Ready, Reconciling or Stalled (kstatus), or a kind-specific type.", maxLength: 316 }),
+    status: StringEnum(["True", "False", "Unknown"] as const, { description: "Status of the condition." }),
+    reason: Type.Optional(Type.String({ description: "CamelCase reason, stable for tools to match on.", maxLength: 1024 })),
+    message: Type.Optional(Type.String({ description: "Human-readable explanation.", maxLength: 32768 })),
+    observedGeneration: Type.Optional(
+      Type.Integer({ description: "The metadata.generation the condition was computed for.", minimum: 0 }),
+    ),
+    lastTransitionTime: Type.String({
+      description: "When the condition last changed status.",
+      format: "date-time",
+    }),
+  },
+  { description: "A kstatus condition (what Flux, Argo CD and kubectl wait read)." },
+);
+export type Condition = Static<typeof ConditionSchema>;
+
+export const ConditionType = {
+  Ready: "Ready",
+  Reconciling: "Reconciling",
+  Stalled: "Stalled",
+} as const;
+
+/** Status fields every kind has. Kind-specific fields are added next to them. */
+export function statusSchema<P extends Record<string, TSchema>>(description: string, properties: P) {
+  return Type.Object(
+    {
+      observedGeneration: Type.Optional(
+        Type.Integer({ description: "The metadata.generation the status was last computed for.", minimum: 0 }),
+      ),
+      conditions: Type.Optional(
+        Type.Array(ConditionSchema, {
+          description: "Ready, Reconciling and Stalled, following kstatus.",
+          "x-kubernetes-list-type": "map",
+          "x-kubernetes-list-map-keys": ["type"],
+          maxItems: 16,
+        }),
+      ),
+      ...properties,
+    },
+    { description },
+  );
+}
+
+// --- spec fields every managed kind has ----------------------------------------------------
+
+export const DeletionPolicy = StringEnum(["Delete", "Orphan"] as const, {
+  description:
+    "What happens to the service object when this resource is deleted: Delete removes it from the service, Orphan leaves it there.",
+  default: "Delete",
+});
+
+export const ConnectionRef = Type.Object(
+  {
+    name: Type.String({
+      description: "Name of a Connection in the same namespace.",
+      default: DEFAULT_CONNECTION,
+      minLength: 1,
+      maxLength: 253,
+    }),
+  },
+  {
+    description:
+      'The Connection (service endpoint and credentials) to use. Defaults to the Connection named "default" in the same namespace; a Connection of another namespace can never be used.',
+    default: {},
+  },
+);
+
+export function managedSpecFields() {
+  return {
+    connectionRef: Type.Optional(ConnectionRef),
+    deletionPolicy: Type.Optional(DeletionPolicy),
+  };
+}
+
+export const WriteConnectionSecretTo = LocalObjectReference(
+  "Secret (in the same namespace, owned by this resource) that receives the credentials and endpoints of the service object. Defaults to <metadata.name>-agentcompute.",
+);
+
+/** A rule that makes an optional spec field create-only, reported on that field. */
+export function immutableField(field: string, why: string): ValidationRule {
+  return {
+    rule: `has(self.${field}) == has(oldSelf.${field}) && (!has(self.${field}) || self.${field} == oldSelf.${field})`,
+    message: `spec.${field} is immutable (${why}); delete and recreate the resource to change it`,
+    fieldPath: `.${field}`,
+    reason: "FieldValueForbidden",
+  };
+}
+
+/** The shape every agentcompute.dev object has, given its spec and status types. */
+export interface Resource<Spec, Status> {
+  apiVersion: string;
+  kind: string;
+  metadata: ObjectMeta;
+  spec: Spec;
+  status?: Status;
+}
+
+export type ManagedStatusBase = {
+  observedGeneration?: number;
+  conditions?: Condition[];
+};

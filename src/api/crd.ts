@@ -1,0 +1,58 @@
+// Turns a KindDefinition into a CustomResourceDefinition object.
+import { CATEGORY, GROUP, VERSION } from "./common.js";
+import type { KindDefinition } from "./kind.js";
+
+type Json = { [key: string]: unknown };
+
+/** TypeBox keeps its bookkeeping in symbol keys and `~` keys; the CRD wants plain JSON Schema. */
+function plainSchema(schema: unknown): unknown {
+  return JSON.parse(JSON.stringify(schema, (key, value: unknown) => (key.startsWith("~") ? undefined : value)));
+}
+
+export function toCRD(def: KindDefinition): Json {
+  const spec = plainSchema(def.spec) as Json;
+  if (def.specValidations.length > 0) spec["x-kubernetes-validations"] = def.specValidations;
+  return {
+    apiVersion: "apiextensions.k8s.io/v1",
+    kind: "CustomResourceDefinition",
+    metadata: {
+      name: `${def.plural}.${GROUP}`,
+      labels: { "app.kubernetes.io/name": "agent-operator", "app.kubernetes.io/part-of": "agent-operator" },
+    },
+    spec: {
+      group: GROUP,
+      scope: "Namespaced",
+      names: {
+        kind: def.kind,
+        listKind: `${def.kind}List`,
+        plural: def.plural,
+        singular: def.singular,
+        shortNames: def.shortNames,
+        categories: [CATEGORY],
+      },
+      versions: [
+        {
+          name: VERSION,
+          served: true,
+          storage: true,
+          subresources: { status: {} },
+          additionalPrinterColumns: def.printerColumns,
+          schema: {
+            openAPIV3Schema: {
+              type: "object",
+              description: def.description,
+              required: ["spec"],
+              properties: {
+                apiVersion: { type: "string", description: "APIVersion of this object: agentcompute.dev/v1alpha1." },
+                kind: { type: "string", description: `Kind of this object: ${def.kind}.` },
+                metadata: { type: "object" },
+                spec,
+                status: plainSchema(def.status),
+              },
+            },
+          },
+        },
+      ],
+    },
+  };
+}
