@@ -1,0 +1,231 @@
+// ServiceError: the one error type the service client throws, plus the predicates that
+// controllers branch on. The message is written for a person (it ends up in a condition
+// message or an Event); the fields are written for code.
+//
+// Secrets never reach an error: request bodies are never quoted, and any text that comes
+// back from the service (message, body snippet) is scrubbed of the secrets the client knows
+// before it is stored (see `scrub`).
+
+import { STATUS_CODES } from "node:http";
+
+/** Every operation name the client uses; identical to the emulator's request-log names. */
+export type Operation =
+  | "agents.create"
+  | "agents.list"
+  | "agents.get"
+  | "agents.update"
+  | "agents.delete"
+  | "agents.search"
+  | "deployments.deploy"
+  | "deployments.list"
+  | "deployments.get"
+  | "deployments.stop"
+  | "deployments.redeploy"
+  | "deployments.delete"
+  | "vms.allocate"
+  | "vms.list"
+  | "vms.get"
+  | "vms.renew"
+  | "vms.release"
+  | "vms.delete"
+  | "vms.endpoint"
+  | "vms.execute"
+  | "skills.create"
+  | "skills.list"
+  | "skills.get"
+  | "skills.update"
+  | "skills.delete"
+  | "usage.list"
+  | "usage.summary"
+  | "access.clients"
+  | "token";
+
+export interface ServiceErrorInit {
+  operation: string;
+  message: string;
+  status?: number;
+  code?: number;
+  errorCode?: string;
+  serviceError?: string;
+  serviceMessage?: string;
+  retryable: boolean;
+  outcomeUnknown?: boolean;
+  retryAfterMs?: number;
+  attempts?: number;
+  cause?: unknown;
+}
+
+export class ServiceError extends Error {
+  override readonly name = "ServiceError";
+  /** e.g. "agents.create"; "token" for the token service. */
+  readonly operation: string;
+  /** HTTP status; undefined for network errors and timeouts. */
+  readonly status?: number;
+  /** Compute error body: `code`. */
+  readonly code?: number;
+  /** Compute error body: `error_code`. */
+  readonly errorCode?: string;
+  /** Registry error body: `error`. */
+  readonly serviceError?: string;
+  /** The service's own `message` (scrubbed of known secrets); safe to show to users. */
+  readonly serviceMessage?: string;
+  /** Transient: the caller may try the same thing again later (after a lookup if outcomeUnknown). */
+  readonly retryable: boolean;
+  /**
+   * A non-idempotent call (a create, execute) may or may not have taken effect: timeout,
+   * connection reset after the request was sent, 500/502/504. The caller must look the
+   * object up (by its marker) before creating it again.
+   */
+  readonly outcomeUnknown: boolean;
+  /** The service asked us to wait this long (Retry-After) before trying again. */
+  readonly retryAfterMs?: number;
+  /** How many HTTP attempts were made before giving up. */
+  readonly attempts?: number;
+
+  constructor(init: ServiceErrorInit) {
+    super(init.message, init.cause === undefined ? undefined : { cause: init.cause });
+    this.operation = init.operation;
+    this.status = init.status;
+    this.code = init.code;
+    this.errorCode = init.errorCode;
+    this.serviceError = init.serviceError;
+    this.serviceMessage = init.serviceMessage;
+    this.retryable = init.retryable;
+    this.outcomeUnknown = init.outcomeUnknown ?? false;
+    this.retryAfterMs = init.retryAfterMs;
+    this.attempts = init.attempts;
+  }
+}
+
+export function isServiceError(e: unknown): e is ServiceError {
+  return e instanceof ServiceError;
+}
+
+/** 404: the object is gone. A 404 on delete/release is success for a finalizer. */
+export function isNotFound(e: unknown): boolean {
+  return e instanceof ServiceError && e.status === 404;
+}
+
+/** 409: e.g. an agent name already taken in the org. */
+export function isConflict(e: unknown): boolean {
+  return e instanceof ServiceError && e.status === 409;
+}
+
+/** 400: the service rejected the input; `serviceMessage` says why (show it to the user). */
+export function isBadRequest(e: unknown): boolean {
+  return e instanceof ServiceError && e.status === 400;
+}
+
+/** A create whose effect is unknown: look the object up before creating again. */
+export function isOutcomeUnknown(e: unknown): boolean {
+  return e instanceof ServiceError && e.outcomeUnknown;
+}
+
+/** Worth requeueing with backoff (5xx, 429, 503 pool empty, network, timeouts). */
+export function isTransient(e: unknown): boolean {
+  return e instanceof ServiceError && e.retryable;
+}
+
+/** Credentials refused (token service) or the service refused the token (401/403). */
+export function isAuthError(e: unknown): boolean {
+  if (!(e instanceof ServiceError)) return false;
+  if (e.status === 401 || e.status === 403) return true;
+  return e.operation === "token" && e.status === 400;
+}
+
+/** 429 from the service. */
+export function isRateLimited(e: unknown): boolean {
+  return e instanceof ServiceError && e.status === 429;
+}
+
+// ---------------------------------------------------------------------------------------
+// Error body parsing
+
+/** What we could read out of an error body of either shape (or of none). */
+export interface ParsedErrorBody {
+  code?: number;
+  errorCode?: string;
+  serviceError?: string;
+  serviceMessage?: string;
+  /** A short snippet of a body that was not a recognised JSON error (for the message). */
+  snippet?: string;
+}
+
+const SNIPPET_MAX = 200;
+
+/**
+ * Reads compute `{code, error_code, message}` and registry `{error, message}` bodies; any
+ * other body (empty, HTML from a proxy, plain text) becomes a short whitespace-collapsed
+ * snippet. `secrets` are replaced before anything is kept.
+ */
+export function parseErrorBody(text: string, secrets: readonly string[]): ParsedErrorBody {
+  const trimmed = text.trim();
+  if (trimmed === "") return {};
+  if (trimmed.startsWith("{")) {
+    let parsed: unknown;
+    try {
+      parsed = JSON.parse(trimmed);
+    } catch {
+      parsed = undefined;
+    }
+    if (parsed !== null && typeof parsed === "object" && !Array.isArray(parsed)) {
+      const o = parsed as Record<string, unknown>;
+      const out: ParsedErrorBody = {};
+      if (typeof o.code === "number") out.code = o.code;
+      if (typeof o.error_code === "string" && o.error_code !== "") out.errorCode = scrub(o.error_code, secrets);
+      if (typeof o.error === "string" && o.error !== "") out.serviceError = scrub(o.error, secrets);
+      let message = o.message;
+      // Gateways in front of services sometimes nest: {"error": {"message": ...}}.
+      if (typeof message !== "string" && o.error !== null && typeof o.error === "object") {
+        message = (o.error as Record<string, unknown>).message;
+      }
+      if (typeof message === "string" && message !== "") out.serviceMessage = scrub(message, secrets);
+      if (out.errorCode !== undefined || out.serviceError !== undefined || out.serviceMessage !== undefined) {
+        return out;
+      }
+      if (out.code !== undefined) return { ...out, snippet: snippet(trimmed, secrets) };
+    }
+  }
+  return { snippet: snippet(trimmed, secrets) };
+}
+
+function snippet(text: string, secrets: readonly string[]): string {
+  // Scrub before truncating so that a secret cut in half by the truncation cannot survive.
+  const flat = scrub(text, secrets).replace(/\s+/g, " ");
+  return flat.length > SNIPPET_MAX ? `${flat.slice(0, SNIPPET_MAX)}…` : flat;
+}
+
+/** Replaces every occurrence of a known secret; secrets shorter than 4 chars are ignored (noise). */
+export function scrub(text: string, secrets: readonly string[]): string {
+  let out = text;
+  for (const s of secrets) {
+    if (s.length >= 4 && out.includes(s)) out = out.split(s).join("[REDACTED]");
+  }
+  return out;
+}
+
+/**
+ * `agents.create: conflict: name "x" already taken (HTTP 409)`. `lead` replaces the body's
+ * error kind with our own explanation (e.g. "credentials refused by the token service");
+ * the service's message still follows it.
+ */
+export function httpErrorMessage(
+  operation: string,
+  status: number,
+  statusText: string | undefined,
+  body: ParsedErrorBody,
+  opts: { lead?: string; suffix?: string } = {},
+): string {
+  const parts: string[] = [];
+  const kind = body.errorCode ?? body.serviceError;
+  if (opts.lead !== undefined) parts.push(opts.lead);
+  else if (kind !== undefined) parts.push(kind);
+  if (body.serviceMessage !== undefined) parts.push(body.serviceMessage);
+  else if (opts.lead !== undefined && kind !== undefined) parts.push(kind);
+  if (parts.length === 0) {
+    parts.push(statusText !== undefined && statusText !== "" ? statusText : (STATUS_CODES[status] ?? "error"));
+    if (body.snippet !== undefined) parts.push(body.snippet);
+  }
+  const tail = opts.suffix === undefined ? "" : `; ${opts.suffix}`;
+  return `${operation}: ${parts.join(": ")} (HTTP ${status})${tail}`;
+}

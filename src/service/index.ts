@@ -1,0 +1,21 @@
+// The service client's public surface. Import from "src/service/index.js" only.
+
+export { ServiceClient, PAGE_SIZE, REDACT_PATHS, pageAll } from "./client.js";
+export type { AgentsAPI, DeploymentsAPI, VMsAPI, SkillsAPI, UsageAPI } from "./client.js";
+export type { ServiceClientOptions, ServiceClientHooks } from "./options.js";
+export { DEFAULTS } from "./options.js";
+export {
+  ServiceError,
+  isServiceError,
+  isNotFound,
+  isConflict,
+  isBadRequest,
+  isOutcomeUnknown,
+  isTransient,
+  isAuthError,
+  isRateLimited,
+} from "./errors.js";
+export type { Operation } from "./errors.js";
+export type { RetryClass } from "./retry.js";
+export { DEFAULT_EXPIRES_IN_SECONDS, REFRESH_MARGIN_MS } from "./token.js";
+export * from "./types.js";

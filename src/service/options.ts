@@ -1,0 +1,71 @@
+// Options and hooks of the service client, with their defaults in one place.
+
+import type { Logger } from "pino";
+import type { Credentials } from "./types.js";
+
+export interface ServiceClientOptions {
+  /** The service, e.g. https://api.example.com (a path prefix is kept). */
+  baseURL: string;
+  /** The token service; the token is obtained from `POST {authURL}/token`. */
+  authURL: string;
+  credentials: Credentials;
+  /** Client-side token bucket for every attempt to the service; default qps 50, burst 100. */
+  rateLimit?: { qps: number; burst: number };
+  /** Per attempt; default 30_000. */
+  timeoutMs?: number;
+  /** Defaults: maxAttempts 4 (first try included), baseDelayMs 200, maxDelayMs 30_000. */
+  retry?: { maxAttempts?: number; baseDelayMs?: number; maxDelayMs?: number };
+  /** Keep-alive sockets per origin; default 32. */
+  maxConnections?: number;
+  /** TLS verification is ON by default. */
+  insecureSkipTLSVerify?: boolean;
+  /** Extra CA (PEM text or a path to a PEM file), trusted in addition to the system roots. */
+  caCert?: string;
+  /** A child logger is made from it; secrets are redacted and never logged in the first place. */
+  logger?: Logger;
+  /** Metrics hooks (keeps prom-client out of this module). */
+  hooks?: ServiceClientHooks;
+  /** Clock (ms) for token expiry; default Date.now. */
+  now?: () => number;
+}
+
+/**
+ * Called synchronously on the request path: keep them cheap, and do not throw (a throwing hook
+ * is caught and logged, the call goes on).
+ */
+export interface ServiceClientHooks {
+  /** Every HTTP attempt, token requests included (operation "token"). */
+  onRequest?(e: { operation: string; method: string; status: number | "error"; durationSeconds: number; attempt: number }): void;
+  /** Every HTTP attempt to the token endpoint. */
+  onTokenRequest?(e: { ok: boolean; durationSeconds: number }): void;
+  /** Before sleeping for a retry; `attempt` is the attempt that failed. */
+  onRetry?(e: { operation: string; attempt: number; delayMs: number; reason: string }): void;
+  /** An attempt waited in the client-side rate limiter. */
+  onRateLimited?(e: { operation: string; waitMs: number }): void;
+}
+
+export const DEFAULTS = {
+  qps: 50,
+  burst: 100,
+  timeoutMs: 30_000,
+  maxAttempts: 4,
+  baseDelayMs: 200,
+  maxDelayMs: 30_000,
+  maxConnections: 32,
+} as const;
+
+export interface ResolvedRetry {
+  maxAttempts: number;
+  baseDelayMs: number;
+  maxDelayMs: number;
+}
+
+export function resolveRetry(r: ServiceClientOptions["retry"]): ResolvedRetry {
+  const maxAttempts = r?.maxAttempts ?? DEFAULTS.maxAttempts;
+  const baseDelayMs = r?.baseDelayMs ?? DEFAULTS.baseDelayMs;
+  const maxDelayMs = r?.maxDelayMs ?? DEFAULTS.maxDelayMs;
+  if (!Number.isInteger(maxAttempts) || maxAttempts < 1) throw new RangeError(`retry.maxAttempts must be an integer >= 1, got ${maxAttempts}`);
+  if (!(baseDelayMs >= 0)) throw new RangeError(`retry.baseDelayMs must be >= 0, got ${baseDelayMs}`);
+  if (!(maxDelayMs >= baseDelayMs)) throw new RangeError(`retry.maxDelayMs must be >= baseDelayMs, got ${maxDelayMs}`);
+  return { maxAttempts, baseDelayMs, maxDelayMs };
+}

@@ -1,0 +1,214 @@
+// The attempt loop shared by every call (token requests included):
+//   rate limit -> bearer token -> one HTTP attempt -> hooks/log -> success, 401 re-auth,
+//   retry with backoff, or a ServiceError.
+// It returns the raw 2xx answer; decoding is the facade's job.
+
+import { setTimeout as sleep } from "node:timers/promises";
+import type { Logger } from "pino";
+import { ServiceError, httpErrorMessage, parseErrorBody } from "./errors.js";
+import type { Operation } from "./errors.js";
+import { TransportError } from "./http.js";
+import type { HttpMethod, HttpResponse, HttpTransport } from "./http.js";
+import type { ResolvedRetry, ServiceClientHooks } from "./options.js";
+import type { TokenBucket } from "./rate-limit.js";
+import { backoffDelay, judge, parseRetryAfter, retryDelay } from "./retry.js";
+import type { Failure, RetryClass } from "./retry.js";
+import type { TokenSource } from "./token.js";
+
+export interface CallSpec {
+  operation: Operation;
+  method: HttpMethod;
+  cls: RetryClass;
+  origin: string;
+  /** Path and query, already encoded. */
+  path: string;
+  /** JSON text; never quoted in errors or logs. */
+  body?: string;
+  /** Extra headers (X-API-Key, X-Workspace-Id, ...). */
+  headers?: Record<string, string>;
+  /** Send the bearer token (and re-authenticate once on 401). */
+  auth: boolean;
+  /** Take a rate-limiter token per attempt (service calls; not the token service). */
+  limited: boolean;
+  /** Secrets carried by this request (e.g. an image pull password) to scrub from answers. */
+  secrets?: readonly string[];
+  /** A better first phrase for some statuses (e.g. 401 from the token service). */
+  explain?: (status: number) => string | undefined;
+}
+
+export interface RequesterDeps {
+  transport: HttpTransport;
+  limiter: TokenBucket;
+  retry: ResolvedRetry;
+  hooks: ServiceClientHooks;
+  log: Logger;
+  /** The client's own secrets (API key, client secret) to scrub from any text we keep. */
+  secrets: readonly string[];
+  userAgent: string;
+}
+
+const JSON_TYPE = "application/json";
+
+export class Requester {
+  private tokens: TokenSource | undefined;
+  private readonly closing = new AbortController();
+
+  constructor(private readonly d: RequesterDeps) {}
+
+  setTokenSource(t: TokenSource): void {
+    this.tokens = t;
+  }
+
+  /** Cancels backoff sleeps so that close() does not wait for them. */
+  close(): void {
+    this.closing.abort();
+    this.d.limiter.close();
+  }
+
+  async call(spec: CallSpec): Promise<HttpResponse> {
+    const { d } = this;
+    const debug = d.log.isLevelEnabled("debug");
+    let attempt = 0;
+    let retries = 0;
+    let reauthenticated = false;
+    for (;;) {
+      attempt++;
+      if (spec.limited && !d.limiter.tryTake()) {
+        const waitMs = await d.limiter.wait().catch((e: unknown) => {
+          throw closedError(spec.operation, e);
+        });
+        this.hook("onRateLimited", () => d.hooks.onRateLimited?.({ operation: spec.operation, waitMs }));
+      }
+
+      let bearer: string | undefined;
+      if (spec.auth) {
+        // Fetched after the rate limiter: a token taken before a long wait could expire in the queue.
+        bearer = this.tokens?.peek() ?? (await this.requireTokens().get());
+      }
+
+      const headers: Record<string, string> = { accept: JSON_TYPE, "user-agent": d.userAgent };
+      if (spec.body !== undefined) headers["content-type"] = JSON_TYPE;
+      if (bearer !== undefined) headers.authorization = `Bearer ${bearer}`;
+      if (spec.headers !== undefined) Object.assign(headers, spec.headers);
+
+      const started = performance.now();
+      let res: HttpResponse | undefined;
+      let netErr: TransportError | undefined;
+      try {
+        res = await d.transport.send({ origin: spec.origin, path: spec.path, method: spec.method, headers, body: spec.body });
+      } catch (e) {
+        if (!(e instanceof TransportError)) throw e;
+        netErr = e;
+      }
+      const durationSeconds = (performance.now() - started) / 1000;
+      const status = res?.status ?? "error";
+      this.hook("onRequest", () =>
+        d.hooks.onRequest?.({ operation: spec.operation, method: spec.method, status, durationSeconds, attempt }),
+      );
+      if (spec.operation === "token") {
+        const ok = res !== undefined && res.status >= 200 && res.status < 300;
+        this.hook("onTokenRequest", () => d.hooks.onTokenRequest?.({ ok, durationSeconds }));
+      }
+      if (debug) {
+        // Only scalars: nothing here can carry a secret, and nothing is re-serialised.
+        d.log.debug(
+          { operation: spec.operation, method: spec.method, path: spec.path, status, attempt, ms: Math.round(durationSeconds * 1000), error: netErr?.code },
+          "service request",
+        );
+      }
+
+      if (res !== undefined && res.status >= 200 && res.status < 300) return res;
+
+      if (res !== undefined && res.status === 401 && spec.auth && bearer !== undefined && !reauthenticated) {
+        // Revoked or expired early: one refresh (shared with concurrent callers) and one retry.
+        reauthenticated = true;
+        this.requireTokens().invalidate(bearer);
+        continue;
+      }
+
+      const failure: Failure = res !== undefined ? { kind: "status", status: res.status } : { kind: "network", sent: netErr?.sent ?? "maybe", permanent: netErr?.permanent ?? false };
+      const verdict = judge(spec.cls, failure);
+      const retryAfterMs = res !== undefined ? parseRetryAfter(res.headers["retry-after"], Date.now()) : undefined;
+      if (res?.status === 429 && spec.limited) {
+        // Adaptive: the whole client holds back, not just this call.
+        d.limiter.pause(retryAfterMs ?? backoffDelay(retries, d.retry));
+      }
+
+      const budgetLeft = retries + 1 < d.retry.maxAttempts;
+      const waitTooLong = retryAfterMs !== undefined && retryAfterMs > d.retry.maxDelayMs;
+      if (verdict.retry && budgetLeft && !waitTooLong) {
+        const delayMs = retryDelay(retries, retryAfterMs, d.retry);
+        retries++;
+        const reason = res !== undefined ? `HTTP ${res.status}` : (netErr?.code ?? "network error");
+        this.hook("onRetry", () => d.hooks.onRetry?.({ operation: spec.operation, attempt, delayMs, reason }));
+        if (debug) d.log.debug({ operation: spec.operation, attempt, delayMs, reason }, "retrying service request");
+        if (delayMs > 0) {
+          await sleep(delayMs, undefined, { signal: this.closing.signal }).catch((e: unknown) => {
+            throw closedError(spec.operation, e);
+          });
+        }
+        continue;
+      }
+
+      const gaveUp = verdict.retry ? (waitTooLong ? `asked to retry after ${retryAfterMs} ms` : `gave up after ${attempt} attempts`) : undefined;
+      throw this.failure(spec, res, netErr, bearer, verdict, retryAfterMs, attempt, gaveUp);
+    }
+  }
+
+  private failure(
+    spec: CallSpec,
+    res: HttpResponse | undefined,
+    netErr: TransportError | undefined,
+    bearer: string | undefined,
+    verdict: { transient: boolean; outcomeUnknown: boolean },
+    retryAfterMs: number | undefined,
+    attempts: number,
+    gaveUp: string | undefined,
+  ): ServiceError {
+    const notes: string[] = [];
+    if (verdict.outcomeUnknown) notes.push("the request may have taken effect (outcome unknown): look it up before creating again");
+    if (gaveUp !== undefined) notes.push(gaveUp);
+    const suffix = notes.length > 0 ? notes.join("; ") : undefined;
+    const base = { operation: spec.operation, retryable: verdict.transient, outcomeUnknown: verdict.outcomeUnknown, retryAfterMs, attempts };
+    if (res === undefined) {
+      const what = netErr?.message ?? "network error";
+      return new ServiceError({ ...base, message: `${spec.operation}: ${what}${suffix !== undefined ? `; ${suffix}` : ""}`, cause: netErr });
+    }
+    const secrets = this.secretsFor(spec, bearer);
+    const body = parseErrorBody(res.text, secrets);
+    const message = httpErrorMessage(spec.operation, res.status, res.statusText, body, { lead: spec.explain?.(res.status), suffix });
+    return new ServiceError({
+      ...base,
+      message,
+      status: res.status,
+      code: body.code,
+      errorCode: body.errorCode,
+      serviceError: body.serviceError,
+      serviceMessage: body.serviceMessage,
+    });
+  }
+
+  private secretsFor(spec: CallSpec, bearer: string | undefined): readonly string[] {
+    const extra: string[] = [];
+    if (bearer !== undefined) extra.push(bearer);
+    if (spec.secrets !== undefined) extra.push(...spec.secrets);
+    return extra.length === 0 ? this.d.secrets : [...this.d.secrets, ...extra];
+  }
+
+  private requireTokens(): TokenSource {
+    if (this.tokens === undefined) throw new Error("service client: no token source");
+    return this.tokens;
+  }
+
+  private hook(name: string, fn: () => void): void {
+    try {
+      fn();
+    } catch (e) {
+      this.d.log.warn({ err: e, hook: name }, "service client hook threw");
+    }
+  }
+}
+
+function closedError(operation: string, cause: unknown): ServiceError {
+  return new ServiceError({ operation, message: `${operation}: service client closed`, retryable: false, cause });
+}

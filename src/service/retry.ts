@@ -1,0 +1,135 @@
+// Retry policy: which failures are retried, which make a non-idempotent call's outcome
+// unknown, and how long to wait. Pure functions, so the policy table in
+// docs/service-client.md can be checked against one place.
+
+/**
+ * How a call may be repeated.
+ * - "idempotent": repeating it leaves the service as one call would (GET, PUT, DELETE, and the
+ *   POSTs renew, release, stop, redeploy, token). Any transient failure is retried.
+ * - "unsafe": repeating it may do the work twice (agents.create, skills.create,
+ *   deployments.deploy, vms.allocate, vms.execute). Retried only when the service certainly did
+ *   nothing: nothing was sent (connection refused, DNS, connect timeout) or it answered 408,
+ *   429 or 503. Anything else after sending makes the outcome unknown.
+ */
+export type RetryClass = "idempotent" | "unsafe";
+
+/** What went wrong with one attempt. */
+export type Failure =
+  | { kind: "status"; status: number }
+  | {
+      kind: "network";
+      /** "no": the request never left (refused, DNS, connect timeout); "maybe": it may have been processed. */
+      sent: "no" | "maybe";
+      /** A configuration problem (TLS verification): retrying cannot help. */
+      permanent: boolean;
+    };
+
+export interface Verdict {
+  /** Repeat the call now (after a backoff), within the attempt budget. */
+  retry: boolean;
+  /** If we give up: may the caller try again later (requeue with backoff)? */
+  transient: boolean;
+  /** The call may have taken effect; the caller must look before creating again. */
+  outcomeUnknown: boolean;
+}
+
+// Answers that mean "not processed": 408 (server gave up reading the request), 429 (rate
+// limited before any work), 503 (unavailable; the service documents it for allocate's empty
+// pool as "retry shortly").
+const NOT_PROCESSED = new Set([408, 429, 503]);
+// Answers that are transient but say nothing about whether the work was done.
+const MAYBE_PROCESSED = new Set([500, 502, 504]);
+
+export function judge(cls: RetryClass, f: Failure): Verdict {
+  if (f.kind === "status") {
+    if (NOT_PROCESSED.has(f.status)) return { retry: true, transient: true, outcomeUnknown: false };
+    if (MAYBE_PROCESSED.has(f.status)) {
+      return cls === "idempotent"
+        ? { retry: true, transient: true, outcomeUnknown: false }
+        : { retry: false, transient: true, outcomeUnknown: true };
+    }
+    // 400, 401, 403, 404, 409, 422, ...: the same request would get the same answer.
+    return { retry: false, transient: false, outcomeUnknown: false };
+  }
+  if (f.permanent) return { retry: false, transient: false, outcomeUnknown: false };
+  if (f.sent === "no" || cls === "idempotent") return { retry: true, transient: true, outcomeUnknown: false };
+  return { retry: false, transient: true, outcomeUnknown: true };
+}
+
+// Node/undici error codes raised before a single byte of the request was written.
+const NOT_SENT_CODES = new Set([
+  "ECONNREFUSED",
+  "ENOTFOUND",
+  "EAI_AGAIN",
+  "EHOSTUNREACH",
+  "ENETUNREACH",
+  "EADDRNOTAVAIL",
+  "UND_ERR_CONNECT_TIMEOUT",
+]);
+
+// TLS verification failures: the operator's configuration (caCert, insecureSkipTLSVerify) must change.
+const TLS_CODES = new Set([
+  "CERT_HAS_EXPIRED",
+  "CERT_NOT_YET_VALID",
+  "CERT_UNTRUSTED",
+  "CERT_SIGNATURE_FAILURE",
+  "DEPTH_ZERO_SELF_SIGNED_CERT",
+  "SELF_SIGNED_CERT_IN_CHAIN",
+  "UNABLE_TO_GET_ISSUER_CERT",
+  "UNABLE_TO_GET_ISSUER_CERT_LOCALLY",
+  "UNABLE_TO_VERIFY_LEAF_SIGNATURE",
+  "ERR_TLS_CERT_ALTNAME_INVALID",
+]);
+
+export function isNotSentCode(code: string | undefined): boolean {
+  return code !== undefined && NOT_SENT_CODES.has(code);
+}
+
+export function isTLSCode(code: string | undefined): boolean {
+  return code !== undefined && TLS_CODES.has(code);
+}
+
+export interface BackoffOptions {
+  baseDelayMs: number;
+  maxDelayMs: number;
+}
+
+/**
+ * Full jitter (AWS architecture blog, "Exponential Backoff and Jitter"): a uniform delay in
+ * [0, min(max, base·2^retry)]. Spreads a herd of callers that failed together better than
+ * equal jitter, at the cost of sometimes retrying almost at once, which the rate limiter bounds.
+ */
+export function backoffDelay(retry: number, o: BackoffOptions, random: () => number = Math.random): number {
+  const ceiling = Math.min(o.maxDelayMs, o.baseDelayMs * 2 ** retry);
+  return Math.floor(random() * ceiling);
+}
+
+/**
+ * The delay before the next attempt. A Retry-After wins over our own backoff (it is the
+ * service's explicit instruction), plus a little jitter so that callers told the same instant
+ * do not all arrive together.
+ */
+export function retryDelay(
+  retry: number,
+  retryAfterMs: number | undefined,
+  o: BackoffOptions,
+  random: () => number = Math.random,
+): number {
+  if (retryAfterMs === undefined) return backoffDelay(retry, o, random);
+  return retryAfterMs + Math.floor(random() * Math.min(o.baseDelayMs, 1000));
+}
+
+/**
+ * `Retry-After` as delay-seconds or an HTTP-date (RFC 9110 §10.2.3). Returns milliseconds,
+ * or undefined when absent or unreadable (then our own backoff applies).
+ */
+export function parseRetryAfter(value: string | string[] | undefined, nowMs: number): number | undefined {
+  const v = Array.isArray(value) ? value[0] : value;
+  if (v === undefined) return undefined;
+  const s = v.trim();
+  if (s === "") return undefined;
+  if (/^\d+(\.\d+)?$/.test(s)) return Math.round(Number(s) * 1000);
+  const t = Date.parse(s);
+  if (Number.isNaN(t)) return undefined;
+  return Math.max(0, t - nowMs);
+}

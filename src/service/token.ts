@@ -1,0 +1,111 @@
+// TokenSource: one bearer-token cache per client.
+//
+// - A token is reused until 30 s before it expires (or half its lifetime for very short
+//   tokens, so a 10 s test token is not refreshed on every call), then refreshed.
+// - All callers that need a fresh token at the same moment share ONE in-flight request.
+// - `invalidate(token)` is called when the service answers 401 with that token; only the first
+//   caller to report a given token clears it, so N concurrent 401s cause one refresh.
+// - If a proactive refresh fails while the cached token has not actually expired, the cached
+//   token keeps being used (the token service may be briefly down; the service is not).
+
+import type { Logger } from "pino";
+
+/** What the token endpoint gave us. */
+export interface IssuedToken {
+  accessToken: string;
+  /** Seconds (the service's `expires_in`, 900 when absent). */
+  expiresInSeconds: number;
+}
+
+interface Cached {
+  token: string;
+  /** Clock ms at which the token stops working (measured from when we asked for it). */
+  expiresAt: number;
+  /** Clock ms from which we fetch a new one. */
+  refreshAt: number;
+}
+
+/** Refresh this long before expiry (the official SDK's 30 s). */
+export const REFRESH_MARGIN_MS = 30_000;
+/** `expires_in` when the token service omits it. */
+export const DEFAULT_EXPIRES_IN_SECONDS = 900;
+
+export class TokenSource {
+  private current: Cached | undefined;
+  private inflight: Promise<Cached> | undefined;
+
+  constructor(
+    private readonly fetchToken: () => Promise<IssuedToken>,
+    private readonly now: () => number,
+    private readonly log?: Logger,
+  ) {}
+
+  /** The cached token if it is still good, without allocating a promise (the hot path). */
+  peek(): string | undefined {
+    const c = this.current;
+    return c !== undefined && this.now() < c.refreshAt ? c.token : undefined;
+  }
+
+  async get(): Promise<string> {
+    return (await this.getCached()).token;
+  }
+
+  /** Obtains (or reuses) a token and says when it expires. */
+  async authenticate(): Promise<{ expiresAt: Date }> {
+    const c = await this.getCached();
+    return { expiresAt: new Date(c.expiresAt) };
+  }
+
+  /** The service refused `token` (401): forget it unless it was already replaced. */
+  invalidate(token: string): void {
+    if (this.current !== undefined && this.current.token === token) this.current = undefined;
+  }
+
+  private async getCached(): Promise<Cached> {
+    const c = this.current;
+    const now = this.now();
+    if (c !== undefined && now < c.refreshAt) return c;
+    try {
+      return await this.refresh();
+    } catch (e) {
+      // Still valid and not refused by the service: ride it out until it really expires.
+      if (c !== undefined && this.current === c && this.now() < c.expiresAt) {
+        this.log?.warn({ err: e }, "token refresh failed; using the cached token until it expires");
+        return c;
+      }
+      throw e;
+    }
+  }
+
+  private refresh(): Promise<Cached> {
+    if (this.inflight === undefined) {
+      const requestedAt = this.now();
+      this.inflight = this.fetchToken()
+        .then((t) => {
+          const ttlMs = t.expiresInSeconds * 1000;
+          const margin = Math.min(REFRESH_MARGIN_MS, ttlMs / 2);
+          const c: Cached = { token: t.accessToken, expiresAt: requestedAt + ttlMs, refreshAt: requestedAt + ttlMs - margin };
+          this.current = c;
+          this.log?.debug({ expiresInSeconds: t.expiresInSeconds }, "token obtained");
+          return c;
+        })
+        .finally(() => {
+          this.inflight = undefined;
+        });
+    }
+    return this.inflight;
+  }
+}
+
+/**
+ * Reads the token endpoint's answer. Returns undefined when there is no usable access_token;
+ * `expires_in` may be absent (900), a number or a numeric string.
+ */
+export function parseTokenResponse(body: unknown): IssuedToken | undefined {
+  if (body === null || typeof body !== "object" || Array.isArray(body)) return undefined;
+  const o = body as Record<string, unknown>;
+  if (typeof o.access_token !== "string" || o.access_token === "") return undefined;
+  const raw = typeof o.expires_in === "string" ? Number(o.expires_in) : o.expires_in;
+  const expiresInSeconds = typeof raw === "number" && Number.isFinite(raw) && raw > 0 ? raw : DEFAULT_EXPIRES_IN_SECONDS;
+  return { accessToken: o.access_token, expiresInSeconds };
+}
