@@ -1,0 +1,162 @@
+// Registry routes (/registry/v1/agents): request validation, then the domain state.
+import type { CreateAgentRequest, ImagePullSecret, JsonObject, UpdateAgentRequest } from "../../service/types.js";
+import { badRequest } from "../errors.js";
+import type { HandlerContext, HandlerResult, Route } from "../router.js";
+import {
+  optionalObject,
+  optionalString,
+  optionalStringArray,
+  optionalStringMap,
+  pageParams,
+  rejectUnknown,
+  requiredString,
+} from "../validate.js";
+
+const AGENT_STATES = new Set(["registered", "deploying", "running", "active", "idle", "sleeping", "stopped", "failed"]);
+const DEFAULT_LIMIT = 20;
+
+const CREATE_FIELDS = new Set([
+  "image",
+  "name",
+  "org_id",
+  "author",
+  "capabilities",
+  "description",
+  "endpoint",
+  "image_pull_secret",
+  "manifest",
+  "metadata",
+  "version",
+]);
+const UPDATE_FIELDS = new Set([
+  "capabilities",
+  "description",
+  "endpoint",
+  "image",
+  "manifest",
+  "metadata",
+  "name",
+  "public_key",
+  "state",
+  "version",
+]);
+const SERVICE_OWNED = new Map([
+  ["visibility", "cannot be set"],
+  ["allowed_org_ids", "cannot be set"],
+  ["id", "cannot be set"],
+  ["created_at", "cannot be set"],
+  ["updated_at", "cannot be set"],
+]);
+const CREATE_ONLY = new Map([
+  ...SERVICE_OWNED,
+  ["org_id", "is create-only and cannot be updated"],
+  ["author", "is create-only and cannot be updated"],
+  ["image_pull_secret", "is create-only and cannot be updated"],
+]);
+
+function pullSecret(body: JsonObject): ImagePullSecret | undefined {
+  const s = optionalObject(body, "image_pull_secret");
+  if (s === undefined) return undefined;
+  const field = (k: keyof ImagePullSecret): string => {
+    const v = s[k];
+    if (typeof v !== "string" || v === "") throw badRequest(`image_pull_secret.${k} is required`);
+    return v;
+  };
+  return { registry: field("registry"), username: field("username"), password: field("password") };
+}
+
+function create(ctx: HandlerContext): HandlerResult {
+  const body = ctx.body();
+  rejectUnknown(body, CREATE_FIELDS, SERVICE_OWNED);
+  const req: CreateAgentRequest = {
+    image: requiredString(body, "image"),
+    name: requiredString(body, "name"),
+    org_id: requiredString(body, "org_id"),
+  };
+  const author = optionalString(body, "author");
+  if (author !== undefined) req.author = author;
+  const capabilities = optionalStringArray(body, "capabilities");
+  if (capabilities !== undefined) req.capabilities = capabilities;
+  const description = optionalString(body, "description");
+  if (description !== undefined) req.description = description;
+  const endpoint = optionalString(body, "endpoint");
+  if (endpoint !== undefined) req.endpoint = endpoint;
+  const secret = pullSecret(body);
+  if (secret !== undefined) req.image_pull_secret = secret;
+  const manifest = optionalObject(body, "manifest");
+  if (manifest !== undefined) req.manifest = manifest;
+  const metadata = optionalStringMap(body, "metadata");
+  if (metadata !== undefined) req.metadata = metadata;
+  const version = optionalString(body, "version");
+  if (version !== undefined) req.version = version;
+  return { status: 201, body: { agent: ctx.state.createAgent(req) } };
+}
+
+function update(ctx: HandlerContext): HandlerResult {
+  const body = ctx.body();
+  rejectUnknown(body, UPDATE_FIELDS, CREATE_ONLY);
+  const patch: UpdateAgentRequest = {};
+  for (const k of ["description", "endpoint", "public_key", "version"] as const) {
+    const v = optionalString(body, k);
+    if (v !== undefined) patch[k] = v;
+  }
+  if (body["name"] !== undefined) patch.name = requiredString(body, "name");
+  if (body["image"] !== undefined) patch.image = requiredString(body, "image");
+  const state = optionalString(body, "state");
+  if (state !== undefined) {
+    if (!AGENT_STATES.has(state)) throw badRequest(`state must be one of ${[...AGENT_STATES].join(", ")}`);
+    patch.state = state;
+  }
+  const capabilities = optionalStringArray(body, "capabilities");
+  if (capabilities !== undefined) patch.capabilities = capabilities;
+  const manifest = optionalObject(body, "manifest");
+  if (manifest !== undefined) patch.manifest = manifest;
+  const metadata = optionalStringMap(body, "metadata");
+  if (metadata !== undefined) patch.metadata = metadata;
+  return { status: 200, body: { agent: ctx.state.updateAgent(ctx.params["id"]!, patch) } };
+}
+
+function list(ctx: HandlerContext): HandlerResult {
+  const page = pageParams(ctx.query, DEFAULT_LIMIT, ctx.options.maxPageSize);
+  const filter: { author?: string; status?: string } = {};
+  const author = ctx.query.get("author");
+  if (author !== null && author !== "") filter.author = author;
+  const status = ctx.query.get("status");
+  if (status !== null && status !== "") filter.status = status;
+  return { status: 200, body: ctx.state.listAgents(filter, page) };
+}
+
+function search(ctx: HandlerContext): HandlerResult {
+  const raw = ctx.query.get("capabilities");
+  if (raw === null || raw.trim() === "") throw badRequest("capabilities is required");
+  const capabilities = raw
+    .split(",")
+    .map((c) => c.trim())
+    .filter((c) => c !== "");
+  const page = pageParams(ctx.query, DEFAULT_LIMIT, ctx.options.maxPageSize);
+  return { status: 200, body: ctx.state.searchAgents(capabilities, page) };
+}
+
+export const registryRoutes: Route[] = [
+  { method: "POST", pattern: "/registry/v1/agents", operation: "agents.create", auth: true, handler: create },
+  { method: "GET", pattern: "/registry/v1/agents", operation: "agents.list", auth: true, handler: list },
+  { method: "GET", pattern: "/registry/v1/agents/search", operation: "agents.search", auth: true, handler: search },
+  {
+    method: "GET",
+    pattern: "/registry/v1/agents/:id",
+    operation: "agents.get",
+    auth: true,
+    handler: (ctx) => ({ status: 200, body: { agent: ctx.state.getAgent(ctx.params["id"]!) } }),
+  },
+  { method: "PUT", pattern: "/registry/v1/agents/:id", operation: "agents.update", auth: true, handler: update },
+  {
+    method: "DELETE",
+    pattern: "/registry/v1/agents/:id",
+    operation: "agents.delete",
+    auth: true,
+    handler: (ctx) => {
+      ctx.state.deleteAgent(ctx.params["id"]!);
+      return { status: 204 };
+    },
+  },
+];

@@ -1,0 +1,68 @@
+// Low-level HTTP plumbing: reading a bounded body, parsing it, writing a response.
+import type { IncomingMessage, ServerResponse } from "node:http";
+import type { JsonObject } from "../service/types.js";
+import { badRequest } from "./errors.js";
+import { isObject } from "./validate.js";
+
+export const MAX_BODY_BYTES = 1 << 20;
+
+/** The whole body, or "too_large" (read to the end, so the connection stays usable). */
+export function readBody(req: IncomingMessage, limit = MAX_BODY_BYTES): Promise<Buffer | "too_large"> {
+  return new Promise((resolve, reject) => {
+    const chunks: Buffer[] = [];
+    let size = 0;
+    let settled = false;
+    req.on("data", (chunk: Buffer) => {
+      size += chunk.length;
+      if (size <= limit) chunks.push(chunk);
+    });
+    req.on("end", () => {
+      settled = true;
+      resolve(size > limit ? "too_large" : Buffer.concat(chunks));
+    });
+    req.on("error", (err) => {
+      settled = true;
+      reject(err);
+    });
+    // A client that aborts mid-body may emit neither "end" nor "error".
+    req.on("close", () => {
+      if (!settled) reject(new Error("request aborted"));
+    });
+  });
+}
+
+/** Lazily parsed JSON object body: only handlers that take a body pay for (and 400 on) it. */
+export function bodyParser(raw: Buffer): () => JsonObject {
+  let parsed: JsonObject | undefined;
+  return () => {
+    if (parsed) return parsed;
+    const text = raw.toString("utf8");
+    if (text.trim() === "") return (parsed = {});
+    let value: unknown;
+    try {
+      value = JSON.parse(text);
+    } catch (err) {
+      throw badRequest(`malformed JSON body: ${(err as Error).message}`);
+    }
+    if (!isObject(value)) throw badRequest("request body must be a JSON object");
+    return (parsed = value);
+  };
+}
+
+/** Objects go out as JSON; a string (a fault rule's raw body) goes out as is. */
+export function send(res: ServerResponse, status: number, body: unknown, headers: Record<string, string> = {}): void {
+  if (res.destroyed || res.writableEnded) return;
+  if (status === 204 || status === 304 || body === undefined) {
+    res.writeHead(status, headers);
+    res.end();
+    return;
+  }
+  const isText = typeof body === "string";
+  const text = isText ? body : JSON.stringify(body);
+  res.writeHead(status, {
+    "content-type": isText ? "text/plain; charset=utf-8" : "application/json",
+    "content-length": String(Buffer.byteLength(text)),
+    ...headers,
+  });
+  res.end(text);
+}

@@ -1,0 +1,7 @@
+// The local emulator of the Agent Registry and Compute Service (see docs/emulator.md).
+export { startEmulator, type Emulator } from "./server.js";
+export type { EmulatorOptions, FaultAction, FaultRule, RequestLogEntry, RequestStats } from "./options.js";
+export { DEFAULT_API_KEY } from "./options.js";
+export { EmulatorState, contentHash, type AgentPatch, type UsageReason } from "./state.js";
+export type { StoredAgent, StoredDeployment, StoredSkill, StoredVM } from "./records.js";
+export { ServiceError } from "./errors.js";

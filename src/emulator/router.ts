@@ -1,0 +1,96 @@
+// Route table and matcher. A route names its operation (the request log's stable name) and
+// whether it needs a bearer token; handlers are synchronous because all state is in memory.
+import type { IncomingHttpHeaders } from "node:http";
+import type { JsonObject } from "../service/types.js";
+import type { TokenStore } from "./auth.js";
+import type { ResolvedOptions } from "./options.js";
+import type { EmulatorState } from "./state.js";
+
+export interface HandlerContext {
+  params: Record<string, string>;
+  query: URLSearchParams;
+  headers: IncomingHttpHeaders;
+  /** The parsed JSON body; {} when empty; throws 400 when malformed or not an object. */
+  body(): JsonObject;
+  state: EmulatorState;
+  tokens: TokenStore;
+  options: Readonly<ResolvedOptions>;
+  /** When this emulator started (emulator clock, ms). */
+  startedAt: number;
+}
+
+export interface HandlerResult {
+  status: number;
+  body?: unknown;
+  headers?: Record<string, string>;
+}
+
+export type Handler = (ctx: HandlerContext) => HandlerResult;
+
+export interface Route {
+  method: string;
+  /** e.g. "/compute/v1/vms/:id/renew" */
+  pattern: string;
+  operation: string;
+  /** Needs `Authorization: Bearer`; false only for the token endpoint. */
+  auth: boolean;
+  handler: Handler;
+}
+
+export type Match =
+  | { kind: "ok"; route: Route; params: Record<string, string> }
+  | { kind: "not_found" }
+  | { kind: "method_not_allowed"; allow: string[] };
+
+interface Compiled {
+  route: Route;
+  segments: string[];
+}
+
+export class Router {
+  /** Grouped by segment count so a request only looks at routes of its own depth. */
+  private readonly byDepth = new Map<number, Compiled[]>();
+
+  constructor(routes: readonly Route[]) {
+    for (const route of routes) {
+      const segments = route.pattern.split("/").slice(1);
+      const list = this.byDepth.get(segments.length) ?? [];
+      list.push({ route, segments });
+      this.byDepth.set(segments.length, list);
+    }
+  }
+
+  /** The first matching route wins, so literal routes (e.g. /agents/search) go before /:id. */
+  match(method: string, path: string): Match {
+    const parts = path.split("/").slice(1);
+    const candidates = this.byDepth.get(parts.length);
+    if (!candidates) return { kind: "not_found" };
+    const allow = new Set<string>();
+    for (const { route, segments } of candidates) {
+      const params = matchSegments(segments, parts);
+      if (!params) continue;
+      if (route.method === method) return { kind: "ok", route, params };
+      allow.add(route.method);
+    }
+    return allow.size > 0 ? { kind: "method_not_allowed", allow: [...allow] } : { kind: "not_found" };
+  }
+}
+
+function matchSegments(pattern: readonly string[], parts: readonly string[]): Record<string, string> | undefined {
+  const params: Record<string, string> = {};
+  for (let i = 0; i < pattern.length; i++) {
+    const p = pattern[i]!;
+    const part = parts[i]!;
+    if (p.startsWith(":")) {
+      if (part === "") return undefined;
+      try {
+        params[p.slice(1)] = decodeURIComponent(part);
+      } catch {
+        return undefined; // malformed %-escape: no object can have that name
+      }
+    } else if (p !== part) {
+      return undefined;
+    }
+  }
+  return params;
+}
