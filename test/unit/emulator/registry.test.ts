@@ -1,0 +1,177 @@
+import { describe, expect, it } from "vitest";
+import type { Agent, AgentList } from "../../../src/service/types.js";
+import { FakeClock, agentBody, client, emulator } from "./helpers.js";
+
+type One = { agent: Agent };
+
+describe("emulator registry", () => {
+  it("creates an agent with service-set fields and never echoes the pull secret's password", async () => {
+    const emu = await emulator();
+    const c = await client(emu);
+    const secret = { registry: "ghcr.io", username: "bot", password: "hunter2" };
+    const res = await c.post<One>("/registry/v1/agents", agentBody("alpha", { image_pull_secret: secret, capabilities: ["x"], metadata: { "agentcompute.dev/uid": "u1" } }));
+    expect(res.status).toBe(201);
+    const a = res.body.agent;
+    expect(a).toMatchObject({
+      id: expect.any(String),
+      name: "alpha",
+      org_id: "org-a",
+      image: "registry.example/agent:1",
+      state: "registered",
+      visibility: "private",
+      allowed_org_ids: [],
+      capabilities: ["x"],
+      metadata: { "agentcompute.dev/uid": "u1" },
+      image_pull_secret: { registry: "ghcr.io", username: "bot" },
+    });
+    expect(a.created_at).toMatch(/^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z$/);
+    expect(a.updated_at).toBe(a.created_at);
+    for (const text of [res.text, (await c.get(`/registry/v1/agents/${a.id}`)).text, (await c.get("/registry/v1/agents")).text, (await c.get("/registry/v1/agents/search?capabilities=x")).text]) {
+      expect(text).not.toContain("hunter2");
+    }
+    // Stored, though: the service keeps it.
+    expect(emu.state.agents.get(a.id)?.image_pull_secret?.password).toBe("hunter2");
+  });
+
+  it("names the missing or bad field in a 400", async () => {
+    const emu = await emulator();
+    const c = await client(emu);
+    const cases: [Record<string, unknown>, string][] = [
+      [{ name: "n", org_id: "o" }, "image is required"],
+      [{ image: "i", org_id: "o" }, "name is required"],
+      [{ image: "i", name: "n" }, "org_id is required"],
+      [agentBody("n", { capabilities: "x" }), "capabilities must be an array of strings"],
+      [agentBody("n", { metadata: { k: 1 } }), "metadata.k must be a string"],
+      [agentBody("n", { visibility: "public" }), "visibility cannot be set"],
+      [agentBody("n", { orgId: "o" }), "unknown field: orgId"],
+      [agentBody("n", { image_pull_secret: { registry: "r", username: "u" } }), "image_pull_secret.password is required"],
+    ];
+    for (const [body, message] of cases) {
+      const res = await c.post("/registry/v1/agents", body);
+      expect(res.status, message).toBe(400);
+      expect(res.body).toEqual({ error: "bad_request", message });
+    }
+    const malformed = await c.post("/registry/v1/agents", "{not json");
+    expect(malformed.status).toBe(400);
+    expect(malformed.body).toMatchObject({ error: "bad_request", message: expect.stringContaining("malformed JSON") });
+    expect((await c.post("/registry/v1/agents", "[1]")).body).toMatchObject({ message: "request body must be a JSON object" });
+    expect(emu.state.agents.size).toBe(0);
+  });
+
+  it("answers 409 conflict for a name taken in the same org, not in another", async () => {
+    const emu = await emulator();
+    const c = await client(emu);
+    expect((await c.post("/registry/v1/agents", agentBody("dup"))).status).toBe(201);
+    const again = await c.post("/registry/v1/agents", agentBody("dup"));
+    expect(again.status).toBe(409);
+    expect(again.body).toEqual({ error: "conflict", message: expect.stringContaining("dup") });
+    expect((await c.post("/registry/v1/agents", agentBody("dup", { org_id: "org-b" }))).status).toBe(201);
+  });
+
+  it("lists in creation order with total, filters, default limit 20 and a capped limit", async () => {
+    const emu = await emulator({ maxPageSize: 30 });
+    const c = await client(emu);
+    for (let i = 0; i < 45; i++) {
+      await c.post("/registry/v1/agents", agentBody(`a${i}`, { author: i % 3 === 0 ? "ann" : "bob" }));
+    }
+    const first = await c.get<AgentList>("/registry/v1/agents");
+    expect(first.status).toBe(200);
+    expect(first.body.total).toBe(45);
+    expect(first.body.agents.map((a) => a.name)).toEqual(Array.from({ length: 20 }, (_, i) => `a${i}`));
+    const capped = await c.get<AgentList>("/registry/v1/agents?limit=1000&offset=40");
+    expect(capped.body.agents.map((a) => a.name)).toEqual(["a40", "a41", "a42", "a43", "a44"]);
+    expect((await c.get<AgentList>("/registry/v1/agents?limit=1000")).body.agents).toHaveLength(30);
+    const ann = await c.get<AgentList>("/registry/v1/agents?author=ann&limit=5&offset=5");
+    expect(ann.body.total).toBe(15);
+    expect(ann.body.agents.map((a) => a.name)).toEqual(["a15", "a18", "a21", "a24", "a27"]);
+    const id = first.body.agents[0]!.id;
+    await c.put(`/registry/v1/agents/${id}`, { state: "running" });
+    const running = await c.get<AgentList>("/registry/v1/agents?status=running");
+    expect(running.body).toMatchObject({ total: 1, agents: [{ id }] });
+    const bad = await c.get("/registry/v1/agents?limit=-1");
+    expect(bad.status).toBe(400);
+    expect(bad.body).toEqual({ error: "bad_request", message: "limit must be a positive integer" });
+    expect((await c.get("/registry/v1/agents?offset=x")).body).toMatchObject({ message: "offset must be a non-negative integer" });
+  });
+
+  it("updates any subset of updatable fields and moves updated_at", async () => {
+    const clock = new FakeClock();
+    const emu = await emulator({ now: clock.now });
+    const c = await client(emu);
+    const { agent } = (await c.post<One>("/registry/v1/agents", agentBody("u", { description: "d", metadata: { m: "1" } }))).body;
+    clock.advance(10);
+    const res = await c.put<One>(`/registry/v1/agents/${agent.id}`, { image: "img:2", public_key: "pk", manifest: { a: [1] }, name: "u2" });
+    expect(res.status).toBe(200);
+    expect(res.body.agent).toMatchObject({ id: agent.id, image: "img:2", public_key: "pk", manifest: { a: [1] }, name: "u2", description: "d", metadata: { m: "1" } });
+    expect(Date.parse(res.body.agent.updated_at!) - Date.parse(agent.updated_at!)).toBe(10_000);
+    expect(res.body.agent.created_at).toBe(agent.created_at);
+    // The old name is free again, the new one is taken.
+    expect((await c.post("/registry/v1/agents", agentBody("u"))).status).toBe(201);
+    expect((await c.post("/registry/v1/agents", agentBody("u2"))).status).toBe(409);
+  });
+
+  it("rejects create-only, service-owned and unknown fields on update, naming them", async () => {
+    const emu = await emulator();
+    const c = await client(emu);
+    const { agent } = (await c.post<One>("/registry/v1/agents", agentBody("u"))).body;
+    const cases: [Record<string, unknown>, string][] = [
+      [{ org_id: "x" }, "org_id is create-only and cannot be updated"],
+      [{ author: "x" }, "author is create-only and cannot be updated"],
+      [{ image_pull_secret: {} }, "image_pull_secret is create-only and cannot be updated"],
+      [{ visibility: "public" }, "visibility cannot be set"],
+      [{ allowed_org_ids: [] }, "allowed_org_ids cannot be set"],
+      [{ colour: "red" }, "unknown field: colour"],
+      [{ state: "dancing" }, "state must be one of registered, deploying, running, active, idle, sleeping, stopped, failed"],
+      [{ image: "" }, "image must not be empty"],
+    ];
+    for (const [body, message] of cases) {
+      const res = await c.put(`/registry/v1/agents/${agent.id}`, body);
+      expect(res.status, message).toBe(400);
+      expect(res.body).toEqual({ error: "bad_request", message });
+    }
+  });
+
+  it("answers 404 for unknown ids and 204 on delete", async () => {
+    const emu = await emulator();
+    const c = await client(emu);
+    for (const res of [await c.get("/registry/v1/agents/nope"), await c.put("/registry/v1/agents/nope", { description: "x" }), await c.del("/registry/v1/agents/nope")]) {
+      expect(res.status).toBe(404);
+      expect(res.body).toEqual({ error: "not_found", message: "agent nope not found" });
+    }
+    const { agent } = (await c.post<One>("/registry/v1/agents", agentBody("gone"))).body;
+    const del = await c.del(`/registry/v1/agents/${agent.id}`);
+    expect(del.status).toBe(204);
+    expect(del.text).toBe("");
+    expect((await c.get(`/registry/v1/agents/${agent.id}`)).status).toBe(404);
+    expect((await c.post("/registry/v1/agents", agentBody("gone"))).status).toBe(201);
+  });
+
+  it("searches by capabilities: agents having all of them", async () => {
+    const emu = await emulator();
+    const c = await client(emu);
+    await c.post("/registry/v1/agents", agentBody("ab", { capabilities: ["a", "b"] }));
+    await c.post("/registry/v1/agents", agentBody("a", { capabilities: ["a"] }));
+    await c.post("/registry/v1/agents", agentBody("none"));
+    const both = await c.get<AgentList>("/registry/v1/agents/search?capabilities=a,b");
+    expect(both.status).toBe(200);
+    expect(both.body.total).toBe(1);
+    expect(both.body.agents.map((x) => x.name)).toEqual(["ab"]);
+    expect((await c.get<AgentList>("/registry/v1/agents/search?capabilities=a")).body.agents.map((x) => x.name)).toEqual(["ab", "a"]);
+    const missing = await c.get("/registry/v1/agents/search");
+    expect(missing.status).toBe(400);
+    expect(missing.body).toMatchObject({ message: "capabilities is required" });
+  });
+
+  it("answers unknown routes with 404 and wrong methods with 405 in the registry dialect", async () => {
+    const emu = await emulator();
+    const c = await client(emu);
+    const r404 = await c.get("/registry/v1/things");
+    expect(r404.status).toBe(404);
+    expect(r404.body).toMatchObject({ error: "not_found" });
+    const r405 = await c.call("PATCH", "/registry/v1/agents/x");
+    expect(r405.status).toBe(405);
+    expect(r405.headers.get("allow")).toBe("GET, PUT, DELETE");
+    expect(r405.body).toMatchObject({ error: "method_not_allowed" });
+    expect(emu.requests.at(-1)?.operation).toBe("route.method_not_allowed");
+  });
+});

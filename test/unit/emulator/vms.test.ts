@@ -1,0 +1,214 @@
+import { describe, expect, it } from "vitest";
+import type { AgentVM, Allocation, UsageRecord, UsageSummary } from "../../../src/service/types.js";
+import { FakeClock, T0, client, emulator } from "./helpers.js";
+
+const USAGE_HEADERS = { "X-Workspace-Id": "ws", "X-Environment-Id": "env" };
+
+describe("emulator agent VMs", () => {
+  it("allocates with defaults: state allocated, TTL 3600 s, credentials and endpoints", async () => {
+    const clock = new FakeClock();
+    const emu = await emulator({ now: clock.now });
+    const c = await client(emu);
+    await c.post("/compute/v1/skills", { name: "pdf", content: "c" });
+    const res = await c.post<Allocation>("/compute/v1/vms/allocate", { tier: "standard", skills: ["pdf"], metadata: { "agentcompute.dev/uid": "u" }, env: { SECRET: "v" } });
+    expect(res.status).toBe(201);
+    expect(res.body).toEqual({
+      vm_id: expect.any(String),
+      state: "allocated",
+      tier: "standard",
+      skills_loaded: ["pdf"],
+      endpoint: expect.stringMatching(/^https:\/\//),
+      ws_url: expect.stringMatching(/^wss:\/\//),
+      token: expect.any(String),
+      expires_at: new Date(T0 + 3600_000).toISOString(),
+    });
+    const vm = await c.get<AgentVM>(`/compute/v1/vms/${res.body.vm_id}`);
+    expect(vm.body).toEqual({
+      vm_id: res.body.vm_id,
+      state: "allocated",
+      tier: "standard",
+      org_id: "org-emulator",
+      skills_loaded: ["pdf"],
+      metadata: { "agentcompute.dev/uid": "u" },
+      secure_runtime: false,
+      endpoint: res.body.endpoint,
+      ws_url: res.body.ws_url,
+      ttl_seconds: 3600,
+      allocated_at: new Date(T0).toISOString(),
+      expires_at: res.body.expires_at,
+    });
+    // Neither the VM token nor its env ever comes back after allocation.
+    expect(vm.text).not.toContain(res.body.token!);
+    expect(vm.text).not.toContain("SECRET");
+    const ep = await c.get(`/compute/v1/vms/${res.body.vm_id}/endpoint`);
+    expect(ep.body).toEqual({ endpoint: res.body.endpoint, ws_url: res.body.ws_url });
+    const ex = await c.post(`/compute/v1/vms/${res.body.vm_id}/execute`, { command: "ls" });
+    expect(ex.status).toBe(200);
+    expect(ex.body).toEqual({ vm_id: res.body.vm_id, echo: { command: "ls" } });
+  });
+
+  it("answers 400 naming the field, the unknown skill, or the rejected tier", async () => {
+    const emu = await emulator({ rejectTiers: ["unknown-tier", "gpu-xxl"] });
+    const c = await client(emu);
+    const cases: [Record<string, unknown>, string, string][] = [
+      [{}, "bad_request", "tier is required"],
+      [{ tier: 5 }, "bad_request", "tier must be a string"],
+      [{ tier: "standard", ttl_seconds: 0 }, "bad_request", "ttl_seconds must be a positive integer"],
+      [{ tier: "standard", ttl_seconds: 1.5 }, "bad_request", "ttl_seconds must be a positive integer"],
+      [{ tier: "standard", ttl_seconds: "60" }, "bad_request", "ttl_seconds must be a positive integer"],
+      [{ tier: "standard", skills: ["ghost"] }, "skill_not_found", 'skill "ghost" does not exist'],
+      [{ tier: "standard", secure_runtime: "yes" }, "bad_request", "secure_runtime must be a boolean"],
+      [{ tier: "standard", ttl: 5 }, "bad_request", "unknown field: ttl"],
+      [{ tier: "unknown-tier" }, "invalid_tier", 'tier "unknown-tier" is not available'],
+      [{ tier: "gpu-xxl" }, "invalid_tier", 'tier "gpu-xxl" is not available'],
+    ];
+    for (const [body, code, message] of cases) {
+      const res = await c.post("/compute/v1/vms/allocate", body);
+      expect(res.status, message).toBe(400);
+      expect(res.body).toEqual({ code: 400, error_code: code, message });
+    }
+    expect(emu.state.vms.size).toBe(0);
+    expect((await c.post("/compute/v1/vms/allocate", { tier: "any-free-string" })).status).toBe(201);
+  });
+
+  it("answers 503 pool_exhausted when the pool is full, until a VM is released", async () => {
+    const emu = await emulator({ poolSize: 2 });
+    const c = await client(emu);
+    const a = (await c.post<Allocation>("/compute/v1/vms/allocate", { tier: "standard" })).body;
+    await c.post("/compute/v1/vms/allocate", { tier: "standard" });
+    const full = await c.post("/compute/v1/vms/allocate", { tier: "standard" });
+    expect(full.status).toBe(503);
+    expect(full.body).toEqual({ code: 503, error_code: "pool_exhausted", message: "no VMs available, retry shortly" });
+    await c.post(`/compute/v1/vms/${a.vm_id}/release`, { recycle: true });
+    expect((await c.post("/compute/v1/vms/allocate", { tier: "standard" })).status).toBe(201);
+    emu.setOptions({ poolSize: undefined });
+    expect((await c.post("/compute/v1/vms/allocate", { tier: "standard" })).status).toBe(201);
+  });
+
+  it("lists the caller's org only, with state/tier filters and paging", async () => {
+    const emu = await emulator({ orgId: "mine" });
+    const c = await client(emu);
+    const ids: string[] = [];
+    for (let i = 0; i < 5; i++) ids.push((await c.post<Allocation>("/compute/v1/vms/allocate", { tier: i % 2 === 0 ? "standard" : "large" })).body.vm_id);
+    const other = (await c.post<Allocation>("/compute/v1/vms/allocate", { tier: "standard", org_id: "theirs" })).body.vm_id;
+    const all = await c.get<AgentVM[]>("/compute/v1/vms");
+    expect(all.body.map((v) => v.vm_id)).toEqual(ids);
+    expect((await c.get<AgentVM[]>("/compute/v1/vms?tier=large")).body.map((v) => v.vm_id)).toEqual([ids[1], ids[3]]);
+    expect((await c.get<AgentVM[]>("/compute/v1/vms?state=allocated&limit=2&offset=1")).body.map((v) => v.vm_id)).toEqual([ids[1], ids[2]]);
+    expect((await c.get<AgentVM[]>("/compute/v1/vms?state=released")).body).toEqual([]);
+    // Another org's VM is reachable by id, just not listed.
+    expect((await c.get<AgentVM>(`/compute/v1/vms/${other}`)).body.org_id).toBe("theirs");
+  });
+
+  it("renews: expires_at = now + ttl; ttl_seconds is required", async () => {
+    const clock = new FakeClock();
+    const emu = await emulator({ now: clock.now });
+    const c = await client(emu);
+    const a = (await c.post<Allocation>("/compute/v1/vms/allocate", { tier: "standard", ttl_seconds: 60 })).body;
+    clock.advance(50);
+    const res = await c.post<AgentVM>(`/compute/v1/vms/${a.vm_id}/renew`, { ttl_seconds: 120 });
+    expect(res.status).toBe(200);
+    expect(res.body).toMatchObject({ vm_id: a.vm_id, ttl_seconds: 120, expires_at: new Date(T0 + 170_000).toISOString() });
+    const missing = await c.post(`/compute/v1/vms/${a.vm_id}/renew`, {});
+    expect(missing.status).toBe(400);
+    expect(missing.body).toEqual({ code: 400, error_code: "bad_request", message: "ttl_seconds is required" });
+    // The old expiry passing does not expire a renewed VM.
+    clock.advance(100);
+    expect((await c.get(`/compute/v1/vms/${a.vm_id}`)).status).toBe(200);
+    clock.advance(20);
+    expect((await c.get(`/compute/v1/vms/${a.vm_id}`)).status).toBe(404);
+  });
+
+  it("releases: 200 with released_at, then the VM is gone and a usage record exists", async () => {
+    const clock = new FakeClock();
+    const emu = await emulator({ now: clock.now });
+    const c = await client(emu);
+    const a = (await c.post<Allocation>("/compute/v1/vms/allocate", { tier: "standard" })).body;
+    clock.advance(90);
+    const res = await c.post<AgentVM>(`/compute/v1/vms/${a.vm_id}/release`, { recycle: false });
+    expect(res.status).toBe(200);
+    expect(res.body).toMatchObject({ vm_id: a.vm_id, state: "released", released_at: new Date(T0 + 90_000).toISOString() });
+    for (const r of [await c.get(`/compute/v1/vms/${a.vm_id}`), await c.post(`/compute/v1/vms/${a.vm_id}/renew`, { ttl_seconds: 60 }), await c.post(`/compute/v1/vms/${a.vm_id}/release`)]) {
+      expect(r.status).toBe(404);
+      expect(r.body).toEqual({ code: 404, error_code: "not_found", message: `vm ${a.vm_id} not found` });
+    }
+    expect(emu.state.usage).toEqual([
+      { vm_id: a.vm_id, tier: "standard", started_at: new Date(T0).toISOString(), ended_at: new Date(T0 + 90_000).toISOString(), duration_seconds: 90, reason: "released" },
+    ]);
+    expect((await c.post(`/compute/v1/vms/${a.vm_id}/release`, { recycle: "yes" })).status).toBe(400);
+  });
+
+  it("deletes with 204 and records usage with reason deleted", async () => {
+    const clock = new FakeClock();
+    const emu = await emulator({ now: clock.now });
+    const c = await client(emu);
+    const a = (await c.post<Allocation>("/compute/v1/vms/allocate", { tier: "large" })).body;
+    clock.advance(30);
+    expect((await c.del(`/compute/v1/vms/${a.vm_id}`)).status).toBe(204);
+    expect((await c.del(`/compute/v1/vms/${a.vm_id}`)).status).toBe(404);
+    expect(emu.state.usage).toMatchObject([{ vm_id: a.vm_id, tier: "large", duration_seconds: 30, reason: "deleted" }]);
+  });
+
+  it("expires VMs on the clock: lazily on access and by the periodic sweep", async () => {
+    const clock = new FakeClock();
+    const emu = await emulator({ now: clock.now, sweepIntervalMs: 20 });
+    const c = await client(emu);
+    const a = (await c.post<Allocation>("/compute/v1/vms/allocate", { tier: "standard", ttl_seconds: 60 })).body;
+    const b = (await c.post<Allocation>("/compute/v1/vms/allocate", { tier: "standard", ttl_seconds: 600 })).body;
+    clock.advance(59);
+    expect((await c.get(`/compute/v1/vms/${a.vm_id}`)).status).toBe(200);
+    clock.advance(1);
+    // Lazily: the very next call sees it gone, sweep or not.
+    expect((await c.get(`/compute/v1/vms/${a.vm_id}`)).status).toBe(404);
+    expect((await c.post(`/compute/v1/vms/${a.vm_id}/renew`, { ttl_seconds: 60 })).status).toBe(404);
+    expect((await c.get<AgentVM[]>("/compute/v1/vms")).body.map((v) => v.vm_id)).toEqual([b.vm_id]);
+    expect(emu.state.usage).toEqual([
+      { vm_id: a.vm_id, tier: "standard", started_at: new Date(T0).toISOString(), ended_at: new Date(T0 + 60_000).toISOString(), duration_seconds: 60, reason: "expired" },
+    ]);
+    // By the sweep: no request needed for the record to appear; ended_at is the expiry time.
+    clock.advance(1000);
+    await expect.poll(() => emu.state.usage.length).toBe(2);
+    expect(emu.state.usage[1]).toMatchObject({ vm_id: b.vm_id, ended_at: new Date(T0 + 600_000).toISOString(), duration_seconds: 600, reason: "expired" });
+    expect(emu.state.vms.size).toBe(0);
+  });
+
+  it("lists usage records with required headers, from/to days, tier filter and paging", async () => {
+    const clock = new FakeClock();
+    // The test moves the clock by a month: keep the token alive across it.
+    const emu = await emulator({ now: clock.now, tokenTTLSeconds: 90 * 86_400 });
+    const c = await client(emu);
+    const run = async (tier: string, seconds: number): Promise<string> => {
+      const a = (await c.post<Allocation>("/compute/v1/vms/allocate", { tier })).body;
+      clock.advance(seconds);
+      await c.post(`/compute/v1/vms/${a.vm_id}/release`);
+      return a.vm_id;
+    };
+    const old = await run("standard", 10); // 2026-05-15
+    clock.ms = Date.UTC(2026, 5, 20, 8); // 2026-06-20
+    const s1 = await run("standard", 100);
+    const l1 = await run("large", 200);
+    const s2 = await run("standard", 300);
+
+    const missing = await c.get("/compute/v1/usage", { "X-Workspace-Id": "ws" });
+    expect(missing.status).toBe(400);
+    expect(missing.body).toEqual({ code: 400, error_code: "bad_request", message: "X-Environment-Id header is required" });
+    expect((await c.get("/compute/v1/usage", { "X-Environment-Id": "e" })).body).toMatchObject({ message: "X-Workspace-Id header is required" });
+
+    // Default window: the last 30 days, so May 15 is out.
+    const recent = await c.get<UsageRecord[]>("/compute/v1/usage", USAGE_HEADERS);
+    expect(recent.status).toBe(200);
+    expect(recent.body.map((u) => u.vm_id)).toEqual([s1, l1, s2]);
+    const all = await c.get<UsageRecord[]>("/compute/v1/usage?from=2026-05-01&to=2026-06-30", USAGE_HEADERS);
+    expect(all.body.map((u) => u.vm_id)).toEqual([old, s1, l1, s2]);
+    expect((await c.get<UsageRecord[]>("/compute/v1/usage?from=2026-05-15&to=2026-05-15", USAGE_HEADERS)).body.map((u) => u.vm_id)).toEqual([old]);
+    expect((await c.get<UsageRecord[]>("/compute/v1/usage?tier=standard&limit=1&offset=1", USAGE_HEADERS)).body.map((u) => u.vm_id)).toEqual([s2]);
+    const bad = await c.get("/compute/v1/usage?from=2026-02-30", USAGE_HEADERS);
+    expect(bad.status).toBe(400);
+    expect(bad.body).toMatchObject({ message: "from must be a date in the form YYYY-MM-DD" });
+    expect((await c.get("/compute/v1/usage?to=20260601", USAGE_HEADERS)).body).toMatchObject({ message: "to must be a date in the form YYYY-MM-DD" });
+
+    const summary = await c.get<UsageSummary>("/compute/v1/usage/summary");
+    expect(summary.status).toBe(200);
+    expect(summary.body).toEqual({ period_start: "2026-06-01", period_end: "2026-06-30", total_seconds: 600, vm_count: 3, by_tier: { standard: 400, large: 200 } });
+  });
+});
