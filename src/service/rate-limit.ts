@@ -71,9 +71,10 @@ export class TokenBucket {
   /** The service said 429: hold everyone until `ms` from now and restart from an empty bucket. */
   pause(ms: number): void {
     const now = this.clock();
-    this.refill(now);
-    this.tokens = 0;
     this.pausedUntil = Math.max(this.pausedUntil, now + ms);
+    // Empty, and refilling only from the end of the pause: no burst when it lifts.
+    this.tokens = 0;
+    this.last = this.pausedUntil;
     // Re-arm: the timer may have been set for an earlier instant; drain() re-checks anyway.
     this.drain();
   }

@@ -129,6 +129,8 @@ export function parseRetryAfter(value: string | string[] | undefined, nowMs: num
   const s = v.trim();
   if (s === "") return undefined;
   if (/^\d+(\.\d+)?$/.test(s)) return Math.round(Number(s) * 1000);
+  // An HTTP-date always names a month; this keeps Date.parse's leniency ("-1" is year -1) out.
+  if (!/[a-z]/i.test(s)) return undefined;
   const t = Date.parse(s);
   if (Number.isNaN(t)) return undefined;
   return Math.max(0, t - nowMs);

@@ -1,0 +1,246 @@
+// Contract: every endpoint of SERVICE.md through the typed client, against the emulator over
+// real HTTP. Each call is checked both by its typed answer and by the emulator's request log
+// (so the operation names and methods line up with what the service sees).
+
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
+import { isNotFound, ServiceError } from "../../../src/service/index.js";
+import { count, ORG, rejection, start } from "./helpers.js";
+import type { Harness } from "./helpers.js";
+
+let h: Harness;
+beforeAll(async () => {
+  h = await start();
+});
+afterAll(async () => {
+  await h.close();
+});
+beforeEach(() => {
+  h.emu.clearFaults();
+});
+
+describe("registry", () => {
+  it("creates, gets, updates, lists, searches and deletes an agent", async () => {
+    const { client, emu } = h;
+    const created = await client.agents.create({
+      name: "alpha",
+      org_id: ORG,
+      image: "registry.example/alpha:1",
+      capabilities: ["search", "summarise"],
+      metadata: { "agentcompute.dev/uid": "uid-1" },
+    });
+    expect(created.id).toEqual(expect.any(String));
+    expect(created.name).toBe("alpha");
+    expect(emu.state.agents.has(created.id)).toBe(true);
+
+    const got = await client.agents.get(created.id);
+    expect(got).toMatchObject({ id: created.id, name: "alpha", image: "registry.example/alpha:1" });
+    expect(got.metadata?.["agentcompute.dev/uid"]).toBe("uid-1");
+
+    const updated = await client.agents.update(created.id, { image: "registry.example/alpha:2", description: "d" });
+    expect(updated).toMatchObject({ id: created.id, image: "registry.example/alpha:2", description: "d" });
+
+    const list = await client.agents.list({ limit: 10 });
+    expect(list.total).toBeGreaterThanOrEqual(1);
+    expect(list.agents.map((a) => a.id)).toContain(created.id);
+
+    const found = await client.agents.search(["summarise"]);
+    expect(found.agents.map((a) => a.id)).toContain(created.id);
+    const none = await client.agents.search(["no-such-capability"]);
+    expect(none.agents).toEqual([]);
+
+    await client.agents.delete(created.id);
+    expect(isNotFound(await rejection(client.agents.get(created.id)))).toBe(true);
+
+    for (const op of ["agents.create", "agents.get", "agents.update", "agents.list", "agents.search", "agents.delete"]) {
+      expect(count(emu, op), op).toBeGreaterThanOrEqual(1);
+    }
+  });
+
+  it("listAll pages through every agent with limit 100", async () => {
+    const { client, emu } = h;
+    for (let i = 0; i < 230; i++) {
+      emu.state.createAgent({ name: `bulk-${i}`, org_id: ORG, image: "img", author: "bulk" });
+    }
+    emu.clearRequests();
+    const all = await client.agents.listAll({ author: "bulk" });
+    expect(all).toHaveLength(230);
+    expect(new Set(all.map((a) => a.id)).size).toBe(230);
+    const pages = emu.requests.filter((r) => r.operation === "agents.list");
+    expect(pages).toHaveLength(3);
+    expect(pages.every((r) => r.query.includes("limit=100"))).toBe(true);
+  });
+
+  it("listAll still gets everything when the server caps the page below 100", async () => {
+    const { client, emu } = h;
+    emu.setOptions({ maxPageSize: 40 });
+    try {
+      const expected = (await client.agents.list({ author: "bulk", limit: 1 })).total;
+      const all = await client.agents.listAll({ author: "bulk" });
+      expect(all).toHaveLength(expected);
+    } finally {
+      emu.setOptions({ maxPageSize: 100 });
+    }
+  });
+
+  it("passes a 409 on a duplicate name through as a conflict", async () => {
+    await h.client.agents.create({ name: "dup", org_id: ORG, image: "img" });
+    const e = await rejection(h.client.agents.create({ name: "dup", org_id: ORG, image: "img" }));
+    expect(e).toBeInstanceOf(ServiceError);
+    const se = e as ServiceError;
+    expect(se.status).toBe(409);
+    expect(se.operation).toBe("agents.create");
+    expect(se.outcomeUnknown).toBe(false);
+    expect(se.retryable).toBe(false);
+    expect(se.message).toMatch(/^agents\.create: conflict: .* \(HTTP 409\)$/);
+  });
+});
+
+describe("deployments", () => {
+  it("deploys, gets, stops, redeploys, lists and deletes", async () => {
+    const { client, emu } = h;
+    const agent = await client.agents.create({ name: "dep-agent", org_id: ORG, image: "img" });
+    const d = await client.deployments.deploy(agent.id, {
+      tier: "standard",
+      env: { A: "1" },
+      metadata: { "agentcompute.dev/uid": "uid-d" },
+      custom_option: "passed-through",
+    });
+    expect(d.id).toEqual(expect.any(String));
+    expect(d.agent_id).toBe(agent.id);
+    expect(d.token).toEqual(expect.any(String));
+
+    expect((await client.deployments.get(d.id)).id).toBe(d.id);
+    const stopped = await client.deployments.stop(d.id);
+    expect(stopped.id).toBe(d.id);
+    const again = await client.deployments.redeploy(d.id);
+    expect(again.id).toBe(d.id);
+
+    const page = await client.deployments.list({ limit: 5, offset: 0 });
+    expect(page.map((x) => x.id)).toContain(d.id);
+
+    await client.deployments.delete(d.id);
+    expect(isNotFound(await rejection(client.deployments.get(d.id)))).toBe(true);
+    for (const op of ["deployments.deploy", "deployments.get", "deployments.stop", "deployments.redeploy", "deployments.list", "deployments.delete"]) {
+      expect(count(emu, op), op).toBeGreaterThanOrEqual(1);
+    }
+  });
+
+  it("listAll pages a bare array until a short page", async () => {
+    const { client, emu } = h;
+    const agent = await client.agents.create({ name: "many-deps", org_id: ORG, image: "img" });
+    for (let i = 0; i < 150; i++) emu.state.deploy(agent.id, { name: `d-${i}` });
+    const total = emu.state.deployments.size;
+    emu.clearRequests();
+    const all = await client.deployments.listAll();
+    expect(all).toHaveLength(total);
+    expect(count(emu, "deployments.list")).toBe(Math.floor(total / 100) + 1);
+  });
+
+  it("listAll misses nothing behind a server-side page cap below 100", async () => {
+    const { client, emu } = h;
+    emu.setOptions({ maxPageSize: 40 });
+    try {
+      const all = await client.deployments.listAll();
+      expect(all).toHaveLength(emu.state.deployments.size);
+    } finally {
+      emu.setOptions({ maxPageSize: 100 });
+    }
+  });
+});
+
+describe("VMs", () => {
+  it("allocates, gets, renews, reads the endpoint, executes, releases and deletes", async () => {
+    const { client, emu } = h;
+    const a = await client.vms.allocate({ tier: "standard", ttl_seconds: 600, metadata: { k: "v" } });
+    expect(a.vm_id).toEqual(expect.any(String));
+    expect(a.state).toBe("allocated");
+    expect(a.token).toEqual(expect.any(String));
+
+    const vm = await client.vms.get(a.vm_id);
+    expect(vm).toMatchObject({ vm_id: a.vm_id, tier: "standard" });
+
+    const renewed = await client.vms.renew(a.vm_id, 1200);
+    expect(renewed.vm_id).toBe(a.vm_id);
+    expect(renewed.ttl_seconds).toBe(1200);
+
+    const ep = await client.vms.endpoint(a.vm_id);
+    expect(Object.values(ep).every((v) => typeof v === "string")).toBe(true);
+
+    const out = await client.vms.execute(a.vm_id, { command: "echo hi" });
+    expect(out).not.toBeUndefined();
+
+    const listed = await client.vms.list({ tier: "standard" });
+    expect(listed.map((v) => v.vm_id)).toContain(a.vm_id);
+
+    const released = await client.vms.release(a.vm_id, true);
+    expect(released.vm_id).toBe(a.vm_id);
+
+    const b = await client.vms.allocate({ tier: "standard" });
+    await client.vms.delete(b.vm_id);
+    for (const op of ["vms.allocate", "vms.get", "vms.renew", "vms.endpoint", "vms.execute", "vms.list", "vms.release", "vms.delete"]) {
+      expect(count(emu, op), op).toBeGreaterThanOrEqual(1);
+    }
+  });
+
+  it("passes the service's 400 message through", async () => {
+    const e = (await rejection(h.client.vms.allocate({ tier: "unknown-tier" }))) as ServiceError;
+    expect(e.status).toBe(400);
+    expect(e.serviceMessage).toEqual(expect.any(String));
+    expect(e.message).toContain(e.serviceMessage);
+    expect(e.retryable).toBe(false);
+  });
+
+  it("listAll pages VMs", async () => {
+    const { client, emu } = h;
+    for (let i = 0; i < 120; i++) emu.state.allocateVM({ tier: "bulk" });
+    emu.clearRequests();
+    const all = await client.vms.listAll({ tier: "bulk" });
+    expect(all).toHaveLength(120);
+    expect(count(emu, "vms.list")).toBe(2);
+  });
+});
+
+describe("skills", () => {
+  it("creates, lists, gets, updates and deletes a skill", async () => {
+    const { client, emu } = h;
+    const s = await client.skills.create({ name: "web-search", content: "# search", resources: { "requirements.txt": "requests\n" } });
+    expect(s.name).toBe("web-search");
+    expect(s.content_hash).toEqual(expect.any(String));
+    expect((await client.skills.list()).map((x) => x.name)).toContain("web-search");
+    expect((await client.skills.get("web-search")).content).toBe("# search");
+    const u = await client.skills.update("web-search", { name: "web-search", content: "# search v2" });
+    expect(u.content_hash).not.toBe(s.content_hash);
+    await client.skills.delete("web-search");
+    expect(isNotFound(await rejection(client.skills.get("web-search")))).toBe(true);
+    for (const op of ["skills.create", "skills.list", "skills.get", "skills.update", "skills.delete"]) {
+      expect(count(emu, op), op).toBeGreaterThanOrEqual(1);
+    }
+  });
+});
+
+describe("usage and access clients", () => {
+  it("lists usage records across pages with the workspace headers, and the summary", async () => {
+    const { client, emu } = h;
+    for (let i = 0; i < 130; i++) emu.state.releaseVM(emu.state.allocateVM({ tier: "usage" }).vm_id);
+    emu.clearRequests();
+    const records = await client.usage.list({ workspaceId: "ws-1", environmentId: "env-1" });
+    expect(records.length).toBeGreaterThanOrEqual(130);
+    expect(records.filter((r) => r.tier === "usage")).toHaveLength(130);
+    expect(count(emu, "usage.list", 200)).toBeGreaterThanOrEqual(2);
+
+    const summary = await client.usage.summary();
+    expect(summary.vm_count).toBeGreaterThanOrEqual(0);
+    expect(typeof summary.by_tier).toBe("object");
+  });
+
+  it("lists access clients", async () => {
+    const clients = await h.client.accessClients();
+    expect(clients.length).toBeGreaterThanOrEqual(1);
+    expect(clients[0]).toMatchObject({ client_id: expect.any(String), is_active: expect.any(Boolean) });
+  });
+
+  it("authenticate reports the token's expiry", async () => {
+    const { expiresAt } = await h.client.authenticate();
+    expect(expiresAt.getTime()).toBeGreaterThan(Date.now());
+  });
+});

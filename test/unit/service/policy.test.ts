@@ -1,0 +1,154 @@
+// Pure unit tests of the retry policy, Retry-After parsing, error-body parsing and the token
+// cache's single-flight logic (no HTTP here; the contract tests cover the wire).
+
+import { describe, expect, it } from "vitest";
+import { httpErrorMessage, parseErrorBody, scrub } from "../../../src/service/errors.js";
+import { backoffDelay, judge, parseRetryAfter, retryDelay } from "../../../src/service/retry.js";
+import { parseTokenResponse, TokenSource } from "../../../src/service/token.js";
+import type { IssuedToken } from "../../../src/service/token.js";
+
+describe("judge", () => {
+  it.each([
+    // [class, status, retry, transient, outcomeUnknown]
+    ["idempotent", 429, true, true, false],
+    ["idempotent", 500, true, true, false],
+    ["idempotent", 502, true, true, false],
+    ["idempotent", 503, true, true, false],
+    ["idempotent", 504, true, true, false],
+    ["idempotent", 400, false, false, false],
+    ["idempotent", 404, false, false, false],
+    ["idempotent", 409, false, false, false],
+    ["unsafe", 408, true, true, false],
+    ["unsafe", 429, true, true, false],
+    ["unsafe", 503, true, true, false],
+    ["unsafe", 500, false, true, true],
+    ["unsafe", 502, false, true, true],
+    ["unsafe", 504, false, true, true],
+    ["unsafe", 400, false, false, false],
+    ["unsafe", 409, false, false, false],
+  ] as const)("%s %i", (cls, status, retry, transient, outcomeUnknown) => {
+    expect(judge(cls, { kind: "status", status })).toEqual({ retry, transient, outcomeUnknown });
+  });
+
+  it("network failures", () => {
+    expect(judge("unsafe", { kind: "network", sent: "no", permanent: false })).toEqual({ retry: true, transient: true, outcomeUnknown: false });
+    expect(judge("unsafe", { kind: "network", sent: "maybe", permanent: false })).toEqual({ retry: false, transient: true, outcomeUnknown: true });
+    expect(judge("idempotent", { kind: "network", sent: "maybe", permanent: false })).toEqual({ retry: true, transient: true, outcomeUnknown: false });
+    expect(judge("idempotent", { kind: "network", sent: "no", permanent: true })).toEqual({ retry: false, transient: false, outcomeUnknown: false });
+  });
+});
+
+describe("backoff", () => {
+  const o = { baseDelayMs: 200, maxDelayMs: 30_000 };
+  it("is full jitter under an exponential ceiling", () => {
+    expect(backoffDelay(0, o, () => 0.999)).toBe(199);
+    expect(backoffDelay(3, o, () => 0.5)).toBe(800);
+    expect(backoffDelay(20, o, () => 0.999)).toBeLessThanOrEqual(30_000);
+    expect(backoffDelay(2, o, () => 0)).toBe(0);
+  });
+  it("Retry-After wins, plus a little jitter", () => {
+    expect(retryDelay(0, 5000, o, () => 0)).toBe(5000);
+    expect(retryDelay(0, 5000, o, () => 0.999)).toBeLessThan(5200);
+  });
+});
+
+describe("parseRetryAfter", () => {
+  const now = Date.UTC(2030, 0, 1, 12, 0, 0);
+  it("reads seconds and HTTP dates", () => {
+    expect(parseRetryAfter("3", now)).toBe(3000);
+    expect(parseRetryAfter("0", now)).toBe(0);
+    expect(parseRetryAfter("1.5", now)).toBe(1500);
+    expect(parseRetryAfter(new Date(now + 7000).toUTCString(), now)).toBe(7000);
+    expect(parseRetryAfter(new Date(now - 7000).toUTCString(), now)).toBe(0);
+    expect(parseRetryAfter(["2", "9"], now)).toBe(2000);
+  });
+  it("ignores absent or unreadable values", () => {
+    expect(parseRetryAfter(undefined, now)).toBeUndefined();
+    expect(parseRetryAfter("", now)).toBeUndefined();
+    expect(parseRetryAfter("soon", now)).toBeUndefined();
+    expect(parseRetryAfter("-1", now)).toBeUndefined();
+  });
+});
+
+describe("error bodies", () => {
+  it("parses both shapes and nests", () => {
+    expect(parseErrorBody('{"code":503,"error_code":"pool_exhausted","message":"no VMs"}', [])).toEqual({ code: 503, errorCode: "pool_exhausted", serviceMessage: "no VMs" });
+    expect(parseErrorBody('{"error":"conflict","message":"name taken"}', [])).toEqual({ serviceError: "conflict", serviceMessage: "name taken" });
+    expect(parseErrorBody('{"error":{"message":"nested"}}', [])).toEqual({ serviceMessage: "nested" });
+    expect(parseErrorBody("", [])).toEqual({});
+    expect(parseErrorBody("  \n", [])).toEqual({});
+    expect(parseErrorBody("{not json", [])).toEqual({ snippet: "{not json" });
+    expect(parseErrorBody("[1,2]", [])).toEqual({ snippet: "[1,2]" });
+  });
+  it("scrubs secrets, before truncating", () => {
+    const secret = "abcdefgh12345678";
+    const body = `${"y".repeat(195)}${secret}`;
+    const p = parseErrorBody(body, [secret]);
+    expect(p.snippet).not.toContain("abcdefgh");
+    expect(parseErrorBody(`{"message":"key ${secret} refused"}`, [secret]).serviceMessage).toBe("key [REDACTED] refused");
+    expect(scrub("a b c", ["b"])).toBe("a b c"); // too short to be a credential: noise
+  });
+  it("formats messages for people", () => {
+    expect(httpErrorMessage("agents.create", 409, "Conflict", { serviceError: "conflict", serviceMessage: 'name "x" already taken' })).toBe('agents.create: conflict: name "x" already taken (HTTP 409)');
+    expect(httpErrorMessage("vms.get", 502, "", { snippet: "upstream died" })).toBe("vms.get: Bad Gateway: upstream died (HTTP 502)");
+    expect(httpErrorMessage("token", 401, "Unauthorized", { serviceError: "invalid_client" }, { lead: "credentials refused by the token service" })).toBe("token: credentials refused by the token service: invalid_client (HTTP 401)");
+    expect(httpErrorMessage("vms.allocate", 500, "Internal Server Error", {}, { suffix: "outcome unknown" })).toBe("vms.allocate: Internal Server Error (HTTP 500); outcome unknown");
+  });
+});
+
+describe("parseTokenResponse", () => {
+  it("defaults expires_in to 900 and tolerates strings", () => {
+    expect(parseTokenResponse({ access_token: "t" })).toEqual({ accessToken: "t", expiresInSeconds: 900 });
+    expect(parseTokenResponse({ access_token: "t", expires_in: 60 })).toEqual({ accessToken: "t", expiresInSeconds: 60 });
+    expect(parseTokenResponse({ access_token: "t", expires_in: "120" })).toEqual({ accessToken: "t", expiresInSeconds: 120 });
+    expect(parseTokenResponse({ access_token: "t", expires_in: -5 })).toEqual({ accessToken: "t", expiresInSeconds: 900 });
+    expect(parseTokenResponse({ access_token: "" })).toBeUndefined();
+    expect(parseTokenResponse(undefined)).toBeUndefined();
+  });
+});
+
+describe("TokenSource", () => {
+  function source(ttl = 900): { ts: TokenSource; clock: { ms: number }; calls: () => number; release: () => void } {
+    const clock = { ms: 0 };
+    let n = 0;
+    let gate: (() => void) | undefined;
+    const fetch = (): Promise<IssuedToken> => {
+      n++;
+      return new Promise((resolve) => {
+        gate = () => resolve({ accessToken: `tok-${n}`, expiresInSeconds: ttl });
+      });
+    };
+    return { ts: new TokenSource(fetch, () => clock.ms), clock, calls: () => n, release: () => gate?.() };
+  }
+
+  it("single-flights concurrent refreshes", async () => {
+    const s = source();
+    const all = Promise.all(Array.from({ length: 50 }, () => s.ts.get()));
+    await Promise.resolve();
+    s.release();
+    expect(new Set(await all)).toEqual(new Set(["tok-1"]));
+    expect(s.calls()).toBe(1);
+  });
+
+  it("invalidate only clears the token it names", async () => {
+    const s = source();
+    const p = s.ts.get();
+    s.release();
+    const t1 = await p;
+    s.ts.invalidate("someone-elses-token");
+    expect(s.ts.peek()).toBe(t1);
+    s.ts.invalidate(t1);
+    expect(s.ts.peek()).toBeUndefined();
+  });
+
+  it("uses half the lifetime as the margin for very short tokens", async () => {
+    const s = source(10);
+    const p = s.ts.get();
+    s.release();
+    await p;
+    s.clock.ms = 4_999;
+    expect(s.ts.peek()).toBe("tok-1");
+    s.clock.ms = 5_000;
+    expect(s.ts.peek()).toBeUndefined();
+  });
+});
