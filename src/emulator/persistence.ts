@@ -67,7 +67,8 @@ export class StateSaver {
       if (!this.dirty) return;
       this.dirty = false;
       const tmp = `${this.file}.${process.pid}.tmp`;
-      await writeFile(tmp, JSON.stringify(this.snapshot()));
+      // 0600: the file holds what the service keeps secret (pull-secret passwords, tokens).
+      await writeFile(tmp, JSON.stringify(this.snapshot()), { mode: 0o600 });
       await rename(tmp, this.file);
     };
     this.writing = this.writing.then(run, run);

@@ -1,0 +1,113 @@
+import { mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterEach, beforeEach, describe, expect, it } from "vitest";
+import { startEmulator } from "../../../src/emulator/index.js";
+import type { Agent, AgentVM, Allocation, Deployment, Skill } from "../../../src/service/types.js";
+import { API_KEY, FakeClock, agentBody, client, emulator, raw } from "./helpers.js";
+
+describe("emulator state file", () => {
+  let dir: string;
+  beforeEach(async () => {
+    dir = await mkdtemp(join(tmpdir(), "emulator-state-"));
+  });
+  afterEach(async () => {
+    await rm(dir, { recursive: true, force: true });
+  });
+
+  it("survives a restart: objects, their secrets, VM expiry, usage and issued tokens", async () => {
+    const clock = new FakeClock();
+    const stateFile = join(dir, "state.json");
+    const first = await startEmulator({ apiKey: API_KEY, stateFile, now: clock.now });
+    const c = await client(first);
+    const { agent } = (await c.post<{ agent: Agent }>("/registry/v1/agents", agentBody("keep", { image_pull_secret: { registry: "r", username: "u", password: "pw" } }))).body;
+    const dep = (await c.post<Deployment>(`/compute/v1/agents/${agent.id}/deploy`, { tier: "standard" })).body;
+    await c.post<Skill>("/compute/v1/skills", { name: "s", content: "c" });
+    const vm = (await c.post<Allocation>("/compute/v1/vms/allocate", { tier: "standard", ttl_seconds: 60 })).body;
+    const gone = (await c.post<Allocation>("/compute/v1/vms/allocate", { tier: "standard" })).body;
+    await c.post(`/compute/v1/vms/${gone.vm_id}/release`);
+    await first.close();
+
+    const second = await startEmulator({ apiKey: API_KEY, stateFile, now: clock.now });
+    try {
+      // The old token still works: a restart of the service does not log clients out.
+      const get = (path: string) => raw(`${second.baseURL}${path}`, { headers: { authorization: `Bearer ${c.token}` } });
+      expect((await get(`/registry/v1/agents/${agent.id}`)).body).toEqual({ agent });
+      expect((await get(`/compute/v1/deployments/${dep.id}`)).body).toEqual(dep);
+      expect((await get("/compute/v1/skills/s")).status).toBe(200);
+      expect(((await get(`/compute/v1/vms/${vm.vm_id}`)).body as AgentVM).expires_at).toBe(vm.expires_at);
+      expect(second.state.agents.get(agent.id)?.image_pull_secret?.password).toBe("pw");
+      expect(second.state.usage).toHaveLength(1);
+      // Names stay unique across the restart, and expiry still runs.
+      expect((await raw(`${second.baseURL}/registry/v1/agents`, { method: "POST", headers: { authorization: `Bearer ${c.token}` }, body: JSON.stringify(agentBody("keep")) })).status).toBe(409);
+      clock.advance(60);
+      expect((await get(`/compute/v1/vms/${vm.vm_id}`)).status).toBe(404);
+    } finally {
+      await second.close();
+    }
+  });
+
+  it("saves after a change without waiting for close", async () => {
+    const stateFile = join(dir, "state.json");
+    const emu = await emulator({ stateFile });
+    const c = await client(emu);
+    await c.post("/compute/v1/skills", { name: "early", content: "c" });
+    await expect
+      .poll(async () => {
+        try {
+          return JSON.parse(await readFile(stateFile, "utf8")) as { skills: { name: string }[] };
+        } catch {
+          return undefined;
+        }
+      })
+      .toMatchObject({ version: 1, skills: [{ name: "early" }] });
+    await emu.close(); // before the directory goes: close saves once more
+  });
+
+  it("refuses a corrupt or foreign state file with a clear error", async () => {
+    const stateFile = join(dir, "state.json");
+    await writeFile(stateFile, "{oops");
+    await expect(startEmulator({ stateFile })).rejects.toThrow(/not valid JSON/);
+    await writeFile(stateFile, JSON.stringify({ version: 9 }));
+    await expect(startEmulator({ stateFile })).rejects.toThrow(/unknown format/);
+  });
+});
+
+describe("emulator out-of-band state access", () => {
+  it("lets tests drift objects behind the client's back", async () => {
+    const clock = new FakeClock();
+    const emu = await emulator({ now: clock.now });
+    const c = await client(emu);
+    const { agent } = (await c.post<{ agent: Agent }>("/registry/v1/agents", agentBody("drift"))).body;
+    const dep = (await c.post<Deployment>(`/compute/v1/agents/${agent.id}/deploy`, {})).body;
+    await c.post("/compute/v1/skills", { name: "s", content: "v1" });
+    const vm = (await c.post<Allocation>("/compute/v1/vms/allocate", { tier: "standard" })).body;
+
+    clock.advance(1);
+    emu.state.updateAgent(agent.id, { image: "drifted:9", visibility: "public" });
+    const got = (await c.get<{ agent: Agent }>(`/registry/v1/agents/${agent.id}`)).body.agent;
+    expect(got).toMatchObject({ image: "drifted:9", visibility: "public" });
+    expect(got.updated_at).not.toBe(agent.updated_at);
+
+    emu.state.stopDeployment(dep.id);
+    expect((await c.get<Deployment>(`/compute/v1/deployments/${dep.id}`)).body.state).toBe("stopped");
+    emu.state.deleteDeployment(dep.id);
+    expect((await c.get(`/compute/v1/deployments/${dep.id}`)).status).toBe(404);
+
+    const before = emu.state.skills.get("s")!.content_hash;
+    emu.state.updateSkill("s", { content: "v2" });
+    const skill = (await c.get<Skill>("/compute/v1/skills/s")).body;
+    expect(skill.content).toBe("v2");
+    expect(skill.content_hash).not.toBe(before);
+    emu.state.deleteSkill("s");
+    expect((await c.get("/compute/v1/skills/s")).status).toBe(404);
+
+    emu.state.expireVM(vm.vm_id);
+    expect((await c.get(`/compute/v1/vms/${vm.vm_id}`)).status).toBe(404);
+    expect(emu.state.usage.at(-1)).toMatchObject({ vm_id: vm.vm_id, reason: "expired" });
+
+    emu.state.deleteAgent(agent.id);
+    expect(emu.state.agents.size).toBe(0);
+    expect(() => emu.state.deleteAgent(agent.id)).toThrow(/not found/);
+  });
+});
