@@ -1,0 +1,162 @@
+// One ServiceClient (token cache, rate limit, keep-alive pool) and one set of inventories per
+// Connection, built from the Connection's spec and its credentials Secret and rebuilt when
+// either changes. Resources reach the service only through the Connection of their own
+// namespace: that is the tenancy boundary.
+import { createHash } from "node:crypto";
+import type { Logger } from "pino";
+import { ConditionType, DEFAULT_CONNECTION, MARKER_KEY, type Connection } from "../api/index.js";
+import { Inventory } from "../managed/inventory.js";
+import { NotReadyError } from "../managed/errors.js";
+import type { Informer } from "../runtime/informer.js";
+import type { SecretObject } from "../managed/connection-secret.js";
+import { ServiceClient, type ServiceClientHooks } from "../service/index.js";
+import type { Agent, AgentVM, Credentials, Deployment, Skill } from "../service/index.js";
+
+export type InventoryKind = "agents" | "deployments" | "vms" | "skills";
+
+export interface ServiceHandle {
+  readonly key: string;
+  readonly connection: Connection;
+  readonly client: ServiceClient;
+  readonly agents: Inventory<Agent>;
+  readonly deployments: Inventory<Deployment>;
+  readonly vms: Inventory<AgentVM>;
+  readonly skills: Inventory<Skill>;
+}
+
+export interface ConnectionPoolOptions {
+  connections: Informer<Connection>;
+  secrets: Informer<SecretObject>;
+  logger: Logger;
+  hooks?: (connectionKey: string) => ServiceClientHooks;
+  /** How old an inventory snapshot may be before it is read again (the sync period). */
+  inventoryMaxAgeMs: number;
+  /** Told which service objects changed out of band, so their resources are reconciled. */
+  onInventoryChange?(connectionKey: string, kind: InventoryKind, keys: string[]): void;
+}
+
+interface Entry {
+  fingerprint: string;
+  handle: ServiceHandle;
+}
+
+export class ConnectionPool {
+  private readonly entries = new Map<string, Entry>();
+
+  constructor(private readonly opts: ConnectionPoolOptions) {}
+
+  /**
+   * The client of a Connection, built if needed. Throws NotReadyError with a reason a person
+   * can act on when the Connection or its Secret is missing or incomplete.
+   */
+  clientFor(connection: Connection): ServiceHandle {
+    const key = `${connection.metadata.namespace}/${connection.metadata.name}`;
+    const credentials = this.credentialsOf(connection);
+    const fingerprint = fingerprintOf(connection, credentials);
+    const existing = this.entries.get(key);
+    if (existing?.fingerprint === fingerprint) return existing.handle;
+    if (existing) void existing.handle.client.close();
+    const handle = this.build(key, connection, credentials);
+    this.entries.set(key, { fingerprint, handle });
+    return handle;
+  }
+
+  /**
+   * For a managed resource: its Connection, which must be Ready. A Connection of another
+   * namespace can never be named (connectionRef has only a name).
+   */
+  forResource(namespace: string, connectionRef: { name?: string } | undefined): ServiceHandle {
+    const name = connectionRef?.name ?? DEFAULT_CONNECTION;
+    const connection = this.opts.connections.get(namespace, name);
+    if (connection === undefined) {
+      throw new NotReadyError(
+        "ConnectionNotFound",
+        `Connection "${name}" not found in namespace "${namespace}"; create it or set spec.connectionRef.name`,
+      );
+    }
+    const ready = connection.status?.conditions?.find((c) => c.type === ConditionType.Ready);
+    if (ready?.status !== "True" || connection.status?.observedGeneration !== connection.metadata.generation) {
+      const why = ready?.message ? `: ${ready.message}` : "";
+      throw new NotReadyError("ConnectionNotReady", `Connection "${name}" is not Ready${why}`);
+    }
+    return this.clientFor(connection);
+  }
+
+  /** Drops the client of a deleted Connection. */
+  forget(namespace: string, name: string): void {
+    const key = `${namespace}/${name}`;
+    const entry = this.entries.get(key);
+    if (entry) void entry.handle.client.close();
+    this.entries.delete(key);
+  }
+
+  async close(): Promise<void> {
+    await Promise.all([...this.entries.values()].map((e) => e.handle.client.close()));
+    this.entries.clear();
+  }
+
+  private credentialsOf(connection: Connection): Credentials {
+    const { namespace } = connection.metadata;
+    const secretName = connection.spec.credentials.secretRef.name;
+    const secret = this.opts.secrets.get(namespace, secretName);
+    if (secret === undefined) {
+      throw new NotReadyError(
+        "SecretNotFound",
+        `credentials Secret "${secretName}" not found in namespace "${namespace}" (spec.credentials.secretRef.name)`,
+      );
+    }
+    const data = secret.data ?? {};
+    const read = (k: string) => (data[k] === undefined ? undefined : Buffer.from(data[k], "base64").toString("utf8").trim());
+    const apiKey = read("apiKey");
+    if (apiKey) return { apiKey };
+    const clientId = read("clientId");
+    const clientSecret = read("clientSecret");
+    if (clientId && clientSecret) return { clientId, clientSecret };
+    throw new NotReadyError(
+      "SecretKeyMissing",
+      `credentials Secret "${secretName}" has neither the key "apiKey" nor both "clientId" and "clientSecret"`,
+    );
+  }
+
+  private build(key: string, connection: Connection, credentials: Credentials): ServiceHandle {
+    const { spec } = connection;
+    const client = new ServiceClient({
+      baseURL: spec.baseURL,
+      authURL: spec.authURL,
+      credentials,
+      rateLimit: { qps: spec.rateLimit?.qps ?? 50, burst: spec.rateLimit?.burst ?? 100 },
+      timeoutMs: (spec.timeoutSeconds ?? 30) * 1000,
+      insecureSkipTLSVerify: spec.insecureSkipTLSVerify ?? false,
+      logger: this.opts.logger.child({ connection: key }),
+      hooks: this.opts.hooks?.(key),
+    });
+    const inventory = <T>(kind: InventoryKind, list: () => Promise<T[]>, keyOf: (o: T) => string, markerOf: (o: T) => string | undefined) =>
+      new Inventory<T>({
+        list,
+        keyOf,
+        markerOf,
+        maxAgeMs: this.opts.inventoryMaxAgeMs,
+        onChange: (keys) => this.opts.onInventoryChange?.(key, kind, keys),
+      });
+    return {
+      key,
+      connection,
+      client,
+      agents: inventory<Agent>("agents", () => client.agents.listAll(), (a) => a.id, (a) => a.metadata?.[MARKER_KEY]),
+      deployments: inventory<Deployment>(
+        "deployments",
+        () => client.deployments.listAll(),
+        (d) => d.id,
+        (d) => d.metadata?.[MARKER_KEY],
+      ),
+      vms: inventory<AgentVM>("vms", () => client.vms.listAll(), (v) => v.vm_id, (v) => v.metadata?.[MARKER_KEY]),
+      skills: inventory<Skill>("skills", () => client.skills.list(), (s) => s.name, () => undefined),
+    };
+  }
+}
+
+function fingerprintOf(connection: Connection, credentials: Credentials): string {
+  return createHash("sha256")
+    .update(JSON.stringify([connection.spec, credentials]))
+    .digest("hex");
+}

@@ -1,0 +1,154 @@
+// The Connection controller: proves the credentials work (a token), and reports the account's
+// access clients and a 30-day usage summary by tier. It owns no service object, so it is not a
+// managed resource: no finalizer, nothing to delete.
+import {
+  ConditionType,
+  GROUP,
+  VERSION,
+  connectionKind,
+  type Connection,
+  type ConnectionStatus,
+} from "../api/index.js";
+import { NotReadyError } from "../managed/errors.js";
+import { writeStatus } from "../managed/status-writer.js";
+import type { EventRecorder } from "../runtime/events.js";
+import type { Informer } from "../runtime/informer.js";
+import { resourcePath, type KubeClient } from "../runtime/kube-client.js";
+import type { ReconcileContext, Reconciler, Request, Result } from "../runtime/controller.js";
+import { formatTime } from "../runtime/status.js";
+import { ServiceError, type ServiceClient, type UsageRecord } from "../service/index.js";
+import type { ConnectionPool } from "./connection-pool.js";
+import type { UsageGauges } from "./usage-metrics.js";
+
+export interface ConnectionReconcilerOptions {
+  informer: Informer<Connection>;
+  pool: ConnectionPool;
+  kube: KubeClient;
+  events: EventRecorder;
+  usage?: UsageGauges;
+  now?: () => Date;
+}
+
+const USAGE_DAYS = 30;
+
+export class ConnectionReconciler implements Reconciler {
+  private readonly now: () => Date;
+
+  constructor(private readonly opts: ConnectionReconcilerOptions) {
+    this.now = opts.now ?? (() => new Date());
+  }
+
+  async reconcile(req: Request, ctx: ReconcileContext): Promise<Result | void> {
+    const conn = this.opts.informer.get(req.namespace, req.name);
+    if (conn === undefined || conn.metadata.deletionTimestamp !== undefined) {
+      this.opts.pool.forget(req.namespace, req.name);
+      this.opts.usage?.remove(`${req.namespace}/${req.name}`);
+      return;
+    }
+    const refreshMs = (conn.spec.usageRefreshSeconds ?? 600) * 1000;
+    const path = resourcePath({
+      group: GROUP,
+      version: VERSION,
+      plural: connectionKind.plural,
+      namespace: conn.metadata.namespace,
+      name: conn.metadata.name,
+      subresource: "status",
+    });
+    const wasReady = conn.status?.conditions?.find((c) => c.type === ConditionType.Ready);
+    try {
+      const handle = this.opts.pool.clientFor(conn);
+      const { expiresAt } = await handle.client.authenticate();
+      const observed: Partial<ConnectionStatus> = { tokenExpiresAt: formatTime(expiresAt) };
+      if (this.usageDue(conn, refreshMs)) {
+        const clients = await handle.client.accessClients();
+        observed.accessClients = clients.map((c) => ({ name: c.name, clientId: c.client_id, active: c.is_active }));
+        if (conn.spec.workspaceId && conn.spec.environmentId) {
+          observed.usage = await this.usageSummary(handle.client, conn.spec.workspaceId, conn.spec.environmentId);
+          this.opts.usage?.set(handle.key, observed.usage.byTier);
+        }
+      }
+      await writeStatus(this.opts.kube, path, conn, observed, [
+        { type: ConditionType.Ready, status: "True", reason: "Authenticated", message: "a token was obtained from the token service" },
+        { type: ConditionType.Reconciling, status: "False", reason: "Authenticated" },
+        { type: ConditionType.Stalled, status: "False", reason: "Authenticated" },
+      ], this.now());
+      if (wasReady?.status !== "True") this.opts.events.normal(conn, "Authenticated", "credentials accepted by the token service");
+      return { requeueAfterMs: jitter(refreshMs) };
+    } catch (err) {
+      const { reason, message, stalled } = describe(err, conn);
+      await writeStatus(this.opts.kube, path, conn, {}, [
+        { type: ConditionType.Ready, status: "False", reason, message },
+        { type: ConditionType.Reconciling, status: stalled ? "False" : "True", reason, message: stalled ? undefined : message },
+        { type: ConditionType.Stalled, status: stalled ? "True" : "False", reason, message: stalled ? message : undefined },
+      ], this.now());
+      if (wasReady?.reason !== reason) this.opts.events.warning(conn, reason, message);
+      ctx.log.info({ reason }, message);
+      if (stalled) {
+        // Refused credentials stay refused until the Secret changes (which triggers a
+        // reconcile through the Secret watch); look again slowly in case the service relents.
+        return { requeueAfterMs: jitter(Math.min(refreshMs, 60_000)) };
+      }
+      throw err;
+    }
+  }
+
+  /** Access clients and usage are refreshed on their interval, or when the spec changed. */
+  private usageDue(conn: Connection, refreshMs: number): boolean {
+    const usage = conn.status?.usage;
+    if (conn.status?.observedGeneration !== conn.metadata.generation || conn.status?.accessClients === undefined) return true;
+    if (!usage) return Boolean(conn.spec.workspaceId && conn.spec.environmentId);
+    return this.now().getTime() - Date.parse(usage.refreshedAt) >= refreshMs * 0.9;
+  }
+
+  private async usageSummary(client: ServiceClient, workspaceId: string, environmentId: string) {
+    const to = this.now();
+    const from = new Date(to.getTime() - USAGE_DAYS * 86_400_000);
+    const records = await client.usage.list({ workspaceId, environmentId, from: day(from), to: day(to) });
+    return { from: day(from), to: day(to), ...summarise(records), refreshedAt: formatTime(to) };
+  }
+}
+
+export function summarise(records: UsageRecord[]) {
+  const byTier = new Map<string, { seconds: number; vmCount: number }>();
+  let totalSeconds = 0;
+  for (const r of records) {
+    const t = byTier.get(r.tier) ?? { seconds: 0, vmCount: 0 };
+    t.seconds += Math.round(r.duration_seconds);
+    t.vmCount += 1;
+    byTier.set(r.tier, t);
+    totalSeconds += Math.round(r.duration_seconds);
+  }
+  return {
+    totalSeconds,
+    vmCount: records.length,
+    byTier: [...byTier.entries()]
+      .sort(([a], [b]) => a.localeCompare(b))
+      .map(([tier, t]) => ({ tier, seconds: t.seconds, vmCount: t.vmCount })),
+  };
+}
+
+function describe(err: unknown, conn: Connection): { reason: string; message: string; stalled: boolean } {
+  if (err instanceof NotReadyError) return { reason: err.reason, message: err.message, stalled: false };
+  if (err instanceof ServiceError) {
+    if (err.operation === "token" && (err.status === 400 || err.status === 401 || err.status === 403)) {
+      return {
+        reason: "CredentialsRefused",
+        message: `the token service at ${conn.spec.authURL} refused the credentials in Secret "${conn.spec.credentials.secretRef.name}" (HTTP ${err.status})`,
+        stalled: true,
+      };
+    }
+    if (err.status === undefined) {
+      return { reason: "ServiceUnreachable", message: `cannot reach the service: ${err.message}`, stalled: false };
+    }
+    return { reason: "ServiceError", message: err.message, stalled: false };
+  }
+  return { reason: "ReconcileError", message: err instanceof Error ? err.message : String(err), stalled: false };
+}
+
+function day(d: Date): string {
+  return d.toISOString().slice(0, 10);
+}
+
+function jitter(ms: number): number {
+  return Math.round(ms * (0.9 + Math.random() * 0.2));
+}

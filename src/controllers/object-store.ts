@@ -1,0 +1,50 @@
+// Read access to the Secrets and ConfigMaps that resources reference, from the informer
+// caches, with errors that name the field to fix. A missing object is "not ready yet", not a
+// failure: GitOps may apply the Secret after the resource, and the watch brings us back.
+import { NotReadyError } from "../managed/errors.js";
+import type { SecretObject } from "../managed/connection-secret.js";
+import type { Informer } from "../runtime/informer.js";
+
+export interface ConfigMapObject {
+  metadata: { name: string; namespace: string; resourceVersion?: string };
+  data?: Record<string, string>;
+}
+
+export class ObjectStore {
+  constructor(
+    private readonly secrets: Informer<SecretObject>,
+    private readonly configMaps: Informer<ConfigMapObject>,
+  ) {}
+
+  /** A Secret's data, decoded. `field` names the spec field that references it. */
+  secretData(namespace: string, name: string, field: string): Record<string, string> {
+    const secret = this.secrets.get(namespace, name);
+    if (secret === undefined) {
+      throw new NotReadyError("SecretNotFound", `Secret "${name}" not found in namespace "${namespace}" (${field})`);
+    }
+    const out: Record<string, string> = {};
+    for (const [k, v] of Object.entries(secret.data ?? {})) out[k] = Buffer.from(v, "base64").toString("utf8");
+    return out;
+  }
+
+  /** Reads the given keys of a Secret; every one must be there. */
+  secretKeys<K extends string>(namespace: string, name: string, field: string, keys: readonly K[]): Record<K, string> {
+    const data = this.secretData(namespace, name, field);
+    const missing = keys.filter((k) => data[k] === undefined);
+    if (missing.length > 0) {
+      throw new NotReadyError(
+        "SecretKeyMissing",
+        `Secret "${name}" (${field}) lacks the key${missing.length > 1 ? "s" : ""} ${missing.map((k) => `"${k}"`).join(", ")}`,
+      );
+    }
+    return data as Record<K, string>;
+  }
+
+  configMapData(namespace: string, name: string, field: string): Record<string, string> {
+    const cm = this.configMaps.get(namespace, name);
+    if (cm === undefined) {
+      throw new NotReadyError("ConfigMapNotFound", `ConfigMap "${name}" not found in namespace "${namespace}" (${field})`);
+    }
+    return cm.data ?? {};
+  }
+}

@@ -1,0 +1,343 @@
+// Sandbox: an agent VM kept alive by renewing its TTL before it runs out. The renewal is
+// scheduled as a requeue on the work queue's priority lane at expiresAt - renewBefore
+// (jittered), so a cold-start backlog never delays it. A VM that disappears is replaced while
+// keepAlive is true; a change of tier, skills, env or secureRuntime replaces the VM (the new
+// one first, then the old one is released).
+import { createHash } from "node:crypto";
+import {
+  Annotations,
+  ConditionType,
+  MARKER_KEY,
+  type Sandbox,
+  type SandboxStatus,
+  type Skill,
+} from "../api/index.js";
+import { NotReadyError } from "../managed/errors.js";
+import type { ActionResult, ConnectionDetails, Connector, ExternalClient, Observation } from "../managed/external.js";
+import type { Informer } from "../runtime/informer.js";
+import { formatTime } from "../runtime/status.js";
+import {
+  isNotFound,
+  isOutcomeUnknown,
+  type AgentVM,
+  type AllocateVMRequest,
+  type Allocation,
+} from "../service/index.js";
+import type { ConnectionPool, ServiceHandle } from "./connection-pool.js";
+import { newest } from "./marker.js";
+import type { ObjectStore } from "./object-store.js";
+import { skillName } from "./skill.js";
+
+export const DEFAULT_TTL_SECONDS = 3600;
+
+export function sandboxExternalId(cr: Sandbox): string | undefined {
+  return cr.metadata.annotations?.[Annotations.externalId] ?? cr.status?.vmId;
+}
+
+export function ttlSeconds(cr: Sandbox): number {
+  return cr.spec.ttlSeconds ?? DEFAULT_TTL_SECONDS;
+}
+
+/** Default: a fifth of the TTL, at least 30 s, and never the whole TTL. */
+export function renewBeforeSeconds(cr: Sandbox): number {
+  const ttl = ttlSeconds(cr);
+  const wanted = cr.spec.renewBeforeSeconds ?? Math.max(30, Math.floor(ttl / 5));
+  return Math.min(wanted, Math.max(1, ttl - 1));
+}
+
+export class SandboxConnector implements Connector<Sandbox> {
+  constructor(
+    private readonly pool: ConnectionPool,
+    private readonly store: ObjectStore,
+    private readonly skills: Informer<Skill>,
+    private readonly now: () => Date = () => new Date(),
+  ) {}
+
+  async connect(cr: Sandbox): Promise<ExternalClient<Sandbox>> {
+    const handle = this.pool.forResource(cr.metadata.namespace, cr.spec.connectionRef);
+    return new SandboxClient(handle, () => this.desired(cr, handle), this.now);
+  }
+
+  /** The allocation the spec asks for; waits for Skills managed here and for envFrom Secrets. */
+  private desired(cr: Sandbox, handle: ServiceHandle): AllocateVMRequest {
+    const { spec, metadata } = cr;
+    for (const name of spec.skills ?? []) {
+      const skill = this.skills.list(metadata.namespace).find((s) => skillName(s) === name);
+      if (skill === undefined) continue; // not managed here: the service knows it or answers 400
+      const ready = skill.status?.conditions?.find((c) => c.type === ConditionType.Ready);
+      if (ready?.status !== "True") {
+        throw new NotReadyError("WaitingForSkill", `Skill "${skill.metadata.name}" is not Ready yet (spec.skills)`);
+      }
+    }
+    const env: Record<string, string> = {};
+    for (const [i, from] of (spec.envFrom ?? []).entries()) {
+      const data = this.store.secretData(metadata.namespace, from.secretRef.name, `spec.envFrom[${i}].secretRef.name`);
+      for (const [k, v] of Object.entries(data)) env[`${from.prefix ?? ""}${k}`] = v;
+    }
+    Object.assign(env, spec.env);
+    const req: AllocateVMRequest = {
+      tier: spec.tier,
+      ttl_seconds: ttlSeconds(cr),
+      metadata: { ...spec.metadata, [MARKER_KEY]: metadata.uid },
+    };
+    if (spec.skills !== undefined) req.skills = spec.skills;
+    if (Object.keys(env).length > 0) req.env = env;
+    const orgId = spec.orgId ?? handle.connection.spec.orgId;
+    if (orgId !== undefined) req.org_id = orgId;
+    if (spec.secureRuntime !== undefined) req.secure_runtime = spec.secureRuntime;
+    return req;
+  }
+}
+
+/**
+ * What makes a VM different: a change replaces it. Env values (Secret values included) enter
+ * only through a salted hash, so status never reveals them.
+ */
+export function allocationHash(cr: Sandbox, req: AllocateVMRequest): string {
+  return createHash("sha256")
+    .update(cr.metadata.uid)
+    .update(JSON.stringify([req.tier, req.skills ?? [], sortedEntries(req.env ?? {}), req.secure_runtime ?? false, req.org_id ?? null]))
+    .digest("hex")
+    .slice(0, 16);
+}
+
+type Plan =
+  | { action: "none" }
+  | { action: "renew" }
+  | { action: "replace"; why: string };
+
+class SandboxClient implements ExternalClient<Sandbox> {
+  private plan: Plan = { action: "none" };
+  private current: AgentVM | undefined;
+  private desiredCache: AllocateVMRequest | undefined;
+
+  constructor(
+    private readonly handle: ServiceHandle,
+    private readonly desiredFn: () => AllocateVMRequest,
+    private readonly now: () => Date,
+  ) {}
+
+  private get desired(): AllocateVMRequest {
+    return (this.desiredCache ??= this.desiredFn());
+  }
+
+  async observe(cr: Sandbox): Promise<Observation<SandboxStatus>> {
+    const keepAlive = cr.spec.keepAlive ?? true;
+    const id = sandboxExternalId(cr);
+    if (!keepAlive && cr.status?.state === "expired" && id !== undefined) {
+      return { exists: true, upToDate: true, notReady: expiredCondition(id), status: { state: "expired" } };
+    }
+    const found = await this.find(cr);
+    this.current = found;
+    if (found === undefined) {
+      if (id !== undefined && !keepAlive) {
+        // It ran out and the user asked us not to keep it: report, do not replace.
+        return { exists: true, upToDate: true, notReady: expiredCondition(id), status: { state: "expired" } };
+      }
+      return { exists: false, upToDate: false };
+    }
+    const now = this.now().getTime();
+    const expiresAt = Date.parse(found.expires_at ?? "") || now;
+    const renewAt = expiresAt - renewBeforeSeconds(cr) * 1000;
+    const hash = allocationHash(cr, this.desired);
+    if (cr.status?.configHash !== undefined && cr.status.configHash !== hash && cr.status.vmId === found.vm_id) {
+      this.plan = { action: "replace", why: "tier, skills, env or secureRuntime changed" };
+    } else if (keepAlive && now >= renewAt) {
+      this.plan = { action: "renew" };
+    } else {
+      this.plan = { action: "none" };
+    }
+    const upToDate = this.plan.action === "none";
+    // Jitter the renewal earlier (never later) by up to 10 % of the window, so thousands of
+    // VMs allocated together do not renew in the same second.
+    const jitterMs = Math.random() * renewBeforeSeconds(cr) * 100;
+    const nextAt = keepAlive ? renewAt - jitterMs : expiresAt + 1000;
+    return {
+      exists: true,
+      upToDate,
+      differences: this.plan.action === "replace" ? [this.plan.why] : [],
+      status: { ...statusOf(found), configHash: cr.status?.configHash ?? hash },
+      connectionDetails: detailsOf(found),
+      requeueAfterMs: Math.max(0, nextAt - now),
+      priority: true,
+    };
+  }
+
+  async create(cr: Sandbox): Promise<ActionResult<SandboxStatus>> {
+    const replacing = sandboxExternalId(cr);
+    const vm = await this.allocate();
+    const result = this.afterAllocate(cr, vm);
+    if (replacing !== undefined) {
+      result.event = {
+        reason: "VMReplaced",
+        message: `VM ${replacing} is gone (expired or deleted); allocated ${vm.vm_id} in its place`,
+        warning: true,
+      };
+    }
+    return result;
+  }
+
+  async update(cr: Sandbox): Promise<ActionResult<SandboxStatus>> {
+    const current = this.current;
+    if (current === undefined) throw new Error("VM vanished between observe and update; retrying");
+    if (this.plan.action === "replace") {
+      const vm = await this.allocate();
+      await this.giveBack(cr, current.vm_id);
+      return {
+        ...this.afterAllocate(cr, vm),
+        event: { reason: "Replaced", message: `${this.plan.why}: allocated ${vm.vm_id}, released ${current.vm_id}` },
+      };
+    }
+    if (this.plan.action !== "renew") return {};
+    try {
+      const renewed = await this.handle.client.vms.renew(current.vm_id, ttlSeconds(cr));
+      this.handle.vms.put({ ...current, ...renewed });
+      const expiresAt = Date.parse(renewed.expires_at ?? "") || this.now().getTime() + ttlSeconds(cr) * 1000;
+      return {
+        status: {
+          ...statusOf({ ...current, ...renewed }),
+          lastRenewedAt: formatTime(this.now()),
+          renewals: (cr.status?.renewals ?? 0) + 1,
+        },
+        requeueAfterMs: Math.max(0, expiresAt - renewBeforeSeconds(cr) * 1000 - this.now().getTime()),
+        priority: true,
+      };
+    } catch (err) {
+      if (!isNotFound(err)) throw err;
+      // Gone between the snapshot and the renewal: replace it now rather than on the next pass.
+      this.handle.vms.remove(current.vm_id);
+      if (!(cr.spec.keepAlive ?? true)) return { status: { state: "expired" } };
+      const vm = await this.allocate();
+      return {
+        ...this.afterAllocate(cr, vm),
+        event: { reason: "VMReplaced", message: `VM ${current.vm_id} was gone at renewal; allocated ${vm.vm_id}`, warning: true },
+      };
+    }
+  }
+
+  async delete(cr: Sandbox): Promise<void> {
+    await this.handle.vms.ensureFresh();
+    const ids = new Set(this.handle.vms.findByMarker(cr.metadata.uid).map((v) => v.vm_id));
+    const id = sandboxExternalId(cr);
+    if (id !== undefined) ids.add(id);
+    for (const each of ids) await this.giveBack(cr, each);
+  }
+
+  private async allocate(): Promise<Allocation> {
+    try {
+      const vm = await this.handle.client.vms.allocate(this.desired);
+      this.handle.vms.put(vmOf(vm, this.desired, this.now()));
+      return vm;
+    } catch (err) {
+      if (isOutcomeUnknown(err)) this.handle.vms.invalidate();
+      throw err;
+    }
+  }
+
+  private afterAllocate(cr: Sandbox, vm: Allocation): ActionResult<SandboxStatus> {
+    const now = this.now();
+    const expiresAt = Date.parse(vm.expires_at ?? "") || now.getTime() + ttlSeconds(cr) * 1000;
+    return {
+      status: {
+        ...statusOf(vmOf(vm, this.desired, now)),
+        configHash: allocationHash(cr, this.desired),
+        allocatedAt: formatTime(now),
+        lastRenewedAt: formatTime(now),
+        renewals: 0,
+      },
+      connectionDetails: detailsOf(vm),
+      requeueAfterMs: Math.max(0, expiresAt - renewBeforeSeconds(cr) * 1000 - now.getTime()),
+      priority: true,
+    };
+  }
+
+  /** Release (optionally recycling) or delete, per spec.onDelete; a 404 is success. */
+  private async giveBack(cr: Sandbox, vmId: string): Promise<void> {
+    try {
+      if ((cr.spec.onDelete ?? "Release") === "Delete") await this.handle.client.vms.delete(vmId);
+      else await this.handle.client.vms.release(vmId, cr.spec.recycle ?? false);
+    } catch (err) {
+      if (!isNotFound(err)) throw err;
+    }
+    this.handle.vms.remove(vmId);
+  }
+
+  /** By id (status or adoption annotation), else by marker; expired snapshots count as gone. */
+  private async find(cr: Sandbox): Promise<AgentVM | undefined> {
+    const inventory = this.handle.vms;
+    await inventory.ensureFresh();
+    const id = sandboxExternalId(cr);
+    const now = this.now().getTime();
+    const alive = (vm: AgentVM | undefined) =>
+      vm !== undefined && isLive(vm.state) && !(Date.parse(vm.expires_at ?? "") <= now) ? vm : undefined;
+    if (id === undefined) {
+      const candidates = inventory.findByMarker(cr.metadata.uid).filter((v) => alive(v));
+      const keep = newest(candidates);
+      // A crash between two allocations can leave more than one VM for this resource.
+      for (const extra of candidates) if (extra !== keep) await this.giveBack(cr, extra.vm_id);
+      return keep;
+    }
+    const cached = alive(inventory.get(id));
+    if (cached !== undefined) return cached;
+    try {
+      const got = await this.handle.client.vms.get(id);
+      inventory.put(got);
+      return alive(got);
+    } catch (err) {
+      if (isNotFound(err)) {
+        inventory.remove(id);
+        return undefined;
+      }
+      throw err;
+    }
+  }
+}
+
+function isLive(state: string | undefined): boolean {
+  return state !== "released" && state !== "expired" && state !== "terminated" && state !== "deleted";
+}
+
+function expiredCondition(id: string) {
+  return { reason: "Expired", message: `VM ${id} expired; spec.keepAlive is false, so it is not replaced` };
+}
+
+function vmOf(a: Allocation, req: AllocateVMRequest, now: Date): AgentVM {
+  const vm: AgentVM = {
+    vm_id: a.vm_id,
+    state: a.state,
+    tier: a.tier,
+    skills_loaded: a.skills_loaded,
+    endpoint: a.endpoint,
+    ws_url: a.ws_url,
+    expires_at: a.expires_at,
+    allocated_at: formatTime(now),
+    ttl_seconds: req.ttl_seconds,
+  };
+  if (req.metadata) vm.metadata = req.metadata;
+  return vm;
+}
+
+function statusOf(vm: AgentVM): Partial<SandboxStatus> {
+  return {
+    vmId: vm.vm_id,
+    state: vm.state,
+    tier: vm.tier,
+    skillsLoaded: vm.skills_loaded,
+    endpoint: vm.endpoint,
+    wsURL: vm.ws_url,
+    expiresAt: vm.expires_at,
+    ...(vm.allocated_at ? { allocatedAt: vm.allocated_at } : {}),
+  };
+}
+
+function detailsOf(vm: { vm_id: string; token?: string; endpoint?: string; ws_url?: string }): ConnectionDetails {
+  const details: ConnectionDetails = { vmId: vm.vm_id };
+  if (vm.token) details.token = vm.token;
+  if (vm.endpoint) details.endpoint = vm.endpoint;
+  if (vm.ws_url) details.wsURL = vm.ws_url;
+  return details;
+}
+
+function sortedEntries(m: Record<string, string>): Array<[string, string]> {
+  return Object.entries(m).sort(([a], [b]) => a.localeCompare(b));
+}

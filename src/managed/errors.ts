@@ -1,0 +1,57 @@
+// How a reconcile can fail, as the generic reconciler sees it. Kind clients throw these (or
+// let ServiceErrors through); the reconciler turns them into conditions, events and requeues.
+import { ServiceError } from "../service/errors.js";
+
+/**
+ * A dependency is not there yet (Connection not Ready, Agent without id, Secret missing...).
+ * Ready=False with this reason; requeued with backoff and when the dependency changes.
+ */
+export class NotReadyError extends Error {
+  constructor(
+    readonly reason: string,
+    message: string,
+  ) {
+    super(message);
+    this.name = "NotReadyError";
+  }
+}
+
+/**
+ * The resource cannot progress without a change by the user (the service answered 400, a
+ * name is taken by an object that is not ours...). Stalled=True; no retry until the spec changes.
+ */
+export class StalledError extends Error {
+  constructor(
+    readonly reason: string,
+    message: string,
+  ) {
+    super(message);
+    this.name = "StalledError";
+  }
+}
+
+export type Failure =
+  | { kind: "notReady"; reason: string; message: string }
+  | { kind: "stalled"; reason: string; message: string }
+  | { kind: "transient"; reason: string; message: string };
+
+/** Sorts any thrown value into what the user should see and whether retrying can help. */
+export function classify(err: unknown): Failure {
+  if (err instanceof NotReadyError) return { kind: "notReady", reason: err.reason, message: err.message };
+  if (err instanceof StalledError) return { kind: "stalled", reason: err.reason, message: err.message };
+  if (err instanceof ServiceError) {
+    const message = err.serviceMessage ?? err.message;
+    if (err.status === 400 || err.status === 422) {
+      return { kind: "stalled", reason: "ServiceRejected", message: `the service refused the request: ${message}` };
+    }
+    if (err.status === 401 || err.status === 403) {
+      return { kind: "transient", reason: "Unauthorized", message: `the service refused the credentials: ${message}` };
+    }
+    if (err.outcomeUnknown) {
+      return { kind: "transient", reason: "OutcomeUnknown", message: `${err.operation}: outcome unknown, will look it up before retrying` };
+    }
+    return { kind: "transient", reason: "ServiceUnavailable", message: err.message };
+  }
+  const message = err instanceof Error ? err.message : String(err);
+  return { kind: "transient", reason: "ReconcileError", message };
+}

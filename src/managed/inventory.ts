@@ -1,0 +1,147 @@
+// A per-connection, per-kind snapshot of the service's objects, read with the bulk list
+// endpoints. Observing 10,000 resources one GET at a time would cost 10,000 calls per sync
+// period; the inventory costs one list page per hundred objects, and it is also how objects
+// created by an earlier (crashed) process are found again: by the crash-safety marker.
+
+export interface InventoryOptions<T> {
+  /** Reads every object of the kind (all pages). */
+  list(): Promise<T[]>;
+  /** The object's key in the service (id, or name for skills). */
+  keyOf(obj: T): string;
+  /** The CR uid in the object's crash-safety marker, if it carries one. */
+  markerOf(obj: T): string | undefined;
+  /** A snapshot older than this is read again before it is used. */
+  maxAgeMs: number;
+  /** Called after a refresh with the keys whose object changed or vanished since the last one. */
+  onChange?(changed: string[]): void;
+  /** Compares two versions of an object; the default compares their JSON. */
+  equal?(a: T, b: T): boolean;
+  now?: () => number;
+}
+
+export class Inventory<T> {
+  private byKey = new Map<string, T>();
+  /** Marker uid -> keys; more than one when a crash left a duplicate behind. */
+  private byMarker = new Map<string, Set<string>>();
+  private refreshedAt = -Infinity;
+  private inFlight: Promise<void> | undefined;
+  /** Writes recorded while a read is in flight: the read may have started before them. */
+  private writesDuringLoad: Array<{ key: string; obj: T | undefined }> | undefined;
+  private readonly now: () => number;
+
+  constructor(private readonly opts: InventoryOptions<T>) {
+    this.now = opts.now ?? Date.now;
+  }
+
+  /** Reads the service again if the snapshot is stale; concurrent callers share one read. */
+  async ensureFresh(): Promise<void> {
+    if (this.now() - this.refreshedAt < this.opts.maxAgeMs) return;
+    await this.refresh();
+  }
+
+  /** Reads the service now (single-flight). */
+  refresh(): Promise<void> {
+    this.inFlight ??= this.load().finally(() => {
+      this.inFlight = undefined;
+    });
+    return this.inFlight;
+  }
+
+  /** Marks the snapshot stale: the next ensureFresh reads the service (after an uncertain create). */
+  invalidate(): void {
+    this.refreshedAt = -Infinity;
+  }
+
+  get(key: string): T | undefined {
+    return this.byKey.get(key);
+  }
+
+  /** Every object carrying this resource's marker, oldest snapshot order first. */
+  findByMarker(uid: string): T[] {
+    const keys = this.byMarker.get(uid);
+    if (keys === undefined) return [];
+    const found: T[] = [];
+    for (const key of keys) {
+      const obj = this.byKey.get(key);
+      if (obj !== undefined) found.push(obj);
+    }
+    return found;
+  }
+
+  /** Everything in the snapshot (for orphan detection). */
+  values(): IterableIterator<T> {
+    return this.byKey.values();
+  }
+
+  get size(): number {
+    return this.byKey.size;
+  }
+
+  /** Records what a create, update or renew answered, so the snapshot stays current between reads. */
+  put(obj: T): void {
+    const key = this.opts.keyOf(obj);
+    this.writesDuringLoad?.push({ key, obj });
+    this.index(key, obj);
+  }
+
+  remove(key: string): void {
+    this.writesDuringLoad?.push({ key, obj: undefined });
+    this.unindex(key);
+  }
+
+  private index(key: string, obj: T): void {
+    const previous = this.byKey.get(key);
+    if (previous !== undefined) this.unindexMarker(previous, key);
+    this.byKey.set(key, obj);
+    const marker = this.opts.markerOf(obj);
+    if (marker === undefined) return;
+    let keys = this.byMarker.get(marker);
+    if (keys === undefined) this.byMarker.set(marker, (keys = new Set()));
+    keys.add(key);
+  }
+
+  private unindex(key: string): void {
+    const previous = this.byKey.get(key);
+    if (previous === undefined) return;
+    this.unindexMarker(previous, key);
+    this.byKey.delete(key);
+  }
+
+  private unindexMarker(obj: T, key: string): void {
+    const marker = this.opts.markerOf(obj);
+    if (marker === undefined) return;
+    const keys = this.byMarker.get(marker);
+    keys?.delete(key);
+    if (keys?.size === 0) this.byMarker.delete(marker);
+  }
+
+  private async load(): Promise<void> {
+    const startedAt = this.now();
+    const writes: Array<{ key: string; obj: T | undefined }> = [];
+    this.writesDuringLoad = writes;
+    let items: T[];
+    try {
+      items = await this.opts.list();
+    } finally {
+      this.writesDuringLoad = undefined;
+    }
+    const previous = this.byKey;
+    this.byKey = new Map();
+    this.byMarker = new Map();
+    for (const obj of items) this.index(this.opts.keyOf(obj), obj);
+    // What we created or deleted ourselves while the list was being read is newer than the list.
+    for (const { key, obj } of writes) {
+      if (obj === undefined) this.unindex(key);
+      else this.index(key, obj);
+    }
+    this.refreshedAt = startedAt;
+    if (!this.opts.onChange) return;
+    const equal = this.opts.equal ?? ((a: T, b: T) => JSON.stringify(a) === JSON.stringify(b));
+    const changed: string[] = [];
+    for (const [key, before] of previous) {
+      const after = this.byKey.get(key);
+      if (after === undefined || !equal(before, after)) changed.push(key);
+    }
+    if (changed.length > 0) this.opts.onChange(changed);
+  }
+}

@@ -1,0 +1,220 @@
+// ONE reconcile algorithm for every managed kind (crossplane-runtime's managed reconciler):
+// finalizer, deletion policy, adoption, kstatus conditions, events, connection Secret, and
+// a status write only when something changed. Each kind supplies a Connector and an
+// ExternalClient with observe / create / update / delete.
+import {
+  Annotations,
+  ConditionType,
+  FINALIZER,
+  GROUP,
+  VERSION,
+  type Condition,
+  type KindDefinition,
+} from "../api/index.js";
+import type { EventRecorder } from "../runtime/events.js";
+import type { Informer } from "../runtime/informer.js";
+import type { KubeClient } from "../runtime/kube-client.js";
+import { isConflict, isNotFound, resourcePath } from "../runtime/kube-client.js";
+import type { ReconcileContext, Reconciler, Request, Result } from "../runtime/controller.js";
+import type { ConditionInput } from "../runtime/status.js";
+import { writeStatus } from "./status-writer.js";
+import type { ConnectionSecretWriter } from "./connection-secret.js";
+import { classify, type Failure } from "./errors.js";
+import type { ActionResult, Connector, ManagedResource, Observation, StatusOf } from "./external.js";
+
+export interface ManagedReconcilerOptions<R extends ManagedResource> {
+  kind: KindDefinition;
+  informer: Informer<R>;
+  kube: KubeClient;
+  events: EventRecorder;
+  connector: Connector<R>;
+  /** Resync period; every resource is observed again this often (jittered by ±10 %). */
+  syncPeriodMs: number;
+  /** The resource's id in the service, if it has one (status field or adoption annotation). */
+  externalId(cr: R): string | undefined;
+  /** Writes connection details; absent for kinds that have none. */
+  secrets?: ConnectionSecretWriter;
+  now?: () => Date;
+}
+
+export class ManagedReconciler<R extends ManagedResource> implements Reconciler {
+  private readonly now: () => Date;
+
+  constructor(private readonly opts: ManagedReconcilerOptions<R>) {
+    this.now = opts.now ?? (() => new Date());
+  }
+
+  async reconcile(req: Request, ctx: ReconcileContext): Promise<Result | void> {
+    const cr = this.opts.informer.get(req.namespace, req.name);
+    if (cr === undefined) return; // gone; the finalizer already did its work
+    if (cr.metadata.deletionTimestamp !== undefined) return this.finalize(cr, ctx);
+    if (!(cr.metadata.finalizers ?? []).includes(FINALIZER)) {
+      // The object comes back through the informer with the finalizer; reconcile then.
+      await this.setFinalizers(cr, [...(cr.metadata.finalizers ?? []), FINALIZER]);
+      return;
+    }
+
+    let observed: Observation<StatusOf<R>> | undefined;
+    let action: ActionResult<StatusOf<R>> | undefined;
+    try {
+      const external = await this.opts.connector.connect(cr, ctx);
+      observed = await external.observe(cr);
+      if (!observed.exists) {
+        if (cr.metadata.annotations?.[Annotations.externalId]) {
+          // Adoption asked for an object that is not there: creating one would ignore the user.
+          throw new AdoptionTargetMissing(cr.metadata.annotations[Annotations.externalId] ?? "");
+        }
+        const claim = external.claim?.(cr);
+        if (claim !== undefined) await this.writeStatus(cr, claim, []);
+        action = await external.create(cr);
+        this.record(cr, action, "Created", `created the ${this.opts.kind.kind.toLowerCase()} in the service`);
+      } else if (!observed.upToDate && observed.notReady === undefined) {
+        action = await external.update(cr, observed);
+        const drift = observed.differences?.length ? `: ${observed.differences.join(", ")}` : "";
+        this.record(cr, action, "Updated", `updated the service object${drift}`);
+      }
+      const details = { ...observed.connectionDetails, ...action?.connectionDetails };
+      if (this.opts.secrets && Object.keys(details).length > 0) {
+        await this.opts.secrets.ensure(cr, this.opts.kind.kind, details);
+      }
+    } catch (err) {
+      if (err instanceof AdoptionTargetMissing) {
+        return this.fail(cr, { kind: "stalled", reason: "ExternalNotFound", message: err.message }, ctx);
+      }
+      return this.fail(cr, classify(err), ctx, err);
+    }
+
+    const notReady = observed.notReady;
+    await this.writeStatus(cr, { ...observed.status, ...action?.status } as Partial<StatusOf<R>>, [
+      notReady
+        ? { type: ConditionType.Ready, status: "False", reason: notReady.reason, message: notReady.message }
+        : { type: ConditionType.Ready, status: "True", reason: "Available", message: "the service object matches the spec" },
+      { type: ConditionType.Reconciling, status: "False", reason: notReady ? notReady.reason : "Available" },
+      { type: ConditionType.Stalled, status: "False", reason: notReady ? notReady.reason : "Available" },
+    ]);
+    const requeueAfterMs = Math.min(
+      this.jitteredSyncPeriod(),
+      action?.requeueAfterMs ?? Infinity,
+      observed.requeueAfterMs ?? Infinity,
+    );
+    return { requeueAfterMs, priority: action?.priority ?? observed.priority ?? false };
+  }
+
+  private async fail(cr: R, failure: Failure, ctx: ReconcileContext, err?: unknown): Promise<Result> {
+    const stalled = failure.kind === "stalled";
+    const previousReady = findCondition(cr, ConditionType.Ready);
+    await this.writeStatus(cr, {}, [
+      { type: ConditionType.Ready, status: "False", reason: failure.reason, message: failure.message },
+      {
+        type: ConditionType.Reconciling,
+        status: stalled ? "False" : "True",
+        reason: failure.reason,
+        message: stalled ? undefined : failure.message,
+      },
+      {
+        type: ConditionType.Stalled,
+        status: stalled ? "True" : "False",
+        reason: failure.reason,
+        message: stalled ? failure.message : undefined,
+      },
+    ]);
+    if (previousReady?.reason !== failure.reason) {
+      this.opts.events.warning(cr, failure.reason, failure.message);
+    }
+    if (stalled) {
+      // Nothing changes until the user edits the spec (which triggers a reconcile); still look
+      // again on the sync period in case the service's answer changes.
+      ctx.log.info({ reason: failure.reason }, failure.message);
+      return { requeueAfterMs: this.jitteredSyncPeriod() };
+    }
+    if (failure.kind === "notReady") ctx.log.debug({ reason: failure.reason }, failure.message);
+    // Transient and waiting: rethrow so the queue backs off per object (5 ms .. 1000 s).
+    throw err instanceof Error ? err : new Error(failure.message);
+  }
+
+  private async finalize(cr: R, ctx: ReconcileContext): Promise<Result | void> {
+    if (!(cr.metadata.finalizers ?? []).includes(FINALIZER)) return;
+    const policy = cr.spec.deletionPolicy ?? "Delete";
+    if (policy === "Delete") {
+      try {
+        const external = await this.opts.connector.connect(cr, ctx);
+        await external.delete(cr);
+        this.opts.events.normal(cr, "Deleted", "deleted the service object");
+      } catch (err) {
+        const failure = classify(err);
+        if (failure.kind === "notReady" && this.opts.externalId(cr) === undefined) {
+          // Never connected, never created: nothing to delete in the service.
+        } else {
+          return this.fail(cr, failure, ctx, err);
+        }
+      }
+    } else {
+      this.opts.events.normal(cr, "Orphaned", "left the service object in place (deletionPolicy: Orphan)");
+    }
+    await this.opts.secrets?.remove(cr);
+    await this.setFinalizers(
+      cr,
+      (cr.metadata.finalizers ?? []).filter((f) => f !== FINALIZER),
+    );
+  }
+
+  private record(cr: R, action: ActionResult<StatusOf<R>>, reason: string, message: string): void {
+    if (action.event) {
+      if (action.event.warning) this.opts.events.warning(cr, action.event.reason, action.event.message);
+      else this.opts.events.normal(cr, action.event.reason, action.event.message);
+    } else {
+      this.opts.events.normal(cr, reason, message);
+    }
+  }
+
+  private async writeStatus(
+    cr: R,
+    observed: Partial<StatusOf<R>>,
+    conditions: Array<Omit<ConditionInput, "observedGeneration">>,
+  ): Promise<void> {
+    await writeStatus(this.opts.kube, this.path(cr, "status"), cr, observed, conditions, this.now());
+  }
+
+  private async setFinalizers(cr: R, finalizers: string[]): Promise<void> {
+    try {
+      // resourceVersion makes this an optimistic-concurrency write: another writer's
+      // finalizer is never lost (409 → requeue and try again on the fresh object).
+      await this.opts.kube.patch(
+        this.path(cr),
+        { metadata: { finalizers, resourceVersion: cr.metadata.resourceVersion } },
+        "merge",
+      );
+    } catch (err) {
+      if (isNotFound(err)) return;
+      if (isConflict(err)) throw new Error("the resource changed while its finalizer was being updated; retrying", { cause: err });
+      throw err;
+    }
+  }
+
+  private path(cr: R, subresource?: string): string {
+    return resourcePath({
+      group: GROUP,
+      version: VERSION,
+      plural: this.opts.kind.plural,
+      namespace: cr.metadata.namespace,
+      name: cr.metadata.name,
+      subresource,
+    });
+  }
+
+  private jitteredSyncPeriod(): number {
+    return Math.round(this.opts.syncPeriodMs * (0.9 + Math.random() * 0.2));
+  }
+}
+
+class AdoptionTargetMissing extends Error {
+  constructor(id: string) {
+    super(
+      `annotation ${Annotations.externalId}: "${id}" names no object in the service; fix or remove the annotation`,
+    );
+  }
+}
+
+function findCondition(cr: ManagedResource, type: string): Condition | undefined {
+  return cr.status?.conditions?.find((c) => c.type === type);
+}
