@@ -1,0 +1,84 @@
+import { describe, expect, it } from "vitest";
+import { Inventory } from "../../../src/managed/inventory.js";
+
+interface Obj {
+  id: string;
+  uid?: string;
+  v?: number;
+}
+
+function inventory(list: () => Promise<Obj[]>, opts: { maxAgeMs?: number; onChange?: (keys: string[]) => void; now?: () => number } = {}) {
+  return new Inventory<Obj>({
+    list,
+    keyOf: (o) => o.id,
+    markerOf: (o) => o.uid,
+    maxAgeMs: opts.maxAgeMs ?? 1000,
+    onChange: opts.onChange,
+    now: opts.now,
+  });
+}
+
+describe("Inventory", () => {
+  it("reads the service once for concurrent callers and again only when stale", async () => {
+    let calls = 0;
+    let t = 0;
+    const inv = inventory(async () => {
+      calls++;
+      return [{ id: "a", uid: "u1" }];
+    }, { now: () => t });
+    await Promise.all([inv.ensureFresh(), inv.ensureFresh(), inv.ensureFresh()]);
+    expect(calls).toBe(1);
+    t = 500;
+    await inv.ensureFresh();
+    expect(calls).toBe(1);
+    t = 1500;
+    await inv.ensureFresh();
+    expect(calls).toBe(2);
+    inv.invalidate();
+    await inv.ensureFresh();
+    expect(calls).toBe(3);
+  });
+
+  it("finds every object carrying a marker, and forgets removed ones", async () => {
+    const inv = inventory(async () => [
+      { id: "a", uid: "u1" },
+      { id: "b", uid: "u1" },
+      { id: "c", uid: "u2" },
+    ]);
+    await inv.refresh();
+    expect(inv.findByMarker("u1").map((o) => o.id).sort()).toEqual(["a", "b"]);
+    inv.remove("a");
+    expect(inv.findByMarker("u1").map((o) => o.id)).toEqual(["b"]);
+    expect(inv.findByMarker("nobody")).toEqual([]);
+  });
+
+  it("keeps an object created while a list was in flight (the list may predate it)", async () => {
+    let release!: (items: Obj[]) => void;
+    const inv = inventory(() => new Promise<Obj[]>((r) => (release = r)));
+    const loading = inv.refresh();
+    inv.put({ id: "new", uid: "u9" });
+    release([{ id: "old" }]);
+    await loading;
+    expect(inv.get("new")).toEqual({ id: "new", uid: "u9" });
+    expect(inv.findByMarker("u9")).toHaveLength(1);
+    expect(inv.get("old")).toBeDefined();
+  });
+
+  it("reports objects that changed or vanished out of band", async () => {
+    let items: Obj[] = [
+      { id: "a", v: 1 },
+      { id: "b", v: 1 },
+      { id: "c", v: 1 },
+    ];
+    const changes: string[][] = [];
+    const inv = inventory(async () => items, { onChange: (k) => changes.push(k) });
+    await inv.refresh();
+    expect(changes).toEqual([]);
+    items = [
+      { id: "a", v: 1 },
+      { id: "b", v: 2 },
+    ];
+    await inv.refresh();
+    expect(changes).toEqual([["b", "c"]]);
+  });
+});
