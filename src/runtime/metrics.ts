@@ -1,0 +1,307 @@
+// Prometheus metrics of the operator, on ONE prom-client Registry owned by this object (never
+// prom-client's global registry: tests create many managers in one process, and a library
+// must not collide with its host's metrics).
+//
+// Names and labels are controller-runtime's / client-go's, because that is what existing
+// dashboards and alerts read:
+//   workqueue_*{name}                         (sigs.k8s.io/controller-runtime/pkg/metrics/workqueue.go)
+//   controller_runtime_reconcile_*{controller} (pkg/internal/controller/metrics)
+//   leader_election_master_status{name}        (client-go/tools/leaderelection metrics)
+// plus the operator's own agentcompute_* series.
+import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from "prom-client";
+
+/** controller-runtime's workqueue histogram buckets: 10 ns .. 1000 s, decades. */
+const WORKQUEUE_BUCKETS = Array.from({ length: 12 }, (_, i) => 1e-8 * 10 ** i);
+
+/** controller-runtime's reconcile_time_seconds buckets. */
+const RECONCILE_BUCKETS = [
+  0.005, 0.01, 0.025, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.25, 1.5, 1.75,
+  2.0, 2.5, 3.0, 3.5, 4.0, 4.5, 5, 6, 7, 8, 9, 10, 15, 20, 25, 30, 40, 50, 60,
+];
+
+const SERVICE_BUCKETS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60];
+
+export type ReconcileResultLabel = "success" | "error" | "requeue" | "requeue_after";
+
+type UnfinishedWorkProvider = () => { unfinishedSeconds: number; longestRunningSeconds: number };
+
+export interface MetricsOptions {
+  /** Also export process_* and nodejs_* metrics (default true). */
+  defaultMetrics?: boolean;
+}
+
+export class Metrics {
+  readonly registry: Registry;
+
+  // workqueue (label: name)
+  readonly workqueueDepth: Gauge<"name">;
+  readonly workqueueAdds: Counter<"name">;
+  readonly workqueueQueueDuration: Histogram<"name">;
+  readonly workqueueWorkDuration: Histogram<"name">;
+  readonly workqueueUnfinishedWork: Gauge<"name">;
+  readonly workqueueLongestRunning: Gauge<"name">;
+  readonly workqueueRetries: Counter<"name">;
+
+  // controller (label: controller)
+  readonly reconcileTotal: Counter<"controller" | "result">;
+  readonly reconcileErrors: Counter<"controller">;
+  readonly reconcilePanics: Counter<"controller">;
+  readonly reconcileTime: Histogram<"controller">;
+  readonly activeWorkers: Gauge<"controller">;
+  readonly maxConcurrentReconciles: Gauge<"controller">;
+
+  // leader election
+  readonly leaderElectionMasterStatus: Gauge<"name">;
+
+  // informers (label: resource = collection path)
+  readonly informerWatchRestarts: Counter<"resource" | "reason">;
+  readonly informerRelists: Counter<"resource">;
+  readonly informerObjects: Gauge<"resource">;
+
+  // events
+  readonly eventsTotal: Counter<"type" | "result">;
+
+  // service client
+  readonly serviceRequests: Counter<"operation" | "status" | "connection">;
+  readonly serviceRequestDuration: Histogram<"operation" | "connection">;
+  readonly serviceTokenRequests: Counter<"result" | "connection">;
+  readonly serviceRetries: Counter<"operation" | "connection">;
+  readonly serviceRateLimitedSeconds: Counter<"connection">;
+
+  private readonly queues = new Map<string, UnfinishedWorkProvider>();
+
+  constructor(opts: MetricsOptions = {}) {
+    const registers = [(this.registry = new Registry())];
+    if (opts.defaultMetrics ?? true) collectDefaultMetrics({ register: this.registry });
+
+    const queues = this.queues;
+    this.workqueueDepth = new Gauge({
+      name: "workqueue_depth",
+      help: "Current depth of workqueue",
+      labelNames: ["name"],
+      registers,
+    });
+    this.workqueueAdds = new Counter({
+      name: "workqueue_adds_total",
+      help: "Total number of adds handled by workqueue",
+      labelNames: ["name"],
+      registers,
+    });
+    this.workqueueQueueDuration = new Histogram({
+      name: "workqueue_queue_duration_seconds",
+      help: "How long in seconds an item stays in workqueue before being requested",
+      labelNames: ["name"],
+      buckets: WORKQUEUE_BUCKETS,
+      registers,
+    });
+    this.workqueueWorkDuration = new Histogram({
+      name: "workqueue_work_duration_seconds",
+      help: "How long in seconds processing an item from workqueue takes",
+      labelNames: ["name"],
+      buckets: WORKQUEUE_BUCKETS,
+      registers,
+    });
+    // client-go updates these two on a 500 ms ticker; computing them at scrape time needs no timer.
+    this.workqueueUnfinishedWork = new Gauge({
+      name: "workqueue_unfinished_work_seconds",
+      help:
+        "How many seconds of work has been done that is in progress and hasn't been observed by work_duration. " +
+        "Large values indicate stuck threads.",
+      labelNames: ["name"],
+      registers,
+      collect() {
+        for (const [name, p] of queues) this.set({ name }, p().unfinishedSeconds);
+      },
+    });
+    this.workqueueLongestRunning = new Gauge({
+      name: "workqueue_longest_running_processor_seconds",
+      help: "How many seconds has the longest running processor for workqueue been running",
+      labelNames: ["name"],
+      registers,
+      collect() {
+        for (const [name, p] of queues) this.set({ name }, p().longestRunningSeconds);
+      },
+    });
+    this.workqueueRetries = new Counter({
+      name: "workqueue_retries_total",
+      help: "Total number of retries handled by workqueue",
+      labelNames: ["name"],
+      registers,
+    });
+
+    this.reconcileTotal = new Counter({
+      name: "controller_runtime_reconcile_total",
+      help: "Total number of reconciliations per controller",
+      labelNames: ["controller", "result"],
+      registers,
+    });
+    this.reconcileErrors = new Counter({
+      name: "controller_runtime_reconcile_errors_total",
+      help: "Total number of reconciliation errors per controller",
+      labelNames: ["controller"],
+      registers,
+    });
+    this.reconcilePanics = new Counter({
+      name: "controller_runtime_reconcile_panics_total",
+      help: "Total number of reconciliation panics (non-Error throws) per controller",
+      labelNames: ["controller"],
+      registers,
+    });
+    this.reconcileTime = new Histogram({
+      name: "controller_runtime_reconcile_time_seconds",
+      help: "Length of time per reconciliation per controller",
+      labelNames: ["controller"],
+      buckets: RECONCILE_BUCKETS,
+      registers,
+    });
+    this.activeWorkers = new Gauge({
+      name: "controller_runtime_active_workers",
+      help: "Number of currently used workers per controller",
+      labelNames: ["controller"],
+      registers,
+    });
+    this.maxConcurrentReconciles = new Gauge({
+      name: "controller_runtime_max_concurrent_reconciles",
+      help: "Maximum number of concurrent reconciles per controller",
+      labelNames: ["controller"],
+      registers,
+    });
+
+    this.leaderElectionMasterStatus = new Gauge({
+      name: "leader_election_master_status",
+      help: "Gauge of if the reporting system is master of the relevant lease, 0 indicates backup, 1 indicates master. 'name' is the string used to identify the lease.",
+      labelNames: ["name"],
+      registers,
+    });
+
+    this.informerWatchRestarts = new Counter({
+      name: "agentcompute_informer_watch_restarts_total",
+      help: "Watches of an informer that ended and were re-established, by reason (closed, error, gone, stalled)",
+      labelNames: ["resource", "reason"],
+      registers,
+    });
+    this.informerRelists = new Counter({
+      name: "agentcompute_informer_relists_total",
+      help: "Full lists made by an informer (initial sync and after 410 Gone)",
+      labelNames: ["resource"],
+      registers,
+    });
+    this.informerObjects = new Gauge({
+      name: "agentcompute_informer_objects",
+      help: "Objects held in an informer's cache",
+      labelNames: ["resource"],
+      registers,
+    });
+
+    this.eventsTotal = new Counter({
+      name: "agentcompute_events_total",
+      help: "Kubernetes Events recorded, by type and outcome (created, aggregated, dropped, failed)",
+      labelNames: ["type", "result"],
+      registers,
+    });
+
+    this.serviceRequests = new Counter({
+      name: "agentcompute_service_requests_total",
+      help: "Requests made to the Agent Registry and Compute Service, by operation and HTTP status (or 'error')",
+      labelNames: ["operation", "status", "connection"],
+      registers,
+    });
+    this.serviceRequestDuration = new Histogram({
+      name: "agentcompute_service_request_duration_seconds",
+      help: "Duration of requests to the service, by operation",
+      labelNames: ["operation", "connection"],
+      buckets: SERVICE_BUCKETS,
+      registers,
+    });
+    this.serviceTokenRequests = new Counter({
+      name: "agentcompute_service_token_requests_total",
+      help: "Token requests made to the service's auth endpoint, by result",
+      labelNames: ["result", "connection"],
+      registers,
+    });
+    this.serviceRetries = new Counter({
+      name: "agentcompute_service_retries_total",
+      help: "Requests to the service retried, by operation",
+      labelNames: ["operation", "connection"],
+      registers,
+    });
+    this.serviceRateLimitedSeconds = new Counter({
+      name: "agentcompute_service_rate_limited_seconds_total",
+      help: "Seconds spent waiting on the client-side rate limit (or a server Retry-After) before calling the service",
+      labelNames: ["connection"],
+      registers,
+    });
+  }
+
+  /** Register a queue's in-flight work for the unfinished/longest-running gauges. */
+  registerQueue(name: string, provider: UnfinishedWorkProvider): () => void {
+    this.queues.set(name, provider);
+    return () => {
+      if (this.queues.get(name) === provider) {
+        this.queues.delete(name);
+        this.workqueueUnfinishedWork.remove({ name });
+        this.workqueueLongestRunning.remove({ name });
+      }
+    };
+  }
+
+  /** Prometheus text exposition. */
+  async render(): Promise<{ contentType: string; body: string }> {
+    return { contentType: this.registry.contentType, body: await this.registry.metrics() };
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// Service client hooks (the event shapes src/service emits)
+
+export interface ServiceRequestEvent {
+  operation: string;
+  method: string;
+  status: number | "error";
+  durationSeconds: number;
+  attempt: number;
+}
+export interface ServiceTokenRequestEvent {
+  ok: boolean;
+  durationSeconds: number;
+}
+export interface ServiceRetryEvent {
+  operation: string;
+  attempt: number;
+  delayMs: number;
+  reason: string;
+}
+export interface ServiceRateLimitedEvent {
+  operation: string;
+  waitMs: number;
+}
+
+export interface ServiceClientHooks {
+  onRequest(ev: ServiceRequestEvent): void;
+  onTokenRequest(ev: ServiceTokenRequestEvent): void;
+  onRetry(ev: ServiceRetryEvent): void;
+  onRateLimited(ev: ServiceRateLimitedEvent): void;
+}
+
+/**
+ * Hooks for the service client that feed agentcompute_service_* metrics. `connectionLabel`
+ * (e.g. "namespace/name" of the Connection CR) tells clients apart; empty when omitted.
+ */
+export function serviceClientHooks(metrics: Metrics, connectionLabel = ""): ServiceClientHooks {
+  const connection = connectionLabel;
+  return {
+    onRequest(ev) {
+      metrics.serviceRequests.inc({ operation: ev.operation, status: String(ev.status), connection });
+      metrics.serviceRequestDuration.observe({ operation: ev.operation, connection }, ev.durationSeconds);
+    },
+    onTokenRequest(ev) {
+      metrics.serviceTokenRequests.inc({ result: ev.ok ? "success" : "error", connection });
+    },
+    onRetry(ev) {
+      metrics.serviceRetries.inc({ operation: ev.operation, connection });
+    },
+    onRateLimited(ev) {
+      if (ev.waitMs > 0) metrics.serviceRateLimitedSeconds.inc({ connection }, ev.waitMs / 1000);
+    },
+  };
+}
