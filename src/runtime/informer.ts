@@ -1,0 +1,471 @@
+// A list-then-watch cache of one collection (client-go's Reflector + Indexer + shared
+// informer, reduced to what the operator needs).
+//
+//  - List paginated (limit/continue), then watch from the list's resourceVersion with
+//    allowWatchBookmarks=true; every event and bookmark advances the resourceVersion the next
+//    watch resumes from, so a reconnect costs no relist.
+//  - 410 Gone / Expired (HTTP answer or a watch ERROR event) -> relist, and diff the new list
+//    against the cache: synthetic deletes for objects that vanished, updates for objects whose
+//    resourceVersion changed, adds for new ones (what client-go's DeltaFIFO Replace does).
+//  - Any other failure -> reconnect with jittered exponential backoff (800 ms .. 30 s, as the
+//    reflector's backoff manager), reset only after a watch that stayed up for a while: a
+//    watch that is cut at once, again and again, backs off instead of storming the server.
+//  - Server-side timeoutSeconds randomised in [min, 2*min] (client-go: 5..10 min) so informers
+//    do not reconnect in lockstep; a watchdog aborts a watch that has delivered nothing, not
+//    even a bookmark, for timeoutSeconds + grace (a silently stalled connection).
+//  - The cache holds each object as parsed from the wire, once; handlers receive those same
+//    references and must treat them as read-only.
+//
+// No resync timer: controllers re-observe via the work queue (requeueAfter).
+import type { Logger } from "pino";
+import { setTimeout as sleep } from "node:timers/promises";
+import { KubeApiError, isGone, type KubeClient, type KubeObject, type ObjectList } from "./kube-client.js";
+import type { Metrics } from "./metrics.js";
+
+export type InformerEventName = "add" | "update" | "delete";
+
+export type AddHandler<T> = (obj: T) => void;
+export type UpdateHandler<T> = (newObj: T, oldObj: T) => void;
+export type DeleteHandler<T> = (obj: T) => void;
+
+export interface InformerOptions {
+  /** Collection path, e.g. /apis/agentcompute.dev/v1alpha1/namespaces/x/skills or cluster-wide /api/v1/secrets. */
+  path: string;
+  /**
+   * Watch only these namespaces: `path` must then be the cluster-wide collection path, and
+   * one list/watch runs per namespace into this one cache (controller-runtime's
+   * multi-namespace cache). Empty/undefined: `path` as given.
+   */
+  namespaces?: string[];
+  labelSelector?: string;
+  fieldSelector?: string;
+  logger: Logger;
+  /** List page size (default 500, client-go's pager default). */
+  pageSize?: number;
+  metrics?: Metrics;
+  /** Minimum server-side watch timeout in seconds; the actual one is random in [min, 2*min] (default 300). */
+  minWatchTimeoutSeconds?: number;
+  /** Extra silence tolerated beyond timeoutSeconds before the watchdog restarts the watch (default 30 s). */
+  watchdogGraceMs?: number;
+  /** Reconnect backoff (default 800 ms doubling to 30 s, with jitter). */
+  backoffInitialMs?: number;
+  backoffMaxMs?: number;
+  /** A watch that stayed up this long resets the backoff (default 30 s). */
+  healthyWatchMs?: number;
+}
+
+/** The watchdog's abort reason. */
+export class WatchStalledError extends Error {
+  override readonly name = "WatchStalledError";
+}
+
+class StoppedError extends Error {
+  override readonly name = "StoppedError";
+}
+
+type Outcome = "closed" | "error" | "gone" | "stalled";
+
+/** Insert `/namespaces/{ns}` before the plural of a cluster-wide collection path. */
+export function namespacedCollectionPath(clusterPath: string, namespace: string): string {
+  const i = clusterPath.lastIndexOf("/");
+  if (i <= 0) throw new Error(`not a collection path: ${clusterPath}`);
+  return `${clusterPath.slice(0, i)}/namespaces/${encodeURIComponent(namespace)}${clusterPath.slice(i)}`;
+}
+
+/** One list/watch loop (client-go's Reflector) feeding the informer's store. */
+interface Reflector {
+  path: string;
+  /** Objects of this namespace are this reflector's; undefined = all objects (cluster-wide). */
+  namespace: string | undefined;
+  resourceVersion: string;
+  synced: boolean;
+  abort: AbortController | undefined;
+  loop: Promise<void> | undefined;
+}
+
+export class Informer<T extends KubeObject> {
+  readonly path: string;
+  private readonly client: KubeClient;
+  private readonly log: Logger;
+  private readonly opts: InformerOptions;
+  private readonly metrics: Metrics | undefined;
+  private readonly reflectors: Reflector[];
+  /** namespace ("" for cluster-scoped) -> name -> object */
+  private readonly store = new Map<string, Map<string, T>>();
+  private count = 0;
+  private readonly addHandlers: AddHandler<T>[] = [];
+  private readonly updateHandlers: UpdateHandler<T>[] = [];
+  private readonly deleteHandlers: DeleteHandler<T>[] = [];
+  private synced = false;
+  private stopped = false;
+  private started: Promise<void> | undefined;
+  private syncWaiters: { resolve: () => void; reject: (e: Error) => void }[] = [];
+
+  constructor(client: KubeClient, opts: InformerOptions) {
+    this.client = client;
+    this.opts = opts;
+    this.path = opts.path;
+    this.metrics = opts.metrics;
+    this.log = opts.logger.child({ informer: opts.path });
+    const namespaces = [...new Set(opts.namespaces ?? [])];
+    this.reflectors =
+      namespaces.length === 0
+        ? [newReflector(opts.path, undefined)]
+        : namespaces.map((ns) => newReflector(namespacedCollectionPath(opts.path, ns), ns));
+  }
+
+  /** resourceVersion of the last list, event or bookmark processed (the first namespace's when several). */
+  get lastSyncResourceVersion(): string {
+    return this.reflectors[0]?.resourceVersion ?? "";
+  }
+
+  /** Per watched path, the resourceVersion it resumes from. */
+  resourceVersions(): Record<string, string> {
+    return Object.fromEntries(this.reflectors.map((r) => [r.path, r.resourceVersion]));
+  }
+
+  /** Subscribe; returns an unsubscribe function. Handlers must be quick (enqueue) and must not mutate objects. */
+  on(event: "add", handler: AddHandler<T>): () => void;
+  on(event: "update", handler: UpdateHandler<T>): () => void;
+  on(event: "delete", handler: DeleteHandler<T>): () => void;
+  on(event: InformerEventName, handler: AddHandler<T> | UpdateHandler<T> | DeleteHandler<T>): () => void {
+    const list: unknown[] =
+      event === "add" ? this.addHandlers : event === "update" ? this.updateHandlers : this.deleteHandlers;
+    list.push(handler);
+    return () => {
+      const i = list.indexOf(handler);
+      if (i >= 0) list.splice(i, 1);
+    };
+  }
+
+  /** Start list+watch. Resolves once the first list is in the cache (rejects if stopped before). */
+  start(): Promise<void> {
+    if (this.started) return this.started;
+    this.stopped = false;
+    this.started = new Promise<void>((resolve, reject) => this.syncWaiters.push({ resolve, reject }));
+    for (const r of this.reflectors) {
+      r.loop = this.run(r).catch((err: unknown) => {
+        // run() handles its own errors; this is a last line of defence, never an unhandled rejection.
+        this.log.error({ err: errorMessage(err), path: r.path }, "informer loop crashed");
+      });
+    }
+    return this.started;
+  }
+
+  /** Stop watching. The cache keeps its content (read-only from now on). */
+  async stop(): Promise<void> {
+    if (this.stopped) return;
+    this.stopped = true;
+    for (const r of this.reflectors) r.abort?.abort(new StoppedError("informer stopped"));
+    const waiters = this.syncWaiters.splice(0);
+    for (const w of waiters) w.reject(new Error(`informer ${this.path} stopped before its cache synced`));
+    await Promise.all(this.reflectors.map((r) => r.loop));
+  }
+
+  hasSynced(): boolean {
+    return this.synced;
+  }
+
+  get(namespace: string | undefined, name: string): T | undefined {
+    return this.store.get(namespace ?? "")?.get(name);
+  }
+
+  /** Objects of one namespace, or all. A new array of the cached references. */
+  list(namespace?: string): T[] {
+    if (namespace !== undefined) return Array.from(this.store.get(namespace)?.values() ?? []);
+    const out: T[] = [];
+    for (const m of this.store.values()) for (const o of m.values()) out.push(o);
+    return out;
+  }
+
+  size(): number {
+    return this.count;
+  }
+
+  // --- the loop ------------------------------------------------------------------------
+
+  private async run(r: Reflector): Promise<void> {
+    const initialMs = this.opts.backoffInitialMs ?? 800;
+    const maxMs = this.opts.backoffMaxMs ?? 30_000;
+    const healthyMs = this.opts.healthyWatchMs ?? 30_000;
+    const log = this.reflectors.length > 1 ? this.log.child({ namespace: r.namespace }) : this.log;
+    let needList = true;
+    let failures = 0;
+    while (!this.stopped) {
+      const abort = new AbortController();
+      r.abort = abort;
+      const startedAt = Date.now();
+      let outcome: Outcome;
+      try {
+        if (needList) {
+          await this.relist(r, abort.signal);
+          needList = false;
+        }
+        await this.watchOnce(r, abort);
+        outcome = "closed";
+      } catch (err) {
+        if (this.stopped) break;
+        if (abort.signal.reason instanceof WatchStalledError) {
+          outcome = "stalled";
+          log.warn({ resourceVersion: r.resourceVersion }, abort.signal.reason.message);
+        } else if (isGone(err)) {
+          outcome = "gone";
+          needList = true;
+          log.info({ resourceVersion: r.resourceVersion }, "resourceVersion too old (410); relisting");
+        } else {
+          outcome = "error";
+          log.warn({ err: errorMessage(err), resourceVersion: r.resourceVersion }, "list/watch failed");
+        }
+      }
+      if (this.stopped) break;
+      this.metrics?.informerWatchRestarts.inc({ resource: this.path, reason: outcome });
+      // Backoff resets only after a watch that stayed up; a normal close of such a watch
+      // reconnects at once. Anything else (errors, instant closes) backs off, so a cut that
+      // repeats immediately never turns into a reconnect storm.
+      const lived = Date.now() - startedAt;
+      if (lived >= healthyMs) failures = 0;
+      if ((outcome === "closed" || outcome === "stalled") && lived >= healthyMs) continue;
+      if (outcome === "gone" && failures === 0) {
+        failures = 1; // relist right away once; a second 410 in a row backs off
+        continue;
+      }
+      failures++;
+      const base = Math.min(maxMs, initialMs * 2 ** Math.min(failures - 1, 30));
+      const delay = Math.round(base / 2 + (Math.random() * base) / 2);
+      log.debug({ delayMs: delay, failures }, "reconnecting after backoff");
+      try {
+        await sleep(delay, undefined, { signal: abort.signal });
+      } catch {
+        break; // stopped
+      }
+    }
+  }
+
+  private async relist(r: Reflector, signal: AbortSignal): Promise<void> {
+    this.metrics?.informerRelists.inc({ resource: this.path });
+    const items: T[] = [];
+    let cont: string | undefined;
+    let limit: number | undefined = this.opts.pageSize ?? 500;
+    let rv: string;
+    let listKind: string | undefined;
+    let listApiVersion: string | undefined;
+    for (;;) {
+      let page: ObjectList<T>;
+      try {
+        page = await this.client.list<T>(r.path, {
+          labelSelector: this.opts.labelSelector,
+          fieldSelector: this.opts.fieldSelector,
+          limit,
+          continue: cont,
+          signal,
+        });
+      } catch (err) {
+        if (cont !== undefined && isGone(err)) {
+          // The continue token expired mid-list: start over with one unpaginated list
+          // (client-go's pager falls back to a full list the same way).
+          this.log.info("list continue token expired; listing without pagination");
+          items.length = 0;
+          cont = undefined;
+          limit = undefined;
+          continue;
+        }
+        throw err;
+      }
+      for (const it of page.items) items.push(it);
+      rv = page.metadata.resourceVersion;
+      listKind ??= page.kind;
+      listApiVersion ??= page.apiVersion;
+      cont = page.metadata.continue || undefined;
+      if (!cont) break;
+    }
+    // List items of built-in kinds come without apiVersion/kind; watch events carry them.
+    // Fill them in (on the parsed objects themselves, no copy) so both paths look the same.
+    const kind = listKind?.endsWith("List") ? listKind.slice(0, -4) : undefined;
+    if (kind && listApiVersion) {
+      for (const it of items) {
+        it.kind ??= kind;
+        it.apiVersion ??= listApiVersion;
+      }
+    }
+    this.replace(r, items, rv);
+  }
+
+  /** Swap in a full list for the reflector's scope, emitting the differences (DeltaFIFO.Replace). */
+  private replace(r: Reflector, items: T[], rv: string): void {
+    const adds: T[] = [];
+    const updates: [T, T][] = [];
+    const seen = new Map<string, Set<string>>();
+    for (const obj of items) {
+      const ns = obj.metadata.namespace ?? "";
+      const name = obj.metadata.name ?? "";
+      let names = seen.get(ns);
+      if (!names) seen.set(ns, (names = new Set()));
+      names.add(name);
+      let m = this.store.get(ns);
+      if (!m) this.store.set(ns, (m = new Map()));
+      const old = m.get(name);
+      if (old === undefined) {
+        m.set(name, obj);
+        this.count++;
+        adds.push(obj);
+      } else if (old.metadata.resourceVersion !== obj.metadata.resourceVersion) {
+        m.set(name, obj);
+        updates.push([obj, old]);
+      }
+      // else unchanged: keep the object handlers may already hold; the new copy is dropped
+    }
+    const deletes: T[] = [];
+    const scope = r.namespace === undefined ? [...this.store.keys()] : [r.namespace];
+    for (const ns of scope) {
+      const m = this.store.get(ns);
+      if (!m) continue;
+      const names = seen.get(ns);
+      for (const [name, obj] of m) {
+        if (!names?.has(name)) {
+          m.delete(name);
+          this.count--;
+          deletes.push(obj);
+        }
+      }
+      if (m.size === 0) this.store.delete(ns);
+    }
+    r.resourceVersion = rv;
+    this.metrics?.informerObjects.set({ resource: this.path }, this.count);
+    if (r.synced && (deletes.length > 0 || updates.length > 0 || adds.length > 0)) {
+      this.log.info(
+        { added: adds.length, updated: updates.length, deleted: deletes.length, namespace: r.namespace },
+        "relist reconciled the cache",
+      );
+    }
+    for (const o of adds) this.emitAdd(o);
+    for (const [n, o] of updates) this.emitUpdate(n, o);
+    for (const o of deletes) this.emitDelete(o);
+    if (!r.synced) {
+      r.synced = true;
+      if (!this.synced && this.reflectors.every((x) => x.synced)) {
+        this.synced = true;
+        this.log.debug({ objects: this.count }, "cache synced");
+        const waiters = this.syncWaiters.splice(0);
+        for (const w of waiters) w.resolve();
+      }
+    }
+  }
+
+  private async watchOnce(r: Reflector, abort: AbortController): Promise<void> {
+    const min = this.opts.minWatchTimeoutSeconds ?? 300;
+    const timeoutSeconds = Math.floor(min * (1 + Math.random()));
+    const silenceLimitMs = timeoutSeconds * 1000 + (this.opts.watchdogGraceMs ?? 30_000);
+    let lastEventAt = Date.now();
+    // One timer, re-armed lazily: per event we only record a timestamp (cheap at 10k events/s).
+    let timer: NodeJS.Timeout | undefined;
+    const arm = (ms: number): void => {
+      timer = setTimeout(() => {
+        const silent = Date.now() - lastEventAt;
+        if (silent >= silenceLimitMs) {
+          abort.abort(new WatchStalledError(`watch delivered nothing for ${Math.round(silent / 1000)} s; restarting it`));
+        } else {
+          arm(silenceLimitMs - silent);
+        }
+      }, ms);
+      timer.unref();
+    };
+    arm(silenceLimitMs);
+    try {
+      const stream = this.client.watch<T>(
+        r.path,
+        {
+          resourceVersion: r.resourceVersion,
+          allowWatchBookmarks: true,
+          timeoutSeconds,
+          labelSelector: this.opts.labelSelector,
+          fieldSelector: this.opts.fieldSelector,
+        },
+        abort.signal,
+      );
+      for await (const ev of stream) {
+        lastEventAt = Date.now();
+        switch (ev.type) {
+          case "ADDED":
+          case "MODIFIED":
+            this.upsert(ev.object);
+            break;
+          case "DELETED":
+            this.remove(ev.object);
+            break;
+          case "BOOKMARK":
+            break;
+          case "ERROR": {
+            const status = ev.object;
+            throw KubeApiError.fromStatus(status, status.code ?? 500, "WATCH", r.path);
+          }
+          default:
+            this.log.debug({ type: (ev as { type: unknown }).type }, "ignoring unknown watch event type");
+            continue;
+        }
+        const rv = ev.object.metadata?.resourceVersion;
+        if (rv) r.resourceVersion = rv;
+      }
+    } finally {
+      if (timer) clearTimeout(timer);
+    }
+  }
+
+  private upsert(obj: T): void {
+    const ns = obj.metadata.namespace ?? "";
+    const name = obj.metadata.name ?? "";
+    let m = this.store.get(ns);
+    if (!m) this.store.set(ns, (m = new Map()));
+    const old = m.get(name);
+    if (old !== undefined && old.metadata.resourceVersion === obj.metadata.resourceVersion) return;
+    m.set(name, obj);
+    if (old === undefined) {
+      this.count++;
+      this.metrics?.informerObjects.set({ resource: this.path }, this.count);
+      this.emitAdd(obj);
+    } else {
+      this.emitUpdate(obj, old);
+    }
+  }
+
+  private remove(obj: T): void {
+    const ns = obj.metadata.namespace ?? "";
+    const name = obj.metadata.name ?? "";
+    const m = this.store.get(ns);
+    const old = m?.get(name);
+    if (m && old !== undefined) {
+      m.delete(name);
+      if (m.size === 0) this.store.delete(ns);
+      this.count--;
+      this.metrics?.informerObjects.set({ resource: this.path }, this.count);
+    }
+    // Emit even for an object we did not hold: a delete is always safe to pass on.
+    this.emitDelete(obj);
+  }
+
+  // Handler failures are logged and never break the watch loop.
+  private emitAdd(obj: T): void {
+    for (const h of this.addHandlers) this.safe(() => h(obj), "add");
+  }
+  private emitUpdate(n: T, o: T): void {
+    for (const h of this.updateHandlers) this.safe(() => h(n, o), "update");
+  }
+  private emitDelete(obj: T): void {
+    for (const h of this.deleteHandlers) this.safe(() => h(obj), "delete");
+  }
+  private safe(fn: () => void, event: InformerEventName): void {
+    try {
+      fn();
+    } catch (err) {
+      this.log.error({ err: errorMessage(err), event }, "informer event handler threw");
+    }
+  }
+}
+
+function newReflector(path: string, namespace: string | undefined): Reflector {
+  return { path, namespace, resourceVersion: "", synced: false, abort: undefined, loop: undefined };
+}
+
+function errorMessage(err: unknown): string {
+  if (err instanceof Error) return err.message;
+  return String(err);
+}
