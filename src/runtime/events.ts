@@ -1,0 +1,329 @@
+// core/v1 Events with client-go's EventCorrelator ideas, in small
+// (k8s.io/client-go/tools/record/events_cache.go):
+//
+//  - de-duplication: an event identical to one recorded for the same object within the
+//    correlation window (10 min) is not created again; the existing Event's `count` and
+//    `lastTimestamp` are patched instead (client-go's eventLogger);
+//  - spam filter: a token bucket per involved object (burst 25, one token per 5 min, as
+//    client-go's EventSourceObjectSpamFilter), so an object failing in a loop cannot flood
+//    the API server; applies to repeats too (every patch is a write);
+//  - writes are asynchronous and never throw into the caller; repeats that arrive while a
+//    write for the same event is in flight are coalesced into one patch;
+//  - messages are scrubbed of anything that looks like a credential, and truncated to the
+//    API's 1 KiB note limit.
+import type { Logger } from "pino";
+import { eventsPath, isAlreadyExists, isNotFound, type KubeClient, type KubeObject } from "./kube-client.js";
+import type { Metrics } from "./metrics.js";
+import { formatTime } from "./status.js";
+
+export type EventType = "Normal" | "Warning";
+
+export const REPORTING_CONTROLLER = "agentcompute.dev/agent-operator";
+
+export interface EventRecorderOptions {
+  client: KubeClient;
+  logger: Logger;
+  metrics?: Metrics;
+  /** reportingInstance: the manager's identity (hostname + suffix). */
+  reportingInstance: string;
+  /** Default "agentcompute.dev/agent-operator". */
+  reportingController?: string;
+  /** source.component of legacy Events (default "agent-operator"). */
+  component?: string;
+  /** Identical events inside this window are aggregated (default 10 min). */
+  correlationWindowMs?: number;
+  /** Per-object spam filter: burst and refill interval (defaults 25 and 5 min). */
+  spamBurst?: number;
+  spamRefillMs?: number;
+  /** Bound on remembered events and objects (LRU; default 4096). */
+  cacheSize?: number;
+  /** Writes to the API server at once (default 4); beyond `maxPending` events are dropped (default 1000). */
+  maxConcurrentWrites?: number;
+  maxPending?: number;
+  now?: () => number;
+}
+
+interface Entry {
+  name: string;
+  namespace: string;
+  body: EventBody;
+  count: number;
+  writtenCount: number;
+  lastSeen: number;
+  created: boolean;
+  writing: boolean;
+  again: boolean;
+}
+
+interface EventBody {
+  apiVersion: "v1";
+  kind: "Event";
+  metadata: { name: string; namespace: string };
+  involvedObject: {
+    apiVersion?: string;
+    kind?: string;
+    name?: string;
+    namespace?: string;
+    uid?: string;
+    resourceVersion?: string;
+  };
+  reason: string;
+  message: string;
+  type: EventType;
+  count: number;
+  firstTimestamp: string;
+  lastTimestamp: string;
+  source: { component: string };
+  reportingComponent: string;
+  reportingInstance: string;
+  action?: string;
+}
+
+interface Bucket {
+  tokens: number;
+  last: number;
+}
+
+const MAX_MESSAGE = 1024;
+const MAX_REASON = 128;
+
+/**
+ * Redact what looks like a credential: bearer tokens, JWTs, and `key=value` / `"key": "value"`
+ * pairs whose key names a secret. Callers must not put secrets in messages; this is the net.
+ */
+export function scrubSecrets(message: string): string {
+  return message
+    .replace(/\b(Bearer|Basic)\s+[A-Za-z0-9\-._~+/]+=*/gi, "$1 [REDACTED]")
+    .replace(/\beyJ[A-Za-z0-9_-]{5,}\.[A-Za-z0-9_-]{5,}\.[A-Za-z0-9_-]*/g, "[REDACTED]")
+    .replace(
+      /\b(authorization|api[_-]?key|apikey|access[_-]?token|refresh[_-]?token|id[_-]?token|client[_-]?secret|password|passwd|secret|token)(["']?\s*[:=]\s*["']?)(?!\[REDACTED\])[^\s"',;&}]+/gi,
+      "$1$2[REDACTED]",
+    );
+}
+
+export class EventRecorder {
+  private readonly o: Required<Omit<EventRecorderOptions, "metrics" | "now">> & Pick<EventRecorderOptions, "metrics">;
+  private readonly now: () => number;
+  private readonly log: Logger;
+  private readonly entries = new Map<string, Entry>();
+  private readonly buckets = new Map<string, Bucket>();
+  private readonly pending = new Set<Promise<void>>();
+  private active = 0;
+  private readonly slots: (() => void)[] = [];
+  private seq = 0;
+
+  constructor(opts: EventRecorderOptions) {
+    this.o = {
+      reportingController: REPORTING_CONTROLLER,
+      component: "agent-operator",
+      correlationWindowMs: 10 * 60_000,
+      spamBurst: 25,
+      spamRefillMs: 5 * 60_000,
+      cacheSize: 4096,
+      maxConcurrentWrites: 4,
+      maxPending: 1000,
+      ...opts,
+    };
+    this.now = opts.now ?? Date.now;
+    this.log = opts.logger.child({ component: "events" });
+  }
+
+  normal(obj: KubeObject, reason: string, message: string, opts: { action?: string } = {}): void {
+    this.event(obj, "Normal", reason, message, opts);
+  }
+
+  warning(obj: KubeObject, reason: string, message: string, opts: { action?: string } = {}): void {
+    this.event(obj, "Warning", reason, message, opts);
+  }
+
+  /** Record an event. Never throws, never blocks: the write happens in the background. */
+  event(obj: KubeObject, type: EventType, reason: string, message: string, opts: { action?: string } = {}): void {
+    try {
+      this.record(obj, type, reason, message, opts.action);
+    } catch (err) {
+      this.log.warn({ err: err instanceof Error ? err.message : String(err) }, "could not record event");
+    }
+  }
+
+  /** Wait for every write scheduled so far (tests, shutdown). */
+  async flush(): Promise<void> {
+    while (this.pending.size > 0) await Promise.allSettled([...this.pending]);
+  }
+
+  private record(obj: KubeObject, type: EventType, reason: string, rawMessage: string, action?: string): void {
+    const now = this.now();
+    const meta = obj.metadata;
+    const objectKey = `${obj.kind ?? ""}/${meta.namespace ?? ""}/${meta.name ?? ""}/${meta.uid ?? ""}`;
+    if (!this.allow(objectKey, now)) {
+      this.o.metrics?.eventsTotal.inc({ type, result: "dropped" });
+      this.log.debug({ reason, object: objectKey }, "event dropped by the per-object spam filter");
+      return;
+    }
+    const message = truncate(scrubSecrets(rawMessage), MAX_MESSAGE);
+    reason = truncate(reason, MAX_REASON);
+    const key = `${objectKey}|${type}|${reason}|${action ?? ""}|${message}`;
+    const ts = formatTime(new Date(now));
+    let entry = this.entries.get(key);
+    if (entry && now - entry.lastSeen <= this.o.correlationWindowMs) {
+      entry.count++;
+      entry.lastSeen = now;
+      entry.body.lastTimestamp = ts;
+      lruTouch(this.entries, key, entry);
+      this.o.metrics?.eventsTotal.inc({ type, result: "aggregated" });
+    } else {
+      if (this.pending.size >= this.o.maxPending) {
+        this.o.metrics?.eventsTotal.inc({ type, result: "dropped" });
+        return;
+      }
+      const namespace = meta.namespace || "default";
+      const name = `${meta.name ?? "object"}.${this.uniqueSuffix(now)}`;
+      const body: EventBody = {
+        apiVersion: "v1",
+        kind: "Event",
+        metadata: { name, namespace },
+        involvedObject: {
+          apiVersion: obj.apiVersion,
+          kind: obj.kind,
+          name: meta.name,
+          namespace: meta.namespace,
+          uid: meta.uid,
+          resourceVersion: meta.resourceVersion,
+        },
+        reason,
+        message,
+        type,
+        count: 1,
+        firstTimestamp: ts,
+        lastTimestamp: ts,
+        source: { component: this.o.component },
+        reportingComponent: this.o.reportingController,
+        reportingInstance: truncate(this.o.reportingInstance, 128),
+      };
+      if (action) body.action = truncate(action, 128);
+      entry = { name, namespace, body, count: 1, writtenCount: 0, lastSeen: now, created: false, writing: false, again: false };
+      lruSet(this.entries, key, entry, this.o.cacheSize);
+      this.o.metrics?.eventsTotal.inc({ type, result: "created" });
+    }
+    this.schedule(entry);
+  }
+
+  private schedule(entry: Entry): void {
+    if (entry.writing) {
+      entry.again = true; // coalesced into the write after the current one
+      return;
+    }
+    entry.writing = true;
+    const p = (async () => {
+      try {
+        do {
+          entry.again = false;
+          await this.withSlot(() => this.write(entry));
+        } while (entry.again && entry.writtenCount < entry.count);
+      } finally {
+        entry.writing = false;
+      }
+    })();
+    this.pending.add(p);
+    void p.finally(() => this.pending.delete(p));
+  }
+
+  private async write(entry: Entry): Promise<void> {
+    if (entry.writtenCount >= entry.count) return;
+    const count = entry.count;
+    try {
+      if (entry.created) {
+        try {
+          await this.o.client.patch(
+            eventsPath(entry.namespace, entry.name),
+            { count, lastTimestamp: entry.body.lastTimestamp },
+            "merge",
+          );
+        } catch (err) {
+          if (!isNotFound(err)) throw err;
+          // The Event expired (the API server keeps them 1 h): start a new one.
+          entry.name = `${entry.body.involvedObject.name ?? "object"}.${this.uniqueSuffix(this.now())}`;
+          entry.body.metadata.name = entry.name;
+          entry.body.firstTimestamp = entry.body.lastTimestamp;
+          entry.created = false;
+          entry.count = 1;
+          entry.writtenCount = 0;
+          await this.create(entry, 1);
+          return;
+        }
+      } else {
+        await this.create(entry, count);
+      }
+      entry.writtenCount = Math.max(entry.writtenCount, count);
+    } catch (err) {
+      this.o.metrics?.eventsTotal.inc({ type: entry.body.type, result: "failed" });
+      this.log.warn({ err: err instanceof Error ? err.message : String(err), reason: entry.body.reason }, "could not write event");
+      entry.writtenCount = entry.count; // do not retry a failing write in a loop
+    }
+  }
+
+  private async create(entry: Entry, count: number): Promise<void> {
+    try {
+      await this.o.client.create(eventsPath(entry.namespace), { ...entry.body, count });
+      entry.created = true;
+      entry.writtenCount = count;
+    } catch (err) {
+      if (!isAlreadyExists(err)) throw err;
+      entry.created = true; // name collision with ourselves (retry after timeout): patch next time
+      await this.o.client.patch(eventsPath(entry.namespace, entry.name), { count, lastTimestamp: entry.body.lastTimestamp }, "merge");
+      entry.writtenCount = count;
+    }
+  }
+
+  private allow(objectKey: string, now: number): boolean {
+    let b = this.buckets.get(objectKey);
+    if (!b) {
+      b = { tokens: this.o.spamBurst, last: now };
+      lruSet(this.buckets, objectKey, b, this.o.cacheSize);
+    } else {
+      b.tokens = Math.min(this.o.spamBurst, b.tokens + (now - b.last) / this.o.spamRefillMs);
+      b.last = now;
+      lruTouch(this.buckets, objectKey, b);
+    }
+    if (b.tokens < 1) return false;
+    b.tokens -= 1;
+    return true;
+  }
+
+  private async withSlot<R>(fn: () => Promise<R>): Promise<R> {
+    // A finished write hands its slot straight to the next waiter, so the bound is exact.
+    if (this.active >= this.o.maxConcurrentWrites) await new Promise<void>((resolve) => this.slots.push(resolve));
+    else this.active++;
+    try {
+      return await fn();
+    } finally {
+      const next = this.slots.shift();
+      if (next) next();
+      else this.active--;
+    }
+  }
+
+  /** client-go names events `<object>.<unix nanos in hex>`; a counter keeps same-ms events apart. */
+  private uniqueSuffix(now: number): string {
+    this.seq = (this.seq + 1) % 1_000_000;
+    return (BigInt(now) * 1_000_000n + BigInt(this.seq)).toString(16);
+  }
+}
+
+function truncate(s: string, max: number): string {
+  return s.length <= max ? s : `${s.slice(0, max - 3)}...`;
+}
+
+function lruSet<V>(m: Map<string, V>, k: string, v: V, max: number): void {
+  m.delete(k);
+  m.set(k, v);
+  while (m.size > max) {
+    const oldest = m.keys().next();
+    if (oldest.done) break;
+    m.delete(oldest.value);
+  }
+}
+
+function lruTouch<V>(m: Map<string, V>, k: string, v: V): void {
+  m.delete(k);
+  m.set(k, v);
+}

@@ -1,0 +1,307 @@
+// Leader election on a coordination.k8s.io/v1 Lease, with client-go's semantics
+// (k8s.io/client-go/tools/leaderelection):
+//
+//  - defaults leaseDuration 15 s, renewDeadline 10 s, retryPeriod 2 s (jittered x1.2);
+//  - a candidate acquires when the Lease has no holder, or when the record it OBSERVED has
+//    not changed for leaseDuration measured on its OWN clock (never the holder's renewTime:
+//    clocks skew), exactly as client-go's observedTime;
+//  - writes carry the resourceVersion read (optimistic concurrency): 409 -> lost this round,
+//    try again next retryPeriod;
+//  - the leader renews every retryPeriod; if it cannot renew for renewDeadline it stops
+//    leading (onStoppedLeading) - better two seconds of nobody than two leaders;
+//  - leaseTransitions increments whenever the holder changes;
+//  - on shutdown (ReleaseOnCancel) the leader clears holderIdentity, so a successor takes
+//    over at its next retry instead of waiting for the lease to expire.
+import type { Logger } from "pino";
+import { randomBytes } from "node:crypto";
+import { hostname } from "node:os";
+import { setTimeout as sleep } from "node:timers/promises";
+import { isConflict, isAlreadyExists, isNotFound, leasesPath, type KubeClient } from "./kube-client.js";
+import type { Metrics } from "./metrics.js";
+
+export interface Lease {
+  apiVersion?: string;
+  kind?: string;
+  metadata: { name?: string; namespace?: string; resourceVersion?: string; labels?: Record<string, string> };
+  spec?: {
+    holderIdentity?: string | null;
+    leaseDurationSeconds?: number | null;
+    acquireTime?: string | null;
+    renewTime?: string | null;
+    leaseTransitions?: number | null;
+  };
+}
+
+export interface LeaderElectorOptions {
+  client: KubeClient;
+  namespace: string;
+  /** Lease name (also the metric label). */
+  name: string;
+  /** Default: hostname + "_" + random suffix. */
+  identity?: string;
+  leaseDurationMs?: number;
+  renewDeadlineMs?: number;
+  retryPeriodMs?: number;
+  /** Clear holderIdentity on stop (default true). */
+  releaseOnCancel?: boolean;
+  logger: Logger;
+  metrics?: Metrics;
+  /** Called once leadership is acquired; `signal` aborts when it is lost or on stop. */
+  onStartedLeading(signal: AbortSignal): void | Promise<void>;
+  /** Called once when leadership ends (lost, or released on stop). */
+  onStoppedLeading?(): void;
+  /** Called when the observed leader changes (including to ourselves). */
+  onNewLeader?(identity: string): void;
+}
+
+const JITTER_FACTOR = 1.2;
+
+/** client-go's MicroTime wire format: RFC 3339 with microseconds. */
+function microTime(d: Date): string {
+  return d.toISOString().replace(/\.(\d{3})Z$/, ".$1000Z");
+}
+
+export function defaultIdentity(): string {
+  return `${hostname()}_${randomBytes(4).toString("hex")}`;
+}
+
+export class LeaderElector {
+  readonly identity: string;
+  private readonly o: Required<Pick<LeaderElectorOptions, "leaseDurationMs" | "renewDeadlineMs" | "retryPeriodMs" | "releaseOnCancel">> &
+    LeaderElectorOptions;
+  private readonly log: Logger;
+  private observed: Lease | undefined;
+  /** local monotonic-ish clock (Date.now) when `observed` last changed */
+  private observedTime = 0;
+  private observedRaw = "";
+  private leading = false;
+  private reportedLeader = "";
+  private leadingAbort: AbortController | undefined;
+
+  constructor(opts: LeaderElectorOptions) {
+    this.o = {
+      leaseDurationMs: 15_000,
+      renewDeadlineMs: 10_000,
+      retryPeriodMs: 2_000,
+      releaseOnCancel: true,
+      ...opts,
+    };
+    const { leaseDurationMs, renewDeadlineMs, retryPeriodMs } = this.o;
+    // The same sanity checks as client-go's NewLeaderElector.
+    if (leaseDurationMs <= renewDeadlineMs) throw new Error("leaseDuration must be greater than renewDeadline");
+    if (renewDeadlineMs <= JITTER_FACTOR * retryPeriodMs) throw new Error("renewDeadline must be greater than retryPeriod*1.2");
+    if (retryPeriodMs < 1) throw new Error("retryPeriod must be positive");
+    this.identity = opts.identity ?? defaultIdentity();
+    this.log = opts.logger.child({ lease: `${opts.namespace}/${opts.name}`, identity: this.identity });
+    this.o.metrics?.leaderElectionMasterStatus.set({ name: opts.name }, 0);
+  }
+
+  isLeader(): boolean {
+    return this.leading;
+  }
+
+  /** Holder identity as last observed ("" when none). */
+  getLeader(): string {
+    return this.observed?.spec?.holderIdentity ?? "";
+  }
+
+  /**
+   * Campaign, lead, and return when leadership is lost or `signal` aborts (then release the
+   * lease if we hold it). Never throws for API errors: they are retried.
+   */
+  async run(signal: AbortSignal): Promise<void> {
+    try {
+      if (!(await this.acquire(signal))) return;
+      const leading = new AbortController();
+      this.leadingAbort = leading;
+      const onAbort = (): void => leading.abort(signal.reason);
+      signal.addEventListener("abort", onAbort, { once: true });
+      this.setLeading(true);
+      try {
+        // Do not let a throwing callback take the elector down; run it alongside renewal.
+        void Promise.resolve()
+          .then(() => this.o.onStartedLeading(leading.signal))
+          .catch((err: unknown) => this.log.error({ err: errorMessage(err) }, "onStartedLeading failed"));
+        await this.renewLoop(signal);
+      } finally {
+        signal.removeEventListener("abort", onAbort);
+        leading.abort(new Error("leadership ended"));
+        this.setLeading(false);
+        if (signal.aborted && this.o.releaseOnCancel) await this.release();
+        try {
+          this.o.onStoppedLeading?.();
+        } catch (err) {
+          this.log.error({ err: errorMessage(err) }, "onStoppedLeading failed");
+        }
+      }
+    } finally {
+      this.leadingAbort = undefined;
+    }
+  }
+
+  /** Retry every retryPeriod (jittered) until acquired; false if aborted first. */
+  private async acquire(signal: AbortSignal): Promise<boolean> {
+    this.log.info("attempting to acquire leader lease");
+    while (!signal.aborted) {
+      if (await this.tryAcquireOrRenew(signal)) {
+        this.log.info("acquired leader lease");
+        return true;
+      }
+      if (!(await this.wait(jitter(this.o.retryPeriodMs), signal))) return false;
+    }
+    return false;
+  }
+
+  /** Renew every retryPeriod; return when a round could not renew within renewDeadline, or on abort. */
+  private async renewLoop(signal: AbortSignal): Promise<void> {
+    while (!signal.aborted) {
+      if (!(await this.wait(this.o.retryPeriodMs, signal))) return;
+      // One round = retry every retryPeriod until renewed or renewDeadline has passed
+      // (client-go: PollImmediateUntil(retryPeriod, tryAcquireOrRenew, renewDeadline ctx)).
+      const deadline = Date.now() + this.o.renewDeadlineMs;
+      let renewed = false;
+      while (!signal.aborted) {
+        const attemptSignal = AbortSignal.any([signal, AbortSignal.timeout(Math.max(1, deadline - Date.now()))]);
+        renewed = await this.tryAcquireOrRenew(attemptSignal);
+        if (renewed || Date.now() >= deadline) break;
+        if (!(await this.wait(Math.min(this.o.retryPeriodMs, Math.max(1, deadline - Date.now())), signal))) return;
+      }
+      if (signal.aborted) return;
+      if (!renewed) {
+        this.log.error({ renewDeadlineMs: this.o.renewDeadlineMs }, "failed to renew lease in time; leadership lost");
+        return;
+      }
+    }
+  }
+
+  private async tryAcquireOrRenew(signal: AbortSignal): Promise<boolean> {
+    const path = leasesPath(this.o.namespace, this.o.name);
+    const now = new Date();
+    const leaseDurationSeconds = Math.ceil(this.o.leaseDurationMs / 1000);
+    let current: Lease;
+    try {
+      current = await this.o.client.get<Lease>(path, { signal });
+    } catch (err) {
+      if (!isNotFound(err)) {
+        this.log.warn({ err: errorMessage(err) }, "error retrieving lease");
+        return false;
+      }
+      const lease: Lease = {
+        apiVersion: "coordination.k8s.io/v1",
+        kind: "Lease",
+        metadata: { name: this.o.name, namespace: this.o.namespace },
+        spec: {
+          holderIdentity: this.identity,
+          leaseDurationSeconds,
+          acquireTime: microTime(now),
+          renewTime: microTime(now),
+          leaseTransitions: 0,
+        },
+      };
+      try {
+        const created = await this.o.client.create<Lease>(leasesPath(this.o.namespace), lease, { signal });
+        this.observe(created);
+        return true;
+      } catch (e) {
+        if (!isAlreadyExists(e)) this.log.warn({ err: errorMessage(e) }, "error creating lease");
+        return false;
+      }
+    }
+    this.observe(current);
+    const spec = current.spec ?? {};
+    const holder = spec.holderIdentity ?? "";
+    const observedDurationMs = (spec.leaseDurationSeconds ?? leaseDurationSeconds) * 1000;
+    const held = holder !== "" && holder !== this.identity && this.observedTime + observedDurationMs > Date.now();
+    if (held) return false;
+    const iAmHolder = holder === this.identity && this.leading;
+    const next: Lease = {
+      ...current,
+      spec: {
+        ...spec,
+        holderIdentity: this.identity,
+        leaseDurationSeconds,
+        renewTime: microTime(now),
+        acquireTime: iAmHolder ? (spec.acquireTime ?? microTime(now)) : microTime(now),
+        leaseTransitions: (spec.leaseTransitions ?? 0) + (holder === this.identity ? 0 : 1),
+      },
+    };
+    try {
+      const updated = await this.o.client.replace<Lease>(path, next, { signal });
+      this.observe(updated);
+      return true;
+    } catch (err) {
+      // 409: someone else wrote first; we lost this round.
+      if (!isConflict(err)) this.log.warn({ err: errorMessage(err) }, "error updating lease");
+      return false;
+    }
+  }
+
+  /** Give the lease up: holderIdentity cleared, duration 1 s (client-go's release()). */
+  private async release(): Promise<void> {
+    const path = leasesPath(this.o.namespace, this.o.name);
+    try {
+      const current = await this.o.client.get<Lease>(path, { signal: AbortSignal.timeout(this.o.renewDeadlineMs) });
+      if ((current.spec?.holderIdentity ?? "") !== this.identity) return;
+      const now = microTime(new Date());
+      await this.o.client.replace<Lease>(
+        path,
+        {
+          ...current,
+          spec: {
+            ...current.spec,
+            holderIdentity: null,
+            leaseDurationSeconds: 1,
+            acquireTime: now,
+            renewTime: now,
+          },
+        },
+        { signal: AbortSignal.timeout(this.o.renewDeadlineMs) },
+      );
+      this.log.info("released leader lease");
+    } catch (err) {
+      this.log.warn({ err: errorMessage(err) }, "failed to release lease; the successor waits for it to expire");
+    }
+  }
+
+  private observe(lease: Lease): void {
+    const raw = JSON.stringify(lease.spec ?? {});
+    // Only a changed record resets the observed time (client-go compares the whole record).
+    if (raw !== this.observedRaw) {
+      this.observedRaw = raw;
+      this.observedTime = Date.now();
+    }
+    this.observed = lease;
+    const holder = lease.spec?.holderIdentity ?? "";
+    if (holder && holder !== this.reportedLeader) {
+      this.reportedLeader = holder;
+      if (holder !== this.identity) this.log.info({ leader: holder }, "new leader observed");
+      try {
+        this.o.onNewLeader?.(holder);
+      } catch (err) {
+        this.log.error({ err: errorMessage(err) }, "onNewLeader failed");
+      }
+    }
+  }
+
+  private setLeading(v: boolean): void {
+    this.leading = v;
+    this.o.metrics?.leaderElectionMasterStatus.set({ name: this.o.name }, v ? 1 : 0);
+  }
+
+  private async wait(ms: number, signal: AbortSignal): Promise<boolean> {
+    try {
+      await sleep(ms, undefined, { signal });
+      return true;
+    } catch {
+      return false;
+    }
+  }
+}
+
+function jitter(ms: number): number {
+  return ms + Math.random() * (JITTER_FACTOR - 1) * ms;
+}
+
+function errorMessage(err: unknown): string {
+  return err instanceof Error ? err.message : String(err);
+}

@@ -1,0 +1,350 @@
+// The manager (controller-runtime's pkg/manager, in small): owns the KubeClient, the shared
+// informers, the controllers, leader election, the probe/metrics servers, the event recorder,
+// and an orderly shutdown.
+//
+// Start order: servers (so liveness answers during a long cache sync) -> informers (always,
+// leader or not, so a standby has a warm cache and can take over at once) -> wait for cache
+// sync -> campaign for the Lease (if enabled) -> controllers' workers while leading.
+//
+// Stop order (SIGTERM/SIGINT or stop()): controllers stop taking work and finish in-flight
+// reconciles within the grace period -> the Lease is released (holderIdentity cleared, so the
+// successor takes over at once) -> informers stop -> pending Events are flushed (bounded) ->
+// servers close. Losing the Lease ends the manager with reason "leadership-lost" (as
+// controller-runtime exits on lost leadership: a fresh process is the safe way back).
+import type { Logger } from "pino";
+import { Controller, type ControllerOptions } from "./controller.js";
+import { EventRecorder } from "./events.js";
+import { Informer, type InformerOptions } from "./informer.js";
+import { KubeClient, type KubeObject } from "./kube-client.js";
+import { LeaderElector, defaultIdentity } from "./leader-election.js";
+import { createLogger } from "./logging.js";
+import { Metrics } from "./metrics.js";
+import { HealthChecks, ProbeServer, metricsHandler, type BoundAddress, type Check } from "./probes.js";
+
+export interface LeaderElectionConfig {
+  /** Lease namespace (default: the client's current namespace, else "default"). */
+  namespace?: string;
+  /** Lease name (default "agent-operator-leader"). */
+  name?: string;
+  leaseDurationMs?: number;
+  renewDeadlineMs?: number;
+  retryPeriodMs?: number;
+}
+
+export interface ManagerOptions {
+  client?: KubeClient;
+  logger?: Logger;
+  metrics?: Metrics;
+  /** Namespaces to watch; empty/undefined = all. Namespaced resources get one list/watch per namespace. */
+  namespaces?: string[];
+  /** "" or "0" disables. Default ":8080". */
+  metricsBindAddress?: string;
+  /** "" or "0" disables. Default ":8081". */
+  healthProbeBindAddress?: string;
+  /** false/undefined: no election (single replica). */
+  leaderElection?: boolean | LeaderElectionConfig;
+  /** Identity for the Lease and Events' reportingInstance (default hostname_random). */
+  identity?: string;
+  /** Grace period for in-flight reconciles on shutdown (default 30 s). */
+  gracefulShutdownTimeoutMs?: number;
+  /** Fail start() if caches are not synced by then (default 2 min, controller-runtime's CacheSyncTimeout). */
+  cacheSyncTimeoutMs?: number;
+  /** Install SIGTERM/SIGINT handlers in start() (default true). */
+  handleSignals?: boolean;
+  /** Defaults for every informer the manager creates (watch timeouts, backoff). */
+  informerDefaults?: Partial<Omit<InformerOptions, "path" | "logger" | "namespaces" | "labelSelector" | "fieldSelector">>;
+}
+
+export interface InformerForOptions {
+  labelSelector?: string;
+  fieldSelector?: string;
+  /**
+   * Whether the resource is namespaced (then the manager's namespace restriction applies).
+   * Default: true, except for well-known cluster-scoped resources and paths that already
+   * name a namespace.
+   */
+  namespaced?: boolean;
+}
+
+export type StopReason = "signal" | "stopped" | "leadership-lost" | "error";
+
+const CLUSTER_SCOPED = new Set([
+  "namespaces",
+  "nodes",
+  "persistentvolumes",
+  "customresourcedefinitions",
+  "clusterroles",
+  "clusterrolebindings",
+  "storageclasses",
+  "priorityclasses",
+  "validatingwebhookconfigurations",
+  "mutatingwebhookconfigurations",
+  "apiservices",
+]);
+
+export class Manager {
+  readonly client: KubeClient;
+  readonly logger: Logger;
+  readonly metrics: Metrics;
+  readonly identity: string;
+  readonly events: EventRecorder;
+  readonly namespaces: readonly string[];
+  private readonly o: ManagerOptions;
+  private readonly informers = new Map<string, Informer<KubeObject>>();
+  private readonly controllers: Controller[] = [];
+  private readonly healthChecks = new HealthChecks();
+  private readonly readyChecks = new HealthChecks();
+  private servers: ProbeServer[] = [];
+  private metricsAddr: BoundAddress | undefined;
+  private healthAddr: BoundAddress | undefined;
+  private elector: LeaderElector | undefined;
+  private readonly electionAbort = new AbortController();
+  private electionDone: Promise<void> | undefined;
+  private state: "new" | "starting" | "running" | "stopping" | "stopped" = "new";
+  private leading = false;
+  private stopPromise: Promise<void> | undefined;
+  private resolveDone!: (r: StopReason) => void;
+  private readonly donePromise: Promise<StopReason>;
+  private stopReason: StopReason = "stopped";
+  private readonly signalHandlers: [NodeJS.Signals, () => void][] = [];
+
+  constructor(opts: ManagerOptions = {}) {
+    this.o = opts;
+    this.logger = opts.logger ?? createLogger();
+    this.client = opts.client ?? new KubeClient();
+    this.metrics = opts.metrics ?? new Metrics();
+    this.identity = opts.identity ?? defaultIdentity();
+    this.namespaces = [...new Set((opts.namespaces ?? []).filter((n) => n.length > 0))];
+    this.events = new EventRecorder({
+      client: this.client,
+      logger: this.logger,
+      metrics: this.metrics,
+      reportingInstance: this.identity,
+    });
+    this.donePromise = new Promise<StopReason>((resolve) => (this.resolveDone = resolve));
+    this.healthChecks.add("ping", () => true);
+    this.readyChecks.add("informers-synced", () => {
+      for (const inf of this.informers.values()) if (!inf.hasSynced()) throw new Error(`cache of ${inf.path} not synced`);
+      return true;
+    });
+  }
+
+  /**
+   * The shared informer for a collection path (cluster-wide form, e.g.
+   * /apis/agentcompute.dev/v1alpha1/skills). One per path + selectors, shared by every
+   * controller that asks; with a namespace restriction, it lists/watches each namespace.
+   */
+  informerFor<T extends KubeObject>(path: string, opts: InformerForOptions = {}): Informer<T> {
+    const key = `${path}?l=${opts.labelSelector ?? ""}&f=${opts.fieldSelector ?? ""}`;
+    const existing = this.informers.get(key);
+    if (existing) return existing as unknown as Informer<T>;
+    const plural = path.slice(path.lastIndexOf("/") + 1);
+    const namespaced = opts.namespaced ?? (!CLUSTER_SCOPED.has(plural) && !path.includes("/namespaces/"));
+    const informer = new Informer<T>(this.client, {
+      ...this.o.informerDefaults,
+      path,
+      labelSelector: opts.labelSelector,
+      fieldSelector: opts.fieldSelector,
+      namespaces: namespaced ? [...this.namespaces] : undefined,
+      logger: this.logger,
+      metrics: this.metrics,
+    });
+    this.informers.set(key, informer as unknown as Informer<KubeObject>);
+    if (this.state === "starting" || this.state === "running") {
+      informer.start().catch((err: unknown) => this.logger.error({ err: errorMessage(err), path }, "informer failed to start"));
+    }
+    return informer;
+  }
+
+  /** Convenience: a Controller with the manager's logger and metrics, added to the manager. */
+  newController(opts: Omit<ControllerOptions, "logger" | "metrics"> & Partial<Pick<ControllerOptions, "logger" | "metrics">>): Controller {
+    const c = new Controller({ logger: this.logger, metrics: this.metrics, ...opts });
+    this.addController(c);
+    return c;
+  }
+
+  addController(c: Controller): void {
+    this.controllers.push(c);
+    if (this.state === "running" && this.leading) void c.start();
+  }
+
+  addHealthCheck(name: string, check: Check): void {
+    this.healthChecks.add(name, check);
+  }
+
+  addReadyCheck(name: string, check: Check): void {
+    this.readyChecks.add(name, check);
+  }
+
+  isLeader(): boolean {
+    return this.leading;
+  }
+
+  metricsAddress(): BoundAddress | undefined {
+    return this.metricsAddr;
+  }
+
+  healthAddress(): BoundAddress | undefined {
+    return this.healthAddr;
+  }
+
+  /** Resolves with why the manager ended, once stop() has completed. */
+  done(): Promise<StopReason> {
+    return this.donePromise;
+  }
+
+  /** Start everything; resolves once caches are synced and (without election) workers run. */
+  async start(): Promise<void> {
+    if (this.state !== "new") throw new Error(`manager already ${this.state}`);
+    this.state = "starting";
+    if (this.o.handleSignals ?? true) this.installSignalHandlers();
+    try {
+      await this.startServers();
+      const syncTimeoutMs = this.o.cacheSyncTimeoutMs ?? 120_000;
+      await this.waitForCacheSync(syncTimeoutMs);
+    } catch (err) {
+      if (this.stopPromise) {
+        // stop() (e.g. SIGTERM) during startup: not a start failure.
+        await this.stopPromise;
+        return;
+      }
+      this.logger.error({ err: errorMessage(err) }, "manager failed to start");
+      await this.stop("error");
+      throw err;
+    }
+    if (this.state !== "starting") return; // stopped meanwhile
+    this.state = "running";
+    const le = this.o.leaderElection;
+    if (!le) {
+      this.leading = true;
+      await Promise.all(this.controllers.map((c) => c.start()));
+      this.logger.info({ controllers: this.controllers.map((c) => c.name) }, "manager running");
+      return;
+    }
+    const cfg: LeaderElectionConfig = le === true ? {} : le;
+    const namespace = cfg.namespace ?? this.client.currentNamespace() ?? "default";
+    this.elector = new LeaderElector({
+      client: this.client,
+      namespace,
+      name: cfg.name ?? "agent-operator-leader",
+      identity: this.identity,
+      leaseDurationMs: cfg.leaseDurationMs,
+      renewDeadlineMs: cfg.renewDeadlineMs,
+      retryPeriodMs: cfg.retryPeriodMs,
+      logger: this.logger,
+      metrics: this.metrics,
+      onStartedLeading: async () => {
+        this.leading = true;
+        this.logger.info("leading: starting controllers");
+        await Promise.all(this.controllers.map((c) => c.start()));
+      },
+      onStoppedLeading: () => {
+        this.leading = false;
+      },
+    });
+    this.electionDone = this.elector.run(this.electionAbort.signal).then(() => {
+      if (!this.electionAbort.signal.aborted) {
+        this.logger.error("leader election lost; stopping");
+        void this.stop("leadership-lost");
+      }
+    });
+    this.logger.info({ lease: `${namespace}/${cfg.name ?? "agent-operator-leader"}` }, "manager running; campaigning for leadership");
+  }
+
+  /** Graceful shutdown (idempotent). */
+  stop(reason: StopReason = "stopped"): Promise<void> {
+    if (this.stopPromise) return this.stopPromise;
+    this.stopReason = reason;
+    this.stopPromise = this.doStop();
+    return this.stopPromise;
+  }
+
+  private async doStop(): Promise<void> {
+    this.state = "stopping";
+    const grace = this.o.gracefulShutdownTimeoutMs ?? 30_000;
+    this.logger.info({ reason: this.stopReason, graceMs: grace }, "manager stopping");
+    const deadline = Date.now() + grace;
+    await Promise.all(this.controllers.map((c) => c.stop(grace).catch(() => undefined)));
+    this.electionAbort.abort(new Error("manager stopping"));
+    await this.electionDone?.catch(() => undefined);
+    this.leading = false;
+    await Promise.all([...this.informers.values()].map((i) => i.stop().catch(() => undefined)));
+    await Promise.race([this.events.flush(), delay(Math.max(1_000, Math.min(5_000, deadline - Date.now())))]);
+    await Promise.all(this.servers.map((s) => s.close().catch(() => undefined)));
+    await this.client.close();
+    for (const [sig, h] of this.signalHandlers.splice(0)) process.off(sig, h);
+    this.state = "stopped";
+    this.logger.info({ reason: this.stopReason }, "manager stopped");
+    this.resolveDone(this.stopReason);
+  }
+
+  private async startServers(): Promise<void> {
+    const metricsAddr = this.o.metricsBindAddress ?? ":8080";
+    const healthAddr = this.o.healthProbeBindAddress ?? ":8081";
+    const enabled = (a: string): boolean => a !== "" && a !== "0";
+    const health = this.healthChecks.handler();
+    const ready = this.readyChecks.handler();
+    if (enabled(metricsAddr) && enabled(healthAddr) && metricsAddr === healthAddr) {
+      const s = new ProbeServer(metricsAddr)
+        .route("/metrics", metricsHandler(this.metrics))
+        .route("/healthz", health)
+        .route("/readyz", ready);
+      this.servers.push(s);
+      this.metricsAddr = this.healthAddr = await s.listen();
+      return;
+    }
+    if (enabled(metricsAddr)) {
+      const s = new ProbeServer(metricsAddr).route("/metrics", metricsHandler(this.metrics));
+      this.servers.push(s);
+      this.metricsAddr = await s.listen();
+    }
+    if (enabled(healthAddr)) {
+      const s = new ProbeServer(healthAddr).route("/healthz", health).route("/readyz", ready);
+      this.servers.push(s);
+      this.healthAddr = await s.listen();
+    }
+    this.logger.info({ metrics: this.metricsAddr?.address, health: this.healthAddr?.address }, "probe servers listening");
+  }
+
+  private async waitForCacheSync(timeoutMs: number): Promise<void> {
+    const all = Promise.all([...this.informers.values()].map((i) => i.start()));
+    let timer: NodeJS.Timeout | undefined;
+    const timeout = new Promise<never>((_, reject) => {
+      timer = setTimeout(() => {
+        const pending = [...this.informers.values()].filter((i) => !i.hasSynced()).map((i) => i.path);
+        reject(new Error(`caches not synced within ${timeoutMs} ms: ${pending.join(", ")}`));
+      }, timeoutMs);
+    });
+    try {
+      await Promise.race([all, timeout]);
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+
+  private installSignalHandlers(): void {
+    let received = 0;
+    for (const sig of ["SIGTERM", "SIGINT"] as const) {
+      const h = (): void => {
+        received++;
+        if (received > 1) {
+          // Second signal: the operator asked twice; do not make them wait (controller-runtime does the same).
+          this.logger.warn({ signal: sig }, "second signal: exiting now");
+          process.exit(1);
+        }
+        this.logger.info({ signal: sig }, "signal received; shutting down");
+        void this.stop("signal");
+      };
+      process.on(sig, h);
+      this.signalHandlers.push([sig, h]);
+    }
+  }
+}
+
+function delay(ms: number): Promise<void> {
+  return new Promise((resolve) => setTimeout(resolve, ms).unref());
+}
+
+function errorMessage(err: unknown): string {
+  return err instanceof Error ? err.message : String(err);
+}
