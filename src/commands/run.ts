@@ -1,5 +1,133 @@
-// Placeholder until the operator core lands: keeps the CLI's command table honest.
-export async function main(_argv: string[]): Promise<number> {
-  console.error("agent-operator run: the operator is not built yet");
-  return 1;
+// `agent-operator run`: the operator alone, as it runs in a cluster. Flag names follow
+// controller-runtime's (what operators built with kubebuilder accept), so manifests and
+// muscle memory carry over.
+import { KubeConfig } from "@kubernetes/client-node";
+import { parseArgs } from "node:util";
+import { setupOperator } from "../controllers/index.js";
+import { KubeClient } from "../runtime/kube-client.js";
+import { createLogger } from "../runtime/logging.js";
+import { Manager } from "../runtime/manager.js";
+import { parseDuration } from "./duration.js";
+
+const HELP = `usage: agent-operator run [flags]
+
+Runs the operator against the cluster of --kubeconfig, else $KUBECONFIG, else the in-cluster
+service account.
+
+flags:
+  --kubeconfig <path>                  kubeconfig file (default: $KUBECONFIG, ~/.kube/config, in-cluster)
+  --namespace <ns>                     watch only this namespace; repeat for several (default: all)
+  --sync-period <duration>             re-observe every resource this often, jittered (default 10m)
+  --concurrency <n>                    reconciles in parallel per kind (default 8)
+  --leader-elect                       elect a leader through a Lease so that only one replica acts
+  --leader-election-namespace <ns>     namespace of the Lease (default: the pod's namespace)
+  --leader-election-id <name>          name of the Lease (default agent-operator-leader)
+  --metrics-bind-address <addr>        Prometheus /metrics (default :8080; 0 disables)
+  --health-probe-bind-address <addr>   /healthz and /readyz (default :8081; 0 disables)
+  --graceful-shutdown-timeout <dur>    time in-flight reconciles get on SIGTERM (default 30s)
+  --log-level <level>                  trace, debug, info, warn, error (default info)
+`;
+
+export interface RunFlags {
+  kubeconfig?: string;
+  namespaces: string[];
+  syncPeriodMs: number;
+  concurrency: number;
+  leaderElect: boolean;
+  leaderElectionNamespace?: string;
+  leaderElectionId: string;
+  metricsBindAddress: string;
+  healthProbeBindAddress: string;
+  gracefulShutdownTimeoutMs: number;
+  logLevel: string;
+}
+
+/** Parses and validates the flags; throws an Error whose message names the flag. */
+export function parseRunFlags(argv: string[]): RunFlags | "help" {
+  const { values } = parseArgs({
+    args: argv,
+    strict: true,
+    options: {
+      help: { type: "boolean", short: "h" },
+      kubeconfig: { type: "string" },
+      namespace: { type: "string", multiple: true },
+      "sync-period": { type: "string", default: "10m" },
+      concurrency: { type: "string", default: "8" },
+      "leader-elect": { type: "boolean", default: false },
+      "leader-election-namespace": { type: "string" },
+      "leader-election-id": { type: "string", default: "agent-operator-leader" },
+      "metrics-bind-address": { type: "string", default: ":8080" },
+      "health-probe-bind-address": { type: "string", default: ":8081" },
+      "graceful-shutdown-timeout": { type: "string", default: "30s" },
+      "log-level": { type: "string", default: "info" },
+    },
+  });
+  if (values.help) return "help";
+  const concurrency = Number(values.concurrency);
+  if (!Number.isInteger(concurrency) || concurrency < 1) {
+    throw new Error(`--concurrency: "${values.concurrency}" is not a whole number of at least 1`);
+  }
+  const levels = ["trace", "debug", "info", "warn", "error", "fatal", "silent"];
+  if (!levels.includes(values["log-level"])) {
+    throw new Error(`--log-level: "${values["log-level"]}" is not one of ${levels.join(", ")}`);
+  }
+  const syncPeriodMs = parseDuration(values["sync-period"], "--sync-period");
+  if (syncPeriodMs < 1000) throw new Error("--sync-period: must be at least 1s");
+  return {
+    kubeconfig: values.kubeconfig,
+    namespaces: values.namespace ?? [],
+    syncPeriodMs,
+    concurrency,
+    leaderElect: values["leader-elect"],
+    leaderElectionNamespace: values["leader-election-namespace"],
+    leaderElectionId: values["leader-election-id"],
+    metricsBindAddress: values["metrics-bind-address"],
+    healthProbeBindAddress: values["health-probe-bind-address"],
+    gracefulShutdownTimeoutMs: parseDuration(values["graceful-shutdown-timeout"], "--graceful-shutdown-timeout"),
+    logLevel: values["log-level"],
+  };
+}
+
+export async function main(argv: string[]): Promise<number> {
+  let flags: RunFlags | "help";
+  try {
+    flags = parseRunFlags(argv);
+  } catch (err) {
+    console.error(`agent-operator run: ${err instanceof Error ? err.message : String(err)}\n\n${HELP}`);
+    return 2;
+  }
+  if (flags === "help") {
+    console.log(HELP);
+    return 0;
+  }
+  const logger = createLogger({ level: flags.logLevel });
+  const kubeConfig = new KubeConfig();
+  if (flags.kubeconfig) kubeConfig.loadFromFile(flags.kubeconfig);
+  else kubeConfig.loadFromDefault();
+  const manager = new Manager({
+    client: new KubeClient({ kubeConfig }),
+    logger,
+    namespaces: flags.namespaces,
+    metricsBindAddress: flags.metricsBindAddress,
+    healthProbeBindAddress: flags.healthProbeBindAddress,
+    gracefulShutdownTimeoutMs: flags.gracefulShutdownTimeoutMs,
+    leaderElection: flags.leaderElect
+      ? { namespace: flags.leaderElectionNamespace, name: flags.leaderElectionId }
+      : false,
+  });
+  const operator = setupOperator(manager, { syncPeriodMs: flags.syncPeriodMs, concurrency: flags.concurrency });
+  await manager.start();
+  logger.info(
+    {
+      metrics: manager.metricsAddress()?.address,
+      health: manager.healthAddress()?.address,
+      namespaces: flags.namespaces.length > 0 ? flags.namespaces : "all",
+      leaderElection: flags.leaderElect,
+    },
+    "operator started",
+  );
+  const reason = await manager.done();
+  await operator.pool.close();
+  logger.info({ reason }, "operator stopped");
+  return reason === "error" || reason === "leadership-lost" ? 1 : 0;
 }

@@ -1,0 +1,229 @@
+// Wires the five controllers onto a Manager: the informers they share, the watches that
+// bring a resource back when something it depends on changes, and the connection pool.
+import {
+  GROUP,
+  VERSION,
+  agentDeploymentKind,
+  agentKind,
+  connectionKind,
+  sandboxKind,
+  skillKind,
+  type Agent,
+  type AgentDeployment,
+  type Connection,
+  type KindDefinition,
+  type ObjectMeta,
+  type Sandbox,
+  type Skill,
+} from "../api/index.js";
+import { ConnectionSecretWriter, type SecretObject } from "../managed/connection-secret.js";
+import type { Connector, ManagedResource } from "../managed/external.js";
+import { ManagedReconciler } from "../managed/reconciler.js";
+import type { Controller, Request } from "../runtime/controller.js";
+import type { Informer } from "../runtime/informer.js";
+import { configMapsPath, resourcePath, secretsPath, type KubeObject } from "../runtime/kube-client.js";
+import type { Manager } from "../runtime/manager.js";
+import { serviceClientHooks } from "../runtime/metrics.js";
+import { AgentDeploymentConnector, deploymentExternalId } from "./agent-deployment.js";
+import { AgentConnector, agentExternalId } from "./agent.js";
+import { ConnectionPool, type InventoryKind } from "./connection-pool.js";
+import { ConnectionReconciler } from "./connection.js";
+import { ObjectStore, type ConfigMapObject } from "./object-store.js";
+import { SandboxConnector, sandboxExternalId } from "./sandbox.js";
+import { SkillConnector, skillExternalId, skillName } from "./skill.js";
+import { UsageGauges } from "./usage-metrics.js";
+
+export interface OperatorOptions {
+  /** Every resource is observed again this often (jittered); default 10 min. */
+  syncPeriodMs: number;
+  /** Workers per controller; default 8. */
+  concurrency: number;
+}
+
+export interface Operator {
+  pool: ConnectionPool;
+  controllers: Record<"connection" | "skill" | "agent" | "agentDeployment" | "sandbox", Controller>;
+}
+
+const collection = (kind: KindDefinition) => resourcePath({ group: GROUP, version: VERSION, plural: kind.plural });
+
+export function setupOperator(manager: Manager, opts: OperatorOptions): Operator {
+  const connections = manager.informerFor<Connection & KubeObject>(collection(connectionKind));
+  const skills = manager.informerFor<Skill & KubeObject>(collection(skillKind));
+  const agents = manager.informerFor<Agent & KubeObject>(collection(agentKind));
+  const deployments = manager.informerFor<AgentDeployment & KubeObject>(collection(agentDeploymentKind));
+  const sandboxes = manager.informerFor<Sandbox & KubeObject>(collection(sandboxKind));
+  const secrets = manager.informerFor<SecretObject & KubeObject>(secretsPath());
+  const configMaps = manager.informerFor<ConfigMapObject & KubeObject>(configMapsPath());
+
+  const store = new ObjectStore(secrets, configMaps);
+  const secretWriter = new ConnectionSecretWriter(manager.client, secrets);
+  const controllers = {} as Operator["controllers"];
+
+  // An out-of-band change found by an inventory read brings back the resources it concerns.
+  const withIds = <R extends ManagedResource & KubeObject>(informer: Informer<R>, idOf: (cr: R) => string | undefined) =>
+    (namespace: string, connection: string) =>
+      informer
+        .list(namespace)
+        .filter((cr) => (cr.spec.connectionRef?.name ?? "default") === connection)
+        .map((cr) => ({ request: requestOf(cr), id: idOf(cr) }));
+  const byInventory: Record<InventoryKind, { resources: ReturnType<typeof withIds>; controller: () => Controller }> = {
+    agents: { resources: withIds(agents, agentExternalId), controller: () => controllers.agent },
+    deployments: { resources: withIds(deployments, deploymentExternalId), controller: () => controllers.agentDeployment },
+    vms: { resources: withIds(sandboxes, sandboxExternalId), controller: () => controllers.sandbox },
+    skills: { resources: withIds(skills, skillExternalId), controller: () => controllers.skill },
+  };
+  const pool = new ConnectionPool({
+    connections,
+    secrets,
+    logger: manager.logger,
+    hooks: (connection) => serviceClientHooks(manager.metrics, connection),
+    inventoryMaxAgeMs: opts.syncPeriodMs,
+    onInventoryChange(connectionKey, kind, keys) {
+      const changed = new Set(keys);
+      const [namespace, name] = connectionKey.split("/") as [string, string];
+      const { resources, controller } = byInventory[kind];
+      for (const { request, id } of resources(namespace, name)) {
+        if (id !== undefined && changed.has(id)) controller().enqueue(request);
+      }
+    },
+  });
+
+  // --- Connection ----------------------------------------------------------------------
+  controllers.connection = manager.newController({
+    name: "connection",
+    concurrency: 2,
+    reconciler: new ConnectionReconciler({
+      informer: connections,
+      pool,
+      kube: manager.client,
+      events: manager.events,
+      usage: new UsageGauges(manager.metrics.registry),
+    }),
+  });
+  controllers.connection.watch(connections, undefined, { filter: specOrMetaChanged });
+  controllers.connection.watch(secrets, (s) =>
+    connections
+      .list(s.metadata.namespace)
+      .filter((c) => c.spec.credentials.secretRef.name === s.metadata.name)
+      .map(requestOf),
+  );
+
+  // --- managed kinds -----------------------------------------------------------------------
+  const managed = <R extends ManagedResource & KubeObject>(
+    name: string,
+    kind: KindDefinition,
+    informer: Informer<R>,
+    connector: Connector<R>,
+    externalId: (cr: R) => string | undefined,
+    withSecrets: boolean,
+  ): Controller => {
+    const controller = manager.newController({
+      name,
+      concurrency: opts.concurrency,
+      reconciler: new ManagedReconciler<R>({
+        kind,
+        informer,
+        kube: manager.client,
+        events: manager.events,
+        connector,
+        externalId,
+        syncPeriodMs: opts.syncPeriodMs,
+        secrets: withSecrets ? secretWriter : undefined,
+      }),
+    });
+    controller.watch(informer, undefined, { filter: specOrMetaChanged });
+    // A Connection that becomes Ready (or changes) brings back everything that uses it.
+    controller.watch(
+      connections,
+      (c) =>
+        informer
+          .list(c.metadata.namespace)
+          .filter((cr) => (cr.spec.connectionRef?.name ?? "default") === c.metadata.name)
+          .map(requestOf),
+      { filter: readinessChanged },
+    );
+    return controller;
+  };
+
+  controllers.skill = managed("skill", skillKind, skills, new SkillConnector(pool, store), skillExternalId, false);
+  controllers.skill.watch(configMaps, (cm) =>
+    skills
+      .list(cm.metadata.namespace)
+      .filter(
+        (s) =>
+          s.spec.contentFrom?.configMapKeyRef.name === cm.metadata.name ||
+          s.spec.resourcesFrom?.configMapRef.name === cm.metadata.name,
+      )
+      .map(requestOf),
+  );
+
+  controllers.agent = managed("agent", agentKind, agents, new AgentConnector(pool, store), agentExternalId, false);
+  controllers.agent.watch(secrets, (s) =>
+    agents
+      .list(s.metadata.namespace)
+      .filter((a) => a.spec.imagePullSecretRef?.name === s.metadata.name && a.status?.agentId === undefined)
+      .map(requestOf),
+  );
+
+  controllers.agentDeployment = managed(
+    "agentdeployment",
+    agentDeploymentKind,
+    deployments,
+    new AgentDeploymentConnector(pool, agents),
+    deploymentExternalId,
+    true,
+  );
+  // The Agent getting its id, or a new revision, brings its deployments back.
+  controllers.agentDeployment.watch(agents, (a) =>
+    deployments
+      .list(a.metadata.namespace)
+      .filter((d) => d.spec.agentRef?.name === a.metadata.name)
+      .map(requestOf),
+  );
+
+  controllers.sandbox = managed("sandbox", sandboxKind, sandboxes, new SandboxConnector(pool, store, skills), sandboxExternalId, true);
+  controllers.sandbox.watch(skills, (sk) =>
+    sandboxes
+      .list(sk.metadata.namespace)
+      .filter((sb) => (sb.spec.skills ?? []).includes(skillName(sk)))
+      .map(requestOf),
+  );
+  controllers.sandbox.watch(secrets, (s) =>
+    sandboxes
+      .list(s.metadata.namespace)
+      .filter((sb) => (sb.spec.envFrom ?? []).some((e) => e.secretRef.name === s.metadata.name))
+      .map(requestOf),
+  );
+
+  return { pool, controllers };
+}
+
+function requestOf(obj: { metadata: { namespace?: string; name?: string } }): Request {
+  return { namespace: obj.metadata.namespace ?? "", name: obj.metadata.name ?? "" };
+}
+
+/**
+ * Our own status writes come back as watch events; reconciling on them would double the work
+ * and the writes. Spec (generation), annotations (adoption, redeploy-at), finalizers and
+ * deletion are what matter.
+ */
+function specOrMetaChanged<T extends { metadata: ObjectMeta }>(obj: T, old?: T): boolean {
+  if (old === undefined || obj.metadata.generation !== old.metadata.generation) return true;
+  const m = obj.metadata;
+  const o = old.metadata;
+  return (
+    m.deletionTimestamp !== o.deletionTimestamp ||
+    JSON.stringify(m.annotations ?? {}) !== JSON.stringify(o.annotations ?? {}) ||
+    JSON.stringify(m.finalizers ?? []) !== JSON.stringify(o.finalizers ?? [])
+  );
+}
+
+/** A Connection's token refreshes and usage updates do not concern its dependants; its readiness does. */
+function readinessChanged(obj: Connection & KubeObject, old?: Connection & KubeObject): boolean {
+  if (old === undefined) return true;
+  const ready = (c: Connection) => c.status?.conditions?.find((x) => x.type === "Ready");
+  const a = ready(obj);
+  const b = ready(old);
+  return a?.status !== b?.status || a?.observedGeneration !== b?.observedGeneration || obj.status?.observedGeneration !== old.status?.observedGeneration;
+}
