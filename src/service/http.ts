@@ -71,8 +71,11 @@ export class HttpTransport {
   }
 
   async send(req: HttpRequest): Promise<HttpResponse> {
-    // A total deadline for the attempt (queueing in the pool, connect, headers and body).
-    const signal = AbortSignal.timeout(this.timeoutMs);
+    // A total deadline for the attempt (queueing in the pool, connect, headers and body). Our
+    // own timer rather than AbortSignal.timeout(): it is cleared when the answer is in, so
+    // at 200 req/s there are not thousands of spent 30 s timers waiting to fire.
+    const ac = new AbortController();
+    const timer = setTimeout(abortWithTimeout, this.timeoutMs, ac);
     try {
       const res = await this.agent.request({
         origin: req.origin,
@@ -80,19 +83,28 @@ export class HttpTransport {
         method: req.method,
         headers: req.headers,
         body: req.body ?? null,
-        signal,
+        signal: ac.signal,
       });
       // Always consume the body so that the socket goes back to the pool.
       const text = await res.body.text();
       return { status: res.statusCode, statusText: res.statusText, headers: res.headers, text };
     } catch (e) {
       throw toTransportError(e, this.timeoutMs);
+    } finally {
+      clearTimeout(timer);
     }
   }
 
   close(): Promise<void> {
     return this.agent.close();
   }
+}
+
+/** One shared abort reason: undici rejects with it, and it carries no request data. */
+const TIMEOUT_REASON = Object.assign(new Error("request timed out"), { name: "TimeoutError" });
+
+function abortWithTimeout(ac: AbortController): void {
+  ac.abort(TIMEOUT_REASON);
 }
 
 function loadPEM(caCert: string): string {
@@ -110,7 +122,7 @@ function errCode(e: unknown): string | undefined {
 function toTransportError(e: unknown, timeoutMs: number): TransportError {
   const code = errCode(e) ?? errCode(e instanceof Error ? e.cause : undefined);
   const name = e instanceof Error ? e.name : "";
-  if (name === "TimeoutError" || code === "UND_ERR_HEADERS_TIMEOUT" || code === "UND_ERR_BODY_TIMEOUT") {
+  if (e === TIMEOUT_REASON || name === "TimeoutError" || code === "UND_ERR_HEADERS_TIMEOUT" || code === "UND_ERR_BODY_TIMEOUT") {
     return new TransportError(`no answer within ${timeoutMs} ms`, "maybe", false, true, code ?? "TIMEOUT", e);
   }
   if (code === "UND_ERR_CONNECT_TIMEOUT") {
