@@ -63,11 +63,6 @@ export class TokenBucket {
     });
   }
 
-  /** Resolves with 0 when a token was free, else with the time waited. */
-  async take(): Promise<number> {
-    return this.tryTake() ? 0 : this.wait();
-  }
-
   /** The service said 429: hold everyone until `ms` from now and restart from an empty bucket. */
   pause(ms: number): void {
     const now = this.clock();

@@ -36,6 +36,8 @@ export interface CallSpec {
   explain?: (status: number) => string | undefined;
 }
 
+type HookEvent<K extends keyof ServiceClientHooks> = Parameters<NonNullable<ServiceClientHooks[K]>>[0];
+
 export interface RequesterDeps {
   transport: HttpTransport;
   limiter: TokenBucket;
@@ -77,7 +79,7 @@ export class Requester {
         const waitMs = await d.limiter.wait().catch((e: unknown) => {
           throw closedError(spec.operation, e);
         });
-        this.hook("onRateLimited", () => d.hooks.onRateLimited?.({ operation: spec.operation, waitMs }));
+        if (d.hooks.onRateLimited !== undefined) this.emit("onRateLimited", { operation: spec.operation, waitMs });
       }
 
       let bearer: string | undefined;
@@ -102,12 +104,12 @@ export class Requester {
       }
       const durationSeconds = (performance.now() - started) / 1000;
       const status = res?.status ?? "error";
-      this.hook("onRequest", () =>
-        d.hooks.onRequest?.({ operation: spec.operation, method: spec.method, status, durationSeconds, attempt }),
-      );
-      if (spec.operation === "token") {
-        const ok = res !== undefined && res.status >= 200 && res.status < 300;
-        this.hook("onTokenRequest", () => d.hooks.onTokenRequest?.({ ok, durationSeconds }));
+      // Events are only built when someone listens.
+      if (d.hooks.onRequest !== undefined) {
+        this.emit("onRequest", { operation: spec.operation, method: spec.method, status, durationSeconds, attempt });
+      }
+      if (spec.operation === "token" && d.hooks.onTokenRequest !== undefined) {
+        this.emit("onTokenRequest", { ok: res !== undefined && res.status >= 200 && res.status < 300, durationSeconds });
       }
       if (debug) {
         // Only scalars: nothing here can carry a secret, and nothing is re-serialised.
@@ -140,7 +142,7 @@ export class Requester {
         const delayMs = retryDelay(retries, retryAfterMs, d.retry);
         retries++;
         const reason = res !== undefined ? `HTTP ${res.status}` : (netErr?.code ?? "network error");
-        this.hook("onRetry", () => d.hooks.onRetry?.({ operation: spec.operation, attempt, delayMs, reason }));
+        if (d.hooks.onRetry !== undefined) this.emit("onRetry", { operation: spec.operation, attempt, delayMs, reason });
         if (debug) d.log.debug({ operation: spec.operation, attempt, delayMs, reason }, "retrying service request");
         if (delayMs > 0) {
           await sleep(delayMs, undefined, { signal: this.closing.signal }).catch((e: unknown) => {
@@ -200,9 +202,11 @@ export class Requester {
     return this.tokens;
   }
 
-  private hook(name: string, fn: () => void): void {
+  /** Calls a metrics hook; a throwing hook is logged, never allowed to fail the call. */
+  private emit<K extends keyof ServiceClientHooks>(name: K, event: HookEvent<K>): void {
+    const fn = this.d.hooks[name] as ((e: HookEvent<K>) => void) | undefined;
     try {
-      fn();
+      fn?.call(this.d.hooks, event);
     } catch (e) {
       this.d.log.warn({ err: e, hook: name }, "service client hook threw");
     }
