@@ -1,0 +1,121 @@
+// `npm start`: the whole stack on this machine, no cluster or account needed. A real
+// kube-apiserver (npm run kube:up), the service emulator on 127.0.0.1:8470 (the address the
+// examples use), the CRDs, the examples, and the operator; progress until everything is
+// Ready, then what to try next. Ctrl-C stops all three.
+import { execFile } from "node:child_process";
+import { createWriteStream, mkdirSync } from "node:fs";
+import { join } from "node:path";
+import { promisify } from "node:util";
+import { KubeConfig } from "@kubernetes/client-node";
+import { setupOperator } from "../src/controllers/index.js";
+import { startEmulator } from "../src/emulator/index.js";
+import { KubeClient } from "../src/runtime/kube-client.js";
+import { createLogger } from "../src/runtime/logging.js";
+import { Manager } from "../src/runtime/manager.js";
+import { REPO_ROOT, kubeDown, kubeUp } from "./kube.js";
+
+const run = promisify(execFile);
+const EMULATOR_PORT = Number(process.env.EMULATOR_PORT ?? 8470);
+const NAMESPACE = process.env.START_NAMESPACE ?? "default";
+
+function say(line: string): void {
+  console.log(`[start] ${line}`);
+}
+
+async function kubectl(kubeconfig: string, args: string[]): Promise<string> {
+  const { stdout } = await run("kubectl", ["--kubeconfig", kubeconfig, ...args], { maxBuffer: 64 * 1024 * 1024 });
+  return stdout;
+}
+
+interface Listed {
+  items: Array<{
+    kind: string;
+    metadata: { name: string };
+    status?: { conditions?: Array<{ type: string; status: string; reason?: string }> };
+  }>;
+}
+
+async function main(): Promise<number> {
+  const started = Date.now();
+  say("bringing up a local kube-apiserver (the first run builds it from source: several minutes)");
+  const kube = await kubeUp({ log: (l) => say(l) });
+  const { kubeconfig } = kube;
+
+  const emulator = await startEmulator({ port: EMULATOR_PORT, stateFile: join(REPO_ROOT, ".cache", "emulator-state.json") });
+  say(`service emulator on ${emulator.baseURL}`);
+
+  say("installing the CRDs and applying examples/");
+  await kubectl(kubeconfig, ["apply", "--server-side", "--force-conflicts", "-k", join(REPO_ROOT, "crds")]);
+  await kubectl(kubeconfig, ["wait", "--for=condition=Established", "--timeout=60s", "crd", "-l", "app.kubernetes.io/part-of=agent-operator"]);
+  await kubectl(kubeconfig, ["apply", "-n", NAMESPACE, "-k", join(REPO_ROOT, "examples")]);
+
+  const logDir = join(REPO_ROOT, ".cache");
+  mkdirSync(logDir, { recursive: true });
+  const logFile = join(logDir, "operator.log");
+  const logger = createLogger({ level: "info", destination: createWriteStream(logFile, { flags: "a" }) });
+  const kubeConfig = new KubeConfig();
+  kubeConfig.loadFromFile(kubeconfig);
+  const manager = new Manager({
+    client: new KubeClient({ kubeConfig }),
+    logger,
+    metricsBindAddress: "127.0.0.1:0",
+    healthProbeBindAddress: "127.0.0.1:0",
+    handleSignals: false,
+  });
+  const operator = setupOperator(manager, { syncPeriodMs: 60_000, concurrency: 8 });
+  await manager.start();
+  say(`operator running (logs: ${logFile}; metrics: http://${manager.metricsAddress()?.address ?? "?"}/metrics)`);
+
+  let stopping = false;
+  const stop = async (code: number) => {
+    if (stopping) return;
+    stopping = true;
+    say("stopping the operator, the emulator and the kube-apiserver");
+    await manager.stop();
+    await operator.pool.close();
+    await emulator.close();
+    if (kube.started) await kubeDown({ log: (l) => say(l) });
+    process.exit(code);
+  };
+  process.on("SIGINT", () => void stop(0));
+  process.on("SIGTERM", () => void stop(0));
+
+  let last = "";
+  for (;;) {
+    const listed = JSON.parse(await kubectl(kubeconfig, ["get", "agentcompute", "-n", NAMESPACE, "-o", "json"])) as Listed;
+    const notReady = listed.items.filter((i) => i.status?.conditions?.find((c) => c.type === "Ready")?.status !== "True");
+    const line = `${listed.items.length - notReady.length}/${listed.items.length} Ready${
+      notReady.length > 0
+        ? ` (waiting: ${notReady
+            .map((i) => `${i.kind}/${i.metadata.name}${reason(i) ? ` ${reason(i)}` : ""}`)
+            .join(", ")})`
+        : ""
+    }`;
+    if (line !== last) say(line);
+    last = line;
+    if (listed.items.length > 0 && notReady.length === 0) break;
+    await new Promise((r) => setTimeout(r, 1000));
+  }
+  say(`all resources Ready in ${Math.round((Date.now() - started) / 1000)} s`);
+  console.log(`
+Try next (in another terminal):
+  export KUBECONFIG=${kubeconfig}
+  kubectl get agentcompute                       # every kind at once, with Ready and ids
+  kubectl describe sandbox research-sandbox      # conditions, renewals, events
+  kubectl get secret research-sandbox-agentcompute -o jsonpath='{.data}'   # VM token and endpoints
+  kubectl edit agent triage-bot                  # change spec.image: the deployment rolls out
+  kubectl annotate agentdeployment triage-bot-prod agentcompute.dev/redeploy-at="$(date)" --overwrite
+
+Press Ctrl-C to stop everything.`);
+  await manager.done();
+  return 0;
+}
+
+function reason(i: Listed["items"][number]): string | undefined {
+  return i.status?.conditions?.find((c) => c.type === "Ready")?.reason;
+}
+
+main().catch((err: unknown) => {
+  console.error(`[start] failed: ${err instanceof Error ? err.message : String(err)}`);
+  process.exit(1);
+});

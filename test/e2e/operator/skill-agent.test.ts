@@ -1,0 +1,232 @@
+// Skill and Agent end to end: the real API server, the emulator, the operator in-process.
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { kubectl, kubectlOk, useTestNamespace, waitFor } from "../support/kube.js";
+import { API_KEY, apply, condition, everythingSaid, getResource, startStack, waitForReady, type Stack } from "../support/operator.js";
+
+const ns = useTestNamespace("skill-agent");
+let stack: Stack;
+const SYNC_MS = 4_000;
+
+beforeAll(async () => {
+  stack = await startStack({ namespace: ns.name, syncPeriodMs: SYNC_MS });
+  await waitForReady(stack, "connections", "default");
+});
+
+afterAll(async () => {
+  // Let the operator finalize what is left while it still runs, so the namespace can go.
+  await kubectl(["delete", "agentcompute", "--all", "--wait=true", "--timeout=30s"], { namespace: ns.name });
+  await stack?.stop();
+});
+
+const serviceSkill = (name: string) => stack.emulator.state.skills.get(name);
+const agentsNamed = (name: string) => [...stack.emulator.state.agents.values()].filter((a) => a.name === name);
+
+describe("Skill", () => {
+  it("is created, updated on a spec change, put back after drift, and deleted", async () => {
+    await apply(`
+apiVersion: agentcompute.dev/v1alpha1
+kind: Skill
+metadata: {name: summarise}
+spec: {description: Summarise text, content: "v1 content"}`, ns.name);
+    let sk = await waitForReady(stack, "skills", "summarise");
+    expect(serviceSkill("summarise")?.content).toBe("v1 content");
+    expect(sk.status?.contentHash).toBe(serviceSkill("summarise")?.content_hash);
+
+    await apply(`
+apiVersion: agentcompute.dev/v1alpha1
+kind: Skill
+metadata: {name: summarise}
+spec: {description: Summarise text, content: "v2 content"}`, ns.name);
+    sk = await waitFor(async () => {
+      const r = await waitForReady(stack, "skills", "summarise");
+      return r.metadata.generation === 2 ? r : undefined;
+    });
+    expect(sk.status?.observedGeneration).toBe(2);
+    expect(condition(sk, "Ready")?.observedGeneration).toBe(2);
+    expect(serviceSkill("summarise")?.content).toBe("v2 content");
+
+    // Someone edits the skill in the service: within one sync period it is put back.
+    stack.emulator.state.updateSkill("summarise", { content: "tampered" });
+    await waitFor(() => serviceSkill("summarise")?.content === "v2 content", {
+      timeoutMs: SYNC_MS * 3,
+      description: "drift to be corrected",
+    });
+
+    await kubectlOk(["delete", "skill", "summarise", "--wait=true", "--timeout=30s"], { namespace: ns.name });
+    expect(serviceSkill("summarise")).toBeUndefined();
+  });
+
+  it("reads content from a ConfigMap and re-syncs when the ConfigMap changes", async () => {
+    await apply(`
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: review-md}
+data: {SKILL.md: "review v1"}
+---
+apiVersion: agentcompute.dev/v1alpha1
+kind: Skill
+metadata: {name: review}
+spec:
+  contentFrom: {configMapKeyRef: {name: review-md, key: SKILL.md}}`, ns.name);
+    await waitForReady(stack, "skills", "review");
+    expect(serviceSkill("review")?.content).toBe("review v1");
+    await kubectlOk(["patch", "configmap", "review-md", "--type=merge", "-p", '{"data":{"SKILL.md":"review v2"}}'], { namespace: ns.name });
+    await waitFor(() => serviceSkill("review")?.content === "review v2", { description: "ConfigMap change to reach the service" });
+  });
+
+  it("waits for a missing ConfigMap with a reason that names it", async () => {
+    await apply(`
+apiVersion: agentcompute.dev/v1alpha1
+kind: Skill
+metadata: {name: pending-cm}
+spec:
+  contentFrom: {configMapKeyRef: {name: not-there-yet, key: SKILL.md}}`, ns.name);
+    const r = await waitForReady(stack, "skills", "pending-cm", { status: "False", reason: "ConfigMapNotFound" });
+    expect(condition(r, "Ready")?.message).toContain("not-there-yet");
+    await apply(`
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: not-there-yet}
+data: {SKILL.md: "arrived"}`, ns.name);
+    await waitForReady(stack, "skills", "pending-cm");
+    expect(serviceSkill("pending-cm")?.content).toBe("arrived");
+  });
+
+  it("keeps the service object with deletionPolicy Orphan", async () => {
+    await apply(`
+apiVersion: agentcompute.dev/v1alpha1
+kind: Skill
+metadata: {name: keep-me}
+spec: {content: "kept", deletionPolicy: Orphan}`, ns.name);
+    await waitForReady(stack, "skills", "keep-me");
+    await kubectlOk(["delete", "skill", "keep-me", "--wait=true", "--timeout=30s"], { namespace: ns.name });
+    expect(serviceSkill("keep-me")?.content).toBe("kept");
+  });
+
+  it("refuses an invalid spec at the API server, naming the field", async () => {
+    const both = await kubectl(["apply", "-f", "-"], {
+      namespace: ns.name,
+      input: `
+apiVersion: agentcompute.dev/v1alpha1
+kind: Skill
+metadata: {name: bad}
+spec: {content: x, contentFrom: {configMapKeyRef: {name: a, key: b}}}`,
+    });
+    expect(both.exitCode).not.toBe(0);
+    expect(both.stderr).toContain("set exactly one of spec.content and spec.contentFrom");
+  });
+});
+
+describe("Agent", () => {
+  it("is created with the marker, updated with only the fields that differ, and put back after drift", async () => {
+    await apply(`
+apiVersion: agentcompute.dev/v1alpha1
+kind: Agent
+metadata: {name: triage}
+spec: {image: "example/triage:1", description: "first", capabilities: [triage]}`, ns.name);
+    const ag = await waitForReady(stack, "agents", "triage");
+    const id = ag.status?.agentId as string;
+    const stored = stack.emulator.state.agents.get(id);
+    expect(stored?.image).toBe("example/triage:1");
+    expect(stored?.org_id).toBe("org-e2e");
+    expect(stored?.metadata?.["agentcompute.dev/uid"]).toBe(ag.metadata.uid);
+
+    stack.emulator.clearRequests();
+    await kubectlOk(["patch", "agent", "triage", "--type=merge", "-p", '{"spec":{"image":"example/triage:2"}}'], { namespace: ns.name });
+    await waitFor(() => stack.emulator.state.agents.get(id)?.image === "example/triage:2");
+    const updates = stack.emulator.requests.filter((r) => r.operation === "agents.update");
+    expect(updates).toHaveLength(1);
+    expect(stack.emulator.requests.filter((r) => r.operation === "agents.create")).toHaveLength(0);
+    await waitFor(async () => (await getResource(stack.kube, "agents", ns.name, "triage")).status?.observedGeneration === 2);
+
+    stack.emulator.state.updateAgent(id, { description: "changed by hand" });
+    await waitFor(() => stack.emulator.state.agents.get(id)?.description === "first", {
+      timeoutMs: SYNC_MS * 3,
+      description: "agent drift to be corrected",
+    });
+  });
+
+  it("refuses a change of a create-only field, naming it", async () => {
+    await apply(`
+apiVersion: agentcompute.dev/v1alpha1
+kind: Agent
+metadata: {name: fixed-name}
+spec: {image: "example/a:1", name: "first-name"}`, ns.name);
+    const res = await kubectl(["patch", "agent", "fixed-name", "--type=merge", "-p", '{"spec":{"name":"second-name"}}'], { namespace: ns.name });
+    expect(res.exitCode).not.toBe(0);
+    expect(res.stderr).toContain("spec.name is immutable");
+  });
+
+  it("refuses a spec without the required image", async () => {
+    const res = await kubectl(["apply", "-f", "-"], {
+      namespace: ns.name,
+      input: `
+apiVersion: agentcompute.dev/v1alpha1
+kind: Agent
+metadata: {name: no-image}
+spec: {description: "no image"}`,
+    });
+    expect(res.exitCode).not.toBe(0);
+    expect(res.stderr).toMatch(/spec\.image: Required value/);
+  });
+
+  it("adopts an existing agent named by the external-id annotation instead of creating one", async () => {
+    const existing = stack.emulator.state.createAgent({ name: "legacy", org_id: "org-e2e", image: "example/legacy:1" });
+    await apply(`
+apiVersion: agentcompute.dev/v1alpha1
+kind: Agent
+metadata:
+  name: legacy
+  annotations: {agentcompute.dev/external-id: "${existing.id}"}
+spec: {image: "example/legacy:2"}`, ns.name);
+    const ag = await waitForReady(stack, "agents", "legacy");
+    expect(ag.status?.agentId).toBe(existing.id);
+    expect(agentsNamed("legacy")).toHaveLength(1);
+    expect(stack.emulator.state.agents.get(existing.id)?.image).toBe("example/legacy:2");
+  });
+
+  it("is Stalled with a clear reason when its name is taken by an agent it does not manage", async () => {
+    stack.emulator.state.createAgent({ name: "taken", org_id: "org-e2e", image: "someone/else:1" });
+    await apply(`
+apiVersion: agentcompute.dev/v1alpha1
+kind: Agent
+metadata: {name: taken}
+spec: {image: "example/taken:1"}`, ns.name);
+    const ag = await waitForReady(stack, "agents", "taken", { status: "False", reason: "NameTaken" });
+    expect(condition(ag, "Stalled")?.status).toBe("True");
+    expect(condition(ag, "Ready")?.message).toContain('"taken" is already taken');
+    expect(agentsNamed("taken")).toHaveLength(1);
+  });
+
+  it("deletes the agent from the registry when the resource is deleted", async () => {
+    await apply(`
+apiVersion: agentcompute.dev/v1alpha1
+kind: Agent
+metadata: {name: short-lived}
+spec: {image: "example/short:1"}`, ns.name);
+    const ag = await waitForReady(stack, "agents", "short-lived");
+    await kubectlOk(["delete", "agent", "short-lived", "--wait=true", "--timeout=30s"], { namespace: ns.name });
+    expect(stack.emulator.state.agents.has(ag.status?.agentId as string)).toBe(false);
+  });
+});
+
+describe("a new operator process over existing resources", () => {
+  it("makes no writes to the service", async () => {
+    await waitForReady(stack, "agents", "triage");
+    await stack.restartOperator();
+    stack.emulator.clearRequests();
+    // Everything comes back Ready from the new process; give it a moment to look at all of it.
+    await waitForReady(stack, "agents", "triage");
+    await new Promise((r) => setTimeout(r, 2_000));
+    const writes = stack.emulator.requests.filter((r) => r.method !== "GET" && r.operation !== "token");
+    expect(writes.map((w) => `${w.method} ${w.path}`)).toEqual([]);
+  });
+});
+
+describe("secrets", () => {
+  it("never shows the API key in logs, events or status", async () => {
+    const said = await everythingSaid(stack);
+    expect(said.length).toBeGreaterThan(1000);
+    expect(said).not.toContain(API_KEY);
+  });
+});

@@ -1,0 +1,192 @@
+// The operator under test: the CRDs installed on the real API server, an in-process emulator
+// of the service, and the operator itself (in-process, restricted to the test's namespace),
+// with every log line kept so tests can assert on them (and scan them for secrets).
+import { Writable } from "node:stream";
+import { fileURLToPath } from "node:url";
+import { KubeConfig } from "@kubernetes/client-node";
+import { startEmulator, type Emulator, type EmulatorOptions } from "../../../src/emulator/index.js";
+import { setupOperator, type Operator } from "../../../src/controllers/index.js";
+import { KubeClient, resourcePath } from "../../../src/runtime/kube-client.js";
+import { createLogger } from "../../../src/runtime/logging.js";
+import { Manager } from "../../../src/runtime/manager.js";
+import { kubectlOk, testKubeconfig, waitFor } from "./kube.js";
+
+export const CRD_DIR = fileURLToPath(new URL("../../../crds/", import.meta.url));
+export const API_KEY = "e2e-secret-api-key-3f9c1a7d";
+
+let crdsInstalled: Promise<void> | undefined;
+
+/** Applies crds/ once per test run and waits until the API server serves them. */
+export function installCRDs(): Promise<void> {
+  crdsInstalled ??= (async () => {
+    await kubectlOk(["apply", "--server-side", "--force-conflicts", "-k", CRD_DIR]);
+    await kubectlOk(["wait", "--for=condition=Established", "--timeout=60s", "crd", "-l", "app.kubernetes.io/part-of=agent-operator"]);
+  })();
+  return crdsInstalled;
+}
+
+export interface OperatorProcess {
+  manager: Manager;
+  operator: Operator;
+  stop(): Promise<void>;
+}
+
+/** Starts the operator in-process over `namespace`, logging into `logs`. */
+export async function startOperator(opts: {
+  namespace: string;
+  logs: string[];
+  syncPeriodMs?: number;
+  concurrency?: number;
+}): Promise<OperatorProcess> {
+  const kubeConfig = new KubeConfig();
+  kubeConfig.loadFromFile(testKubeconfig());
+  const sink = new Writable({
+    write(chunk: Buffer, _enc, done) {
+      for (const line of chunk.toString("utf8").split("\n")) if (line) opts.logs.push(line);
+      done();
+    },
+  });
+  const logger = createLogger({ level: process.env.E2E_LOG_LEVEL ?? "debug", destination: sink });
+  const manager = new Manager({
+    client: new KubeClient({ kubeConfig }),
+    logger,
+    namespaces: [opts.namespace],
+    metricsBindAddress: "127.0.0.1:0",
+    healthProbeBindAddress: "127.0.0.1:0",
+    handleSignals: false,
+    gracefulShutdownTimeoutMs: 5_000,
+  });
+  const operator = setupOperator(manager, {
+    syncPeriodMs: opts.syncPeriodMs ?? 600_000,
+    concurrency: opts.concurrency ?? 4,
+  });
+  await manager.start();
+  return {
+    manager,
+    operator,
+    async stop() {
+      await manager.stop();
+      await operator.pool.close();
+    },
+  };
+}
+
+export interface Stack {
+  namespace: string;
+  emulator: Emulator;
+  operator: OperatorProcess;
+  logs: string[];
+  kube: KubeClient;
+  /** Restarts the operator (a new process over the same resources). */
+  restartOperator(): Promise<void>;
+  stop(): Promise<void>;
+}
+
+export async function startStack(opts: {
+  namespace: string;
+  syncPeriodMs?: number;
+  emulator?: EmulatorOptions;
+  /** Create the Secret + Connection "default" pointing at the emulator (default true). */
+  connection?: boolean;
+}): Promise<Stack> {
+  await installCRDs();
+  const emulator = await startEmulator({ apiKey: API_KEY, ...opts.emulator });
+  const logs: string[] = [];
+  if (opts.connection ?? true) await applyConnection(opts.namespace, emulator);
+  const kubeConfig = new KubeConfig();
+  kubeConfig.loadFromFile(testKubeconfig());
+  const stack: Stack = {
+    namespace: opts.namespace,
+    emulator,
+    logs,
+    kube: new KubeClient({ kubeConfig }),
+    operator: await startOperator({ namespace: opts.namespace, logs, syncPeriodMs: opts.syncPeriodMs }),
+    async restartOperator() {
+      await stack.operator.stop();
+      stack.operator = await startOperator({ namespace: opts.namespace, logs, syncPeriodMs: opts.syncPeriodMs });
+    },
+    async stop() {
+      await stack.operator.stop();
+      await emulator.close();
+    },
+  };
+  return stack;
+}
+
+export function connectionManifest(namespace: string, emulator: Emulator, extra: { name?: string; secretName?: string; apiKey?: string } = {}): string {
+  const secretName = extra.secretName ?? "agentcompute-credentials";
+  return `
+apiVersion: v1
+kind: Secret
+metadata: {name: ${secretName}, namespace: ${namespace}}
+stringData: {apiKey: ${JSON.stringify(extra.apiKey ?? API_KEY)}}
+---
+apiVersion: agentcompute.dev/v1alpha1
+kind: Connection
+metadata: {name: ${extra.name ?? "default"}, namespace: ${namespace}}
+spec:
+  baseURL: ${emulator.baseURL}
+  authURL: ${emulator.authURL}
+  orgId: org-e2e
+  workspaceId: ws-e2e
+  environmentId: env-e2e
+  credentials: {secretRef: {name: ${secretName}}}
+`;
+}
+
+export async function applyConnection(namespace: string, emulator: Emulator): Promise<void> {
+  await apply(connectionManifest(namespace, emulator));
+}
+
+export async function apply(manifest: string, namespace?: string): Promise<string> {
+  return kubectlOk(["apply", "-f", "-"], { input: manifest, namespace });
+}
+
+export interface Resource {
+  metadata: { name: string; namespace: string; uid: string; generation?: number; annotations?: Record<string, string> };
+  spec: Record<string, unknown>;
+  status?: {
+    observedGeneration?: number;
+    conditions?: Array<{ type: string; status: string; reason?: string; message?: string; observedGeneration?: number }>;
+    [key: string]: unknown;
+  };
+}
+
+/** Reads a resource of ours (plural: "skills", "agents", ...) straight from the API server. */
+export async function getResource(kube: KubeClient, plural: string, namespace: string, name: string): Promise<Resource> {
+  return kube.get<Resource>(resourcePath({ group: "agentcompute.dev", version: "v1alpha1", plural, namespace, name }));
+}
+
+export function condition(r: Resource, type: string) {
+  return r.status?.conditions?.find((c) => c.type === type);
+}
+
+/** Waits until Ready has `status` for the current generation; returns the resource. */
+export async function waitForReady(
+  stack: Pick<Stack, "kube" | "namespace">,
+  plural: string,
+  name: string,
+  opts: { status?: "True" | "False"; reason?: string; timeoutMs?: number } = {},
+): Promise<Resource> {
+  const want = opts.status ?? "True";
+  return waitFor(
+    async () => {
+      const r = await getResource(stack.kube, plural, stack.namespace, name);
+      const ready = condition(r, "Ready");
+      const current = r.status?.observedGeneration === r.metadata.generation;
+      const ok = current && ready?.status === want && (opts.reason === undefined || ready.reason === opts.reason);
+      return ok ? r : undefined;
+    },
+    {
+      timeoutMs: opts.timeoutMs ?? 30_000,
+      description: `${plural}/${name} Ready=${want}${opts.reason ? ` (${opts.reason})` : ""}`,
+    },
+  );
+}
+
+/** Everything the operator said: logs, Events and status of every resource in the namespace. */
+export async function everythingSaid(stack: Stack): Promise<string> {
+  const events = await kubectlOk(["get", "events", "-o", "json"], { namespace: stack.namespace });
+  const resources = await kubectlOk(["get", "agentcompute", "-o", "json"], { namespace: stack.namespace });
+  return [stack.logs.join("\n"), events, resources].join("\n");
+}
