@@ -154,9 +154,9 @@ export class EmulatorState {
       this.agentNames.delete(nameKey(agent.org_id, agent.name));
       this.agentNames.set(key, id);
     }
-    for (const [k, v] of Object.entries(patch)) {
-      if (v !== undefined) (agent as unknown as Record<string, unknown>)[k] = structuredClone(v);
-    }
+    // An explicit undefined means "not given", as it does in a JSON body.
+    const given = Object.fromEntries(Object.entries(structuredClone(patch)).filter(([, v]) => v !== undefined)) as Partial<StoredAgent>;
+    Object.assign(agent, given);
     agent.updated_at = rfc3339(this.now());
     this.onChange();
     return agentView(agent);

@@ -114,6 +114,15 @@ describe("emulator knobs", () => {
     expect((await c.get("/compute/v1/vms")).status).toBe(200);
   });
 
+  it("answers 413 for a body over 1 MiB and keeps serving", async () => {
+    const emu = await emulator();
+    const c = await client(emu);
+    const res = await c.post("/compute/v1/skills", { name: "big", content: "x".repeat(1 << 20) });
+    expect(res.status).toBe(413);
+    expect(res.body).toEqual({ code: 413, error_code: "payload_too_large", message: "request body too large" });
+    expect((await c.get("/compute/v1/skills")).status).toBe(200);
+  });
+
   it("adds latency to every response", async () => {
     const emu = await emulator({ latencyMs: 150, jitterMs: 20 });
     const started = performance.now();

@@ -85,6 +85,17 @@ describe("emulator agent VMs", () => {
     expect((await c.post("/compute/v1/vms/allocate", { tier: "standard" })).status).toBe(201);
   });
 
+  it("frees pool slots when VMs expire, without any call touching those VMs", async () => {
+    const clock = new FakeClock();
+    const emu = await emulator({ now: clock.now, poolSize: 1 });
+    const c = await client(emu);
+    expect((await c.post("/compute/v1/vms/allocate", { tier: "standard", ttl_seconds: 30 })).status).toBe(201);
+    expect((await c.post("/compute/v1/vms/allocate", { tier: "standard" })).status).toBe(503);
+    clock.advance(30);
+    expect((await c.post("/compute/v1/vms/allocate", { tier: "standard" })).status).toBe(201);
+    expect(emu.state.usage.map((u) => u.reason)).toEqual(["expired"]);
+  });
+
   it("lists the caller's org only, with state/tier filters and paging", async () => {
     const emu = await emulator({ orgId: "mine" });
     const c = await client(emu);
