@@ -79,14 +79,20 @@ export class EmulatorState {
   get deployments(): ReadonlyMap<string, Readonly<StoredDeployment>> {
     return this._deployments;
   }
-  /** Live VMs. Expired ones leave on the next sweep(), which every VM call runs first. */
+  /**
+   * Live VMs. Reading it first expires those whose time has passed (a cheap heap check), so
+   * a test sees what the service would answer, not what the last sweep left behind.
+   */
   get vms(): ReadonlyMap<string, Readonly<StoredVM>> {
+    this.sweep();
     return this._vms;
   }
   get skills(): ReadonlyMap<string, Readonly<StoredSkill>> {
     return this._skills;
   }
+  /** Usage records, oldest first; like `vms`, reading it expires VMs that are due. */
   get usage(): readonly UsageRecord[] {
+    this.sweep();
     return this._usage;
   }
 

@@ -106,6 +106,12 @@ describe("emulator out-of-band state access", () => {
     expect((await c.get(`/compute/v1/vms/${vm.vm_id}`)).status).toBe(404);
     expect(emu.state.usage.at(-1)).toMatchObject({ vm_id: vm.vm_id, reason: "expired" });
 
+    // Reading vms/usage out of band runs the expiry check, sweep timer or not.
+    const short = (await c.post<Allocation>("/compute/v1/vms/allocate", { tier: "standard", ttl_seconds: 5 })).body;
+    clock.advance(5);
+    expect(emu.state.vms.has(short.vm_id)).toBe(false);
+    expect(emu.state.usage.at(-1)).toMatchObject({ vm_id: short.vm_id, reason: "expired", duration_seconds: 5 });
+
     emu.state.deleteAgent(agent.id);
     expect(emu.state.agents.size).toBe(0);
     expect(() => emu.state.deleteAgent(agent.id)).toThrow(/not found/);
