@@ -1,0 +1,169 @@
+import { describe, expect, it } from "vitest";
+import { EventRecorder, scrubSecrets } from "../../../src/runtime/events.js";
+import { KubeApiError, type KubeClient, type KubeObject } from "../../../src/runtime/kube-client.js";
+import { silentLogger } from "../../../src/runtime/logging.js";
+
+/** Records the writes the recorder makes; this tests the correlator, not the API server. */
+class RecordingClient {
+  creates: { path: string; body: Record<string, unknown> }[] = [];
+  patches: { path: string; body: Record<string, unknown> }[] = [];
+  failPatchWith404 = false;
+  delayMs = 0;
+  async create<T>(path: string, body: unknown): Promise<T> {
+    if (this.delayMs) await new Promise((r) => setTimeout(r, this.delayMs));
+    this.creates.push({ path, body: body as Record<string, unknown> });
+    return body as T;
+  }
+  async patch<T>(path: string, body: unknown): Promise<T> {
+    if (this.delayMs) await new Promise((r) => setTimeout(r, this.delayMs));
+    if (this.failPatchWith404) {
+      throw new KubeApiError({ status: 404, reason: "NotFound", message: "gone", method: "PATCH", path });
+    }
+    this.patches.push({ path, body: body as Record<string, unknown> });
+    return body as T;
+  }
+}
+
+const sandbox: KubeObject = {
+  apiVersion: "agentcompute.dev/v1alpha1",
+  kind: "Sandbox",
+  metadata: { name: "sb-1", namespace: "team-a", uid: "u-1", resourceVersion: "7" },
+};
+
+function setup(opts: { now?: () => number } = {}) {
+  const client = new RecordingClient();
+  const rec = new EventRecorder({
+    client: client as unknown as KubeClient,
+    logger: silentLogger(),
+    reportingInstance: "host_abcd",
+    now: opts.now,
+  });
+  return { client, rec };
+}
+
+describe("EventRecorder", () => {
+  it("creates a core/v1 Event with the involved object and reporting fields", async () => {
+    const { client, rec } = setup();
+    rec.warning(sandbox, "AllocateFailed", "pool exhausted");
+    await rec.flush();
+    expect(client.creates).toHaveLength(1);
+    const { path, body } = client.creates[0]!;
+    expect(path).toBe("/api/v1/namespaces/team-a/events");
+    expect(body).toMatchObject({
+      apiVersion: "v1",
+      kind: "Event",
+      type: "Warning",
+      reason: "AllocateFailed",
+      message: "pool exhausted",
+      count: 1,
+      reportingComponent: "agentcompute.dev/agent-operator",
+      reportingInstance: "host_abcd",
+      involvedObject: { kind: "Sandbox", name: "sb-1", namespace: "team-a", uid: "u-1" },
+      metadata: { namespace: "team-a" },
+    });
+    expect(String((body.metadata as { name: string }).name)).toMatch(/^sb-1\.[0-9a-f]+$/);
+  });
+
+  it("aggregates identical events into count patches instead of new Events", async () => {
+    let now = 1_000_000;
+    const { client, rec } = setup({ now: () => now });
+    rec.normal(sandbox, "Renewed", "TTL renewed");
+    await rec.flush();
+    now += 60_000;
+    rec.normal(sandbox, "Renewed", "TTL renewed");
+    await rec.flush();
+    now += 60_000;
+    rec.normal(sandbox, "Renewed", "TTL renewed");
+    await rec.flush();
+    expect(client.creates).toHaveLength(1);
+    expect(client.patches.map((p) => p.body.count)).toEqual([2, 3]);
+    const name = (client.creates[0]!.body.metadata as { name: string }).name;
+    expect(client.patches[0]!.path).toBe(`/api/v1/namespaces/team-a/events/${name}`);
+  });
+
+  it("a different message or reason is a different Event", async () => {
+    const { client, rec } = setup();
+    rec.normal(sandbox, "Renewed", "a");
+    rec.normal(sandbox, "Renewed", "b");
+    rec.normal(sandbox, "Other", "a");
+    await rec.flush();
+    expect(client.creates).toHaveLength(3);
+  });
+
+  it("starts a new Event after the correlation window", async () => {
+    let now = 0;
+    const { client, rec } = setup({ now: () => now });
+    rec.normal(sandbox, "R", "m");
+    await rec.flush();
+    now += 11 * 60_000;
+    rec.normal(sandbox, "R", "m");
+    await rec.flush();
+    expect(client.creates).toHaveLength(2);
+    expect(client.patches).toHaveLength(0);
+  });
+
+  it("coalesces a burst of repeats into few writes with the final count", async () => {
+    const { client, rec } = setup();
+    client.delayMs = 5;
+    for (let i = 0; i < 20; i++) rec.warning(sandbox, "Failing", "boom");
+    await rec.flush();
+    expect(client.creates).toHaveLength(1);
+    expect(client.creates.length + client.patches.length).toBeLessThanOrEqual(3);
+    const last = client.patches.at(-1)?.body.count ?? client.creates[0]!.body.count;
+    expect(last).toBe(20);
+  });
+
+  it("rate-limits one object (burst 25) without affecting others", async () => {
+    let now = 0;
+    const { client, rec } = setup({ now: () => now });
+    for (let i = 0; i < 40; i++) rec.warning(sandbox, "Failing", `attempt ${i}`);
+    await rec.flush();
+    expect(client.creates).toHaveLength(25);
+    const other: KubeObject = { kind: "Sandbox", metadata: { name: "sb-2", namespace: "team-a", uid: "u-2" } };
+    rec.warning(other, "Failing", "x");
+    await rec.flush();
+    expect(client.creates).toHaveLength(26);
+    now += 5 * 60_000; // one token back
+    rec.warning(sandbox, "Failing", "later");
+    rec.warning(sandbox, "Failing", "later still");
+    await rec.flush();
+    expect(client.creates).toHaveLength(27);
+  });
+
+  it("re-creates the Event when the aggregated one expired (404 on patch)", async () => {
+    const { client, rec } = setup();
+    rec.normal(sandbox, "R", "m");
+    await rec.flush();
+    client.failPatchWith404 = true;
+    rec.normal(sandbox, "R", "m");
+    await rec.flush();
+    expect(client.creates).toHaveLength(2);
+  });
+
+  it("scrubs credentials and truncates long messages", async () => {
+    const { client, rec } = setup();
+    rec.warning(sandbox, "AuthFailed", `request failed: Authorization: Bearer abc.def-ghi ${"x".repeat(2000)}`);
+    await rec.flush();
+    const msg = String(client.creates[0]!.body.message);
+    expect(msg).not.toContain("abc.def-ghi");
+    expect(msg.length).toBeLessThanOrEqual(1024);
+  });
+
+  it("uses namespace default for cluster-scoped objects", async () => {
+    const { client, rec } = setup();
+    rec.normal({ kind: "Namespace", metadata: { name: "x", uid: "u" } }, "R", "m");
+    await rec.flush();
+    expect(client.creates[0]!.path).toBe("/api/v1/namespaces/default/events");
+  });
+});
+
+describe("scrubSecrets", () => {
+  it("redacts bearer tokens, JWTs and key=value secrets", () => {
+    expect(scrubSecrets("Bearer sk-123.abc")).toBe("Bearer [REDACTED]");
+    expect(scrubSecrets("got eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxIn0.sig_part here")).toBe("got [REDACTED] here");
+    expect(scrubSecrets('{"access_token": "abc123", "ok": true}')).toBe('{"access_token": "[REDACTED]", "ok": true}');
+    expect(scrubSecrets("apiKey=s3cr3t&x=1")).toBe("apiKey=[REDACTED]&x=1");
+    expect(scrubSecrets("client_secret: hunter2")).toBe("client_secret: [REDACTED]");
+    expect(scrubSecrets("the VM was renewed")).toBe("the VM was renewed");
+  });
+});

@@ -1,0 +1,227 @@
+// Transport-level tests of KubeClient against a local HTTP server that streams bytes: chunk
+// framing, error mapping, Retry-After. Behaviour against the real API server is in test/e2e.
+import { KubeConfig } from "@kubernetes/client-node";
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
+import type { AddressInfo } from "node:net";
+import { afterEach, describe, expect, it } from "vitest";
+import {
+  KubeApiError,
+  KubeClient,
+  isConflict,
+  isGone,
+  isNotFound,
+  isAlreadyExists,
+  resourcePath,
+  type WatchEvent,
+} from "../../../src/runtime/kube-client.js";
+
+type Handler = (req: IncomingMessage, res: ServerResponse) => void;
+
+let server: Server | undefined;
+let client: KubeClient | undefined;
+
+async function serve(handler: Handler): Promise<KubeClient> {
+  server = createServer(handler);
+  await new Promise<void>((r) => server!.listen(0, "127.0.0.1", r));
+  const port = (server.address() as AddressInfo).port;
+  const kc = new KubeConfig();
+  kc.loadFromOptions({
+    clusters: [{ name: "c", server: `http://127.0.0.1:${port}`, skipTLSVerify: true }],
+    users: [{ name: "u", token: "secret-token" }],
+    contexts: [{ name: "ctx", cluster: "c", user: "u", namespace: "team-a" }],
+    currentContext: "ctx",
+  });
+  client = new KubeClient({ kubeConfig: kc, requestTimeoutMs: 2_000 });
+  return client;
+}
+
+afterEach(async () => {
+  await client?.close();
+  server?.closeAllConnections();
+  await new Promise<void>((r) => (server ? server.close(() => r()) : r()));
+  server = undefined;
+  client = undefined;
+});
+
+const obj = (name: string, rv: string, extra: Record<string, unknown> = {}) => ({
+  apiVersion: "v1",
+  kind: "ConfigMap",
+  metadata: { name, namespace: "team-a", resourceVersion: rv },
+  ...extra,
+});
+
+describe("paths", () => {
+  it("builds core and group paths", () => {
+    expect(resourcePath({ version: "v1", plural: "secrets", namespace: "a", name: "b" })).toBe("/api/v1/namespaces/a/secrets/b");
+    expect(resourcePath({ group: "agentcompute.dev", version: "v1alpha1", plural: "sandboxes" })).toBe(
+      "/apis/agentcompute.dev/v1alpha1/sandboxes",
+    );
+    expect(
+      resourcePath({ group: "agentcompute.dev", version: "v1alpha1", plural: "sandboxes", namespace: "n", name: "s", subresource: "status" }),
+    ).toBe("/apis/agentcompute.dev/v1alpha1/namespaces/n/sandboxes/s/status");
+  });
+});
+
+describe("requests", () => {
+  it("sends auth, query and JSON; returns parsed JSON", async () => {
+    let seen: { auth?: string; url?: string; ct?: string; body?: string } = {};
+    const c = await serve((req, res) => {
+      let body = "";
+      req.on("data", (d: Buffer) => (body += d.toString()));
+      req.on("end", () => {
+        seen = { auth: req.headers.authorization, url: req.url, ct: req.headers["content-type"], body };
+        res.writeHead(200, { "content-type": "application/json" }).end(JSON.stringify({ items: null, metadata: { resourceVersion: "5" } }));
+      });
+    });
+    const list = await c.list("/api/v1/namespaces/team-a/configmaps", { labelSelector: "a=b", limit: 10 });
+    expect(list.items).toEqual([]);
+    expect(seen.auth).toBe("Bearer secret-token");
+    expect(seen.url).toBe("/api/v1/namespaces/team-a/configmaps?labelSelector=a%3Db&limit=10");
+    await c.patch("/x", { a: 1 }, "merge", { fieldManager: "m" });
+    expect(seen.ct).toBe("application/merge-patch+json");
+    expect(seen.url).toBe("/x?fieldManager=m");
+    await c.patch("/x", { a: 1 }, "apply", { fieldManager: "m", force: true });
+    expect(seen.ct).toBe("application/apply-patch+yaml");
+    expect(seen.url).toBe("/x?fieldManager=m&force=true");
+    expect(c.currentNamespace()).toBe("team-a");
+  });
+
+  it("maps Status errors to KubeApiError", async () => {
+    const statuses: Record<string, [number, Record<string, unknown>]> = {
+      "/nf": [404, { kind: "Status", reason: "NotFound", message: "cm \"x\" not found", code: 404 }],
+      "/cf": [409, { kind: "Status", reason: "Conflict", message: "the object has been modified", code: 409 }],
+      "/ae": [409, { kind: "Status", reason: "AlreadyExists", message: "exists", code: 409 }],
+      "/gone": [410, { kind: "Status", reason: "Expired", message: "too old", code: 410 }],
+      "/plain": [502, {}],
+    };
+    const c = await serve((req, res) => {
+      const [code, body] = statuses[req.url ?? ""] ?? [500, {}];
+      if (req.url === "/plain") res.writeHead(502).end("bad gateway");
+      else res.writeHead(code, { "content-type": "application/json" }).end(JSON.stringify(body));
+    });
+    const err = async (p: string) => c.get(p).then(() => undefined, (e: unknown) => e);
+    const nf = await err("/nf");
+    expect(nf).toBeInstanceOf(KubeApiError);
+    expect(isNotFound(nf)).toBe(true);
+    expect((nf as KubeApiError).message).toBe('cm "x" not found');
+    expect(isConflict(await err("/cf"))).toBe(true);
+    const ae = await err("/ae");
+    expect(isAlreadyExists(ae)).toBe(true);
+    expect(isConflict(ae)).toBe(false);
+    expect(isGone(await err("/gone"))).toBe(true);
+    const plain = (await err("/plain")) as KubeApiError;
+    expect(plain.status).toBe(502);
+    expect(plain.message).toContain("bad gateway");
+  });
+
+  it("retries 429 honouring Retry-After", async () => {
+    let n = 0;
+    const c = await serve((_req, res) => {
+      n++;
+      if (n < 3) res.writeHead(429, { "retry-after": "0", "content-type": "application/json" }).end("{}");
+      else res.writeHead(200, { "content-type": "application/json" }).end('{"ok":true}');
+    });
+    expect(await c.get("/x")).toEqual({ ok: true });
+    expect(n).toBe(3);
+  });
+
+  it("times out a request that gets no answer", async () => {
+    const c = await serve(() => {
+      /* never answers */
+    });
+    await expect(c.get("/hang")).rejects.toThrow(/no answer within/);
+  });
+});
+
+describe("watch", () => {
+  it("parses events split across arbitrary chunk boundaries, including inside a UTF-8 character", async () => {
+    const events = [
+      { type: "ADDED", object: obj("a", "1", { data: { greeting: "héllo wörld ✓ 🚀" } }) },
+      { type: "MODIFIED", object: obj("a", "2") },
+      { type: "BOOKMARK", object: { kind: "ConfigMap", apiVersion: "v1", metadata: { resourceVersion: "3" } } },
+      { type: "DELETED", object: obj("a", "4") },
+    ];
+    const bytes = Buffer.from(events.map((e) => JSON.stringify(e)).join("\n") + "\n", "utf8");
+    const c = await serve((req, res) => {
+      expect(req.url).toContain("watch=true");
+      expect(req.url).toContain("allowWatchBookmarks=true");
+      expect(req.url).toContain("resourceVersion=0");
+      res.writeHead(200, { "content-type": "application/json" });
+      // 7-byte chunks cut through JSON tokens and multi-byte characters alike.
+      let i = 0;
+      const tick = () => {
+        if (i >= bytes.length) return res.end();
+        res.write(bytes.subarray(i, i + 7));
+        i += 7;
+        setImmediate(tick);
+      };
+      tick();
+    });
+    const got: WatchEvent<unknown>[] = [];
+    for await (const ev of c.watch("/api/v1/configmaps", { resourceVersion: "0", allowWatchBookmarks: true, timeoutSeconds: 5 })) {
+      got.push(ev);
+    }
+    expect(got).toEqual(events);
+  });
+
+  it("handles many events in one chunk and a final line without newline", async () => {
+    const lines = Array.from({ length: 50 }, (_, i) => JSON.stringify({ type: "ADDED", object: obj(`o${i}`, String(i)) }));
+    const c = await serve((_req, res) => {
+      res.writeHead(200);
+      res.end(lines.join("\n"));
+    });
+    let n = 0;
+    for await (const _ of c.watch("/w", {})) n++;
+    expect(n).toBe(50);
+  });
+
+  it("yields ERROR events (e.g. 410) for the caller to act on", async () => {
+    const c = await serve((_req, res) => {
+      res.writeHead(200);
+      res.end(JSON.stringify({ type: "ERROR", object: { kind: "Status", code: 410, reason: "Expired", message: "too old resource version" } }) + "\n");
+    });
+    const got: WatchEvent<unknown>[] = [];
+    for await (const ev of c.watch("/w", {})) got.push(ev);
+    expect(got[0]?.type).toBe("ERROR");
+  });
+
+  it("throws KubeApiError on a non-200 watch answer", async () => {
+    const c = await serve((_req, res) => {
+      res.writeHead(410, { "content-type": "application/json" }).end(JSON.stringify({ kind: "Status", code: 410, reason: "Gone", message: "gone" }));
+    });
+    const it = c.watch("/w", { resourceVersion: "1" });
+    await expect(it.next()).rejects.toSatisfy(isGone);
+  });
+
+  it("ends with an error on a corrupt frame instead of silently dropping it", async () => {
+    const c = await serve((_req, res) => {
+      res.writeHead(200);
+      res.end('{"type":"ADDED","object":{"metadata":{}}}\n{not json\n');
+    });
+    const got: unknown[] = [];
+    await expect(
+      (async () => {
+        for await (const ev of c.watch("/w", {})) got.push(ev);
+      })(),
+    ).rejects.toThrow(/unparsable/);
+    expect(got).toHaveLength(1);
+  });
+
+  it("stops the stream when the caller aborts", async () => {
+    const c = await serve((_req, res) => {
+      res.writeHead(200);
+      res.write(JSON.stringify({ type: "ADDED", object: obj("a", "1") }) + "\n");
+      // then silence
+    });
+    const ac = new AbortController();
+    const got: unknown[] = [];
+    const done = (async () => {
+      for await (const ev of c.watch("/w", {}, ac.signal)) {
+        got.push(ev);
+        ac.abort();
+      }
+    })();
+    await expect(done).rejects.toBeTruthy();
+    expect(got).toHaveLength(1);
+  });
+});
