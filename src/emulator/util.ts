@@ -1,5 +1,5 @@
 // Small helpers shared by the emulator's modules: ids, tokens, timestamps, dates.
-import { createHash, randomBytes, randomUUID } from "node:crypto";
+import { randomBytes, randomUUID } from "node:crypto";
 
 export const newId = (): string => randomUUID();
 
@@ -24,8 +24,3 @@ export function parseUTCDate(s: string): number | undefined {
 }
 
 export const DAY_MS = 86_400_000;
-
-export const sha256Hex = (data: string): string => createHash("sha256").update(data).digest("hex");
-
-export const sleep = (ms: number): Promise<void> =>
-  ms > 0 ? new Promise((resolve) => setTimeout(resolve, ms)) : Promise.resolve();
