@@ -28,7 +28,7 @@ export type AddHandler<T> = (obj: T) => void;
 export type UpdateHandler<T> = (newObj: T, oldObj: T) => void;
 export type DeleteHandler<T> = (obj: T) => void;
 
-export interface InformerOptions {
+export interface InformerOptions<T = KubeObject> {
   /** Collection path, e.g. /apis/agentcompute.dev/v1alpha1/namespaces/x/skills or cluster-wide /api/v1/secrets. */
   path: string;
   /**
@@ -52,6 +52,14 @@ export interface InformerOptions {
   backoffMaxMs?: number;
   /** A watch that stayed up this long resets the backoff (default 30 s). */
   healthyWatchMs?: number;
+  /**
+   * Drop metadata.managedFields before caching (default true): the operator never reads
+   * them and they are often a third of an object's size (controller-runtime's
+   * TransformStripManagedFields).
+   */
+  stripManagedFields?: boolean;
+  /** Applied to every object before it is cached (in place or returning a replacement). */
+  transform?: (obj: T) => T;
 }
 
 /** The watchdog's abort reason. */
@@ -87,7 +95,7 @@ export class Informer<T extends KubeObject> {
   readonly path: string;
   private readonly client: KubeClient;
   private readonly log: Logger;
-  private readonly opts: InformerOptions;
+  private readonly opts: InformerOptions<T>;
   private readonly metrics: Metrics | undefined;
   private readonly reflectors: Reflector[];
   /** namespace ("" for cluster-scoped) -> name -> object */
@@ -101,7 +109,7 @@ export class Informer<T extends KubeObject> {
   private started: Promise<void> | undefined;
   private syncWaiters: { resolve: () => void; reject: (e: Error) => void }[] = [];
 
-  constructor(client: KubeClient, opts: InformerOptions) {
+  constructor(client: KubeClient, opts: InformerOptions<T>) {
     this.client = client;
     this.opts = opts;
     this.path = opts.path;
@@ -271,7 +279,7 @@ export class Informer<T extends KubeObject> {
         }
         throw err;
       }
-      for (const it of page.items) items.push(it);
+      for (const it of page.items) items.push(this.prepare(it));
       rv = page.metadata.resourceVersion;
       listKind ??= page.kind;
       listApiVersion ??= page.apiVersion;
@@ -387,10 +395,10 @@ export class Informer<T extends KubeObject> {
         switch (ev.type) {
           case "ADDED":
           case "MODIFIED":
-            this.upsert(ev.object);
+            this.upsert(this.prepare(ev.object));
             break;
           case "DELETED":
-            this.remove(ev.object);
+            this.remove(this.prepare(ev.object));
             break;
           case "BOOKMARK":
             break;
@@ -408,6 +416,14 @@ export class Informer<T extends KubeObject> {
     } finally {
       if (timer) clearTimeout(timer);
     }
+  }
+
+  private prepare(obj: T): T {
+    if (this.opts.stripManagedFields ?? true) {
+      const meta = obj.metadata as { managedFields?: unknown } | undefined;
+      if (meta && meta.managedFields !== undefined) delete meta.managedFields;
+    }
+    return this.opts.transform ? this.opts.transform(obj) : obj;
   }
 
   private upsert(obj: T): void {

@@ -52,7 +52,7 @@ export interface ManagerOptions {
   /** Install SIGTERM/SIGINT handlers in start() (default true). */
   handleSignals?: boolean;
   /** Defaults for every informer the manager creates (watch timeouts, backoff). */
-  informerDefaults?: Partial<Omit<InformerOptions, "path" | "logger" | "namespaces" | "labelSelector" | "fieldSelector">>;
+  informerDefaults?: Partial<Omit<InformerOptions, "path" | "logger" | "namespaces" | "labelSelector" | "fieldSelector" | "transform">>;
 }
 
 export interface InformerForOptions {
