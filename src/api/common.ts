@@ -114,7 +114,7 @@ export const ConnectionRef = Type.Object(
   {
     description:
       'The Connection (service endpoint and credentials) to use. Defaults to the Connection named "default" in the same namespace; a Connection of another namespace can never be used.',
-    default: {},
+    default: { name: DEFAULT_CONNECTION },
   },
 );
 

@@ -41,7 +41,7 @@ export const ConnectionSpecSchema = Type.Object(
       Type.Object(
         {
           qps: Type.Optional(
-            Type.Number({ description: "Sustained requests per second to the service.", default: 50, exclusiveMinimum: 0 }),
+            Type.Number({ description: "Sustained requests per second to the service.", default: 50, minimum: 0.01 }),
           ),
           burst: Type.Optional(
             Type.Integer({ description: "Requests allowed in a burst above qps.", default: 100, minimum: 1 }),

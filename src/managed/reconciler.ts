@@ -19,7 +19,7 @@ import type { ReconcileContext, Reconciler, Request, Result } from "../runtime/c
 import type { ConditionInput } from "../runtime/status.js";
 import { writeStatus } from "./status-writer.js";
 import type { ConnectionSecretWriter } from "./connection-secret.js";
-import { classify, type Failure } from "./errors.js";
+import { StalledError, classify, type Failure } from "./errors.js";
 import type { ActionResult, Connector, ManagedResource, Observation, StatusOf } from "./external.js";
 
 export interface ManagedReconcilerOptions<R extends ManagedResource> {
@@ -59,6 +59,13 @@ export class ManagedReconciler<R extends ManagedResource> implements Reconciler 
     try {
       const external = await this.opts.connector.connect(cr, ctx);
       observed = await external.observe(cr);
+      const needsWrite = !observed.exists || (!observed.upToDate && observed.notReady === undefined);
+      const stalled = stalledAtThisGeneration(cr);
+      if (needsWrite && stalled) {
+        // The service refused this spec; asking again with the same spec would only be refused
+        // again (and write to the service on every resync). Wait for the user's change.
+        throw new StalledError(stalled.reason ?? "Stalled", stalled.message ?? "waiting for a change of the spec");
+      }
       if (!observed.exists) {
         if (cr.metadata.annotations?.[Annotations.externalId]) {
           // Adoption asked for an object that is not there: creating one would ignore the user.
@@ -213,6 +220,23 @@ class AdoptionTargetMissing extends Error {
       `annotation ${Annotations.externalId}: "${id}" names no object in the service; fix or remove the annotation`,
     );
   }
+}
+
+/** Stalls that came from the service refusing a write of this very spec. */
+const REFUSED_WRITE_REASONS = new Set(["ServiceRejected", "NameTaken"]);
+
+/**
+ * The Stalled condition, if the service refused a write of the current generation. Adding the
+ * adoption annotation is a way out too (it changes what the write would be).
+ */
+function stalledAtThisGeneration(cr: ManagedResource): Condition | undefined {
+  const stalled = findCondition(cr, ConditionType.Stalled);
+  const refused =
+    stalled?.status === "True" &&
+    stalled.observedGeneration === cr.metadata.generation &&
+    REFUSED_WRITE_REASONS.has(stalled.reason ?? "") &&
+    cr.metadata.annotations?.[Annotations.externalId] === undefined;
+  return refused ? stalled : undefined;
 }
 
 function findCondition(cr: ManagedResource, type: string): Condition | undefined {

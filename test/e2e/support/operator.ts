@@ -90,7 +90,7 @@ export async function startStack(opts: {
   connection?: boolean;
 }): Promise<Stack> {
   await installCRDs();
-  const emulator = await startEmulator({ apiKey: API_KEY, ...opts.emulator });
+  const emulator = await startEmulator({ apiKey: API_KEY, orgId: "org-e2e", ...opts.emulator });
   const logs: string[] = [];
   if (opts.connection ?? true) await applyConnection(opts.namespace, emulator);
   const kubeConfig = new KubeConfig();
