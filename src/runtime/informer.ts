@@ -151,6 +151,8 @@ export class Informer<T extends KubeObject> {
     if (this.started) return this.started;
     this.stopped = false;
     this.started = new Promise<void>((resolve, reject) => this.syncWaiters.push({ resolve, reject }));
+    // A caller that never awaits start() must not get an unhandled rejection from stop().
+    this.started.catch(() => undefined);
     for (const r of this.reflectors) {
       r.loop = this.run(r).catch((err: unknown) => {
         // run() handles its own errors; this is a last line of defence, never an unhandled rejection.

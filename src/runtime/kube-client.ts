@@ -690,6 +690,13 @@ export class KubeClient {
     if (!this.agent || !this.auth || this.auth.tlsFingerprint !== fingerprint) {
       const old = this.agent;
       this.agent = new Agent({
+        // HTTP/1.1 only. undici 8 negotiates HTTP/2 by default, which multiplexes every watch
+        // and request onto ONE connection: a single silently stalled connection (half-open
+        // after an LB/NAT drop) then freezes all watches and all requests at once, and
+        // undici's h2 PINGs have no timeout to notice (client-go needs ReadIdleTimeout +
+        // PingTimeout for exactly this). On HTTP/1.1 each watch has its own socket, aborting
+        // it destroys that socket, and a stall stays contained to one watch or one request.
+        allowH2: false,
         connections: this.connections ?? null,
         keepAliveTimeout: 30_000,
         connect: {
