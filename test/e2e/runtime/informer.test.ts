@@ -1,0 +1,177 @@
+// The informer against the real API server: list (paginated) + watch, add/update/delete,
+// recovery from a cut connection and from a silently stalled watch.
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { Informer } from "../../../src/runtime/informer.js";
+import type { KubeClient } from "../../../src/runtime/kube-client.js";
+import { Metrics } from "../../../src/runtime/metrics.js";
+import { loadKubeConfig } from "../support/kube.js";
+import {
+  FaultProxy,
+  GROUP,
+  VERSION,
+  clientFor,
+  createNamespace,
+  deleteNamespace,
+  ensureCrd,
+  poll,
+  testLogger,
+  withServer,
+  type Widget,
+} from "./support.js";
+
+const PLURAL = "widgets";
+const path = (ns?: string): string => (ns ? `/apis/${GROUP}/${VERSION}/namespaces/${ns}/${PLURAL}` : `/apis/${GROUP}/${VERSION}/${PLURAL}`);
+
+function widget(ns: string, name: string, size = 1): Widget {
+  return { apiVersion: `${GROUP}/${VERSION}`, kind: "Widget", metadata: { name, namespace: ns }, spec: { size } };
+}
+
+interface Recorded {
+  adds: string[];
+  updates: { name: string; newRv?: string; oldRv?: string }[];
+  deletes: string[];
+}
+
+function record(inf: Informer<Widget>): Recorded {
+  const r: Recorded = { adds: [], updates: [], deletes: [] };
+  inf.on("add", (o) => r.adds.push(o.metadata.name ?? ""));
+  inf.on("update", (n, o) => r.updates.push({ name: n.metadata.name ?? "", newRv: n.metadata.resourceVersion, oldRv: o.metadata.resourceVersion }));
+  inf.on("delete", (o) => r.deletes.push(o.metadata.name ?? ""));
+  return r;
+}
+
+describe("Informer (real kube-apiserver)", () => {
+  let client: KubeClient;
+  let ns: string;
+  const informers: Informer<Widget>[] = [];
+  const closers: (() => Promise<void>)[] = [];
+
+  beforeAll(async () => {
+    client = clientFor();
+    await ensureCrd(client, PLURAL, "Widget");
+    ns = await createNamespace(client, "rt-informer");
+  });
+
+  afterAll(async () => {
+    for (const inf of informers) await inf.stop();
+    for (const c of closers) await c();
+    await deleteNamespace(client, ns);
+    await client.close();
+  });
+
+  it("lists with pagination, then sees add, update and delete", async () => {
+    for (const n of ["a", "b", "c"]) await client.create(path(ns), widget(ns, n));
+    const metrics = new Metrics({ defaultMetrics: false });
+    const inf = new Informer<Widget>(client, { path: path(ns), logger: testLogger(), pageSize: 2, metrics });
+    informers.push(inf);
+    const rec = record(inf);
+    expect(inf.hasSynced()).toBe(false);
+    await inf.start();
+    expect(inf.hasSynced()).toBe(true);
+    expect(inf.list(ns).map((w) => w.metadata.name).sort()).toEqual(["a", "b", "c"]);
+    expect(rec.adds.sort()).toEqual(["a", "b", "c"]);
+    expect(inf.lastSyncResourceVersion).not.toBe("");
+    // Objects from the list look like objects from the watch (apiVersion/kind present).
+    expect(inf.get(ns, "a")?.kind).toBe("Widget");
+
+    await client.create(path(ns), widget(ns, "d"));
+    await poll(() => inf.get(ns, "d") !== undefined, 30_000, "add of d");
+    expect(rec.adds).toContain("d");
+
+    const before = inf.get(ns, "a");
+    await client.patch(`${path(ns)}/a`, { spec: { size: 42 } }, "merge");
+    await poll(() => inf.get(ns, "a")?.spec?.size === 42, 30_000, "update of a");
+    const upd = rec.updates.find((u) => u.name === "a");
+    expect(upd?.oldRv).toBe(before?.metadata.resourceVersion);
+    expect(upd?.newRv).not.toBe(upd?.oldRv);
+
+    await client.delete(`${path(ns)}/b`);
+    await poll(() => inf.get(ns, "b") === undefined, 30_000, "delete of b");
+    expect(rec.deletes).toContain("b");
+    expect(inf.size()).toBe(3);
+    expect(await metrics.registry.metrics()).toMatch(/agentcompute_informer_objects\{resource="[^"]+"\} 3/);
+  });
+
+  it("survives a cut connection and still sees later changes", async () => {
+    const kc = loadKubeConfig();
+    const proxy = FaultProxy.forServer(kc.getCurrentCluster()!.server);
+    const proxied = clientFor(withServer(kc, await proxy.start()));
+    closers.push(async () => {
+      await proxied.close();
+      await proxy.close();
+    });
+    const metrics = new Metrics({ defaultMetrics: false });
+    const inf = new Informer<Widget>(proxied, { path: path(ns), logger: testLogger(), metrics, backoffInitialMs: 200 });
+    informers.push(inf);
+    const rec = record(inf);
+    await inf.start();
+    await client.create(path(ns), widget(ns, "before-cut"));
+    await poll(() => inf.get(ns, "before-cut") !== undefined, 30_000, "watch established");
+
+    for (let i = 0; i < 3; i++) {
+      expect(proxy.killAll()).toBeGreaterThan(0);
+      const name = `after-cut-${i}`;
+      await client.create(path(ns), widget(ns, name));
+      await poll(() => inf.get(ns, name) !== undefined, 60_000, `${name} seen after the cut`);
+      await poll(() => proxy.openConnections() > 0, 30_000, "watch re-established");
+    }
+    expect(rec.adds).toEqual(expect.arrayContaining(["after-cut-0", "after-cut-1", "after-cut-2"]));
+    expect(await metrics.registry.metrics()).toMatch(/agentcompute_informer_watch_restarts_total\{resource="[^"]+",reason="error"\} [1-9]/);
+    // Reconnecting resumed from the last resourceVersion: no relist was needed.
+    expect(await metrics.registry.metrics()).toMatch(/agentcompute_informer_relists_total\{resource="[^"]+"\} 1\n/);
+  });
+
+  it("restarts a silently stalled watch (watchdog) and catches up", async () => {
+    const kc = loadKubeConfig();
+    const proxy = FaultProxy.forServer(kc.getCurrentCluster()!.server);
+    const proxied = clientFor(withServer(kc, await proxy.start()));
+    closers.push(async () => {
+      await proxied.close();
+      await proxy.close();
+    });
+    const metrics = new Metrics({ defaultMetrics: false });
+    // Short server-side watch timeout (2..4 s) + 1 s grace, so the watchdog acts quickly.
+    const inf = new Informer<Widget>(proxied, {
+      path: path(ns),
+      logger: testLogger(),
+      metrics,
+      minWatchTimeoutSeconds: 2,
+      watchdogGraceMs: 1_000,
+      healthyWatchMs: 1_000,
+    });
+    informers.push(inf);
+    await inf.start();
+    // An event proves the watch is established (and on which connections) before freezing.
+    await client.create(path(ns), widget(ns, "before-stall"));
+    await poll(() => inf.get(ns, "before-stall") !== undefined, 30_000, "watch established");
+
+    // Freeze: the socket stays open, nothing moves, the server's own timeout close is hidden.
+    expect(proxy.freezeAll()).toBeGreaterThan(0);
+    await client.create(path(ns), widget(ns, "during-stall"));
+    await poll(() => inf.get(ns, "during-stall") !== undefined, 60_000, "object created during the stall");
+    expect(await metrics.registry.metrics()).toMatch(/agentcompute_informer_watch_restarts_total\{resource="[^"]+",reason="stalled"\} [1-9]/);
+    proxy.killAll();
+  });
+
+  it("watches several namespaces into one cache from a cluster-wide path", async () => {
+    const ns2 = await createNamespace(client, "rt-informer-b");
+    const ns3 = await createNamespace(client, "rt-informer-c");
+    closers.push(async () => {
+      await deleteNamespace(client, ns2);
+      await deleteNamespace(client, ns3);
+    });
+    await client.create(path(ns2), widget(ns2, "x"));
+    await client.create(path(ns3), widget(ns3, "not-watched"));
+    const inf = new Informer<Widget>(client, { path: path(), namespaces: [ns, ns2], logger: testLogger() });
+    informers.push(inf);
+    await inf.start();
+    expect(inf.get(ns2, "x")).toBeDefined();
+    expect(inf.get(ns3, "not-watched")).toBeUndefined();
+    expect(inf.list(ns).length).toBeGreaterThan(0);
+    await client.create(path(ns2), widget(ns2, "y"));
+    await client.create(path(ns3), widget(ns3, "z"));
+    await poll(() => inf.get(ns2, "y") !== undefined, 30_000, "y in second namespace");
+    expect(inf.list(ns3)).toEqual([]);
+    expect(Object.keys(inf.resourceVersions())).toHaveLength(2);
+  });
+});

@@ -1,0 +1,129 @@
+// Leader election on a real Lease: two electors, one leads; the other takes over when the
+// first releases on shutdown, and when the first silently stops renewing.
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { type KubeClient, leasesPath } from "../../../src/runtime/kube-client.js";
+import { LeaderElector, type Lease } from "../../../src/runtime/leader-election.js";
+import { Metrics } from "../../../src/runtime/metrics.js";
+import { loadKubeConfig } from "../support/kube.js";
+import { FaultProxy, clientFor, createNamespace, deleteNamespace, poll, testLogger, withServer } from "./support.js";
+
+// Short timings for the test; the defaults (15/10/2 s) only make it slower.
+const TIMINGS = { leaseDurationMs: 3_000, renewDeadlineMs: 2_000, retryPeriodMs: 500 };
+
+interface Candidate {
+  elector: LeaderElector;
+  abort: AbortController;
+  run: Promise<void>;
+  leading: boolean;
+  started: number;
+  stopped: number;
+  metrics: Metrics;
+}
+
+function candidate(client: KubeClient, namespace: string, name: string, identity: string, releaseOnCancel = true): Candidate {
+  const metrics = new Metrics({ defaultMetrics: false });
+  const c = { leading: false, started: 0, stopped: 0, metrics } as Candidate;
+  c.abort = new AbortController();
+  c.elector = new LeaderElector({
+    client,
+    namespace,
+    name,
+    identity,
+    ...TIMINGS,
+    releaseOnCancel,
+    logger: testLogger(),
+    metrics,
+    onStartedLeading: () => {
+      c.leading = true;
+      c.started++;
+    },
+    onStoppedLeading: () => {
+      c.leading = false;
+      c.stopped++;
+    },
+  });
+  c.run = c.elector.run(c.abort.signal);
+  return c;
+}
+
+describe("LeaderElector (real Lease)", () => {
+  let client: KubeClient;
+  let ns: string;
+
+  beforeAll(async () => {
+    client = clientFor();
+    ns = await createNamespace(client, "rt-lease");
+  });
+  afterAll(async () => {
+    await deleteNamespace(client, ns);
+    await client.close();
+  });
+
+  it("exactly one of two candidates leads; the other takes over at once after a release", async () => {
+    const a = candidate(client, ns, "le-release", "cand-a");
+    const b = candidate(client, ns, "le-release", "cand-b");
+    try {
+      await poll(() => a.leading || b.leading, 60_000, "a leader");
+      // Observe for a while: never two leaders.
+      for (let i = 0; i < 20; i++) {
+        expect(a.leading && b.leading).toBe(false);
+        await new Promise((r) => setTimeout(r, 100));
+      }
+      const [leader, follower] = a.leading ? [a, b] : [b, a];
+      const lease = await client.get<Lease>(leasesPath(ns, "le-release"));
+      expect(lease.spec?.holderIdentity).toBe(leader.elector.identity);
+      expect(follower.elector.getLeader()).toBe(leader.elector.identity);
+      expect(await leader.metrics.registry.metrics()).toMatch(/leader_election_master_status\{name="le-release"\} 1/);
+      expect(await follower.metrics.registry.metrics()).toMatch(/leader_election_master_status\{name="le-release"\} 0/);
+      const transitionsBefore = lease.spec?.leaseTransitions ?? 0;
+
+      leader.abort.abort();
+      await leader.run;
+      expect(leader.stopped).toBe(1);
+      const released = await client.get<Lease>(leasesPath(ns, "le-release"));
+      // Either still released or already taken by the follower.
+      expect([null, undefined, "", follower.elector.identity]).toContain(released.spec?.holderIdentity);
+
+      await poll(() => follower.leading, 30_000, "follower to take over");
+      const after = await client.get<Lease>(leasesPath(ns, "le-release"));
+      expect(after.spec?.holderIdentity).toBe(follower.elector.identity);
+      expect(after.spec?.leaseTransitions).toBe(transitionsBefore + 1);
+    } finally {
+      a.abort.abort();
+      b.abort.abort();
+      await Promise.all([a.run, b.run]);
+    }
+  });
+
+  it("a leader that stops renewing loses the lease to the other after it expires", async () => {
+    const kc = loadKubeConfig();
+    const proxy = FaultProxy.forServer(kc.getCurrentCluster()!.server);
+    const proxiedClient = clientFor(withServer(kc, await proxy.start()), 1_000);
+    // a talks through the proxy and acquires first; b talks directly.
+    const a = candidate(proxiedClient, ns, "le-expire", "cand-a", false);
+    try {
+      await poll(() => a.leading, 60_000, "a to lead");
+      const b = candidate(client, ns, "le-expire", "cand-b");
+      try {
+        await new Promise((r) => setTimeout(r, 1_000));
+        expect(b.leading).toBe(false);
+        // Cut a off from the API server: it can no longer renew.
+        proxy.freezeAll();
+        await proxy.close();
+        await poll(() => b.leading, 60_000, "b to take over the expired lease");
+        // a noticed it could not renew within renewDeadline and stepped down on its own.
+        await poll(() => !a.leading, 60_000, "a to step down");
+        expect(a.stopped).toBe(1);
+        const lease = await client.get<Lease>(leasesPath(ns, "le-expire"));
+        expect(lease.spec?.holderIdentity).toBe("cand-b");
+      } finally {
+        b.abort.abort();
+        await b.run;
+      }
+    } finally {
+      a.abort.abort();
+      await a.run;
+      await proxiedClient.close();
+    }
+  });
+});
