@@ -1,0 +1,192 @@
+// Helpers for the install suites: apply manifests/ as a user would, act as the operator's
+// ServiceAccount (a real token from the TokenRequest API, so RBAC decides every request),
+// and run the operator in-process under that identity.
+import { mkdtempSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { Writable } from "node:stream";
+import { fileURLToPath } from "node:url";
+import { KubeConfig } from "@kubernetes/client-node";
+import { parseAllDocuments } from "yaml";
+import { setupOperator, type Operator } from "../../../src/controllers/index.js";
+import { KubeClient } from "../../../src/runtime/kube-client.js";
+import { createLogger } from "../../../src/runtime/logging.js";
+import { Manager } from "../../../src/runtime/manager.js";
+import { kubectl, kubectlOk, loadKubeConfig, uniqueName, waitFor } from "../support/kube.js";
+
+export const REPO_ROOT = fileURLToPath(new URL("../../../", import.meta.url));
+export const MANIFESTS_DIR = join(REPO_ROOT, "manifests");
+export const OPERATOR_NAMESPACE = "agent-operator-system";
+export const SERVICE_ACCOUNT = "agent-operator";
+export const SERVICE_ACCOUNT_USER = `system:serviceaccount:${OPERATOR_NAMESPACE}:${SERVICE_ACCOUNT}`;
+
+export interface KubeObject {
+  apiVersion: string;
+  kind: string;
+  metadata: { name: string; namespace?: string; labels?: Record<string, string> };
+  [key: string]: unknown;
+}
+
+export interface PolicyRule {
+  apiGroups?: string[];
+  resources?: string[];
+  resourceNames?: string[];
+  nonResourceURLs?: string[];
+  verbs: string[];
+}
+
+/** `kubectl kustomize <dir>` parsed into objects (what `kubectl apply -k <dir>` would send). */
+export async function kustomize(dir: string): Promise<KubeObject[]> {
+  return parseObjects(await kubectlOk(["kustomize", dir]));
+}
+
+export function parseObjects(yamlText: string): KubeObject[] {
+  return parseAllDocuments(yamlText)
+    .map((d) => d.toJS() as KubeObject | null)
+    .filter((o): o is KubeObject => o !== null);
+}
+
+export function findObject(objects: KubeObject[], kind: string, name: string, namespace?: string): KubeObject {
+  const found = objects.find(
+    (o) => o.kind === kind && o.metadata.name === name && (namespace === undefined || o.metadata.namespace === namespace),
+  );
+  if (!found) throw new Error(`no ${kind} ${namespace ? `${namespace}/` : ""}${name} in the manifests`);
+  return found;
+}
+
+/**
+ * `kubectl apply -k <dir>`, for real (not a dry run). Returns kubectl's stderr, which carries
+ * the API server's warnings (e.g. a pod template that would violate the namespace's Pod
+ * Security level).
+ */
+export async function applyKustomization(dir: string = MANIFESTS_DIR): Promise<{ stdout: string; stderr: string }> {
+  const res = await kubectl(["apply", "-k", dir], { timeoutMs: 120_000 });
+  if (res.exitCode !== 0) throw new Error(`kubectl apply -k ${dir} exited ${res.exitCode}: ${res.stderr.trim()}`);
+  await kubectlOk(["wait", "--for=condition=Established", "--timeout=60s", "crd", "-l", "app.kubernetes.io/part-of=agent-operator"]);
+  return { stdout: res.stdout, stderr: res.stderr };
+}
+
+export interface ServiceAccountCredentials {
+  /** A KubeConfig whose only credential is the ServiceAccount's token. */
+  kubeConfig: KubeConfig;
+  /** The same, written to a file (for kubectl and child processes). */
+  path: string;
+  token: string;
+}
+
+/**
+ * Credentials of a ServiceAccount: a token from `kubectl create token` (TokenRequest API) and
+ * the API server address and CA of the admin kubeconfig. No client certificate, so requests
+ * are authorized as the ServiceAccount and nothing else.
+ */
+export async function serviceAccountCredentials(
+  opts: { namespace?: string; name?: string; dir?: string; duration?: string } = {},
+): Promise<ServiceAccountCredentials> {
+  const namespace = opts.namespace ?? OPERATOR_NAMESPACE;
+  const name = opts.name ?? SERVICE_ACCOUNT;
+  const token = (await kubectlOk(["create", "token", name, "--duration", opts.duration ?? "1h"], { namespace })).trim();
+  const admin = loadKubeConfig();
+  const cluster = admin.getCurrentCluster();
+  if (!cluster) throw new Error("the admin kubeconfig has no current cluster");
+  const kubeConfig = new KubeConfig();
+  kubeConfig.loadFromOptions({
+    clusters: [
+      {
+        name: "test",
+        server: cluster.server,
+        caData: cluster.caData,
+        caFile: cluster.caFile,
+        skipTLSVerify: cluster.skipTLSVerify,
+        tlsServerName: cluster.tlsServerName,
+      },
+    ],
+    users: [{ name, token }],
+    contexts: [{ name, cluster: "test", user: name, namespace }],
+    currentContext: name,
+  });
+  const dir = opts.dir ?? mkdtempSync(join(tmpdir(), "agent-operator-sa-"));
+  const path = join(dir, `${name}.kubeconfig`);
+  writeFileSync(path, kubeConfig.exportConfig(), { mode: 0o644 });
+  return { kubeConfig, path, token };
+}
+
+/** `kubectl auth can-i` as the given kubeconfig's user: true for "yes". */
+export async function canI(kubeconfig: string, args: string[]): Promise<boolean> {
+  const res = await kubectl(["auth", "can-i", ...args], { kubeconfig });
+  const answer = res.stdout.trim();
+  if (answer !== "yes" && answer !== "no") throw new Error(`kubectl auth can-i ${args.join(" ")}: ${res.stderr.trim()}`);
+  return answer === "yes";
+}
+
+export interface OperatorUnderTest {
+  manager: Manager;
+  operator: Operator;
+  logs: string[];
+  leaseName: string;
+  stop(): Promise<void>;
+}
+
+/**
+ * The operator in-process, as `agent-operator run --leader-elect` runs it, but with the given
+ * KubeConfig (the ServiceAccount's), over `namespaces` only (so that it never touches the
+ * resources of other suites sharing the API server). Resolves once it leads.
+ */
+export async function startOperatorAs(opts: {
+  kubeConfig: KubeConfig;
+  namespaces: string[];
+  logs?: string[];
+  leaseName?: string;
+  syncPeriodMs?: number;
+}): Promise<OperatorUnderTest> {
+  const logs = opts.logs ?? [];
+  const sink = new Writable({
+    write(chunk: Buffer, _enc, done) {
+      for (const line of chunk.toString("utf8").split("\n")) if (line) logs.push(line);
+      done();
+    },
+  });
+  const logger = createLogger({ level: process.env.E2E_LOG_LEVEL ?? "debug", destination: sink });
+  // A Lease of its own per run: a Lease left held by an earlier run (killed before it could
+  // release it) would otherwise delay this one by a lease duration.
+  const leaseName = opts.leaseName ?? uniqueName("agent-operator-e2e");
+  const manager = new Manager({
+    client: new KubeClient({ kubeConfig: opts.kubeConfig }),
+    logger,
+    namespaces: opts.namespaces,
+    metricsBindAddress: "127.0.0.1:0",
+    healthProbeBindAddress: "127.0.0.1:0",
+    handleSignals: false,
+    gracefulShutdownTimeoutMs: 5_000,
+    // The timings are client-go's defaults, which LeaderElector also defaults to. They are
+    // spelled out because Manager passes `undefined` for each one it is not given, and those
+    // undefineds override the elector's defaults (NaN deadlines: see the install report).
+    // `agent-operator run` itself is exercised as is by image.test.ts.
+    leaderElection: { namespace: OPERATOR_NAMESPACE, name: leaseName, leaseDurationMs: 15_000, renewDeadlineMs: 10_000, retryPeriodMs: 2_000 },
+  });
+  const operator = setupOperator(manager, { syncPeriodMs: opts.syncPeriodMs ?? 600_000, concurrency: 4 });
+  await manager.start();
+  await waitFor(() => manager.isLeader(), { timeoutMs: 30_000, description: `leadership of Lease ${OPERATOR_NAMESPACE}/${leaseName}` });
+  return {
+    manager,
+    operator,
+    logs,
+    leaseName,
+    async stop() {
+      await manager.stop();
+      await operator.pool.close();
+    },
+  };
+}
+
+/** Log lines that show the API server refused the operator something. */
+export function refusedLines(logs: readonly string[]): string[] {
+  return logs.filter((l) => /forbidden|\b403\b|could not write event/i.test(l));
+}
+
+export interface Lease {
+  spec?: { holderIdentity?: string | null; leaseDurationSeconds?: number };
+}
+
+export async function getLease(name: string): Promise<Lease> {
+  return JSON.parse(await kubectlOk(["get", "lease", name, "-o", "json"], { namespace: OPERATOR_NAMESPACE })) as Lease;
+}
