@@ -2,19 +2,25 @@
 //
 // Why not @kubernetes/client-node's generated APIs: they push every object through
 // ObjectSerializer (a deep, reflective copy per object, per request) which dominates CPU and
-// allocation at 10,000 objects, and its Watch/ListWatch carry the failure modes listed in
-// docs/runtime.md. We still use its KubeConfig for what it does well: reading kubeconfig files,
-// in-cluster config and the auth plugins (token file, exec, OIDC), and turning them into TLS
-// material and an Authorization header. The HTTP itself is undici with a keep-alive pool.
+// allocation at 10,000 objects, its Watch/ListWatch carry the failure modes listed in
+// docs/runtime.md, and merely importing it costs ~80 MB of RSS. Configuration comes from
+// ./kubeconfig.ts (kubeconfig files, in-cluster, exec plugins; or a client-node KubeConfig the
+// caller already has). The HTTP is undici with a keep-alive pool.
 //
 // Auth is re-derived every `authRefreshMs` (default 60 s, the interval at which client-go
 // re-reads a service-account token file) and at once after a 401, so rotated bound
 // service-account tokens and exec credentials are picked up without a restart. If the TLS
 // material changes (rotated client certificate), the connection pool is replaced.
-import { KubeConfig } from "@kubernetes/client-node";
-import type { RequestOptions as HttpsRequestOptions } from "node:https";
 import { setTimeout as sleep } from "node:timers/promises";
 import { Agent, type Dispatcher } from "undici";
+import {
+  fromKubeConfig,
+  inClusterConfig,
+  loadKubeconfig,
+  type ClusterConnection,
+  type KubeConfigLike,
+  type TlsOptions,
+} from "./kubeconfig.js";
 
 // ---------------------------------------------------------------------------------------
 // Object shapes (only what the runtime reads; everything else passes through untouched)
@@ -330,8 +336,10 @@ export function objectKey(obj: KubeObject): string {
 // Client
 
 export interface KubeClientOptions {
-  /** A loaded KubeConfig. Default: KubeConfig.loadFromDefault() (KUBECONFIG, ~/.kube/config, in-cluster). */
-  kubeConfig?: KubeConfig;
+  /** Where and how to connect. Default: loadKubeconfig() ($KUBECONFIG, ~/.kube/config, in-cluster). */
+  cluster?: ClusterConnection;
+  /** Alternatively a @kubernetes/client-node KubeConfig (its auth plugins apply). */
+  kubeConfig?: KubeConfigLike;
   /** Per-request timeout for everything but watches (default 30 s). */
   requestTimeoutMs?: number;
   /** How often auth headers and TLS material are re-derived from the KubeConfig (default 60 s). */
@@ -347,16 +355,6 @@ interface AuthState {
   headers: Record<string, string>;
   tlsFingerprint: string;
   expiresAt: number;
-}
-
-interface TlsMaterial {
-  ca?: string | Buffer | (string | Buffer)[];
-  cert?: string | Buffer | (string | Buffer)[];
-  key?: string | Buffer | (string | Buffer)[];
-  pfx?: unknown;
-  passphrase?: string;
-  rejectUnauthorized?: boolean;
-  servername?: string;
 }
 
 type Query = Record<string, string | number | boolean | undefined>;
@@ -378,7 +376,7 @@ const CONTENT_TYPES: Record<PatchType, string> = {
 };
 
 export class KubeClient {
-  readonly kubeConfig: KubeConfig;
+  readonly cluster: ClusterConnection;
   /** Server base URL without trailing slash (may carry a path prefix behind proxies). */
   readonly server: string;
   private readonly origin: string;
@@ -394,15 +392,8 @@ export class KubeClient {
   private closed = false;
 
   constructor(opts: KubeClientOptions = {}) {
-    if (opts.kubeConfig) {
-      this.kubeConfig = opts.kubeConfig;
-    } else {
-      this.kubeConfig = new KubeConfig();
-      this.kubeConfig.loadFromDefault();
-    }
-    const cluster = this.kubeConfig.getCurrentCluster();
-    if (!cluster) throw new Error("kubeconfig: no current cluster");
-    this.server = cluster.server.replace(/\/+$/, "");
+    this.cluster = opts.cluster ?? (opts.kubeConfig ? fromKubeConfig(opts.kubeConfig) : loadKubeconfig());
+    this.server = this.cluster.server.replace(/\/+$/, "");
     const url = new URL(this.server);
     this.origin = url.origin;
     this.basePath = url.pathname.replace(/\/+$/, "");
@@ -413,26 +404,23 @@ export class KubeClient {
     this.connections = opts.connections;
   }
 
-  /** Load from a kubeconfig file, or default resolution (KUBECONFIG, ~/.kube/config, in-cluster). */
-  static fromKubeconfig(path?: string, opts: Omit<KubeClientOptions, "kubeConfig"> & { context?: string } = {}): KubeClient {
-    const kc = new KubeConfig();
-    if (path) kc.loadFromFile(path);
-    else kc.loadFromDefault();
-    if (opts.context) kc.setCurrentContext(opts.context);
-    return new KubeClient({ ...opts, kubeConfig: kc });
+  /** Load from a kubeconfig file, or default resolution ($KUBECONFIG, ~/.kube/config, in-cluster). */
+  static fromKubeconfig(
+    path?: string,
+    opts: Omit<KubeClientOptions, "kubeConfig" | "cluster"> & { context?: string } = {},
+  ): KubeClient {
+    const { context, ...rest } = opts;
+    return new KubeClient({ ...rest, cluster: loadKubeconfig({ path: path || undefined, context }) });
   }
 
   /** In-cluster config from the pod's service account. */
-  static inCluster(opts: Omit<KubeClientOptions, "kubeConfig"> = {}): KubeClient {
-    const kc = new KubeConfig();
-    kc.loadFromCluster();
-    return new KubeClient({ ...opts, kubeConfig: kc });
+  static inCluster(opts: Omit<KubeClientOptions, "kubeConfig" | "cluster"> = {}): KubeClient {
+    return new KubeClient({ ...opts, cluster: inClusterConfig() });
   }
 
   /** The namespace of the current kubeconfig context (or the pod's namespace in-cluster). */
   currentNamespace(): string | undefined {
-    const ctx = this.kubeConfig.getContextObject(this.kubeConfig.getCurrentContext());
-    return ctx?.namespace?.trim() || undefined;
+    return this.cluster.namespace;
   }
 
   /** Same as the module-level resourcePath(), for callers that only hold a client. */
@@ -661,31 +649,14 @@ export class KubeClient {
     const now = Date.now();
     if (!force && this.auth && this.auth.expiresAt > now && this.agent) return this.auth;
     if (this.authInFlight) return this.authInFlight;
-    this.authInFlight = this.deriveAuth().finally(() => {
+    this.authInFlight = this.deriveAuth(force).finally(() => {
       this.authInFlight = undefined;
     });
     return this.authInFlight;
   }
 
-  private async deriveAuth(): Promise<AuthState> {
-    const opts: HttpsRequestOptions = { headers: {} };
-    await this.kubeConfig.applyToHTTPSOptions(opts);
-    const headers: Record<string, string> = {};
-    for (const [k, v] of Object.entries(opts.headers ?? {})) {
-      if (v !== undefined) headers[k.toLowerCase()] = Array.isArray(v) ? v.join(", ") : String(v);
-    }
-    if (opts.auth && !headers.authorization) {
-      headers.authorization = `Basic ${Buffer.from(opts.auth).toString("base64")}`;
-    }
-    const tls: TlsMaterial = {
-      ca: opts.ca,
-      cert: opts.cert,
-      key: opts.key as TlsMaterial["key"],
-      pfx: opts.pfx,
-      passphrase: opts.passphrase,
-      rejectUnauthorized: opts.rejectUnauthorized,
-      servername: opts.servername ?? undefined,
-    };
+  private async deriveAuth(force: boolean): Promise<AuthState> {
+    const { headers, tls } = await this.cluster.credentials(force);
     const fingerprint = tlsFingerprint(tls);
     if (!this.agent || !this.auth || this.auth.tlsFingerprint !== fingerprint) {
       const old = this.agent;
@@ -759,14 +730,10 @@ function parseWatchLine<T>(line: string, path: string): WatchEvent<T> | undefine
   return ev as WatchEvent<T>;
 }
 
-function tlsFingerprint(t: TlsMaterial): string {
-  const part = (v: unknown): string => {
-    if (v === undefined || v === null) return "";
-    if (Buffer.isBuffer(v)) return v.toString("base64");
-    if (Array.isArray(v)) return v.map(part).join(",");
-    return String(v);
-  };
-  return [t.ca, t.cert, t.key, t.pfx, t.passphrase, t.rejectUnauthorized, t.servername].map(part).join("|");
+function tlsFingerprint(t: TlsOptions): string {
+  const part = (v: Buffer | boolean | string | undefined): string =>
+    v === undefined ? "" : Buffer.isBuffer(v) ? v.toString("base64") : String(v);
+  return [t.ca, t.cert, t.key, t.rejectUnauthorized, t.servername].map(part).join("|");
 }
 
 function stripUndefined<T extends object>(o: T): Partial<T> {

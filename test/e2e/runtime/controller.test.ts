@@ -7,6 +7,7 @@ import { eventsPath, leasesPath, type KubeClient } from "../../../src/runtime/ku
 import type { Lease } from "../../../src/runtime/leader-election.js";
 import { Manager } from "../../../src/runtime/manager.js";
 import { Metrics } from "../../../src/runtime/metrics.js";
+import { loadKubeConfig } from "../support/kube.js";
 import { GROUP, VERSION, clientFor, createNamespace, deleteNamespace, ensureCrd, poll, testLogger, type Widget } from "./support.js";
 
 const PLURAL = "widgets";
@@ -119,7 +120,8 @@ describe("Controller, EventRecorder, Manager (real kube-apiserver)", () => {
     await client.create(path(ns), widget(ns, "managed"));
     const reconciled = new Set<string>();
     const mgr = new Manager({
-      client: clientFor(),
+      // Through a @kubernetes/client-node KubeConfig, as a caller that already has one would.
+      client: clientFor(loadKubeConfig()),
       logger: testLogger(),
       namespaces: [ns],
       metricsBindAddress: "127.0.0.1:0",

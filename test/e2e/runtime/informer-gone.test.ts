@@ -9,12 +9,12 @@ import { kubeDown, kubeUp, makeTempStateDir } from "../../../scripts/kube.js";
 import { Informer } from "../../../src/runtime/informer.js";
 import type { KubeClient, Status } from "../../../src/runtime/kube-client.js";
 import { Metrics } from "../../../src/runtime/metrics.js";
-import { loadKubeConfig } from "../support/kube.js";
 import {
   FaultProxy,
   GROUP,
   VERSION,
   clientFor,
+  clusterFor,
   createNamespace,
   ensureCrd,
   poll,
@@ -60,7 +60,7 @@ describe("Informer relists after 410 Gone (private kube-apiserver)", () => {
       log: () => undefined,
     });
     kubeconfig = up.kubeconfig;
-    client = clientFor(loadKubeConfig(kubeconfig));
+    client = clientFor(clusterFor(kubeconfig));
     await ensureCrd(client, PLURAL, "Gadget");
   });
 
@@ -76,9 +76,9 @@ describe("Informer relists after 410 Gone (private kube-apiserver)", () => {
     const ns = await createNamespace(client, "rt-gone");
     for (const n of ["a", "b", "c"]) await client.create(path(ns), gadget(ns, n));
 
-    const kc = loadKubeConfig(kubeconfig);
-    const proxy = FaultProxy.forServer(kc.getCurrentCluster()!.server);
-    const proxied = clientFor(withServer(kc, await proxy.start()));
+    const cluster = clusterFor(kubeconfig);
+    const proxy = FaultProxy.forServer(cluster.server);
+    const proxied = clientFor(withServer(cluster, await proxy.start()));
     const metrics = new Metrics({ defaultMetrics: false });
     const inf = new Informer<Widget>(proxied, { path: path(ns), logger: testLogger(), metrics, backoffInitialMs: 200, pageSize: 2 });
     const deletes: string[] = [];

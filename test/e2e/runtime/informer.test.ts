@@ -4,12 +4,12 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Informer } from "../../../src/runtime/informer.js";
 import type { KubeClient } from "../../../src/runtime/kube-client.js";
 import { Metrics } from "../../../src/runtime/metrics.js";
-import { loadKubeConfig } from "../support/kube.js";
 import {
   FaultProxy,
   GROUP,
   VERSION,
   clientFor,
+  clusterFor,
   createNamespace,
   deleteNamespace,
   ensureCrd,
@@ -93,9 +93,9 @@ describe("Informer (real kube-apiserver)", () => {
   });
 
   it("survives a cut connection and still sees later changes", async () => {
-    const kc = loadKubeConfig();
-    const proxy = FaultProxy.forServer(kc.getCurrentCluster()!.server);
-    const proxied = clientFor(withServer(kc, await proxy.start()));
+    const cluster = clusterFor();
+    const proxy = FaultProxy.forServer(cluster.server);
+    const proxied = clientFor(withServer(cluster, await proxy.start()));
     closers.push(async () => {
       await proxied.close();
       await proxy.close();
@@ -122,9 +122,9 @@ describe("Informer (real kube-apiserver)", () => {
   });
 
   it("restarts a silently stalled watch (watchdog) and catches up", async () => {
-    const kc = loadKubeConfig();
-    const proxy = FaultProxy.forServer(kc.getCurrentCluster()!.server);
-    const proxied = clientFor(withServer(kc, await proxy.start()));
+    const cluster = clusterFor();
+    const proxy = FaultProxy.forServer(cluster.server);
+    const proxied = clientFor(withServer(cluster, await proxy.start()));
     closers.push(async () => {
       await proxied.close();
       await proxy.close();

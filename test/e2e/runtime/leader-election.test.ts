@@ -4,8 +4,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { type KubeClient, leasesPath } from "../../../src/runtime/kube-client.js";
 import { LeaderElector, type Lease } from "../../../src/runtime/leader-election.js";
 import { Metrics } from "../../../src/runtime/metrics.js";
-import { loadKubeConfig } from "../support/kube.js";
-import { FaultProxy, clientFor, createNamespace, deleteNamespace, poll, testLogger, withServer } from "./support.js";
+import { FaultProxy, clientFor, clusterFor, createNamespace, deleteNamespace, poll, testLogger, withServer } from "./support.js";
 
 // Short timings for the test; the defaults (15/10/2 s) only make it slower.
 const TIMINGS = { leaseDurationMs: 3_000, renewDeadlineMs: 2_000, retryPeriodMs: 500 };
@@ -96,9 +95,9 @@ describe("LeaderElector (real Lease)", () => {
   });
 
   it("a leader that stops renewing loses the lease to the other after it expires", async () => {
-    const kc = loadKubeConfig();
-    const proxy = FaultProxy.forServer(kc.getCurrentCluster()!.server);
-    const proxiedClient = clientFor(withServer(kc, await proxy.start()), 1_000);
+    const cluster = clusterFor();
+    const proxy = FaultProxy.forServer(cluster.server);
+    const proxiedClient = clientFor(withServer(cluster, await proxy.start()), 1_000);
     // a talks through the proxy and acquires first; b talks directly.
     const a = candidate(proxiedClient, ns, "le-expire", "cand-a", false);
     try {

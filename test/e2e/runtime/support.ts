@@ -1,10 +1,10 @@
 // Helpers for the runtime's e2e suites: a throwaway CRD group, KubeClients for the test API
 // server (directly or through a fault-injecting TCP proxy), and small polling utilities.
-import { KubeConfig } from "@kubernetes/client-node";
-import { createServer, connect, isIP, type Server, type Socket } from "node:net";
+import { createServer, connect, type Server, type Socket } from "node:net";
 import { crdPath, isAlreadyExists, isNotFound, KubeClient, type KubeObject } from "../../../src/runtime/kube-client.js";
+import { loadKubeconfig, type ClusterConnection, type KubeConfigLike } from "../../../src/runtime/kubeconfig.js";
 import { createLogger, type Logger } from "../../../src/runtime/logging.js";
-import { loadKubeConfig } from "../support/kube.js";
+import { testKubeconfig } from "../support/kube.js";
 
 export const GROUP = "rt.test.agentcompute.dev";
 export const VERSION = "v1";
@@ -20,21 +20,24 @@ export function testLogger(): Logger {
   return createLogger({ level: process.env.E2E_LOG ?? "silent" });
 }
 
-export function clientFor(kc: KubeConfig = loadKubeConfig(), requestTimeoutMs = 15_000): KubeClient {
-  return new KubeClient({ kubeConfig: kc, requestTimeoutMs });
+/** The test API server, loaded by the runtime's own kubeconfig loader. */
+export function clusterFor(kubeconfig: string = testKubeconfig()): ClusterConnection {
+  return loadKubeconfig({ path: kubeconfig || undefined });
 }
 
-/** A copy of `kc` whose current cluster points at `server` (same TLS material and user). */
-export function withServer(kc: KubeConfig, server: string): KubeConfig {
-  const cluster = kc.getCurrentCluster();
-  const user = kc.getCurrentUser();
-  if (!cluster || !user) throw new Error("kubeconfig has no current cluster/user");
-  // Keep verifying the API server's certificate through the proxy: a DNS name becomes the
-  // TLS server name; an IP address needs nothing (the proxy listens on 127.0.0.1 too).
-  const host = new URL(cluster.server).hostname;
-  const out = new KubeConfig();
-  out.loadFromClusterAndUser({ ...cluster, server, tlsServerName: cluster.tlsServerName ?? (isIP(host) ? undefined : host) }, user);
-  return out;
+/** A KubeClient from a ClusterConnection (default: the test API server) or a client-node KubeConfig. */
+export function clientFor(source: ClusterConnection | KubeConfigLike = clusterFor(), requestTimeoutMs = 15_000): KubeClient {
+  return "credentials" in source
+    ? new KubeClient({ cluster: source, requestTimeoutMs })
+    : new KubeClient({ kubeConfig: source, requestTimeoutMs });
+}
+
+/**
+ * The same cluster reached at another address (the fault proxy). The proxy listens on
+ * 127.0.0.1 like the test API server, so its certificate still verifies.
+ */
+export function withServer(cluster: ClusterConnection, server: string): ClusterConnection {
+  return { server, namespace: cluster.namespace, credentials: (force) => cluster.credentials(force) };
 }
 
 /**

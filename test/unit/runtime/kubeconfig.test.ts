@@ -1,0 +1,153 @@
+import { chmod, mkdtemp, rm, writeFile, mkdir } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { delimiter, join } from "node:path";
+import { afterEach, beforeEach, describe, expect, it } from "vitest";
+import { inClusterConfig, loadKubeconfig } from "../../../src/runtime/kubeconfig.js";
+
+let dir: string;
+const savedEnv = { ...process.env };
+
+beforeEach(async () => {
+  dir = await mkdtemp(join(tmpdir(), "kubeconfig-test-"));
+});
+afterEach(async () => {
+  process.env = { ...savedEnv };
+  await rm(dir, { recursive: true, force: true });
+});
+
+const b64 = (s: string) => Buffer.from(s).toString("base64");
+
+function config(users: string, extra = ""): string {
+  return `apiVersion: v1
+kind: Config
+current-context: main
+clusters:
+- name: c1
+  cluster:
+    server: https://10.0.0.1:6443/
+    certificate-authority-data: ${b64("CA-PEM")}
+    tls-server-name: api.example
+contexts:
+- name: main
+  context: {cluster: c1, user: u1, namespace: team-a}
+- name: other
+  context: {cluster: c1, user: u2}
+users:
+${users}
+${extra}`;
+}
+
+describe("loadKubeconfig", () => {
+  it("reads server, CA, namespace and a static token", async () => {
+    const p = join(dir, "config");
+    await writeFile(p, config(`- name: u1\n  user: {token: abc}\n- name: u2\n  user: {username: bob, password: pw}`));
+    const c = loadKubeconfig({ path: p });
+    expect(c.server).toBe("https://10.0.0.1:6443");
+    expect(c.namespace).toBe("team-a");
+    const cred = await c.credentials();
+    expect(cred.headers.authorization).toBe("Bearer abc");
+    expect(cred.tls.ca?.toString()).toBe("CA-PEM");
+    expect(cred.tls.servername).toBe("api.example");
+    const other = await loadKubeconfig({ path: p, context: "other" }).credentials();
+    expect(other.headers.authorization).toBe(`Basic ${b64("bob:pw")}`);
+  });
+
+  it("re-reads token files and certificate files (relative to the kubeconfig) on every refresh", async () => {
+    await mkdir(join(dir, "creds"));
+    await writeFile(join(dir, "creds", "token"), "first\n");
+    await writeFile(join(dir, "creds", "cert.pem"), "CERT-1");
+    await writeFile(join(dir, "creds", "key.pem"), "KEY-1");
+    const p = join(dir, "config");
+    await writeFile(
+      p,
+      config(`- name: u1\n  user:\n    tokenFile: creds/token\n    client-certificate: creds/cert.pem\n    client-key: creds/key.pem\n    as: alice\n    as-groups: [devs, ops]`),
+    );
+    const c = loadKubeconfig({ path: p });
+    let cred = await c.credentials();
+    expect(cred.headers.authorization).toBe("Bearer first");
+    expect(cred.tls.cert?.toString()).toBe("CERT-1");
+    expect(cred.headers["impersonate-user"]).toBe("alice");
+    expect(cred.headers["impersonate-group"]).toBe("devs, ops");
+    await writeFile(join(dir, "creds", "token"), "second\n");
+    await writeFile(join(dir, "creds", "cert.pem"), "CERT-2");
+    cred = await c.credentials();
+    expect(cred.headers.authorization).toBe("Bearer second");
+    expect(cred.tls.cert?.toString()).toBe("CERT-2");
+  });
+
+  it("merges a KUBECONFIG list: first definition and first current-context win", async () => {
+    const a = join(dir, "a");
+    const b = join(dir, "b");
+    await writeFile(a, `apiVersion: v1\nkind: Config\nusers:\n- name: u1\n  user: {token: from-a}\n`);
+    await writeFile(b, config(`- name: u1\n  user: {token: from-b}`));
+    process.env.KUBECONFIG = [a, join(dir, "missing"), b].join(delimiter);
+    const c = loadKubeconfig();
+    expect(c.server).toBe("https://10.0.0.1:6443");
+    expect((await c.credentials()).headers.authorization).toBe("Bearer from-a");
+  });
+
+  it("runs exec credential plugins and caches until expiry; force re-runs", async () => {
+    const counter = join(dir, "count");
+    await writeFile(counter, "0");
+    const plugin = join(dir, "plugin.mjs");
+    await writeFile(
+      plugin,
+      `#!/usr/bin/env node
+import { readFileSync, writeFileSync } from "node:fs";
+const n = Number(readFileSync(${JSON.stringify(counter)}, "utf8")) + 1;
+writeFileSync(${JSON.stringify(counter)}, String(n));
+const info = JSON.parse(process.env.KUBERNETES_EXEC_INFO);
+process.stdout.write(JSON.stringify({ apiVersion: info.apiVersion, kind: "ExecCredential",
+  status: { token: "tok-" + n + "-" + process.env.EXTRA + "-" + (info.spec.cluster ? info.spec.cluster.server : "none"),
+            expirationTimestamp: new Date(Date.now() + 3600e3).toISOString() } }));
+`,
+    );
+    await chmod(plugin, 0o755);
+    const p = join(dir, "config");
+    await writeFile(
+      p,
+      config(`- name: u1
+  user:
+    exec:
+      apiVersion: client.authentication.k8s.io/v1
+      command: ${process.execPath}
+      args: [${JSON.stringify(plugin)}]
+      env: [{name: EXTRA, value: x}]
+      provideClusterInfo: true`),
+    );
+    const c = loadKubeconfig({ path: p });
+    expect((await c.credentials()).headers.authorization).toBe("Bearer tok-1-x-https://10.0.0.1:6443");
+    expect((await c.credentials()).headers.authorization).toBe("Bearer tok-1-x-https://10.0.0.1:6443");
+    expect((await c.credentials(true)).headers.authorization).toBe("Bearer tok-2-x-https://10.0.0.1:6443");
+  });
+
+  it("refuses plain http without insecure-skip-tls-verify", async () => {
+    const p = join(dir, "config");
+    await writeFile(p, config(`- name: u1\n  user: {token: a}`).replace("https://10.0.0.1:6443/", "http://10.0.0.1:8080"));
+    expect(() => loadKubeconfig({ path: p })).toThrow(/insecure-skip-tls-verify/);
+  });
+
+  it("fails clearly on a missing context", async () => {
+    const p = join(dir, "config");
+    await writeFile(p, config(`- name: u1\n  user: {token: a}`));
+    expect(() => loadKubeconfig({ path: p, context: "nope" })).toThrow(/context "nope" not found/);
+  });
+});
+
+describe("inClusterConfig", () => {
+  it("uses the service-account token (re-read each time), CA and namespace", async () => {
+    await writeFile(join(dir, "token"), "sa-token-1");
+    await writeFile(join(dir, "ca.crt"), "SA-CA");
+    await writeFile(join(dir, "namespace"), "operators\n");
+    process.env.KUBERNETES_SERVICE_HOST = "fd00::1";
+    process.env.KUBERNETES_SERVICE_PORT = "443";
+    const c = inClusterConfig(dir);
+    expect(c.server).toBe("https://[fd00::1]:443");
+    expect(c.namespace).toBe("operators");
+    expect((await c.credentials()).headers.authorization).toBe("Bearer sa-token-1");
+    await writeFile(join(dir, "token"), "sa-token-2");
+    const cred = await c.credentials();
+    expect(cred.headers.authorization).toBe("Bearer sa-token-2");
+    expect(cred.tls.ca?.toString()).toBe("SA-CA");
+  });
+});
