@@ -145,7 +145,8 @@ class DeploymentClient implements ExternalClient<AgentDeployment> {
   }
 
   async delete(cr: AgentDeployment): Promise<void> {
-    await this.handle.deployments.ensureFresh();
+    // A fresh read: whatever a crash left behind with this resource's marker goes too.
+    await this.handle.deployments.refresh();
     const ids = new Set(this.handle.deployments.findByMarker(cr.metadata.uid).map((d) => d.id));
     const id = deploymentExternalId(cr);
     if (id !== undefined) ids.add(id);

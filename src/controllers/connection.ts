@@ -10,10 +10,10 @@ import {
   type ConnectionStatus,
 } from "../api/index.js";
 import { NotReadyError } from "../managed/errors.js";
-import { writeStatus } from "../managed/status-writer.js";
+import type { StatusWriter } from "../managed/status-writer.js";
 import type { EventRecorder } from "../runtime/events.js";
 import type { Informer } from "../runtime/informer.js";
-import { resourcePath, type KubeClient } from "../runtime/kube-client.js";
+import { resourcePath } from "../runtime/kube-client.js";
 import type { ReconcileContext, Reconciler, Request, Result } from "../runtime/controller.js";
 import { formatTime } from "../runtime/status.js";
 import { ServiceError, type ServiceClient, type UsageRecord } from "../service/index.js";
@@ -23,7 +23,7 @@ import type { UsageGauges } from "./usage-metrics.js";
 export interface ConnectionReconcilerOptions {
   informer: Informer<Connection>;
   pool: ConnectionPool;
-  kube: KubeClient;
+  status: StatusWriter;
   events: EventRecorder;
   usage?: UsageGauges;
   now?: () => Date;
@@ -39,12 +39,13 @@ export class ConnectionReconciler implements Reconciler {
   }
 
   async reconcile(req: Request, ctx: ReconcileContext): Promise<Result | void> {
-    const conn = this.opts.informer.get(req.namespace, req.name);
-    if (conn === undefined || conn.metadata.deletionTimestamp !== undefined) {
+    const cached = this.opts.informer.get(req.namespace, req.name);
+    if (cached === undefined || cached.metadata.deletionTimestamp !== undefined) {
       this.opts.pool.forget(req.namespace, req.name);
       this.opts.usage?.remove(`${req.namespace}/${req.name}`);
       return;
     }
+    const conn = this.opts.status.fresh(cached);
     const refreshMs = (conn.spec.usageRefreshSeconds ?? 600) * 1000;
     const path = resourcePath({
       group: GROUP,
@@ -67,20 +68,20 @@ export class ConnectionReconciler implements Reconciler {
           this.opts.usage?.set(handle.key, observed.usage.byTier);
         }
       }
-      await writeStatus(this.opts.kube, path, conn, observed, [
+      await this.opts.status.write(path, conn, observed, [
         { type: ConditionType.Ready, status: "True", reason: "Authenticated", message: "a token was obtained from the token service" },
         { type: ConditionType.Reconciling, status: "False", reason: "Authenticated" },
         { type: ConditionType.Stalled, status: "False", reason: "Authenticated" },
-      ], this.now());
+      ]);
       if (wasReady?.status !== "True") this.opts.events.normal(conn, "Authenticated", "credentials accepted by the token service");
       return { requeueAfterMs: jitter(refreshMs) };
     } catch (err) {
       const { reason, message, stalled } = describe(err, conn);
-      await writeStatus(this.opts.kube, path, conn, {}, [
+      await this.opts.status.write(path, conn, {}, [
         { type: ConditionType.Ready, status: "False", reason, message },
         { type: ConditionType.Reconciling, status: stalled ? "False" : "True", reason, message: stalled ? undefined : message },
         { type: ConditionType.Stalled, status: stalled ? "True" : "False", reason, message: stalled ? message : undefined },
-      ], this.now());
+      ]);
       if (wasReady?.reason !== reason) this.opts.events.warning(conn, reason, message);
       ctx.log.info({ reason }, message);
       if (stalled) {

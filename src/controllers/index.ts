@@ -19,6 +19,7 @@ import {
 import { ConnectionSecretWriter, type SecretObject } from "../managed/connection-secret.js";
 import type { Connector, ManagedResource } from "../managed/external.js";
 import { ManagedReconciler } from "../managed/reconciler.js";
+import { StatusWriter } from "../managed/status-writer.js";
 import type { Controller, Request } from "../runtime/controller.js";
 import type { Informer } from "../runtime/informer.js";
 import { configMapsPath, resourcePath, secretsPath, type KubeObject } from "../runtime/kube-client.js";
@@ -58,6 +59,7 @@ export function setupOperator(manager: Manager, opts: OperatorOptions): Operator
 
   const store = new ObjectStore(secrets, configMaps);
   const secretWriter = new ConnectionSecretWriter(manager.client, secrets);
+  const status = new StatusWriter(manager.client);
   const controllers = {} as Operator["controllers"];
 
   // An out-of-band change found by an inventory read brings back the resources it concerns.
@@ -96,7 +98,7 @@ export function setupOperator(manager: Manager, opts: OperatorOptions): Operator
     reconciler: new ConnectionReconciler({
       informer: connections,
       pool,
-      kube: manager.client,
+      status,
       events: manager.events,
       usage: new UsageGauges(manager.metrics.registry),
     }),
@@ -128,6 +130,7 @@ export function setupOperator(manager: Manager, opts: OperatorOptions): Operator
         events: manager.events,
         connector,
         externalId,
+        status,
         syncPeriodMs: opts.syncPeriodMs,
         secrets: withSecrets ? secretWriter : undefined,
       }),

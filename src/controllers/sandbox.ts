@@ -63,7 +63,17 @@ export class SandboxConnector implements Connector<Sandbox> {
     const { spec, metadata } = cr;
     for (const name of spec.skills ?? []) {
       const skill = this.skills.list(metadata.namespace).find((s) => skillName(s) === name);
-      if (skill === undefined) continue; // not managed here: the service knows it or answers 400
+      if (skill === undefined) {
+        // Not managed here: it must exist in the service already. Order never matters, so a
+        // skill that is missing is awaited rather than sent (and refused with a 400).
+        if (handle.skills.get(name) === undefined) {
+          throw new NotReadyError(
+            "WaitingForSkill",
+            `skill "${name}" (spec.skills) is neither a Skill resource in this namespace nor a skill in the service`,
+          );
+        }
+        continue;
+      }
       const ready = skill.status?.conditions?.find((c) => c.type === ConditionType.Ready);
       if (ready?.status !== "True") {
         throw new NotReadyError("WaitingForSkill", `Skill "${skill.metadata.name}" is not Ready yet (spec.skills)`);
@@ -122,6 +132,7 @@ class SandboxClient implements ExternalClient<Sandbox> {
   }
 
   async observe(cr: Sandbox): Promise<Observation<SandboxStatus>> {
+    if ((cr.spec.skills ?? []).length > 0) await this.handle.skills.ensureFresh();
     const keepAlive = cr.spec.keepAlive ?? true;
     const id = sandboxExternalId(cr);
     if (!keepAlive && cr.status?.state === "expired" && id !== undefined) {
@@ -139,8 +150,8 @@ class SandboxClient implements ExternalClient<Sandbox> {
     const now = this.now().getTime();
     const expiresAt = Date.parse(found.expires_at ?? "") || now;
     const renewAt = expiresAt - renewBeforeSeconds(cr) * 1000;
-    const hash = allocationHash(cr, this.desired);
-    if (cr.status?.configHash !== undefined && cr.status.configHash !== hash && cr.status.vmId === found.vm_id) {
+    const hash = this.desiredHash(cr);
+    if (hash !== undefined && cr.status?.configHash !== undefined && cr.status.configHash !== hash && cr.status.vmId === found.vm_id) {
       this.plan = { action: "replace", why: "tier, skills, env or secureRuntime changed" };
     } else if (keepAlive && now >= renewAt) {
       this.plan = { action: "renew" };
@@ -156,11 +167,25 @@ class SandboxClient implements ExternalClient<Sandbox> {
       exists: true,
       upToDate,
       differences: this.plan.action === "replace" ? [this.plan.why] : [],
-      status: { ...statusOf(found), configHash: cr.status?.configHash ?? hash },
+      status: { ...statusOf(found), ...(cr.status?.configHash ?? hash ? { configHash: cr.status?.configHash ?? hash } : {}) },
       connectionDetails: detailsOf(found),
       requeueAfterMs: Math.max(0, nextAt - now),
       priority: true,
     };
+  }
+
+  /**
+   * The hash of the allocation the spec asks for; undefined while a dependency of a
+   * replacement is missing. A running VM keeps being renewed meanwhile: a Secret or Skill that
+   * went away must not cost the user their VM.
+   */
+  private desiredHash(cr: Sandbox): string | undefined {
+    try {
+      return allocationHash(cr, this.desired);
+    } catch (err) {
+      if (err instanceof NotReadyError) return undefined;
+      throw err;
+    }
   }
 
   async create(cr: Sandbox): Promise<ActionResult<SandboxStatus>> {
@@ -216,7 +241,8 @@ class SandboxClient implements ExternalClient<Sandbox> {
   }
 
   async delete(cr: Sandbox): Promise<void> {
-    await this.handle.vms.ensureFresh();
+    // A fresh read: whatever a crash left behind with this resource's marker goes too.
+    await this.handle.vms.refresh();
     const ids = new Set(this.handle.vms.findByMarker(cr.metadata.uid).map((v) => v.vm_id));
     const id = sandboxExternalId(cr);
     if (id !== undefined) ids.add(id);

@@ -17,7 +17,7 @@ import type { KubeClient } from "../runtime/kube-client.js";
 import { isConflict, isNotFound, resourcePath } from "../runtime/kube-client.js";
 import type { ReconcileContext, Reconciler, Request, Result } from "../runtime/controller.js";
 import type { ConditionInput } from "../runtime/status.js";
-import { writeStatus } from "./status-writer.js";
+import type { StatusWriter } from "./status-writer.js";
 import type { ConnectionSecretWriter } from "./connection-secret.js";
 import { StalledError, classify, type Failure } from "./errors.js";
 import type { ActionResult, Connector, ManagedResource, Observation, StatusOf } from "./external.js";
@@ -28,6 +28,7 @@ export interface ManagedReconcilerOptions<R extends ManagedResource> {
   kube: KubeClient;
   events: EventRecorder;
   connector: Connector<R>;
+  status: StatusWriter;
   /** Resync period; every resource is observed again this often (jittered by ±10 %). */
   syncPeriodMs: number;
   /** The resource's id in the service, if it has one (status field or adoption annotation). */
@@ -45,8 +46,9 @@ export class ManagedReconciler<R extends ManagedResource> implements Reconciler 
   }
 
   async reconcile(req: Request, ctx: ReconcileContext): Promise<Result | void> {
-    const cr = this.opts.informer.get(req.namespace, req.name);
-    if (cr === undefined) return; // gone; the finalizer already did its work
+    const cached = this.opts.informer.get(req.namespace, req.name);
+    if (cached === undefined) return; // gone; the finalizer already did its work
+    const cr = this.opts.status.fresh(cached);
     if (cr.metadata.deletionTimestamp !== undefined) return this.finalize(cr, ctx);
     if (!(cr.metadata.finalizers ?? []).includes(FINALIZER)) {
       // The object comes back through the informer with the finalizer; reconcile then.
@@ -99,12 +101,11 @@ export class ManagedReconciler<R extends ManagedResource> implements Reconciler 
       { type: ConditionType.Reconciling, status: "False", reason: notReady ? notReady.reason : "Available" },
       { type: ConditionType.Stalled, status: "False", reason: notReady ? notReady.reason : "Available" },
     ]);
-    const requeueAfterMs = Math.min(
-      this.jitteredSyncPeriod(),
-      action?.requeueAfterMs ?? Infinity,
-      observed.requeueAfterMs ?? Infinity,
-    );
-    return { requeueAfterMs, priority: action?.priority ?? observed.priority ?? false };
+    // What the action did supersedes what was observed before it (a renewal moves the next one).
+    const scheduled = action !== undefined ? action.requeueAfterMs : observed.requeueAfterMs;
+    const requeueAfterMs = Math.max(1, Math.min(this.jitteredSyncPeriod(), scheduled ?? Infinity));
+    const priority = (action !== undefined ? action.priority : observed.priority) ?? false;
+    return { requeueAfterMs, priority };
   }
 
   private async fail(cr: R, failure: Failure, ctx: ReconcileContext, err?: unknown): Promise<Result> {
@@ -159,6 +160,7 @@ export class ManagedReconciler<R extends ManagedResource> implements Reconciler 
       this.opts.events.normal(cr, "Orphaned", "left the service object in place (deletionPolicy: Orphan)");
     }
     await this.opts.secrets?.remove(cr);
+    this.opts.status.forget(cr.metadata.uid);
     await this.setFinalizers(
       cr,
       (cr.metadata.finalizers ?? []).filter((f) => f !== FINALIZER),
@@ -179,7 +181,7 @@ export class ManagedReconciler<R extends ManagedResource> implements Reconciler 
     observed: Partial<StatusOf<R>>,
     conditions: Array<Omit<ConditionInput, "observedGeneration">>,
   ): Promise<void> {
-    await writeStatus(this.opts.kube, this.path(cr, "status"), cr, observed, conditions, this.now());
+    await this.opts.status.write(this.path(cr, "status"), cr, observed, conditions);
   }
 
   private async setFinalizers(cr: R, finalizers: string[]): Promise<void> {

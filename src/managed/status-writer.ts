@@ -1,5 +1,9 @@
 // Writes a resource's status through the status subresource, and only when it differs from
-// what the cache holds: with nothing changing, the operator makes no writes at all.
+// what the operator last saw: with nothing changing, the operator makes no writes at all.
+//
+// The informer cache lags behind our own writes. Computing the next status from a stale
+// cached copy would silently undo the previous write (a renewal counter going back to 0), so
+// the writer remembers what it wrote, per object, until the cache has caught up.
 import type { ManagedStatusBase, ObjectMeta } from "../api/index.js";
 import { isNotFound, type KubeClient } from "../runtime/kube-client.js";
 import { deepEqual, setCondition, type ConditionInput } from "../runtime/status.js";
@@ -9,36 +13,66 @@ export interface StatusTarget<S extends ManagedStatusBase> {
   status?: S;
 }
 
-/**
- * Merges `observed` over the current status, sets `conditions` (each stamped with the
- * generation they were computed for), and patches the status subresource if anything changed.
- * Returns the status as written (or as it already was).
- */
-export async function writeStatus<S extends ManagedStatusBase>(
-  kube: KubeClient,
-  statusPath: string,
-  target: StatusTarget<S>,
-  observed: Partial<S>,
-  conditions: Array<Omit<ConditionInput, "observedGeneration">>,
-  now: Date,
-): Promise<S> {
-  const generation = target.metadata.generation ?? 0;
-  const current = target.status ?? ({} as S);
-  let nextConditions = current.conditions ?? [];
-  for (const c of conditions) {
-    nextConditions = setCondition(nextConditions, { ...c, observedGeneration: generation }, now);
+interface Written {
+  /** The cached resourceVersion the write was computed from. */
+  basedOn: string | undefined;
+  status: ManagedStatusBase;
+}
+
+export class StatusWriter {
+  private readonly written = new Map<string, Written>();
+
+  constructor(
+    private readonly kube: KubeClient,
+    private readonly now: () => Date = () => new Date(),
+  ) {}
+
+  /**
+   * The object with the status the operator last wrote, if the cache still shows the version
+   * that write was computed from; otherwise the object as cached (and the memory is dropped:
+   * the cache has caught up, or someone else changed the object).
+   */
+  fresh<T extends StatusTarget<ManagedStatusBase>>(obj: T): T {
+    const w = this.written.get(obj.metadata.uid);
+    if (w === undefined) return obj;
+    if (w.basedOn === obj.metadata.resourceVersion) return { ...obj, status: w.status };
+    this.written.delete(obj.metadata.uid);
+    return obj;
   }
-  const next = { ...current, observedGeneration: generation, conditions: nextConditions } as S;
-  for (const [k, v] of Object.entries(observed)) {
-    if (v !== undefined) (next as Record<string, unknown>)[k] = v;
+
+  forget(uid: string): void {
+    this.written.delete(uid);
   }
-  if (deepEqual(next, current)) return current;
-  try {
-    // A merge patch without resourceVersion: the operator is the only writer of status, and
-    // a conflict retry here would only re-send the same content.
-    await kube.patch(statusPath, { status: next }, "merge");
-  } catch (err) {
-    if (!isNotFound(err)) throw err; // deleted meanwhile: nothing to report on
+
+  /**
+   * Merges `observed` over the current status (pass the object through fresh() first), sets
+   * `conditions` (each stamped with the generation they were computed for), and patches the
+   * status subresource if anything changed.
+   */
+  async write<S extends ManagedStatusBase>(
+    statusPath: string,
+    target: StatusTarget<S>,
+    observed: Partial<S>,
+    conditions: Array<Omit<ConditionInput, "observedGeneration">>,
+  ): Promise<void> {
+    const generation = target.metadata.generation ?? 0;
+    const current = target.status ?? ({} as S);
+    let nextConditions = current.conditions ?? [];
+    for (const c of conditions) {
+      nextConditions = setCondition(nextConditions, { ...c, observedGeneration: generation }, this.now());
+    }
+    const next = { ...current, observedGeneration: generation, conditions: nextConditions } as S;
+    for (const [k, v] of Object.entries(observed)) {
+      if (v !== undefined) (next as Record<string, unknown>)[k] = v;
+    }
+    if (deepEqual(next, current)) return;
+    try {
+      // A merge patch without resourceVersion: the operator is the only writer of status, and
+      // the base it merged over is the freshest it knows (see fresh()).
+      await this.kube.patch(statusPath, { status: next }, "merge");
+      this.written.set(target.metadata.uid, { basedOn: target.metadata.resourceVersion, status: next });
+    } catch (err) {
+      if (!isNotFound(err)) throw err; // deleted meanwhile: nothing to report on
+    }
   }
-  return next;
 }

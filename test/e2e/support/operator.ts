@@ -1,6 +1,7 @@
 // The operator under test: the CRDs installed on the real API server, an in-process emulator
 // of the service, and the operator itself (in-process, restricted to the test's namespace),
 // with every log line kept so tests can assert on them (and scan them for secrets).
+import { appendFileSync } from "node:fs";
 import { Writable } from "node:stream";
 import { fileURLToPath } from "node:url";
 import { KubeConfig } from "@kubernetes/client-node";
@@ -42,7 +43,10 @@ export async function startOperator(opts: {
   kubeConfig.loadFromFile(testKubeconfig());
   const sink = new Writable({
     write(chunk: Buffer, _enc, done) {
-      for (const line of chunk.toString("utf8").split("\n")) if (line) opts.logs.push(line);
+      const text = chunk.toString("utf8");
+      for (const line of text.split("\n")) if (line) opts.logs.push(line);
+      // E2E_LOG_FILE=path keeps the operator's log for debugging a failed run.
+      if (process.env.E2E_LOG_FILE) appendFileSync(process.env.E2E_LOG_FILE, text);
       done();
     },
   });
