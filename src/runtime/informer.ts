@@ -27,6 +27,8 @@ export type InformerEventName = "add" | "update" | "delete";
 export type AddHandler<T> = (obj: T) => void;
 export type UpdateHandler<T> = (newObj: T, oldObj: T) => void;
 export type DeleteHandler<T> = (obj: T) => void;
+/** Index values of an object (e.g. `namespace/name` of referenced Secrets). */
+export type IndexFunc<T> = (obj: T) => string[];
 
 export interface InformerOptions<T = KubeObject> {
   /** Collection path, e.g. /apis/agentcompute.dev/v1alpha1/namespaces/x/skills or cluster-wide /api/v1/secrets. */
@@ -101,6 +103,9 @@ export class Informer<T extends KubeObject> {
   /** namespace ("" for cluster-scoped) -> name -> object */
   private readonly store = new Map<string, Map<string, T>>();
   private count = 0;
+  /** index name -> function; index name -> value -> object keys ("ns/name") */
+  private readonly indexers = new Map<string, IndexFunc<T>>();
+  private readonly indices = new Map<string, Map<string, Set<string>>>();
   private readonly addHandlers: AddHandler<T>[] = [];
   private readonly updateHandlers: UpdateHandler<T>[] = [];
   private readonly deleteHandlers: DeleteHandler<T>[] = [];
@@ -190,6 +195,37 @@ export class Informer<T extends KubeObject> {
 
   size(): number {
     return this.count;
+  }
+
+  /**
+   * Add a secondary index (client-go's Indexer): `fn` returns the index values of an object,
+   * e.g. the `namespace/name` of every Secret a Sandbox references. byIndex() then answers
+   * "which objects reference X" in O(1) instead of scanning the cache on every event (at
+   * 10,000 objects and 10,000 Secret events a scan per event is 10^8 steps).
+   */
+  addIndex(name: string, fn: IndexFunc<T>): void {
+    if (this.indexers.has(name)) throw new Error(`index ${name} already exists`);
+    this.indexers.set(name, fn);
+    const index = new Map<string, Set<string>>();
+    this.indices.set(name, index);
+    for (const [ns, m] of this.store) {
+      for (const [n, obj] of m) this.indexAdd(index, this.indexValues(name, fn, obj), storeKey(ns, n));
+    }
+  }
+
+  /** Objects whose index `name` contains `value` (cached references). */
+  byIndex(name: string, value: string): T[] {
+    const index = this.indices.get(name);
+    if (!index) throw new Error(`no index ${name}`);
+    const keys = index.get(value);
+    if (!keys) return [];
+    const out: T[] = [];
+    for (const k of keys) {
+      const i = k.indexOf("/");
+      const obj = this.store.get(k.slice(0, i))?.get(k.slice(i + 1));
+      if (obj !== undefined) out.push(obj);
+    }
+    return out;
   }
 
   // --- the loop ------------------------------------------------------------------------
@@ -315,11 +351,10 @@ export class Informer<T extends KubeObject> {
       if (!m) this.store.set(ns, (m = new Map()));
       const old = m.get(name);
       if (old === undefined) {
-        m.set(name, obj);
-        this.count++;
+        this.setObject(m, ns, name, obj, undefined);
         adds.push(obj);
       } else if (old.metadata.resourceVersion !== obj.metadata.resourceVersion) {
-        m.set(name, obj);
+        this.setObject(m, ns, name, obj, old);
         updates.push([obj, old]);
       }
       // else unchanged: keep the object handlers may already hold; the new copy is dropped
@@ -332,8 +367,7 @@ export class Informer<T extends KubeObject> {
       const names = seen.get(ns);
       for (const [name, obj] of m) {
         if (!names?.has(name)) {
-          m.delete(name);
-          this.count--;
+          this.deleteObject(m, ns, name, obj);
           deletes.push(obj);
         }
       }
@@ -435,9 +469,8 @@ export class Informer<T extends KubeObject> {
     if (!m) this.store.set(ns, (m = new Map()));
     const old = m.get(name);
     if (old !== undefined && old.metadata.resourceVersion === obj.metadata.resourceVersion) return;
-    m.set(name, obj);
+    this.setObject(m, ns, name, obj, old);
     if (old === undefined) {
-      this.count++;
       this.metrics?.informerObjects.set({ resource: this.path }, this.count);
       this.emitAdd(obj);
     } else {
@@ -451,13 +484,61 @@ export class Informer<T extends KubeObject> {
     const m = this.store.get(ns);
     const old = m?.get(name);
     if (m && old !== undefined) {
-      m.delete(name);
+      this.deleteObject(m, ns, name, old);
       if (m.size === 0) this.store.delete(ns);
-      this.count--;
       this.metrics?.informerObjects.set({ resource: this.path }, this.count);
     }
     // Emit even for an object we did not hold: a delete is always safe to pass on.
     this.emitDelete(obj);
+  }
+
+  /** Every store write goes through here and deleteObject, keeping count and indices right. */
+  private setObject(m: Map<string, T>, ns: string, name: string, obj: T, old: T | undefined): void {
+    m.set(name, obj);
+    if (old === undefined) this.count++;
+    if (this.indexers.size === 0) return;
+    const key = storeKey(ns, name);
+    for (const [idx, fn] of this.indexers) {
+      const index = this.indices.get(idx) as Map<string, Set<string>>;
+      if (old !== undefined) this.indexRemove(index, this.indexValues(idx, fn, old), key);
+      this.indexAdd(index, this.indexValues(idx, fn, obj), key);
+    }
+  }
+
+  private deleteObject(m: Map<string, T>, ns: string, name: string, old: T): void {
+    m.delete(name);
+    this.count--;
+    if (this.indexers.size === 0) return;
+    const key = storeKey(ns, name);
+    for (const [idx, fn] of this.indexers) {
+      this.indexRemove(this.indices.get(idx) as Map<string, Set<string>>, this.indexValues(idx, fn, old), key);
+    }
+  }
+
+  private indexValues(name: string, fn: IndexFunc<T>, obj: T): string[] {
+    try {
+      return fn(obj);
+    } catch (err) {
+      this.log.error({ err: errorMessage(err), index: name }, "index function threw; object not indexed");
+      return [];
+    }
+  }
+
+  private indexAdd(index: Map<string, Set<string>>, values: string[], key: string): void {
+    for (const v of values) {
+      let keys = index.get(v);
+      if (!keys) index.set(v, (keys = new Set()));
+      keys.add(key);
+    }
+  }
+
+  private indexRemove(index: Map<string, Set<string>>, values: string[], key: string): void {
+    for (const v of values) {
+      const keys = index.get(v);
+      if (!keys) continue;
+      keys.delete(key);
+      if (keys.size === 0) index.delete(v);
+    }
   }
 
   // Handler failures are logged and never break the watch loop.
@@ -477,6 +558,10 @@ export class Informer<T extends KubeObject> {
       this.log.error({ err: errorMessage(err), event }, "informer event handler threw");
     }
   }
+}
+
+function storeKey(ns: string, name: string): string {
+  return `${ns}/${name}`;
 }
 
 function newReflector(path: string, namespace: string | undefined): Reflector {

@@ -87,6 +87,7 @@ describe("Informer relists after 410 Gone (private kube-apiserver)", () => {
     inf.on("add", (o) => adds.push(o.metadata.name ?? ""));
     inf.on("update", (n) => updates.push(n.metadata.name ?? ""));
     inf.on("delete", (o) => deletes.push(o.metadata.name ?? ""));
+    inf.addIndex("size", (o) => [String(o.spec?.size ?? 0)]);
     try {
       await inf.start();
       expect(inf.list(ns)).toHaveLength(3);
@@ -108,6 +109,9 @@ describe("Informer relists after 410 Gone (private kube-apiserver)", () => {
       expect(adds).toEqual(["d"]);
       expect(inf.get(ns, "b")?.spec?.size).toBe(7);
       expect(inf.list(ns).map((o) => o.metadata.name).sort()).toEqual(["b", "c", "d"]);
+      // Indices follow the relist's synthetic changes too.
+      expect(inf.byIndex("size", "1").map((o) => o.metadata.name).sort()).toEqual(["c", "d"]);
+      expect(inf.byIndex("size", "7").map((o) => o.metadata.name)).toEqual(["b"]);
       const text = await metrics.registry.metrics();
       expect(text).toMatch(/agentcompute_informer_watch_restarts_total\{resource="[^"]+",reason="gone"\} [1-9]/);
       expect(text).toMatch(/agentcompute_informer_relists_total\{resource="[^"]+"\} [2-9]/);

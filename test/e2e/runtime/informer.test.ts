@@ -153,6 +153,30 @@ describe("Informer (real kube-apiserver)", () => {
     proxy.killAll();
   });
 
+  it("keeps secondary indices in step with adds, updates and deletes", async () => {
+    const ns4 = await createNamespace(client, "rt-informer-idx");
+    closers.push(() => deleteNamespace(client, ns4));
+    const colored = (name: string, color: string): Widget => ({ ...widget(ns4, name), spec: { size: 1, color } });
+    await client.create(path(ns4), colored("r1", "red"));
+    const inf = new Informer<Widget>(client, { path: path(ns4), logger: testLogger() });
+    informers.push(inf);
+    await inf.start();
+    // Added after the sync: built over the existing cache.
+    inf.addIndex("color", (w) => (w.spec?.color ? [`${w.metadata.namespace}/${w.spec.color}`] : []));
+    const names = (color: string) => inf.byIndex("color", `${ns4}/${color}`).map((w) => w.metadata.name).sort();
+    expect(names("red")).toEqual(["r1"]);
+    await client.create(path(ns4), colored("r2", "red"));
+    await client.create(path(ns4), colored("b1", "blue"));
+    await poll(() => names("red").length === 2 && names("blue").length === 1, 30_000, "index of new objects");
+    await client.patch(`${path(ns4)}/r2`, { spec: { color: "blue" } }, "merge");
+    await poll(() => names("blue").length === 2, 30_000, "index follows an update");
+    expect(names("red")).toEqual(["r1"]);
+    await client.delete(`${path(ns4)}/b1`);
+    await poll(() => names("blue").length === 1, 30_000, "index follows a delete");
+    expect(names("blue")).toEqual(["r2"]);
+    expect(inf.byIndex("color", `${ns4}/green`)).toEqual([]);
+  });
+
   it("watches several namespaces into one cache from a cluster-wide path", async () => {
     const ns2 = await createNamespace(client, "rt-informer-b");
     const ns3 = await createNamespace(client, "rt-informer-c");
