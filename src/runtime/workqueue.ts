@@ -19,6 +19,8 @@
 //    key that is already waiting to run is ignored: the run that is about to happen
 //    recomputes the next requeue anyway. This is controller-runtime's priorityqueue rule
 //    ("min of possible durations") and saves one redundant reconcile per key per event.
+//    Exception: a delayed PRIORITY add survives an ordinary pending run, so a TTL renewal
+//    due in 30 s still jumps the queue if the ordinary run is stuck behind a backlog.
 //  - get() resolves `undefined` as soon as the queue is shut down (client-go keeps handing
 //    out what is left). The operator stops taking work on SIGTERM and leaves the rest to the
 //    next leader; in-flight items are still finished (shutDownWithDrain waits for them).
@@ -287,9 +289,11 @@ export class WorkQueue {
   add(key: string, opts: AddOptions = {}): void {
     if (this.shuttingDown) return;
     const priority = opts.priority === true;
-    // An immediate run supersedes a pending delayed one (see header).
+    // An immediate run supersedes a pending delayed one (see header), unless the delayed one
+    // is a priority requeue and this add is not: the ordinary run may wait behind a long
+    // backlog, and the priority timer must still be able to promote it.
     const w = this.waiting.get(key);
-    if (w) {
+    if (w && (priority || !w.priority)) {
       this.heap.remove(w);
       this.waiting.delete(key);
     }
@@ -320,10 +324,13 @@ export class WorkQueue {
       return;
     }
     this.metrics?.workqueueRetries.inc({ name: this.name });
-    // A run is already pending; it will compute its own next requeue.
-    if (this.dirty.has(key)) return;
-    const readyAt = Date.now() + delayMs;
     const priority = opts.priority === true;
+    // A run is already pending; it will compute its own next requeue. Unless this is a
+    // priority requeue and the pending run is an ordinary one (possibly far back in a
+    // backlog): keep the timer so it can promote the key when due.
+    const pending = this.dirty.get(key);
+    if (pending && (pending.priority || !priority)) return;
+    const readyAt = Date.now() + delayMs;
     const existing = this.waiting.get(key);
     if (existing) {
       existing.priority ||= priority;

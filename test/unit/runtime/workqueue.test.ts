@@ -194,6 +194,21 @@ describe("delayed adds", () => {
     q.shutDown();
   });
 
+  it("a delayed priority add still promotes a key stuck behind an ordinary backlog", async () => {
+    vi.useFakeTimers();
+    const q = new WorkQueue({ name: "t" });
+    for (let i = 0; i < 100; i++) q.add(`cold-${i}`);
+    q.add("sandbox"); // ordinary, at the back of the backlog
+    q.addAfter("sandbox", 1_000, { priority: true }); // its TTL renewal, due in 1 s
+    q.add("sandbox"); // another ordinary event does not cancel the renewal timer
+    expect(q.delayedLen()).toBe(1);
+    await vi.advanceTimersByTimeAsync(1_000);
+    expect(await q.get()).toEqual({ key: "sandbox", priority: true });
+    q.done("sandbox");
+    expect(q.len()).toBe(100); // processed once, not again from the ordinary lane
+    q.shutDown();
+  });
+
   it("a delayed priority add lands in the priority lane", async () => {
     vi.useFakeTimers();
     const q = new WorkQueue({ name: "t" });
