@@ -222,7 +222,7 @@ export async function buildKubeApiserver(opts: KubeBuildOptions = {}): Promise<s
     try {
       const child = spawn("go", args, { cwd: p.toolDir, env: goEnv(p), stdio: ["ignore", logFd, logFd] });
       const ticker = setInterval(() => {
-        log(`  still building: ${formatDuration(Date.now() - started)} elapsed, ${countLines(p.buildLog)} log lines`);
+        log(`  still building: ${formatDuration(Date.now() - started)} elapsed, ${countPackages(p.buildLog)} packages compiled`);
       }, 60_000);
       try {
         exit = await new Promise<number | null>((resolve, reject) => {
@@ -521,10 +521,11 @@ function tail(file: string, lines: number): string {
   return text.split("\n").slice(-lines - 1).join("\n");
 }
 
-function countLines(file: string): number {
+/** `go build -v` prints one line per package it compiles (after "go: downloading" lines). */
+function countPackages(file: string): number {
   try {
     if (statSync(file).size === 0) return 0;
-    return (readText(file) ?? "").split("\n").length - 1;
+    return (readText(file) ?? "").split("\n").filter((l) => l !== "" && !l.startsWith("go: ")).length;
   } catch {
     return 0;
   }
