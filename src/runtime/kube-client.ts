@@ -126,6 +126,18 @@ export interface WatchOptions {
 
 export type PatchType = "merge" | "json" | "strategic" | "apply";
 
+/** One HTTP request the client made (each retry is one), reported to onRequest listeners. */
+export interface KubeRequestInfo {
+  method: string;
+  /** Path without query, e.g. /apis/agentcompute.dev/v1alpha1/namespaces/a/skills/x/status. */
+  path: string;
+  /** HTTP status, or "error" when no answer came (network failure, timeout, abort). */
+  status: number | "error";
+  watch: boolean;
+}
+
+export type KubeRequestListener = (info: KubeRequestInfo) => void;
+
 export interface WriteOptions {
   fieldManager?: string;
   dryRun?: boolean;
@@ -390,6 +402,7 @@ export class KubeClient {
   private auth: AuthState | undefined;
   private authInFlight: Promise<AuthState> | undefined;
   private closed = false;
+  private readonly listeners: KubeRequestListener[] = [];
 
   constructor(opts: KubeClientOptions = {}) {
     this.cluster = opts.cluster ?? (opts.kubeConfig ? fromKubeConfig(opts.kubeConfig) : loadKubeconfig());
@@ -421,6 +434,19 @@ export class KubeClient {
   /** The namespace of the current kubeconfig context (or the pod's namespace in-cluster). */
   currentNamespace(): string | undefined {
     return this.cluster.namespace;
+  }
+
+  /**
+   * Be told of every request (metrics: rest_client_requests_total; the benchmark counts the
+   * operator's writes with it). Listeners must be quick and must not throw. Returns an
+   * unsubscribe function.
+   */
+  onRequest(listener: KubeRequestListener): () => void {
+    this.listeners.push(listener);
+    return () => {
+      const i = this.listeners.indexOf(listener);
+      if (i >= 0) this.listeners.splice(i, 1);
+    };
   }
 
   /** Same as the module-level resourcePath(), for callers that only hold a client. */
@@ -600,7 +626,9 @@ export class KubeClient {
           headersTimeout: isWatch ? 60_000 : this.requestTimeoutMs,
           bodyTimeout: isWatch ? 0 : this.requestTimeoutMs,
         });
+        this.report(req, res.statusCode, isWatch);
       } catch (err) {
+        this.report(req, "error", isWatch);
         if (timeoutSignal?.aborted && !req.signal?.aborted) {
           throw new KubeTimeoutError(`${req.method} ${req.path}: no answer within ${this.requestTimeoutMs} ms`, {
             cause: err,
@@ -624,6 +652,18 @@ export class KubeClient {
         continue;
       }
       return res;
+    }
+  }
+
+  private report(req: RawRequest, status: number | "error", watch: boolean): void {
+    if (this.listeners.length === 0) return;
+    const info: KubeRequestInfo = { method: req.method, path: req.path, status, watch };
+    for (const l of this.listeners) {
+      try {
+        l(info);
+      } catch {
+        // a listener's failure is not the request's
+      }
     }
   }
 

@@ -18,7 +18,7 @@ import { Informer, type InformerOptions } from "./informer.js";
 import { KubeClient, type KubeObject } from "./kube-client.js";
 import { LeaderElector, defaultIdentity } from "./leader-election.js";
 import { createLogger } from "./logging.js";
-import { Metrics } from "./metrics.js";
+import { Metrics, kubeResourceOf } from "./metrics.js";
 import { HealthChecks, ProbeServer, metricsHandler, type BoundAddress, type Check } from "./probes.js";
 
 export interface LeaderElectionConfig {
@@ -107,6 +107,7 @@ export class Manager {
   private readonly donePromise: Promise<StopReason>;
   private stopReason: StopReason = "stopped";
   private readonly signalHandlers: [NodeJS.Signals, () => void][] = [];
+  private readonly stopCountingRequests: () => void;
 
   constructor(opts: ManagerOptions = {}) {
     this.o = opts;
@@ -121,6 +122,8 @@ export class Manager {
       metrics: this.metrics,
       reportingInstance: this.identity,
     });
+    const kubeRequests = this.metrics.kubeRequests;
+    this.stopCountingRequests = this.client.onRequest((r) => kubeRequests.inc({ method: r.method, resource: kubeResourceOf(r.path), code: String(r.status) }));
     this.donePromise = new Promise<StopReason>((resolve) => (this.resolveDone = resolve));
     this.healthChecks.add("ping", () => true);
     this.readyChecks.add("informers-synced", () => {
@@ -274,6 +277,7 @@ export class Manager {
     await this.client.close();
     for (const [sig, h] of this.signalHandlers.splice(0)) process.off(sig, h);
     this.state = "stopped";
+    this.stopCountingRequests();
     this.logger.info({ reason: this.stopReason }, "manager stopped");
     this.resolveDone(this.stopReason);
   }

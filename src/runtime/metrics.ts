@@ -61,6 +61,9 @@ export class Metrics {
   // events
   readonly eventsTotal: Counter<"type" | "result">;
 
+  // Kubernetes API client (client-go's rest_client_requests_total, plus the resource)
+  readonly kubeRequests: Counter<"method" | "resource" | "code">;
+
   // service client
   readonly serviceRequests: Counter<"operation" | "status" | "connection">;
   readonly serviceRequestDuration: Histogram<"operation" | "connection">;
@@ -200,6 +203,13 @@ export class Metrics {
       registers,
     });
 
+    this.kubeRequests = new Counter({
+      name: "rest_client_requests_total",
+      help: "Requests to the Kubernetes API server, by method, resource (plural[/subresource]) and HTTP status code (or 'error'); watches are GETs",
+      labelNames: ["method", "resource", "code"],
+      registers,
+    });
+
     this.serviceRequests = new Counter({
       name: "agentcompute_service_requests_total",
       help: "Requests made to the Agent Registry and Compute Service, by operation and HTTP status (or 'error')",
@@ -249,6 +259,25 @@ export class Metrics {
   async render(): Promise<{ contentType: string; body: string }> {
     return { contentType: this.registry.contentType, body: await this.registry.metrics() };
   }
+}
+
+/**
+ * The resource a Kubernetes API path addresses, for metric labels: `plural` or
+ * `plural/subresource` (`sandboxes/status`, `secrets`, `leases`); "other" for paths that are
+ * not resource paths (/version, /readyz). Bounded by the kinds the operator touches.
+ */
+export function kubeResourceOf(path: string): string {
+  const parts = path.split("?", 1)[0]!.split("/").filter((p) => p !== "");
+  // /api/v1/... or /apis/{group}/{version}/...
+  let i: number;
+  if (parts[0] === "api") i = 2;
+  else if (parts[0] === "apis") i = 3;
+  else return "other";
+  if (parts[i] === "namespaces" && parts.length > i + 2) i += 2; // namespaced: skip namespaces/{ns}
+  const plural = parts[i];
+  if (plural === undefined) return "other";
+  const sub = parts[i + 2];
+  return sub === undefined ? plural : `${plural}/${sub}`;
 }
 
 // ---------------------------------------------------------------------------------------

@@ -225,3 +225,22 @@ describe("watch", () => {
     expect(got).toHaveLength(1);
   });
 });
+
+describe("request listeners", () => {
+  it("reports every request with method, path and status, until unsubscribed", async () => {
+    const c = await serve((req, res) => {
+      res.writeHead(req.method === "PATCH" ? 404 : 200, { "content-type": "application/json" });
+      res.end(req.method === "PATCH" ? JSON.stringify({ kind: "Status", code: 404, reason: "NotFound" }) : "{}");
+    });
+    const seen: unknown[] = [];
+    const off = c.onRequest((r) => seen.push(r));
+    await c.get("/api/v1/namespaces/a/configmaps/x");
+    await expect(c.patch("/api/v1/namespaces/a/configmaps/x", {}, "merge")).rejects.toThrow();
+    off();
+    await c.get("/api/v1/namespaces/a/configmaps/y");
+    expect(seen).toEqual([
+      { method: "GET", path: "/api/v1/namespaces/a/configmaps/x", status: 200, watch: false },
+      { method: "PATCH", path: "/api/v1/namespaces/a/configmaps/x", status: 404, watch: false },
+    ]);
+  });
+});
