@@ -1,7 +1,7 @@
 // TokenSource: one bearer-token cache per client.
 //
-// - A token is reused until 30 s before it expires (or half its lifetime for very short
-//   tokens, so a 10 s test token is not refreshed on every call), then refreshed.
+// - A token is reused until 30 s before it expires (or a tenth of its lifetime for short
+//   tokens, so a 5 s token costs about one request per lifetime, not two), then refreshed.
 // - All callers that need a fresh token at the same moment share ONE in-flight request.
 // - `invalidate(token)` is called when the service answers 401 with that token; only the first
 //   caller to report a given token clears it, so N concurrent 401s cause one refresh.
@@ -83,7 +83,7 @@ export class TokenSource {
       this.inflight = this.fetchToken()
         .then((t) => {
           const ttlMs = t.expiresInSeconds * 1000;
-          const margin = Math.min(REFRESH_MARGIN_MS, ttlMs / 2);
+          const margin = Math.min(REFRESH_MARGIN_MS, ttlMs / 10);
           const c: Cached = { token: t.accessToken, expiresAt: requestedAt + ttlMs, refreshAt: requestedAt + ttlMs - margin };
           this.current = c;
           this.log?.debug({ expiresInSeconds: t.expiresInSeconds }, "token obtained");

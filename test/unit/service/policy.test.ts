@@ -141,14 +141,14 @@ describe("TokenSource", () => {
     expect(s.ts.peek()).toBeUndefined();
   });
 
-  it("uses half the lifetime as the margin for very short tokens", async () => {
+  it("uses a tenth of the lifetime as the margin for short tokens", async () => {
     const s = source(10);
     const p = s.ts.get();
     s.release();
     await p;
-    s.clock.ms = 4_999;
+    s.clock.ms = 8_999;
     expect(s.ts.peek()).toBe("tok-1");
-    s.clock.ms = 5_000;
+    s.clock.ms = 9_000;
     expect(s.ts.peek()).toBeUndefined();
   });
 });
