@@ -4,6 +4,7 @@
 //   USE_EXISTING_CLUSTER=true  use the cluster from $KUBECONFIG (or ~/.kube/config); start nothing
 //   KUBE_KEEP=true             leave a server this setup started running afterwards
 //                              (stop it with `npm run kube:down`)
+//   KUBE_STATE_DIR=DIR         use the instance in DIR instead of .cache/kube
 //
 // If a server from `npm run kube:up` is already running it is reused and left running.
 import type { TestProject } from "vitest/node";
@@ -21,7 +22,9 @@ export default async function setup(project: TestProject): Promise<() => Promise
     return async () => undefined;
   }
 
-  const up = await kubeUp({ log });
+  const stateDir = process.env.KUBE_STATE_DIR;
+  const where = stateDir !== undefined && stateDir !== "" ? { stateDir } : {};
+  const up = await kubeUp({ ...where, log });
   process.env.KUBECONFIG = up.kubeconfig;
   project.provide("kubeconfig", up.kubeconfig);
   project.provide("useExistingCluster", false);
@@ -32,6 +35,6 @@ export default async function setup(project: TestProject): Promise<() => Promise
       log(`KUBE_KEEP=true: leaving kube-apiserver running (pid ${up.pid}); stop it with 'npm run kube:down'`);
       return;
     }
-    await kubeDown({ log });
+    await kubeDown({ ...where, log });
   };
 }
