@@ -283,7 +283,8 @@ export async function kubeUp(opts: KubeUpOptions = {}): Promise<KubeUpResult> {
 
     log(`starting kube-apiserver${restart ? " on existing data" : ""} (log: ${path.relative(process.cwd(), p.log) || p.log})`);
     const started = Date.now();
-    const logFd = openSync(p.log, "a");
+    // A restart on kept data appends, so the log shows both runs; a fresh start truncates.
+    const logFd = openSync(p.log, restart ? "a" : "w");
     let pid: number;
     try {
       const child = spawn(binary, args, { detached: true, stdio: ["ignore", logFd, logFd], cwd: p.stateDir });
