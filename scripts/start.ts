@@ -16,6 +16,8 @@ import { REPO_ROOT, kubeDown, kubeUp } from "./kube.js";
 
 const run = promisify(execFile);
 const EMULATOR_PORT = Number(process.env.EMULATOR_PORT ?? 8470);
+// START_NAMESPACE puts the examples in another namespace and has the operator watch only it
+// (the test of this script uses it); by default the operator watches every namespace.
 const NAMESPACE = process.env.START_NAMESPACE ?? "default";
 
 function say(line: string): void {
@@ -41,7 +43,9 @@ async function main(): Promise<number> {
   const kube = await kubeUp({ log: (l) => say(l) });
   const { kubeconfig } = kube;
 
-  const emulator = await startEmulator({ port: EMULATOR_PORT, stateFile: join(REPO_ROOT, ".cache", "emulator-state.json") });
+  // A fresh emulator each time, like the API server's data: state kept on one side only would
+  // meet resources it does not know (their names taken by objects nobody manages).
+  const emulator = await startEmulator({ port: EMULATOR_PORT });
   say(`service emulator on ${emulator.baseURL}`);
 
   say("installing the CRDs and applying examples/");
@@ -58,6 +62,7 @@ async function main(): Promise<number> {
   const manager = new Manager({
     client: new KubeClient({ kubeConfig }),
     logger,
+    namespaces: process.env.START_NAMESPACE ? [NAMESPACE] : [],
     metricsBindAddress: "127.0.0.1:0",
     healthProbeBindAddress: "127.0.0.1:0",
     handleSignals: false,
