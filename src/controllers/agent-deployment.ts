@@ -38,8 +38,11 @@ export class AgentDeploymentConnector implements Connector<AgentDeployment> {
   ) {}
 
   async connect(cr: AgentDeployment): Promise<ExternalClient<AgentDeployment>> {
-    const handle = this.pool.forResource(cr.metadata.namespace, cr.spec.connectionRef);
-    return new DeploymentClient(handle, this.target(cr), this.now);
+    const handle = this.pool.forResource(cr.metadata.namespace, cr.spec.connectionRef, {
+      deleting: cr.metadata.deletionTimestamp !== undefined,
+    });
+    // Resolved when first needed: deleting a deployment must not wait for its Agent.
+    return new DeploymentClient(handle, () => this.target(cr), this.now);
   }
 
   private target(cr: AgentDeployment): Target {
@@ -69,11 +72,17 @@ class DeploymentClient implements ExternalClient<AgentDeployment> {
   private plan: Plan = { action: "none" };
   private current: Deployment | undefined;
 
+  private targetCache: Target | undefined;
+
   constructor(
     private readonly handle: ServiceHandle,
-    private readonly target: Target,
+    private readonly targetFn: () => Target,
     private readonly now: () => Date,
   ) {}
+
+  private get target(): Target {
+    return (this.targetCache ??= this.targetFn());
+  }
 
   async observe(cr: AgentDeployment): Promise<Observation<AgentDeploymentStatus>> {
     const found = await this.find(cr);

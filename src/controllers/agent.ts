@@ -38,7 +38,9 @@ export class AgentConnector implements Connector<Agent> {
   ) {}
 
   async connect(cr: Agent): Promise<ExternalClient<Agent>> {
-    const handle = this.pool.forResource(cr.metadata.namespace, cr.spec.connectionRef);
+    const handle = this.pool.forResource(cr.metadata.namespace, cr.spec.connectionRef, {
+      deleting: cr.metadata.deletionTimestamp !== undefined,
+    });
     return new AgentClient(handle, this.store);
   }
 }

@@ -65,7 +65,7 @@ export class ConnectionPool {
    * For a managed resource: its Connection, which must be Ready. A Connection of another
    * namespace can never be named (connectionRef has only a name).
    */
-  forResource(namespace: string, connectionRef: { name?: string } | undefined): ServiceHandle {
+  forResource(namespace: string, connectionRef: { name?: string } | undefined, opts: { deleting?: boolean } = {}): ServiceHandle {
     const name = connectionRef?.name ?? DEFAULT_CONNECTION;
     const connection = this.opts.connections.get(namespace, name);
     if (connection === undefined) {
@@ -73,6 +73,19 @@ export class ConnectionPool {
         "ConnectionNotFound",
         `Connection "${name}" not found in namespace "${namespace}"; create it or set spec.connectionRef.name`,
       );
+    }
+    if (opts.deleting) {
+      // Cleaning up must work while everything is being deleted at once: the Connection may be
+      // deleting too (it waits for its users), and its Secret may be gone already, in which
+      // case the client built before serves.
+      const key = `${namespace}/${name}`;
+      try {
+        return this.clientFor(connection);
+      } catch (err) {
+        const existing = this.entries.get(key);
+        if (existing !== undefined) return existing.handle;
+        throw err;
+      }
     }
     const ready = connection.status?.conditions?.find((c) => c.type === ConditionType.Ready);
     if (ready?.status !== "True" || connection.status?.observedGeneration !== connection.metadata.generation) {

@@ -3,6 +3,7 @@
 // managed resource: no finalizer, nothing to delete.
 import {
   ConditionType,
+  FINALIZER,
   GROUP,
   VERSION,
   connectionKind,
@@ -10,10 +11,11 @@ import {
   type ConnectionStatus,
 } from "../api/index.js";
 import { NotReadyError } from "../managed/errors.js";
+import { patchFinalizers } from "../managed/finalizers.js";
 import type { StatusWriter } from "../managed/status-writer.js";
 import type { EventRecorder } from "../runtime/events.js";
 import type { Informer } from "../runtime/informer.js";
-import { resourcePath } from "../runtime/kube-client.js";
+import { resourcePath, type KubeClient } from "../runtime/kube-client.js";
 import type { ReconcileContext, Reconciler, Request, Result } from "../runtime/controller.js";
 import { formatTime } from "../runtime/status.js";
 import { ServiceError, type ServiceClient, type UsageRecord } from "../service/index.js";
@@ -22,6 +24,9 @@ import type { UsageGauges } from "./usage-metrics.js";
 
 export interface ConnectionReconcilerOptions {
   informer: Informer<Connection>;
+  /** The resources (kind/name) of the Connection's namespace that use it. */
+  usersOf(namespace: string, connection: string): string[];
+  kube: KubeClient;
   pool: ConnectionPool;
   status: StatusWriter;
   events: EventRecorder;
@@ -40,21 +45,20 @@ export class ConnectionReconciler implements Reconciler {
 
   async reconcile(req: Request, ctx: ReconcileContext): Promise<Result | void> {
     const cached = this.opts.informer.get(req.namespace, req.name);
-    if (cached === undefined || cached.metadata.deletionTimestamp !== undefined) {
-      this.opts.pool.forget(req.namespace, req.name);
-      this.opts.usage?.remove(`${req.namespace}/${req.name}`);
+    if (cached === undefined) {
+      this.forget(req);
       return;
     }
-    const conn = this.opts.status.fresh(cached);
+    let conn = this.opts.status.fresh(cached);
+    const finalizers = conn.metadata.finalizers ?? [];
+    if (conn.metadata.deletionTimestamp !== undefined) return this.finalize(conn, req, ctx);
+    if (!finalizers.includes(FINALIZER)) {
+      const updated = await patchFinalizers(this.opts.kube, this.path(conn), conn, [...finalizers, FINALIZER]);
+      if (updated === undefined) return;
+      conn = updated;
+    }
     const refreshMs = (conn.spec.usageRefreshSeconds ?? 600) * 1000;
-    const path = resourcePath({
-      group: GROUP,
-      version: VERSION,
-      plural: connectionKind.plural,
-      namespace: conn.metadata.namespace,
-      name: conn.metadata.name,
-      subresource: "status",
-    });
+    const path = this.path(conn, "status");
     const wasReady = conn.status?.conditions?.find((c) => c.type === ConditionType.Ready);
     try {
       const handle = this.opts.pool.clientFor(conn);
@@ -91,6 +95,49 @@ export class ConnectionReconciler implements Reconciler {
       }
       throw err;
     }
+  }
+
+  /**
+   * A Connection goes only once nothing uses it (crossplane's ProviderConfigUsage idea): the
+   * resources that use it need it to delete their service objects, and `kubectl delete -k` or
+   * a GitOps prune deletes everything at once.
+   */
+  private async finalize(conn: Connection, req: Request, ctx: ReconcileContext): Promise<Result | void> {
+    const finalizers = conn.metadata.finalizers ?? [];
+    if (!finalizers.includes(FINALIZER)) {
+      this.forget(req);
+      return;
+    }
+    const users = this.opts.usersOf(conn.metadata.namespace, conn.metadata.name);
+    if (users.length > 0) {
+      const shown = users.slice(0, 5).join(", ") + (users.length > 5 ? `, and ${users.length - 5} more` : "");
+      ctx.log.info({ users: users.length }, "deletion waits until no resource uses the Connection");
+      const message = `deletion waits for the ${users.length} resource(s) that use this Connection to be deleted: ${shown}`;
+      await this.opts.status.write(this.path(conn, "status"), conn, {}, [
+        { type: ConditionType.Reconciling, status: "True", reason: "InUse", message },
+      ]);
+      // Their deletion brings this Connection back (see the watches); this is a safety net.
+      return { requeueAfterMs: 30_000 };
+    }
+    await patchFinalizers(this.opts.kube, this.path(conn), conn, finalizers.filter((f) => f !== FINALIZER));
+    this.opts.status.forget(conn.metadata.uid);
+    this.forget(req);
+  }
+
+  private forget(req: Request): void {
+    this.opts.pool.forget(req.namespace, req.name);
+    this.opts.usage?.remove(`${req.namespace}/${req.name}`);
+  }
+
+  private path(conn: Connection, subresource?: string): string {
+    return resourcePath({
+      group: GROUP,
+      version: VERSION,
+      plural: connectionKind.plural,
+      namespace: conn.metadata.namespace,
+      name: conn.metadata.name,
+      subresource,
+    });
   }
 
   /** Access clients and usage are refreshed on their interval, or when the spec changed. */

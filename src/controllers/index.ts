@@ -97,6 +97,14 @@ export function setupOperator(manager: Manager, opts: OperatorOptions): Operator
     concurrency: 2,
     reconciler: new ConnectionReconciler({
       informer: connections,
+      usersOf: (namespace, connection) =>
+        managedInformers.flatMap(([kind, informer]) =>
+          informer
+            .list(namespace)
+            .filter((cr) => (cr.spec.connectionRef?.name ?? "default") === connection)
+            .map((cr) => `${kind}/${cr.metadata.name}`),
+        ),
+      kube: manager.client,
       pool,
       status,
       events: manager.events,
@@ -110,6 +118,25 @@ export function setupOperator(manager: Manager, opts: OperatorOptions): Operator
       .filter((c) => c.spec.credentials.secretRef.name === s.metadata.name)
       .map(requestOf),
   );
+
+  // A deleting Connection waits for its users; the last one going brings it back.
+  const managedInformers: Array<[string, Informer<ManagedResource & KubeObject>]> = [
+    ["Skill", skills as unknown as Informer<ManagedResource & KubeObject>],
+    ["Agent", agents as unknown as Informer<ManagedResource & KubeObject>],
+    ["AgentDeployment", deployments as unknown as Informer<ManagedResource & KubeObject>],
+    ["Sandbox", sandboxes as unknown as Informer<ManagedResource & KubeObject>],
+  ];
+  for (const [, informer] of managedInformers) {
+    controllers.connection.watch(
+      informer,
+      (cr) => [{ namespace: cr.metadata.namespace, name: cr.spec.connectionRef?.name ?? "default" }],
+      {
+        filter: (cr, _old, event) =>
+          event === "delete" &&
+          connections.get(cr.metadata.namespace, cr.spec.connectionRef?.name ?? "default")?.metadata.deletionTimestamp !== undefined,
+      },
+    );
+  }
 
   // --- managed kinds -----------------------------------------------------------------------
   const managed = <R extends ManagedResource & KubeObject>(

@@ -54,7 +54,9 @@ export class SandboxConnector implements Connector<Sandbox> {
   ) {}
 
   async connect(cr: Sandbox): Promise<ExternalClient<Sandbox>> {
-    const handle = this.pool.forResource(cr.metadata.namespace, cr.spec.connectionRef);
+    const handle = this.pool.forResource(cr.metadata.namespace, cr.spec.connectionRef, {
+      deleting: cr.metadata.deletionTimestamp !== undefined,
+    });
     return new SandboxClient(handle, () => this.desired(cr, handle), this.now);
   }
 

@@ -23,8 +23,11 @@ export class SkillConnector implements Connector<Skill> {
   ) {}
 
   async connect(cr: Skill): Promise<ExternalClient<Skill>> {
-    const handle = this.pool.forResource(cr.metadata.namespace, cr.spec.connectionRef);
-    return new SkillClient(handle, desiredSkill(cr, this.store));
+    const handle = this.pool.forResource(cr.metadata.namespace, cr.spec.connectionRef, {
+      deleting: cr.metadata.deletionTimestamp !== undefined,
+    });
+    // Computed when first needed: deleting a Skill must not wait for its ConfigMap.
+    return new SkillClient(handle, () => desiredSkill(cr, this.store));
   }
 }
 
@@ -53,10 +56,16 @@ export function desiredSkill(cr: Skill, store: ObjectStore): SkillRequest {
 }
 
 class SkillClient implements ExternalClient<Skill> {
+  private desiredCache: SkillRequest | undefined;
+
   constructor(
     private readonly handle: ServiceHandle,
-    private readonly desired: SkillRequest,
+    private readonly desiredFn: () => SkillRequest,
   ) {}
+
+  private get desired(): SkillRequest {
+    return (this.desiredCache ??= this.desiredFn());
+  }
 
   async observe(cr: Skill): Promise<Observation<SkillStatus>> {
     const inventory = this.handle.skills;

@@ -1,0 +1,23 @@
+// Adding and removing the operator's finalizer with optimistic concurrency: the patch carries
+// the resourceVersion it was computed from, so another writer's finalizer is never lost (a
+// 409 sends the object back to the queue to try again on the fresh copy).
+import type { ObjectMeta } from "../api/index.js";
+import { isConflict, isNotFound, type KubeClient } from "../runtime/kube-client.js";
+
+/** Writes `finalizers`; returns the object as the API server answered, or undefined if it is gone. */
+export async function patchFinalizers<T extends { metadata: ObjectMeta }>(
+  kube: KubeClient,
+  path: string,
+  obj: T,
+  finalizers: string[],
+): Promise<T | undefined> {
+  try {
+    const updated = await kube.patch<T>(path, { metadata: { finalizers, resourceVersion: obj.metadata.resourceVersion } }, "merge");
+    delete (updated.metadata as { managedFields?: unknown }).managedFields;
+    return updated;
+  } catch (err) {
+    if (isNotFound(err)) return undefined;
+    if (isConflict(err)) throw new Error("the resource changed while its finalizer was being updated; retrying", { cause: err });
+    throw err;
+  }
+}
