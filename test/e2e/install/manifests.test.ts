@@ -17,7 +17,7 @@ const version = (JSON.parse(readFileSync(join(REPO_ROOT, "package.json"), "utf8"
  * their count patched; a blockOwnerDeletion owner reference needs update on <owner>/finalizers.
  */
 const OPERATOR_VERBS: Record<string, string[]> = {
-  "agentcompute.dev/connections": ["list", "watch"],
+  "agentcompute.dev/connections": ["list", "watch", "patch"],
   "agentcompute.dev/skills": ["list", "watch", "patch"],
   "agentcompute.dev/agents": ["list", "watch", "patch"],
   "agentcompute.dev/agentdeployments": ["list", "watch", "patch"],

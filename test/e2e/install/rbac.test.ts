@@ -94,7 +94,7 @@ describe("the operator's ServiceAccount", () => {
       ["update", "agents.agentcompute.dev", "-n", "default"],
       ["create", "agents.agentcompute.dev", "-n", "default"],
       ["delete", "sandboxes.agentcompute.dev", "-n", "default"],
-      ["patch", "connections.agentcompute.dev", "-n", "default"],
+      ["update", "connections.agentcompute.dev", "-n", "default"],
       ["update", "configmaps", "-n", "default"],
       ["list", "pods", "-A"],
       ["create", "pods", "-n", OPERATOR_NAMESPACE],
@@ -105,6 +105,7 @@ describe("the operator's ServiceAccount", () => {
     ];
     const granted: string[][] = [
       ["list", "secrets", "-A"],
+      ["patch", "connections.agentcompute.dev", "-n", "default"],
       ["delete", "secrets", "-n", "default"],
       ["patch", "sandboxes.agentcompute.dev", "--subresource=status", "-n", "default"],
       ["update", "agentdeployments.agentcompute.dev", "--subresource=finalizers", "-n", "default"],
