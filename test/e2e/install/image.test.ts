@@ -122,7 +122,7 @@ function runImage(appDir: string, args: string[]): { code: number | null; stdout
 
 function sh(command: string, cwd: string): void {
   const res = spawnSync("sh", ["-c", command], { cwd, encoding: "utf8", timeout: 300_000 });
-  if (res.status !== 0) throw new Error(`${command} (in ${cwd}) exited ${res.status}: ${res.stderr}`);
+  if (res.status !== 0) throw new Error(`${command} (in ${cwd}) exited ${res.status}: ${res.stdout}${res.stderr}`);
 }
 
 /** Makes a tree read-only for everyone but root: the image's files belong to root. */
@@ -249,31 +249,37 @@ describe("the runtime stage, replayed in a read-only folder", () => {
       });
       proc.stderr?.on("data", (b: Buffer) => (stderr += b.toString("utf8")));
 
-      const started = await waitFor(
-        () => {
-          if (proc.exitCode !== null) throw new Error(`exited ${proc.exitCode}: ${stderr}${lines.join("\n")}`);
-          const line = lines.find((l) => l.includes('"msg":"operator started"'));
-          return line ? (JSON.parse(line) as { metrics: string; health: string }) : undefined;
-        },
-        { timeoutMs: 60_000, description: "the log line 'operator started'" },
-      );
+      // Polls `probe` while the process runs; its exit ends the wait at once, with its output.
+      const whileRunning = async <T>(probe: () => Promise<T | undefined> | T | undefined, description: string, timeoutMs = 60_000): Promise<T> => {
+        const result = await waitFor(
+          async () => (proc.exitCode !== null || proc.signalCode !== null ? { exited: true as const } : ((await probe()) ?? undefined)),
+          { timeoutMs, description },
+        );
+        if (typeof result === "object" && result !== null && "exited" in result) {
+          throw new Error(`the operator exited (${proc.exitCode ?? proc.signalCode}) while waiting for ${description}:\n${stderr}${lines.slice(-20).join("\n")}`);
+        }
+        return result as T;
+      };
+      const started = await whileRunning(() => {
+        const line = lines.find((l) => l.includes('"msg":"operator started"'));
+        return line ? (JSON.parse(line) as { metrics: string; health: string }) : undefined;
+      }, "the log line 'operator started'");
       const get = async (address: string, path: string) => {
         const res = await fetch(`http://${address}${path}`);
         return { status: res.status, body: await res.text() };
       };
       expect(await get(started.health, "/healthz")).toMatchObject({ status: 200 });
-      await waitFor(async () => (await get(started.health, "/readyz")).status === 200, { description: "/readyz 200" });
-      await waitFor(
-        async () => {
-          if (proc.exitCode !== null) throw new Error(`exited ${proc.exitCode}: ${stderr}`);
-          return (await get(started.metrics, "/metrics")).body.includes(`leader_election_master_status{name="${leaseName}"} 1`);
-        },
-        { timeoutMs: 40_000, description: "leadership (leader_election_master_status 1)" },
+      await whileRunning(async () => (await get(started.health, "/readyz")).status === 200 || undefined, "/readyz 200");
+      await whileRunning(
+        async () => (await get(started.metrics, "/metrics")).body.includes(`leader_election_master_status{name="${leaseName}"} 1`) || undefined,
+        "leadership (leader_election_master_status 1)",
+        40_000,
       );
       expect((await getLease(leaseName)).spec?.holderIdentity).toBeTruthy();
 
       await apply(connectionManifest(ns.name, emulator), ns.name);
       await waitForReady({ kube: admin, namespace: ns.name }, "connections", "default");
+      expect(proc.exitCode).toBeNull();
       const metrics = (await get(started.metrics, "/metrics")).body;
       expect(metrics).toMatch(/controller_runtime_reconcile_total\{controller="connection",result="(success|requeue_after)"\} [1-9]/);
       expect(metrics).toContain("agentcompute_service_token_requests_total");
@@ -281,6 +287,7 @@ describe("the runtime stage, replayed in a read-only folder", () => {
 
     it("exits 0 on SIGTERM, after releasing the Lease", async () => {
       if (!child) throw new Error("the operator was not started");
+      if (child.exitCode !== null) throw new Error(`the operator had already exited (${child.exitCode}): ${stderr}`);
       child.kill("SIGTERM");
       const code = await exited;
       expect(code, `${stderr}\n${lines.slice(-20).join("\n")}`).toBe(0);
