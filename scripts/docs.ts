@@ -247,17 +247,14 @@ export function renderKind(def: KindDefinition, examples: Example[]): string {
   out.push("");
 
   const annotations = ANNOTATIONS.filter((a) => a.kinds(def.kind));
-  if (managed || annotations.length > 0) {
-    out.push("## Metadata the operator reads or writes", "");
-    out.push("| Key | Where | Meaning |", "|---|---|---|");
-    for (const a of annotations) out.push(`| \`${a.key}\` | annotation (yours) | ${cell(a.description)} |`);
-    if (managed) {
-      out.push(
-        `| \`${FINALIZER}\` | finalizer (the operator's) | Added on first reconcile; deletion waits until the service object is deleted (or orphaned, per \`spec.deletionPolicy\`), then the operator removes it. |`,
-      );
-    }
-    out.push("");
-  }
+  out.push("## Metadata the operator reads or writes", "");
+  out.push("| Key | Where | Meaning |", "|---|---|---|");
+  for (const a of annotations) out.push(`| \`${a.key}\` | annotation (yours) | ${cell(a.description)} |`);
+  const waitsFor = managed
+    ? "the service object is deleted (or orphaned, per `spec.deletionPolicy`)"
+    : "no resource of the namespace uses this Connection any more (reason `InUse` meanwhile)";
+  out.push(`| \`${FINALIZER}\` | finalizer (the operator's) | Added on first reconcile; deletion waits until ${waitsFor}, then the operator removes it. |`);
+  out.push("");
   return `${out.join("\n").trimEnd()}\n`;
 }
 
