@@ -1,49 +1,39 @@
 // Connection end to end: credentials from a Secret, what a person sees when they are missing
 // or wrong (on the Connection and on what depends on it), recovery without a restart, and
 // tokens that expire while work goes on.
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { kubectl, kubectlOk, useTestNamespace, waitFor } from "../support/kube.js";
-import { API_KEY, apply, condition, connectionManifest, startStack, waitForReady, type Stack } from "../support/operator.js";
+import { describe, expect, it } from "vitest";
+import { kubectlOk, waitFor } from "../support/kube.js";
+import { API_KEY, apply, condition, connectionManifest, useStack, waitForReady } from "../support/operator.js";
 
-const ns = useTestNamespace("connection");
-let stack: Stack;
 const TOKEN_TTL_S = 5;
-
-beforeAll(async () => {
-  // No Connection yet: the tests create it in the states they need.
-  stack = await startStack({ namespace: ns.name, connection: false, syncPeriodMs: 3_000, emulator: { tokenTTLSeconds: TOKEN_TTL_S } });
-});
-
-afterAll(async () => {
-  await kubectl(["delete", "agentcompute", "--all", "--wait=true", "--timeout=30s"], { namespace: ns.name });
-  await stack?.stop();
-});
+// No Connection yet: the tests create it in the states they need.
+const t = useStack("connection", { connection: false, syncPeriodMs: 3_000, emulator: { tokenTTLSeconds: TOKEN_TTL_S } });
 
 describe("Connection", () => {
   it("reports a missing credentials Secret, on itself and on its dependants, and recovers once it exists", async () => {
-    const [secret, connection] = connectionManifest(ns.name, stack.emulator).split("---");
+    const [secret, connection] = connectionManifest(t.namespace, t.stack.emulator).split("---");
     await apply(connection as string);
     await apply(`
 apiVersion: agentcompute.dev/v1alpha1
 kind: Skill
 metadata: {name: waits-for-connection}
-spec: {content: "hello"}`, ns.name);
-    const conn = await waitForReady(stack, "connections", "default", { status: "False", reason: "SecretNotFound" });
+spec: {content: "hello"}`, t.namespace);
+    const conn = await waitForReady(t.stack, "connections", "default", { status: "False", reason: "SecretNotFound" });
     expect(condition(conn, "Ready")?.message).toContain('"agentcompute-credentials"');
-    const sk = await waitForReady(stack, "skills", "waits-for-connection", { status: "False", reason: "ConnectionNotReady" });
+    const sk = await waitForReady(t.stack, "skills", "waits-for-connection", { status: "False", reason: "ConnectionNotReady" });
     expect(condition(sk, "Ready")?.message).toContain('Connection "default" is not Ready');
 
     await apply(secret as string);
-    await waitForReady(stack, "connections", "default");
-    await waitForReady(stack, "skills", "waits-for-connection");
-    expect(stack.emulator.state.skills.get("waits-for-connection")?.content).toBe("hello");
+    await waitForReady(t.stack, "connections", "default");
+    await waitForReady(t.stack, "skills", "waits-for-connection");
+    expect(t.stack.emulator.state.skills.get("waits-for-connection")?.content).toBe("hello");
   });
 
   it("reports refused credentials with a reason, never the key, and recovers when the Secret is fixed", async () => {
     await kubectlOk(["patch", "secret", "agentcompute-credentials", "--type=merge", "-p", JSON.stringify({ stringData: { apiKey: "wrong-key-0000" } })], {
-      namespace: ns.name,
+      namespace: t.namespace,
     });
-    const conn = await waitForReady(stack, "connections", "default", { status: "False", reason: "CredentialsRefused", timeoutMs: 30_000 });
+    const conn = await waitForReady(t.stack, "connections", "default", { status: "False", reason: "CredentialsRefused", timeoutMs: 30_000 });
     expect(condition(conn, "Stalled")?.status).toBe("True");
     expect(JSON.stringify(conn.status)).not.toContain("wrong-key-0000");
 
@@ -51,14 +41,14 @@ spec: {content: "hello"}`, ns.name);
 apiVersion: agentcompute.dev/v1alpha1
 kind: Agent
 metadata: {name: blocked-agent}
-spec: {image: "example/blocked:1"}`, ns.name);
-    await waitForReady(stack, "agents", "blocked-agent", { status: "False", reason: "ConnectionNotReady" });
+spec: {image: "example/blocked:1"}`, t.namespace);
+    await waitForReady(t.stack, "agents", "blocked-agent", { status: "False", reason: "ConnectionNotReady" });
 
     await kubectlOk(["patch", "secret", "agentcompute-credentials", "--type=merge", "-p", JSON.stringify({ stringData: { apiKey: API_KEY } })], {
-      namespace: ns.name,
+      namespace: t.namespace,
     });
-    await waitForReady(stack, "connections", "default");
-    await waitForReady(stack, "agents", "blocked-agent");
+    await waitForReady(t.stack, "connections", "default");
+    await waitForReady(t.stack, "agents", "blocked-agent");
   });
 
   it("lists access clients and a usage summary by tier in status", async () => {
@@ -66,14 +56,14 @@ spec: {image: "example/blocked:1"}`, ns.name);
 apiVersion: agentcompute.dev/v1alpha1
 kind: Sandbox
 metadata: {name: used-once}
-spec: {tier: standard, ttlSeconds: 600}`, ns.name);
-    const sb = await waitForReady(stack, "sandboxes", "used-once");
-    await kubectlOk(["delete", "sandbox", "used-once", "--wait=true", "--timeout=30s"], { namespace: ns.name });
-    expect(stack.emulator.state.usage.some((u) => u.vm_id === sb.status?.vmId)).toBe(true);
+spec: {tier: standard, ttlSeconds: 600}`, t.namespace);
+    const sb = await waitForReady(t.stack, "sandboxes", "used-once");
+    await kubectlOk(["delete", "sandbox", "used-once", "--wait=true", "--timeout=30s"], { namespace: t.namespace });
+    expect(t.stack.emulator.state.usage.some((u) => u.vm_id === sb.status?.vmId)).toBe(true);
     // A change of the Connection's spec refreshes usage at once (otherwise: every usageRefreshSeconds).
-    await kubectlOk(["patch", "connection", "default", "--type=merge", "-p", '{"spec":{"usageRefreshSeconds":60}}'], { namespace: ns.name });
+    await kubectlOk(["patch", "connection", "default", "--type=merge", "-p", '{"spec":{"usageRefreshSeconds":60}}'], { namespace: t.namespace });
     const conn = await waitFor(async () => {
-      const c = await waitForReady(stack, "connections", "default");
+      const c = await waitForReady(t.stack, "connections", "default");
       const usage = c.status?.usage as { byTier?: Array<{ tier: string; vmCount: number }> } | undefined;
       return usage?.byTier?.some((t) => t.tier === "standard" && t.vmCount >= 1) ? c : undefined;
     });
@@ -84,7 +74,7 @@ spec: {tier: standard, ttlSeconds: 600}`, ns.name);
 
 describe("tokens", () => {
   it(`expire every ${TOKEN_TTL_S} s during a minute of work with no failed call, about one token per lifetime`, async () => {
-    stack.emulator.clearRequests();
+    t.stack.emulator.clearRequests();
     const started = Date.now();
     // A minute of steady work: a short-TTL Sandbox renewing, and a Skill edited every few seconds.
     await apply(`
@@ -96,16 +86,16 @@ spec: {tier: standard, ttlSeconds: 4, renewBeforeSeconds: 2}
 apiVersion: agentcompute.dev/v1alpha1
 kind: Skill
 metadata: {name: busy-skill}
-spec: {content: "0"}`, ns.name);
+spec: {content: "0"}`, t.namespace);
     let edits = 0;
     while (Date.now() - started < 60_000) {
       await new Promise((r) => setTimeout(r, 3_000));
       edits++;
-      await kubectlOk(["patch", "skill", "busy-skill", "--type=merge", "-p", JSON.stringify({ spec: { content: String(edits) } })], { namespace: ns.name });
+      await kubectlOk(["patch", "skill", "busy-skill", "--type=merge", "-p", JSON.stringify({ spec: { content: String(edits) } })], { namespace: t.namespace });
     }
-    await waitFor(() => stack.emulator.state.skills.get("busy-skill")?.content === String(edits));
+    await waitFor(() => t.stack.emulator.state.skills.get("busy-skill")?.content === String(edits));
     const elapsedS = (Date.now() - started) / 1000;
-    const calls = stack.emulator.requests;
+    const calls = t.stack.emulator.requests;
     const tokens = calls.filter((r) => r.operation === "token").length;
     const failed = calls.filter((r) => r.operation !== "token" && (r.status === "dropped" || r.status >= 400));
     expect(failed.map((r) => `${r.operation} ${r.status}`)).toEqual([]);
@@ -114,7 +104,7 @@ spec: {content: "0"}`, ns.name);
     expect(tokens).toBeGreaterThanOrEqual(Math.floor(lifetimes * 0.5));
     expect(tokens).toBeLessThanOrEqual(Math.ceil(lifetimes * 1.5) + 2);
     expect(calls.length - tokens).toBeGreaterThan(tokens * 2);
-    const busy = await waitForReady(stack, "sandboxes", "busy");
+    const busy = await waitForReady(t.stack, "sandboxes", "busy");
     expect(busy.status?.renewals as number).toBeGreaterThan(5);
   }, 120_000);
 });

@@ -1,30 +1,19 @@
 // AgentDeployment and Sandbox end to end: the real API server, the emulator, the operator.
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { kubectl, kubectlOk, useTestNamespace, waitFor } from "../support/kube.js";
-import { apply, condition, everythingSaid, getResource, startStack, waitForReady, type Stack } from "../support/operator.js";
+import { describe, expect, it } from "vitest";
+import { kubectlOk, waitFor } from "../support/kube.js";
+import { apply, condition, everythingSaid, getResource, useStack, waitForReady } from "../support/operator.js";
 
-const ns = useTestNamespace("deploy-sbx");
-let stack: Stack;
 const SYNC_MS = 4_000;
-
-beforeAll(async () => {
-  stack = await startStack({ namespace: ns.name, syncPeriodMs: SYNC_MS });
-  await waitForReady(stack, "connections", "default");
-});
-
-afterAll(async () => {
-  await kubectl(["delete", "agentcompute", "--all", "--wait=true", "--timeout=30s"], { namespace: ns.name });
-  await stack?.stop();
-});
+const t = useStack("deploy-sbx", { syncPeriodMs: SYNC_MS });
 
 async function secretData(name: string): Promise<Record<string, string>> {
-  const out = JSON.parse(await kubectlOk(["get", "secret", name, "-o", "json"], { namespace: ns.name })) as {
+  const out = JSON.parse(await kubectlOk(["get", "secret", name, "-o", "json"], { namespace: t.namespace })) as {
     data?: Record<string, string>;
   };
   return Object.fromEntries(Object.entries(out.data ?? {}).map(([k, v]) => [k, Buffer.from(v, "base64").toString("utf8")]));
 }
 
-const deployment = (id: string) => stack.emulator.state.deployments.get(id);
+const deployment = (id: string) => t.stack.emulator.state.deployments.get(id);
 
 describe("AgentDeployment", () => {
   it("applied before its Agent waits, then runs it, with the token in its Secret", async () => {
@@ -32,14 +21,14 @@ describe("AgentDeployment", () => {
 apiVersion: agentcompute.dev/v1alpha1
 kind: AgentDeployment
 metadata: {name: web}
-spec: {agentRef: {name: web-agent}, tier: standard, env: {LOG: info}}`, ns.name);
-    await waitForReady(stack, "agentdeployments", "web", { status: "False", reason: "WaitingForAgent" });
+spec: {agentRef: {name: web-agent}, tier: standard, env: {LOG: info}}`, t.namespace);
+    await waitForReady(t.stack, "agentdeployments", "web", { status: "False", reason: "WaitingForAgent" });
     await apply(`
 apiVersion: agentcompute.dev/v1alpha1
 kind: Agent
 metadata: {name: web-agent}
-spec: {image: "example/web:1"}`, ns.name);
-    const agd = await waitForReady(stack, "agentdeployments", "web");
+spec: {image: "example/web:1"}`, t.namespace);
+    const agd = await waitForReady(t.stack, "agentdeployments", "web");
     const id = agd.status?.deploymentId as string;
     expect(deployment(id)?.state).toBe("running");
     expect(agd.status?.endpoint).toBe(deployment(id)?.endpoint);
@@ -49,46 +38,46 @@ spec: {image: "example/web:1"}`, ns.name);
   });
 
   it("stops on suspend, starts again on resume, and restores an out-of-band stop", async () => {
-    const id = (await waitForReady(stack, "agentdeployments", "web")).status?.deploymentId as string;
-    await kubectlOk(["patch", "agentdeployment", "web", "--type=merge", "-p", '{"spec":{"suspend":true}}'], { namespace: ns.name });
+    const id = (await waitForReady(t.stack, "agentdeployments", "web")).status?.deploymentId as string;
+    await kubectlOk(["patch", "agentdeployment", "web", "--type=merge", "-p", '{"spec":{"suspend":true}}'], { namespace: t.namespace });
     await waitFor(() => deployment(id)?.state === "stopped", { description: "deployment stopped" });
-    await kubectlOk(["patch", "agentdeployment", "web", "--type=merge", "-p", '{"spec":{"suspend":false}}'], { namespace: ns.name });
+    await kubectlOk(["patch", "agentdeployment", "web", "--type=merge", "-p", '{"spec":{"suspend":false}}'], { namespace: t.namespace });
     await waitFor(() => deployment(id)?.state === "running", { description: "deployment running again" });
 
-    stack.emulator.state.stopDeployment(id);
+    t.stack.emulator.state.stopDeployment(id);
     await waitFor(() => deployment(id)?.state === "running", { timeoutMs: SYNC_MS * 3, description: "out-of-band stop restored" });
   });
 
   it("redeploys once per new redeploy-at value, and once when the Agent's image changes", async () => {
-    const id = (await waitForReady(stack, "agentdeployments", "web")).status?.deploymentId as string;
+    const id = (await waitForReady(t.stack, "agentdeployments", "web")).status?.deploymentId as string;
     const revision = deployment(id)?.revision ?? 0;
-    await kubectlOk(["annotate", "agentdeployment", "web", "agentcompute.dev/redeploy-at=one", "--overwrite"], { namespace: ns.name });
+    await kubectlOk(["annotate", "agentdeployment", "web", "agentcompute.dev/redeploy-at=one", "--overwrite"], { namespace: t.namespace });
     await waitFor(() => (deployment(id)?.revision ?? 0) === revision + 1, { description: "one redeploy" });
-    await waitFor(async () => (await getResource(stack.kube, "agentdeployments", ns.name, "web")).status?.redeployAt === "one");
+    await waitFor(async () => (await getResource(t.stack.kube, "agentdeployments", t.namespace, "web")).status?.redeployAt === "one");
     await new Promise((r) => setTimeout(r, 1_000));
     expect(deployment(id)?.revision).toBe(revision + 1);
 
-    await kubectlOk(["patch", "agent", "web-agent", "--type=merge", "-p", '{"spec":{"image":"example/web:2"}}'], { namespace: ns.name });
+    await kubectlOk(["patch", "agent", "web-agent", "--type=merge", "-p", '{"spec":{"image":"example/web:2"}}'], { namespace: t.namespace });
     await waitFor(() => deployment(id)?.agent_image === "example/web:2", { description: "rollout of the new image" });
     expect(deployment(id)?.revision).toBe(revision + 2);
   });
 
   it("replaces the deployment when its options change, with an Event saying the endpoint may change", async () => {
-    const before = (await waitForReady(stack, "agentdeployments", "web")).status?.deploymentId as string;
-    await kubectlOk(["patch", "agentdeployment", "web", "--type=merge", "-p", '{"spec":{"tier":"large"}}'], { namespace: ns.name });
+    const before = (await waitForReady(t.stack, "agentdeployments", "web")).status?.deploymentId as string;
+    await kubectlOk(["patch", "agentdeployment", "web", "--type=merge", "-p", '{"spec":{"tier":"large"}}'], { namespace: t.namespace });
     const after = await waitFor(async () => {
-      const r = await waitForReady(stack, "agentdeployments", "web");
+      const r = await waitForReady(t.stack, "agentdeployments", "web");
       return r.status?.deploymentId !== before ? r : undefined;
     });
     expect(deployment(before)).toBeUndefined();
     expect(deployment(after.status?.deploymentId as string)?.tier).toBe("large");
-    const events = await kubectlOk(["get", "events", "--field-selector", "reason=Replaced", "-o", "json"], { namespace: ns.name });
+    const events = await kubectlOk(["get", "events", "--field-selector", "reason=Replaced", "-o", "json"], { namespace: t.namespace });
     expect(events).toContain("endpoint may have changed");
   });
 
   it("is deleted from the service with the resource", async () => {
-    const id = (await waitForReady(stack, "agentdeployments", "web")).status?.deploymentId as string;
-    await kubectlOk(["delete", "agentdeployment", "web", "--wait=true", "--timeout=30s"], { namespace: ns.name });
+    const id = (await waitForReady(t.stack, "agentdeployments", "web")).status?.deploymentId as string;
+    await kubectlOk(["delete", "agentdeployment", "web", "--wait=true", "--timeout=30s"], { namespace: t.namespace });
     expect(deployment(id)).toBeUndefined();
   });
 });
@@ -99,34 +88,34 @@ describe("Sandbox", () => {
 apiVersion: agentcompute.dev/v1alpha1
 kind: Sandbox
 metadata: {name: short-ttl}
-spec: {tier: standard, ttlSeconds: 6, renewBeforeSeconds: 2}`, ns.name);
-    const first = await waitForReady(stack, "sandboxes", "short-ttl");
+spec: {tier: standard, ttlSeconds: 6, renewBeforeSeconds: 2}`, t.namespace);
+    const first = await waitForReady(t.stack, "sandboxes", "short-ttl");
     const vmId = first.status?.vmId as string;
     // Five windows of 6 s: the VM must live through all of them.
     const done = await waitFor(
       async () => {
-        const r = await getResource(stack.kube, "sandboxes", ns.name, "short-ttl");
+        const r = await getResource(t.stack.kube, "sandboxes", t.namespace, "short-ttl");
         return ((r.status?.renewals as number | undefined) ?? 0) >= 5 ? r : undefined;
       },
       { timeoutMs: 60_000, description: "five renewals" },
     );
     expect(done.status?.vmId).toBe(vmId);
-    expect(stack.emulator.state.vms.get(vmId)?.state).toBe("allocated");
-    expect(stack.emulator.state.usage.filter((u) => u.vm_id === vmId)).toEqual([]);
+    expect(t.stack.emulator.state.vms.get(vmId)?.state).toBe("allocated");
+    expect(t.stack.emulator.state.usage.filter((u) => u.vm_id === vmId)).toEqual([]);
     const secret = await secretData("short-ttl-agentcompute");
     expect(secret.token).toBeTruthy();
     expect(secret.wsURL).toBe(done.status?.wsURL);
   }, 90_000);
 
   it("replaces a VM deleted out of band, with an Event", async () => {
-    const before = (await waitForReady(stack, "sandboxes", "short-ttl")).status?.vmId as string;
-    stack.emulator.state.deleteVM(before);
+    const before = (await waitForReady(t.stack, "sandboxes", "short-ttl")).status?.vmId as string;
+    t.stack.emulator.state.deleteVM(before);
     const after = await waitFor(async () => {
-      const r = await getResource(stack.kube, "sandboxes", ns.name, "short-ttl");
+      const r = await getResource(t.stack.kube, "sandboxes", t.namespace, "short-ttl");
       return r.status?.vmId !== before && condition(r, "Ready")?.status === "True" ? r : undefined;
     }, { timeoutMs: 20_000, description: "a new VM" });
-    expect(stack.emulator.state.vms.get(after.status?.vmId as string)?.state).toBe("allocated");
-    const events = await kubectlOk(["get", "events", "--field-selector", "reason=VMReplaced", "-o", "json"], { namespace: ns.name });
+    expect(t.stack.emulator.state.vms.get(after.status?.vmId as string)?.state).toBe("allocated");
+    const events = await kubectlOk(["get", "events", "--field-selector", "reason=VMReplaced", "-o", "json"], { namespace: t.namespace });
     expect(events).toContain(before);
   });
 
@@ -135,13 +124,13 @@ spec: {tier: standard, ttlSeconds: 6, renewBeforeSeconds: 2}`, ns.name);
 apiVersion: agentcompute.dev/v1alpha1
 kind: Sandbox
 metadata: {name: one-shot}
-spec: {tier: standard, ttlSeconds: 3, keepAlive: false}`, ns.name);
-    const first = await waitForReady(stack, "sandboxes", "one-shot");
-    const r = await waitForReady(stack, "sandboxes", "one-shot", { status: "False", reason: "Expired", timeoutMs: 20_000 });
+spec: {tier: standard, ttlSeconds: 3, keepAlive: false}`, t.namespace);
+    const first = await waitForReady(t.stack, "sandboxes", "one-shot");
+    const r = await waitForReady(t.stack, "sandboxes", "one-shot", { status: "False", reason: "Expired", timeoutMs: 20_000 });
     expect(r.status?.vmId).toBe(first.status?.vmId);
-    const allocations = stack.emulator.requests.filter((q) => q.operation === "vms.allocate" && q.status === 201).length;
+    const allocations = t.stack.emulator.requests.filter((q) => q.operation === "vms.allocate" && q.status === 201).length;
     await new Promise((res) => setTimeout(res, 2_000));
-    expect(stack.emulator.requests.filter((q) => q.operation === "vms.allocate" && q.status === 201).length).toBe(allocations);
+    expect(t.stack.emulator.requests.filter((q) => q.operation === "vms.allocate" && q.status === 201).length).toBe(allocations);
   });
 
   it("waits for its Skills to be Ready, then loads them", async () => {
@@ -154,32 +143,32 @@ spec: {tier: standard, skills: [late-skill]}
 apiVersion: agentcompute.dev/v1alpha1
 kind: Skill
 metadata: {name: late-skill}
-spec: {content: "later", connectionRef: {name: not-yet}}`, ns.name);
-    await waitForReady(stack, "sandboxes", "with-skill", { status: "False", reason: "WaitingForSkill" });
-    await kubectlOk(["patch", "skill", "late-skill", "--type=merge", "-p", '{"spec":{"connectionRef":{"name":"default"}}}'], { namespace: ns.name });
-    const r = await waitForReady(stack, "sandboxes", "with-skill");
+spec: {content: "later", connectionRef: {name: not-yet}}`, t.namespace);
+    await waitForReady(t.stack, "sandboxes", "with-skill", { status: "False", reason: "WaitingForSkill" });
+    await kubectlOk(["patch", "skill", "late-skill", "--type=merge", "-p", '{"spec":{"connectionRef":{"name":"default"}}}'], { namespace: t.namespace });
+    const r = await waitForReady(t.stack, "sandboxes", "with-skill");
     expect(r.status?.skillsLoaded).toEqual(["late-skill"]);
   });
 
   it("releases the VM on delete, and also a VM a crash left behind for it", async () => {
-    const sb = await waitForReady(stack, "sandboxes", "with-skill");
+    const sb = await waitForReady(t.stack, "sandboxes", "with-skill");
     // What a crash between allocate and the status write leaves: a VM with this resource's marker.
-    const stray = stack.emulator.state.allocateVM({
+    const stray = t.stack.emulator.state.allocateVM({
       tier: "standard",
       ttl_seconds: 600,
       org_id: "org-e2e",
       metadata: { "agentcompute.dev/uid": sb.metadata.uid },
     });
-    await kubectlOk(["delete", "sandbox", "with-skill", "--wait=true", "--timeout=30s"], { namespace: ns.name });
-    const gone = (id: string) => stack.emulator.state.vms.get(id) === undefined || stack.emulator.state.vms.get(id)?.state !== "allocated";
+    await kubectlOk(["delete", "sandbox", "with-skill", "--wait=true", "--timeout=30s"], { namespace: t.namespace });
+    const gone = (id: string) => t.stack.emulator.state.vms.get(id) === undefined || t.stack.emulator.state.vms.get(id)?.state !== "allocated";
     expect(gone(sb.status?.vmId as string)).toBe(true);
     expect(gone(stray.vm_id)).toBe(true);
-    expect(stack.emulator.state.usage.some((u) => u.vm_id === sb.status?.vmId && u.reason === "released")).toBe(true);
+    expect(t.stack.emulator.state.usage.some((u) => u.vm_id === sb.status?.vmId && u.reason === "released")).toBe(true);
   });
 
   it("never shows tokens or the API key in logs, events or status", async () => {
-    const said = await everythingSaid(stack);
-    for (const vm of stack.emulator.state.vms.values()) if (vm.token) expect(said).not.toContain(vm.token);
-    for (const d of stack.emulator.state.deployments.values()) if (d.token) expect(said).not.toContain(d.token);
+    const said = await everythingSaid(t.stack);
+    for (const vm of t.stack.emulator.state.vms.values()) if (vm.token) expect(said).not.toContain(vm.token);
+    for (const d of t.stack.emulator.state.deployments.values()) if (d.token) expect(said).not.toContain(d.token);
   });
 });

@@ -1,25 +1,13 @@
 // Skill and Agent end to end: the real API server, the emulator, the operator in-process.
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { kubectl, kubectlOk, useTestNamespace, waitFor } from "../support/kube.js";
-import { API_KEY, apply, condition, everythingSaid, getResource, startStack, waitForReady, type Stack } from "../support/operator.js";
+import { describe, expect, it } from "vitest";
+import { kubectl, kubectlOk, waitFor } from "../support/kube.js";
+import { API_KEY, apply, condition, everythingSaid, getResource, useStack, waitForReady } from "../support/operator.js";
 
-const ns = useTestNamespace("skill-agent");
-let stack: Stack;
 const SYNC_MS = 4_000;
+const t = useStack("skill-agent", { syncPeriodMs: SYNC_MS });
 
-beforeAll(async () => {
-  stack = await startStack({ namespace: ns.name, syncPeriodMs: SYNC_MS });
-  await waitForReady(stack, "connections", "default");
-});
-
-afterAll(async () => {
-  // Let the operator finalize what is left while it still runs, so the namespace can go.
-  await kubectl(["delete", "agentcompute", "--all", "--wait=true", "--timeout=30s"], { namespace: ns.name });
-  await stack?.stop();
-});
-
-const serviceSkill = (name: string) => stack.emulator.state.skills.get(name);
-const agentsNamed = (name: string) => [...stack.emulator.state.agents.values()].filter((a) => a.name === name);
+const serviceSkill = (name: string) => t.stack.emulator.state.skills.get(name);
+const agentsNamed = (name: string) => [...t.stack.emulator.state.agents.values()].filter((a) => a.name === name);
 
 describe("Skill", () => {
   it("is created, updated on a spec change, put back after drift, and deleted", async () => {
@@ -27,8 +15,8 @@ describe("Skill", () => {
 apiVersion: agentcompute.dev/v1alpha1
 kind: Skill
 metadata: {name: summarise}
-spec: {description: Summarise text, content: "v1 content"}`, ns.name);
-    let sk = await waitForReady(stack, "skills", "summarise");
+spec: {description: Summarise text, content: "v1 content"}`, t.namespace);
+    let sk = await waitForReady(t.stack, "skills", "summarise");
     expect(serviceSkill("summarise")?.content).toBe("v1 content");
     expect(sk.status?.contentHash).toBe(serviceSkill("summarise")?.content_hash);
 
@@ -36,9 +24,9 @@ spec: {description: Summarise text, content: "v1 content"}`, ns.name);
 apiVersion: agentcompute.dev/v1alpha1
 kind: Skill
 metadata: {name: summarise}
-spec: {description: Summarise text, content: "v2 content"}`, ns.name);
+spec: {description: Summarise text, content: "v2 content"}`, t.namespace);
     sk = await waitFor(async () => {
-      const r = await waitForReady(stack, "skills", "summarise");
+      const r = await waitForReady(t.stack, "skills", "summarise");
       return r.metadata.generation === 2 ? r : undefined;
     });
     expect(sk.status?.observedGeneration).toBe(2);
@@ -46,13 +34,13 @@ spec: {description: Summarise text, content: "v2 content"}`, ns.name);
     expect(serviceSkill("summarise")?.content).toBe("v2 content");
 
     // Someone edits the skill in the service: within one sync period it is put back.
-    stack.emulator.state.updateSkill("summarise", { content: "tampered" });
+    t.stack.emulator.state.updateSkill("summarise", { content: "tampered" });
     await waitFor(() => serviceSkill("summarise")?.content === "v2 content", {
       timeoutMs: SYNC_MS * 3,
       description: "drift to be corrected",
     });
 
-    await kubectlOk(["delete", "skill", "summarise", "--wait=true", "--timeout=30s"], { namespace: ns.name });
+    await kubectlOk(["delete", "skill", "summarise", "--wait=true", "--timeout=30s"], { namespace: t.namespace });
     expect(serviceSkill("summarise")).toBeUndefined();
   });
 
@@ -67,10 +55,10 @@ apiVersion: agentcompute.dev/v1alpha1
 kind: Skill
 metadata: {name: review}
 spec:
-  contentFrom: {configMapKeyRef: {name: review-md, key: SKILL.md}}`, ns.name);
-    await waitForReady(stack, "skills", "review");
+  contentFrom: {configMapKeyRef: {name: review-md, key: SKILL.md}}`, t.namespace);
+    await waitForReady(t.stack, "skills", "review");
     expect(serviceSkill("review")?.content).toBe("review v1");
-    await kubectlOk(["patch", "configmap", "review-md", "--type=merge", "-p", '{"data":{"SKILL.md":"review v2"}}'], { namespace: ns.name });
+    await kubectlOk(["patch", "configmap", "review-md", "--type=merge", "-p", '{"data":{"SKILL.md":"review v2"}}'], { namespace: t.namespace });
     await waitFor(() => serviceSkill("review")?.content === "review v2", { description: "ConfigMap change to reach the service" });
   });
 
@@ -80,15 +68,15 @@ apiVersion: agentcompute.dev/v1alpha1
 kind: Skill
 metadata: {name: pending-cm}
 spec:
-  contentFrom: {configMapKeyRef: {name: not-there-yet, key: SKILL.md}}`, ns.name);
-    const r = await waitForReady(stack, "skills", "pending-cm", { status: "False", reason: "ConfigMapNotFound" });
+  contentFrom: {configMapKeyRef: {name: not-there-yet, key: SKILL.md}}`, t.namespace);
+    const r = await waitForReady(t.stack, "skills", "pending-cm", { status: "False", reason: "ConfigMapNotFound" });
     expect(condition(r, "Ready")?.message).toContain("not-there-yet");
     await apply(`
 apiVersion: v1
 kind: ConfigMap
 metadata: {name: not-there-yet}
-data: {SKILL.md: "arrived"}`, ns.name);
-    await waitForReady(stack, "skills", "pending-cm");
+data: {SKILL.md: "arrived"}`, t.namespace);
+    await waitForReady(t.stack, "skills", "pending-cm");
     expect(serviceSkill("pending-cm")?.content).toBe("arrived");
   });
 
@@ -97,15 +85,15 @@ data: {SKILL.md: "arrived"}`, ns.name);
 apiVersion: agentcompute.dev/v1alpha1
 kind: Skill
 metadata: {name: keep-me}
-spec: {content: "kept", deletionPolicy: Orphan}`, ns.name);
-    await waitForReady(stack, "skills", "keep-me");
-    await kubectlOk(["delete", "skill", "keep-me", "--wait=true", "--timeout=30s"], { namespace: ns.name });
+spec: {content: "kept", deletionPolicy: Orphan}`, t.namespace);
+    await waitForReady(t.stack, "skills", "keep-me");
+    await kubectlOk(["delete", "skill", "keep-me", "--wait=true", "--timeout=30s"], { namespace: t.namespace });
     expect(serviceSkill("keep-me")?.content).toBe("kept");
   });
 
   it("refuses an invalid spec at the API server, naming the field", async () => {
     const both = await kubectl(["apply", "-f", "-"], {
-      namespace: ns.name,
+      namespace: t.namespace,
       input: `
 apiVersion: agentcompute.dev/v1alpha1
 kind: Skill
@@ -123,24 +111,24 @@ describe("Agent", () => {
 apiVersion: agentcompute.dev/v1alpha1
 kind: Agent
 metadata: {name: triage}
-spec: {image: "example/triage:1", description: "first", capabilities: [triage]}`, ns.name);
-    const ag = await waitForReady(stack, "agents", "triage");
+spec: {image: "example/triage:1", description: "first", capabilities: [triage]}`, t.namespace);
+    const ag = await waitForReady(t.stack, "agents", "triage");
     const id = ag.status?.agentId as string;
-    const stored = stack.emulator.state.agents.get(id);
+    const stored = t.stack.emulator.state.agents.get(id);
     expect(stored?.image).toBe("example/triage:1");
     expect(stored?.org_id).toBe("org-e2e");
     expect(stored?.metadata?.["agentcompute.dev/uid"]).toBe(ag.metadata.uid);
 
-    stack.emulator.clearRequests();
-    await kubectlOk(["patch", "agent", "triage", "--type=merge", "-p", '{"spec":{"image":"example/triage:2"}}'], { namespace: ns.name });
-    await waitFor(() => stack.emulator.state.agents.get(id)?.image === "example/triage:2");
-    const updates = stack.emulator.requests.filter((r) => r.operation === "agents.update");
+    t.stack.emulator.clearRequests();
+    await kubectlOk(["patch", "agent", "triage", "--type=merge", "-p", '{"spec":{"image":"example/triage:2"}}'], { namespace: t.namespace });
+    await waitFor(() => t.stack.emulator.state.agents.get(id)?.image === "example/triage:2");
+    const updates = t.stack.emulator.requests.filter((r) => r.operation === "agents.update");
     expect(updates).toHaveLength(1);
-    expect(stack.emulator.requests.filter((r) => r.operation === "agents.create")).toHaveLength(0);
-    await waitFor(async () => (await getResource(stack.kube, "agents", ns.name, "triage")).status?.observedGeneration === 2);
+    expect(t.stack.emulator.requests.filter((r) => r.operation === "agents.create")).toHaveLength(0);
+    await waitFor(async () => (await getResource(t.stack.kube, "agents", t.namespace, "triage")).status?.observedGeneration === 2);
 
-    stack.emulator.state.updateAgent(id, { description: "changed by hand" });
-    await waitFor(() => stack.emulator.state.agents.get(id)?.description === "first", {
+    t.stack.emulator.state.updateAgent(id, { description: "changed by hand" });
+    await waitFor(() => t.stack.emulator.state.agents.get(id)?.description === "first", {
       timeoutMs: SYNC_MS * 3,
       description: "agent drift to be corrected",
     });
@@ -151,15 +139,15 @@ spec: {image: "example/triage:1", description: "first", capabilities: [triage]}`
 apiVersion: agentcompute.dev/v1alpha1
 kind: Agent
 metadata: {name: fixed-name}
-spec: {image: "example/a:1", name: "first-name"}`, ns.name);
-    const res = await kubectl(["patch", "agent", "fixed-name", "--type=merge", "-p", '{"spec":{"name":"second-name"}}'], { namespace: ns.name });
+spec: {image: "example/a:1", name: "first-name"}`, t.namespace);
+    const res = await kubectl(["patch", "agent", "fixed-name", "--type=merge", "-p", '{"spec":{"name":"second-name"}}'], { namespace: t.namespace });
     expect(res.exitCode).not.toBe(0);
     expect(res.stderr).toContain("spec.name is immutable");
   });
 
   it("refuses a spec without the required image", async () => {
     const res = await kubectl(["apply", "-f", "-"], {
-      namespace: ns.name,
+      namespace: t.namespace,
       input: `
 apiVersion: agentcompute.dev/v1alpha1
 kind: Agent
@@ -171,28 +159,28 @@ spec: {description: "no image"}`,
   });
 
   it("adopts an existing agent named by the external-id annotation instead of creating one", async () => {
-    const existing = stack.emulator.state.createAgent({ name: "legacy", org_id: "org-e2e", image: "example/legacy:1" });
+    const existing = t.stack.emulator.state.createAgent({ name: "legacy", org_id: "org-e2e", image: "example/legacy:1" });
     await apply(`
 apiVersion: agentcompute.dev/v1alpha1
 kind: Agent
 metadata:
   name: legacy
   annotations: {agentcompute.dev/external-id: "${existing.id}"}
-spec: {image: "example/legacy:2"}`, ns.name);
-    const ag = await waitForReady(stack, "agents", "legacy");
+spec: {image: "example/legacy:2"}`, t.namespace);
+    const ag = await waitForReady(t.stack, "agents", "legacy");
     expect(ag.status?.agentId).toBe(existing.id);
     expect(agentsNamed("legacy")).toHaveLength(1);
-    expect(stack.emulator.state.agents.get(existing.id)?.image).toBe("example/legacy:2");
+    expect(t.stack.emulator.state.agents.get(existing.id)?.image).toBe("example/legacy:2");
   });
 
   it("is Stalled with a clear reason when its name is taken by an agent it does not manage", async () => {
-    stack.emulator.state.createAgent({ name: "taken", org_id: "org-e2e", image: "someone/else:1" });
+    t.stack.emulator.state.createAgent({ name: "taken", org_id: "org-e2e", image: "someone/else:1" });
     await apply(`
 apiVersion: agentcompute.dev/v1alpha1
 kind: Agent
 metadata: {name: taken}
-spec: {image: "example/taken:1"}`, ns.name);
-    const ag = await waitForReady(stack, "agents", "taken", { status: "False", reason: "NameTaken" });
+spec: {image: "example/taken:1"}`, t.namespace);
+    const ag = await waitForReady(t.stack, "agents", "taken", { status: "False", reason: "NameTaken" });
     expect(condition(ag, "Stalled")?.status).toBe("True");
     expect(condition(ag, "Ready")?.message).toContain('"taken" is already taken');
     expect(agentsNamed("taken")).toHaveLength(1);
@@ -203,29 +191,29 @@ spec: {image: "example/taken:1"}`, ns.name);
 apiVersion: agentcompute.dev/v1alpha1
 kind: Agent
 metadata: {name: short-lived}
-spec: {image: "example/short:1"}`, ns.name);
-    const ag = await waitForReady(stack, "agents", "short-lived");
-    await kubectlOk(["delete", "agent", "short-lived", "--wait=true", "--timeout=30s"], { namespace: ns.name });
-    expect(stack.emulator.state.agents.has(ag.status?.agentId as string)).toBe(false);
+spec: {image: "example/short:1"}`, t.namespace);
+    const ag = await waitForReady(t.stack, "agents", "short-lived");
+    await kubectlOk(["delete", "agent", "short-lived", "--wait=true", "--timeout=30s"], { namespace: t.namespace });
+    expect(t.stack.emulator.state.agents.has(ag.status?.agentId as string)).toBe(false);
   });
 });
 
 describe("a new operator process over existing resources", () => {
   it("makes no writes to the service", async () => {
-    await waitForReady(stack, "agents", "triage");
-    await stack.restartOperator();
-    stack.emulator.clearRequests();
+    await waitForReady(t.stack, "agents", "triage");
+    await t.stack.restartOperator();
+    t.stack.emulator.clearRequests();
     // Everything comes back Ready from the new process; give it a moment to look at all of it.
-    await waitForReady(stack, "agents", "triage");
+    await waitForReady(t.stack, "agents", "triage");
     await new Promise((r) => setTimeout(r, 2_000));
-    const writes = stack.emulator.requests.filter((r) => r.method !== "GET" && r.operation !== "token");
+    const writes = t.stack.emulator.requests.filter((r) => r.method !== "GET" && r.operation !== "token");
     expect(writes.map((w) => `${w.method} ${w.path}`)).toEqual([]);
   });
 });
 
 describe("secrets", () => {
   it("never shows the API key in logs, events or status", async () => {
-    const said = await everythingSaid(stack);
+    const said = await everythingSaid(t.stack);
     expect(said.length).toBeGreaterThan(1000);
     expect(said).not.toContain(API_KEY);
   });

@@ -10,7 +10,8 @@ import { setupOperator, type Operator } from "../../../src/controllers/index.js"
 import { KubeClient, resourcePath } from "../../../src/runtime/kube-client.js";
 import { createLogger } from "../../../src/runtime/logging.js";
 import { Manager } from "../../../src/runtime/manager.js";
-import { kubectlOk, testKubeconfig, waitFor } from "./kube.js";
+import { afterAll, beforeAll } from "vitest";
+import { kubectl, kubectlOk, testKubeconfig, useTestNamespace, waitFor } from "./kube.js";
 
 export const CRD_DIR = fileURLToPath(new URL("../../../crds/", import.meta.url));
 export const API_KEY = "e2e-secret-api-key-3f9c1a7d";
@@ -193,4 +194,37 @@ export async function everythingSaid(stack: Stack): Promise<string> {
   const events = await kubectlOk(["get", "events", "-o", "json"], { namespace: stack.namespace });
   const resources = await kubectlOk(["get", "agentcompute", "-o", "json"], { namespace: stack.namespace });
   return [stack.logs.join("\n"), events, resources].join("\n");
+}
+
+export interface StackFixture {
+  /** The stack; only valid inside tests and hooks. */
+  readonly stack: Stack;
+  readonly namespace: string;
+}
+
+/**
+ * Call at the top of a test file: a fresh namespace and a stack over it for the whole file.
+ * Before stopping, everything is deleted while the operator still runs, so its finalizers let
+ * go and the namespace can be removed.
+ */
+export function useStack(prefix: string, opts: Omit<Parameters<typeof startStack>[0], "namespace"> = {}): StackFixture {
+  const ns = useTestNamespace(prefix);
+  let stack: Stack | undefined;
+  beforeAll(async () => {
+    stack = await startStack({ ...opts, namespace: ns.name });
+    if (opts.connection ?? true) await waitForReady(stack, "connections", "default");
+  });
+  afterAll(async () => {
+    await kubectl(["delete", "agentcompute", "--all", "--wait=true", "--timeout=60s"], { namespace: ns.name });
+    await stack?.stop();
+  });
+  return {
+    get stack(): Stack {
+      if (stack === undefined) throw new Error("useStack: the stack exists only once beforeAll has run");
+      return stack;
+    },
+    get namespace(): string {
+      return ns.name;
+    },
+  };
 }
