@@ -1,12 +1,13 @@
 // Helpers for the install suites: apply manifests/ as a user would, act as the operator's
 // ServiceAccount (a real token from the TokenRequest API, so RBAC decides every request),
 // and run the operator in-process under that identity.
-import { mkdtempSync, writeFileSync } from "node:fs";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Writable } from "node:stream";
 import { fileURLToPath } from "node:url";
 import { KubeConfig } from "@kubernetes/client-node";
+import { afterAll } from "vitest";
 import { parseAllDocuments } from "yaml";
 import { setupOperator, type Operator } from "../../../src/controllers/index.js";
 import { KubeClient } from "../../../src/runtime/kube-client.js";
@@ -66,6 +67,12 @@ export async function applyKustomization(dir: string = MANIFESTS_DIR): Promise<{
   return { stdout: res.stdout, stderr: res.stderr };
 }
 
+/** Folders of kubeconfigs a test file wrote (they hold tokens): removed after its tests. */
+const ownDirs: string[] = [];
+afterAll(() => {
+  for (const dir of ownDirs.splice(0)) rmSync(dir, { recursive: true, force: true });
+});
+
 export interface ServiceAccountCredentials {
   /** A KubeConfig whose only credential is the ServiceAccount's token. */
   kubeConfig: KubeConfig;
@@ -80,11 +87,12 @@ export interface ServiceAccountCredentials {
  * are authorized as the ServiceAccount and nothing else.
  */
 export async function serviceAccountCredentials(
+  /** dir: where to write the kubeconfig (default: a temporary folder, removed at exit); duration: of the token. */
   opts: { namespace?: string; name?: string; dir?: string; duration?: string } = {},
 ): Promise<ServiceAccountCredentials> {
   const namespace = opts.namespace ?? OPERATOR_NAMESPACE;
   const name = opts.name ?? SERVICE_ACCOUNT;
-  const token = (await kubectlOk(["create", "token", name, "--duration", opts.duration ?? "1h"], { namespace })).trim();
+  const token = (await kubectlOk(["create", "token", name, "--duration", opts.duration ?? "10m"], { namespace })).trim();
   const admin = loadKubeConfig();
   const cluster = admin.getCurrentCluster();
   if (!cluster) throw new Error("the admin kubeconfig has no current cluster");
@@ -104,7 +112,11 @@ export async function serviceAccountCredentials(
     contexts: [{ name, cluster: "test", user: name, namespace }],
     currentContext: name,
   });
-  const dir = opts.dir ?? mkdtempSync(join(tmpdir(), "agent-operator-sa-"));
+  let dir = opts.dir;
+  if (dir === undefined) {
+    dir = mkdtempSync(join(tmpdir(), "agent-operator-sa-"));
+    ownDirs.push(dir);
+  }
   const path = join(dir, `${name}.kubeconfig`);
   writeFileSync(path, kubeConfig.exportConfig(), { mode: 0o644 });
   return { kubeConfig, path, token };
