@@ -2,6 +2,7 @@
 // (`npm run crds:check`, run by the tests).
 import { readdirSync, readFileSync, writeFileSync, mkdirSync, rmSync } from "node:fs";
 import { join } from "node:path";
+import { pathToFileURL } from "node:url";
 import { stringify } from "yaml";
 import { allKinds, GROUP } from "../src/api/index.js";
 import { toCRD } from "../src/api/crd.js";
@@ -50,4 +51,7 @@ function main(mode: string | undefined): number {
   return 0;
 }
 
-process.exitCode = main(process.argv[2]);
+// Only when run as a script: importing renderCRDs() (the docs generator, tests) writes nothing.
+if (process.argv[1] !== undefined && import.meta.url === pathToFileURL(process.argv[1]).href) {
+  process.exitCode = main(process.argv[2]);
+}

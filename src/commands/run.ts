@@ -1,7 +1,6 @@
 // `agent-operator run`: the operator alone, as it runs in a cluster. Flag names follow
 // controller-runtime's (what operators built with kubebuilder accept), so manifests and
 // muscle memory carry over.
-import { KubeConfig } from "@kubernetes/client-node";
 import { parseArgs } from "node:util";
 import { setupOperator } from "../controllers/index.js";
 import { KubeClient } from "../runtime/kube-client.js";
@@ -59,7 +58,8 @@ export function parseRunFlags(argv: string[]): RunFlags | "help" {
       "metrics-bind-address": { type: "string", default: ":8080" },
       "health-probe-bind-address": { type: "string", default: ":8081" },
       "graceful-shutdown-timeout": { type: "string", default: "30s" },
-      "log-level": { type: "string", default: "info" },
+      // The environment's LOG_LEVEL when the flag is not given (handy in a Deployment).
+      "log-level": { type: "string", default: process.env.LOG_LEVEL ?? "info" },
     },
   });
   if (values.help) return "help";
@@ -101,11 +101,10 @@ export async function main(argv: string[]): Promise<number> {
     return 0;
   }
   const logger = createLogger({ level: flags.logLevel });
-  const kubeConfig = new KubeConfig();
-  if (flags.kubeconfig) kubeConfig.loadFromFile(flags.kubeconfig);
-  else kubeConfig.loadFromDefault();
+  // The runtime's own kubeconfig loader (same resolution as kubectl: --kubeconfig, $KUBECONFIG,
+  // ~/.kube/config, in-cluster): importing @kubernetes/client-node for it would cost ~60 MB of RSS.
   const manager = new Manager({
-    client: new KubeClient({ kubeConfig }),
+    client: KubeClient.fromKubeconfig(flags.kubeconfig),
     logger,
     namespaces: flags.namespaces,
     metricsBindAddress: flags.metricsBindAddress,

@@ -93,6 +93,8 @@ export class ConnectionReconciler implements Reconciler {
         // reconcile through the Secret watch); look again slowly in case the service relents.
         return { requeueAfterMs: jitter(Math.min(refreshMs, 60_000)) };
       }
+      // A missing Secret is waited for (its watch brings the Connection back), not an error.
+      if (err instanceof NotReadyError) return { requeue: true };
       throw err;
     }
   }

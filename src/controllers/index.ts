@@ -1,6 +1,7 @@
 // Wires the five controllers onto a Manager: the informers they share, the watches that
 // bring a resource back when something it depends on changes, and the connection pool.
 import {
+  FINALIZER,
   GROUP,
   VERSION,
   agentDeploymentKind,
@@ -236,17 +237,21 @@ function requestOf(obj: { metadata: { namespace?: string; name?: string } }): Re
 /**
  * Our own status writes come back as watch events; reconciling on them would double the work
  * and the writes. Spec (generation), annotations (adoption, redeploy-at), finalizers and
- * deletion are what matter.
+ * deletion are what matter. The operator adding its own finalizer is not news either: the
+ * reconcile that added it carried on with the answer.
  */
-function specOrMetaChanged<T extends { metadata: ObjectMeta }>(obj: T, old?: T): boolean {
+export function specOrMetaChanged<T extends { metadata: ObjectMeta }>(obj: T, old?: T): boolean {
   if (old === undefined || obj.metadata.generation !== old.metadata.generation) return true;
   const m = obj.metadata;
   const o = old.metadata;
-  return (
-    m.deletionTimestamp !== o.deletionTimestamp ||
-    JSON.stringify(m.annotations ?? {}) !== JSON.stringify(o.annotations ?? {}) ||
-    JSON.stringify(m.finalizers ?? []) !== JSON.stringify(o.finalizers ?? [])
-  );
+  if (m.deletionTimestamp !== o.deletionTimestamp) return true;
+  if (JSON.stringify(m.annotations ?? {}) !== JSON.stringify(o.annotations ?? {})) return true;
+  const now = m.finalizers ?? [];
+  const before = o.finalizers ?? [];
+  if (JSON.stringify(now) === JSON.stringify(before)) return false;
+  const ownAdded = now.length === before.length + 1 && now[now.length - 1] === FINALIZER && !before.includes(FINALIZER) &&
+    before.every((f, i) => now[i] === f);
+  return !ownAdded;
 }
 
 /** A Connection's token refreshes and usage updates do not concern its dependants; its readiness does. */

@@ -14,9 +14,10 @@ import {
 import type { EventRecorder } from "../runtime/events.js";
 import type { Informer } from "../runtime/informer.js";
 import type { KubeClient } from "../runtime/kube-client.js";
-import { isConflict, isNotFound, resourcePath } from "../runtime/kube-client.js";
+import { resourcePath } from "../runtime/kube-client.js";
 import type { ReconcileContext, Reconciler, Request, Result } from "../runtime/controller.js";
 import type { ConditionInput } from "../runtime/status.js";
+import { patchFinalizers } from "./finalizers.js";
 import type { StatusWriter } from "./status-writer.js";
 import type { ConnectionSecretWriter } from "./connection-secret.js";
 import { StalledError, classify, type Failure } from "./errors.js";
@@ -48,12 +49,16 @@ export class ManagedReconciler<R extends ManagedResource> implements Reconciler 
   async reconcile(req: Request, ctx: ReconcileContext): Promise<Result | void> {
     const cached = this.opts.informer.get(req.namespace, req.name);
     if (cached === undefined) return; // gone; the finalizer already did its work
-    const cr = this.opts.status.fresh(cached);
+    let cr = this.opts.status.fresh(cached);
     if (cr.metadata.deletionTimestamp !== undefined) return this.finalize(cr, ctx);
     if (!(cr.metadata.finalizers ?? []).includes(FINALIZER)) {
-      // The object comes back through the informer with the finalizer; reconcile then.
-      await this.setFinalizers(cr, [...(cr.metadata.finalizers ?? []), FINALIZER]);
-      return;
+      // Carry on with the object the API server answered (crossplane-runtime does the same):
+      // waiting for it to come back through the informer would send it to the back of the
+      // queue, and at cold start every resource would make one pass for the finalizer alone
+      // before the first call to the service. The watch event of this write is filtered out.
+      const updated = await this.setFinalizers(cr, [...(cr.metadata.finalizers ?? []), FINALIZER]);
+      if (updated === undefined) return; // deleted meanwhile
+      cr = updated;
     }
 
     let observed: Observation<StatusOf<R>> | undefined;
@@ -135,8 +140,13 @@ export class ManagedReconciler<R extends ManagedResource> implements Reconciler 
       ctx.log.info({ reason: failure.reason }, failure.message);
       return { requeueAfterMs: this.jitteredSyncPeriod() };
     }
-    if (failure.kind === "notReady") ctx.log.debug({ reason: failure.reason }, failure.message);
-    // Transient and waiting: rethrow so the queue backs off per object (5 ms .. 1000 s).
+    if (failure.kind === "notReady") {
+      // Waiting is not an error: back off per object (5 ms .. 1000 s) without an error log on
+      // every retry; the dependency's own watch brings the resource back as soon as it changes.
+      ctx.log.debug({ reason: failure.reason }, failure.message);
+      return { requeue: true };
+    }
+    // Transient: rethrow so the queue backs off per object and the error is counted and logged.
     throw err instanceof Error ? err : new Error(failure.message);
   }
 
@@ -184,20 +194,9 @@ export class ManagedReconciler<R extends ManagedResource> implements Reconciler 
     await this.opts.status.write(this.path(cr, "status"), cr, observed, conditions);
   }
 
-  private async setFinalizers(cr: R, finalizers: string[]): Promise<void> {
-    try {
-      // resourceVersion makes this an optimistic-concurrency write: another writer's
-      // finalizer is never lost (409 → requeue and try again on the fresh object).
-      await this.opts.kube.patch(
-        this.path(cr),
-        { metadata: { finalizers, resourceVersion: cr.metadata.resourceVersion } },
-        "merge",
-      );
-    } catch (err) {
-      if (isNotFound(err)) return;
-      if (isConflict(err)) throw new Error("the resource changed while its finalizer was being updated; retrying", { cause: err });
-      throw err;
-    }
+  /** Returns the object as the API server answered, or undefined if it is gone. */
+  private setFinalizers(cr: R, finalizers: string[]): Promise<R | undefined> {
+    return patchFinalizers(this.opts.kube, this.path(cr), cr, finalizers);
   }
 
   private path(cr: R, subresource?: string): string {

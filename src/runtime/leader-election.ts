@@ -79,12 +79,14 @@ export class LeaderElector {
   private leadingAbort: AbortController | undefined;
 
   constructor(opts: LeaderElectorOptions) {
+    // `??`, not a spread of defaults: an option passed as undefined must not wipe its default
+    // (the manager forwards unset timings as undefined; NaN timings crashed the renew loop).
     this.o = {
-      leaseDurationMs: 15_000,
-      renewDeadlineMs: 10_000,
-      retryPeriodMs: 2_000,
-      releaseOnCancel: true,
       ...opts,
+      leaseDurationMs: opts.leaseDurationMs ?? 15_000,
+      renewDeadlineMs: opts.renewDeadlineMs ?? 10_000,
+      retryPeriodMs: opts.retryPeriodMs ?? 2_000,
+      releaseOnCancel: opts.releaseOnCancel ?? true,
     };
     const { leaseDurationMs, renewDeadlineMs, retryPeriodMs } = this.o;
     // The same sanity checks as client-go's NewLeaderElector.
