@@ -1,0 +1,213 @@
+// The operator under test, as it runs in production: its own Node process (`agent-operator
+// run`, built from src/ into .cache/bench/dist), restricted to the scenario's namespace. The
+// benchmark reads its /metrics and its memory from /proc/<pid>/status.
+import { execFile, spawn, type ChildProcess } from "node:child_process";
+import { createWriteStream, existsSync, mkdirSync, readFileSync, readdirSync, statSync, writeFileSync } from "node:fs";
+import { createServer } from "node:net";
+import path from "node:path";
+import { fileURLToPath } from "node:url";
+import { promisify } from "node:util";
+import YAML from "yaml";
+import { parseMetrics, type Sample } from "./prom.js";
+import { log, sleep, waitUntil } from "./util.js";
+
+const execFileAsync = promisify(execFile);
+export const ROOT = fileURLToPath(new URL("../../", import.meta.url));
+export const CACHE = path.join(ROOT, ".cache", "bench");
+const DIST = path.join(CACHE, "dist");
+
+function newestMtime(dir: string): number {
+  let newest = 0;
+  for (const entry of readdirSync(dir, { withFileTypes: true })) {
+    const p = path.join(dir, entry.name);
+    newest = Math.max(newest, entry.isDirectory() ? newestMtime(p) : statSync(p).mtimeMs);
+  }
+  return newest;
+}
+
+/** Compiles src/ to .cache/bench/dist (not dist/, which belongs to the build) when src changed. */
+export async function buildOperator(): Promise<string> {
+  const cli = path.join(DIST, "cli.js");
+  const stamp = path.join(DIST, ".stamp");
+  const srcTime = newestMtime(path.join(ROOT, "src"));
+  if (existsSync(stamp) && Number(readFileSync(stamp, "utf8")) === srcTime && existsSync(cli)) return cli;
+  log("compiling the operator (src/ -> .cache/bench/dist)");
+  const tsc = path.join(ROOT, "node_modules", "typescript", "bin", "tsc");
+  await execFileAsync(process.execPath, [tsc, "-p", path.join(ROOT, "tsconfig.build.json"), "--outDir", DIST, "--sourceMap", "false"], { cwd: ROOT });
+  writeFileSync(stamp, String(srcTime));
+  return cli;
+}
+
+/**
+ * NODE_OPTIONS of the operator's container in manifests/base/deployment.yaml (the heap cap
+ * it runs with in a cluster), so the benchmark measures the operator as deployed.
+ */
+export function deployedNodeOptions(): string {
+  try {
+    const docs = YAML.parseAllDocuments(readFileSync(path.join(ROOT, "manifests", "base", "deployment.yaml"), "utf8"));
+    for (const doc of docs) {
+      const d = doc.toJS() as { kind?: string; spec?: { template?: { spec?: { containers?: Array<{ env?: Array<{ name: string; value?: string }> }> } } } };
+      if (d?.kind !== "Deployment") continue;
+      for (const c of d.spec?.template?.spec?.containers ?? []) {
+        const v = c.env?.find((e) => e.name === "NODE_OPTIONS")?.value;
+        if (v !== undefined) return v;
+      }
+    }
+  } catch {
+    // no manifest: plain node
+  }
+  return "";
+}
+
+async function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const srv = createServer();
+    srv.once("error", reject);
+    srv.listen(0, "127.0.0.1", () => {
+      const addr = srv.address();
+      const port = typeof addr === "object" && addr !== null ? addr.port : 0;
+      srv.close(() => resolve(port));
+    });
+  });
+}
+
+export interface OperatorOptions {
+  kubeconfig: string;
+  namespace: string;
+  syncPeriod: string;
+  concurrency?: number;
+  /** Write a V8 CPU profile to this directory (node --cpu-prof). */
+  cpuProfDir?: string;
+  /** Allow heap snapshots on SIGUSR2 (node --heapsnapshot-signal), written to this directory. */
+  heapSnapshotDir?: string;
+  /** NODE_OPTIONS for the operator (default: the Deployment's, see deployedNodeOptions). */
+  nodeOptions?: string;
+  logLevel?: string;
+  /** Where the operator's log goes. */
+  logFile: string;
+}
+
+export interface MemorySample {
+  /** ms since start */
+  t: number;
+  rssMB: number;
+}
+
+export class OperatorProcess {
+  readonly startedAt: number;
+  readonly memory: MemorySample[] = [];
+  private sampler: NodeJS.Timeout | undefined;
+  private exited: Promise<number | null>;
+
+  private constructor(
+    private readonly child: ChildProcess,
+    readonly metricsPort: number,
+  ) {
+    this.startedAt = performance.now();
+    this.exited = new Promise((resolve) => child.once("exit", (code) => resolve(code)));
+    this.sampler = setInterval(() => {
+      const s = this.procStatus();
+      if (s) this.memory.push({ t: performance.now() - this.startedAt, rssMB: s.rssMB });
+    }, 1000);
+    this.sampler.unref();
+  }
+
+  get pid(): number {
+    return this.child.pid ?? -1;
+  }
+
+  static async start(o: OperatorOptions): Promise<OperatorProcess> {
+    const cli = await buildOperator();
+    const port = await freePort();
+    const nodeArgs: string[] = [];
+    if (o.cpuProfDir) {
+      mkdirSync(o.cpuProfDir, { recursive: true });
+      nodeArgs.push("--cpu-prof", `--cpu-prof-dir=${o.cpuProfDir}`);
+    }
+    if (o.heapSnapshotDir) {
+      mkdirSync(o.heapSnapshotDir, { recursive: true });
+      nodeArgs.push("--heapsnapshot-signal=SIGUSR2", `--diagnostic-dir=${o.heapSnapshotDir}`);
+    }
+    const args = [
+      ...nodeArgs,
+      cli,
+      "run",
+      "--kubeconfig",
+      o.kubeconfig,
+      "--namespace",
+      o.namespace,
+      "--sync-period",
+      o.syncPeriod,
+      "--metrics-bind-address",
+      `127.0.0.1:${port}`,
+      "--health-probe-bind-address",
+      "0",
+      "--log-level",
+      o.logLevel ?? "warn",
+      "--graceful-shutdown-timeout",
+      "5s",
+    ];
+    if (o.concurrency !== undefined) args.push("--concurrency", String(o.concurrency));
+    mkdirSync(path.dirname(o.logFile), { recursive: true });
+    const out = createWriteStream(o.logFile, { flags: "a" });
+    const child = spawn(process.execPath, args, {
+      cwd: ROOT,
+      stdio: ["ignore", "pipe", "pipe"], env: { ...process.env, NODE_ENV: "production", NODE_OPTIONS: o.nodeOptions ?? deployedNodeOptions() },
+    });
+    child.stdout?.pipe(out);
+    child.stderr?.pipe(out);
+    const op = new OperatorProcess(child, port);
+    await waitUntil(async () => (await op.scrape().catch(() => undefined)) !== undefined, { timeoutMs: 60_000, what: "the operator's /metrics" });
+    log(`operator started (pid ${op.pid}, metrics 127.0.0.1:${port}, log ${path.relative(ROOT, o.logFile)})`);
+    return op;
+  }
+
+  async scrape(): Promise<Sample[]> {
+    const res = await fetch(`http://127.0.0.1:${this.metricsPort}/metrics`);
+    if (!res.ok) throw new Error(`/metrics: HTTP ${res.status}`);
+    return parseMetrics(await res.text());
+  }
+
+  /** VmRSS and VmHWM (peak RSS since start) of the operator process. */
+  procStatus(): { rssMB: number; peakMB: number } | undefined {
+    try {
+      const text = readFileSync(`/proc/${this.pid}/status`, "utf8");
+      const kb = (field: string) => Number(new RegExp(`^${field}:\\s+(\\d+) kB`, "m").exec(text)?.[1] ?? NaN);
+      return { rssMB: kb("VmRSS") / 1024, peakMB: kb("VmHWM") / 1024 };
+    } catch {
+      return undefined;
+    }
+  }
+
+  /** Writes a heap snapshot (needs heapSnapshotDir at start); resolves once the file is complete. */
+  async heapSnapshot(dir: string): Promise<string | undefined> {
+    const before = new Set(existsSync(dir) ? readdirSync(dir) : []);
+    this.child.kill("SIGUSR2");
+    let file: string | undefined;
+    let lastSize = -1;
+    for (let i = 0; i < 600; i++) {
+      await sleep(500);
+      file ??= readdirSync(dir).find((f) => f.endsWith(".heapsnapshot") && !before.has(f));
+      if (file === undefined) continue;
+      const size = statSync(path.join(dir, file)).size;
+      if (size > 0 && size === lastSize) return path.join(dir, file);
+      lastSize = size;
+    }
+    return undefined;
+  }
+
+  /** SIGTERM, then SIGKILL after `graceMs`. Resolves with the exit code. */
+  async stop(graceMs = 20_000): Promise<number | null> {
+    if (this.sampler) clearInterval(this.sampler);
+    this.sampler = undefined;
+    if (this.child.exitCode !== null) return this.child.exitCode;
+    this.child.kill("SIGTERM");
+    const code = await Promise.race([this.exited, sleep(graceMs).then(() => "timeout" as const)]);
+    if (code === "timeout") {
+      log("operator did not exit after SIGTERM; killing it");
+      this.child.kill("SIGKILL");
+      return this.exited;
+    }
+    return code;
+  }
+}

@@ -1,0 +1,64 @@
+// A minimal reader of the Prometheus text format (what the operator's /metrics serves).
+
+export interface Sample {
+  name: string;
+  labels: Record<string, string>;
+  value: number;
+}
+
+export function parseMetrics(text: string): Sample[] {
+  const out: Sample[] = [];
+  for (const line of text.split("\n")) {
+    if (line === "" || line.startsWith("#")) continue;
+    const m = /^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(.*)\})?\s+(\S+)/.exec(line);
+    if (!m) continue;
+    const labels: Record<string, string> = {};
+    if (m[3]) {
+      for (const l of m[3].matchAll(/([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"/g)) labels[l[1] as string] = (l[2] as string).replace(/\\(.)/g, "$1");
+    }
+    out.push({ name: m[1] as string, labels, value: Number(m[4]) });
+  }
+  return out;
+}
+
+/** Sum of the samples of `name` whose labels match `where` (a label absent from `where` is summed over). */
+export function sum(samples: readonly Sample[], name: string, where: Record<string, string | ((v: string) => boolean)> = {}): number {
+  let total = 0;
+  for (const s of samples) {
+    if (s.name !== name) continue;
+    let ok = true;
+    for (const [k, want] of Object.entries(where)) {
+      const v = s.labels[k] ?? "";
+      if (typeof want === "function" ? !want(v) : v !== want) {
+        ok = false;
+        break;
+      }
+    }
+    if (ok) total += s.value;
+  }
+  return total;
+}
+
+/** Values of `name` grouped by the given label (summing the rest). */
+export function by(samples: readonly Sample[], name: string, label: string, where: Record<string, string | ((v: string) => boolean)> = {}): Record<string, number> {
+  const out: Record<string, number> = {};
+  for (const s of samples) {
+    if (s.name !== name) continue;
+    let ok = true;
+    for (const [k, want] of Object.entries(where)) {
+      const v = s.labels[k] ?? "";
+      if (typeof want === "function" ? !want(v) : v !== want) ok = false;
+    }
+    if (!ok) continue;
+    const key = s.labels[label] ?? "";
+    out[key] = (out[key] ?? 0) + s.value;
+  }
+  return out;
+}
+
+/** Counter differences between two scrapes, per series (series absent before count from 0). */
+export function delta(before: readonly Sample[], after: readonly Sample[]): Sample[] {
+  const key = (s: Sample) => `${s.name}${JSON.stringify(s.labels)}`;
+  const prev = new Map(before.map((s) => [key(s), s.value]));
+  return after.map((s) => ({ ...s, value: s.value - (prev.get(key(s)) ?? 0) }));
+}

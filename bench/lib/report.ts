@@ -1,0 +1,56 @@
+// The human-readable side of a result: the summary table (scenario, target, measured).
+import os from "node:os";
+import { execFileSync } from "node:child_process";
+import { ROOT } from "./operator.js";
+
+export interface Row {
+  scenario: string;
+  target: string;
+  measured: string;
+  met: boolean | null;
+}
+
+export interface Machine {
+  nproc: number;
+  cpuModel: string;
+  memoryGB: number;
+  node: string;
+  os: string;
+  loadAverageAtStart: number[];
+}
+
+export function machine(): Machine {
+  return {
+    nproc: os.availableParallelism(),
+    cpuModel: os.cpus()[0]?.model ?? "unknown",
+    memoryGB: Math.round((os.totalmem() / 1024 ** 3) * 10) / 10,
+    node: process.version,
+    os: `${os.type()} ${os.release()} ${os.arch()}`,
+    loadAverageAtStart: os.loadavg().map((l) => Math.round(l * 100) / 100),
+  };
+}
+
+export function gitCommit(): { commit: string; dirty: boolean } {
+  try {
+    const commit = execFileSync("git", ["rev-parse", "HEAD"], { cwd: ROOT, encoding: "utf8" }).trim();
+    const dirty = execFileSync("git", ["status", "--porcelain", "--", "src"], { cwd: ROOT, encoding: "utf8" }).trim() !== "";
+    return { commit, dirty };
+  } catch {
+    return { commit: "unknown", dirty: false };
+  }
+}
+
+export function markdownTable(rows: readonly Row[]): string {
+  const lines = ["| scenario | target | measured | met |", "|---|---|---|---|"];
+  for (const r of rows) lines.push(`| ${r.scenario} | ${r.target} | ${r.measured} | ${r.met === null ? "–" : r.met ? "yes" : "**no**"} |`);
+  return lines.join("\n");
+}
+
+/** The same table for a terminal. */
+export function textTable(rows: readonly Row[]): string {
+  const head: Row = { scenario: "scenario", target: "target", measured: "measured", met: null };
+  const cells = [head, ...rows].map((r) => [r.scenario, r.target, r.measured, r === head ? "met" : r.met === null ? "-" : r.met ? "yes" : "NO"]);
+  const widths = [0, 1, 2, 3].map((i) => Math.max(...cells.map((c) => (c[i] ?? "").length)));
+  const fmt = (c: string[]) => c.map((v, i) => v.padEnd(widths[i] ?? 0)).join("  ");
+  return [fmt(cells[0] ?? []), widths.map((w) => "-".repeat(w)).join("  "), ...cells.slice(1).map(fmt)].join("\n");
+}

@@ -1,0 +1,219 @@
+// Scenario 1 (and 4): N resources exist before the operator starts; time until all are Ready,
+// against the bound the service's rate limit sets (service calls needed / rate limit). The
+// operator runs as its own process, so its peak RSS (VmHWM) over the cold start is scenario 4.
+import { lineChart, cumulative } from "../lib/chart.js";
+import type { Cluster, Plural } from "../lib/cluster.js";
+import { by, sum, type Sample } from "../lib/prom.js";
+import { mixedResources, type Mix } from "../lib/resources.js";
+import { deployedNodeOptions } from "../lib/operator.js";
+import { Stack } from "../lib/stack.js";
+import { log, round, sleep } from "../lib/util.js";
+
+export interface Params {
+  resources: number;
+  rateLimit: number;
+  latencyMs: number;
+  syncPeriod: string;
+  concurrency?: number;
+  cpuProfDir?: string;
+  heapSnapshotDir?: string;
+  nodeOptions?: string;
+  tokenTTLSeconds: number;
+}
+
+export interface ColdStartResult {
+  resources: number;
+  mix: Mix;
+  createSeconds: number;
+  /** Service calls a perfect operator needs: one create per resource, one (empty) list page per kind, the Connection's two reads. */
+  callsNeeded: number;
+  boundSeconds: number;
+  allReady: boolean;
+  readySeconds: number | null;
+  ratio: number | null;
+  /** Time until the first resource was Ready (informer sync, connection, first calls). */
+  firstReadySeconds: number | null;
+  readySecondsByKind: Record<string, number | null>;
+  notReady?: Record<string, number>;
+  service: {
+    calls: number;
+    byOperation: Record<string, number>;
+    byStatus: Record<string, number>;
+    throttled429: number;
+    tokenRequests: number;
+  };
+  kube: {
+    requests: number;
+    writes: number;
+    writesByResource: Record<string, number>;
+    byMethod: Record<string, number>;
+    events: Record<string, number>;
+  };
+  reconciles: Record<string, number>;
+  memory: {
+    peakRssMB: number | null;
+    rssAtReadyMB: number | null;
+    heapUsedAtReadyMB: number | null;
+    /** V8 heap spaces at all-Ready: size (committed) and used, MB. */
+    heapSpaces: Record<string, { sizeMB: number; usedMB: number }>;
+    nodeOptions: string;
+    samples: Array<{ t: number; rssMB: number }>;
+  };
+  eventLoop: { maxP99Ms: number; maxMs: number };
+  timeline: Array<[number, number]>;
+  chartSvg: string;
+}
+
+const PLURALS: Plural[] = ["skills", "agents", "agentdeployments", "sandboxes"];
+
+export async function coldStart(cluster: Cluster, p: Params): Promise<{ result: ColdStartResult; stack: Stack }> {
+  const stack = await Stack.create({
+    cluster,
+    name: "bench-cold",
+    emulator: { latencyMs: p.latencyMs, tokenTTLSeconds: p.tokenTTLSeconds },
+    rateLimit: p.rateLimit,
+    syncPeriod: p.syncPeriod,
+    concurrency: p.concurrency,
+    cpuProfDir: p.cpuProfDir,
+    heapSnapshotDir: p.heapSnapshotDir,
+    nodeOptions: p.nodeOptions,
+    plurals: PLURALS,
+  });
+  const { mix, objects } = mixedResources(stack.namespace, p.resources);
+  const createMs = await stack.create(objects);
+  log(`cold start: created ${objects.length} resources in ${(createMs / 1000).toFixed(1)} s (${Math.round(objects.length / (createMs / 1000))}/s)`);
+  await stack.tracker.start();
+
+  const callsNeeded = p.resources + 4 + 2;
+  const boundSeconds = callsNeeded / p.rateLimit;
+  const op = await stack.startOperator();
+  const t0 = op.startedAt;
+  const timeoutMs = Math.max(600_000, boundSeconds * 10_000);
+  let maxP99 = 0;
+  let maxLag = 0;
+  let lastReport = 0;
+  let allReady = false;
+  let lastScrape: Sample[] = [];
+  for (;;) {
+    await sleep(1000);
+    const elapsed = performance.now() - t0;
+    try {
+      lastScrape = await op.scrape();
+      maxP99 = Math.max(maxP99, sum(lastScrape, "nodejs_eventloop_lag_p99_seconds") * 1000);
+      maxLag = Math.max(maxLag, sum(lastScrape, "nodejs_eventloop_lag_max_seconds") * 1000);
+    } catch {
+      // the operator may be busy; the next scrape will do
+    }
+    if (stack.tracker.ready >= p.resources) {
+      allReady = true;
+      break;
+    }
+    if (elapsed - lastReport >= 10_000) {
+      lastReport = elapsed;
+      const depth = by(lastScrape, "workqueue_depth", "name");
+      log(
+        `cold start: ${(elapsed / 1000).toFixed(0)} s: ${stack.tracker.ready}/${p.resources} Ready, service calls ${stack.emulator.stats().total}, ` +
+          `queues ${JSON.stringify(depth)}, rss ${op.procStatus()?.rssMB.toFixed(0)} MB`,
+      );
+    }
+    if (elapsed > timeoutMs) break;
+  }
+  const readyAt = performance.now();
+  const proc = op.procStatus();
+  const metrics = await op.scrape().catch(() => lastScrape);
+  if (p.heapSnapshotDir) {
+    const file = await op.heapSnapshot(p.heapSnapshotDir);
+    log(`cold start: heap snapshot ${file ?? "not written"}`);
+  }
+  const times = stack.tracker.times();
+  const all = [...times.values()].flat().map((t) => (t - t0) / 1000);
+  const readySeconds = allReady ? Math.max(...all) : null;
+  const stats = stack.emulator.stats();
+  const kubeByResource = by(metrics, "rest_client_requests_total", "resource", { method: (m) => m !== "GET" });
+  const result: ColdStartResult = {
+    resources: p.resources,
+    mix,
+    createSeconds: round(createMs / 1000),
+    callsNeeded,
+    boundSeconds: round(boundSeconds),
+    allReady,
+    readySeconds: readySeconds === null ? null : round(readySeconds),
+    ratio: readySeconds === null ? null : round(readySeconds / boundSeconds, 3),
+    firstReadySeconds: all.length > 0 ? round(Math.min(...all)) : null,
+    readySecondsByKind: Object.fromEntries(PLURALS.map((k) => [k, times.has(k) ? round((Math.max(...(times.get(k) ?? [])) - t0) / 1000) : null])),
+    ...(allReady ? {} : { notReady: stack.tracker.notReadyReasons() }),
+    service: {
+      calls: stats.total - (stats.byOperation.token ?? 0),
+      byOperation: stats.byOperation,
+      byStatus: stats.byStatus,
+      throttled429: stats.byStatus["429"] ?? 0,
+      tokenRequests: stats.byOperation.token ?? 0,
+    },
+    kube: {
+      requests: sum(metrics, "rest_client_requests_total"),
+      writes: sum(metrics, "rest_client_requests_total", { method: (m) => m !== "GET" }),
+      writesByResource: kubeByResource,
+      byMethod: by(metrics, "rest_client_requests_total", "method"),
+      events: by(metrics, "agentcompute_events_total", "result"),
+    },
+    reconciles: by(metrics, "controller_runtime_reconcile_total", "result"),
+    memory: {
+      peakRssMB: proc ? round(proc.peakMB, 1) : null,
+      rssAtReadyMB: proc ? round(proc.rssMB, 1) : null,
+      heapUsedAtReadyMB: round(sum(metrics, "nodejs_heap_size_used_bytes") / 1024 / 1024, 1),
+      heapSpaces: Object.fromEntries(
+        Object.entries(by(metrics, "nodejs_heap_space_size_total_bytes", "space")).map(([space, total]) => [
+          space,
+          { sizeMB: round(total / 1048576, 1), usedMB: round(sum(metrics, "nodejs_heap_space_size_used_bytes", { space }) / 1048576, 1) },
+        ]),
+      ),
+      nodeOptions: p.nodeOptions ?? deployedNodeOptions(),
+      samples: op.memory.map((s) => ({ t: round(s.t / 1000, 1), rssMB: round(s.rssMB, 1) })),
+    },
+    eventLoop: { maxP99Ms: round(maxP99, 1), maxMs: round(maxLag, 1) },
+    timeline: cumulative(all),
+    chartSvg: "",
+  };
+  result.chartSvg = chart(result, p, times, t0, (readyAt - t0) / 1000);
+  log(
+    `cold start: ${allReady ? "all Ready" : "NOT all Ready"} after ${result.readySeconds ?? "-"} s; bound ${result.boundSeconds} s; ratio ${result.ratio ?? "-"}; ` +
+      `peak RSS ${result.memory.peakRssMB} MB; service calls ${result.service.calls} (429: ${result.service.throttled429}); kube writes ${result.kube.writes}`,
+  );
+  return { result, stack };
+}
+
+function chart(r: ColdStartResult, p: Params, times: Map<Plural, number[]>, t0: number, endSeconds: number): string {
+  const colors: Record<string, string> = { skills: "#8e44ad", agents: "#2980b9", agentdeployments: "#16a085", sandboxes: "#d35400" };
+  const perResource = r.callsNeeded / r.resources;
+  const idealEnd = r.boundSeconds;
+  const series = [
+    {
+      name: `ideal: ${p.rateLimit} calls/s`,
+      color: "#888",
+      dashed: true,
+      points: [
+        [0, 0],
+        [idealEnd, r.resources],
+        [Math.max(endSeconds, idealEnd), r.resources],
+      ] as Array<[number, number]>,
+    },
+    { name: "all Ready", color: "#c0392b", width: 3, points: r.timeline },
+    ...[...times.entries()].map(([k, ts]) => ({
+      name: k,
+      color: colors[k] ?? "#333",
+      width: 1.5,
+      points: cumulative(ts.map((t) => (t - t0) / 1000)),
+    })),
+  ];
+  return lineChart({
+    title: `Cold start: ${r.resources} resources, ${p.rateLimit} calls/s, ${p.latencyMs} ms latency`,
+    subtitle: `all Ready in ${r.readySeconds ?? "-"} s; bound ${r.boundSeconds} s (${r.callsNeeded} calls / ${p.rateLimit}/s, ${perResource.toFixed(3)} per resource); ratio ${r.ratio ?? "-"}`,
+    xLabel: "seconds since the operator process started",
+    yLabel: "Ready resources",
+    series,
+    markers: [
+      { x: r.boundSeconds, label: "bound", color: "#555" },
+      { x: r.boundSeconds * 1.15, label: "1.15 x bound", color: "#c0392b" },
+    ],
+  });
+}

@@ -1,0 +1,285 @@
+// `npm run bench`: the operator's performance scenarios against the real kube-apiserver
+// (scripts/kube.ts; a running one is reused) and the service emulator. Writes a JSON result,
+// a Markdown table and an SVG chart (Ready resources over time against the ideal line the
+// service's rate limit sets). Benchmarks report; they never fail on timing.
+//
+//   npm run bench -- [--resources 10000] [--rate-limit 200] [--latency 20] [--out file.json]
+//                    [--scenario cold-start|steady|memory|renewals|latency]...
+//                    [--steady-minutes 10] [--sync-period 5m] [--renew-sandboxes 2000]
+//                    [--renew-ttl 60] [--renew-minutes 10] [--renew-error-rate 0.05]
+//                    [--renew-jitter 40] [--latency-samples 100] [--concurrency N] [--cpu-prof] [--heap-snapshot]
+//                    [--node-options '...' (default: the Deployment's NODE_OPTIONS)]
+//
+// See docs/performance.md for what each scenario measures and the latest results.
+import { mkdirSync, writeFileSync } from "node:fs";
+import path from "node:path";
+import { parseArgs } from "node:util";
+import { connectCluster, leftoverNamespaces, deleteNamespace, waitNamespaceGone } from "../bench/lib/cluster.js";
+import { CACHE } from "../bench/lib/operator.js";
+import { gitCommit, machine, markdownTable, textTable, type Row } from "../bench/lib/report.js";
+import { log } from "../bench/lib/util.js";
+import { coldStart, type ColdStartResult } from "../bench/scenarios/cold-start.js";
+import { latency, type LatencyResult } from "../bench/scenarios/latency.js";
+import { renewals, type RenewalResult } from "../bench/scenarios/renewals.js";
+import { steadyState, type SteadyResult } from "../bench/scenarios/steady.js";
+
+const SCENARIOS = ["cold-start", "steady", "memory", "renewals", "latency"] as const;
+type Scenario = (typeof SCENARIOS)[number];
+
+function parse() {
+  const { values } = parseArgs({
+    options: {
+      resources: { type: "string", default: "10000" },
+      "rate-limit": { type: "string", default: "200" },
+      latency: { type: "string", default: "20" },
+      out: { type: "string" },
+      scenario: { type: "string", multiple: true },
+      "steady-minutes": { type: "string", default: "10" },
+      "sync-period": { type: "string", default: "5m" },
+      "token-ttl": { type: "string", default: "300" },
+      "renew-sandboxes": { type: "string", default: "2000" },
+      "renew-ttl": { type: "string", default: "60" },
+      "renew-minutes": { type: "string", default: "10" },
+      "renew-error-rate": { type: "string", default: "0.05" },
+      "renew-jitter": { type: "string", default: "40" },
+      "latency-samples": { type: "string", default: "100" },
+      concurrency: { type: "string" },
+      "cpu-prof": { type: "boolean", default: false },
+      "heap-snapshot": { type: "boolean", default: false },
+      "node-options": { type: "string" },
+      help: { type: "boolean", short: "h" },
+    },
+  });
+  if (values.help) {
+    console.log("usage: npm run bench -- [--resources n] [--rate-limit rps] [--latency ms] [--out file.json] [--scenario name]... (see scripts/bench.ts)");
+    process.exit(0);
+  }
+  const num = (name: string, v: string, min = 0): number => {
+    const n = Number(v);
+    if (!Number.isFinite(n) || n < min) throw new Error(`--${name}: "${v}" is not a number >= ${min}`);
+    return n;
+  };
+  const scenarios = (values.scenario ?? [...SCENARIOS]).map((s) => {
+    if (!(SCENARIOS as readonly string[]).includes(s)) throw new Error(`--scenario: "${s}" is not one of ${SCENARIOS.join(", ")}`);
+    return s as Scenario;
+  });
+  const syncPeriod = values["sync-period"];
+  const m = /^(\d+(?:\.\d+)?)(s|m)$/.exec(syncPeriod);
+  if (!m) throw new Error(`--sync-period: "${syncPeriod}" must look like 5m or 90s`);
+  return {
+    resources: num("resources", values.resources, 1),
+    rateLimit: num("rate-limit", values["rate-limit"], 0.01),
+    latencyMs: num("latency", values.latency),
+    out: values.out,
+    scenarios: new Set(scenarios),
+    steadyMinutes: num("steady-minutes", values["steady-minutes"]),
+    syncPeriod,
+    syncPeriodMinutes: Number(m[1]) / (m[2] === "s" ? 60 : 1),
+    tokenTTLSeconds: num("token-ttl", values["token-ttl"], 60),
+    renewSandboxes: num("renew-sandboxes", values["renew-sandboxes"], 1),
+    renewTTL: num("renew-ttl", values["renew-ttl"], 2),
+    renewMinutes: num("renew-minutes", values["renew-minutes"]),
+    renewErrorRate: num("renew-error-rate", values["renew-error-rate"]),
+    renewJitterMs: num("renew-jitter", values["renew-jitter"]),
+    latencySamples: num("latency-samples", values["latency-samples"], 1),
+    concurrency: values.concurrency === undefined ? undefined : num("concurrency", values.concurrency, 1),
+    cpuProf: values["cpu-prof"],
+    heapSnapshot: values["heap-snapshot"],
+    nodeOptions: values["node-options"],
+  };
+}
+
+async function main(): Promise<void> {
+  const a = parse();
+  const startedAt = new Date();
+  const stamp = startedAt.toISOString().replace(/[:]/g, "").replace(/\..*/, "");
+  const out = path.resolve(a.out ?? path.join(CACHE, "results", `${stamp}-${a.resources}.json`));
+  const cpuProfDir = a.cpuProf ? path.join(CACHE, "prof", stamp) : undefined;
+  const heapSnapshotDir = a.heapSnapshot ? path.join(CACHE, "heap", stamp) : undefined;
+  const result: {
+    startedAt: string;
+    finishedAt?: string;
+    machine: ReturnType<typeof machine>;
+    git: ReturnType<typeof gitCommit>;
+    params: Omit<ReturnType<typeof parse>, "scenarios"> & { scenarios: string[] };
+    summary: Row[];
+    coldStart?: Omit<ColdStartResult, "chartSvg">;
+    steady?: SteadyResult;
+    renewals?: RenewalResult;
+    latency?: LatencyResult;
+    errors: Record<string, string>;
+  } = {
+    startedAt: startedAt.toISOString(),
+    machine: machine(),
+    git: gitCommit(),
+    params: { ...a, scenarios: [...a.scenarios] },
+    summary: [],
+    errors: {},
+  };
+  const cluster = await connectCluster();
+  for (const ns of await leftoverNamespaces(cluster.kube)) {
+    log(`removing namespace ${ns} left by an earlier run`);
+    await deleteNamespace(cluster.kube, ns);
+  }
+  let chartSvg: string | undefined;
+  const wants = (s: Scenario) => a.scenarios.has(s);
+
+  if (wants("cold-start") || wants("steady") || wants("memory")) {
+    const { result: cold, stack } = await coldStart(cluster, {
+      resources: a.resources,
+      rateLimit: a.rateLimit,
+      latencyMs: a.latencyMs,
+      syncPeriod: a.syncPeriod,
+      concurrency: a.concurrency,
+      cpuProfDir,
+      heapSnapshotDir,
+      nodeOptions: a.nodeOptions,
+      tokenTTLSeconds: a.tokenTTLSeconds,
+    });
+    const { chartSvg: svg, ...rest } = cold;
+    chartSvg = svg;
+    result.coldStart = rest;
+    try {
+      if (wants("steady") && cold.allReady && a.steadyMinutes > 0) {
+        result.steady = await steadyState(stack, cold.mix, { minutes: a.steadyMinutes, syncPeriodMinutes: a.syncPeriodMinutes });
+      }
+    } catch (err) {
+      result.errors.steady = String(err);
+    } finally {
+      await stack.teardown();
+      await waitNamespaceGone(cluster.kube, stack.namespace);
+    }
+  }
+  if (wants("renewals")) {
+    try {
+      result.renewals = await renewals(cluster, {
+        sandboxes: a.renewSandboxes,
+        ttlSeconds: a.renewTTL,
+        minutes: a.renewMinutes,
+        rateLimit: a.rateLimit,
+        latencyMs: a.latencyMs,
+        jitterMs: a.renewJitterMs,
+        errorRate: a.renewErrorRate,
+        syncPeriod: a.syncPeriod,
+        concurrency: a.concurrency,
+      });
+    } catch (err) {
+      result.errors.renewals = String(err);
+      log(`renewals failed: ${String(err)}`);
+    }
+  }
+  if (wants("latency")) {
+    try {
+      result.latency = await latency(cluster, { samples: a.latencySamples, rateLimit: a.rateLimit, latencyMs: a.latencyMs, syncPeriod: a.syncPeriod });
+    } catch (err) {
+      result.errors.latency = String(err);
+      log(`latency failed: ${String(err)}`);
+    }
+  }
+  await cluster.kube.close();
+  result.finishedAt = new Date().toISOString();
+  result.summary = summary(result);
+
+  mkdirSync(path.dirname(out), { recursive: true });
+  const base = out.replace(/\.json$/, "");
+  writeFileSync(out, `${JSON.stringify(result, null, 2)}\n`);
+  const md = [
+    `# Benchmark ${result.startedAt}`,
+    "",
+    `${result.machine.nproc} CPUs (${result.machine.cpuModel}), ${result.machine.memoryGB} GB, Node ${result.machine.node}, ${result.machine.os}; ` +
+      `load average at start ${result.machine.loadAverageAtStart.join(" ")}; commit ${result.git.commit.slice(0, 12)}${result.git.dirty ? " (src modified)" : ""}`,
+    "",
+    `Parameters: ${a.resources} resources, rate limit ${a.rateLimit}/s, latency ${a.latencyMs} ms, sync period ${a.syncPeriod}.`,
+    "",
+    markdownTable(result.summary),
+    "",
+    chartSvg ? `![Ready over time](${path.basename(base)}.svg)` : "",
+    "",
+  ].join("\n");
+  writeFileSync(`${base}.md`, md);
+  if (chartSvg) writeFileSync(`${base}.svg`, chartSvg);
+  console.log(`\n${textTable(result.summary)}\n`);
+  log(`wrote ${path.relative(process.cwd(), out)}, ${path.relative(process.cwd(), base)}.md${chartSvg ? ` and ${path.relative(process.cwd(), base)}.svg` : ""}`);
+  if (cpuProfDir) log(`CPU profiles in ${path.relative(process.cwd(), cpuProfDir)} (summarise with: npx tsx scripts/bench-profile.ts ${path.relative(process.cwd(), cpuProfDir)})`);
+}
+
+function summary(r: {
+  coldStart?: Omit<ColdStartResult, "chartSvg">;
+  steady?: SteadyResult;
+  renewals?: RenewalResult;
+  latency?: LatencyResult;
+}): Row[] {
+  const rows: Row[] = [];
+  const c = r.coldStart;
+  if (c) {
+    rows.push({
+      scenario: `1. cold start, ${c.resources} resources`,
+      target: "<= 1.15 x bound",
+      measured: c.allReady ? `${c.readySeconds} s, bound ${c.boundSeconds} s: ${c.ratio} x` : `not all Ready (${JSON.stringify(c.notReady)})`,
+      met: c.ratio === null ? false : c.ratio <= 1.15,
+    });
+  }
+  const s = r.steady;
+  if (s) {
+    const maxPasses = Math.max(...Object.values(s.service.lists).map((l) => l.passesPerSync));
+    rows.push({ scenario: `2. steady ${s.minutes} min: service writes`, target: "0", measured: String(s.service.writes), met: s.service.writes === 0 });
+    rows.push({
+      scenario: `2. steady ${s.minutes} min: Kubernetes writes`,
+      target: "0",
+      measured: `${s.kube.writes}${s.kube.writes > 0 ? ` (${Object.entries(s.kube.writesByResource).map(([k, v]) => `${k}: ${v}`).join(", ")})` : ""}`,
+      met: s.kube.writes === 0,
+    });
+    rows.push({
+      scenario: `2. steady: service reads per sync per kind`,
+      target: "<= list pages, no per-object GET",
+      measured: `${maxPasses} list passes per sync (max over kinds), ${s.service.singleGets} GETs`,
+      met: maxPasses <= 1.0001 && s.service.singleGets === 0,
+    });
+  }
+  const n = r.renewals;
+  if (n) {
+    rows.push({
+      scenario: `3. renewals: ${n.sandboxes} Sandboxes, TTL ${n.ttlSeconds} s, ${n.minutes} min, ${n.errorRate * 100} % errors`,
+      target: "0 expirations",
+      measured: `${n.expirations} expirations`,
+      met: n.expirations === 0,
+    });
+    rows.push({
+      scenario: "3. renewals per VM per window",
+      target: "about 1",
+      measured: `${n.renewals.perVmPerWindow} (window ${n.windowSeconds} s; ${n.renewals.failed} failed attempts retried)`,
+      met: n.renewals.perVmPerWindow >= 0.9 && n.renewals.perVmPerWindow <= 1.2,
+    });
+  }
+  if (c) {
+    rows.push({
+      scenario: `4. peak RSS during cold start, ${c.resources} resources`,
+      target: "<= 200 MB",
+      measured: `${c.memory.peakRssMB} MB`,
+      met: c.memory.peakRssMB !== null && c.memory.peakRssMB <= 200,
+    });
+    const minutes = (c.readySeconds ?? 0) / 60 + (s ? s.minutes + s.settleSeconds / 60 : 0);
+    const tokens = c.service.tokenRequests + (s?.service.tokenRequests ?? 0);
+    rows.push({
+      scenario: "4. token requests",
+      target: "1 per token lifetime",
+      measured: `${tokens} in ${minutes.toFixed(1)} min`,
+      met: null,
+    });
+  }
+  const l = r.latency;
+  if (l) {
+    rows.push({
+      scenario: `5. apply -> Ready, idle operator (${l.kind}, ${l.samples} samples)`,
+      target: "report",
+      measured: `p50 ${l.totalMs.p50} ms, p99 ${l.totalMs.p99} ms; operator overhead p50 ${l.overheadMs.p50} ms, p99 ${l.overheadMs.p99} ms`,
+      met: null,
+    });
+  }
+  return rows;
+}
+
+main().catch((err: unknown) => {
+  console.error(err);
+  process.exitCode = 1;
+});
