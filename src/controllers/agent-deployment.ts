@@ -200,7 +200,7 @@ class DeploymentClient implements ExternalClient<AgentDeployment> {
     const inventory = this.handle.deployments;
     await inventory.ensureFresh();
     const id = deploymentExternalId(cr);
-    if (id === undefined) return newest(inventory.findByMarker(cr.metadata.uid));
+    if (id === undefined) return this.byMarker(cr);
     const cached = inventory.get(id);
     if (cached !== undefined) return cached;
     try {
@@ -208,9 +208,21 @@ class DeploymentClient implements ExternalClient<AgentDeployment> {
       inventory.put(got);
       return got;
     } catch (err) {
-      if (isNotFound(err)) return undefined;
-      throw err;
+      if (!isNotFound(err)) throw err;
     }
+    // The deployment in status is gone. A deploy made since then whose status write never
+    // landed (API server unreachable, process killed) left one with our marker: adopt it rather
+    // than deploy yet another on every retry. Not when adopting by annotation: that names one.
+    if (cr.metadata.annotations?.[Annotations.externalId] !== undefined) return undefined;
+    return this.byMarker(cr);
+  }
+
+  /** The newest deployment carrying this resource's marker; any other one is deleted. */
+  private async byMarker(cr: AgentDeployment): Promise<Deployment | undefined> {
+    const candidates = this.handle.deployments.findByMarker(cr.metadata.uid);
+    const keep = newest(candidates);
+    for (const extra of candidates) if (extra !== keep) await this.remove(extra.id);
+    return keep;
   }
 
   private planFor(cr: AgentDeployment, found: Deployment): Plan {

@@ -298,26 +298,31 @@ class SandboxClient implements ExternalClient<Sandbox> {
     const now = this.now().getTime();
     const alive = (vm: AgentVM | undefined) =>
       vm !== undefined && isLive(vm.state) && !(Date.parse(vm.expires_at ?? "") <= now) ? vm : undefined;
-    if (id === undefined) {
-      const candidates = inventory.findByMarker(cr.metadata.uid).filter((v) => alive(v));
-      const keep = newest(candidates);
-      // A crash between two allocations can leave more than one VM for this resource.
-      for (const extra of candidates) if (extra !== keep) await this.giveBack(cr, extra.vm_id);
-      return keep;
-    }
+    if (id === undefined) return this.byMarker(cr, alive);
     const cached = alive(inventory.get(id));
     if (cached !== undefined) return cached;
     try {
       const got = await this.handle.client.vms.get(id);
       inventory.put(got);
-      return alive(got);
+      if (alive(got) !== undefined) return got;
     } catch (err) {
-      if (isNotFound(err)) {
-        inventory.remove(id);
-        return undefined;
-      }
-      throw err;
+      if (!isNotFound(err)) throw err;
+      inventory.remove(id);
     }
+    // The VM in status is gone. An allocation made since then whose status write never landed
+    // (API server unreachable, process killed) left a VM with our marker: adopt it rather than
+    // allocate yet another on every retry. Not when adopting by annotation: that names one VM.
+    if (cr.metadata.annotations?.[Annotations.externalId] !== undefined) return undefined;
+    return this.byMarker(cr, alive);
+  }
+
+  /** The newest live VM carrying this resource's marker; any other one is given back. */
+  private async byMarker(cr: Sandbox, alive: (vm: AgentVM | undefined) => AgentVM | undefined): Promise<AgentVM | undefined> {
+    const candidates = this.handle.vms.findByMarker(cr.metadata.uid).filter((v) => alive(v));
+    const keep = newest(candidates);
+    // A crash between two allocations can leave more than one VM for this resource.
+    for (const extra of candidates) if (extra !== keep) await this.giveBack(cr, extra.vm_id);
+    return keep;
   }
 }
 
