@@ -21,7 +21,6 @@ import {
   createAll,
   createNamespaceIn,
   expectExactlyOnce,
-  listManaged,
   mixedManifests,
   startPrivateApiserver,
   waitAllReady,
