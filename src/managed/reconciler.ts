@@ -32,6 +32,14 @@ export interface ManagedReconcilerOptions<R extends ManagedResource> {
   status: StatusWriter;
   /** Resync period; every resource is observed again this often (jittered by ±10 %). */
   syncPeriodMs: number;
+  /**
+   * A wait for a dependency (Connection, Agent, Skill, Secret, ConfigMap) is reported in
+   * status and as an Event only once it has lasted this long (default 5 s). Applied all at
+   * once, most dependants find their dependency still in the queue and are brought back by its
+   * watch moments later: reporting each such wait cost two writes (status + Warning Event) per
+   * dependant at cold start, for a condition nobody had time to read.
+   */
+  dependencyGraceMs?: number;
   /** The resource's id in the service, if it has one (status field or adoption annotation). */
   externalId(cr: R): string | undefined;
   /** Writes connection details; absent for kinds that have none. */
@@ -41,6 +49,8 @@ export interface ManagedReconcilerOptions<R extends ManagedResource> {
 
 export class ManagedReconciler<R extends ManagedResource> implements Reconciler {
   private readonly now: () => Date;
+  /** uid -> when the resource was first found waiting for a dependency (cleared on any other outcome). */
+  private readonly waitingSince = new Map<string, number>();
 
   constructor(private readonly opts: ManagedReconcilerOptions<R>) {
     this.now = opts.now ?? (() => new Date());
@@ -98,6 +108,7 @@ export class ManagedReconciler<R extends ManagedResource> implements Reconciler 
       return this.fail(cr, classify(err), ctx, err);
     }
 
+    this.waitingSince.delete(cr.metadata.uid);
     const notReady = observed.notReady;
     await this.writeStatus(cr, { ...observed.status, ...action?.status } as Partial<StatusOf<R>>, [
       notReady
@@ -116,6 +127,21 @@ export class ManagedReconciler<R extends ManagedResource> implements Reconciler 
   private async fail(cr: R, failure: Failure, ctx: ReconcileContext, err?: unknown): Promise<Result> {
     const stalled = failure.kind === "stalled";
     const previousReady = findCondition(cr, ConditionType.Ready);
+    if (failure.kind === "notReady") {
+      const now = this.now().getTime();
+      const since = this.waitingSince.get(cr.metadata.uid) ?? now;
+      this.waitingSince.set(cr.metadata.uid, since);
+      const graceMs = this.opts.dependencyGraceMs ?? 5_000;
+      const reported = previousReady?.status === "False" && previousReady.reason === failure.reason;
+      if (!reported && now - since < graceMs) {
+        // Not reported yet: come back when the grace is over, or sooner when the dependency's
+        // watch brings the resource back.
+        ctx.log.debug({ reason: failure.reason }, `${failure.message} (not reported yet)`);
+        return { requeueAfterMs: Math.max(1, since + graceMs - now) };
+      }
+    } else {
+      this.waitingSince.delete(cr.metadata.uid);
+    }
     await this.writeStatus(cr, {}, [
       { type: ConditionType.Ready, status: "False", reason: failure.reason, message: failure.message },
       {
@@ -151,6 +177,7 @@ export class ManagedReconciler<R extends ManagedResource> implements Reconciler 
   }
 
   private async finalize(cr: R, ctx: ReconcileContext): Promise<Result | void> {
+    this.waitingSince.delete(cr.metadata.uid);
     if (!(cr.metadata.finalizers ?? []).includes(FINALIZER)) return;
     const policy = cr.spec.deletionPolicy ?? "Delete";
     if (policy === "Delete") {
