@@ -26,9 +26,11 @@ import {
 import type { ConnectionPool, ServiceHandle } from "./connection-pool.js";
 import { newest } from "./marker.js";
 import type { ObjectStore } from "./object-store.js";
-import { skillName } from "./skill.js";
 
 export const DEFAULT_TTL_SECONDS = 3600;
+
+/** Index of the Skills informer by `namespace/<skill name in the service>` (set up in controllers/index.ts). */
+export const SKILL_NAME_INDEX = "skillName";
 
 export function sandboxExternalId(cr: Sandbox): string | undefined {
   return cr.metadata.annotations?.[Annotations.externalId] ?? cr.status?.vmId;
@@ -64,7 +66,7 @@ export class SandboxConnector implements Connector<Sandbox> {
   private desired(cr: Sandbox, handle: ServiceHandle): AllocateVMRequest {
     const { spec, metadata } = cr;
     for (const name of spec.skills ?? []) {
-      const skill = this.skills.list(metadata.namespace).find((s) => skillName(s) === name);
+      const skill = this.skills.byIndex(SKILL_NAME_INDEX, `${metadata.namespace}/${name}`)[0];
       if (skill === undefined) {
         // Not managed here: it must exist in the service already. Order never matters, so a
         // skill that is missing is awaited rather than sent (and refused with a 400).
