@@ -8,8 +8,9 @@
 //    against the cache: synthetic deletes for objects that vanished, updates for objects whose
 //    resourceVersion changed, adds for new ones (what client-go's DeltaFIFO Replace does).
 //  - Any other failure -> reconnect with jittered exponential backoff (800 ms .. 30 s, as the
-//    reflector's backoff manager), reset only after a watch that stayed up for a while: a
-//    watch that is cut at once, again and again, backs off instead of storming the server.
+//    reflector's backoff manager), reset only after a watch that stayed up for a while or ran
+//    to the timeout it asked for: a watch that is cut at once, again and again, backs off
+//    instead of storming the server.
 //  - Server-side timeoutSeconds randomised in [min, 2*min] (client-go: 5..10 min) so informers
 //    do not reconnect in lockstep; a watchdog aborts a watch that has delivered nothing, not
 //    even a bookmark, for timeoutSeconds + grace (a silently stalled connection).
@@ -242,12 +243,17 @@ export class Informer<T extends KubeObject> {
       r.abort = abort;
       const startedAt = Date.now();
       let outcome: Outcome;
+      /** The server-side timeout the watch asked for (0 while listing). */
+      let askedMs = 0;
       try {
         if (needList) {
           await this.relist(r, abort.signal);
           needList = false;
         }
-        await this.watchOnce(r, abort);
+        const watchStartedAt = Date.now();
+        askedMs = await this.watchOnce(r, abort);
+        // It ran its course if it lasted about as long as it asked for (the server ends it then).
+        if (Date.now() - watchStartedAt < askedMs * 0.9) askedMs = 0;
         outcome = "closed";
       } catch (err) {
         if (this.stopped) break;
@@ -269,8 +275,12 @@ export class Informer<T extends KubeObject> {
       // reconnects at once. Anything else (errors, instant closes) backs off, so a cut that
       // repeats immediately never turns into a reconnect storm.
       const lived = Date.now() - startedAt;
-      if (lived >= healthyMs) failures = 0;
-      if ((outcome === "closed" || outcome === "stalled") && lived >= healthyMs) continue;
+      // A watch the server ended at the timeout we asked for was healthy too, however short
+      // that timeout (an API server with a small --min-request-timeout, minWatchTimeoutSeconds
+      // below healthyMs): backing off after it would leave the cache stale for up to backoffMaxMs.
+      const ranItsCourse = outcome === "closed" && askedMs > 0;
+      if (lived >= healthyMs || ranItsCourse) failures = 0;
+      if ((outcome === "closed" || outcome === "stalled") && (lived >= healthyMs || ranItsCourse)) continue;
       if (outcome === "gone" && failures === 0) {
         failures = 1; // relist right away once; a second 410 in a row backs off
         continue;
@@ -395,7 +405,8 @@ export class Informer<T extends KubeObject> {
     }
   }
 
-  private async watchOnce(r: Reflector, abort: AbortController): Promise<void> {
+  /** One watch until the server ends it (or it fails); returns the timeout it asked for, in ms. */
+  private async watchOnce(r: Reflector, abort: AbortController): Promise<number> {
     const min = this.opts.minWatchTimeoutSeconds ?? 300;
     const timeoutSeconds = Math.floor(min * (1 + Math.random()));
     const silenceLimitMs = timeoutSeconds * 1000 + (this.opts.watchdogGraceMs ?? 30_000);
@@ -452,6 +463,7 @@ export class Informer<T extends KubeObject> {
     } finally {
       if (timer) clearTimeout(timer);
     }
+    return timeoutSeconds * 1000;
   }
 
   private prepare(obj: T): T {

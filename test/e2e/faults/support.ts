@@ -1,6 +1,7 @@
 // Helpers shared by the fault suites: a mixed batch of resources, "everything Ready" and
 // "every service object exactly once" checks, a private kube-apiserver, the operator
 // in-process against any kubeconfig, and scans for secrets.
+import { appendFileSync } from "node:fs";
 import { rm } from "node:fs/promises";
 import { Writable } from "node:stream";
 import { KubeConfig } from "@kubernetes/client-node";
@@ -201,7 +202,9 @@ export function expectExactlyOnce(emulator: Emulator, resources: ListedResource[
   // Skills: keyed by name in the service, so the check is "there, and the content we asked for".
   for (const cr of byKind("Skill")) {
     const name = (cr.spec.name as string | undefined) ?? cr.metadata.name;
-    expect(state.skills.get(name)?.content, `skill ${name}`).toBe(cr.spec.content);
+    const skill = state.skills.get(name);
+    expect(skill, `skill ${name}`).toBeDefined();
+    if (typeof cr.spec.content === "string") expect(skill?.content, `skill ${name}`).toBe(cr.spec.content);
   }
   // Deployments: exactly one live deployment per CR marker, the one in status.
   const deploymentsByMarker = new Map<string, string[]>();
@@ -324,7 +327,10 @@ export async function startInProcessOperator(opts: {
   kubeConfig.loadFromFile(opts.kubeconfig);
   const sink = new Writable({
     write(chunk: Buffer, _enc, done) {
-      for (const line of chunk.toString("utf8").split("\n")) if (line) logs.push(line);
+      const text = chunk.toString("utf8");
+      for (const line of text.split("\n")) if (line) logs.push(line);
+      // E2E_LOG_FILE=path keeps the operator's log for debugging a failed run.
+      if (process.env.E2E_LOG_FILE) appendFileSync(process.env.E2E_LOG_FILE, text);
       done();
     },
   });
