@@ -143,13 +143,20 @@ export class ConnectionPool {
       logger: this.opts.logger.child({ connection: key }),
       hooks: this.opts.hooks?.(key),
     });
-    const inventory = <T>(kind: InventoryKind, list: () => Promise<T[]>, keyOf: (o: T) => string, markerOf: (o: T) => string | undefined) =>
+    const inventory = <T>(
+      kind: InventoryKind,
+      list: () => Promise<T[]>,
+      keyOf: (o: T) => string,
+      markerOf: (o: T) => string | undefined,
+      equal?: (a: T, b: T) => boolean,
+    ) =>
       new Inventory<T>({
         list,
         keyOf,
         markerOf,
         maxAgeMs: this.opts.inventoryMaxAgeMs,
         onChange: (keys) => this.opts.onInventoryChange?.(key, kind, keys),
+        ...(equal ? { equal } : {}),
       });
     return {
       key,
@@ -162,10 +169,29 @@ export class ConnectionPool {
         (d) => d.id,
         (d) => d.metadata?.[MARKER_KEY],
       ),
-      vms: inventory<AgentVM>("vms", () => client.vms.listAll(), (v) => v.vm_id, (v) => v.metadata?.[MARKER_KEY]),
+      vms: inventory<AgentVM>("vms", () => client.vms.listAll(), (v) => v.vm_id, (v) => v.metadata?.[MARKER_KEY], sameVM),
       skills: inventory<Skill>("skills", () => client.skills.list(), (s) => s.name, () => undefined),
     };
   }
+}
+
+/**
+ * A VM changed out of band when what the Sandbox observes of it changed. The copy recorded
+ * after an allocation lacks fields the list has (org_id, secure_runtime, the service's
+ * allocated_at), so whole-object equality would report every new VM as changed at the first
+ * re-read and bring every Sandbox back for nothing.
+ */
+function sameVM(a: AgentVM, b: AgentVM): boolean {
+  return (
+    a.vm_id === b.vm_id &&
+    a.state === b.state &&
+    a.expires_at === b.expires_at &&
+    a.tier === b.tier &&
+    a.endpoint === b.endpoint &&
+    a.ws_url === b.ws_url &&
+    JSON.stringify(a.skills_loaded ?? []) === JSON.stringify(b.skills_loaded ?? []) &&
+    a.metadata?.[MARKER_KEY] === b.metadata?.[MARKER_KEY]
+  );
 }
 
 function fingerprintOf(connection: Connection, credentials: Credentials): string {

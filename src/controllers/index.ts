@@ -164,6 +164,8 @@ export function setupOperator(manager: Manager, opts: OperatorOptions): Operator
       }),
     });
     controller.watch(informer, undefined, { filter: specOrMetaChanged });
+    informer.on("update", (cr) => status.seen(cr));
+    informer.on("delete", (cr) => status.forget(cr.metadata.uid));
     // A Connection that becomes Ready (or changes) brings back everything that uses it.
     controller.watch(
       connections,

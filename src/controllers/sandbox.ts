@@ -171,7 +171,14 @@ class SandboxClient implements ExternalClient<Sandbox> {
       exists: true,
       upToDate,
       differences: this.plan.action === "replace" ? [this.plan.why] : [],
-      status: { ...statusOf(found), ...(cr.status?.configHash ?? hash ? { configHash: cr.status?.configHash ?? hash } : {}) },
+      status: {
+        ...statusOf(found),
+        // allocatedAt was recorded when we allocated this VM (the allocation answer has none);
+        // the service's list says the same instant in milliseconds: keep ours, or the first
+        // resync after a cold start rewrites the status of every Sandbox for nothing.
+        ...(cr.status?.vmId === found.vm_id && cr.status.allocatedAt !== undefined ? { allocatedAt: cr.status.allocatedAt } : {}),
+        ...(cr.status?.configHash ?? hash ? { configHash: cr.status?.configHash ?? hash } : {}),
+      },
       connectionDetails: detailsOf(found),
       requeueAfterMs: Math.max(0, nextAt - now),
       priority: true,

@@ -45,6 +45,24 @@ export class StatusWriter {
   }
 
   /**
+   * For the informer's update handler: a version other than the one the last write was
+   * computed from has reached the cache, so the cache has caught up (as in fresh()). Without
+   * this the memory of every write stays until the object's next reconcile, a sync period
+   * later: after a cold start, one status object per resource.
+   */
+  seen(obj: { metadata: ObjectMeta }): void {
+    const uid = obj.metadata.uid;
+    if (uid === undefined) return;
+    const w = this.written.get(uid);
+    if (w !== undefined && w.basedOn !== obj.metadata.resourceVersion) this.written.delete(uid);
+  }
+
+  /** Entries held (for tests and metrics). */
+  get size(): number {
+    return this.written.size;
+  }
+
+  /**
    * Merges `observed` over the current status (pass the object through fresh() first), sets
    * `conditions` (each stamped with the generation they were computed for), and patches the
    * status subresource if anything changed.

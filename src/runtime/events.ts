@@ -9,9 +9,14 @@
 //    the API server; applies to repeats too (every patch is a write);
 //  - writes are asynchronous and never throw into the caller; repeats that arrive while a
 //    write for the same event is in flight are coalesced into one patch;
+//  - writes are rate limited (10/s, burst 100, as client-go's event sink is by its client's
+//    QPS): a cold start of 10,000 resources records 10,000 "Created" events, and writing them
+//    all would compete with the status writes for the API server. Beyond `maxPending` waiting
+//    writes, new events are dropped (counted in agentcompute_events_total{result="dropped"});
 //  - messages are scrubbed of anything that looks like a credential, and truncated to the
 //    API's 1 KiB note limit.
 import type { Logger } from "pino";
+import { setTimeout as sleep } from "node:timers/promises";
 import { eventsPath, isAlreadyExists, isNotFound, type KubeClient, type KubeObject } from "./kube-client.js";
 import type { Metrics } from "./metrics.js";
 import { formatTime } from "./status.js";
@@ -40,6 +45,9 @@ export interface EventRecorderOptions {
   /** Writes to the API server at once (default 4); beyond `maxPending` events are dropped (default 1000). */
   maxConcurrentWrites?: number;
   maxPending?: number;
+  /** Event writes (creates and patches) per second, and burst (defaults 10 and 100). */
+  qps?: number;
+  burst?: number;
   now?: () => number;
 }
 
@@ -111,6 +119,8 @@ export class EventRecorder {
   private active = 0;
   private readonly slots: (() => void)[] = [];
   private seq = 0;
+  private tokens: number;
+  private tokensAt: number;
 
   constructor(opts: EventRecorderOptions) {
     this.o = {
@@ -122,10 +132,15 @@ export class EventRecorder {
       cacheSize: 4096,
       maxConcurrentWrites: 4,
       maxPending: 1000,
+      qps: 10,
+      burst: 100,
       ...opts,
     };
     this.now = opts.now ?? Date.now;
     this.log = opts.logger.child({ component: "events" });
+    if (!(this.o.qps > 0) || !(this.o.burst >= 1)) throw new RangeError("EventRecorder: qps must be > 0 and burst >= 1");
+    this.tokens = this.o.burst;
+    this.tokensAt = this.now();
   }
 
   normal(obj: KubeObject, reason: string, message: string, opts: { action?: string } = {}): void {
@@ -294,12 +309,24 @@ export class EventRecorder {
     if (this.active >= this.o.maxConcurrentWrites) await new Promise<void>((resolve) => this.slots.push(resolve));
     else this.active++;
     try {
+      // The rate limit, taken while holding a slot: waiters queue on the slots, in order.
+      const waitMs = this.takeToken();
+      if (waitMs > 0) await sleep(waitMs);
       return await fn();
     } finally {
       const next = this.slots.shift();
       if (next) next();
       else this.active--;
     }
+  }
+
+  /** Takes a write token; returns how long to wait for it (tokens may go negative: a debt). */
+  private takeToken(): number {
+    const now = this.now();
+    this.tokens = Math.min(this.o.burst, this.tokens + ((now - this.tokensAt) * this.o.qps) / 1000);
+    this.tokensAt = now;
+    this.tokens -= 1;
+    return this.tokens >= 0 ? 0 : (-this.tokens * 1000) / this.o.qps;
   }
 
   /** client-go names events `<object>.<unix nanos in hex>`; a counter keeps same-ms events apart. */

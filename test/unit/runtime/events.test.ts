@@ -30,13 +30,15 @@ const sandbox: KubeObject = {
   metadata: { name: "sb-1", namespace: "team-a", uid: "u-1", resourceVersion: "7" },
 };
 
-function setup(opts: { now?: () => number } = {}) {
+function setup(opts: { now?: () => number; qps?: number; burst?: number } = {}) {
   const client = new RecordingClient();
   const rec = new EventRecorder({
     client: client as unknown as KubeClient,
     logger: silentLogger(),
     reportingInstance: "host_abcd",
     now: opts.now,
+    ...(opts.qps !== undefined ? { qps: opts.qps } : {}),
+    ...(opts.burst !== undefined ? { burst: opts.burst } : {}),
   });
   return { client, rec };
 }
@@ -165,5 +167,19 @@ describe("scrubSecrets", () => {
     expect(scrubSecrets("apiKey=s3cr3t&x=1")).toBe("apiKey=[REDACTED]&x=1");
     expect(scrubSecrets("client_secret: hunter2")).toBe("client_secret: [REDACTED]");
     expect(scrubSecrets("the VM was renewed")).toBe("the VM was renewed");
+  });
+
+  it("rate-limits writes: a burst goes at once, the rest at qps", async () => {
+    const { client, rec } = setup({ qps: 50, burst: 5 });
+    const objects = Array.from({ length: 15 }, (_, i) => ({ ...sandbox, metadata: { ...sandbox.metadata, name: `sb-${i}`, uid: `u-${i}` } }));
+    const started = performance.now();
+    for (const o of objects) rec.normal(o, "Created", "created the sandbox in the service");
+    await new Promise((r) => setTimeout(r, 20));
+    expect(client.creates.length).toBeGreaterThanOrEqual(5);
+    expect(client.creates.length).toBeLessThan(15);
+    await rec.flush();
+    expect(client.creates).toHaveLength(15);
+    // 10 beyond the burst at 50/s: at least ~200 ms
+    expect(performance.now() - started).toBeGreaterThanOrEqual(150);
   });
 });
