@@ -173,6 +173,15 @@ class DeploymentClient implements ExternalClient<AgentDeployment> {
       return deployed;
     } catch (err) {
       if (isOutcomeUnknown(err)) this.handle.deployments.invalidate();
+      if (isNotFound(err)) {
+        // The registry has no such agent: say which, and wait (it may be registered later;
+        // an Agent managed here that was deleted out of band is recreated by its controller).
+        const which = cr.spec.agentId !== undefined ? "spec.agentId" : `the id of Agent "${cr.spec.agentRef?.name ?? ""}"`;
+        throw new NotReadyError(
+          "WaitingForAgent",
+          `the registry has no agent "${this.target.agentId}" (${which}); deploy answered: ${err instanceof Error ? err.message : String(err)}`,
+        );
+      }
       throw err;
     }
   }

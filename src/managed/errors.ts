@@ -41,7 +41,8 @@ export function classify(err: unknown): Failure {
   if (err instanceof StalledError) return { kind: "stalled", reason: err.reason, message: err.message };
   if (err instanceof ServiceError) {
     const message = err.serviceMessage ?? err.message;
-    if (err.status === 400 || err.status === 422) {
+    // 400/422: the input is wrong; 413: it is too large. The same spec gets the same answer.
+    if (err.status === 400 || err.status === 413 || err.status === 422) {
       return { kind: "stalled", reason: "ServiceRejected", message: `the service refused the request: ${message}` };
     }
     if (err.status === 401 || err.status === 403) {
