@@ -65,7 +65,7 @@ export class ConnectionSecretWriter {
         data,
       };
       try {
-        await this.kube.create(path, body);
+        await this.kube.create(path, body, { discardResult: true });
         return;
       } catch (err) {
         // Created meanwhile (the cache lags behind our own writes): fall through to a patch.
@@ -78,7 +78,7 @@ export class ConnectionSecretWriter {
       const current = existing.data ?? {};
       if (Object.entries(data).every(([k, v]) => current[k] === v)) return;
     }
-    await this.kube.patch(`${path}/${name}`, { data }, "merge");
+    await this.kube.patch(`${path}/${name}`, { data }, "merge", { discardResult: true });
   }
 
   /** Deletes the Secret when its owner is finalized (garbage collection may not run). */

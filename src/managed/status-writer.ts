@@ -87,7 +87,7 @@ export class StatusWriter {
     try {
       // A merge patch without resourceVersion: the operator is the only writer of status, and
       // the base it merged over is the freshest it knows (see fresh()).
-      await this.kube.patch(statusPath, { status: next }, "merge");
+      await this.kube.patch(statusPath, { status: next }, "merge", { discardResult: true });
       this.written.set(target.metadata.uid, { basedOn: target.metadata.resourceVersion, status: next });
     } catch (err) {
       if (!isNotFound(err)) throw err; // deleted meanwhile: nothing to report on

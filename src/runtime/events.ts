@@ -252,6 +252,7 @@ export class EventRecorder {
             eventsPath(entry.namespace, entry.name),
             { count, lastTimestamp: entry.body.lastTimestamp },
             "merge",
+            { discardResult: true },
           );
         } catch (err) {
           if (!isNotFound(err)) throw err;
@@ -278,13 +279,15 @@ export class EventRecorder {
 
   private async create(entry: Entry, count: number): Promise<void> {
     try {
-      await this.o.client.create(eventsPath(entry.namespace), { ...entry.body, count });
+      await this.o.client.create(eventsPath(entry.namespace), { ...entry.body, count }, { discardResult: true });
       entry.created = true;
       entry.writtenCount = count;
     } catch (err) {
       if (!isAlreadyExists(err)) throw err;
       entry.created = true; // name collision with ourselves (retry after timeout): patch next time
-      await this.o.client.patch(eventsPath(entry.namespace, entry.name), { count, lastTimestamp: entry.body.lastTimestamp }, "merge");
+      await this.o.client.patch(eventsPath(entry.namespace, entry.name), { count, lastTimestamp: entry.body.lastTimestamp }, "merge", {
+        discardResult: true,
+      });
       entry.writtenCount = count;
     }
   }

@@ -142,6 +142,13 @@ export interface WriteOptions {
   fieldManager?: string;
   dryRun?: boolean;
   signal?: AbortSignal;
+  /**
+   * Do not parse the answer (the written object, managedFields and all): the call resolves
+   * undefined. For writes whose result nobody reads (status, Events, connection Secrets): at
+   * 10,000 resources that is tens of thousands of objects parsed and thrown away, each of
+   * which comes back through the watch anyway.
+   */
+  discardResult?: boolean;
 }
 
 export interface PatchOptions extends WriteOptions {
@@ -378,6 +385,8 @@ interface RawRequest {
   body?: unknown;
   contentType?: string;
   signal?: AbortSignal;
+  /** 2xx: consume the body without parsing it (see WriteOptions.discardResult). */
+  discard?: boolean;
 }
 
 const CONTENT_TYPES: Record<PatchType, string> = {
@@ -480,14 +489,18 @@ export class KubeClient {
     return list;
   }
 
+  create(path: string, body: unknown, opts: WriteOptions & { discardResult: true }): Promise<void>;
+  create<T>(path: string, body: unknown, opts?: WriteOptions): Promise<T>;
   async create<T>(path: string, body: unknown, opts: WriteOptions = {}): Promise<T> {
-    return this.json<T>({ method: "POST", path, body, signal: opts.signal, query: writeQuery(opts) });
+    return this.json<T>({ method: "POST", path, body, signal: opts.signal, query: writeQuery(opts), discard: opts.discardResult });
   }
 
   async replace<T>(path: string, body: unknown, opts: WriteOptions = {}): Promise<T> {
     return this.json<T>({ method: "PUT", path, body, signal: opts.signal, query: writeQuery(opts) });
   }
 
+  patch(path: string, body: unknown, type: PatchType, opts: PatchOptions & { discardResult: true }): Promise<void>;
+  patch<T>(path: string, body: unknown, type: PatchType, opts?: PatchOptions): Promise<T>;
   async patch<T>(path: string, body: unknown, type: PatchType, opts: PatchOptions = {}): Promise<T> {
     if (type === "apply" && !opts.fieldManager) throw new Error("server-side apply needs a fieldManager");
     return this.json<T>({
@@ -496,6 +509,7 @@ export class KubeClient {
       body,
       contentType: CONTENT_TYPES[type],
       signal: opts.signal,
+      discard: opts.discardResult,
       query: { ...writeQuery(opts), force: type === "apply" && opts.force ? true : undefined },
     });
   }
@@ -580,6 +594,10 @@ export class KubeClient {
   private async json<T>(req: RawRequest): Promise<T> {
     const res = await this.send(req, false);
     if (res.statusCode >= 200 && res.statusCode < 300) {
+      if (req.discard) {
+        await res.body.dump({ limit: 4 * 1024 * 1024 });
+        return undefined as T;
+      }
       const text = await res.body.text();
       if (text.length === 0) return undefined as T;
       return JSON.parse(text) as T;

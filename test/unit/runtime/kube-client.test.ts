@@ -244,3 +244,15 @@ describe("request listeners", () => {
     ]);
   });
 });
+
+describe("discardResult", () => {
+  it("resolves undefined without parsing the answer, and the connection stays usable", async () => {
+    const c = await serve((req, res) => {
+      res.writeHead(200, { "content-type": "application/json" });
+      res.end(req.method === "PATCH" ? "not json at all, and never parsed" : JSON.stringify(obj("x", "2")));
+    });
+    await expect(c.patch("/api/v1/namespaces/team-a/configmaps/x", { data: {} }, "merge", { discardResult: true })).resolves.toBeUndefined();
+    await expect(c.create("/api/v1/namespaces/team-a/configmaps", obj("x", ""), { discardResult: true })).resolves.toBeUndefined();
+    await expect(c.get<{ metadata: { name: string } }>("/api/v1/namespaces/team-a/configmaps/x")).resolves.toMatchObject({ metadata: { name: "x" } });
+  });
+});
