@@ -18,7 +18,7 @@ import type { Informer } from "../runtime/informer.js";
 import { resourcePath, type KubeClient } from "../runtime/kube-client.js";
 import type { ReconcileContext, Reconciler, Request, Result } from "../runtime/controller.js";
 import { formatTime } from "../runtime/status.js";
-import { ServiceError, type ServiceClient, type UsageRecord } from "../service/index.js";
+import { ServiceError, tlsErrorCode, type ServiceClient, type UsageRecord } from "../service/index.js";
 import type { ConnectionPool } from "./connection-pool.js";
 import type { UsageGauges } from "./usage-metrics.js";
 
@@ -184,6 +184,16 @@ function describe(err: unknown, conn: Connection): { reason: string; message: st
       return {
         reason: "CredentialsRefused",
         message: `the token service at ${conn.spec.authURL} refused the credentials in Secret "${conn.spec.credentials.secretRef.name}" (HTTP ${err.status})`,
+        stalled: true,
+      };
+    }
+    const tls = tlsErrorCode(err);
+    if (tls !== undefined) {
+      // Retrying cannot help until the certificate or the spec changes (looked at again slowly).
+      const url = err.operation === "token" ? conn.spec.authURL : conn.spec.baseURL;
+      return {
+        reason: "TLSVerificationFailed",
+        message: `the TLS certificate of ${url} could not be verified (${tls}): give the server a certificate from a trusted CA, or (local development only) set spec.insecureSkipTLSVerify: true`,
         stalled: true,
       };
     }

@@ -7,6 +7,7 @@
 // before it is stored (see `scrub`).
 
 import { STATUS_CODES } from "node:http";
+import { isTLSCode } from "./retry.js";
 
 /** Every operation name the client uses; identical to the emulator's request-log names. */
 export type Operation =
@@ -131,6 +132,16 @@ export function isAuthError(e: unknown): boolean {
   if (!(e instanceof ServiceError)) return false;
   if (e.status === 401 || e.status === 403) return true;
   return e.operation === "token" && e.status === 400;
+}
+
+/**
+ * The code (e.g. DEPTH_ZERO_SELF_SIGNED_CERT) when the call failed because the server's TLS
+ * certificate could not be verified (self-signed, unknown CA, expired, wrong name); else undefined.
+ */
+export function tlsErrorCode(e: unknown): string | undefined {
+  if (!(e instanceof ServiceError) || e.status !== undefined) return undefined;
+  const code = (e.cause as { code?: unknown } | undefined)?.code;
+  return typeof code === "string" && isTLSCode(code) ? code : undefined;
 }
 
 /** 429 from the service. */

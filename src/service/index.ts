@@ -14,6 +14,7 @@ export {
   isTransient,
   isAuthError,
   isRateLimited,
+  tlsErrorCode,
 } from "./errors.js";
 export type { Operation } from "./errors.js";
 export type { RetryClass } from "./retry.js";
