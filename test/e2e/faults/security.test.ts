@@ -175,7 +175,7 @@ describe("security", () => {
       "resources (spec and status)": await kubectlOk(["get", "agentcompute", "-o", "json"], { namespace: ns.name }),
       metrics: await op.scrape(),
     };
-    expect(sources.logs.length).toBeGreaterThan(10_000); // debug level: it said a lot
+    expect(sources.logs!.length).toBeGreaterThan(10_000); // debug level: it said a lot
     for (const [where, text] of Object.entries(sources)) {
       const leaked = leakedSecrets(text, withBase64(secrets.keys())).map((s) => secrets.get(s) ?? `base64 of ${secrets.get(Buffer.from(s, "base64").toString())}`);
       expect(leaked, `secrets in ${where}`).toEqual([]);
