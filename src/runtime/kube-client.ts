@@ -134,6 +134,8 @@ export interface KubeRequestInfo {
   /** HTTP status, or "error" when no answer came (network failure, timeout, abort). */
   status: number | "error";
   watch: boolean;
+  /** Until the answer's headers (for a watch: until the stream opened). */
+  durationMs: number;
 }
 
 export type KubeRequestListener = (info: KubeRequestInfo) => void;
@@ -631,6 +633,7 @@ export class KubeClient {
       const signals = [req.signal, timeoutSignal].filter((s): s is AbortSignal => s !== undefined);
       const signal = signals.length === 0 ? undefined : signals.length === 1 ? signals[0] : AbortSignal.any(signals);
       let res: Dispatcher.ResponseData;
+      const started = performance.now();
       try {
         res = await agent.request({
           origin: this.origin,
@@ -644,9 +647,9 @@ export class KubeClient {
           headersTimeout: isWatch ? 60_000 : this.requestTimeoutMs,
           bodyTimeout: isWatch ? 0 : this.requestTimeoutMs,
         });
-        this.report(req, res.statusCode, isWatch);
+        this.report(req, res.statusCode, isWatch, started);
       } catch (err) {
-        this.report(req, "error", isWatch);
+        this.report(req, "error", isWatch, started);
         if (timeoutSignal?.aborted && !req.signal?.aborted) {
           throw new KubeTimeoutError(`${req.method} ${req.path}: no answer within ${this.requestTimeoutMs} ms`, {
             cause: err,
@@ -673,9 +676,9 @@ export class KubeClient {
     }
   }
 
-  private report(req: RawRequest, status: number | "error", watch: boolean): void {
+  private report(req: RawRequest, status: number | "error", watch: boolean, started: number): void {
     if (this.listeners.length === 0) return;
-    const info: KubeRequestInfo = { method: req.method, path: req.path, status, watch };
+    const info: KubeRequestInfo = { method: req.method, path: req.path, status, watch, durationMs: performance.now() - started };
     for (const l of this.listeners) {
       try {
         l(info);

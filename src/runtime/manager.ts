@@ -122,8 +122,12 @@ export class Manager {
       metrics: this.metrics,
       reportingInstance: this.identity,
     });
-    const kubeRequests = this.metrics.kubeRequests;
-    this.stopCountingRequests = this.client.onRequest((r) => kubeRequests.inc({ method: r.method, resource: kubeResourceOf(r.path), code: String(r.status) }));
+    const { kubeRequests, kubeRequestDuration } = this.metrics;
+    this.stopCountingRequests = this.client.onRequest((r) => {
+      const resource = kubeResourceOf(r.path);
+      kubeRequests.inc({ method: r.method, resource, code: String(r.status) });
+      if (!r.watch) kubeRequestDuration.observe({ method: r.method, resource }, r.durationMs / 1000);
+    });
     this.donePromise = new Promise<StopReason>((resolve) => (this.resolveDone = resolve));
     this.healthChecks.add("ping", () => true);
     this.readyChecks.add("informers-synced", () => {

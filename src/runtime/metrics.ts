@@ -19,6 +19,9 @@ const RECONCILE_BUCKETS = [
   2.0, 2.5, 3.0, 3.5, 4.0, 4.5, 5, 6, 7, 8, 9, 10, 15, 20, 25, 30, 40, 50, 60,
 ];
 
+/** client-go's rest_client_request_duration_seconds buckets. */
+const KUBE_BUCKETS = [0.005, 0.025, 0.1, 0.25, 0.5, 1, 2, 4, 8, 15, 30, 60];
+
 const SERVICE_BUCKETS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60];
 
 export type ReconcileResultLabel = "success" | "error" | "requeue" | "requeue_after";
@@ -63,6 +66,7 @@ export class Metrics {
 
   // Kubernetes API client (client-go's rest_client_requests_total, plus the resource)
   readonly kubeRequests: Counter<"method" | "resource" | "code">;
+  readonly kubeRequestDuration: Histogram<"method" | "resource">;
 
   // service client
   readonly serviceRequests: Counter<"operation" | "status" | "connection">;
@@ -207,6 +211,14 @@ export class Metrics {
       name: "rest_client_requests_total",
       help: "Requests to the Kubernetes API server, by method, resource (plural[/subresource]) and HTTP status code (or 'error'); watches are GETs",
       labelNames: ["method", "resource", "code"],
+      registers,
+    });
+
+    this.kubeRequestDuration = new Histogram({
+      name: "rest_client_request_duration_seconds",
+      help: "Time until the Kubernetes API server's answer (headers; for watches, the stream opening), by method and resource",
+      labelNames: ["method", "resource"],
+      buckets: KUBE_BUCKETS,
       registers,
     });
 
