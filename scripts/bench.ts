@@ -123,6 +123,28 @@ async function main(): Promise<void> {
   }
   let chartSvg: string | undefined;
   const wants = (s: Scenario) => a.scenarios.has(s);
+  mkdirSync(path.dirname(out), { recursive: true });
+  const base = out.replace(/\.json$/, "");
+  // Written after every scenario, so that a long teardown or a later failure loses nothing.
+  const save = (): void => {
+    result.summary = summary(result);
+    writeFileSync(out, `${JSON.stringify(result, null, 2)}\n`);
+    const md = [
+      `# Benchmark ${result.startedAt}`,
+      "",
+      `${result.machine.nproc} CPUs (${result.machine.cpuModel}), ${result.machine.memoryGB} GB, Node ${result.machine.node}, ${result.machine.os}; ` +
+        `load average at start ${result.machine.loadAverageAtStart.join(" ")}; commit ${result.git.commit.slice(0, 12)}${result.git.dirty ? " (src modified)" : ""}`,
+      "",
+      `Parameters: ${a.resources} resources, rate limit ${a.rateLimit}/s, latency ${a.latencyMs} ms, sync period ${a.syncPeriod}.`,
+      "",
+      markdownTable(result.summary),
+      "",
+      chartSvg ? `![Ready over time](${path.basename(base)}.svg)` : "",
+      "",
+    ].join("\n");
+    writeFileSync(`${base}.md`, md);
+    if (chartSvg) writeFileSync(`${base}.svg`, chartSvg);
+  };
 
   if (wants("cold-start") || wants("steady") || wants("memory")) {
     const { result: cold, stack } = await coldStart(cluster, {
@@ -139,9 +161,11 @@ async function main(): Promise<void> {
     const { chartSvg: svg, ...rest } = cold;
     chartSvg = svg;
     result.coldStart = rest;
+    save();
     try {
       if (wants("steady") && cold.allReady && a.steadyMinutes > 0) {
         result.steady = await steadyState(stack, cold.mix, { minutes: a.steadyMinutes, syncPeriodMinutes: a.syncPeriodMinutes });
+        save();
       }
     } catch (err) {
       result.errors.steady = String(err);
@@ -163,6 +187,7 @@ async function main(): Promise<void> {
         syncPeriod: a.syncPeriod,
         concurrency: a.concurrency,
       });
+      save();
     } catch (err) {
       result.errors.renewals = String(err);
       log(`renewals failed: ${String(err)}`);
@@ -171,6 +196,7 @@ async function main(): Promise<void> {
   if (wants("latency")) {
     try {
       result.latency = await latency(cluster, { samples: a.latencySamples, rateLimit: a.rateLimit, latencyMs: a.latencyMs, syncPeriod: a.syncPeriod });
+      save();
     } catch (err) {
       result.errors.latency = String(err);
       log(`latency failed: ${String(err)}`);
@@ -178,26 +204,7 @@ async function main(): Promise<void> {
   }
   await cluster.kube.close();
   result.finishedAt = new Date().toISOString();
-  result.summary = summary(result);
-
-  mkdirSync(path.dirname(out), { recursive: true });
-  const base = out.replace(/\.json$/, "");
-  writeFileSync(out, `${JSON.stringify(result, null, 2)}\n`);
-  const md = [
-    `# Benchmark ${result.startedAt}`,
-    "",
-    `${result.machine.nproc} CPUs (${result.machine.cpuModel}), ${result.machine.memoryGB} GB, Node ${result.machine.node}, ${result.machine.os}; ` +
-      `load average at start ${result.machine.loadAverageAtStart.join(" ")}; commit ${result.git.commit.slice(0, 12)}${result.git.dirty ? " (src modified)" : ""}`,
-    "",
-    `Parameters: ${a.resources} resources, rate limit ${a.rateLimit}/s, latency ${a.latencyMs} ms, sync period ${a.syncPeriod}.`,
-    "",
-    markdownTable(result.summary),
-    "",
-    chartSvg ? `![Ready over time](${path.basename(base)}.svg)` : "",
-    "",
-  ].join("\n");
-  writeFileSync(`${base}.md`, md);
-  if (chartSvg) writeFileSync(`${base}.svg`, chartSvg);
+  save();
   console.log(`\n${textTable(result.summary)}\n`);
   log(`wrote ${path.relative(process.cwd(), out)}, ${path.relative(process.cwd(), base)}.md${chartSvg ? ` and ${path.relative(process.cwd(), base)}.svg` : ""}`);
   if (cpuProfDir) log(`CPU profiles in ${path.relative(process.cwd(), cpuProfDir)} (summarise with: npx tsx scripts/bench-profile.ts ${path.relative(process.cwd(), cpuProfDir)})`);

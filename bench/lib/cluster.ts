@@ -68,7 +68,7 @@ interface Creatable {
 }
 
 /** Creates the objects with `concurrency` requests in flight; an object that exists already is skipped. */
-export async function createAll(kube: KubeClient, objects: readonly Creatable[], concurrency = 32): Promise<void> {
+export async function createAll(kube: KubeClient, objects: readonly Creatable[], concurrency = 64): Promise<void> {
   await forEachLimit(objects, concurrency, async (o) => {
     const path = collectionPath(o);
     try {
@@ -94,7 +94,7 @@ export async function deleteNamespace(kube: KubeClient, namespace: string): Prom
   for (const { plural } of KINDS) {
     const list = await kube.list<{ metadata: { name: string; finalizers?: string[] } }>(crPath(plural, namespace));
     const held = list.items.filter((o) => (o.metadata.finalizers ?? []).length > 0);
-    await forEachLimit(held, 32, async (o) => {
+    await forEachLimit(held, 64, async (o) => {
       try {
         await kube.patch(crPath(plural, namespace, o.metadata.name), { metadata: { finalizers: null } }, "merge");
       } catch (err) {

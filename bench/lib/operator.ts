@@ -95,6 +95,8 @@ export interface MemorySample {
 
 export class OperatorProcess {
   readonly startedAt: number;
+  /** Wall clock (Date.now()) at spawn, to place the operator's log lines. */
+  readonly startedAtWall: number;
   readonly memory: MemorySample[] = [];
   private sampler: NodeJS.Timeout | undefined;
   private exited: Promise<number | null>;
@@ -104,6 +106,7 @@ export class OperatorProcess {
     readonly metricsPort: number,
   ) {
     this.startedAt = performance.now();
+    this.startedAtWall = Date.now();
     this.exited = new Promise((resolve) => child.once("exit", (code) => resolve(code)));
     this.sampler = setInterval(() => {
       const s = this.procStatus();
@@ -143,7 +146,7 @@ export class OperatorProcess {
       "--health-probe-bind-address",
       "0",
       "--log-level",
-      o.logLevel ?? "warn",
+      o.logLevel ?? "info",
       "--graceful-shutdown-timeout",
       "5s",
     ];
@@ -192,6 +195,22 @@ export class OperatorProcess {
       const size = statSync(path.join(dir, file)).size;
       if (size > 0 && size === lastSize) return path.join(dir, file);
       lastSize = size;
+    }
+    return undefined;
+  }
+
+  /** Seconds from spawn to the first log line with this message (the log is pino JSON). */
+  logLineAt(logFile: string, msg: string): number | undefined {
+    try {
+      for (const line of readFileSync(logFile, "utf8").split("\n")) {
+        if (!line.includes(msg)) continue;
+        const rec = JSON.parse(line) as { msg?: string; time?: string | number };
+        if (rec.msg !== msg || rec.time === undefined) continue;
+        const t = typeof rec.time === "number" ? rec.time : Date.parse(rec.time);
+        return (t - this.startedAtWall) / 1000;
+      }
+    } catch {
+      // no log yet
     }
     return undefined;
   }

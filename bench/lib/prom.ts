@@ -62,3 +62,28 @@ export function delta(before: readonly Sample[], after: readonly Sample[]): Samp
   const prev = new Map(before.map((s) => [key(s), s.value]));
   return after.map((s) => ({ ...s, value: s.value - (prev.get(key(s)) ?? 0) }));
 }
+
+/**
+ * A quantile (0..1) of a histogram, from its cumulative buckets (summed over the series that
+ * match `where`), interpolated linearly inside the bucket as Prometheus' histogram_quantile().
+ */
+export function histogramQuantile(samples: readonly Sample[], name: string, q: number, where: Record<string, string | ((v: string) => boolean)> = {}): number {
+  const buckets = by(samples, `${name}_bucket`, "le", where);
+  const bounds = Object.keys(buckets)
+    .map((le) => ({ le: le === "+Inf" ? Infinity : Number(le), count: buckets[le] ?? 0 }))
+    .sort((a, b) => a.le - b.le);
+  const total = bounds[bounds.length - 1]?.count ?? 0;
+  if (total === 0) return Number.NaN;
+  const rank = q * total;
+  let prevLe = 0;
+  let prevCount = 0;
+  for (const b of bounds) {
+    if (b.count >= rank) {
+      if (b.le === Infinity) return prevLe;
+      return prevLe + ((b.le - prevLe) * (rank - prevCount)) / Math.max(1, b.count - prevCount);
+    }
+    prevLe = b.le;
+    prevCount = b.count;
+  }
+  return prevLe;
+}

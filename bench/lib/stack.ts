@@ -62,7 +62,7 @@ export class Stack {
     return path.join(CACHE, "logs", `${this.namespace}.log`);
   }
 
-  async create(objects: Manifest[], concurrency = 32): Promise<number> {
+  async create(objects: Manifest[], concurrency = 64): Promise<number> {
     const started = performance.now();
     await createAll(this.o.cluster.kube, objects, concurrency);
     return performance.now() - started;
@@ -109,7 +109,7 @@ export class Stack {
           if (kubeWrites > 0 || serviceCalls > 0 || depth > 0) quietSince = performance.now();
           return performance.now() - quietSince >= quietMs;
         },
-        { timeoutMs: opts.timeoutMs ?? 180_000, intervalMs: 2000, what: "the operator to settle" },
+        { timeoutMs: opts.timeoutMs ?? 180_000, intervalMs: 5000, what: "the operator to settle" },
       );
       return { ms: performance.now() - started, settled: true };
     } catch {
