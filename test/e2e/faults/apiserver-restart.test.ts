@@ -14,10 +14,10 @@
 import { setTimeout as sleep } from "node:timers/promises";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startEmulator, type Emulator } from "../../../src/emulator/index.js";
-import { kubectl, kubectlOk, usingExistingCluster, waitFor } from "../support/kube.js";
+import { kubectlOk, usingExistingCluster, waitFor } from "../support/kube.js";
 import { API_KEY, connectionManifest } from "../support/operator.js";
 import { startOperatorProcess, type OperatorProcess } from "../support/process.js";
-import {
+import { deleteAllManaged,
   createAll,
   createNamespaceIn,
   expectExactlyOnce,
@@ -33,11 +33,11 @@ let ns: string;
 let emulator: Emulator;
 let op: OperatorProcess;
 const logs: string[] = [];
-const OUTAGE_MS = 10_000;
-const SYNC = "15s";
+const OUTAGE_MS = 6_000;
+const SYNC = "10s";
 
 const before = { prefix: "pre", skills: 3, agents: 3, deployments: 3, sandboxes: 3, withSkills: true };
-const during = { prefix: "mid", skills: 10, agents: 10, deployments: 10, sandboxes: 10, withSkills: true };
+const during = { prefix: "mid", skills: 6, agents: 6, deployments: 6, sandboxes: 6, withSkills: true };
 const after = { prefix: "post", skills: 2, agents: 2, deployments: 2, sandboxes: 2, withSkills: true };
 const count = (m: typeof before) => m.skills + m.agents + m.deployments + m.sandboxes;
 
@@ -56,7 +56,7 @@ describe.skipIf(usingExistingCluster())("the API server restarts mid-work", () =
   afterAll(async () => {
     if (op?.alive()) {
       emulator.setOptions({ rateLimit: undefined, latencyMs: 0, jitterMs: 0 });
-      await kubectl(["delete", "agentcompute", "--all", "--wait=true", "--timeout=60s"], { kubeconfig: api.kubeconfig, namespace: ns, timeoutMs: 90_000 });
+      await deleteAllManaged(ns, { kubeconfig: api.kubeconfig });
       await op.stop();
     }
     await emulator?.close();

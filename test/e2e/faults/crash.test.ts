@@ -8,10 +8,10 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { MARKER_KEY } from "../../../src/api/index.js";
 import { startEmulator, type Emulator } from "../../../src/emulator/index.js";
-import { kubectl, testKubeconfig, useTestNamespace, waitFor } from "../support/kube.js";
+import { testKubeconfig, useTestNamespace, waitFor } from "../support/kube.js";
 import { API_KEY, apply, connectionManifest, installCRDs } from "../support/operator.js";
 import { startOperatorProcess, type OperatorProcess } from "../support/process.js";
-import { createAll, expectExactlyOnce, listManaged, mixedManifests, waitAllReady } from "./support.js";
+import { deleteAllManaged, createAll, expectExactlyOnce, listManaged, mixedManifests, waitAllReady } from "./support.js";
 
 const ns = useTestNamespace("fault-crash");
 let emulator: Emulator;
@@ -38,7 +38,7 @@ afterAll(async () => {
   if (op?.alive()) {
     // Normally a no-op: the test deletes everything itself.
     emulator?.setOptions({ errorRate: 0, rateLimit: undefined, latencyMs: 0, jitterMs: 0 });
-    await kubectl(["delete", "agentcompute", "--all", "--wait=true", "--timeout=30s"], { namespace: ns.name, timeoutMs: 60_000 });
+    await deleteAllManaged(ns.name);
     await op.stop();
   }
   await emulator?.close();
@@ -94,11 +94,11 @@ describe("SIGKILL at random points while creating 200 resources, 20 % service er
     // Deleting everything at once (Connection included), with the errors back on and one more
     // kill half-way, leaves nothing behind in the service.
     emulator.setOptions({ errorRate: 0.2 });
-    const deleted = kubectl(["delete", "agentcompute", "--all", "--wait=true", "--timeout=240s"], { namespace: ns.name, timeoutMs: 300_000 });
+    const deleted = deleteAllManaged(ns.name, { timeoutMs: 240_000 });
     await waitFor(() => emulator.state.agents.size < MIX.agents, { timeoutMs: 60_000, description: "deletes under way" });
     await op.kill("SIGKILL");
     op = await start();
-    expect((await deleted).exitCode).toBe(0);
+    expect(await deleted).toBe(true);
     expect(await listManaged(ns.name)).toEqual([]);
     const ours = (m: Record<string, string> | undefined) => m?.[MARKER_KEY] !== undefined;
     expect([...emulator.state.agents.values()].filter((a) => ours(a.metadata))).toEqual([]);

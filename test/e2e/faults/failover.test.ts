@@ -5,10 +5,10 @@
 // the service saw exactly one successful create per resource, in total, across both replicas.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startEmulator, type Emulator } from "../../../src/emulator/index.js";
-import { kubectl, kubectlOk, testKubeconfig, uniqueName, useTestNamespace, waitFor } from "../support/kube.js";
+import { kubectlOk, testKubeconfig, uniqueName, useTestNamespace, waitFor } from "../support/kube.js";
 import { API_KEY, apply, connectionManifest, installCRDs } from "../support/operator.js";
 import { startOperatorProcess, type OperatorProcess } from "../support/process.js";
-import { createAll, expectExactlyOnce, mixedManifests, waitAllReady } from "./support.js";
+import { deleteAllManaged, createAll, expectExactlyOnce, mixedManifests, waitAllReady } from "./support.js";
 
 const ns = useTestNamespace("fault-failover");
 let emulator: Emulator;
@@ -42,7 +42,7 @@ afterAll(async () => {
   const alive = replicas.filter((p) => p.alive());
   if (alive.length > 0) {
     emulator.setOptions({ rateLimit: undefined, latencyMs: 0, jitterMs: 0 });
-    await kubectl(["delete", "agentcompute", "--all", "--wait=true", "--timeout=60s"], { namespace: ns.name, timeoutMs: 90_000 });
+    await deleteAllManaged(ns.name);
   }
   await Promise.all(replicas.map((p) => p.stop()));
   await emulator?.close();

@@ -23,7 +23,7 @@ import { OPERATOR_NAMESPACE, applyKustomization, refusedLines, serviceAccountCre
 import { createTestNamespace, deleteTestNamespace, kubectl, kubectlOk, uniqueName, useTestNamespace, waitFor } from "../support/kube.js";
 import { API_KEY, apply, connectionManifest } from "../support/operator.js";
 import { startOperatorProcess, type OperatorProcess } from "../support/process.js";
-import { leakedSecrets, listManaged, readyCondition, waitAllReady, withBase64, type ListedResource } from "./support.js";
+import { deleteAllManaged, leakedSecrets, listManaged, readyCondition, waitAllReady, withBase64, type ListedResource } from "./support.js";
 
 const ns = useTestNamespace("fault-security");
 let other: string;
@@ -146,7 +146,7 @@ beforeAll(async () => {
 
 afterAll(async () => {
   if (op?.alive()) {
-    await kubectl(["delete", "agentcompute", "--all", "--wait=true", "--timeout=60s"], { namespace: ns.name, timeoutMs: 90_000 });
+    await deleteAllManaged(ns.name);
     await op.stop();
   }
   if (other) await deleteTestNamespace(other);

@@ -9,10 +9,10 @@
 import { setTimeout as sleep } from "node:timers/promises";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startEmulator, type Emulator } from "../../../src/emulator/index.js";
-import { kubectl, kubectlOk, testKubeconfig, useTestNamespace, waitFor } from "../support/kube.js";
+import { kubectlOk, testKubeconfig, useTestNamespace, waitFor } from "../support/kube.js";
 import { API_KEY, apply, connectionManifest, installCRDs } from "../support/operator.js";
 import { startOperatorProcess, sumMetric, type OperatorProcess } from "../support/process.js";
-import {
+import { deleteAllManaged,
   createAll,
   expectExactlyOnce,
   listManaged,
@@ -28,7 +28,7 @@ let emulator: Emulator;
 let op: OperatorProcess;
 const logs: string[] = [];
 /** How long each fault lasts. */
-const HOLD_MS = 8_000;
+const HOLD_MS = 5_000;
 /** Request timeout of the Connection (the latency spike goes beyond it). */
 const TIMEOUT_S = 2;
 
@@ -99,7 +99,7 @@ async function underFault(b: MixOptions, on: () => void, off: () => void): Promi
 
 /**
  * No hot loop: per resource, at most about as many reconciles as exponential backoff from 5 ms
- * allows in the window (about 11 in 8 s), plus the events that legitimately bring it back.
+ * allows in the window (about 10 in 5 s), plus the events that legitimately bring it back.
  */
 function expectBounded(run: FaultRun, b: MixOptions): void {
   expect(run.during.reconciles).toBeGreaterThan(0);
@@ -126,7 +126,7 @@ afterAll(async () => {
   emulator?.clearFaults();
   emulator?.setOptions({ errorRate: 0, latencyMs: 0, poolSize: undefined, rateLimit: undefined });
   if (op?.alive()) {
-    await kubectl(["delete", "agentcompute", "--all", "--wait=true", "--timeout=60s"], { namespace: ns.name, timeoutMs: 90_000 });
+    await deleteAllManaged(ns.name);
     await op.stop();
   }
   await emulator?.close();

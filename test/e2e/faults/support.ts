@@ -138,6 +138,27 @@ export async function listManaged(namespace: string, opts: { kubeconfig?: string
   return opts.prefix === undefined ? items : items.filter((r) => r.metadata.name.startsWith(`${opts.prefix}-`));
 }
 
+/**
+ * Deletes every resource of ours in the namespace (Connections included) and waits until they
+ * are gone, polling one list a second: `kubectl delete --wait` waits for one object after the
+ * other, which takes minutes for hundreds on a busy machine. Returns false on timeout.
+ */
+export async function deleteAllManaged(namespace: string, opts: { kubeconfig?: string; timeoutMs?: number } = {}): Promise<boolean> {
+  await kubectlOk(["delete", "agentcompute", "--all", "--wait=false"], { namespace, kubeconfig: opts.kubeconfig, timeoutMs: 120_000 });
+  try {
+    await waitFor(
+      async () => {
+        const out = await kubectlOk(["get", "agentcompute", "-o", "name"], { namespace, kubeconfig: opts.kubeconfig });
+        return out.trim() === "";
+      },
+      { timeoutMs: opts.timeoutMs ?? 90_000, intervalMs: 1_000, description: `every resource of ${namespace} to be deleted` },
+    );
+    return true;
+  } catch {
+    return false;
+  }
+}
+
 export function readyCondition(r: Resource) {
   return r.status?.conditions?.find((c) => c.type === "Ready");
 }

@@ -8,9 +8,9 @@
 import { setTimeout as sleep } from "node:timers/promises";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startEmulator, type Emulator } from "../../../src/emulator/index.js";
-import { kubectl, kubectlOk, usingExistingCluster, waitFor } from "../support/kube.js";
+import { kubectlOk, usingExistingCluster, waitFor } from "../support/kube.js";
 import { API_KEY, connectionManifest } from "../support/operator.js";
-import {
+import { deleteAllManaged,
   createAll,
   createNamespaceIn,
   expectExactlyOnce,
@@ -56,7 +56,7 @@ describe.skipIf(usingExistingCluster())("short watch timeouts and etcd compactio
 
   afterAll(async () => {
     if (op) {
-      await kubectl(["delete", "agentcompute", "--all", "--wait=true", "--timeout=60s"], { kubeconfig: api.kubeconfig, namespace: ns, timeoutMs: 90_000 });
+      await deleteAllManaged(ns, { kubeconfig: api.kubeconfig });
       await op.stop();
     }
     await emulator?.close();
