@@ -1,4 +1,5 @@
 import { LocalObjectReference, FreeFormObject, StringMap, Type, type Static } from "./schema.js";
+import { kindNames } from "./names.js";
 import { WriteConnectionSecretTo, managedSpecFields, statusSchema, type Resource } from "./common.js";
 import { readyColumns, type KindDefinition } from "./kind.js";
 
@@ -58,8 +59,7 @@ export type AgentDeploymentStatus = Static<typeof AgentDeploymentStatusSchema>;
 export type AgentDeployment = Resource<AgentDeploymentSpec, AgentDeploymentStatus>;
 
 export const agentDeploymentKind: KindDefinition = {
-  kind: "AgentDeployment",
-  plural: "agentdeployments",
+  ...kindNames.agentDeployment,
   singular: "agentdeployment",
   shortNames: ["agd"],
   description:

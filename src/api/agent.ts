@@ -1,4 +1,5 @@
 import { SecretReference } from "./refs.js";
+import { kindNames } from "./names.js";
 import { immutableField, managedSpecFields, statusSchema, type Resource } from "./common.js";
 import { readyColumns, type KindDefinition } from "./kind.js";
 import { FreeFormObject, StringMap, Type, type Static } from "./schema.js";
@@ -69,8 +70,7 @@ export type AgentStatus = Static<typeof AgentStatusSchema>;
 export type Agent = Resource<AgentSpec, AgentStatus>;
 
 export const agentKind: KindDefinition = {
-  kind: "Agent",
-  plural: "agents",
+  ...kindNames.agent,
   singular: "agent",
   shortNames: ["ag"],
   description: "An Agent is an agent in the Agent Registry: its image, capabilities, metadata and manifest.",

@@ -1,28 +1,22 @@
 // What every kind of agentcompute.dev shares: the API group, object metadata, kstatus
 // conditions, the connection reference, the deletion policy, and the annotations the
 // operator understands.
+import { DEFAULT_CONNECTION } from "./names.js";
 import { LocalObjectReference, StringEnum, Type, type Static, type TSchema, type ValidationRule } from "./schema.js";
 
-export const GROUP = "agentcompute.dev";
-export const VERSION = "v1alpha1";
-export const API_VERSION = `${GROUP}/${VERSION}`;
-export const CATEGORY = "agentcompute";
-
-/** Finalizer that makes deletion wait until the service object is deleted or orphaned. */
-export const FINALIZER = `${GROUP}/finalizer`;
-
-export const Annotations = {
-  /** Take over an existing service object with this id instead of creating one. */
-  externalId: `${GROUP}/external-id`,
-  /** Any new value triggers one redeploy of an AgentDeployment (like `kubectl rollout restart`). */
-  redeployAt: `${GROUP}/redeploy-at`,
-} as const;
-
-/** Crash-safety marker written into the `metadata` of every service object the operator creates. */
-export const MARKER_KEY = `${GROUP}/uid`;
-
-/** Name of the Connection a resource uses when spec.connectionRef is not set. */
-export const DEFAULT_CONNECTION = "default";
+export {
+  API_VERSION,
+  Annotations,
+  CATEGORY,
+  ConditionType,
+  DEFAULT_CONNECTION,
+  FINALIZER,
+  GROUP,
+  MARKER_KEY,
+  VERSION,
+  kindNames,
+  type KindNames,
+} from "./names.js";
 
 export interface ObjectMeta {
   name: string;
@@ -66,12 +60,6 @@ export const ConditionSchema = Type.Object(
   { description: "A kstatus condition (what Flux, Argo CD and kubectl wait read)." },
 );
 export type Condition = Static<typeof ConditionSchema>;
-
-export const ConditionType = {
-  Ready: "Ready",
-  Reconciling: "Reconciling",
-  Stalled: "Stalled",
-} as const;
 
 /** Status fields every kind has. Kind-specific fields are added next to them. */
 export function statusSchema<P extends Record<string, TSchema>>(description: string, properties: P) {

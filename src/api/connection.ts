@@ -1,4 +1,5 @@
 import { SecretReference } from "./refs.js";
+import { kindNames } from "./names.js";
 import { statusSchema, type Resource } from "./common.js";
 import { readyColumns, type KindDefinition } from "./kind.js";
 import { Type, type Static } from "./schema.js";
@@ -112,8 +113,7 @@ export type ConnectionStatus = Static<typeof ConnectionStatusSchema>;
 export type Connection = Resource<ConnectionSpec, ConnectionStatus>;
 
 export const connectionKind: KindDefinition = {
-  kind: "Connection",
-  plural: "connections",
+  ...kindNames.connection,
   singular: "connection",
   shortNames: ["conn"],
   description:

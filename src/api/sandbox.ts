@@ -1,4 +1,5 @@
 import { SecretReference } from "./refs.js";
+import { kindNames } from "./names.js";
 import { StringEnum, StringMap, Type, type Static } from "./schema.js";
 import { WriteConnectionSecretTo, managedSpecFields, statusSchema, type Resource } from "./common.js";
 import { readyColumns, type KindDefinition } from "./kind.js";
@@ -79,8 +80,7 @@ export type SandboxStatus = Static<typeof SandboxStatusSchema>;
 export type Sandbox = Resource<SandboxSpec, SandboxStatus>;
 
 export const sandboxKind: KindDefinition = {
-  kind: "Sandbox",
-  plural: "sandboxes",
+  ...kindNames.sandbox,
   singular: "sandbox",
   shortNames: ["sbx"],
   description:

@@ -1,4 +1,5 @@
 import { ConfigMapKeySelector, ConfigMapReference } from "./refs.js";
+import { kindNames } from "./names.js";
 import { immutableField, managedSpecFields, statusSchema, type Resource } from "./common.js";
 import { readyColumns, type KindDefinition } from "./kind.js";
 import { StringMap, Type, type Static } from "./schema.js";
@@ -49,8 +50,7 @@ export type SkillStatus = Static<typeof SkillStatusSchema>;
 export type Skill = Resource<SkillSpec, SkillStatus>;
 
 export const skillKind: KindDefinition = {
-  kind: "Skill",
-  plural: "skills",
+  ...kindNames.skill,
   singular: "skill",
   shortNames: ["sk"],
   description:

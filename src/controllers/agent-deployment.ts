@@ -3,14 +3,8 @@
 // (resume, the redeploy-at annotation, or a new agent revision), or replace (new deploy
 // options: delete + deploy, the endpoint may change).
 import { createHash } from "node:crypto";
-import {
-  Annotations,
-  ConditionType,
-  MARKER_KEY,
-  type Agent,
-  type AgentDeployment,
-  type AgentDeploymentStatus,
-} from "../api/index.js";
+import { Annotations, ConditionType, MARKER_KEY } from "../api/names.js";
+import type { Agent, AgentDeployment, AgentDeploymentStatus } from "../api/index.js";
 import { NotReadyError } from "../managed/errors.js";
 import type { ActionResult, ConnectionDetails, Connector, ExternalClient, Observation } from "../managed/external.js";
 import type { Informer } from "../runtime/informer.js";

@@ -2,7 +2,8 @@
 // marker in its metadata, so an agent created by a process that died before writing status is
 // found again (inventory by marker, or the registry's 409 on the name) instead of duplicated.
 import { createHash } from "node:crypto";
-import { Annotations, MARKER_KEY, type Agent, type AgentStatus } from "../api/index.js";
+import { Annotations, MARKER_KEY } from "../api/names.js";
+import type { Agent, AgentStatus } from "../api/index.js";
 import { StalledError } from "../managed/errors.js";
 import type { ActionResult, Connector, ExternalClient, Observation } from "../managed/external.js";
 import {

@@ -4,7 +4,8 @@
 // namespace: that is the tenancy boundary.
 import { createHash } from "node:crypto";
 import type { Logger } from "pino";
-import { ConditionType, DEFAULT_CONNECTION, MARKER_KEY, type Connection } from "../api/index.js";
+import { ConditionType, DEFAULT_CONNECTION, MARKER_KEY } from "../api/names.js";
+import type { Connection } from "../api/index.js";
 import { Inventory } from "../managed/inventory.js";
 import { NotReadyError } from "../managed/errors.js";
 import type { Informer } from "../runtime/informer.js";

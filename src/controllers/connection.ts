@@ -1,15 +1,8 @@
 // The Connection controller: proves the credentials work (a token), and reports the account's
 // access clients and a 30-day usage summary by tier. It owns no service object, so it is not a
 // managed resource: no finalizer, nothing to delete.
-import {
-  ConditionType,
-  FINALIZER,
-  GROUP,
-  VERSION,
-  connectionKind,
-  type Connection,
-  type ConnectionStatus,
-} from "../api/index.js";
+import { ConditionType, FINALIZER, GROUP, VERSION, kindNames } from "../api/names.js";
+import type { Connection, ConnectionStatus } from "../api/index.js";
 import { NotReadyError } from "../managed/errors.js";
 import { patchFinalizers } from "../managed/finalizers.js";
 import type { StatusWriter } from "../managed/status-writer.js";
@@ -135,7 +128,7 @@ export class ConnectionReconciler implements Reconciler {
     return resourcePath({
       group: GROUP,
       version: VERSION,
-      plural: connectionKind.plural,
+      plural: kindNames.connection.plural,
       namespace: conn.metadata.namespace,
       name: conn.metadata.name,
       subresource,

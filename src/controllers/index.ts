@@ -1,22 +1,7 @@
 // Wires the five controllers onto a Manager: the informers they share, the watches that
 // bring a resource back when something it depends on changes, and the connection pool.
-import {
-  FINALIZER,
-  GROUP,
-  VERSION,
-  agentDeploymentKind,
-  agentKind,
-  connectionKind,
-  sandboxKind,
-  skillKind,
-  type Agent,
-  type AgentDeployment,
-  type Connection,
-  type KindDefinition,
-  type ObjectMeta,
-  type Sandbox,
-  type Skill,
-} from "../api/index.js";
+import { FINALIZER, GROUP, VERSION, kindNames, type KindNames } from "../api/names.js";
+import type { Agent, AgentDeployment, Connection, ObjectMeta, Sandbox, Skill } from "../api/index.js";
 import { ConnectionSecretWriter, type SecretObject } from "../managed/connection-secret.js";
 import type { Connector, ManagedResource } from "../managed/external.js";
 import { ManagedReconciler } from "../managed/reconciler.js";
@@ -47,14 +32,14 @@ export interface Operator {
   controllers: Record<"connection" | "skill" | "agent" | "agentDeployment" | "sandbox", Controller>;
 }
 
-const collection = (kind: KindDefinition) => resourcePath({ group: GROUP, version: VERSION, plural: kind.plural });
+const collection = (kind: KindNames) => resourcePath({ group: GROUP, version: VERSION, plural: kind.plural });
 
 export function setupOperator(manager: Manager, opts: OperatorOptions): Operator {
-  const connections = manager.informerFor<Connection & KubeObject>(collection(connectionKind));
-  const skills = manager.informerFor<Skill & KubeObject>(collection(skillKind));
-  const agents = manager.informerFor<Agent & KubeObject>(collection(agentKind));
-  const deployments = manager.informerFor<AgentDeployment & KubeObject>(collection(agentDeploymentKind));
-  const sandboxes = manager.informerFor<Sandbox & KubeObject>(collection(sandboxKind));
+  const connections = manager.informerFor<Connection & KubeObject>(collection(kindNames.connection));
+  const skills = manager.informerFor<Skill & KubeObject>(collection(kindNames.skill));
+  const agents = manager.informerFor<Agent & KubeObject>(collection(kindNames.agent));
+  const deployments = manager.informerFor<AgentDeployment & KubeObject>(collection(kindNames.agentDeployment));
+  const sandboxes = manager.informerFor<Sandbox & KubeObject>(collection(kindNames.sandbox));
   const secrets = manager.informerFor<SecretObject & KubeObject>(secretsPath());
   const configMaps = manager.informerFor<ConfigMapObject & KubeObject>(configMapsPath());
 
@@ -142,7 +127,7 @@ export function setupOperator(manager: Manager, opts: OperatorOptions): Operator
   // --- managed kinds -----------------------------------------------------------------------
   const managed = <R extends ManagedResource & KubeObject>(
     name: string,
-    kind: KindDefinition,
+    kind: KindNames,
     informer: Informer<R>,
     connector: Connector<R>,
     externalId: (cr: R) => string | undefined,
@@ -193,10 +178,10 @@ export function setupOperator(manager: Manager, opts: OperatorOptions): Operator
   const sandboxesUsingSecret = referrers(sandboxes, "envFromSecret", (sb) => (sb.spec.envFrom ?? []).map((e) => e.secretRef.name));
   skills.addIndex(SKILL_NAME_INDEX, (s) => [`${s.metadata.namespace}/${skillName(s)}`]);
 
-  controllers.skill = managed("skill", skillKind, skills, new SkillConnector(pool, store), skillExternalId, false);
+  controllers.skill = managed("skill", kindNames.skill, skills, new SkillConnector(pool, store), skillExternalId, false);
   controllers.skill.watch(configMaps, (cm) => skillsUsingConfigMap(cm).map(requestOf));
 
-  controllers.agent = managed("agent", agentKind, agents, new AgentConnector(pool, store), agentExternalId, false);
+  controllers.agent = managed("agent", kindNames.agent, agents, new AgentConnector(pool, store), agentExternalId, false);
   controllers.agent.watch(secrets, (s) =>
     agentsUsingSecret(s)
       .filter((a) => a.status?.agentId === undefined)
@@ -205,7 +190,7 @@ export function setupOperator(manager: Manager, opts: OperatorOptions): Operator
 
   controllers.agentDeployment = managed(
     "agentdeployment",
-    agentDeploymentKind,
+    kindNames.agentDeployment,
     deployments,
     new AgentDeploymentConnector(pool, agents),
     deploymentExternalId,
@@ -214,7 +199,7 @@ export function setupOperator(manager: Manager, opts: OperatorOptions): Operator
   // The Agent getting its id, or a new revision, brings its deployments back.
   controllers.agentDeployment.watch(agents, (a) => deploymentsOfAgent(a).map(requestOf));
 
-  controllers.sandbox = managed("sandbox", sandboxKind, sandboxes, new SandboxConnector(pool, store, skills), sandboxExternalId, true);
+  controllers.sandbox = managed("sandbox", kindNames.sandbox, sandboxes, new SandboxConnector(pool, store, skills), sandboxExternalId, true);
   controllers.sandbox.watch(skills, (sk) =>
     sandboxesLoadingSkill({ metadata: { namespace: sk.metadata.namespace, name: skillName(sk) } }).map(requestOf),
   );

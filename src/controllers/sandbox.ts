@@ -4,14 +4,8 @@
 // keepAlive is true; a change of tier, skills, env or secureRuntime replaces the VM (the new
 // one first, then the old one is released).
 import { createHash } from "node:crypto";
-import {
-  Annotations,
-  ConditionType,
-  MARKER_KEY,
-  type Sandbox,
-  type SandboxStatus,
-  type Skill,
-} from "../api/index.js";
+import { Annotations, ConditionType, MARKER_KEY } from "../api/names.js";
+import type { Sandbox, SandboxStatus, Skill } from "../api/index.js";
 import { NotReadyError } from "../managed/errors.js";
 import type { ActionResult, ConnectionDetails, Connector, ExternalClient, Observation } from "../managed/external.js";
 import type { Informer } from "../runtime/informer.js";

@@ -1,6 +1,7 @@
 // Skill: a named bundle of instructions and files in the Compute Service. Its key there is
 // its name; skills carry no metadata, so the name is claimed in status before the create.
-import { Annotations, type Skill, type SkillStatus } from "../api/index.js";
+import { Annotations } from "../api/names.js";
+import type { Skill, SkillStatus } from "../api/index.js";
 import { NotReadyError, StalledError } from "../managed/errors.js";
 import type { ActionResult, Connector, ExternalClient, Observation } from "../managed/external.js";
 import { isConflict, isNotFound, isOutcomeUnknown, type SkillRequest, type Skill as ServiceSkill } from "../service/index.js";

@@ -1,7 +1,7 @@
 // The Secret that receives a resource's credentials and endpoints (deployment and VM tokens):
 // named by spec.writeConnectionSecretTo (default <name>-agentcompute), owned by the resource
 // so that Kubernetes garbage-collects it with it, and written only when its data changes.
-import { API_VERSION } from "../api/index.js";
+import { API_VERSION } from "../api/names.js";
 import type { Informer } from "../runtime/informer.js";
 import type { KubeClient } from "../runtime/kube-client.js";
 import { isAlreadyExists, isNotFound, secretsPath } from "../runtime/kube-client.js";

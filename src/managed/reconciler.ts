@@ -2,15 +2,8 @@
 // finalizer, deletion policy, adoption, kstatus conditions, events, connection Secret, and
 // a status write only when something changed. Each kind supplies a Connector and an
 // ExternalClient with observe / create / update / delete.
-import {
-  Annotations,
-  ConditionType,
-  FINALIZER,
-  GROUP,
-  VERSION,
-  type Condition,
-  type KindDefinition,
-} from "../api/index.js";
+import { Annotations, ConditionType, FINALIZER, GROUP, VERSION, type KindNames } from "../api/names.js";
+import type { Condition } from "../api/index.js";
 import type { EventRecorder } from "../runtime/events.js";
 import type { Informer } from "../runtime/informer.js";
 import type { KubeClient } from "../runtime/kube-client.js";
@@ -24,7 +17,7 @@ import { StalledError, classify, type Failure } from "./errors.js";
 import type { ActionResult, Connector, ManagedResource, Observation, StatusOf } from "./external.js";
 
 export interface ManagedReconcilerOptions<R extends ManagedResource> {
-  kind: KindDefinition;
+  kind: KindNames;
   informer: Informer<R>;
   kube: KubeClient;
   events: EventRecorder;

@@ -1,0 +1,46 @@
+// The names and constants of the API that the running operator needs. Nothing here imports
+// TypeBox: the schemas (common.ts and the kinds' modules) are what crds/*.yaml and the docs
+// are generated from, and building them costs ~20 MB of RSS that the operator has no use for.
+// Code under src/runtime, src/managed and src/controllers imports values from here and only
+// types from ./index.js.
+
+export const GROUP = "agentcompute.dev";
+export const VERSION = "v1alpha1";
+export const API_VERSION = `${GROUP}/${VERSION}`;
+export const CATEGORY = "agentcompute";
+
+/** Finalizer that makes deletion wait until the service object is deleted or orphaned. */
+export const FINALIZER = `${GROUP}/finalizer`;
+
+export const Annotations = {
+  /** Take over an existing service object with this id instead of creating one. */
+  externalId: `${GROUP}/external-id`,
+  /** Any new value triggers one redeploy of an AgentDeployment (like `kubectl rollout restart`). */
+  redeployAt: `${GROUP}/redeploy-at`,
+} as const;
+
+/** Crash-safety marker written into the `metadata` of every service object the operator creates. */
+export const MARKER_KEY = `${GROUP}/uid`;
+
+/** Name of the Connection a resource uses when spec.connectionRef is not set. */
+export const DEFAULT_CONNECTION = "default";
+
+export const ConditionType = {
+  Ready: "Ready",
+  Reconciling: "Reconciling",
+  Stalled: "Stalled",
+} as const;
+
+/** A kind's name and plural: what the operator needs of a KindDefinition at run time. */
+export interface KindNames {
+  kind: string;
+  plural: string;
+}
+
+export const kindNames = {
+  connection: { kind: "Connection", plural: "connections" },
+  skill: { kind: "Skill", plural: "skills" },
+  agent: { kind: "Agent", plural: "agents" },
+  agentDeployment: { kind: "AgentDeployment", plural: "agentdeployments" },
+  sandbox: { kind: "Sandbox", plural: "sandboxes" },
+} as const satisfies Record<string, KindNames>;
