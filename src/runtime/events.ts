@@ -121,6 +121,8 @@ export class EventRecorder {
   private seq = 0;
   private tokens: number;
   private tokensAt: number;
+  private closed = false;
+  private readonly closing = new AbortController();
 
   constructor(opts: EventRecorderOptions) {
     this.o = {
@@ -160,12 +162,23 @@ export class EventRecorder {
     }
   }
 
+  /**
+   * Stop: new events are ignored, and writes not started yet are dropped (a rate-limited
+   * backlog would otherwise keep the process alive, writing through a closed client). Call
+   * after a bounded flush(), before closing the client.
+   */
+  close(): void {
+    this.closed = true;
+    this.closing.abort();
+  }
+
   /** Wait for every write scheduled so far (tests, shutdown). */
   async flush(): Promise<void> {
     while (this.pending.size > 0) await Promise.allSettled([...this.pending]);
   }
 
   private record(obj: KubeObject, type: EventType, reason: string, rawMessage: string, action?: string): void {
+    if (this.closed) return;
     const now = this.now();
     const meta = obj.metadata;
     const objectKey = `${obj.kind ?? ""}/${meta.namespace ?? ""}/${meta.name ?? ""}/${meta.uid ?? ""}`;
@@ -232,7 +245,7 @@ export class EventRecorder {
       try {
         do {
           entry.again = false;
-          await this.withSlot(() => this.write(entry));
+          await this.withSlot(entry.body.type, () => this.write(entry));
         } while (entry.again && entry.writtenCount < entry.count);
       } finally {
         entry.writing = false;
@@ -307,15 +320,19 @@ export class EventRecorder {
     return true;
   }
 
-  private async withSlot<R>(fn: () => Promise<R>): Promise<R> {
+  private async withSlot(type: EventType, fn: () => Promise<void>): Promise<void> {
     // A finished write hands its slot straight to the next waiter, so the bound is exact.
     if (this.active >= this.o.maxConcurrentWrites) await new Promise<void>((resolve) => this.slots.push(resolve));
     else this.active++;
     try {
       // The rate limit, taken while holding a slot: waiters queue on the slots, in order.
-      const waitMs = this.takeToken();
-      if (waitMs > 0) await sleep(waitMs);
-      return await fn();
+      const waitMs = this.closed ? 0 : this.takeToken();
+      if (waitMs > 0) await sleep(waitMs, undefined, { signal: this.closing.signal }).catch(() => undefined);
+      if (this.closed) {
+        this.o.metrics?.eventsTotal.inc({ type, result: "dropped" });
+        return; // shutting down: what has not been written by now is dropped
+      }
+      await fn();
     } finally {
       const next = this.slots.shift();
       if (next) next();

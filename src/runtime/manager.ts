@@ -277,6 +277,7 @@ export class Manager {
     this.leading = false;
     await Promise.all([...this.informers.values()].map((i) => i.stop().catch(() => undefined)));
     await Promise.race([this.events.flush(), delay(Math.max(1_000, Math.min(5_000, deadline - Date.now())))]);
+    this.events.close(); // what is still waiting (rate limit) is dropped, not written through a closed client
     await Promise.all(this.servers.map((s) => s.close().catch(() => undefined)));
     await this.client.close();
     for (const [sig, h] of this.signalHandlers.splice(0)) process.off(sig, h);

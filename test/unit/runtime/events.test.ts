@@ -182,4 +182,19 @@ describe("scrubSecrets", () => {
     // 10 beyond the burst at 50/s: at least ~200 ms
     expect(performance.now() - started).toBeGreaterThanOrEqual(150);
   });
+
+  it("close() drops what the rate limit holds back, at once, and ignores new events", async () => {
+    const { client, rec } = setup({ qps: 1, burst: 2 });
+    const objects = Array.from({ length: 10 }, (_, i) => ({ ...sandbox, metadata: { ...sandbox.metadata, name: `sb-${i}`, uid: `u-${i}` } }));
+    for (const o of objects) rec.normal(o, "Created", "created the sandbox in the service");
+    await new Promise((r) => setTimeout(r, 20));
+    rec.close();
+    const started = performance.now();
+    await rec.flush();
+    expect(performance.now() - started).toBeLessThan(500); // not 8 s at 1/s
+    expect(client.creates.length).toBeLessThanOrEqual(3);
+    rec.normal(sandbox, "Late", "after close");
+    await rec.flush();
+    expect(client.creates.map((c) => c.body.reason)).not.toContain("Late");
+  });
 });
