@@ -205,11 +205,11 @@ class DeploymentClient implements ExternalClient<AgentDeployment> {
     const id = deploymentExternalId(cr);
     if (id === undefined) return this.byMarker(cr);
     const cached = inventory.get(id);
-    if (cached !== undefined) return cached;
+    if (cached !== undefined) return this.withoutExtras(cr, cached);
     try {
       const got = await this.handle.client.deployments.get(id);
       inventory.put(got);
-      return got;
+      return await this.withoutExtras(cr, got);
     } catch (err) {
       if (!isNotFound(err)) throw err;
     }
@@ -218,6 +218,16 @@ class DeploymentClient implements ExternalClient<AgentDeployment> {
     // than deploy yet another on every retry. Not when adopting by annotation: that names one.
     if (cr.metadata.annotations?.[Annotations.externalId] !== undefined) return undefined;
     return this.byMarker(cr);
+  }
+
+  /**
+   * Any other deployment carrying this resource's marker is a leftover (a deploy whose answer
+   * was lost landed after a retry succeeded): delete it. `keep` is the one status names.
+   */
+  private async withoutExtras(cr: AgentDeployment, keep: Deployment): Promise<Deployment> {
+    if (cr.metadata.annotations?.[Annotations.externalId] !== undefined) return keep;
+    for (const d of this.handle.deployments.findByMarker(cr.metadata.uid)) if (d.id !== keep.id) await this.remove(d.id);
+    return keep;
   }
 
   /** The newest deployment carrying this resource's marker; any other one is deleted. */

@@ -303,11 +303,11 @@ class SandboxClient implements ExternalClient<Sandbox> {
       vm !== undefined && isLive(vm.state) && !(Date.parse(vm.expires_at ?? "") <= now) ? vm : undefined;
     if (id === undefined) return this.byMarker(cr, alive);
     const cached = alive(inventory.get(id));
-    if (cached !== undefined) return cached;
+    if (cached !== undefined) return this.withoutExtras(cr, cached, alive);
     try {
       const got = await this.handle.client.vms.get(id);
       inventory.put(got);
-      if (alive(got) !== undefined) return got;
+      if (alive(got) !== undefined) return this.withoutExtras(cr, got, alive);
     } catch (err) {
       if (!isNotFound(err)) throw err;
       inventory.remove(id);
@@ -317,6 +317,19 @@ class SandboxClient implements ExternalClient<Sandbox> {
     // allocate yet another on every retry. Not when adopting by annotation: that names one VM.
     if (cr.metadata.annotations?.[Annotations.externalId] !== undefined) return undefined;
     return this.byMarker(cr, alive);
+  }
+
+  /**
+   * Any other live VM carrying this resource's marker is a leftover (an allocation whose answer
+   * was lost landed after a retry succeeded; a crash between allocating a replacement and
+   * writing status): give it back. `keep` is the VM status names.
+   */
+  private async withoutExtras(cr: Sandbox, keep: AgentVM, alive: (vm: AgentVM | undefined) => AgentVM | undefined): Promise<AgentVM> {
+    if (cr.metadata.annotations?.[Annotations.externalId] !== undefined) return keep;
+    for (const vm of this.handle.vms.findByMarker(cr.metadata.uid)) {
+      if (vm.vm_id !== keep.vm_id && alive(vm) !== undefined) await this.giveBack(cr, vm.vm_id);
+    }
+    return keep;
   }
 
   /** The newest live VM carrying this resource's marker; any other one is given back. */
