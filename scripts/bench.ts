@@ -1,5 +1,5 @@
 // `npm run bench`: the operator's performance scenarios against the real kube-apiserver
-// (scripts/kube.ts; a running one is reused) and the service emulator. Writes a JSON result,
+// (its own, on fresh data: bench/lib/cluster.ts) and the service emulator. Writes a JSON result,
 // a Markdown table and an SVG chart (Ready resources over time against the ideal line the
 // service's rate limit sets). Benchmarks report; they never fail on timing.
 //
@@ -14,7 +14,7 @@
 import { mkdirSync, writeFileSync } from "node:fs";
 import path from "node:path";
 import { parseArgs } from "node:util";
-import { connectCluster, leftoverNamespaces, deleteNamespace, waitNamespaceGone } from "../bench/lib/cluster.js";
+import { connectCluster, waitNamespaceGone } from "../bench/lib/cluster.js";
 import { CACHE } from "../bench/lib/operator.js";
 import { gitCommit, machine, markdownTable, textTable, type Row } from "../bench/lib/report.js";
 import { log } from "../bench/lib/util.js";
@@ -117,10 +117,6 @@ async function main(): Promise<void> {
     errors: {},
   };
   const cluster = await connectCluster();
-  for (const ns of await leftoverNamespaces(cluster.kube)) {
-    log(`removing namespace ${ns} left by an earlier run`);
-    await deleteNamespace(cluster.kube, ns);
-  }
   let chartSvg: string | undefined;
   const wants = (s: Scenario) => a.scenarios.has(s);
   mkdirSync(path.dirname(out), { recursive: true });
@@ -202,7 +198,7 @@ async function main(): Promise<void> {
       log(`latency failed: ${String(err)}`);
     }
   }
-  await cluster.kube.close();
+  await cluster.close();
   result.finishedAt = new Date().toISOString();
   save();
   console.log(`\n${textTable(result.summary)}\n`);

@@ -1,10 +1,16 @@
-// The real API server the benchmark runs against (scripts/kube.ts: reuse a running one, else
-// start it), the CRDs, one namespace per scenario, fast bulk creation and teardown.
+// The real API server the benchmark runs against, the CRDs, one namespace per scenario, fast
+// bulk creation and teardown.
+//
+// The benchmark starts its own API server on fresh data (.cache/bench/kube) and stops it at the
+// end. Reusing the developers' shared instance made results depend on what earlier test runs
+// had left there: namespaces stuck Terminating with thousands of objects in them, which the
+// API server's namespace controller keeps working on, on the same two cores.
 import { execFile } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { fileURLToPath } from "node:url";
 import { promisify } from "node:util";
-import { kubeUp } from "../../scripts/kube.js";
+import path from "node:path";
+import { kubeDown, kubeUp } from "../../scripts/kube.js";
 import { GROUP, VERSION } from "../../src/api/index.js";
 import { KubeClient, isAlreadyExists, isNotFound, namespacesPath, resourcePath } from "../../src/runtime/kube-client.js";
 import { forEachLimit, log, waitUntil } from "./util.js";
@@ -25,15 +31,34 @@ export interface Cluster {
   server: string;
   /** The benchmark's own client (the operator has its own, in its own process). */
   kube: KubeClient;
-  /** Whether this run started the API server (then it is left running; `npm run kube:down` stops it). */
-  started: boolean;
+  /** The kube-apiserver's process id (its CPU time is read from /proc). */
+  pid: number;
+  /** Stops the API server and removes its data. */
+  close(): Promise<void>;
 }
 
+/** The benchmark's own API server state, apart from the developers' (.cache/kube). */
+export const BENCH_KUBE_STATE_DIR = path.join(fileURLToPath(new URL("../../.cache/bench/kube", import.meta.url)));
+
 export async function connectCluster(): Promise<Cluster> {
-  const up = await kubeUp({ log: (l) => log(`kube: ${l}`) });
+  const kubeLog = (l: string): void => log(`kube: ${l}`);
+  // An instance left running by an interrupted run is stopped: every run starts on empty data.
+  await kubeDown({ stateDir: BENCH_KUBE_STATE_DIR, log: kubeLog });
+  // --profiling costs nothing until asked: `kubectl get --raw "/debug/pprof/profile?seconds=30"`
+  // shows where the API server's CPU goes during a scenario.
+  const up = await kubeUp({ stateDir: BENCH_KUBE_STATE_DIR, fresh: true, log: kubeLog, apiserverArgs: ["--profiling=true"] });
   const kube = KubeClient.fromKubeconfig(up.kubeconfig, { userAgent: "agent-operator-bench" });
   await installCRDs(up.kubeconfig);
-  return { kubeconfig: up.kubeconfig, server: up.server, kube, started: up.started };
+  return {
+    kubeconfig: up.kubeconfig,
+    server: up.server,
+    pid: up.pid,
+    kube,
+    close: async () => {
+      await kube.close();
+      await kubeDown({ stateDir: BENCH_KUBE_STATE_DIR, log: kubeLog });
+    },
+  };
 }
 
 async function kubectl(kubeconfig: string, args: string[]): Promise<string> {
@@ -91,7 +116,10 @@ function collectionPath(o: Creatable): string {
  * emulator that goes away with the scenario), then the namespace controller deletes the rest.
  */
 export async function deleteNamespace(kube: KubeClient, namespace: string): Promise<void> {
-  for (const { plural } of KINDS) {
+  // Connections too: theirs waits for the resources that use them, and held every namespace
+  // Terminating for good once the operator was gone.
+  const plurals: Plural[] = [...KINDS.map((k) => k.plural), "connections"];
+  for (const plural of plurals) {
     const list = await kube.list<{ metadata: { name: string; finalizers?: string[] } }>(crPath(plural, namespace));
     const held = list.items.filter((o) => (o.metadata.finalizers ?? []).length > 0);
     await forEachLimit(held, 64, async (o) => {
@@ -128,12 +156,4 @@ export async function waitNamespaceGone(kube: KubeClient, namespace: string, tim
   } catch {
     return false;
   }
-}
-
-/** Namespaces left behind by interrupted benchmark runs. */
-export async function leftoverNamespaces(kube: KubeClient): Promise<string[]> {
-  const list = await kube.list<{ metadata: { name: string; deletionTimestamp?: string } }>(namespacesPath(), {
-    labelSelector: `${BENCH_LABEL}=true`,
-  });
-  return list.items.filter((n) => n.metadata.deletionTimestamp === undefined).map((n) => n.metadata.name);
 }

@@ -1,7 +1,9 @@
 // Scenario 1 (and 4): N resources exist before the operator starts; time until all are Ready,
 // against the bound the service's rate limit sets (service calls needed / rate limit). The
 // operator runs as its own process, so its peak RSS (VmHWM) over the cold start is scenario 4.
+import { availableParallelism } from "node:os";
 import { lineChart, cumulative } from "../lib/chart.js";
+import { cpuWindow, type CpuShare } from "../lib/cpu.js";
 import type { Cluster, Plural } from "../lib/cluster.js";
 import { by, histogramQuantile, sum, type Sample } from "../lib/prom.js";
 import { mixedResources, type Mix } from "../lib/resources.js";
@@ -74,6 +76,8 @@ export interface ColdStartResult {
     samples: Array<{ t: number; rssMB: number }>;
   };
   eventLoop: { maxP99Ms: number; maxMs: number };
+  /** CPU seconds of the API server (with etcd), the operator and the benchmark (emulator, tracker) from the operator's start to all Ready. */
+  cpu: CpuShare;
   timeline: Array<[number, number]>;
   chartSvg: string;
 }
@@ -103,6 +107,7 @@ export async function coldStart(cluster: Cluster, p: Params): Promise<{ result: 
   const boundSeconds = callsNeeded / p.rateLimit;
   const op = await stack.startOperator();
   const t0 = op.startedAt;
+  const cpu = cpuWindow({ apiserver: cluster.pid, operator: op.pid }, availableParallelism());
   const timeoutMs = Math.max(600_000, boundSeconds * 10_000);
   let maxP99 = 0;
   let maxLag = 0;
@@ -140,6 +145,7 @@ export async function coldStart(cluster: Cluster, p: Params): Promise<{ result: 
     if (elapsed > timeoutMs) break;
   }
   const readyAt = performance.now();
+  const cpuShare = cpu.finish();
   const proc = op.procStatus();
   const metrics = await op.scrape().catch(() => lastScrape);
   if (p.heapSnapshotDir) {
@@ -198,13 +204,14 @@ export async function coldStart(cluster: Cluster, p: Params): Promise<{ result: 
       samples: op.memory.map((s) => ({ t: round(s.t / 1000, 1), rssMB: round(s.rssMB, 1) })),
     },
     eventLoop: { maxP99Ms: round(maxP99, 1), maxMs: round(maxLag, 1) },
+    cpu: cpuShare,
     timeline: cumulative(all),
     chartSvg: "",
   };
   result.chartSvg = chart(result, p, times, t0, (readyAt - t0) / 1000);
   log(
     `cold start: ${allReady ? "all Ready" : "NOT all Ready"} after ${result.readySeconds ?? "-"} s; bound ${result.boundSeconds} s; ratio ${result.ratio ?? "-"}; ` +
-      `API server bound ${result.apiServerBoundSeconds} s; peak RSS ${result.memory.peakRssMB} MB; service calls ${result.service.calls} (429: ${result.service.throttled429}); kube writes ${result.kube.writes}`,
+      `API server bound ${result.apiServerBoundSeconds} s; CPU s ${JSON.stringify(cpuShare.seconds)} (machine ${Math.round(cpuShare.machineUtilisation * 100)} % busy); peak RSS ${result.memory.peakRssMB} MB; service calls ${result.service.calls} (429: ${result.service.throttled429}); kube writes ${result.kube.writes}`,
   );
   return { result, stack };
 }
