@@ -21,7 +21,7 @@ import { log } from "../bench/lib/util.js";
 import { coldStart, type ColdStartResult } from "../bench/scenarios/cold-start.js";
 import { latency, type LatencyResult } from "../bench/scenarios/latency.js";
 import { renewals, type RenewalResult } from "../bench/scenarios/renewals.js";
-import { steadyState, type SteadyResult } from "../bench/scenarios/steady.js";
+import { MANAGED_WRITE_RESOURCES, steadyState, type SteadyResult } from "../bench/scenarios/steady.js";
 
 const SCENARIOS = ["cold-start", "steady", "memory", "renewals", "latency"] as const;
 type Scenario = (typeof SCENARIOS)[number];
@@ -123,7 +123,7 @@ async function main(): Promise<void> {
   const base = out.replace(/\.json$/, "");
   // Written after every scenario, so that a long teardown or a later failure loses nothing.
   const save = (): void => {
-    result.summary = summary(result);
+    result.summary = summary({ ...result, cores: result.machine.nproc, tokenTTLSeconds: a.tokenTTLSeconds });
     writeFileSync(out, `${JSON.stringify(result, null, 2)}\n`);
     const md = [
       `# Benchmark ${result.startedAt}`,
@@ -207,6 +207,8 @@ async function main(): Promise<void> {
 }
 
 function summary(r: {
+  cores: number;
+  tokenTTLSeconds: number;
   coldStart?: Omit<ColdStartResult, "chartSvg">;
   steady?: SteadyResult;
   renewals?: RenewalResult;
@@ -221,16 +223,34 @@ function summary(r: {
       measured: c.allReady ? `${c.readySeconds} s, bound ${c.boundSeconds} s: ${c.ratio} x` : `not all Ready (${JSON.stringify(c.notReady)})`,
       met: c.ratio === null ? false : c.ratio <= 1.15,
     });
+    const cpu = c.cpu.seconds;
+    rows.push({
+      scenario: "1. cold start: CPU seconds until all Ready",
+      target: "report",
+      measured:
+        `API server ${cpu.apiserver}, operator ${cpu.operator}, benchmark ${cpu.benchmark} ` +
+        `(${Math.round(c.cpu.machineUtilisation * 100)} % of ${c.cpu.wallSeconds} s x ${r.cores} cores); ${c.kube.writes} Kubernetes writes`,
+      met: null,
+    });
   }
   const s = r.steady;
   if (s) {
     const maxPasses = Math.max(...Object.values(s.service.lists).map((l) => l.passesPerSync));
     rows.push({ scenario: `2. steady ${s.minutes} min: service writes`, target: "0", measured: String(s.service.writes), met: s.service.writes === 0 });
+    const others = s.kube.writes - s.kube.managedWrites;
     rows.push({
-      scenario: `2. steady ${s.minutes} min: Kubernetes writes`,
+      scenario: `2. steady ${s.minutes} min: Kubernetes writes for the managed resources`,
       target: "0",
-      measured: `${s.kube.writes}${s.kube.writes > 0 ? ` (${Object.entries(s.kube.writesByResource).map(([k, v]) => `${k}: ${v}`).join(", ")})` : ""}`,
-      met: s.kube.writes === 0,
+      measured: String(s.kube.managedWrites),
+      met: s.kube.managedWrites === 0,
+    });
+    // API.md asks for the token's expiry and a usage summary refreshed on an interval in the
+    // Connection's status: those writes are O(Connections), and reported apart.
+    rows.push({
+      scenario: `2. steady ${s.minutes} min: other Kubernetes writes`,
+      target: "0",
+      measured: `${others}${others > 0 ? ` (${Object.entries(s.kube.writesByResource).filter(([k]) => !MANAGED_WRITE_RESOURCES.has(k.split("/")[0] ?? "")).map(([k, v]) => `${k}: ${v}`).join(", ")})` : ""}`,
+      met: others === 0,
     });
     rows.push({
       scenario: `2. steady: service reads per sync per kind`,
@@ -263,11 +283,13 @@ function summary(r: {
     });
     const minutes = (c.readySeconds ?? 0) / 60 + (s ? s.minutes + s.settleSeconds / 60 : 0);
     const tokens = c.service.tokenRequests + (s?.service.tokenRequests ?? 0);
+    // The client refreshes 30 s before expiry, so a lifetime of L seconds is used for L - 30.
+    const lifetimes = Math.max(1, Math.ceil((minutes * 60) / Math.max(1, r.tokenTTLSeconds - 30)));
     rows.push({
       scenario: "4. token requests",
       target: "1 per token lifetime",
-      measured: `${tokens} in ${minutes.toFixed(1)} min`,
-      met: null,
+      measured: `${tokens} in ${minutes.toFixed(1)} min (token lifetime ${r.tokenTTLSeconds} s: ${lifetimes} lifetime${lifetimes === 1 ? "" : "s"})`,
+      met: tokens <= lifetimes,
     });
   }
   const l = r.latency;

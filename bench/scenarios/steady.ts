@@ -37,6 +37,9 @@ export interface SteadyResult {
 
 const READ = new Set(["GET"]);
 
+/** Kubernetes resources written on behalf of the managed kinds (as opposed to the Connection's status). */
+export const MANAGED_WRITE_RESOURCES: ReadonlySet<string> = new Set(["skills", "agents", "agentdeployments", "sandboxes", "secrets", "events"]);
+
 export async function steadyState(stack: Stack, mix: Mix, o: { minutes: number; syncPeriodMinutes: number }): Promise<SteadyResult> {
   const settle = await stack.settle({ quietMs: 15_000, timeoutMs: 240_000 });
   log(`steady: operator ${settle.settled ? "settled" : "did NOT settle"} after ${(settle.ms / 1000).toFixed(0)} s; measuring ${o.minutes} min`);
@@ -78,7 +81,6 @@ export async function steadyState(stack: Stack, mix: Mix, o: { minutes: number; 
     .reduce((a, [, n]) => a + n, 0);
   const kubeWritesByResource = by(d, "rest_client_requests_total", "resource", { method: (m) => m !== "GET" });
   for (const k of Object.keys(kubeWritesByResource)) if (kubeWritesByResource[k] === 0) delete kubeWritesByResource[k];
-  const managed = ["skills", "agents", "agentdeployments", "sandboxes", "secrets", "events"];
   const proc = stack.operator?.procStatus();
   const result: SteadyResult = {
     minutes: o.minutes,
@@ -98,7 +100,7 @@ export async function steadyState(stack: Stack, mix: Mix, o: { minutes: number; 
       writes: sum(d, "rest_client_requests_total", { method: (m) => m !== "GET" }),
       writesByResource: kubeWritesByResource,
       managedWrites: Object.entries(kubeWritesByResource)
-        .filter(([r]) => managed.includes(r.split("/")[0] ?? ""))
+        .filter(([r]) => MANAGED_WRITE_RESOURCES.has(r.split("/")[0] ?? ""))
         .reduce((a, [, n]) => a + n, 0),
       reads: sum(d, "rest_client_requests_total", { method: "GET" }),
     },
