@@ -231,6 +231,9 @@ class SandboxClient implements ExternalClient<Sandbox> {
         },
         requeueAfterMs: Math.max(0, expiresAt - renewBeforeSeconds(cr) * 1000 - this.now().getTime()),
         priority: true,
+        // Routine: status.renewals and lastRenewedAt tell it. An Event per renewal was 2,000
+        // Sandboxes x 2 a minute, all of the Event rate limit, and warnings were dropped.
+        event: null,
       };
     } catch (err) {
       if (!isNotFound(err)) throw err;

@@ -37,8 +37,12 @@ export interface Observation<Status> {
 export interface ActionResult<Status> {
   status?: Partial<Status>;
   connectionDetails?: ConnectionDetails;
-  /** Event to record (reason + message), in place of the reconciler's generic one. */
-  event?: { reason: string; message: string; warning?: boolean };
+  /**
+   * Event to record (reason + message), in place of the reconciler's generic one; null for a
+   * routine action that deserves none (a TTL renewal: the status counts them, and an Event
+   * each would spend the Event budget that warnings need).
+   */
+  event?: { reason: string; message: string; warning?: boolean } | null;
   requeueAfterMs?: number;
   priority?: boolean;
 }

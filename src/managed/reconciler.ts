@@ -198,6 +198,7 @@ export class ManagedReconciler<R extends ManagedResource> implements Reconciler 
   }
 
   private record(cr: R, action: ActionResult<StatusOf<R>>, reason: string, message: string): void {
+    if (action.event === null) return;
     if (action.event) {
       if (action.event.warning) this.opts.events.warning(cr, action.event.reason, action.event.message);
       else this.opts.events.normal(cr, action.event.reason, action.event.message);

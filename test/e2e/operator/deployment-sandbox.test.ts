@@ -105,6 +105,11 @@ spec: {tier: standard, ttlSeconds: 6, renewBeforeSeconds: 2}`, t.namespace);
     const secret = await secretData("short-ttl-agentcompute");
     expect(secret.token).toBeTruthy();
     expect(secret.wsURL).toBe(done.status?.wsURL);
+    // Renewals are routine: status counts them; the Sandbox's Events are its allocation only.
+    const events = JSON.parse(
+      await kubectlOk(["get", "events", "--field-selector", "involvedObject.name=short-ttl", "-o", "json"], { namespace: t.namespace }),
+    ) as { items: Array<{ reason: string }> };
+    expect(events.items.map((e) => e.reason)).toEqual(["Created"]);
   }, 90_000);
 
   it("replaces a VM deleted out of band, with an Event", async () => {
