@@ -13,6 +13,7 @@ import path from "node:path";
 import { kubeDown, kubeUp } from "../../scripts/kube.js";
 import { GROUP, VERSION } from "../../src/api/index.js";
 import { KubeClient, isAlreadyExists, isNotFound, namespacesPath, resourcePath } from "../../src/runtime/kube-client.js";
+import { CACHE } from "./operator.js";
 import { forEachLimit, log, waitUntil } from "./util.js";
 
 const execFileAsync = promisify(execFile);
@@ -38,7 +39,7 @@ export interface Cluster {
 }
 
 /** The benchmark's own API server state, apart from the developers' (.cache/kube). */
-export const BENCH_KUBE_STATE_DIR = path.join(fileURLToPath(new URL("../../.cache/bench/kube", import.meta.url)));
+export const BENCH_KUBE_STATE_DIR = path.join(CACHE, "kube");
 
 export async function connectCluster(): Promise<Cluster> {
   const kubeLog = (l: string): void => log(`kube: ${l}`);

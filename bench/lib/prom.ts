@@ -1,4 +1,5 @@
-// A minimal reader of the Prometheus text format (what the operator's /metrics serves).
+// A minimal reader of the Prometheus text format (what the operator's /metrics serves); the
+// benchmark and the e2e suites (test/e2e/support/process.ts) both read /metrics with it.
 
 export interface Sample {
   name: string;

@@ -13,6 +13,7 @@ import { appendFileSync } from "node:fs";
 import { createInterface } from "node:readline";
 import { fileURLToPath } from "node:url";
 import { waitFor } from "./kube.js";
+import { parseMetrics, sum } from "../../../bench/lib/prom.js";
 
 export const REPO_ROOT = fileURLToPath(new URL("../../../", import.meta.url));
 const CLI = fileURLToPath(new URL("../../../src/cli.ts", import.meta.url));
@@ -185,33 +186,7 @@ export async function startOperatorProcess(opts: OperatorProcessOptions): Promis
   };
 }
 
-/** One sample of a Prometheus text exposition. */
-export interface Sample {
-  name: string;
-  labels: Record<string, string>;
-  value: number;
-}
-
-/** Parses the Prometheus text format (what prom-client writes): comments skipped. */
-export function parseMetrics(text: string): Sample[] {
-  const out: Sample[] = [];
-  for (const line of text.split("\n")) {
-    if (line === "" || line.startsWith("#")) continue;
-    const m = /^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?\s+(\S+)/.exec(line);
-    if (!m) continue;
-    const labels: Record<string, string> = {};
-    for (const l of (m[2] ?? "").matchAll(/([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"/g)) labels[l[1]!] = l[2]!;
-    out.push({ name: m[1]!, labels, value: Number(m[3]) });
-  }
-  return out;
-}
-
-/** Sum of the samples of `name` whose labels include `labels`. */
+/** Sum of the samples of `name` in a /metrics text whose labels include `labels`. */
 export function sumMetric(text: string, name: string, labels: Record<string, string> = {}): number {
-  let sum = 0;
-  for (const s of parseMetrics(text)) {
-    if (s.name !== name) continue;
-    if (Object.entries(labels).every(([k, v]) => s.labels[k] === v)) sum += s.value;
-  }
-  return sum;
+  return sum(parseMetrics(text), name, labels);
 }
