@@ -1,7 +1,7 @@
 // The service has two error dialects: compute `{code, error_code, message}` and registry
 // (and the token service) `{error, message}`. Domain code throws one ServiceError; the HTTP
 // layer renders it in the dialect of the path it answers on.
-import type { ComputeErrorBody, RegistryErrorBody } from "../service/types.js";
+import type { ComputeErrorBody, RegistryErrorBody } from "./wire.js";
 
 export type Family = "registry" | "compute" | "auth";
 

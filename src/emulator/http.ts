@@ -1,6 +1,6 @@
 // Low-level HTTP plumbing: reading a bounded body, parsing it, writing a response.
 import type { IncomingMessage, ServerResponse } from "node:http";
-import type { JsonObject } from "../service/types.js";
+import type { JsonObject } from "./wire.js";
 import { badRequest } from "./errors.js";
 import { isObject } from "./validate.js";
 

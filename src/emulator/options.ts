@@ -24,7 +24,10 @@ export interface EmulatorOptions {
   errorRate?: number;
   /** Requests per second over service calls (token bucket, burst = 1 s worth); beyond it 429. */
   rateLimit?: number;
-  /** Max live VMs; allocate answers 503 pool_exhausted beyond it. Default unlimited. */
+  /**
+   * Max live VMs; allocate answers 503 pool_exhausted beyond it. Default unlimited. The pool
+   * config's max_total (PUT /compute/v1/pool/config) limits too: the smaller wins.
+   */
   poolSize?: number;
   /** Load at start if present, save on change (debounced) and on close. */
   stateFile?: string;

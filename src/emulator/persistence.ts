@@ -2,7 +2,38 @@
 // thousands of creates costs one write) and on close. Writes go to a temp file that is then
 // renamed, so a crash mid-write never leaves a torn file behind.
 import { readFile, rename, writeFile } from "node:fs/promises";
-import type { PersistedState } from "./records.js";
+import type { StoredToken } from "./auth.js";
+import { defaultPoolConfig } from "./pool.js";
+import type { StoredAccessClient, StoredAgent, StoredDeployment, StoredSkill, StoredTool, StoredVM } from "./records.js";
+import type { PoolConfig, UsageRecord } from "./wire.js";
+
+/**
+ * 2: VMs keyed by `id` with `skills`, deployments with `registry_id`/`config_hash`/`options`,
+ * tools, access clients and the pool config. A file of another version is refused, not
+ * migrated: it is test and development state, and a half-understood file would mislead.
+ */
+export const STATE_FILE_VERSION = 2;
+
+/** What the domain state saves and restores. */
+export interface StateSnapshot {
+  agents: StoredAgent[];
+  deployments: StoredDeployment[];
+  vms: StoredVM[];
+  skills: StoredSkill[];
+  tools: StoredTool[];
+  usage: UsageRecord[];
+  poolConfig: PoolConfig;
+  /** Clients created through the API. */
+  accessClients: StoredAccessClient[];
+  /** Configured clients (the `clients` option) revoked through the API. */
+  revokedClientIds: string[];
+}
+
+/** Everything a state file holds. */
+export interface PersistedState extends StateSnapshot {
+  version: typeof STATE_FILE_VERSION;
+  tokens: StoredToken[];
+}
 
 export async function loadState(file: string): Promise<PersistedState | undefined> {
   let text: string;
@@ -19,16 +50,27 @@ export async function loadState(file: string): Promise<PersistedState | undefine
     throw new Error(`emulator state file ${file} is not valid JSON: ${(err as Error).message}`, { cause: err });
   }
   const p = parsed as Partial<PersistedState> | null;
-  if (p === null || typeof p !== "object" || p.version !== 1) {
-    throw new Error(`emulator state file ${file} has an unknown format (expected version 1)`);
+  if (p === null || typeof p !== "object" || typeof p.version !== "number") {
+    throw new Error(`emulator state file ${file} has an unknown format (expected version ${STATE_FILE_VERSION})`);
+  }
+  if (p.version !== STATE_FILE_VERSION) {
+    const why = p.version < STATE_FILE_VERSION ? "an older emulator" : "a newer emulator";
+    throw new Error(
+      `emulator state file ${file} was written by ${why} (format version ${p.version}; this emulator reads version ${STATE_FILE_VERSION}): ` +
+        "delete it or point the emulator at another file",
+    );
   }
   return {
-    version: 1,
+    version: STATE_FILE_VERSION,
     agents: p.agents ?? [],
     deployments: p.deployments ?? [],
     vms: p.vms ?? [],
     skills: p.skills ?? [],
+    tools: p.tools ?? [],
     usage: p.usage ?? [],
+    poolConfig: { ...defaultPoolConfig(), ...p.poolConfig },
+    accessClients: p.accessClients ?? [],
+    revokedClientIds: p.revokedClientIds ?? [],
     tokens: p.tokens ?? [],
   };
 }

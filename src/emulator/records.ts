@@ -1,53 +1,45 @@
 // How the emulator stores each service object, and the wire view it answers with. Stored
 // records keep what the service keeps but never sends (a pull secret's password, a VM's env,
-// instants as numbers); views are built per response so stored records are never leaked.
+// a deployment's options, instants as numbers); views are built per response, field by field,
+// so a stored-only field can never leak into an answer.
 import type {
   Agent,
+  AgentManifest,
   AgentVM,
   Allocation,
+  DeployOptions,
   Deployment,
   ImagePullSecret,
   Skill,
+  Tool,
   UsageRecord,
-} from "../service/types.js";
+} from "./wire.js";
 import { rfc3339 } from "./util.js";
 
-export interface StoredAgent extends Agent {
-  org_id: string;
-  image: string;
-  state: string;
-  visibility: string;
-  allowed_org_ids: string[];
-  capabilities: string[];
-  metadata: Record<string, string>;
-  created_at: string;
-  updated_at: string;
+export interface StoredAgent extends Omit<Agent, "image_pull_secret"> {
   /** Stored in full; the password is never sent back. */
   image_pull_secret?: ImagePullSecret;
 }
 
 export interface StoredDeployment extends Deployment {
-  state: string;
-  endpoint: string;
-  endpoint_name: string;
-  token: string;
-  created_at: string;
-  updated_at: string;
-  /** Emulator extra: bumped by every redeploy. */
+  /** The deploy options as received (env included): kept, never sent. */
+  options: DeployOptions;
+  /** Emulator extra, never sent: 1, plus one per redeploy (so tests can count redeploys). */
   revision: number;
-  /** Emulator extra: the agent's image at deploy/redeploy time. */
-  agent_image: string;
 }
 
 export interface StoredVM {
-  vm_id: string;
+  id: string;
   state: string;
   tier: string;
+  /** Not on the record: it scopes the VM list. */
   org_id: string;
-  skills_loaded: string[];
+  skills: string[];
   metadata: Record<string, string>;
+  /** Kept, never sent. */
   env: Record<string, string>;
-  secure_runtime: boolean;
+  /** The runtime's name as sent at allocation; kept, never sent. */
+  secure_runtime?: string;
   endpoint: string;
   ws_url: string;
   token: string;
@@ -56,46 +48,84 @@ export interface StoredVM {
   expiresAt: number;
 }
 
-export interface StoredSkill extends Skill {
+export type StoredSkill = Skill;
+
+export type StoredTool = Tool;
+
+/** An access client created through POST /compute/v1/access/clients. */
+export interface StoredAccessClient {
+  client_id: string;
   name: string;
-  content: string;
-  resources: Record<string, string>;
-  content_hash: string;
+  /** Hex SHA-256 of the secret: the secret itself is shown once, at creation. */
+  secret_sha256: string;
+  is_active: boolean;
   created_at: string;
-  updated_at: string;
 }
 
+const cloneManifest = (m: AgentManifest): AgentManifest => structuredClone(m);
+
 /** The agent as the registry answers it: everything but the pull secret's password. */
-export function agentView(a: StoredAgent): Agent & { image_pull_secret?: Omit<ImagePullSecret, "password"> } {
-  const { image_pull_secret, ...rest } = a;
-  const view: Agent & { image_pull_secret?: Omit<ImagePullSecret, "password"> } = {
-    ...rest,
+export function agentView(a: StoredAgent): Agent {
+  const view: Agent = {
+    id: a.id,
+    name: a.name,
+    org_id: a.org_id,
+    image: a.image,
+    ...(a.author !== undefined && { author: a.author }),
+    ...(a.description !== undefined && { description: a.description }),
+    ...(a.version !== undefined && { version: a.version }),
+    ...(a.endpoint !== undefined && { endpoint: a.endpoint }),
+    ...(a.public_key !== undefined && { public_key: a.public_key }),
     capabilities: [...a.capabilities],
     metadata: { ...a.metadata },
+    ...(a.manifest !== undefined && { manifest: cloneManifest(a.manifest) }),
+    state: a.state,
+    visibility: a.visibility,
     allowed_org_ids: [...a.allowed_org_ids],
+    created_at: a.created_at,
+    updated_at: a.updated_at,
   };
-  if (image_pull_secret) view.image_pull_secret = { registry: image_pull_secret.registry, username: image_pull_secret.username };
+  if (a.image_pull_secret) view.image_pull_secret = { registry: a.image_pull_secret.registry, username: a.image_pull_secret.username };
   return view;
 }
 
+/** Exactly the record's fields: never the options (env) nor the emulator's revision. */
 export function deploymentView(d: StoredDeployment): Deployment {
-  return structuredClone(d);
+  return {
+    id: d.id,
+    name: d.name,
+    registry_id: d.registry_id,
+    image: d.image,
+    endpoint: d.endpoint,
+    endpoint_name: d.endpoint_name,
+    config_hash: d.config_hash,
+    ...(d.manifest !== undefined && { manifest: cloneManifest(d.manifest) }),
+    metadata: { ...d.metadata },
+    skills: [...d.skills],
+    state: d.state,
+    tier: d.tier,
+    token: d.token,
+    created_at: d.created_at,
+    updated_at: d.updated_at,
+  };
 }
 
-/** AgentVM view: connection details but not the token (only allocate hands that out) nor env. */
+/**
+ * models.AgentVM. It carries the VM token (the published record has it); not env, org_id,
+ * secure_runtime or the connection details (those are the allocation's and /endpoint's).
+ * The emulator creates a VM when it allocates it, so created_at equals allocated_at.
+ */
 export function vmView(vm: StoredVM, releasedAt?: number): AgentVM {
   const view: AgentVM = {
-    vm_id: vm.vm_id,
+    id: vm.id,
     state: vm.state,
     tier: vm.tier,
-    org_id: vm.org_id,
-    skills_loaded: [...vm.skills_loaded],
+    skills: [...vm.skills],
     metadata: { ...vm.metadata },
-    secure_runtime: vm.secure_runtime,
-    endpoint: vm.endpoint,
-    ws_url: vm.ws_url,
+    token: vm.token,
     ttl_seconds: vm.ttl_seconds,
     allocated_at: rfc3339(vm.allocatedAt),
+    created_at: rfc3339(vm.allocatedAt),
     expires_at: rfc3339(vm.expiresAt),
   };
   if (releasedAt !== undefined) view.released_at = rfc3339(releasedAt);
@@ -104,10 +134,10 @@ export function vmView(vm: StoredVM, releasedAt?: number): AgentVM {
 
 export function allocationView(vm: StoredVM): Allocation {
   return {
-    vm_id: vm.vm_id,
+    vm_id: vm.id,
     state: vm.state,
     tier: vm.tier,
-    skills_loaded: [...vm.skills_loaded],
+    skills_loaded: [...vm.skills],
     endpoint: vm.endpoint,
     ws_url: vm.ws_url,
     token: vm.token,
@@ -116,18 +146,17 @@ export function allocationView(vm: StoredVM): Allocation {
 }
 
 export function skillView(s: StoredSkill): Skill {
-  return { ...s, resources: { ...s.resources } };
+  return {
+    name: s.name,
+    content: s.content,
+    ...(s.description !== undefined && { description: s.description }),
+    resources: { ...s.resources },
+    content_hash: s.content_hash,
+    created_at: s.created_at,
+    updated_at: s.updated_at,
+  };
 }
+
+export const toolView = (t: StoredTool): Tool => ({ id: t.id, name: t.name, category: t.category, description: t.description, created_at: t.created_at });
 
 export const usageView = (u: UsageRecord): UsageRecord => ({ ...u });
-
-/** Everything a state file holds; `version` lets a later format refuse an old file clearly. */
-export interface PersistedState {
-  version: 1;
-  agents: StoredAgent[];
-  deployments: StoredDeployment[];
-  vms: StoredVM[];
-  skills: StoredSkill[];
-  usage: UsageRecord[];
-  tokens: { token: string; expiresAt: number }[];
-}

@@ -6,15 +6,19 @@ import type { AddressInfo } from "node:net";
 import { TokenStore } from "./auth.js";
 import { defaultCode, errorBody, familyOf, ServiceError, type Family } from "./errors.js";
 import { FaultInjector } from "./faults.js";
+import { accessRoutes } from "./handlers/access.js";
 import { accountRoutes } from "./handlers/account.js";
 import { deploymentRoutes } from "./handlers/deployments.js";
+import { forwardRoutes } from "./handlers/forward.js";
+import { poolRoutes } from "./handlers/pool.js";
 import { registryRoutes } from "./handlers/registry.js";
 import { skillRoutes } from "./handlers/skills.js";
+import { toolRoutes } from "./handlers/tools.js";
 import { vmRoutes } from "./handlers/vms.js";
 import { bodyParser, readBody, send } from "./http.js";
 import type { EmulatorOptions, FaultRule, RequestLogEntry, RequestStats, ResolvedOptions } from "./options.js";
 import { resolveOptions } from "./options.js";
-import { loadState, StateSaver } from "./persistence.js";
+import { loadState, STATE_FILE_VERSION, StateSaver } from "./persistence.js";
 import { retryAfterSeconds, TokenBucket } from "./ratelimit.js";
 import { RequestLog } from "./requestlog.js";
 import { Router, type HandlerResult, type Match } from "./router.js";
@@ -46,7 +50,17 @@ type Outcome =
   | { kind: "drop" }
   | { kind: "handle"; after?: "drop" | { delayMs: number } };
 
-const routes = [...registryRoutes, ...deploymentRoutes, ...vmRoutes, ...skillRoutes, ...accountRoutes];
+const routes = [
+  ...registryRoutes,
+  ...toolRoutes,
+  ...deploymentRoutes,
+  ...vmRoutes,
+  ...forwardRoutes,
+  ...poolRoutes,
+  ...skillRoutes,
+  ...accountRoutes,
+  ...accessRoutes,
+];
 
 const sleep = (ms: number): Promise<void> =>
   ms > 0
@@ -64,14 +78,18 @@ export async function startEmulator(input: EmulatorOptions = {}): Promise<Emulat
     poolSize: () => options.poolSize,
     rejectTiers: () => options.rejectTiers,
     orgId: () => options.orgId,
+    configuredClients: () => options.clients,
+    startedAt: () => startedAt,
   });
   const tokens = new TokenStore({
     now: () => options.now(),
     apiKey: () => options.apiKey,
-    clients: () => options.clients,
+    verifyClient: (id, secret) => state.verifyClient(id, secret),
     tokenTTLSeconds: () => options.tokenTTLSeconds,
     omitExpiresIn: () => options.omitExpiresIn,
   });
+  // A revoked client's tokens stop working at once, not when they expire.
+  state.onClientRevoked = (clientId) => tokens.revokeClient(clientId);
 
   let saver: StateSaver | undefined;
   if (options.stateFile !== undefined) {
@@ -80,7 +98,7 @@ export async function startEmulator(input: EmulatorOptions = {}): Promise<Emulat
       state.restore(loaded);
       tokens.restore(loaded.tokens);
     }
-    saver = new StateSaver(options.stateFile, () => ({ version: 1, ...state.snapshot(), tokens: tokens.snapshot() }));
+    saver = new StateSaver(options.stateFile, () => ({ version: STATE_FILE_VERSION, ...state.snapshot(), tokens: tokens.snapshot() }));
     const s = saver;
     state.onChange = () => s.changed();
     tokens.onChange = () => s.changed();

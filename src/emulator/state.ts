@@ -3,38 +3,50 @@
 // Errors are the service's own (ServiceError with the documented status), so a test that
 // names a wrong id fails as loudly as the service would.
 import { createHash } from "node:crypto";
-import type {
-  Agent,
-  AgentVM,
-  Allocation,
-  AllocateVMRequest,
-  CreateAgentRequest,
-  DeployOptions,
-  Deployment,
-  Skill,
-  SkillRequest,
-  UpdateAgentRequest,
-  UsageRecord,
-  UsageSummary,
-} from "../service/types.js";
+import { AccessClients, type ConfiguredClient } from "./access-clients.js";
+import { configHash, parseDeployOptions } from "./deploy-options.js";
 import { badRequest, conflict, notFound, ServiceError } from "./errors.js";
 import { ExpiryHeap } from "./expiry-heap.js";
+import type { StateSnapshot } from "./persistence.js";
+import { allocationLimit, defaultPoolConfig, mergePoolConfig, poolStatus } from "./pool.js";
 import {
   agentView,
   allocationView,
   deploymentView,
   skillView,
+  toolView,
   usageView,
   vmView,
-  type PersistedState,
   type StoredAgent,
   type StoredDeployment,
   type StoredSkill,
+  type StoredTool,
   type StoredVM,
 } from "./records.js";
+import { DAY_MS, newId, newToken, parseUTCDate, rfc3339, utcDate } from "./util.js";
 import type { Page } from "./validate.js";
 import { paginate } from "./validate.js";
-import { DAY_MS, newId, newToken, parseUTCDate, rfc3339, utcDate } from "./util.js";
+import type {
+  AccessClient,
+  Agent,
+  AgentVM,
+  AllocateRequest,
+  Allocation,
+  CreateAgentRequest,
+  CreateToolRequest,
+  CreatedAccessClient,
+  DeployOptions,
+  Deployment,
+  JsonObject,
+  PoolConfig,
+  PoolStatus,
+  Skill,
+  SkillRequest,
+  Tool,
+  UpdateAgentRequest,
+  UsageRecord,
+  UsageSummary,
+} from "./wire.js";
 
 /** What the state needs from the emulator's (run-time changeable) options. */
 export interface StatePolicy {
@@ -42,6 +54,10 @@ export interface StatePolicy {
   poolSize(): number | undefined;
   rejectTiers(): readonly string[];
   orgId(): string;
+  /** The `clients` option. */
+  configuredClients(): readonly ConfiguredClient[];
+  /** When the emulator started (created_at of the API key and configured clients). */
+  startedAt(): number;
 }
 
 /** Out-of-band agent changes may also touch what the service alone controls. */
@@ -66,12 +82,18 @@ export class EmulatorState {
   private readonly _vms = new Map<string, StoredVM>();
   private readonly expiry = new ExpiryHeap();
   private readonly _skills = new Map<string, StoredSkill>();
+  private readonly _tools = new Map<string, StoredTool>();
   private readonly _usage: UsageRecord[] = [];
+  private _poolConfig: PoolConfig = defaultPoolConfig();
+  private readonly clients: AccessClients;
 
   /** Called after every change, so the server can persist it. */
   onChange: () => void = () => {};
 
-  constructor(private readonly policy: StatePolicy) {}
+  constructor(private readonly policy: StatePolicy) {
+    this.clients = new AccessClients({ now: () => policy.now(), configured: () => policy.configuredClients(), startedAt: () => policy.startedAt() });
+    this.clients.onChange = () => this.onChange();
+  }
 
   get agents(): ReadonlyMap<string, Readonly<StoredAgent>> {
     return this._agents;
@@ -80,8 +102,8 @@ export class EmulatorState {
     return this._deployments;
   }
   /**
-   * Live VMs. Reading it first expires those whose time has passed (a cheap heap check), so
-   * a test sees what the service would answer, not what the last sweep left behind.
+   * Live VMs, keyed by id. Reading it first expires those whose time has passed (a cheap heap
+   * check), so a test sees what the service would answer, not what the last sweep left behind.
    */
   get vms(): ReadonlyMap<string, Readonly<StoredVM>> {
     this.sweep();
@@ -90,10 +112,22 @@ export class EmulatorState {
   get skills(): ReadonlyMap<string, Readonly<StoredSkill>> {
     return this._skills;
   }
+  get tools(): ReadonlyMap<string, Readonly<StoredTool>> {
+    return this._tools;
+  }
   /** Usage records, oldest first; like `vms`, reading it expires VMs that are due. */
   get usage(): readonly UsageRecord[] {
     this.sweep();
     return this._usage;
+  }
+  /** A copy of the pool configuration. */
+  get poolConfig(): PoolConfig {
+    return { ...this._poolConfig, default_skills: [...this._poolConfig.default_skills] };
+  }
+
+  /** Called with a client id when an access client is revoked (the server ends its tokens). */
+  set onClientRevoked(fn: (clientId: string) => void) {
+    this.clients.onRevoke = fn;
   }
 
   private now(): number {
@@ -101,7 +135,7 @@ export class EmulatorState {
   }
 
   // ---------------------------------------------------------------------------------------
-  // Registry
+  // Registry: agents
 
   createAgent(req: CreateAgentRequest): Agent {
     const key = nameKey(req.org_id, req.name);
@@ -152,6 +186,13 @@ export class EmulatorState {
     return agentView(this.agent(id));
   }
 
+  /** Published as a map of strings; 404 when the agent has no key (D). */
+  agentPublicKey(id: string): Record<string, string> {
+    const agent = this.agent(id);
+    if (agent.public_key === undefined || agent.public_key === "") throw notFound(`agent ${id} has no public key`);
+    return { agent_id: agent.id, public_key: agent.public_key };
+  }
+
   updateAgent(id: string, patch: AgentPatch): Agent {
     const agent = this.agent(id);
     if (patch.name !== undefined && patch.name !== agent.name) {
@@ -182,35 +223,64 @@ export class EmulatorState {
   }
 
   // ---------------------------------------------------------------------------------------
+  // Registry: tools
+
+  createTool(req: CreateToolRequest): Tool {
+    if (this._tools.has(req.id)) throw conflict(`a tool with id "${req.id}" already exists`);
+    const tool: StoredTool = {
+      id: req.id,
+      name: req.name,
+      category: req.category ?? "",
+      description: req.description ?? "",
+      created_at: rfc3339(this.now()),
+    };
+    this._tools.set(tool.id, tool);
+    this.onChange();
+    return toolView(tool);
+  }
+
+  /** Every tool (no paging is published), optionally of one category. */
+  listTools(category?: string): { tools: Tool[]; total: number } {
+    const tools = [...this._tools.values()].filter((t) => category === undefined || t.category === category).map(toolView);
+    return { tools, total: tools.length };
+  }
+
+  getTool(id: string): Tool {
+    const tool = this._tools.get(id);
+    if (!tool) throw notFound(`tool ${id} not found`);
+    return toolView(tool);
+  }
+
+  // ---------------------------------------------------------------------------------------
   // Deployments
 
-  deploy(agentId: string, options: DeployOptions): Deployment {
+  /** `options` as received; its known keys are validated (400), the rest kept as sent. */
+  deploy(agentId: string, options: DeployOptions | JsonObject): Deployment {
     const agent = this._agents.get(agentId);
     if (!agent) throw notFound(`agent ${agentId} not found`);
+    const opts = parseDeployOptions(options as JsonObject);
     const id = newId();
     const at = rfc3339(this.now());
-    const endpointName = options.endpoint_name ?? `agent-${id.slice(0, 8)}`;
-    // Options first so that an unknown option can never overwrite what the service sets.
     const dep: StoredDeployment = {
-      ...structuredClone(options),
       id,
-      agent_id: agentId,
+      registry_id: agentId,
+      image: agent.image,
+      ...(agent.manifest !== undefined && { manifest: structuredClone(agent.manifest) }),
       state: "running",
-      endpoint: `https://${endpointName}.agents.emulator.local`,
-      endpoint_name: endpointName,
       token: newToken(),
       created_at: at,
       updated_at: at,
       revision: 1,
-      agent_image: agent.image,
+      ...this.fromOptions(id, opts, agent),
     };
     this._deployments.set(id, dep);
     this.onChange();
     return deploymentView(dep);
   }
 
-  listDeployments(page: Page): Deployment[] {
-    return paginate(this._deployments.values(), page).items.map(deploymentView);
+  /** No paging is published for this list: every deployment, always. */
+  listDeployments(): Deployment[] {
+    return [...this._deployments.values()].map(deploymentView);
   }
 
   getDeployment(id: string): Deployment {
@@ -225,16 +295,33 @@ export class EmulatorState {
     return deploymentView(dep);
   }
 
+  /** Picks up the agent's current image and manifest; the options (and config_hash) stay. */
   redeploy(id: string): Deployment {
     const dep = this.deployment(id);
-    const agent = this._agents.get(dep.agent_id);
+    const agent = this._agents.get(dep.registry_id);
     if (!agent) {
       // A distinct code: the deployment exists, its agent does not (D).
-      throw new ServiceError(404, "agent_not_found", `agent ${dep.agent_id} of deployment ${id} not found`);
+      throw new ServiceError(404, "agent_not_found", `agent ${dep.registry_id} of deployment ${id} not found`);
     }
     dep.state = "running";
     dep.revision += 1;
-    dep.agent_image = agent.image;
+    dep.image = agent.image;
+    if (agent.manifest !== undefined) dep.manifest = structuredClone(agent.manifest);
+    else delete dep.manifest;
+    dep.updated_at = rfc3339(this.now());
+    this.onChange();
+    return deploymentView(dep);
+  }
+
+  /**
+   * Out of band: the deployment's config was changed from another client. The options are
+   * replaced and the record's option-derived fields and config_hash follow, as if it had been
+   * deployed with them; updated_at moves.
+   */
+  reconfigureDeployment(id: string, options: DeployOptions | JsonObject): Deployment {
+    const dep = this.deployment(id);
+    const opts = parseDeployOptions(options as JsonObject);
+    Object.assign(dep, this.fromOptions(id, opts, this._agents.get(dep.registry_id), dep.name));
     dep.updated_at = rfc3339(this.now());
     this.onChange();
     return deploymentView(dep);
@@ -246,6 +333,26 @@ export class EmulatorState {
     this.onChange();
   }
 
+  /** The record's fields taken from the options, each with its default when not given. */
+  private fromOptions(
+    id: string,
+    opts: DeployOptions,
+    agent: StoredAgent | undefined,
+    fallbackName = "",
+  ): Pick<StoredDeployment, "name" | "tier" | "skills" | "metadata" | "endpoint_name" | "endpoint" | "config_hash" | "options"> {
+    const endpointName = opts.endpoint_name ?? `agent-${id.slice(0, 8)}`;
+    return {
+      name: opts.name ?? agent?.name ?? fallbackName,
+      tier: opts.tier ?? this._poolConfig.default_tier,
+      skills: [...(opts.skills ?? [])],
+      metadata: { ...opts.metadata },
+      endpoint_name: endpointName,
+      endpoint: `https://${endpointName}.agents.emulator.local`,
+      config_hash: configHash(opts),
+      options: opts,
+    };
+  }
+
   private deployment(id: string): StoredDeployment {
     const dep = this._deployments.get(id);
     if (!dep) throw notFound(`deployment ${id} not found`);
@@ -255,31 +362,33 @@ export class EmulatorState {
   // ---------------------------------------------------------------------------------------
   // Agent VMs
 
-  allocateVM(req: AllocateVMRequest): Allocation {
+  /** Returns the allocation result (the only shape that says vm_id). */
+  allocateVM(req: AllocateRequest): Allocation {
     this.sweep();
     if (this.policy.rejectTiers().includes(req.tier)) {
       throw new ServiceError(400, "invalid_tier", `tier "${req.tier}" is not available`);
     }
+    const ttl = req.ttl_seconds ?? DEFAULT_VM_TTL_SECONDS;
+    this.checkTTL(ttl);
     const skills = req.skills ?? [];
     for (const name of skills) {
       if (!this._skills.has(name)) throw new ServiceError(400, "skill_not_found", `skill "${name}" does not exist`);
     }
-    const pool = this.policy.poolSize();
-    if (pool !== undefined && this._vms.size >= pool) {
+    const limit = allocationLimit(this._poolConfig, this.policy.poolSize());
+    if (limit !== undefined && this._vms.size >= limit) {
       throw new ServiceError(503, "pool_exhausted", "no VMs available, retry shortly");
     }
     const now = this.now();
-    const ttl = req.ttl_seconds ?? DEFAULT_VM_TTL_SECONDS;
     const id = newId();
     const vm: StoredVM = {
-      vm_id: id,
+      id,
       state: "allocated",
       tier: req.tier,
       org_id: req.org_id ?? this.policy.orgId(),
-      skills_loaded: [...skills],
+      skills: [...skills],
       metadata: { ...req.metadata },
       env: { ...req.env },
-      secure_runtime: req.secure_runtime ?? false,
+      ...(req.secure_runtime !== undefined && { secure_runtime: req.secure_runtime }),
       endpoint: `https://${id}.vms.emulator.local`,
       ws_url: `wss://${id}.vms.emulator.local/ws`,
       token: newToken(),
@@ -315,6 +424,7 @@ export class EmulatorState {
 
   renewVM(id: string, ttlSeconds: number): AgentVM {
     const vm = this.vm(id);
+    this.checkTTL(ttlSeconds);
     vm.ttl_seconds = ttlSeconds;
     vm.expiresAt = this.now() + ttlSeconds * 1000;
     this.expiry.push(vm.expiresAt, id);
@@ -353,6 +463,11 @@ export class EmulatorState {
     return expired;
   }
 
+  private checkTTL(ttl: number): void {
+    const max = this._poolConfig.max_vm_ttl_seconds;
+    if (ttl > max) throw badRequest(`ttl_seconds must be at most ${max} (the pool's max_vm_ttl_seconds)`);
+  }
+
   private vm(id: string): StoredVM {
     this.sweep();
     const vm = this._vms.get(id);
@@ -361,9 +476,9 @@ export class EmulatorState {
   }
 
   private endVM(vm: StoredVM, endedAt: number, reason: UsageReason): void {
-    this._vms.delete(vm.vm_id);
+    this._vms.delete(vm.id);
     this._usage.push({
-      vm_id: vm.vm_id,
+      vm_id: vm.id,
       tier: vm.tier,
       started_at: rfc3339(vm.allocatedAt),
       ended_at: rfc3339(endedAt),
@@ -371,6 +486,41 @@ export class EmulatorState {
       reason,
     });
     this.onChange();
+  }
+
+  // ---------------------------------------------------------------------------------------
+  // Pool
+
+  poolStatus(): PoolStatus {
+    this.sweep();
+    return poolStatus(this._poolConfig, [...this._vms.values()].map((vm) => vm.tier), this.policy.poolSize());
+  }
+
+  /** Any subset of the config; min_warm <= max_warm is checked on the result (400). */
+  updatePoolConfig(patch: Partial<PoolConfig>): PoolConfig {
+    this._poolConfig = mergePoolConfig(this._poolConfig, patch);
+    this.onChange();
+    return this.poolConfig;
+  }
+
+  // ---------------------------------------------------------------------------------------
+  // Access clients
+
+  createAccessClient(name: string): CreatedAccessClient {
+    return this.clients.create(name);
+  }
+
+  listAccessClients(): AccessClient[] {
+    return this.clients.list();
+  }
+
+  revokeAccessClient(clientId: string): void {
+    this.clients.revoke(clientId);
+  }
+
+  /** True for an active client with this secret (the token service asks). */
+  verifyClient(clientId: string, secret: string): boolean {
+    return this.clients.verify(clientId, secret);
   }
 
   // ---------------------------------------------------------------------------------------
@@ -394,6 +544,7 @@ export class EmulatorState {
     return skillView(skill);
   }
 
+  /** No paging is published for this list: every skill, always. */
   listSkills(): Skill[] {
     return [...this._skills.values()].map(skillView);
   }
@@ -405,16 +556,16 @@ export class EmulatorState {
   /** PUT semantics: the body replaces content, description and resources. */
   replaceSkill(name: string, req: SkillRequest): Skill {
     const skill = this.skill(name);
+    const resources = { ...req.resources };
     const next: StoredSkill = {
       name: skill.name,
       content: req.content,
       ...(req.description !== undefined && { description: req.description }),
-      resources: { ...req.resources },
-      content_hash: "",
+      resources,
+      content_hash: contentHash(req.content, resources),
       created_at: skill.created_at,
       updated_at: rfc3339(this.now()),
     };
-    next.content_hash = contentHash(next.content, next.resources);
     this._skills.set(name, next);
     this.onChange();
     return skillView(next);
@@ -423,10 +574,11 @@ export class EmulatorState {
   /** Out of band: change some fields; the hash follows as the service would recompute it. */
   updateSkill(name: string, patch: Partial<Omit<SkillRequest, "name">>): Skill {
     const skill = this.skill(name);
+    const description = patch.description ?? skill.description;
     return this.replaceSkill(name, {
       name,
       content: patch.content ?? skill.content,
-      description: patch.description ?? skill.description,
+      ...(description !== undefined && { description }),
       resources: patch.resources ?? skill.resources,
     });
   }
@@ -486,23 +638,29 @@ export class EmulatorState {
   // ---------------------------------------------------------------------------------------
   // Persistence
 
-  snapshot(): Omit<PersistedState, "version" | "tokens"> {
+  snapshot(): StateSnapshot {
+    const clients = this.clients.snapshot();
     return {
       agents: [...this._agents.values()],
       deployments: [...this._deployments.values()],
       vms: [...this._vms.values()],
       skills: [...this._skills.values()],
+      tools: [...this._tools.values()],
       usage: this._usage,
+      poolConfig: this._poolConfig,
+      accessClients: clients.created,
+      revokedClientIds: clients.revokedConfigured,
     };
   }
 
-  restore(p: Omit<PersistedState, "version" | "tokens">): void {
+  restore(p: StateSnapshot): void {
     this._agents.clear();
     this.agentNames.clear();
     this._deployments.clear();
     this._vms.clear();
     this.expiry.clear();
     this._skills.clear();
+    this._tools.clear();
     this._usage.length = 0;
     for (const a of p.agents) {
       this._agents.set(a.id, a);
@@ -510,12 +668,15 @@ export class EmulatorState {
     }
     for (const d of p.deployments) this._deployments.set(d.id, d);
     for (const vm of p.vms) {
-      this._vms.set(vm.vm_id, vm);
-      this.expiry.push(vm.expiresAt, vm.vm_id);
+      this._vms.set(vm.id, vm);
+      this.expiry.push(vm.expiresAt, vm.id);
     }
     for (const s of p.skills) this._skills.set(s.name, s);
+    for (const t of p.tools) this._tools.set(t.id, t);
     // A loop, not push(...): a spread of a long array overflows the call stack.
     for (const u of p.usage) this._usage.push(u);
+    this._poolConfig = { ...defaultPoolConfig(), ...p.poolConfig };
+    this.clients.restore({ created: p.accessClients, revokedConfigured: p.revokedClientIds });
   }
 }
 

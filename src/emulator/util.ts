@@ -1,5 +1,5 @@
 // Small helpers shared by the emulator's modules: ids, tokens, timestamps, dates.
-import { randomBytes, randomUUID } from "node:crypto";
+import { createHash, randomBytes, randomUUID, timingSafeEqual } from "node:crypto";
 
 export const newId = (): string => randomUUID();
 
@@ -24,3 +24,10 @@ export function parseUTCDate(s: string): number | undefined {
 }
 
 export const DAY_MS = 86_400_000;
+
+/** Compare secrets in constant time; hashing first makes the lengths equal. */
+export function secretEquals(a: string, b: string): boolean {
+  const ha = createHash("sha256").update(a).digest();
+  const hb = createHash("sha256").update(b).digest();
+  return timingSafeEqual(ha, hb);
+}

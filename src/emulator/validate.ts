@@ -1,6 +1,6 @@
 // Request body and query validation. Every message names the field at fault, because the
 // operator passes the service's 400 message through to the user (SERVICE.md, gaps).
-import type { JsonObject, JsonValue } from "../service/types.js";
+import type { JsonObject, JsonValue } from "./wire.js";
 import { badRequest } from "./errors.js";
 
 export function isObject(v: unknown): v is JsonObject {

@@ -1,8 +1,6 @@
-// Account-level routes: the token service, usage records and summary, access clients.
-import type { AccessClient } from "../../service/types.js";
+// Account-level routes: the token service, usage records and summary.
 import { badRequest } from "../errors.js";
 import type { HandlerContext, HandlerResult, Route } from "../router.js";
-import { rfc3339 } from "../util.js";
 import { pageParams } from "../validate.js";
 
 const DEFAULT_LIMIT = 100;
@@ -22,16 +20,6 @@ function usage(ctx: HandlerContext): HandlerResult {
   return { status: 200, body: ctx.state.listUsage(q, page) };
 }
 
-function accessClients(ctx: HandlerContext): HandlerResult {
-  const createdAt = rfc3339(ctx.startedAt);
-  // The API key is listed as a client without revealing the key itself.
-  const clients: AccessClient[] = [
-    { client_id: "api-key", name: "API key", is_active: true, created_at: createdAt },
-    ...ctx.options.clients.map((c) => ({ client_id: c.clientId, name: c.clientId, is_active: true, created_at: createdAt })),
-  ];
-  return { status: 200, body: clients };
-}
-
 export const accountRoutes: Route[] = [
   {
     method: "POST",
@@ -42,5 +30,4 @@ export const accountRoutes: Route[] = [
   },
   { method: "GET", pattern: "/compute/v1/usage", operation: "usage.list", auth: true, handler: usage },
   { method: "GET", pattern: "/compute/v1/usage/summary", operation: "usage.summary", auth: true, handler: (ctx) => ({ status: 200, body: ctx.state.usageSummary() }) },
-  { method: "GET", pattern: "/compute/v1/access/clients", operation: "access.clients", auth: true, handler: accessClients },
 ];

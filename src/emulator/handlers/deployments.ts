@@ -1,22 +1,8 @@
-// Deployment routes ("instances"): deploy options are free-form, so only the keys the record
-// is known to carry are type-checked; everything else passes through as sent.
-import type { DeployOptions } from "../../service/types.js";
+// Deployment routes ("instances"). Deploy options are free-form: the state validates the keys
+// the record carries (deploy-options.ts) and keeps the rest as sent, without echoing them.
 import type { HandlerContext, HandlerResult, Route } from "../router.js";
-import { optionalString, optionalStringArray, optionalStringMap, pageParams } from "../validate.js";
 
-const DEFAULT_LIMIT = 100;
-
-function deploy(ctx: HandlerContext): HandlerResult {
-  const body = ctx.body();
-  // Validation only: the typed values are the same as those sent.
-  optionalString(body, "name");
-  optionalString(body, "tier");
-  optionalString(body, "endpoint_name");
-  optionalStringArray(body, "skills");
-  optionalStringMap(body, "env");
-  optionalStringMap(body, "metadata");
-  return { status: 200, body: ctx.state.deploy(ctx.params["agent_id"]!, body as DeployOptions) };
-}
+const deploy = (ctx: HandlerContext): HandlerResult => ({ status: 200, body: ctx.state.deploy(ctx.params["agent_id"]!, ctx.body()) });
 
 const byId =
   (fn: (ctx: HandlerContext, id: string) => unknown) =>
@@ -29,7 +15,8 @@ export const deploymentRoutes: Route[] = [
     pattern: "/compute/v1/deployments",
     operation: "deployments.list",
     auth: true,
-    handler: (ctx) => ({ status: 200, body: ctx.state.listDeployments(pageParams(ctx.query, DEFAULT_LIMIT, ctx.options.maxPageSize)) }),
+    // No query parameters are published: limit/offset are ignored, the whole list is answered.
+    handler: (ctx) => ({ status: 200, body: ctx.state.listDeployments() }),
   },
   { method: "GET", pattern: "/compute/v1/deployments/:id", operation: "deployments.get", auth: true, handler: byId((ctx, id) => ctx.state.getDeployment(id)) },
   {

@@ -1,6 +1,6 @@
-// Registry routes (/registry/v1/agents): request validation, then the domain state.
-import type { CreateAgentRequest, ImagePullSecret, JsonObject, UpdateAgentRequest } from "../../service/types.js";
+// Registry agent routes (/registry/v1/agents): request validation, then the domain state.
 import { badRequest } from "../errors.js";
+import { parseManifest } from "../manifest.js";
 import type { HandlerContext, HandlerResult, Route } from "../router.js";
 import {
   optionalObject,
@@ -11,6 +11,7 @@ import {
   rejectUnknown,
   requiredString,
 } from "../validate.js";
+import type { AgentManifest, CreateAgentRequest, ImagePullSecret, JsonObject, UpdateAgentRequest } from "../wire.js";
 
 const AGENT_STATES = new Set(["registered", "deploying", "running", "active", "idle", "sleeping", "stopped", "failed"]);
 const DEFAULT_LIMIT = 20;
@@ -65,6 +66,12 @@ function pullSecret(body: JsonObject): ImagePullSecret | undefined {
   return { registry: field("registry"), username: field("username"), password: field("password") };
 }
 
+/** Only the published manifest keys survive (see manifest.ts); null counts as not given. */
+function manifest(body: JsonObject): AgentManifest | undefined {
+  const v = body["manifest"];
+  return v === undefined || v === null ? undefined : parseManifest(v);
+}
+
 function create(ctx: HandlerContext): HandlerResult {
   const body = ctx.body();
   rejectUnknown(body, CREATE_FIELDS, SERVICE_OWNED);
@@ -83,8 +90,8 @@ function create(ctx: HandlerContext): HandlerResult {
   if (endpoint !== undefined) req.endpoint = endpoint;
   const secret = pullSecret(body);
   if (secret !== undefined) req.image_pull_secret = secret;
-  const manifest = optionalObject(body, "manifest");
-  if (manifest !== undefined) req.manifest = manifest;
+  const m = manifest(body);
+  if (m !== undefined) req.manifest = m;
   const metadata = optionalStringMap(body, "metadata");
   if (metadata !== undefined) req.metadata = metadata;
   const version = optionalString(body, "version");
@@ -109,8 +116,8 @@ function update(ctx: HandlerContext): HandlerResult {
   }
   const capabilities = optionalStringArray(body, "capabilities");
   if (capabilities !== undefined) patch.capabilities = capabilities;
-  const manifest = optionalObject(body, "manifest");
-  if (manifest !== undefined) patch.manifest = manifest;
+  const m = manifest(body);
+  if (m !== undefined) patch.manifest = m;
   const metadata = optionalStringMap(body, "metadata");
   if (metadata !== undefined) patch.metadata = metadata;
   return { status: 200, body: { agent: ctx.state.updateAgent(ctx.params["id"]!, patch) } };
@@ -149,6 +156,13 @@ export const registryRoutes: Route[] = [
     handler: (ctx) => ({ status: 200, body: { agent: ctx.state.getAgent(ctx.params["id"]!) } }),
   },
   { method: "PUT", pattern: "/registry/v1/agents/:id", operation: "agents.update", auth: true, handler: update },
+  {
+    method: "GET",
+    pattern: "/registry/v1/agents/:id/public-key",
+    operation: "agents.public_key",
+    auth: true,
+    handler: (ctx) => ({ status: 200, body: ctx.state.agentPublicKey(ctx.params["id"]!) }),
+  },
   {
     method: "DELETE",
     pattern: "/registry/v1/agents/:id",

@@ -1,8 +1,8 @@
 // Skill routes, keyed by name.
-import type { JsonObject, SkillRequest } from "../../service/types.js";
 import { badRequest } from "../errors.js";
 import type { HandlerContext, HandlerResult, Route } from "../router.js";
 import { optionalString, optionalStringMap, rejectUnknown, requiredString } from "../validate.js";
+import type { JsonObject, SkillRequest } from "../wire.js";
 
 const FIELDS = new Set(["name", "content", "description", "resources"]);
 // A skill's name becomes a directory on the VM (/workspace/skills/<name>/): keep it a plain
@@ -44,6 +44,7 @@ function replace(ctx: HandlerContext): HandlerResult {
 
 export const skillRoutes: Route[] = [
   { method: "POST", pattern: "/compute/v1/skills", operation: "skills.create", auth: true, handler: create },
+  // No query parameters are published: any limit/offset is ignored.
   { method: "GET", pattern: "/compute/v1/skills", operation: "skills.list", auth: true, handler: (ctx) => ({ status: 200, body: ctx.state.listSkills() }) },
   {
     method: "GET",

@@ -1,5 +1,4 @@
 // Agent VM routes ("sandboxes").
-import type { AllocateVMRequest } from "../../service/types.js";
 import type { HandlerContext, HandlerResult, Route } from "../router.js";
 import {
   optionalBoolean,
@@ -12,6 +11,7 @@ import {
   requiredPositiveInt,
   requiredString,
 } from "../validate.js";
+import type { AllocateRequest } from "../wire.js";
 
 const DEFAULT_LIMIT = 100;
 const ALLOCATE_FIELDS = new Set(["tier", "env", "metadata", "org_id", "secure_runtime", "skills", "ttl_seconds"]);
@@ -19,14 +19,15 @@ const ALLOCATE_FIELDS = new Set(["tier", "env", "metadata", "org_id", "secure_ru
 function allocate(ctx: HandlerContext): HandlerResult {
   const body = ctx.body();
   rejectUnknown(body, ALLOCATE_FIELDS);
-  const req: AllocateVMRequest = { tier: requiredString(body, "tier") };
+  const req: AllocateRequest = { tier: requiredString(body, "tier") };
   const env = optionalStringMap(body, "env");
   if (env !== undefined) req.env = env;
   const metadata = optionalStringMap(body, "metadata");
   if (metadata !== undefined) req.metadata = metadata;
   const org = optionalString(body, "org_id");
   if (org !== undefined && org !== "") req.org_id = org;
-  const secure = optionalBoolean(body, "secure_runtime");
+  // A runtime's name (models.AllocateRequest: string); its values are not published.
+  const secure = optionalString(body, "secure_runtime");
   if (secure !== undefined) req.secure_runtime = secure;
   const skills = optionalStringArray(body, "skills");
   if (skills !== undefined) req.skills = skills;
@@ -63,7 +64,8 @@ function release(ctx: HandlerContext): HandlerResult {
 function execute(ctx: HandlerContext): HandlerResult {
   const id = ctx.params["id"]!;
   ctx.state.getVM(id); // 404 for a VM that is gone
-  // Not described by the service: the emulator echoes what it was sent (D).
+  // The body is not described by the service ("runs code or shell commands"), and there is
+  // no VM runtime yet: the emulator echoes what it was sent (D).
   return { status: 200, body: { vm_id: id, echo: ctx.body() } };
 }
 

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import type { Allocation } from "../../../src/service/types.js";
+import type { Allocation } from "../../../src/emulator/wire.js";
 import { agentBody, client, emulator, raw, token } from "./helpers.js";
 
 describe("emulator knobs", () => {

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import type { Agent, AgentList } from "../../../src/service/types.js";
+import type { Agent, AgentsListResponse as AgentList } from "../../../src/emulator/wire.js";
 import { FakeClock, agentBody, client, emulator } from "./helpers.js";
 
 type One = { agent: Agent };
@@ -100,9 +100,9 @@ describe("emulator registry", () => {
     const c = await client(emu);
     const { agent } = (await c.post<One>("/registry/v1/agents", agentBody("u", { description: "d", metadata: { m: "1" } }))).body;
     clock.advance(10);
-    const res = await c.put<One>(`/registry/v1/agents/${agent.id}`, { image: "img:2", public_key: "pk", manifest: { a: [1] }, name: "u2" });
+    const res = await c.put<One>(`/registry/v1/agents/${agent.id}`, { image: "img:2", public_key: "pk", manifest: { name: "m" }, name: "u2" });
     expect(res.status).toBe(200);
-    expect(res.body.agent).toMatchObject({ id: agent.id, image: "img:2", public_key: "pk", manifest: { a: [1] }, name: "u2", description: "d", metadata: { m: "1" } });
+    expect(res.body.agent).toMatchObject({ id: agent.id, image: "img:2", public_key: "pk", manifest: { name: "m" }, name: "u2", description: "d", metadata: { m: "1" } });
     expect(Date.parse(res.body.agent.updated_at!) - Date.parse(agent.updated_at!)).toBe(10_000);
     expect(res.body.agent.created_at).toBe(agent.created_at);
     // The old name is free again, the new one is taken.
@@ -160,6 +160,89 @@ describe("emulator registry", () => {
     const missing = await c.get("/registry/v1/agents/search");
     expect(missing.status).toBe(400);
     expect(missing.body).toMatchObject({ message: "capabilities is required" });
+  });
+
+  it("stores and answers only the published manifest keys, type-checking each", async () => {
+    const emu = await emulator();
+    const c = await client(emu);
+    const manifest = {
+      name: "summariser",
+      description: "summarises",
+      url: "https://agent.example",
+      version: "1.2.0",
+      authentication: { schemes: ["bearer"] },
+      capabilities: { streaming: true },
+      input_schema: { type: "object" },
+      output_schema: { type: "string" },
+      runtime: { python: "3.12" },
+      skills: [{ id: "summarise", inputModes: ["text"], outputModes: ["text"], extra: 1 }],
+      // Outside models.AgentManifest: dropped, as the (Go) service drops it.
+      x_custom: { kept: false },
+      tags: ["a"],
+    };
+    const res = await c.post<One>("/registry/v1/agents", agentBody("m", { manifest }));
+    expect(res.status).toBe(201);
+    const { x_custom: _x, tags: _t, ...published } = manifest;
+    const want = { ...published, skills: [{ id: "summarise", inputModes: ["text"], outputModes: ["text"] }] };
+    expect(res.body.agent.manifest).toEqual(want);
+    expect((await c.get<One>(`/registry/v1/agents/${res.body.agent.id}`)).body.agent.manifest).toEqual(want);
+    expect(emu.state.agents.get(res.body.agent.id)?.manifest).toEqual(want);
+    // Only unknown keys: an empty manifest is stored.
+    const bare = await c.put<One>(`/registry/v1/agents/${res.body.agent.id}`, { manifest: { anything: 1 } });
+    expect(bare.body.agent.manifest).toEqual({});
+
+    const cases: [unknown, string][] = [
+      ["text", "manifest must be an object"],
+      [{ name: 1 }, "manifest.name must be a string"],
+      [{ url: true }, "manifest.url must be a string"],
+      [{ runtime: "py" }, "manifest.runtime must be an object"],
+      [{ input_schema: [1] }, "manifest.input_schema must be an object"],
+      [{ skills: {} }, "manifest.skills must be an array"],
+      [{ skills: ["s"] }, "manifest.skills[0] must be an object"],
+      [{ skills: [{ id: "a" }, { id: 7 }] }, "manifest.skills[1].id must be a string"],
+      [{ skills: [{ id: "a", inputModes: "text" }] }, "manifest.skills[0].inputModes must be an array of strings"],
+      [{ skills: [{ id: "a", outputModes: [1] }] }, "manifest.skills[0].outputModes[0] must be a string"],
+    ];
+    for (const [bad, message] of cases) {
+      const created = await c.post("/registry/v1/agents", agentBody("bad", { manifest: bad }));
+      expect(created.status, message).toBe(400);
+      expect(created.body).toEqual({ error: "bad_request", message });
+      const updated = await c.put(`/registry/v1/agents/${res.body.agent.id}`, { manifest: bad });
+      expect(updated.body).toEqual({ error: "bad_request", message });
+    }
+  });
+
+  it("answers the public key as a map of strings; 404 when the agent is unknown or has none", async () => {
+    const emu = await emulator();
+    const c = await client(emu);
+    const { agent } = (await c.post<One>("/registry/v1/agents", agentBody("k"))).body;
+    const none = await c.get(`/registry/v1/agents/${agent.id}/public-key`);
+    expect(none.status).toBe(404);
+    expect(none.body).toEqual({ error: "not_found", message: `agent ${agent.id} has no public key` });
+    await c.put(`/registry/v1/agents/${agent.id}`, { public_key: "ed25519-pub" });
+    const key = await c.get(`/registry/v1/agents/${agent.id}/public-key`);
+    expect(key.status).toBe(200);
+    expect(key.body).toEqual({ agent_id: agent.id, public_key: "ed25519-pub" });
+    const unknown = await c.get("/registry/v1/agents/nope/public-key");
+    expect(unknown.status).toBe(404);
+    expect(unknown.body).toEqual({ error: "not_found", message: "agent nope not found" });
+    expect(emu.requests.at(-1)?.operation).toBe("agents.public_key");
+  });
+
+  it("requires a bearer token on registry routes too (the description declares the scheme)", async () => {
+    const emu = await emulator();
+    for (const [method, path] of [
+      ["GET", "/registry/v1/agents"],
+      ["POST", "/registry/v1/agents"],
+      ["GET", "/registry/v1/agents/x/public-key"],
+      ["GET", "/registry/v1/tools"],
+      ["POST", "/registry/v1/tools"],
+      ["GET", "/registry/v1/tools/x"],
+    ] as const) {
+      const res = await fetch(`${emu.baseURL}${path}`, { method });
+      expect(res.status, `${method} ${path}`).toBe(401);
+      expect(await res.json()).toEqual({ error: "unauthorized", message: "missing bearer token" });
+    }
   });
 
   it("answers unknown routes with 404 and wrong methods with 405 in the registry dialect", async () => {

@@ -1,6 +1,6 @@
 import { createHash } from "node:crypto";
 import { describe, expect, it } from "vitest";
-import type { Skill } from "../../../src/service/types.js";
+import type { Skill } from "../../../src/emulator/wire.js";
 import { FakeClock, client, emulator } from "./helpers.js";
 
 function expectedHash(content: string, resources: Record<string, string>): string {
@@ -22,6 +22,8 @@ describe("emulator skills", () => {
     const list = await c.get<Skill[]>("/compute/v1/skills");
     expect(list.body.map((s) => s.name)).toEqual(["pdf", "web"]);
     expect(list.body[1]).toMatchObject({ resources: {}, content_hash: expectedHash("w", {}) });
+    // No query parameters are published for the list: limit/offset are ignored.
+    expect((await c.get<Skill[]>("/compute/v1/skills?limit=1&offset=1")).body.map((s) => s.name)).toEqual(["pdf", "web"]);
   });
 
   it("answers 409 (compute dialect) for an existing name and 400 naming bad fields", async () => {

@@ -3,7 +3,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { startEmulator } from "../../../src/emulator/index.js";
-import type { Agent, AgentVM, Allocation, Deployment, Skill } from "../../../src/service/types.js";
+import type { AccessClient, Agent, AgentVM, Allocation, CreatedAccessClient, Deployment, PoolConfig, Skill, Tool } from "../../../src/emulator/wire.js";
 import { API_KEY, FakeClock, agentBody, client, emulator, raw } from "./helpers.js";
 
 describe("emulator state file", () => {
@@ -26,6 +26,12 @@ describe("emulator state file", () => {
     const vm = (await c.post<Allocation>("/compute/v1/vms/allocate", { tier: "standard", ttl_seconds: 60 })).body;
     const gone = (await c.post<Allocation>("/compute/v1/vms/allocate", { tier: "standard" })).body;
     await c.post(`/compute/v1/vms/${gone.vm_id}/release`);
+    const tool = (await c.post<{ tool: Tool }>("/registry/v1/tools", { id: "t", name: "T" })).body.tool;
+    const pool = (await c.put<PoolConfig>("/compute/v1/pool/config", { max_total: 50 })).body;
+    const made = (await c.post<CreatedAccessClient>("/compute/v1/access/clients", { name: "kept" })).body;
+    const dropped = (await c.post<CreatedAccessClient>("/compute/v1/access/clients", { name: "revoked" })).body;
+    await c.del(`/compute/v1/access/clients/${dropped.client_id}`);
+    const clients = (await c.get<AccessClient[]>("/compute/v1/access/clients")).body;
     await first.close();
 
     const second = await startEmulator({ apiKey: API_KEY, stateFile, now: clock.now });
@@ -38,6 +44,14 @@ describe("emulator state file", () => {
       expect(((await get(`/compute/v1/vms/${vm.vm_id}`)).body as AgentVM).expires_at).toBe(vm.expires_at);
       expect(second.state.agents.get(agent.id)?.image_pull_secret?.password).toBe("pw");
       expect(second.state.usage).toHaveLength(1);
+      expect(second.state.deployments.get(dep.id)?.options).toEqual({ tier: "standard" });
+      expect((await get("/registry/v1/tools/t")).body).toEqual({ tool });
+      expect((await get("/compute/v1/pool/config")).body).toEqual(pool);
+      expect((await get("/compute/v1/access/clients")).body).toEqual(clients);
+      const clientToken = (id: string, secret: string) =>
+        raw(`${second.authURL}/token`, { method: "POST", body: JSON.stringify({ grant_type: "client_credentials", client_id: id, client_secret: secret }) });
+      expect((await clientToken(made.client_id, made.client_secret)).status).toBe(200);
+      expect((await clientToken(dropped.client_id, dropped.client_secret)).status).toBe(401);
       // Names stay unique across the restart, and expiry still runs.
       expect((await raw(`${second.baseURL}/registry/v1/agents`, { method: "POST", headers: { authorization: `Bearer ${c.token}` }, body: JSON.stringify(agentBody("keep")) })).status).toBe(409);
       clock.advance(60);
@@ -60,7 +74,7 @@ describe("emulator state file", () => {
           return undefined;
         }
       })
-      .toMatchObject({ version: 1, skills: [{ name: "early" }] });
+      .toMatchObject({ version: 2, skills: [{ name: "early" }] });
     await emu.close(); // before the directory goes: close saves once more
   });
 
@@ -68,8 +82,21 @@ describe("emulator state file", () => {
     const stateFile = join(dir, "state.json");
     await writeFile(stateFile, "{oops");
     await expect(startEmulator({ stateFile })).rejects.toThrow(/not valid JSON/);
-    await writeFile(stateFile, JSON.stringify({ version: 9 }));
+    await writeFile(stateFile, JSON.stringify([1]));
     await expect(startEmulator({ stateFile })).rejects.toThrow(/unknown format/);
+    await writeFile(stateFile, JSON.stringify({ version: 9 }));
+    await expect(startEmulator({ stateFile })).rejects.toThrow(/written by a newer emulator \(format version 9; this emulator reads version 2\)/);
+  });
+
+  it("refuses a state file of the previous format (version 1: vm_id, agent_id) instead of misreading it", async () => {
+    const stateFile = join(dir, "state.json");
+    const v1 = { version: 1, agents: [], deployments: [{ id: "d", agent_id: "a", env: {} }], vms: [{ vm_id: "v", skills_loaded: [] }], skills: [], usage: [], tokens: [] };
+    await writeFile(stateFile, JSON.stringify(v1));
+    await expect(startEmulator({ stateFile })).rejects.toThrow(
+      `emulator state file ${stateFile} was written by an older emulator (format version 1; this emulator reads version 2): delete it or point the emulator at another file`,
+    );
+    // Left as it was: nothing overwrote it.
+    expect(JSON.parse(await readFile(stateFile, "utf8"))).toEqual(v1);
   });
 });
 

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import type { AgentVM, Allocation, UsageRecord, UsageSummary } from "../../../src/service/types.js";
+import type { AgentVM, Allocation, UsageRecord, UsageSummary } from "../../../src/emulator/wire.js";
 import { FakeClock, T0, client, emulator } from "./helpers.js";
 
 const USAGE_HEADERS = { "X-Workspace-Id": "ws", "X-Environment-Id": "env" };
@@ -22,29 +22,41 @@ describe("emulator agent VMs", () => {
       token: expect.any(String),
       expires_at: new Date(T0 + 3600_000).toISOString(),
     });
+    // The VM record is another shape: `id`, `skills`, and the token; never env, org_id,
+    // secure_runtime or the connection details.
     const vm = await c.get<AgentVM>(`/compute/v1/vms/${res.body.vm_id}`);
     expect(vm.body).toEqual({
-      vm_id: res.body.vm_id,
+      id: res.body.vm_id,
       state: "allocated",
       tier: "standard",
-      org_id: "org-emulator",
-      skills_loaded: ["pdf"],
+      skills: ["pdf"],
       metadata: { "agentcompute.dev/uid": "u" },
-      secure_runtime: false,
-      endpoint: res.body.endpoint,
-      ws_url: res.body.ws_url,
+      token: res.body.token,
       ttl_seconds: 3600,
       allocated_at: new Date(T0).toISOString(),
+      created_at: new Date(T0).toISOString(),
       expires_at: res.body.expires_at,
     });
-    // Neither the VM token nor its env ever comes back after allocation.
-    expect(vm.text).not.toContain(res.body.token!);
     expect(vm.text).not.toContain("SECRET");
+    expect((await c.get<AgentVM[]>("/compute/v1/vms")).body).toEqual([vm.body]);
     const ep = await c.get(`/compute/v1/vms/${res.body.vm_id}/endpoint`);
     expect(ep.body).toEqual({ endpoint: res.body.endpoint, ws_url: res.body.ws_url });
     const ex = await c.post(`/compute/v1/vms/${res.body.vm_id}/execute`, { command: "ls" });
     expect(ex.status).toBe(200);
     expect(ex.body).toEqual({ vm_id: res.body.vm_id, echo: { command: "ls" } });
+    // Stored, though: the service keeps what it was sent.
+    expect(emu.state.vms.get(res.body.vm_id)).toMatchObject({ id: res.body.vm_id, skills: ["pdf"], env: { SECRET: "v" }, org_id: "org-emulator" });
+  });
+
+  it("takes secure_runtime as a runtime's name and passes it through", async () => {
+    const emu = await emulator();
+    const c = await client(emu);
+    const res = await c.post<Allocation>("/compute/v1/vms/allocate", { tier: "standard", secure_runtime: "gvisor" });
+    expect(res.status).toBe(201);
+    expect(emu.state.vms.get(res.body.vm_id)?.secure_runtime).toBe("gvisor");
+    const bad = await c.post("/compute/v1/vms/allocate", { tier: "standard", secure_runtime: true });
+    expect(bad.status).toBe(400);
+    expect(bad.body).toEqual({ code: 400, error_code: "bad_request", message: "secure_runtime must be a string" });
   });
 
   it("answers 400 naming the field, the unknown skill, or the rejected tier", async () => {
@@ -57,7 +69,8 @@ describe("emulator agent VMs", () => {
       [{ tier: "standard", ttl_seconds: 1.5 }, "bad_request", "ttl_seconds must be a positive integer"],
       [{ tier: "standard", ttl_seconds: "60" }, "bad_request", "ttl_seconds must be a positive integer"],
       [{ tier: "standard", skills: ["ghost"] }, "skill_not_found", 'skill "ghost" does not exist'],
-      [{ tier: "standard", secure_runtime: "yes" }, "bad_request", "secure_runtime must be a boolean"],
+      [{ tier: "standard", secure_runtime: 1 }, "bad_request", "secure_runtime must be a string"],
+      [{ tier: "standard", metadata: { k: 1 } }, "bad_request", "metadata.k must be a string"],
       [{ tier: "standard", ttl: 5 }, "bad_request", "unknown field: ttl"],
       [{ tier: "unknown-tier" }, "invalid_tier", 'tier "unknown-tier" is not available'],
       [{ tier: "gpu-xxl" }, "invalid_tier", 'tier "gpu-xxl" is not available'],
@@ -103,12 +116,13 @@ describe("emulator agent VMs", () => {
     for (let i = 0; i < 5; i++) ids.push((await c.post<Allocation>("/compute/v1/vms/allocate", { tier: i % 2 === 0 ? "standard" : "large" })).body.vm_id);
     const other = (await c.post<Allocation>("/compute/v1/vms/allocate", { tier: "standard", org_id: "theirs" })).body.vm_id;
     const all = await c.get<AgentVM[]>("/compute/v1/vms");
-    expect(all.body.map((v) => v.vm_id)).toEqual(ids);
-    expect((await c.get<AgentVM[]>("/compute/v1/vms?tier=large")).body.map((v) => v.vm_id)).toEqual([ids[1], ids[3]]);
-    expect((await c.get<AgentVM[]>("/compute/v1/vms?state=allocated&limit=2&offset=1")).body.map((v) => v.vm_id)).toEqual([ids[1], ids[2]]);
+    expect(all.body.map((v) => v.id)).toEqual(ids);
+    expect((await c.get<AgentVM[]>("/compute/v1/vms?tier=large")).body.map((v) => v.id)).toEqual([ids[1], ids[3]]);
+    expect((await c.get<AgentVM[]>("/compute/v1/vms?state=allocated&limit=2&offset=1")).body.map((v) => v.id)).toEqual([ids[1], ids[2]]);
     expect((await c.get<AgentVM[]>("/compute/v1/vms?state=released")).body).toEqual([]);
     // Another org's VM is reachable by id, just not listed.
-    expect((await c.get<AgentVM>(`/compute/v1/vms/${other}`)).body.org_id).toBe("theirs");
+    expect((await c.get<AgentVM>(`/compute/v1/vms/${other}`)).body.id).toBe(other);
+    expect(emu.state.vms.get(other)?.org_id).toBe("theirs");
   });
 
   it("renews: expires_at = now + ttl; ttl_seconds is required", async () => {
@@ -119,7 +133,8 @@ describe("emulator agent VMs", () => {
     clock.advance(50);
     const res = await c.post<AgentVM>(`/compute/v1/vms/${a.vm_id}/renew`, { ttl_seconds: 120 });
     expect(res.status).toBe(200);
-    expect(res.body).toMatchObject({ vm_id: a.vm_id, ttl_seconds: 120, expires_at: new Date(T0 + 170_000).toISOString() });
+    expect(res.body).toMatchObject({ id: a.vm_id, ttl_seconds: 120, expires_at: new Date(T0 + 170_000).toISOString() });
+    expect(res.body).not.toHaveProperty("vm_id");
     const missing = await c.post(`/compute/v1/vms/${a.vm_id}/renew`, {});
     expect(missing.status).toBe(400);
     expect(missing.body).toEqual({ code: 400, error_code: "bad_request", message: "ttl_seconds is required" });
@@ -138,8 +153,26 @@ describe("emulator agent VMs", () => {
     clock.advance(90);
     const res = await c.post<AgentVM>(`/compute/v1/vms/${a.vm_id}/release`, { recycle: false });
     expect(res.status).toBe(200);
-    expect(res.body).toMatchObject({ vm_id: a.vm_id, state: "released", released_at: new Date(T0 + 90_000).toISOString() });
-    for (const r of [await c.get(`/compute/v1/vms/${a.vm_id}`), await c.post(`/compute/v1/vms/${a.vm_id}/renew`, { ttl_seconds: 60 }), await c.post(`/compute/v1/vms/${a.vm_id}/release`)]) {
+    expect(res.body).toEqual({
+      id: a.vm_id,
+      state: "released",
+      tier: "standard",
+      skills: [],
+      metadata: {},
+      token: a.token,
+      ttl_seconds: 3600,
+      allocated_at: new Date(T0).toISOString(),
+      created_at: new Date(T0).toISOString(),
+      expires_at: a.expires_at,
+      released_at: new Date(T0 + 90_000).toISOString(),
+    });
+    for (const r of [
+      await c.get(`/compute/v1/vms/${a.vm_id}`),
+      await c.post(`/compute/v1/vms/${a.vm_id}/renew`, { ttl_seconds: 60 }),
+      await c.post(`/compute/v1/vms/${a.vm_id}/release`),
+      await c.get(`/compute/v1/vms/${a.vm_id}/endpoint`),
+      await c.post(`/compute/v1/vms/${a.vm_id}/execute`, { command: "ls" }),
+    ]) {
       expect(r.status).toBe(404);
       expect(r.body).toEqual({ code: 404, error_code: "not_found", message: `vm ${a.vm_id} not found` });
     }
@@ -172,7 +205,7 @@ describe("emulator agent VMs", () => {
     // Lazily: the very next call sees it gone, sweep or not.
     expect((await c.get(`/compute/v1/vms/${a.vm_id}`)).status).toBe(404);
     expect((await c.post(`/compute/v1/vms/${a.vm_id}/renew`, { ttl_seconds: 60 })).status).toBe(404);
-    expect((await c.get<AgentVM[]>("/compute/v1/vms")).body.map((v) => v.vm_id)).toEqual([b.vm_id]);
+    expect((await c.get<AgentVM[]>("/compute/v1/vms")).body.map((v) => v.id)).toEqual([b.vm_id]);
     expect(emu.state.usage).toEqual([
       { vm_id: a.vm_id, tier: "standard", started_at: new Date(T0).toISOString(), ended_at: new Date(T0 + 60_000).toISOString(), duration_seconds: 60, reason: "expired" },
     ]);
