@@ -49,7 +49,18 @@ export const AgentDeploymentStatusSchema = statusSchema("Observed state of the d
   endpoint: Type.Optional(Type.String({ description: "Endpoint of the deployment (also in the connection Secret)." })),
   endpointName: Type.Optional(Type.String({ description: "Endpoint name of the deployment." })),
   tier: Type.Optional(Type.String({ description: "Tier it runs on." })),
-  configHash: Type.Optional(Type.String({ description: "Hash of the deploy options it was created with." })),
+  optionsHash: Type.Optional(
+    Type.String({
+      description:
+        "Hash of the deploy options this operator applied. The service does not echo options back, so a change of the spec is seen here, not in the deployment record.",
+    }),
+  ),
+  configHash: Type.Optional(
+    Type.String({
+      description:
+        "The service's config_hash of the deployment as the operator last left it. A different config_hash in the service means it was reconfigured outside the operator: the deployment is replaced to match the spec.",
+    }),
+  ),
   redeployAt: Type.Optional(
     Type.String({ description: "The last agentcompute.dev/redeploy-at annotation value acted upon." }),
   ),

@@ -4,6 +4,38 @@ import { immutableField, managedSpecFields, statusSchema, type Resource } from "
 import { readyColumns, type KindDefinition } from "./kind.js";
 import { FreeFormObject, StringMap, Type, type Static } from "./schema.js";
 
+// The registry's manifest (its published models.AgentManifest). Its keys keep the registry's
+// spelling (input_schema, inputModes): it is a document the registry defines, passed through.
+// The registry stores only these keys, so the schema has no others: an unknown key would be
+// dropped by the registry and then look like drift forever.
+const AgentManifestSchema = Type.Object(
+  {
+    name: Type.Optional(Type.String({ description: "Name of the agent in its manifest.", maxLength: 253 })),
+    description: Type.Optional(Type.String({ description: "What the agent does.", maxLength: 4096 })),
+    version: Type.Optional(Type.String({ description: "Version of the manifest.", maxLength: 253 })),
+    url: Type.Optional(Type.String({ description: "URL the agent serves at.", maxLength: 2048 })),
+    authentication: Type.Optional(FreeFormObject("How callers authenticate to the agent.")),
+    capabilities: Type.Optional(FreeFormObject("Capabilities the agent declares (e.g. streaming).")),
+    input_schema: Type.Optional(FreeFormObject("JSON Schema of the agent's input.")),
+    output_schema: Type.Optional(FreeFormObject("JSON Schema of the agent's output.")),
+    runtime: Type.Optional(FreeFormObject("Runtime settings of the agent.")),
+    skills: Type.Optional(
+      Type.Array(
+        Type.Object({
+          id: Type.Optional(Type.String({ description: "Skill id.", maxLength: 253 })),
+          inputModes: Type.Optional(Type.Array(Type.String({ maxLength: 253 }), { description: "Input modes.", maxItems: 64 })),
+          outputModes: Type.Optional(Type.Array(Type.String({ maxLength: 253 }), { description: "Output modes.", maxItems: 64 })),
+        }),
+        { description: "Skills the agent offers.", maxItems: 256 },
+      ),
+    ),
+  },
+  {
+    description:
+      "The agent's manifest, as the registry defines it (its keys keep the registry's spelling, e.g. input_schema). Keys outside this list are not stored by the registry.",
+  },
+);
+
 export const AgentSpecSchema = Type.Object(
   {
     ...managedSpecFields(),
@@ -44,7 +76,7 @@ export const AgentSpecSchema = Type.Object(
         "Free key/value metadata stored with the agent. The key agentcompute.dev/uid is reserved for the operator.",
       ),
     ),
-    manifest: Type.Optional(FreeFormObject("The agent's manifest object, passed to the registry as is.")),
+    manifest: Type.Optional(AgentManifestSchema),
   },
   { description: "Desired state of the registry agent." },
 );

@@ -20,6 +20,11 @@ const url = (description: string) =>
 export const ConnectionSpecSchema = Type.Object(
   {
     baseURL: url("Base URL of the Agent Registry and Compute Service, e.g. https://api.example.com."),
+    registryURL: Type.Optional(
+      url(
+        "Base URL of the Agent Registry (/registry/v1), when it is served from another host than compute. Defaults to baseURL.",
+      ),
+    ),
     authURL: url("Base URL of the token service; the operator posts to <authURL>/token."),
     credentials: Type.Object(
       {

@@ -28,7 +28,14 @@ export const SandboxSpecSchema = Type.Object(
       StringMap("Free key/value metadata of the VM. The key agentcompute.dev/uid is reserved for the operator."),
     ),
     orgId: Type.Optional(Type.String({ description: "Organisation of the VM. Defaults to the Connection's orgId.", maxLength: 253 })),
-    secureRuntime: Type.Optional(Type.Boolean({ description: "Run the VM with the secure runtime.", default: false })),
+    secureRuntime: Type.Optional(
+      Type.String({
+        description:
+          "Name of the secure runtime to run the VM with (the service's values are not published, so it is passed through). Was a boolean before v1alpha1 settled it: replace `true` with the runtime's name; a stored `false` is ignored.",
+        minLength: 1,
+        maxLength: 253,
+      }),
+    ),
     ttlSeconds: Type.Optional(
       Type.Integer({ description: "Time-to-live asked for at allocation and at each renewal.", default: 3600, minimum: 1 }),
     ),

@@ -1,14 +1,20 @@
 // AgentDeployment: a registry agent running on the Compute Service. The service has no update
 // for deployments, so every difference is one of four actions: stop (suspend), redeploy
 // (resume, the redeploy-at annotation, or a new agent revision), or replace (new deploy
-// options: delete + deploy, the endpoint may change).
+// options, or a configuration changed behind our back: delete + deploy, the endpoint may
+// change).
+//
+// The deployment record does not echo the deploy options (SERVICE.md), so they are never
+// compared with it: status.optionsHash remembers what this operator applied, and
+// status.configHash the service's config_hash as we left it. A spec change moves the first;
+// a change made outside the operator moves the second.
 import { createHash } from "node:crypto";
 import { Annotations, ConditionType, MARKER_KEY } from "../api/names.js";
 import type { Agent, AgentDeployment, AgentDeploymentStatus } from "../api/index.js";
 import { NotReadyError } from "../managed/errors.js";
 import type { ActionResult, ConnectionDetails, Connector, ExternalClient, Observation } from "../managed/external.js";
 import type { Informer } from "../runtime/informer.js";
-import { deepEqual, formatTime } from "../runtime/status.js";
+import { formatTime } from "../runtime/status.js";
 import { isNotFound, isOutcomeUnknown, type Deployment, type DeployOptions } from "../service/index.js";
 import type { ConnectionPool, ServiceHandle } from "./connection-pool.js";
 import { newest } from "./marker.js";
@@ -90,6 +96,10 @@ class DeploymentClient implements ExternalClient<AgentDeployment> {
       differences: upToDate ? [] : [describe(this.plan)],
       status: {
         ...statusOf(found),
+        // Both hashes are what we applied and what the service said then; a drifted config_hash
+        // must not be recorded before it is put back, or the drift would be forgotten.
+        optionsHash: cr.status?.optionsHash ?? optionsHash(cr),
+        configHash: cr.status?.configHash ?? found.config_hash,
         // The agent revision is only recorded once it is what runs.
         agentRevision: upToDate ? this.target.revision : cr.status?.agentRevision,
         redeployAt: cr.status?.redeployAt ?? cr.metadata.annotations?.[Annotations.redeployAt],
@@ -126,7 +136,7 @@ class DeploymentClient implements ExternalClient<AgentDeployment> {
       case "stop": {
         const stopped = await client.stop(current.id);
         this.handle.deployments.put(stopped);
-        return { status: statusOf(stopped), event: { reason: "Stopped", message: `stopped deployment ${current.id} (spec.suspend: true)` } };
+        return { status: { ...statusOf(stopped), configHash: stopped.config_hash }, event: { reason: "Stopped", message: `stopped deployment ${current.id} (spec.suspend: true)` } };
       }
       case "redeploy": {
         const redeployed = await client.redeploy(current.id);
@@ -134,6 +144,7 @@ class DeploymentClient implements ExternalClient<AgentDeployment> {
         return {
           status: {
             ...statusOf(redeployed),
+            configHash: redeployed.config_hash,
             agentRevision: this.target.revision,
             redeployAt: cr.metadata.annotations?.[Annotations.redeployAt],
             lastRedeployedAt: formatTime(this.now()),
@@ -193,7 +204,8 @@ class DeploymentClient implements ExternalClient<AgentDeployment> {
     return {
       ...statusOf(d),
       agentRevision: this.target.revision,
-      configHash: configHash(cr),
+      optionsHash: optionsHash(cr),
+      configHash: d.config_hash,
       redeployAt: cr.metadata.annotations?.[Annotations.redeployAt],
     };
   }
@@ -239,10 +251,22 @@ class DeploymentClient implements ExternalClient<AgentDeployment> {
   }
 
   private planFor(cr: AgentDeployment, found: Deployment): Plan {
-    if (found.agent_id !== this.target.agentId) return { action: "replace", why: `the agent changed to ${this.target.agentId}` };
-    const desired = desiredOptions(cr);
-    const changed = Object.keys(desired).filter((k) => !deepEqual(desired[k], found[k]));
-    if (changed.length > 0) return { action: "replace", why: `deploy options changed (${changed.join(", ")})` };
+    if (found.registry_id !== undefined && found.registry_id !== this.target.agentId) {
+      return { action: "replace", why: `the agent changed to ${this.target.agentId}` };
+    }
+    // No recorded hash (adopted, or recorded by an older operator): what runs is taken as
+    // applied from this spec, and recorded; a later spec change replaces it.
+    const applied = cr.status?.optionsHash;
+    if (applied !== undefined && applied !== optionsHash(cr)) {
+      return { action: "replace", why: `the deploy options in the spec changed (optionsHash ${applied} is now ${optionsHash(cr)})` };
+    }
+    const known = cr.status?.configHash;
+    if (known !== undefined && found.config_hash !== undefined && found.config_hash !== known) {
+      return {
+        action: "replace",
+        why: `its configuration was changed outside the operator (config_hash ${known} is now ${found.config_hash})`,
+      };
+    }
     if (cr.spec.suspend) return found.state === "stopped" ? { action: "none" } : { action: "stop" };
     if (found.state === "stopped") return { action: "redeploy", why: "it was stopped and spec.suspend is false" };
     const redeployAt = cr.metadata.annotations?.[Annotations.redeployAt];
@@ -268,14 +292,30 @@ export function desiredOptions(cr: AgentDeployment): DeployOptions {
   return options;
 }
 
-function configHash(cr: AgentDeployment): string {
-  return createHash("sha256").update(JSON.stringify(desiredOptions(cr))).digest("hex").slice(0, 16);
+/** Hash of the deploy options the spec asks for (status.optionsHash records the applied one). */
+export function optionsHash(cr: AgentDeployment): string {
+  return createHash("sha256").update(canonicalJSON(desiredOptions(cr))).digest("hex").slice(0, 16);
 }
+
+/** JSON with object keys sorted, so that key order in the spec never looks like a change. */
+function canonicalJSON(v: unknown): string {
+  if (Array.isArray(v)) return `[${v.map(canonicalJSON).join(",")}]`;
+  if (v !== null && typeof v === "object") {
+    const o = v as Record<string, unknown>;
+    return `{${Object.keys(o)
+      .filter((k) => o[k] !== undefined)
+      .sort()
+      .map((k) => `${JSON.stringify(k)}:${canonicalJSON(o[k])}`)
+      .join(",")}}`;
+  }
+  return JSON.stringify(v);
+}
+
 
 function statusOf(d: Deployment): Partial<AgentDeploymentStatus> {
   return {
     deploymentId: d.id,
-    agentId: d.agent_id,
+    agentId: d.registry_id,
     state: d.state,
     endpoint: d.endpoint,
     endpointName: d.endpoint_name,

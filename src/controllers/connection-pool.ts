@@ -136,6 +136,7 @@ export class ConnectionPool {
     const { spec } = connection;
     const client = new ServiceClient({
       baseURL: spec.baseURL,
+      ...(spec.registryURL !== undefined && { registryURL: spec.registryURL }),
       authURL: spec.authURL,
       credentials,
       rateLimit: { qps: spec.rateLimit?.qps ?? 50, burst: spec.rateLimit?.burst ?? 100 },
@@ -166,11 +167,11 @@ export class ConnectionPool {
       agents: inventory<Agent>("agents", () => client.agents.listAll(), (a) => a.id, (a) => a.metadata?.[MARKER_KEY]),
       deployments: inventory<Deployment>(
         "deployments",
-        () => client.deployments.listAll(),
+        () => client.deployments.list(),
         (d) => d.id,
         (d) => d.metadata?.[MARKER_KEY],
       ),
-      vms: inventory<AgentVM>("vms", () => client.vms.listAll(), (v) => v.vm_id, (v) => v.metadata?.[MARKER_KEY], sameVM),
+      vms: inventory<AgentVM>("vms", () => client.vms.listAll(), (v) => v.id, (v) => v.metadata?.[MARKER_KEY], sameVM),
       skills: inventory<Skill>("skills", () => client.skills.list(), (s) => s.name, () => undefined),
     };
   }
@@ -178,19 +179,17 @@ export class ConnectionPool {
 
 /**
  * A VM changed out of band when what the Sandbox observes of it changed. The copy recorded
- * after an allocation lacks fields the list has (org_id, secure_runtime, the service's
- * allocated_at), so whole-object equality would report every new VM as changed at the first
- * re-read and bring every Sandbox back for nothing.
+ * after an allocation lacks fields the list has (created_at, the service's allocated_at, the
+ * token), so whole-object equality would report every new VM as changed at the first re-read
+ * and bring every Sandbox back for nothing.
  */
 function sameVM(a: AgentVM, b: AgentVM): boolean {
   return (
-    a.vm_id === b.vm_id &&
+    a.id === b.id &&
     a.state === b.state &&
     a.expires_at === b.expires_at &&
     a.tier === b.tier &&
-    a.endpoint === b.endpoint &&
-    a.ws_url === b.ws_url &&
-    JSON.stringify(a.skills_loaded ?? []) === JSON.stringify(b.skills_loaded ?? []) &&
+    JSON.stringify(a.skills ?? []) === JSON.stringify(b.skills ?? []) &&
     a.metadata?.[MARKER_KEY] === b.metadata?.[MARKER_KEY]
   );
 }

@@ -92,7 +92,10 @@ export class SandboxConnector implements Connector<Sandbox> {
     if (Object.keys(env).length > 0) req.env = env;
     const orgId = spec.orgId ?? handle.connection.spec.orgId;
     if (orgId !== undefined) req.org_id = orgId;
-    if (spec.secureRuntime !== undefined) req.secure_runtime = spec.secureRuntime;
+    // A string naming a runtime. Objects stored while it was a boolean (before v1alpha1 fixed
+    // it) may still hold `false`: that asked for nothing, so it is sent as nothing.
+    const secureRuntime: unknown = spec.secureRuntime;
+    if (typeof secureRuntime === "string" && secureRuntime !== "") req.secure_runtime = secureRuntime;
     return req;
   }
 }
@@ -149,7 +152,7 @@ class SandboxClient implements ExternalClient<Sandbox> {
     const expiresAt = Date.parse(found.expires_at ?? "") || now;
     const renewAt = expiresAt - renewBeforeSeconds(cr) * 1000;
     const hash = this.desiredHash(cr);
-    if (hash !== undefined && cr.status?.configHash !== undefined && cr.status.configHash !== hash && cr.status.vmId === found.vm_id) {
+    if (hash !== undefined && cr.status?.configHash !== undefined && cr.status.configHash !== hash && cr.status.vmId === found.id) {
       this.plan = { action: "replace", why: "tier, skills, env or secureRuntime changed" };
     } else if (keepAlive && now >= renewAt) {
       this.plan = { action: "renew" };
@@ -161,22 +164,39 @@ class SandboxClient implements ExternalClient<Sandbox> {
     // VMs allocated together do not renew in the same second.
     const jitterMs = Math.random() * renewBeforeSeconds(cr) * 100;
     const nextAt = keepAlive ? renewAt - jitterMs : expiresAt + 1000;
+    const sameVM = cr.status?.vmId === found.id;
+    // The VM record has no endpoint or ws_url: they came with the allocation and are in status.
+    // A VM found another way (adopted after a crash, or by annotation) is asked for them once.
+    const where = sameVM ? { endpoint: cr.status?.endpoint, ws_url: cr.status?.wsURL } : await this.whereIs(found.id);
     return {
       exists: true,
       upToDate,
       differences: this.plan.action === "replace" ? [this.plan.why] : [],
       status: {
         ...statusOf(found),
+        endpoint: where.endpoint,
+        wsURL: where.ws_url,
         // allocatedAt was recorded when we allocated this VM (the allocation answer has none);
         // the service's list says the same instant in milliseconds: keep ours, or the first
         // resync after a cold start rewrites the status of every Sandbox for nothing.
-        ...(cr.status?.vmId === found.vm_id && cr.status.allocatedAt !== undefined ? { allocatedAt: cr.status.allocatedAt } : {}),
+        ...(sameVM && cr.status?.allocatedAt !== undefined ? { allocatedAt: cr.status.allocatedAt } : {}),
         ...(cr.status?.configHash ?? hash ? { configHash: cr.status?.configHash ?? hash } : {}),
       },
-      connectionDetails: detailsOf(found),
+      connectionDetails: detailsOf({ vm_id: found.id, token: found.token, ...where }),
       requeueAfterMs: Math.max(0, nextAt - now),
       priority: true,
     };
+  }
+
+  /** GET /vms/{id}/endpoint: a map of strings whose keys are not published; endpoint and ws_url are read if there. */
+  private async whereIs(id: string): Promise<{ endpoint?: string; ws_url?: string }> {
+    try {
+      const m = await this.handle.client.vms.endpoint(id);
+      return { endpoint: m["endpoint"], ws_url: m["ws_url"] };
+    } catch (err) {
+      if (isNotFound(err)) return {};
+      throw err;
+    }
   }
 
   /**
@@ -212,15 +232,15 @@ class SandboxClient implements ExternalClient<Sandbox> {
     if (current === undefined) throw new Error("VM vanished between observe and update; retrying");
     if (this.plan.action === "replace") {
       const vm = await this.allocate();
-      await this.giveBack(cr, current.vm_id);
+      await this.giveBack(cr, current.id);
       return {
         ...this.afterAllocate(cr, vm),
-        event: { reason: "Replaced", message: `${this.plan.why}: allocated ${vm.vm_id}, released ${current.vm_id}` },
+        event: { reason: "Replaced", message: `${this.plan.why}: allocated ${vm.vm_id}, released ${current.id}` },
       };
     }
     if (this.plan.action !== "renew") return {};
     try {
-      const renewed = await this.handle.client.vms.renew(current.vm_id, ttlSeconds(cr));
+      const renewed = await this.handle.client.vms.renew(current.id, ttlSeconds(cr));
       this.handle.vms.put({ ...current, ...renewed });
       const expiresAt = Date.parse(renewed.expires_at ?? "") || this.now().getTime() + ttlSeconds(cr) * 1000;
       return {
@@ -238,12 +258,12 @@ class SandboxClient implements ExternalClient<Sandbox> {
     } catch (err) {
       if (!isNotFound(err)) throw err;
       // Gone between the snapshot and the renewal: replace it now rather than on the next pass.
-      this.handle.vms.remove(current.vm_id);
+      this.handle.vms.remove(current.id);
       if (!(cr.spec.keepAlive ?? true)) return { status: { state: "expired" } };
       const vm = await this.allocate();
       return {
         ...this.afterAllocate(cr, vm),
-        event: { reason: "VMReplaced", message: `VM ${current.vm_id} was gone at renewal; allocated ${vm.vm_id}`, warning: true },
+        event: { reason: "VMReplaced", message: `VM ${current.id} was gone at renewal; allocated ${vm.vm_id}`, warning: true },
       };
     }
   }
@@ -251,7 +271,7 @@ class SandboxClient implements ExternalClient<Sandbox> {
   async delete(cr: Sandbox): Promise<void> {
     // A fresh read: whatever a crash left behind with this resource's marker goes too.
     await this.handle.vms.refresh();
-    const ids = new Set(this.handle.vms.findByMarker(cr.metadata.uid).map((v) => v.vm_id));
+    const ids = new Set(this.handle.vms.findByMarker(cr.metadata.uid).map((v) => v.id));
     const id = sandboxExternalId(cr);
     if (id !== undefined) ids.add(id);
     for (const each of ids) await this.giveBack(cr, each);
@@ -274,6 +294,8 @@ class SandboxClient implements ExternalClient<Sandbox> {
     return {
       status: {
         ...statusOf(vmOf(vm, this.desired, now)),
+        endpoint: vm.endpoint,
+        wsURL: vm.ws_url,
         configHash: allocationHash(cr, this.desired),
         allocatedAt: formatTime(now),
         lastRenewedAt: formatTime(now),
@@ -330,7 +352,7 @@ class SandboxClient implements ExternalClient<Sandbox> {
   private async withoutExtras(cr: Sandbox, keep: AgentVM, alive: (vm: AgentVM | undefined) => AgentVM | undefined): Promise<AgentVM> {
     if (cr.metadata.annotations?.[Annotations.externalId] !== undefined) return keep;
     for (const vm of this.handle.vms.findByMarker(cr.metadata.uid)) {
-      if (vm.vm_id !== keep.vm_id && alive(vm) !== undefined) await this.giveBack(cr, vm.vm_id);
+      if (vm.id !== keep.id && alive(vm) !== undefined) await this.giveBack(cr, vm.id);
     }
     return keep;
   }
@@ -340,7 +362,7 @@ class SandboxClient implements ExternalClient<Sandbox> {
     const candidates = this.handle.vms.findByMarker(cr.metadata.uid).filter((v) => alive(v));
     const keep = newest(candidates);
     // A crash between two allocations can leave more than one VM for this resource.
-    for (const extra of candidates) if (extra !== keep) await this.giveBack(cr, extra.vm_id);
+    for (const extra of candidates) if (extra !== keep) await this.giveBack(cr, extra.id);
     return keep;
   }
 }
@@ -353,14 +375,14 @@ function expiredCondition(id: string) {
   return { reason: "Expired", message: `VM ${id} expired; spec.keepAlive is false, so it is not replaced` };
 }
 
+/** The allocation answer as the VM record the list would show (the inventory holds records). */
 function vmOf(a: Allocation, req: AllocateVMRequest, now: Date): AgentVM {
   const vm: AgentVM = {
-    vm_id: a.vm_id,
+    id: a.vm_id,
     state: a.state,
     tier: a.tier,
-    skills_loaded: a.skills_loaded,
-    endpoint: a.endpoint,
-    ws_url: a.ws_url,
+    skills: a.skills_loaded,
+    token: a.token,
     expires_at: a.expires_at,
     allocated_at: formatTime(now),
     ttl_seconds: req.ttl_seconds,
@@ -369,20 +391,19 @@ function vmOf(a: Allocation, req: AllocateVMRequest, now: Date): AgentVM {
   return vm;
 }
 
+/** What the VM record says; endpoint and ws_url are not in it (see observe). */
 function statusOf(vm: AgentVM): Partial<SandboxStatus> {
   return {
-    vmId: vm.vm_id,
+    vmId: vm.id,
     state: vm.state,
     tier: vm.tier,
-    skillsLoaded: vm.skills_loaded,
-    endpoint: vm.endpoint,
-    wsURL: vm.ws_url,
+    skillsLoaded: vm.skills,
     expiresAt: vm.expires_at,
     ...(vm.allocated_at ? { allocatedAt: vm.allocated_at } : {}),
   };
 }
 
-function detailsOf(vm: { vm_id: string; token?: string; endpoint?: string; ws_url?: string }): ConnectionDetails {
+function detailsOf(vm: { vm_id: string; token?: string | undefined; endpoint?: string | undefined; ws_url?: string | undefined }): ConnectionDetails {
   const details: ConnectionDetails = { vmId: vm.vm_id };
   if (vm.token) details.token = vm.token;
   if (vm.endpoint) details.endpoint = vm.endpoint;

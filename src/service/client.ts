@@ -81,8 +81,8 @@ export interface AgentsAPI {
 
 export interface DeploymentsAPI {
   deploy(agentId: string, options: DeployOptions): Promise<Deployment>;
-  list(q?: { limit?: number; offset?: number }): Promise<Deployment[]>;
-  listAll(): Promise<Deployment[]>;
+  /** Every deployment: the endpoint publishes no paging, so this is one call. */
+  list(): Promise<Deployment[]>;
   get(id: string): Promise<Deployment>;
   stop(id: string): Promise<Deployment>;
   redeploy(id: string): Promise<Deployment>;
@@ -149,11 +149,13 @@ export class ServiceClient {
   private readonly requester: Requester;
   private readonly tokens: TokenSource;
   private readonly service: Endpoint;
+  private readonly registry: Endpoint;
   private readonly auth: Endpoint;
   private closed = false;
 
   constructor(opts: ServiceClientOptions) {
     this.service = endpoint(opts.baseURL, "baseURL");
+    this.registry = opts.registryURL === undefined ? this.service : endpoint(opts.registryURL, "registryURL");
     this.auth = endpoint(opts.authURL, "authURL");
     const creds = opts.credentials;
     const secrets = "apiKey" in creds ? [creds.apiKey] : [creds.clientSecret];
@@ -237,10 +239,9 @@ export class ServiceClient {
         operation: "deployments.deploy", method: "POST", cls: "unsafe",
         path: `${COMPUTE}/agents/${seg("deployments.deploy", agentId)}/deploy`, body: options, secrets: envSecrets(options.env),
       })),
-      list: async (q) => arrayOf<Deployment>("deployments.list", await this.json({
-        operation: "deployments.list", method: "GET", cls: "idempotent", path: `${COMPUTE}/deployments`, query: { ...q },
-      }), "deployments"),
-      listAll: async () => dedupe(await pageAll((limit, offset) => this.deployments.list({ limit, offset })), (d) => d.id),
+      list: async () => dedupe(arrayOf<Deployment>("deployments.list", await this.json({
+        operation: "deployments.list", method: "GET", cls: "idempotent", path: `${COMPUTE}/deployments`,
+      }), "deployments"), (d) => d.id),
       get: async (id) => objectOf<Deployment>("deployments.get", await this.json({
         operation: "deployments.get", method: "GET", cls: "idempotent", path: `${COMPUTE}/deployments/${seg("deployments.get", id)}`,
       })),
@@ -263,7 +264,7 @@ export class ServiceClient {
       list: async (q) => arrayOf<AgentVM>("vms.list", await this.json({
         operation: "vms.list", method: "GET", cls: "idempotent", path: `${COMPUTE}/vms`, query: { ...q },
       }), "vms"),
-      listAll: async (q) => dedupe(await pageAll((limit, offset) => this.vms.list({ ...q, limit, offset })), (v) => v.vm_id),
+      listAll: async (q) => dedupe(await pageAll((limit, offset) => this.vms.list({ ...q, limit, offset })), (v) => v.id),
       get: async (id) => objectOf<AgentVM>("vms.get", await this.json({
         operation: "vms.get", method: "GET", cls: "idempotent", path: `${COMPUTE}/vms/${seg("vms.get", id)}`,
       })),
@@ -349,12 +350,13 @@ export class ServiceClient {
 
   /** One call to the service; returns the decoded JSON body (undefined for an empty one). */
   private async json(c: Call): Promise<unknown> {
+    const target = c.path.startsWith(REGISTRY) ? this.registry : this.service;
     const res = await this.requester.call({
       operation: c.operation,
       method: c.method,
       cls: c.cls,
-      origin: this.service.origin,
-      path: this.service.prefix + c.path + queryString(c.query),
+      origin: target.origin,
+      path: target.prefix + c.path + queryString(c.query),
       body: c.body === undefined ? undefined : JSON.stringify(c.body),
       headers: c.headers,
       auth: true,

@@ -6,6 +6,11 @@ import type { Credentials } from "./types.js";
 export interface ServiceClientOptions {
   /** The service, e.g. https://api.example.com (a path prefix is kept). */
   baseURL: string;
+  /**
+   * The registry (`/registry/v1`), when it is served from another base URL than compute (the
+   * official client has a separate registry base URL); default: baseURL.
+   */
+  registryURL?: string;
   /** The token service; the token is obtained from `POST {authURL}/token`. */
   authURL: string;
   credentials: Credentials;

@@ -28,6 +28,26 @@ export interface ImagePullSecret {
   password: string;
 }
 
+/** The agent's manifest (published models.AgentManifest): a fixed set of keys, in the registry's spelling. */
+export interface AgentManifest {
+  name?: string;
+  description?: string;
+  version?: string;
+  url?: string;
+  authentication?: JsonObject;
+  capabilities?: JsonObject;
+  input_schema?: JsonObject;
+  output_schema?: JsonObject;
+  runtime?: JsonObject;
+  skills?: ManifestSkill[];
+}
+
+export interface ManifestSkill {
+  id?: string;
+  inputModes?: string[];
+  outputModes?: string[];
+}
+
 export interface Agent {
   id: string;
   name: string;
@@ -40,7 +60,7 @@ export interface Agent {
   public_key?: string;
   capabilities?: string[];
   metadata?: Record<string, string>;
-  manifest?: JsonObject;
+  manifest?: AgentManifest;
   state?: AgentState;
   visibility?: Visibility;
   allowed_org_ids?: string[];
@@ -57,7 +77,7 @@ export interface CreateAgentRequest {
   description?: string;
   endpoint?: string;
   image_pull_secret?: ImagePullSecret;
-  manifest?: JsonObject;
+  manifest?: AgentManifest;
   metadata?: Record<string, string>;
   version?: string;
 }
@@ -68,7 +88,7 @@ export interface UpdateAgentRequest {
   description?: string;
   endpoint?: string;
   image?: string;
-  manifest?: JsonObject;
+  manifest?: AgentManifest;
   metadata?: Record<string, string>;
   name?: string;
   public_key?: string;
@@ -105,17 +125,26 @@ export interface DeployOptions {
   [key: string]: JsonValue | undefined;
 }
 
+/**
+ * The deployment record (deploy, list, get, stop, redeploy). It does NOT echo the deploy
+ * options back (no `env`): what was applied is known only to whoever applied it, so the
+ * operator remembers a hash of its options and watches the service's `config_hash`.
+ */
 export interface Deployment {
   id: string;
-  agent_id: string;
+  /** The registry agent's id (not `agent_id`). */
+  registry_id?: string;
   name?: string;
+  image?: string;
   state?: string;
   tier?: string;
   skills?: string[];
-  env?: Record<string, string>;
   metadata?: Record<string, string>;
+  manifest?: JsonObject;
   endpoint?: string;
   endpoint_name?: string;
+  /** The service's hash of the deployment's configuration: changes when someone reconfigures it. */
+  config_hash?: string;
   /** A credential: goes to a Secret, never to status or logs. */
   token?: string;
   created_at?: string;
@@ -133,7 +162,8 @@ export interface AllocateVMRequest {
   env?: Record<string, string>;
   metadata?: Record<string, string>;
   org_id?: string;
-  secure_runtime?: boolean;
+  /** Names a runtime (a string, not a flag); its values are not published, so it is passed through. */
+  secure_runtime?: string;
   skills?: string[];
   ttl_seconds?: number;
 }
@@ -151,18 +181,22 @@ export interface Allocation {
   expires_at?: string;
 }
 
+/**
+ * The VM record (get, list, renew, release): a different shape from the allocation. Its id
+ * field is `id`, it names its skills `skills`, and it has no endpoint or ws_url (those come
+ * from the allocation, or from GET /vms/{id}/endpoint).
+ */
 export interface AgentVM {
-  vm_id: string;
+  id: string;
   state: VMState;
-  tier: string;
-  org_id?: string;
-  skills_loaded?: string[];
+  tier?: string;
+  skills?: string[];
   metadata?: Record<string, string>;
-  secure_runtime?: boolean;
-  endpoint?: string;
-  ws_url?: string;
+  /** A credential: goes to a Secret, never to status or logs. */
+  token?: string;
   ttl_seconds?: number;
   allocated_at?: string;
+  created_at?: string;
   expires_at?: string;
   released_at?: string;
 }

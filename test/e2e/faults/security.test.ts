@@ -112,7 +112,7 @@ async function allSecrets(): Promise<Map<string, string>> {
     [FOREIGN_KEY, "API key of another namespace"],
   ]);
   for (const d of emulator.state.deployments.values()) out.set(d.token, `token of deployment ${d.id}`);
-  for (const vm of emulator.state.vms.values()) out.set(vm.token, `token of VM ${vm.vm_id}`);
+  for (const vm of emulator.state.vms.values()) out.set(vm.token, `token of VM ${vm.id}`);
   // Bearer tokens: the emulator saves the ones it issued to its state file (100 ms debounce).
   await sleep(500);
   const saved = JSON.parse(readFileSync(stateFile, "utf8")) as { tokens: Array<{ token: string }> };

@@ -244,7 +244,7 @@ export function expectExactlyOnce(emulator: Emulator, resources: ListedResource[
   for (const vm of state.vms.values()) {
     const uid = vm.metadata[MARKER_KEY];
     if (uid === undefined || !uids.has(uid)) continue;
-    vmsByMarker.set(uid, [...(vmsByMarker.get(uid) ?? []), vm.vm_id]);
+    vmsByMarker.set(uid, [...(vmsByMarker.get(uid) ?? []), vm.id]);
   }
   for (const cr of byKind("Sandbox")) {
     const ids = vmsByMarker.get(cr.metadata.uid) ?? [];

@@ -124,7 +124,7 @@ spec:
         "ConfigMap content": emulator.state.skills.get("from-cm")?.content === "from the ConfigMap, v2",
         "skill content": emulator.state.skills.get("w1-skill-1")?.content === "instructions 1, v2",
         "Secret env": emulator.state.vms.get(byName.get("with-env")?.status?.vmId as string)?.env["TOKEN_A"] === "env-v2",
-        "deployment env": emulator.state.deployments.get(byName.get("w1-deploy-2")?.status?.deploymentId as string)?.env?.["EXTRA"] === "v3",
+        "deployment env": emulator.state.deployments.get(byName.get("w1-deploy-2")?.status?.deploymentId as string)?.options["env"]?.["EXTRA"] === "v3",
       };
       return Object.entries(checks).filter(([, ok]) => !ok).map(([what]) => what);
     };

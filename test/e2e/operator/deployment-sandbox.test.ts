@@ -58,7 +58,7 @@ spec: {image: "example/web:1"}`, t.namespace);
     expect(deployment(id)?.revision).toBe(revision + 1);
 
     await kubectlOk(["patch", "agent", "web-agent", "--type=merge", "-p", '{"spec":{"image":"example/web:2"}}'], { namespace: t.namespace });
-    await waitFor(() => deployment(id)?.agent_image === "example/web:2", { description: "rollout of the new image" });
+    await waitFor(() => deployment(id)?.image === "example/web:2", { description: "rollout of the new image" });
     expect(deployment(id)?.revision).toBe(revision + 2);
   });
 

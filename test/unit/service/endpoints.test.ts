@@ -1,10 +1,12 @@
-// Contract: every endpoint of SERVICE.md through the typed client, against the emulator over
+// Every endpoint the operator uses, through the typed client, against the emulator over
 // real HTTP. Each call is checked both by its typed answer and by the emulator's request log
 // (so the operation names and methods line up with what the service sees).
 
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
 import { isNotFound, ServiceError } from "../../../src/service/index.js";
-import { count, ORG, rejection, start } from "./helpers.js";
+import { createServer } from "node:http";
+import type { AddressInfo } from "node:net";
+import { count, newClient, ORG, rejection, start } from "./helpers.js";
 import type { Harness } from "./helpers.js";
 
 let h: Harness;
@@ -106,8 +108,12 @@ describe("deployments", () => {
       custom_option: "passed-through",
     });
     expect(d.id).toEqual(expect.any(String));
-    expect(d.agent_id).toBe(agent.id);
+    expect(d.registry_id).toBe(agent.id);
+    expect(d.config_hash).toEqual(expect.any(String));
     expect(d.token).toEqual(expect.any(String));
+    // The record does not echo deploy options: the operator must remember what it applied.
+    expect(d).not.toHaveProperty("env");
+    expect(d).not.toHaveProperty("custom_option");
 
     expect((await client.deployments.get(d.id)).id).toBe(d.id);
     const stopped = await client.deployments.stop(d.id);
@@ -115,8 +121,8 @@ describe("deployments", () => {
     const again = await client.deployments.redeploy(d.id);
     expect(again.id).toBe(d.id);
 
-    const page = await client.deployments.list({ limit: 5, offset: 0 });
-    expect(page.map((x) => x.id)).toContain(d.id);
+    const all = await client.deployments.list();
+    expect(all.map((x) => x.id)).toContain(d.id);
 
     await client.deployments.delete(d.id);
     expect(isNotFound(await rejection(client.deployments.get(d.id)))).toBe(true);
@@ -125,26 +131,16 @@ describe("deployments", () => {
     }
   });
 
-  it("listAll pages a bare array until a short page", async () => {
+  it("lists every deployment in one call (the endpoint publishes no paging)", async () => {
     const { client, emu } = h;
     const agent = await client.agents.create({ name: "many-deps", org_id: ORG, image: "img" });
     for (let i = 0; i < 150; i++) emu.state.deploy(agent.id, { name: `d-${i}` });
     const total = emu.state.deployments.size;
     emu.clearRequests();
-    const all = await client.deployments.listAll();
+    const all = await client.deployments.list();
     expect(all).toHaveLength(total);
-    expect(count(emu, "deployments.list")).toBe(Math.floor(total / 100) + 1);
-  });
-
-  it("listAll misses nothing behind a server-side page cap below 100", async () => {
-    const { client, emu } = h;
-    emu.setOptions({ maxPageSize: 40 });
-    try {
-      const all = await client.deployments.listAll();
-      expect(all).toHaveLength(emu.state.deployments.size);
-    } finally {
-      emu.setOptions({ maxPageSize: 100 });
-    }
+    expect(count(emu, "deployments.list")).toBe(1);
+    expect(emu.requests.find((r) => r.operation === "deployments.list")?.query).toBe("");
   });
 });
 
@@ -156,11 +152,12 @@ describe("VMs", () => {
     expect(a.state).toBe("allocated");
     expect(a.token).toEqual(expect.any(String));
 
+    // The record names its id `id`; only the allocation says `vm_id`.
     const vm = await client.vms.get(a.vm_id);
-    expect(vm).toMatchObject({ vm_id: a.vm_id, tier: "standard" });
+    expect(vm).toMatchObject({ id: a.vm_id, tier: "standard", metadata: { k: "v" } });
 
     const renewed = await client.vms.renew(a.vm_id, 1200);
-    expect(renewed.vm_id).toBe(a.vm_id);
+    expect(renewed.id).toBe(a.vm_id);
     expect(renewed.ttl_seconds).toBe(1200);
 
     const ep = await client.vms.endpoint(a.vm_id);
@@ -170,10 +167,10 @@ describe("VMs", () => {
     expect(out).not.toBeUndefined();
 
     const listed = await client.vms.list({ tier: "standard" });
-    expect(listed.map((v) => v.vm_id)).toContain(a.vm_id);
+    expect(listed.map((v) => v.id)).toContain(a.vm_id);
 
     const released = await client.vms.release(a.vm_id, true);
-    expect(released.vm_id).toBe(a.vm_id);
+    expect(released.id).toBe(a.vm_id);
 
     const b = await client.vms.allocate({ tier: "standard" });
     await client.vms.delete(b.vm_id);
@@ -214,6 +211,33 @@ describe("skills", () => {
     expect(isNotFound(await rejection(client.skills.get("web-search")))).toBe(true);
     for (const op of ["skills.create", "skills.list", "skills.get", "skills.update", "skills.delete"]) {
       expect(count(emu, op), op).toBeGreaterThanOrEqual(1);
+    }
+  });
+});
+
+describe("registryURL", () => {
+  it("sends registry calls to the registry's own base URL, with the same bearer token", async () => {
+    const seen: { path: string; auth: string | undefined }[] = [];
+    const registry = createServer((req, res) => {
+      seen.push({ path: req.url ?? "", auth: req.headers.authorization });
+      res.writeHead(200, { "content-type": "application/json" });
+      res.end(JSON.stringify({ agents: [], total: 0 }));
+    });
+    await new Promise<void>((resolve) => registry.listen(0, "127.0.0.1", resolve));
+    const { port } = registry.address() as AddressInfo;
+    const client = newClient(h.emu, { registryURL: `http://127.0.0.1:${port}/prefix/` });
+    try {
+      h.emu.clearRequests();
+      expect((await client.agents.list()).agents).toEqual([]);
+      await client.skills.list();
+      expect(seen).toHaveLength(1);
+      expect(seen[0]?.path).toBe("/prefix/registry/v1/agents");
+      expect(seen[0]?.auth).toMatch(/^Bearer \S+$/);
+      expect(count(h.emu, "agents.list")).toBe(0);
+      expect(count(h.emu, "skills.list")).toBe(1);
+    } finally {
+      await client.close();
+      await new Promise<void>((resolve) => registry.close(() => resolve()));
     }
   });
 });
