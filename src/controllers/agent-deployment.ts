@@ -9,6 +9,7 @@
 // status.configHash the service's config_hash as we left it. A spec change moves the first;
 // a change made outside the operator moves the second.
 import { createHash } from "node:crypto";
+import stableStringify from "safe-stable-stringify";
 import { Annotations, ConditionType, MARKER_KEY } from "../api/names.js";
 import type { Agent, AgentDeployment, AgentDeploymentStatus } from "../api/index.js";
 import { NotReadyError } from "../managed/errors.js";
@@ -294,22 +295,10 @@ export function desiredOptions(cr: AgentDeployment): DeployOptions {
 
 /** Hash of the deploy options the spec asks for (status.optionsHash records the applied one). */
 export function optionsHash(cr: AgentDeployment): string {
-  return createHash("sha256").update(canonicalJSON(desiredOptions(cr))).digest("hex").slice(0, 16);
+  // Keys sorted at every depth, so that key order in the spec never looks like a change.
+  return createHash("sha256").update(stableStringify(desiredOptions(cr))).digest("hex").slice(0, 16);
 }
 
-/** JSON with object keys sorted, so that key order in the spec never looks like a change. */
-function canonicalJSON(v: unknown): string {
-  if (Array.isArray(v)) return `[${v.map(canonicalJSON).join(",")}]`;
-  if (v !== null && typeof v === "object") {
-    const o = v as Record<string, unknown>;
-    return `{${Object.keys(o)
-      .filter((k) => o[k] !== undefined)
-      .sort()
-      .map((k) => `${JSON.stringify(k)}:${canonicalJSON(o[k])}`)
-      .join(",")}}`;
-  }
-  return JSON.stringify(v);
-}
 
 
 function statusOf(d: Deployment): Partial<AgentDeploymentStatus> {

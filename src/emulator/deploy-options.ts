@@ -3,8 +3,9 @@
 // echoes the options, so the service's only trace of them is `config_hash`, which the emulator
 // computes here from the whole options object it received.
 import { createHash } from "node:crypto";
+import stableStringify from "safe-stable-stringify";
 import { optionalString, optionalStringArray, optionalStringMap } from "./validate.js";
-import type { DeployOptions, JsonObject, JsonValue } from "./wire.js";
+import type { DeployOptions, JsonObject } from "./wire.js";
 
 /** Validates the keys the record carries (400 naming the field) and returns a copy of all. */
 export function parseDeployOptions(body: JsonObject): DeployOptions {
@@ -17,20 +18,9 @@ export function parseDeployOptions(body: JsonObject): DeployOptions {
   return structuredClone(body) as DeployOptions;
 }
 
-/** JSON with object keys sorted at every depth: equal options give equal text. */
-export function canonicalJson(value: JsonValue | undefined): string {
-  if (value === undefined) return "null";
-  if (Array.isArray(value)) return `[${value.map((v) => canonicalJson(v)).join(",")}]`;
-  if (value !== null && typeof value === "object") {
-    const keys = Object.keys(value)
-      .filter((k) => value[k] !== undefined)
-      .sort();
-    return `{${keys.map((k) => `${JSON.stringify(k)}:${canonicalJson(value[k])}`).join(",")}}`;
-  }
-  return JSON.stringify(value);
-}
 
 /** Hex SHA-256 of the options' canonical JSON: `config_hash` of the Deployment record. */
 export function configHash(options: DeployOptions): string {
-  return createHash("sha256").update(canonicalJson(options as JsonObject)).digest("hex");
+  // Keys sorted at every depth: equal options give equal text whatever their order.
+  return createHash("sha256").update(stableStringify(options) ?? "null").digest("hex");
 }
