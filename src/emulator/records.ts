@@ -21,7 +21,9 @@ export interface StoredAgent extends Omit<Agent, "image_pull_secret"> {
   image_pull_secret?: ImagePullSecret;
 }
 
-export interface StoredDeployment extends Deployment {
+export interface StoredDeployment extends Omit<Deployment, "manifest"> {
+  /** The agent's manifest at the last deploy or redeploy, if it had one (the view sends {} otherwise). */
+  manifest?: AgentManifest;
   /** The deploy options as received (env included): kept, never sent. */
   options: DeployOptions;
   /** Emulator extra, never sent: 1, plus one per redeploy (so tests can count redeploys). */
@@ -99,7 +101,9 @@ export function deploymentView(d: StoredDeployment): Deployment {
     endpoint: d.endpoint,
     endpoint_name: d.endpoint_name,
     config_hash: d.config_hash,
-    ...(d.manifest !== undefined && { manifest: cloneManifest(d.manifest) }),
+    // Every field of the record is always sent (SERVICE.md: exactly the seed's table): an agent
+    // without a manifest deploys with an empty one.
+    manifest: d.manifest !== undefined ? cloneManifest(d.manifest) : {},
     metadata: { ...d.metadata },
     skills: [...d.skills],
     state: d.state,

@@ -189,8 +189,8 @@ export interface Deployment {
   endpoint_name: string;
   /** Computed by the service from the deploy options it received. */
   config_hash: string;
-  /** The registry agent's manifest at the last deploy or redeploy, when it has one. */
-  manifest?: AgentManifest;
+  /** The registry agent's manifest at the last deploy or redeploy; {} when it has none. */
+  manifest: AgentManifest;
   metadata: Record<string, string>;
   skills: string[];
   state: string;

@@ -1,4 +1,5 @@
 // Agent VM routes ("sandboxes").
+import { ServiceError } from "../errors.js";
 import type { HandlerContext, HandlerResult, Route } from "../router.js";
 import {
   optionalBoolean,
@@ -64,9 +65,10 @@ function release(ctx: HandlerContext): HandlerResult {
 function execute(ctx: HandlerContext): HandlerResult {
   const id = ctx.params["id"]!;
   ctx.state.getVM(id); // 404 for a VM that is gone
-  // The body is not described by the service ("runs code or shell commands"), and there is
-  // no VM runtime yet: the emulator echoes what it was sent (D).
-  return { status: 200, body: { vm_id: id, echo: ctx.body() } };
+  // Execute runs what it is sent inside the VM, and the emulator has no VM runtime yet: it
+  // answers as forwarding does, what the service answers when the runtime cannot be reached,
+  // rather than a 200 for work that never ran (D).
+  throw new ServiceError(502, "bad_gateway", `cannot execute in vm ${id}: the VM runtime (agentd) is not emulated yet`);
 }
 
 export const vmRoutes: Route[] = [

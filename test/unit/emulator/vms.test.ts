@@ -41,9 +41,10 @@ describe("emulator agent VMs", () => {
     expect((await c.get<AgentVM[]>("/compute/v1/vms")).body).toEqual([vm.body]);
     const ep = await c.get(`/compute/v1/vms/${res.body.vm_id}/endpoint`);
     expect(ep.body).toEqual({ endpoint: res.body.endpoint, ws_url: res.body.ws_url });
+    // No runtime yet: nothing runs, and the answer says so instead of a 200.
     const ex = await c.post(`/compute/v1/vms/${res.body.vm_id}/execute`, { command: "ls" });
-    expect(ex.status).toBe(200);
-    expect(ex.body).toEqual({ vm_id: res.body.vm_id, echo: { command: "ls" } });
+    expect(ex.status).toBe(502);
+    expect(ex.body).toMatchObject({ code: 502, error_code: "bad_gateway" });
     // Stored, though: the service keeps what it was sent.
     expect(emu.state.vms.get(res.body.vm_id)).toMatchObject({ id: res.body.vm_id, skills: ["pdf"], env: { SECRET: "v" }, org_id: "org-emulator" });
   });
