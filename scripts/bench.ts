@@ -14,7 +14,7 @@
 import { mkdirSync, writeFileSync } from "node:fs";
 import path from "node:path";
 import { parseArgs } from "node:util";
-import { connectCluster, waitNamespaceGone } from "../bench/lib/cluster.js";
+import { connectCluster } from "../bench/lib/cluster.js";
 import { CACHE } from "../bench/lib/operator.js";
 import { gitCommit, machine, markdownTable, textTable, type Row } from "../bench/lib/report.js";
 import { log } from "../bench/lib/util.js";
@@ -22,6 +22,7 @@ import { coldStart, type ColdStartResult } from "../bench/scenarios/cold-start.j
 import { latency, type LatencyResult } from "../bench/scenarios/latency.js";
 import { renewals, type RenewalResult } from "../bench/scenarios/renewals.js";
 import { MANAGED_WRITE_RESOURCES, steadyState, type SteadyResult } from "../bench/scenarios/steady.js";
+import { waitNamespaceGone } from "../dev/namespaces.js";
 
 const SCENARIOS = ["cold-start", "steady", "memory", "renewals", "latency"] as const;
 type Scenario = (typeof SCENARIOS)[number];
@@ -167,7 +168,8 @@ async function main(): Promise<void> {
       result.errors.steady = String(err);
     } finally {
       await stack.teardown();
-      await waitNamespaceGone(cluster.kube, stack.namespace);
+      // Bounded, so the next scenario does not share the API server with this one's teardown.
+      await waitNamespaceGone(cluster.kube, stack.namespace, { timeoutMs: 180_000, intervalMs: 1000 });
     }
   }
   if (wants("renewals")) {

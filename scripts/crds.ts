@@ -6,9 +6,9 @@ import { pathToFileURL } from "node:url";
 import { stringify } from "yaml";
 import { allKinds, GROUP } from "../src/api/index.js";
 import { toCRD } from "../src/api/crd.js";
+import { CRD_DIR } from "../dev/paths.js";
 
 const HEADER = "# Generated from src/api by `npm run crds`. Do not edit by hand.\n";
-export const crdDir = new URL("../crds/", import.meta.url).pathname;
 
 /** File name -> content of everything crds/ should hold. */
 export function renderCRDs(): Map<string, string> {
@@ -30,11 +30,11 @@ export function renderCRDs(): Map<string, string> {
 
 function main(mode: string | undefined): number {
   const wanted = renderCRDs();
-  const present = new Set(readdirSync(crdDir, { withFileTypes: true }).filter((e) => e.isFile()).map((e) => e.name));
+  const present = new Set(readdirSync(CRD_DIR, { withFileTypes: true }).filter((e) => e.isFile()).map((e) => e.name));
   if (mode === "check") {
     const stale: string[] = [];
     for (const [name, content] of wanted) {
-      if (!present.has(name) || readFileSync(join(crdDir, name), "utf8") !== content) stale.push(name);
+      if (!present.has(name) || readFileSync(join(CRD_DIR, name), "utf8") !== content) stale.push(name);
     }
     for (const name of present) if (!wanted.has(name) && name.endsWith(".yaml")) stale.push(`${name} (not generated)`);
     if (stale.length > 0) {
@@ -44,9 +44,9 @@ function main(mode: string | undefined): number {
     console.log(`crds/ is up to date (${wanted.size} files)`);
     return 0;
   }
-  mkdirSync(crdDir, { recursive: true });
-  for (const name of present) if (!wanted.has(name) && name.endsWith(".yaml")) rmSync(join(crdDir, name));
-  for (const [name, content] of wanted) writeFileSync(join(crdDir, name), content);
+  mkdirSync(CRD_DIR, { recursive: true });
+  for (const name of present) if (!wanted.has(name) && name.endsWith(".yaml")) rmSync(join(CRD_DIR, name));
+  for (const [name, content] of wanted) writeFileSync(join(CRD_DIR, name), content);
   console.log(`wrote ${wanted.size} files to crds/`);
   return 0;
 }

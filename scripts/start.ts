@@ -2,19 +2,19 @@
 // kube-apiserver (npm run kube:up), the service emulator on 127.0.0.1:8470 (the address the
 // examples use), the CRDs, the examples, and the operator; progress until everything is
 // Ready, then what to try next. Ctrl-C stops all three.
-import { execFile } from "node:child_process";
 import { createWriteStream, mkdirSync } from "node:fs";
 import { join } from "node:path";
-import { promisify } from "node:util";
 import { KubeConfig } from "@kubernetes/client-node";
+import { installCrds } from "../dev/crds.js";
+import { kubeDown, kubeUp } from "../dev/kube-apiserver.js";
+import { kubectlOk } from "../dev/kubectl.js";
+import { REPO_ROOT } from "../dev/paths.js";
 import { setupOperator } from "../src/controllers/index.js";
 import { startEmulator } from "../src/emulator/index.js";
 import { KubeClient } from "../src/runtime/kube-client.js";
 import { createLogger } from "../src/runtime/logging.js";
 import { Manager } from "../src/runtime/manager.js";
-import { REPO_ROOT, kubeDown, kubeUp } from "./kube.js";
 
-const run = promisify(execFile);
 const EMULATOR_PORT = Number(process.env.EMULATOR_PORT ?? 8470);
 // START_NAMESPACE puts the examples in another namespace and has the operator watch only it
 // (the test of this script uses it); by default the operator watches every namespace.
@@ -22,11 +22,6 @@ const NAMESPACE = process.env.START_NAMESPACE ?? "default";
 
 function say(line: string): void {
   console.log(`[start] ${line}`);
-}
-
-async function kubectl(kubeconfig: string, args: string[]): Promise<string> {
-  const { stdout } = await run("kubectl", ["--kubeconfig", kubeconfig, ...args], { maxBuffer: 64 * 1024 * 1024 });
-  return stdout;
 }
 
 interface Listed {
@@ -49,9 +44,8 @@ async function main(): Promise<number> {
   say(`service emulator on ${emulator.baseURL}`);
 
   say("installing the CRDs and applying examples/");
-  await kubectl(kubeconfig, ["apply", "--server-side", "--force-conflicts", "-k", join(REPO_ROOT, "crds")]);
-  await kubectl(kubeconfig, ["wait", "--for=condition=Established", "--timeout=60s", "crd", "-l", "app.kubernetes.io/part-of=agent-operator"]);
-  await kubectl(kubeconfig, ["apply", "-n", NAMESPACE, "-k", join(REPO_ROOT, "examples")]);
+  await installCrds({ kubeconfig });
+  await kubectlOk(["apply", "-n", NAMESPACE, "-k", join(REPO_ROOT, "examples")], { kubeconfig });
 
   const logDir = join(REPO_ROOT, ".cache");
   mkdirSync(logDir, { recursive: true });
@@ -87,7 +81,7 @@ async function main(): Promise<number> {
 
   let last = "";
   for (;;) {
-    const listed = JSON.parse(await kubectl(kubeconfig, ["get", "agentcompute", "-n", NAMESPACE, "-o", "json"])) as Listed;
+    const listed = JSON.parse(await kubectlOk(["get", "agentcompute", "-n", NAMESPACE, "-o", "json"], { kubeconfig })) as Listed;
     const notReady = listed.items.filter((i) => i.status?.conditions?.find((c) => c.type === "Ready")?.status !== "True");
     const line = `${listed.items.length - notReady.length}/${listed.items.length} Ready${
       notReady.length > 0

@@ -5,15 +5,14 @@ import { execFile, spawn, type ChildProcess } from "node:child_process";
 import { createWriteStream, existsSync, mkdirSync, readFileSync, readdirSync, statSync, writeFileSync } from "node:fs";
 import { createServer } from "node:net";
 import path from "node:path";
-import { fileURLToPath } from "node:url";
 import { promisify } from "node:util";
 import YAML from "yaml";
-import { parseMetrics, type Sample } from "./prom.js";
+import { REPO_ROOT } from "../../dev/paths.js";
+import { parseMetrics, type Sample } from "../../dev/prometheus.js";
 import { log, sleep, waitUntil } from "./util.js";
 
 const execFileAsync = promisify(execFile);
-export const ROOT = fileURLToPath(new URL("../../", import.meta.url));
-export const CACHE = path.join(ROOT, ".cache", "bench");
+export const CACHE = path.join(REPO_ROOT, ".cache", "bench");
 const DIST = path.join(CACHE, "dist");
 
 function newestMtime(dir: string): number {
@@ -29,11 +28,11 @@ function newestMtime(dir: string): number {
 export async function buildOperator(): Promise<string> {
   const cli = path.join(DIST, "cli.js");
   const stamp = path.join(DIST, ".stamp");
-  const srcTime = newestMtime(path.join(ROOT, "src"));
+  const srcTime = newestMtime(path.join(REPO_ROOT, "src"));
   if (existsSync(stamp) && Number(readFileSync(stamp, "utf8")) === srcTime && existsSync(cli)) return cli;
   log("compiling the operator (src/ -> .cache/bench/dist)");
-  const tsc = path.join(ROOT, "node_modules", "typescript", "bin", "tsc");
-  await execFileAsync(process.execPath, [tsc, "-p", path.join(ROOT, "tsconfig.build.json"), "--outDir", DIST, "--sourceMap", "false"], { cwd: ROOT });
+  const tsc = path.join(REPO_ROOT, "node_modules", "typescript", "bin", "tsc");
+  await execFileAsync(process.execPath, [tsc, "-p", path.join(REPO_ROOT, "tsconfig.build.json"), "--outDir", DIST, "--sourceMap", "false"], { cwd: REPO_ROOT });
   writeFileSync(stamp, String(srcTime));
   return cli;
 }
@@ -44,7 +43,7 @@ export async function buildOperator(): Promise<string> {
  */
 export function deployedNodeOptions(): string {
   try {
-    const docs = YAML.parseAllDocuments(readFileSync(path.join(ROOT, "manifests", "base", "deployment.yaml"), "utf8"));
+    const docs = YAML.parseAllDocuments(readFileSync(path.join(REPO_ROOT, "manifests", "base", "deployment.yaml"), "utf8"));
     for (const doc of docs) {
       const d = doc.toJS() as { kind?: string; spec?: { template?: { spec?: { containers?: Array<{ env?: Array<{ name: string; value?: string }> }> } } } };
       if (d?.kind !== "Deployment") continue;
@@ -154,14 +153,14 @@ export class OperatorProcess {
     mkdirSync(path.dirname(o.logFile), { recursive: true });
     const out = createWriteStream(o.logFile, { flags: "a" });
     const child = spawn(process.execPath, args, {
-      cwd: ROOT,
+      cwd: REPO_ROOT,
       stdio: ["ignore", "pipe", "pipe"], env: { ...process.env, NODE_ENV: "production", NODE_OPTIONS: o.nodeOptions ?? deployedNodeOptions() },
     });
     child.stdout?.pipe(out);
     child.stderr?.pipe(out);
     const op = new OperatorProcess(child, port);
     await waitUntil(async () => (await op.scrape().catch(() => undefined)) !== undefined, { timeoutMs: 60_000, what: "the operator's /metrics" });
-    log(`operator started (pid ${op.pid}, metrics 127.0.0.1:${port}, log ${path.relative(ROOT, o.logFile)})`);
+    log(`operator started (pid ${op.pid}, metrics 127.0.0.1:${port}, log ${path.relative(REPO_ROOT, o.logFile)})`);
     return op;
   }
 

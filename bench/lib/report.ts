@@ -1,7 +1,7 @@
 // The human-readable side of a result: the summary table (scenario, target, measured).
 import os from "node:os";
 import { execFileSync } from "node:child_process";
-import { ROOT } from "./operator.js";
+import { REPO_ROOT } from "../../dev/paths.js";
 
 export interface Row {
   scenario: string;
@@ -32,8 +32,8 @@ export function machine(): Machine {
 
 export function gitCommit(): { commit: string; dirty: boolean } {
   try {
-    const commit = execFileSync("git", ["rev-parse", "HEAD"], { cwd: ROOT, encoding: "utf8" }).trim();
-    const dirty = execFileSync("git", ["status", "--porcelain", "--", "src"], { cwd: ROOT, encoding: "utf8" }).trim() !== "";
+    const commit = execFileSync("git", ["rev-parse", "HEAD"], { cwd: REPO_ROOT, encoding: "utf8" }).trim();
+    const dirty = execFileSync("git", ["status", "--porcelain", "--", "src"], { cwd: REPO_ROOT, encoding: "utf8" }).trim() !== "";
     return { commit, dirty };
   } catch {
     return { commit: "unknown", dirty: false };

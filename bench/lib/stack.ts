@@ -3,10 +3,11 @@
 // benchmark's watch on the resources.
 import path from "node:path";
 import { startEmulator, type Emulator, type EmulatorOptions, type RequestStats } from "../../src/emulator/index.js";
-import type { Cluster, Plural } from "./cluster.js";
-import { createAll, createNamespace, deleteNamespace } from "./cluster.js";
+import { createNamespace, deleteNamespace } from "../../dev/namespaces.js";
+import { createAll } from "../../dev/objects.js";
+import { BENCH_LABEL, type Cluster, type Plural } from "./cluster.js";
 import { CACHE, OperatorProcess } from "./operator.js";
-import { delta, type Sample } from "./prom.js";
+import { delta, type Sample } from "../../dev/prometheus.js";
 import { API_KEY, ORG_ID, connectionObjects, type Manifest } from "./resources.js";
 import { ReadyTracker } from "./tracker.js";
 import { errorMessage, log, waitUntil } from "./util.js";
@@ -52,8 +53,8 @@ export class Stack {
       requestLogLimit: 1_000_000,
       ...o.emulator,
     });
-    const namespace = await createNamespace(o.cluster.kube, o.name);
-    await createAll(o.cluster.kube, connectionObjects(namespace, emulator, o.rateLimit));
+    const namespace = await createNamespace(o.cluster.kube, o.name, { label: BENCH_LABEL });
+    await createAll(o.cluster.kube, connectionObjects(namespace, emulator, o.rateLimit), { ignoreExisting: true });
     log(`${o.name}: namespace ${namespace}, emulator ${emulator.baseURL} (rate limit ${o.rateLimit}/s, latency ${o.emulator.latencyMs ?? 0} ms)`);
     return new Stack(o, emulator, namespace);
   }
@@ -64,7 +65,7 @@ export class Stack {
 
   async create(objects: Manifest[], concurrency = 64): Promise<number> {
     const started = performance.now();
-    await createAll(this.o.cluster.kube, objects, concurrency);
+    await createAll(this.o.cluster.kube, objects, { concurrency, ignoreExisting: true });
     return performance.now() - started;
   }
 
@@ -126,7 +127,9 @@ export class Stack {
     await this.tracker.stop().catch(() => undefined);
     await this.emulator.close();
     try {
-      await deleteNamespace(this.o.cluster.kube, this.namespace);
+      // The operator is stopped: the finalizers it put on the resources are stripped (the
+      // service objects went away with the emulator), then the namespace controller deletes the rest.
+      await deleteNamespace(this.o.cluster.kube, this.namespace, { stripFinalizers: true });
     } catch (err) {
       log(`deleting namespace ${this.namespace}: ${errorMessage(err)}`);
     }

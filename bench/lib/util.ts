@@ -10,19 +10,6 @@ export function log(line: string): void {
   process.stderr.write(`[bench ${((Date.now() - t0) / 1000).toFixed(1).padStart(7)} s] ${line}\n`);
 }
 
-/** Runs `fn` over `items` with at most `concurrency` in flight; resolves when all are done. */
-export async function forEachLimit<T>(items: readonly T[], concurrency: number, fn: (item: T, i: number) => Promise<void>): Promise<void> {
-  let next = 0;
-  const worker = async (): Promise<void> => {
-    for (;;) {
-      const i = next++;
-      if (i >= items.length) return;
-      await fn(items[i] as T, i);
-    }
-  };
-  await Promise.all(Array.from({ length: Math.min(concurrency, items.length) }, worker));
-}
-
 /** Nearest-rank percentile of an unsorted list (p in 0..100); NaN when empty. */
 export function percentile(values: readonly number[], p: number): number {
   if (values.length === 0) return Number.NaN;

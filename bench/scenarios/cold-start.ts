@@ -5,7 +5,7 @@ import { availableParallelism } from "node:os";
 import { lineChart, cumulative } from "../lib/chart.js";
 import { cpuWindow, type CpuShare } from "../lib/cpu.js";
 import type { Cluster, Plural } from "../lib/cluster.js";
-import { by, histogramQuantile, sum, type Sample } from "../lib/prom.js";
+import { by, histogramQuantile, sum, type Sample } from "../../dev/prometheus.js";
 import { mixedResources, type Mix } from "../lib/resources.js";
 import { deployedNodeOptions, type OperatorProcess } from "../lib/operator.js";
 import { Stack } from "../lib/stack.js";

@@ -2,7 +2,7 @@
 // with jittered latency and a share of errors (half 500, half dropped connections). Target:
 // zero expirations, and about one renewal per VM per renewal window (ttl - renewBefore).
 import type { Cluster } from "../lib/cluster.js";
-import { by, delta, sum } from "../lib/prom.js";
+import { by, delta, sum } from "../../dev/prometheus.js";
 import { sandbox } from "../lib/resources.js";
 import { Stack } from "../lib/stack.js";
 import { log, percentile, round, sleep } from "../lib/util.js";

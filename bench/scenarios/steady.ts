@@ -2,7 +2,7 @@
 // service and to the Kubernetes API; the only reads are the inventories' bulk lists on the
 // sync period (at most one pass over the list pages per kind per sync), no GET per object.
 import { PAGE_SIZE } from "../../src/service/client.js";
-import { by, delta, sum } from "../lib/prom.js";
+import { by, delta, sum } from "../../dev/prometheus.js";
 import type { Mix } from "../lib/resources.js";
 import type { Stack } from "../lib/stack.js";
 import { log, round, sleep } from "../lib/util.js";

@@ -8,7 +8,7 @@
 //
 // If a server from `npm run kube:up` is already running it is reused and left running.
 import type { TestProject } from "vitest/node";
-import { kubeDown, kubeUp } from "../../scripts/kube.js";
+import { kubeDown, kubeUp } from "../../dev/kube-apiserver.js";
 import "./support/context.js";
 
 export default async function setup(project: TestProject): Promise<() => Promise<void>> {

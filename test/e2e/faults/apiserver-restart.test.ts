@@ -1,5 +1,5 @@
 // The Kubernetes API server restarts while the operator is in the middle of creating
-// resources. The suite runs its OWN kube-apiserver (scripts/kube.ts, a private state dir):
+// resources. The suite runs its OWN kube-apiserver (dev/kube-apiserver.ts, a private state dir):
 // restarting the shared one would cut every other suite (and anyone's `npm run kube:up`
 // server on this machine) off mid-test. It is the same binary and the same kubeUp/kubeDown
 // the global setup uses; the restart keeps etcd's data, certificates and port, as a real
@@ -14,12 +14,11 @@
 import { setTimeout as sleep } from "node:timers/promises";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startEmulator, type Emulator } from "../../../src/emulator/index.js";
-import { kubectlOk, usingExistingCluster, waitFor } from "../support/kube.js";
+import { createTestNamespace, kubectlOk, usingExistingCluster, waitFor } from "../support/kube.js";
 import { API_KEY, connectionManifest } from "../support/operator.js";
 import { startOperatorProcess, type OperatorProcess } from "../support/process.js";
 import { deleteAllManaged,
   createAll,
-  createNamespaceIn,
   expectExactlyOnce,
   mixedManifests,
   startPrivateApiserver,
@@ -47,7 +46,7 @@ const get = async (kind: string, name: string) => JSON.parse(await kube(["get", 
 describe.skipIf(usingExistingCluster())("the API server restarts mid-work", () => {
   beforeAll(async () => {
     api = await startPrivateApiserver("restart");
-    ns = await createNamespaceIn(api.kubeconfig, "restart");
+    ns = await createTestNamespace("restart", api.kubeconfig);
     emulator = await startEmulator({ apiKey: API_KEY, orgId: "org-e2e", latencyMs: 20, jitterMs: 40, rateLimit: 20 });
     await kube(["apply", "-f", "-"], connectionManifest(ns, emulator));
     op = await startOperatorProcess({ kubeconfig: api.kubeconfig, namespaces: [ns], logs, logLevel: "info", syncPeriod: SYNC });

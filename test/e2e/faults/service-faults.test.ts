@@ -11,7 +11,8 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startEmulator, type Emulator } from "../../../src/emulator/index.js";
 import { kubectlOk, testKubeconfig, useTestNamespace, waitFor } from "../support/kube.js";
 import { API_KEY, apply, connectionManifest, installCRDs } from "../support/operator.js";
-import { startOperatorProcess, sumMetric, type OperatorProcess } from "../support/process.js";
+import { sumMetric } from "../../../dev/prometheus.js";
+import { startOperatorProcess, type OperatorProcess } from "../support/process.js";
 import { deleteAllManaged,
   createAll,
   expectExactlyOnce,

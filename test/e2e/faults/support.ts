@@ -6,17 +6,19 @@ import { rm } from "node:fs/promises";
 import { Writable } from "node:stream";
 import { KubeConfig } from "@kubernetes/client-node";
 import { expect } from "vitest";
-import { kubeDown, kubeUp, makeTempStateDir, type KubeUpOptions } from "../../../scripts/kube.js";
+import { installCrds } from "../../../dev/crds.js";
+import { kubeDown, kubeUp, makeTempStateDir, type KubeUpOptions } from "../../../dev/kube-apiserver.js";
+import { createAll as createObjects, type Creatable } from "../../../dev/objects.js";
 import { MARKER_KEY } from "../../../src/api/index.js";
 import { setupOperator, type Operator } from "../../../src/controllers/index.js";
 import type { Emulator } from "../../../src/emulator/index.js";
-import { KubeClient, resourcePath } from "../../../src/runtime/kube-client.js";
+import { KubeClient } from "../../../src/runtime/kube-client.js";
 import { createLogger } from "../../../src/runtime/logging.js";
 import { Manager, type ManagerOptions } from "../../../src/runtime/manager.js";
 import { parseAllDocuments } from "yaml";
-import { E2E_NAMESPACE_LABEL, kubectlOk, testKubeconfig, uniqueName, waitFor } from "../support/kube.js";
-import { CRD_DIR, type Resource } from "../support/operator.js";
-import { sumMetric } from "../support/process.js";
+import { kubectlOk, testKubeconfig, waitFor } from "../support/kube.js";
+import type { Resource } from "../support/operator.js";
+import { sumMetric } from "../../../dev/prometheus.js";
 
 export const PLURALS = ["skills", "agents", "agentdeployments", "sandboxes"] as const;
 export type Plural = (typeof PLURALS)[number];
@@ -84,14 +86,6 @@ spec:${conn}
   return docs.join("\n---\n");
 }
 
-const PLURAL_OF: Record<string, string> = {
-  Skill: "skills",
-  Agent: "agents",
-  AgentDeployment: "agentdeployments",
-  Sandbox: "sandboxes",
-  Connection: "connections",
-};
-
 /** A KubeClient for a kubeconfig file (default: the shared test API server). */
 export function kubeClient(kubeconfig: string = testKubeconfig()): KubeClient {
   const kc = new KubeConfig();
@@ -106,19 +100,9 @@ export function kubeClient(kubeconfig: string = testKubeconfig()): KubeClient {
  */
 export async function createAll(manifest: string, namespace: string, opts: { kubeconfig?: string; parallel?: number } = {}): Promise<void> {
   const client = kubeClient(opts.kubeconfig);
-  const docs = parseAllDocuments(manifest).map((d) => d.toJS() as { kind: string; metadata: Record<string, unknown> });
+  const docs = parseAllDocuments(manifest).map((d) => d.toJS() as Creatable);
   try {
-    let next = 0;
-    const worker = async (): Promise<void> => {
-      while (next < docs.length) {
-        const doc = docs[next++]!;
-        const plural = PLURAL_OF[doc.kind];
-        if (plural === undefined) throw new Error(`createAll: no plural for kind ${doc.kind}`);
-        doc.metadata.namespace = namespace;
-        await client.create(resourcePath({ group: "agentcompute.dev", version: "v1alpha1", plural, namespace }), doc);
-      }
-    };
-    await Promise.all(Array.from({ length: opts.parallel ?? 8 }, worker));
+    await createObjects(client, docs, { namespace, concurrency: opts.parallel ?? 8 });
   } finally {
     await client.close();
   }
@@ -277,7 +261,7 @@ export interface PrivateApiserver {
 }
 
 /**
- * A kube-apiserver of the test's own (scripts/kube.ts, a separate state dir), with the CRDs
+ * A kube-apiserver of the test's own (dev/kube-apiserver.ts, a separate state dir), with the CRDs
  * installed. Restarting it, or running it with aggressive flags, cannot disturb the shared
  * server other suites (and other people's `npm run kube:up`) use.
  */
@@ -287,11 +271,7 @@ export async function startPrivateApiserver(prefix: string, opts: Omit<KubeUpOpt
     if (process.env.E2E_KUBE_LOG) console.log(`[${prefix} kube] ${line}`);
   };
   let up = await kubeUp({ ...opts, stateDir, log });
-  await kubectlOk(["apply", "--server-side", "--force-conflicts", "-k", CRD_DIR], { kubeconfig: up.kubeconfig, timeoutMs: 120_000 });
-  await kubectlOk(
-    ["wait", "--for=condition=Established", "--timeout=60s", "crd", "-l", "app.kubernetes.io/part-of=agent-operator"],
-    { kubeconfig: up.kubeconfig, timeoutMs: 90_000 },
-  );
+  await installCrds({ kubeconfig: up.kubeconfig });
   const api: PrivateApiserver = {
     stateDir,
     kubeconfig: up.kubeconfig,
@@ -315,13 +295,6 @@ export async function startPrivateApiserver(prefix: string, opts: Omit<KubeUpOpt
     },
   };
   return api;
-}
-
-export async function createNamespaceIn(kubeconfig: string, prefix: string): Promise<string> {
-  const name = uniqueName(prefix);
-  await kubectlOk(["create", "namespace", name], { kubeconfig });
-  await kubectlOk(["label", "namespace", name, `${E2E_NAMESPACE_LABEL}=true`], { kubeconfig });
-  return name;
 }
 
 // ---------------------------------------------------------------------------------------

@@ -8,11 +8,10 @@
 import { setTimeout as sleep } from "node:timers/promises";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startEmulator, type Emulator } from "../../../src/emulator/index.js";
-import { kubectlOk, usingExistingCluster, waitFor } from "../support/kube.js";
+import { createTestNamespace, kubectlOk, usingExistingCluster, waitFor } from "../support/kube.js";
 import { API_KEY, connectionManifest } from "../support/operator.js";
 import { deleteAllManaged,
   createAll,
-  createNamespaceIn,
   expectExactlyOnce,
   mixedManifests,
   startInProcessOperator,
@@ -44,7 +43,7 @@ describe.skipIf(usingExistingCluster())("short watch timeouts and etcd compactio
       etcdCompactionInterval: "1s",
       apiserverArgs: ["--watch-cache=false"],
     });
-    ns = await createNamespaceIn(api.kubeconfig, "gone");
+    ns = await createTestNamespace("gone", api.kubeconfig);
     emulator = await startEmulator({ apiKey: API_KEY, orgId: "org-e2e" });
     await kube(["apply", "-f", "-"], connectionManifest(ns, emulator));
     op = await startInProcessOperator({

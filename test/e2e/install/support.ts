@@ -5,7 +5,6 @@ import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Writable } from "node:stream";
-import { fileURLToPath } from "node:url";
 import { KubeConfig } from "@kubernetes/client-node";
 import { afterAll } from "vitest";
 import { parseAllDocuments } from "yaml";
@@ -13,9 +12,11 @@ import { setupOperator, type Operator } from "../../../src/controllers/index.js"
 import { KubeClient } from "../../../src/runtime/kube-client.js";
 import { createLogger } from "../../../src/runtime/logging.js";
 import { Manager } from "../../../src/runtime/manager.js";
-import { kubectl, kubectlOk, loadKubeConfig, uniqueName, waitFor } from "../support/kube.js";
+import { waitCrdsEstablished } from "../../../dev/crds.js";
+import { REPO_ROOT } from "../../../dev/paths.js";
+import { kubectl, kubectlOk, loadKubeConfig, testKubeconfig, uniqueName, waitFor } from "../support/kube.js";
 
-export const REPO_ROOT = fileURLToPath(new URL("../../../", import.meta.url));
+export { REPO_ROOT };
 export const MANIFESTS_DIR = join(REPO_ROOT, "manifests");
 export const OPERATOR_NAMESPACE = "agent-operator-system";
 export const SERVICE_ACCOUNT = "agent-operator";
@@ -63,7 +64,7 @@ export function findObject(objects: KubeObject[], kind: string, name: string, na
 export async function applyKustomization(dir: string = MANIFESTS_DIR): Promise<{ stdout: string; stderr: string }> {
   const res = await kubectl(["apply", "-k", dir], { timeoutMs: 120_000 });
   if (res.exitCode !== 0) throw new Error(`kubectl apply -k ${dir} exited ${res.exitCode}: ${res.stderr.trim()}`);
-  await kubectlOk(["wait", "--for=condition=Established", "--timeout=60s", "crd", "-l", "app.kubernetes.io/part-of=agent-operator"]);
+  await waitCrdsEstablished({ kubeconfig: testKubeconfig() });
   return { stdout: res.stdout, stderr: res.stderr };
 }
 

@@ -5,7 +5,7 @@
 // emit exactly the differences: a synthetic delete, an update and an add.
 import { rm } from "node:fs/promises";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { kubeDown, kubeUp, makeTempStateDir } from "../../../scripts/kube.js";
+import { kubeDown, kubeUp, makeTempStateDir } from "../../../dev/kube-apiserver.js";
 import { Informer } from "../../../src/runtime/informer.js";
 import type { KubeClient, Status } from "../../../src/runtime/kube-client.js";
 import { Metrics } from "../../../src/runtime/metrics.js";

@@ -4,7 +4,7 @@ import { createServer, connect, type Server, type Socket } from "node:net";
 import { crdPath, isAlreadyExists, isNotFound, KubeClient, type KubeObject } from "../../../src/runtime/kube-client.js";
 import { loadKubeconfig, type ClusterConnection, type KubeConfigLike } from "../../../src/runtime/kubeconfig.js";
 import { createLogger, type Logger } from "../../../src/runtime/logging.js";
-import { testKubeconfig } from "../support/kube.js";
+import { createTestNamespace, testKubeconfig, waitFor } from "../support/kube.js";
 
 export const GROUP = "rt.test.agentcompute.dev";
 export const VERSION = "v1";
@@ -95,39 +95,13 @@ export async function ensureCrd(client: KubeClient, plural: string, kind: string
   return name;
 }
 
-export async function createNamespace(client: KubeClient, prefix: string): Promise<string> {
-  const name = `${prefix}-${Math.random().toString(16).slice(2, 8)}`;
-  await client.create("/api/v1/namespaces", {
-    apiVersion: "v1",
-    kind: "Namespace",
-    metadata: { name, labels: { "agentcompute.dev/e2e": "true" } },
-  });
-  return name;
-}
-
-export async function deleteNamespace(client: KubeClient, name: string): Promise<void> {
-  try {
-    await client.delete(`/api/v1/namespaces/${name}`);
-  } catch (err) {
-    if (!isNotFound(err)) throw err;
-  }
-}
+/** A uniquely named e2e namespace on `client`'s cluster; deleteNamespace(client, name) removes it. */
+export const createNamespace = (client: KubeClient, prefix: string): Promise<string> => createTestNamespace(prefix, client);
+export { deleteNamespace } from "../../../dev/namespaces.js";
 
 /** Poll until `probe` is truthy; generous timeouts, no timing assertions. */
 export async function poll(probe: () => boolean | Promise<boolean>, timeoutMs = 60_000, what = "condition"): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  let last: unknown;
-  for (;;) {
-    try {
-      if (await probe()) return;
-    } catch (err) {
-      last = err;
-    }
-    if (Date.now() > deadline) {
-      throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}${last ? `: ${String(last)}` : ""}`);
-    }
-    await new Promise((r) => setTimeout(r, 100));
-  }
+  await waitFor(probe, { timeoutMs, intervalMs: 100, description: what });
 }
 
 interface Pair {

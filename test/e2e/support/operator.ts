@@ -3,7 +3,6 @@
 // with every log line kept so tests can assert on them (and scan them for secrets).
 import { appendFileSync } from "node:fs";
 import { Writable } from "node:stream";
-import { fileURLToPath } from "node:url";
 import { KubeConfig } from "@kubernetes/client-node";
 import { startEmulator, type Emulator, type EmulatorOptions } from "../../../src/emulator/index.js";
 import { setupOperator, type Operator } from "../../../src/controllers/index.js";
@@ -11,19 +10,16 @@ import { KubeClient, resourcePath } from "../../../src/runtime/kube-client.js";
 import { createLogger } from "../../../src/runtime/logging.js";
 import { Manager } from "../../../src/runtime/manager.js";
 import { afterAll, beforeAll } from "vitest";
+import { installCrds } from "../../../dev/crds.js";
 import { kubectl, kubectlOk, testKubeconfig, useTestNamespace, waitFor } from "./kube.js";
 
-export const CRD_DIR = fileURLToPath(new URL("../../../crds/", import.meta.url));
 export const API_KEY = "e2e-secret-api-key-3f9c1a7d";
 
 let crdsInstalled: Promise<void> | undefined;
 
 /** Applies crds/ once per test run and waits until the API server serves them. */
 export function installCRDs(): Promise<void> {
-  crdsInstalled ??= (async () => {
-    await kubectlOk(["apply", "--server-side", "--force-conflicts", "-k", CRD_DIR]);
-    await kubectlOk(["wait", "--for=condition=Established", "--timeout=60s", "crd", "-l", "app.kubernetes.io/part-of=agent-operator"]);
-  })();
+  crdsInstalled ??= installCrds({ kubeconfig: testKubeconfig() });
   return crdsInstalled;
 }
 

@@ -12,10 +12,10 @@ import { spawn, type ChildProcess } from "node:child_process";
 import { appendFileSync } from "node:fs";
 import { createInterface } from "node:readline";
 import { fileURLToPath } from "node:url";
-import { waitFor } from "./kube.js";
-import { parseMetrics, sum } from "../../../bench/lib/prom.js";
+import { REPO_ROOT } from "../../../dev/paths.js";
+import { sumMetric } from "../../../dev/prometheus.js";
+import { waitFor } from "../../../dev/wait.js";
 
-export const REPO_ROOT = fileURLToPath(new URL("../../../", import.meta.url));
 const CLI = fileURLToPath(new URL("../../../src/cli.ts", import.meta.url));
 
 export interface OperatorProcessOptions {
@@ -184,9 +184,4 @@ export async function startOperatorProcess(opts: OperatorProcessOptions): Promis
       }
     },
   };
-}
-
-/** Sum of the samples of `name` in a /metrics text whose labels include `labels`. */
-export function sumMetric(text: string, name: string, labels: Record<string, string> = {}): number {
-  return sum(parseMetrics(text), name, labels);
 }

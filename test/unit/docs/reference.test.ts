@@ -1,4 +1,4 @@
-// The generated API reference (scripts/docs.ts): what a reader looks up must be in it, and it
+// The generated API reference (dev/api-reference.ts): what a reader looks up must be in it, and it
 // must say what the API server enforces.
 import { mkdtempSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -6,7 +6,7 @@ import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import { allKinds } from "../../../src/api/index.js";
 import { toCRD } from "../../../src/api/crd.js";
-import { cell, constraintsOf, examplesFor, flatten, renderKind, renderReference, staleFiles, typeOf, type Schema } from "../../../scripts/docs.js";
+import { cell, constraintsOf, examplesFor, flatten, renderKind, renderReference, staleFiles, typeOf, type Schema } from "../../../dev/api-reference.js";
 
 describe("flatten", () => {
   const schema: Schema = {

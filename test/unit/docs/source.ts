@@ -29,7 +29,10 @@ export interface Reasons {
 export function reasonsInSource(): Reasons {
   const conditions = new Set<string>();
   const events = new Set<string>();
-  for (const { text } of sources(["src/managed/", "src/controllers/"])) {
+  // src/service/errors.ts: refusalOf names the reasons of the service's refusals, which the
+  // managed reconciler sets as they are (ServiceRejected, Unauthorized).
+  const files = [...sources(["src/managed/", "src/controllers/"]), { text: readRepoFile("src/service/errors.ts") }];
+  for (const { text } of files) {
     for (const m of text.matchAll(/(?:NotReadyError|StalledError)\(\s*"([A-Z]\w+)"/g)) conditions.add(m[1] ?? "");
     if (/extends (?:NotReadyError|StalledError)/.test(text)) {
       for (const m of text.matchAll(/super\(\s*"([A-Z]\w+)"/g)) conditions.add(m[1] ?? "");
