@@ -1,6 +1,7 @@
 // What every kind of agentcompute.dev shares: the API group, object metadata, kstatus
 // conditions, the connection reference, the deletion policy, and the annotations the
 // operator understands.
+import type { ObjectMeta as WireObjectMeta } from "../runtime/kube-client.js";
 import { DEFAULT_CONNECTION } from "./names.js";
 import { LocalObjectReference, StringEnum, Type, type Static, type TSchema, type ValidationRule } from "./schema.js";
 
@@ -18,28 +19,12 @@ export {
   type KindNames,
 } from "./names.js";
 
-export interface ObjectMeta {
-  name: string;
-  namespace: string;
-  uid: string;
-  generation?: number;
-  resourceVersion?: string;
-  creationTimestamp?: string;
-  deletionTimestamp?: string;
-  labels?: Record<string, string>;
-  annotations?: Record<string, string>;
-  finalizers?: string[];
-  ownerReferences?: OwnerReference[];
-}
-
-export interface OwnerReference {
-  apiVersion: string;
-  kind: string;
-  name: string;
-  uid: string;
-  controller?: boolean;
-  blockOwnerDeletion?: boolean;
-}
+/**
+ * metadata of a stored agentcompute.dev object: the wire shape (declared once, in
+ * src/runtime/kube-client.ts) with the fields the API server always sets made required.
+ */
+export type ObjectMeta = WireObjectMeta & Required<Pick<WireObjectMeta, "name" | "namespace" | "uid">>;
+export type { OwnerReference } from "../runtime/kube-client.js";
 
 // --- kstatus conditions -------------------------------------------------------------------
 

@@ -1,3 +1,4 @@
+import { DEFAULTS } from "../service/options.js";
 import { SecretReference } from "./refs.js";
 import { kindNames } from "./names.js";
 import { statusSchema, type Resource } from "./common.js";
@@ -47,17 +48,17 @@ export const ConnectionSpecSchema = Type.Object(
       Type.Object(
         {
           qps: Type.Optional(
-            Type.Number({ description: "Sustained requests per second to the service.", default: 50, minimum: 0.01 }),
+            Type.Number({ description: "Sustained requests per second to the service.", default: DEFAULTS.qps, minimum: 0.01 }),
           ),
           burst: Type.Optional(
-            Type.Integer({ description: "Requests allowed in a burst above qps.", default: 100, minimum: 1 }),
+            Type.Integer({ description: "Requests allowed in a burst above qps.", default: DEFAULTS.burst, minimum: 1 }),
           ),
         },
         { description: "Client-side rate limit for all calls made through this Connection.", default: {} },
       ),
     ),
     timeoutSeconds: Type.Optional(
-      Type.Integer({ description: "Timeout of one request to the service.", default: 30, minimum: 1, maximum: 600 }),
+      Type.Integer({ description: "Timeout of one request to the service.", default: DEFAULTS.timeoutMs / 1000, minimum: 1, maximum: 600 }),
     ),
     usageRefreshSeconds: Type.Optional(
       Type.Integer({

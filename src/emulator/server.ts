@@ -19,7 +19,7 @@ import { bodyParser, readBody, send } from "./http.js";
 import type { EmulatorOptions, FaultRule, RequestLogEntry, RequestStats, ResolvedOptions } from "./options.js";
 import { resolveOptions } from "./options.js";
 import { loadState, STATE_FILE_VERSION, StateSaver } from "./persistence.js";
-import { retryAfterSeconds, TokenBucket } from "./ratelimit.js";
+import { callRateLimit, retryAfterSeconds } from "./ratelimit.js";
 import { RequestLog } from "./requestlog.js";
 import { Router, type HandlerResult, type Match } from "./router.js";
 import { EmulatorState } from "./state.js";
@@ -107,7 +107,7 @@ export async function startEmulator(input: EmulatorOptions = {}): Promise<Emulat
   const router = new Router(routes);
   const faults = new FaultInjector();
   const log = new RequestLog(() => options.requestLogLimit);
-  let bucket = options.rateLimit !== undefined ? new TokenBucket(options.rateLimit) : undefined;
+  let bucket = options.rateLimit !== undefined ? callRateLimit(options.rateLimit) : undefined;
   let closed = false;
 
   function decide(family: Family, method: string, path: string): Outcome {
@@ -271,7 +271,7 @@ export async function startEmulator(input: EmulatorOptions = {}): Promise<Emulat
       // Re-resolving makes `{ latencyMs: undefined }` mean "back to the default" and validates.
       const next = resolveOptions({ ...options, ...patch, ...fixed });
       Object.assign(options, next);
-      if ("rateLimit" in patch) bucket = options.rateLimit !== undefined ? new TokenBucket(options.rateLimit) : undefined;
+      if ("rateLimit" in patch) bucket = options.rateLimit !== undefined ? callRateLimit(options.rateLimit) : undefined;
       if ("sweepIntervalMs" in patch) {
         clearInterval(sweepTimer);
         sweepTimer = startSweep();

@@ -11,6 +11,7 @@
 // controller_runtime_reconcile_panics_total: nothing a reconciler does kills the process.
 import type { Logger } from "pino";
 import { randomUUID } from "node:crypto";
+import { errorMessage } from "../lib/errors.js";
 import type { Informer } from "./informer.js";
 import type { KubeObject } from "./kube-client.js";
 import type { Metrics } from "./metrics.js";
@@ -126,7 +127,7 @@ export class Controller {
       try {
         reqs = toRequests(obj);
       } catch (err) {
-        this.log.error({ err: errorMessage(err), informer: informer.path }, "map function threw; event dropped");
+        this.log.error({ err: errorMessage(err, { labelNonError: true }), informer: informer.path }, "map function threw; event dropped");
         return;
       }
       for (const r of reqs) this.enqueue(r, { priority: opts.priority });
@@ -234,19 +235,10 @@ export class Controller {
       if (!(err instanceof Error)) this.metrics.reconcilePanics.inc({ controller: this.name });
       this.queue.addRateLimited(key, { priority });
       // The message only: never the object, whose spec may hold what it should not.
-      log.error({ err: errorMessage(err), retries: retries + 1 }, "reconciler error");
+      log.error({ err: errorMessage(err, { labelNonError: true }), retries: retries + 1 }, "reconciler error");
     } finally {
       this.metrics.activeWorkers.dec({ controller: this.name });
       this.queue.done(key);
     }
-  }
-}
-
-function errorMessage(err: unknown): string {
-  if (err instanceof Error) return err.message;
-  try {
-    return `non-Error thrown: ${typeof err === "string" ? err : JSON.stringify(err)}`;
-  } catch {
-    return "non-Error thrown";
   }
 }

@@ -15,8 +15,14 @@
 //    writes, new events are dropped (counted in agentcompute_events_total{result="dropped"});
 //  - messages are scrubbed of anything that looks like a credential, and truncated to the
 //    API's 1 KiB note limit.
+// Both rate limits are the code base's one token bucket (src/lib/token-bucket.ts). The caches of
+// recent events and per-object buckets are LRUs on a Map (its iteration order is insertion
+// order, so delete + set is the whole LRU: lruSet/lruTouch below); lru-cache would be a
+// dependency for those ten lines.
 import type { Logger } from "pino";
 import { setTimeout as sleep } from "node:timers/promises";
+import { errorMessage } from "../lib/errors.js";
+import { TokenBucket } from "../lib/token-bucket.js";
 import { eventsPath, isAlreadyExists, isNotFound, type KubeClient, type KubeObject } from "./kube-client.js";
 import type { Metrics } from "./metrics.js";
 import { formatTime } from "./status.js";
@@ -87,11 +93,6 @@ interface EventBody {
   action?: string;
 }
 
-interface Bucket {
-  tokens: number;
-  last: number;
-}
-
 const MAX_MESSAGE = 1024;
 const MAX_REASON = 128;
 
@@ -114,13 +115,13 @@ export class EventRecorder {
   private readonly now: () => number;
   private readonly log: Logger;
   private readonly entries = new Map<string, Entry>();
-  private readonly buckets = new Map<string, Bucket>();
+  private readonly buckets = new Map<string, TokenBucket>();
   private readonly pending = new Set<Promise<void>>();
   private active = 0;
   private readonly slots: (() => void)[] = [];
   private seq = 0;
-  private tokens: number;
-  private tokensAt: number;
+  /** Event writes (creates and patches): qps, burst. */
+  private readonly writes: TokenBucket;
   private closed = false;
   private readonly closing = new AbortController();
 
@@ -141,8 +142,7 @@ export class EventRecorder {
     this.now = opts.now ?? Date.now;
     this.log = opts.logger.child({ component: "events" });
     if (!(this.o.qps > 0) || !(this.o.burst >= 1)) throw new RangeError("EventRecorder: qps must be > 0 and burst >= 1");
-    this.tokens = this.o.burst;
-    this.tokensAt = this.now();
+    this.writes = new TokenBucket({ rate: this.o.qps, burst: this.o.burst, now: this.now });
   }
 
   normal(obj: KubeObject, reason: string, message: string, opts: { action?: string } = {}): void {
@@ -158,7 +158,7 @@ export class EventRecorder {
     try {
       this.record(obj, type, reason, message, opts.action);
     } catch (err) {
-      this.log.warn({ err: err instanceof Error ? err.message : String(err) }, "could not record event");
+      this.log.warn({ err: errorMessage(err) }, "could not record event");
     }
   }
 
@@ -182,7 +182,7 @@ export class EventRecorder {
     const now = this.now();
     const meta = obj.metadata;
     const objectKey = `${obj.kind ?? ""}/${meta.namespace ?? ""}/${meta.name ?? ""}/${meta.uid ?? ""}`;
-    if (!this.allow(objectKey, now)) {
+    if (!this.allow(objectKey)) {
       this.o.metrics?.eventsTotal.inc({ type, result: "dropped" });
       this.log.debug({ reason, object: objectKey }, "event dropped by the per-object spam filter");
       return;
@@ -285,7 +285,7 @@ export class EventRecorder {
       entry.writtenCount = Math.max(entry.writtenCount, count);
     } catch (err) {
       this.o.metrics?.eventsTotal.inc({ type: entry.body.type, result: "failed" });
-      this.log.warn({ err: err instanceof Error ? err.message : String(err), reason: entry.body.reason }, "could not write event");
+      this.log.warn({ err: errorMessage(err), reason: entry.body.reason }, "could not write event");
       entry.writtenCount = entry.count; // do not retry a failing write in a loop
     }
   }
@@ -305,19 +305,16 @@ export class EventRecorder {
     }
   }
 
-  private allow(objectKey: string, now: number): boolean {
+  /** The per-object spam filter: `spamBurst` events, then one per `spamRefillMs`. */
+  private allow(objectKey: string): boolean {
     let b = this.buckets.get(objectKey);
     if (!b) {
-      b = { tokens: this.o.spamBurst, last: now };
+      b = new TokenBucket({ rate: 1, perMs: this.o.spamRefillMs, burst: this.o.spamBurst, now: this.now });
       lruSet(this.buckets, objectKey, b, this.o.cacheSize);
     } else {
-      b.tokens = Math.min(this.o.spamBurst, b.tokens + (now - b.last) / this.o.spamRefillMs);
-      b.last = now;
       lruTouch(this.buckets, objectKey, b);
     }
-    if (b.tokens < 1) return false;
-    b.tokens -= 1;
-    return true;
+    return b.take() === 0;
   }
 
   private async withSlot(type: EventType, fn: () => Promise<void>): Promise<void> {
@@ -326,7 +323,7 @@ export class EventRecorder {
     else this.active++;
     try {
       // The rate limit, taken while holding a slot: waiters queue on the slots, in order.
-      const waitMs = this.closed ? 0 : this.takeToken();
+      const waitMs = this.closed ? 0 : this.writes.reserve();
       if (waitMs > 0) await sleep(waitMs, undefined, { signal: this.closing.signal }).catch(() => undefined);
       if (this.closed) {
         this.o.metrics?.eventsTotal.inc({ type, result: "dropped" });
@@ -338,15 +335,6 @@ export class EventRecorder {
       if (next) next();
       else this.active--;
     }
-  }
-
-  /** Takes a write token; returns how long to wait for it (tokens may go negative: a debt). */
-  private takeToken(): number {
-    const now = this.now();
-    this.tokens = Math.min(this.o.burst, this.tokens + ((now - this.tokensAt) * this.o.qps) / 1000);
-    this.tokensAt = now;
-    this.tokens -= 1;
-    return this.tokens >= 0 ? 0 : (-this.tokens * 1000) / this.o.qps;
   }
 
   /** client-go names events `<object>.<unix nanos in hex>`; a counter keeps same-ms events apart. */

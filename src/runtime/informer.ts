@@ -20,6 +20,7 @@
 // No resync timer: controllers re-observe via the work queue (requeueAfter).
 import type { Logger } from "pino";
 import { setTimeout as sleep } from "node:timers/promises";
+import { errorMessage } from "../lib/errors.js";
 import { KubeApiError, isGone, type KubeClient, type KubeObject, type ObjectList } from "./kube-client.js";
 import type { Metrics } from "./metrics.js";
 
@@ -578,9 +579,4 @@ function storeKey(ns: string, name: string): string {
 
 function newReflector(path: string, namespace: string | undefined): Reflector {
   return { path, namespace, resourceVersion: "", synced: false, abort: undefined, loop: undefined };
-}
-
-function errorMessage(err: unknown): string {
-  if (err instanceof Error) return err.message;
-  return String(err);
 }

@@ -34,6 +34,7 @@ export interface OwnerReference {
   blockOwnerDeletion?: boolean;
 }
 
+/** metav1.ObjectMeta as it comes over the wire: the one declaration of these fields (src/api narrows it). */
 export interface ObjectMeta {
   name?: string;
   generateName?: string;
@@ -55,13 +56,7 @@ export interface ObjectMeta {
  * The metadata fields the runtime itself reads. Deliberately minimal so that any object type
  * (typed CRs, narrow local Secret shapes) satisfies `T extends KubeObject`.
  */
-export interface KubeObjectMeta {
-  name?: string;
-  namespace?: string;
-  uid?: string;
-  resourceVersion?: string;
-  generation?: number;
-}
+export type KubeObjectMeta = Pick<ObjectMeta, "name" | "namespace" | "uid" | "resourceVersion" | "generation">;
 
 /** Any Kubernetes object: apiVersion/kind/metadata plus whatever the kind carries. */
 export interface KubeObject {

@@ -16,6 +16,7 @@ import type { Logger } from "pino";
 import { randomBytes } from "node:crypto";
 import { hostname } from "node:os";
 import { setTimeout as sleep } from "node:timers/promises";
+import { errorMessage } from "../lib/errors.js";
 import { isConflict, isAlreadyExists, isNotFound, leasesPath, type KubeClient } from "./kube-client.js";
 import type { Metrics } from "./metrics.js";
 
@@ -302,8 +303,4 @@ export class LeaderElector {
 
 function jitter(ms: number): number {
   return ms + Math.random() * (JITTER_FACTOR - 1) * ms;
-}
-
-function errorMessage(err: unknown): string {
-  return err instanceof Error ? err.message : String(err);
 }

@@ -12,6 +12,7 @@
 // servers close. Losing the Lease ends the manager with reason "leadership-lost" (as
 // controller-runtime exits on lost leadership: a fresh process is the safe way back).
 import type { Logger } from "pino";
+import { errorMessage } from "../lib/errors.js";
 import { Controller, type ControllerOptions } from "./controller.js";
 import { EventRecorder } from "./events.js";
 import { Informer, type InformerOptions } from "./informer.js";
@@ -352,8 +353,4 @@ export class Manager {
 
 function delay(ms: number): Promise<void> {
   return new Promise((resolve) => setTimeout(resolve, ms).unref());
-}
-
-function errorMessage(err: unknown): string {
-  return err instanceof Error ? err.message : String(err);
 }

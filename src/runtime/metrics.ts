@@ -7,8 +7,13 @@
 //   workqueue_*{name}                         (sigs.k8s.io/controller-runtime/pkg/metrics/workqueue.go)
 //   controller_runtime_reconcile_*{controller} (pkg/internal/controller/metrics)
 //   leader_election_master_status{name}        (client-go/tools/leaderelection metrics)
-// plus the operator's own agentcompute_* series.
+// plus the operator's own agentcompute_* series. The service client's series are defined with
+// its hooks in src/service/metrics.ts and registered here, on the same Registry.
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from "prom-client";
+import { ServiceMetrics } from "../service/metrics.js";
+
+/** The service client's hooks for these metrics: `serviceClientHooks(metrics, "namespace/name")`. */
+export { serviceClientHooks } from "../service/metrics.js";
 
 /** controller-runtime's workqueue histogram buckets: 10 ns .. 1000 s, decades. */
 const WORKQUEUE_BUCKETS = Array.from({ length: 12 }, (_, i) => 1e-8 * 10 ** i);
@@ -21,8 +26,6 @@ const RECONCILE_BUCKETS = [
 
 /** client-go's rest_client_request_duration_seconds buckets. */
 const KUBE_BUCKETS = [0.005, 0.025, 0.1, 0.25, 0.5, 1, 2, 4, 8, 15, 30, 60];
-
-const SERVICE_BUCKETS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60];
 
 export type ReconcileResultLabel = "success" | "error" | "requeue" | "requeue_after";
 
@@ -68,12 +71,8 @@ export class Metrics {
   readonly kubeRequests: Counter<"method" | "resource" | "code">;
   readonly kubeRequestDuration: Histogram<"method" | "resource">;
 
-  // service client
-  readonly serviceRequests: Counter<"operation" | "status" | "connection">;
-  readonly serviceRequestDuration: Histogram<"operation" | "connection">;
-  readonly serviceTokenRequests: Counter<"result" | "connection">;
-  readonly serviceRetries: Counter<"operation" | "connection">;
-  readonly serviceRateLimitedSeconds: Counter<"connection">;
+  // the service client's agentcompute_service_* (defined in src/service/metrics.ts)
+  readonly service: ServiceMetrics;
 
   private readonly queues = new Map<string, UnfinishedWorkProvider>();
 
@@ -222,37 +221,7 @@ export class Metrics {
       registers,
     });
 
-    this.serviceRequests = new Counter({
-      name: "agentcompute_service_requests_total",
-      help: "Requests made to the Agent Registry and Compute Service, by operation and HTTP status (or 'error')",
-      labelNames: ["operation", "status", "connection"],
-      registers,
-    });
-    this.serviceRequestDuration = new Histogram({
-      name: "agentcompute_service_request_duration_seconds",
-      help: "Duration of requests to the service, by operation",
-      labelNames: ["operation", "connection"],
-      buckets: SERVICE_BUCKETS,
-      registers,
-    });
-    this.serviceTokenRequests = new Counter({
-      name: "agentcompute_service_token_requests_total",
-      help: "Token requests made to the service's auth endpoint, by result",
-      labelNames: ["result", "connection"],
-      registers,
-    });
-    this.serviceRetries = new Counter({
-      name: "agentcompute_service_retries_total",
-      help: "Requests to the service retried, by operation",
-      labelNames: ["operation", "connection"],
-      registers,
-    });
-    this.serviceRateLimitedSeconds = new Counter({
-      name: "agentcompute_service_rate_limited_seconds_total",
-      help: "Seconds spent waiting on the client-side rate limit (or a server Retry-After) before calling the service",
-      labelNames: ["connection"],
-      registers,
-    });
+    this.service = new ServiceMetrics(this.registry);
   }
 
   /** Register a queue's in-flight work for the unfinished/longest-running gauges. */
@@ -290,59 +259,4 @@ export function kubeResourceOf(path: string): string {
   if (plural === undefined) return "other";
   const sub = parts[i + 2];
   return sub === undefined ? plural : `${plural}/${sub}`;
-}
-
-// ---------------------------------------------------------------------------------------
-// Service client hooks (the event shapes src/service emits)
-
-export interface ServiceRequestEvent {
-  operation: string;
-  method: string;
-  status: number | "error";
-  durationSeconds: number;
-  attempt: number;
-}
-export interface ServiceTokenRequestEvent {
-  ok: boolean;
-  durationSeconds: number;
-}
-export interface ServiceRetryEvent {
-  operation: string;
-  attempt: number;
-  delayMs: number;
-  reason: string;
-}
-export interface ServiceRateLimitedEvent {
-  operation: string;
-  waitMs: number;
-}
-
-export interface ServiceClientHooks {
-  onRequest(ev: ServiceRequestEvent): void;
-  onTokenRequest(ev: ServiceTokenRequestEvent): void;
-  onRetry(ev: ServiceRetryEvent): void;
-  onRateLimited(ev: ServiceRateLimitedEvent): void;
-}
-
-/**
- * Hooks for the service client that feed agentcompute_service_* metrics. `connectionLabel`
- * (e.g. "namespace/name" of the Connection CR) tells clients apart; empty when omitted.
- */
-export function serviceClientHooks(metrics: Metrics, connectionLabel = ""): ServiceClientHooks {
-  const connection = connectionLabel;
-  return {
-    onRequest(ev) {
-      metrics.serviceRequests.inc({ operation: ev.operation, status: String(ev.status), connection });
-      metrics.serviceRequestDuration.observe({ operation: ev.operation, connection }, ev.durationSeconds);
-    },
-    onTokenRequest(ev) {
-      metrics.serviceTokenRequests.inc({ result: ev.ok ? "success" : "error", connection });
-    },
-    onRetry(ev) {
-      metrics.serviceRetries.inc({ operation: ev.operation, connection });
-    },
-    onRateLimited(ev) {
-      if (ev.waitMs > 0) metrics.serviceRateLimitedSeconds.inc({ connection }, ev.waitMs / 1000);
-    },
-  };
 }

@@ -4,6 +4,7 @@
 // failing checks listed (?verbose lists all of them), as controller-runtime's healthz does.
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
+import { errorMessage } from "../lib/errors.js";
 import type { Metrics } from "./metrics.js";
 
 /** A health check: resolve/return true (or void) when healthy; false or throw when not. */
@@ -50,7 +51,7 @@ export class ProbeServer {
         .then(() => handler(req, res))
         .catch((err: unknown) => {
           if (!res.headersSent) res.writeHead(500, { "content-type": "text/plain; charset=utf-8" });
-          res.end(`internal error: ${err instanceof Error ? err.message : String(err)}\n`);
+          res.end(`internal error: ${errorMessage(err)}\n`);
         });
     });
     // Probes are tiny; a slow client must not hold sockets for long.
@@ -109,7 +110,7 @@ export class HealthChecks {
           const r = await check();
           return r === false ? { name, ok: false, error: "not ready" } : { name, ok: true };
         } catch (err) {
-          return { name, ok: false, error: err instanceof Error ? err.message : String(err) };
+          return { name, ok: false, error: errorMessage(err) };
         }
       }),
     );

@@ -24,6 +24,14 @@
 //  - get() resolves `undefined` as soon as the queue is shut down (client-go keeps handing
 //    out what is left). The operator stops taking work on SIGTERM and leaves the rest to the
 //    next leader; in-flight items are still finished (shutDownWithDrain waits for them).
+//
+// Its parts are the code base's shared ones (src/lib): the lanes are Fifos, the delayed keys
+// an IndexedHeap, the overall bucket a TokenBucket. Not p-queue: its items are anonymous tasks
+// with a priority fixed when added, so it can neither de-duplicate keys, nor keep a key from
+// two workers, nor promote a waiting key; the controller's workers pull from this queue.
+import { Fifo } from "../lib/fifo.js";
+import { IndexedHeap, type HeapEntry } from "../lib/heap.js";
+import { TokenBucket } from "../lib/token-bucket.js";
 import type { Metrics } from "./metrics.js";
 
 export interface AddOptions {
@@ -74,22 +82,12 @@ export class ItemExponentialFailureRateLimiter implements RateLimiter {
  * keys fail at once.
  */
 export class BucketRateLimiter implements RateLimiter {
-  private tokens: number;
-  private last: number;
-  constructor(
-    private readonly qps = 10,
-    private readonly burst = 100,
-    private readonly now: () => number = Date.now,
-  ) {
-    this.tokens = burst;
-    this.last = now();
+  private readonly bucket: TokenBucket;
+  constructor(qps = 10, burst = 100, now: () => number = Date.now) {
+    this.bucket = new TokenBucket({ rate: qps, burst, now });
   }
   when(_key: string): number {
-    const t = this.now();
-    this.tokens = Math.min(this.burst, this.tokens + ((t - this.last) / 1000) * this.qps);
-    this.last = t;
-    this.tokens -= 1;
-    return this.tokens >= 0 ? 0 : Math.ceil((-this.tokens / this.qps) * 1000);
+    return Math.ceil(this.bucket.reserve());
   }
   forget(_key: string): void {}
   numRequeues(_key: string): number {
@@ -125,33 +123,6 @@ export function defaultControllerRateLimiter(): RateLimiter {
 // ---------------------------------------------------------------------------------------
 // Internal structures
 
-/** FIFO with O(1) push/shift (array + head index, compacted lazily). */
-class Fifo<T> {
-  private items: T[] = [];
-  private head = 0;
-  push(v: T): void {
-    this.items.push(v);
-  }
-  shift(): T | undefined {
-    if (this.head >= this.items.length) return undefined;
-    const v = this.items[this.head];
-    this.items[this.head] = undefined as T; // let the GC have it
-    this.head++;
-    if (this.head > 1024 && this.head * 2 > this.items.length) {
-      this.items = this.items.slice(this.head);
-      this.head = 0;
-    }
-    return v;
-  }
-  get size(): number {
-    return this.items.length - this.head;
-  }
-  clear(): void {
-    this.items = [];
-    this.head = 0;
-  }
-}
-
 interface LaneEntry {
   key: string;
   seq: number;
@@ -164,83 +135,10 @@ interface DirtyEntry {
   addedAt: number;
 }
 
-interface Waiting {
+interface Waiting extends HeapEntry {
   key: string;
   readyAt: number;
   priority: boolean;
-  index: number;
-}
-
-/** Binary min-heap on readyAt with index tracking, so an entry can be moved earlier in place. */
-class DelayHeap {
-  private readonly heap: Waiting[] = [];
-  get size(): number {
-    return this.heap.length;
-  }
-  peek(): Waiting | undefined {
-    return this.heap[0];
-  }
-  push(w: Waiting): void {
-    w.index = this.heap.length;
-    this.heap.push(w);
-    this.up(w.index);
-  }
-  pop(): Waiting | undefined {
-    const top = this.heap[0];
-    if (!top) return undefined;
-    this.removeAt(0);
-    return top;
-  }
-  remove(w: Waiting): void {
-    if (this.heap[w.index] === w) this.removeAt(w.index);
-  }
-  /** Call after lowering w.readyAt. */
-  fix(w: Waiting): void {
-    this.up(w.index);
-  }
-  clear(): void {
-    this.heap.length = 0;
-  }
-  private removeAt(i: number): void {
-    const last = this.heap.pop() as Waiting;
-    if (i < this.heap.length) {
-      this.heap[i] = last;
-      last.index = i;
-      this.down(i);
-      this.up(i);
-    }
-  }
-  private up(i: number): void {
-    const h = this.heap;
-    while (i > 0) {
-      const p = (i - 1) >> 1;
-      if ((h[p] as Waiting).readyAt <= (h[i] as Waiting).readyAt) break;
-      this.swap(i, p);
-      i = p;
-    }
-  }
-  private down(i: number): void {
-    const h = this.heap;
-    for (;;) {
-      const l = 2 * i + 1;
-      const r = l + 1;
-      let m = i;
-      if (l < h.length && (h[l] as Waiting).readyAt < (h[m] as Waiting).readyAt) m = l;
-      if (r < h.length && (h[r] as Waiting).readyAt < (h[m] as Waiting).readyAt) m = r;
-      if (m === i) return;
-      this.swap(i, m);
-      i = m;
-    }
-  }
-  private swap(a: number, b: number): void {
-    const h = this.heap;
-    const x = h[a] as Waiting;
-    const y = h[b] as Waiting;
-    h[a] = y;
-    h[b] = x;
-    x.index = b;
-    y.index = a;
-  }
 }
 
 /** Node's setTimeout overflows past 2^31-1 ms; longer delays re-arm on expiry. */
@@ -266,7 +164,7 @@ export class WorkQueue {
   /** key -> start time (performance.now) */
   private readonly processing = new Map<string, number>();
   private readonly waiting = new Map<string, Waiting>();
-  private readonly heap = new DelayHeap();
+  private readonly heap = new IndexedHeap<Waiting>((w) => w.readyAt);
   private timer: NodeJS.Timeout | undefined;
   private timerAt = Infinity;
   private readonly getters: ((item: QueueItem | undefined) => void)[] = [];
@@ -336,10 +234,10 @@ export class WorkQueue {
       existing.priority ||= priority;
       if (readyAt < existing.readyAt) {
         existing.readyAt = readyAt;
-        this.heap.fix(existing);
+        this.heap.decreased(existing);
       }
     } else {
-      const w: Waiting = { key, readyAt, priority, index: -1 };
+      const w: Waiting = { key, readyAt, priority, heapIndex: -1 };
       this.waiting.set(key, w);
       this.heap.push(w);
     }

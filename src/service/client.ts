@@ -1,43 +1,23 @@
 // ServiceClient: the typed facade over the Agent Registry and Compute Service
-// (shared/design/SERVICE.md). Methods are grouped by resource; each one names its operation
-// (the emulator's request-log names), its HTTP method and whether it may be repeated. The
-// attempt loop (rate limit, token, retry) is in request.ts; this file builds paths, encodes
-// bodies and decodes answers leniently (unknown fields pass through untouched).
+// (shared/design/SERVICE.md). Methods are grouped by resource; each one calls a row of the
+// operation table (operations.ts: its HTTP method, whether it may be repeated, path, body,
+// decoding). The attempt loop (rate limit, token, retry) is in request.ts; this file wires
+// them together, pages through lists, and talks to the token service.
 
 import pino from "pino";
 import { ServiceError } from "./errors.js";
-import type { Operation } from "./errors.js";
 import { HttpTransport } from "./http.js";
-import type { HttpMethod } from "./http.js";
+import { OPERATIONS, REGISTRY, decodeJson, dedupe, pathOf, queryString } from "./operations.js";
+import type { AgentsAPI, ArgsOf, DeploymentsAPI, OperationName, OperationSpec, ResultOf, SkillsAPI, UsageAPI, VMsAPI } from "./operations.js";
 import { DEFAULTS, resolveRetry } from "./options.js";
 import type { ServiceClientHooks, ServiceClientOptions } from "./options.js";
-import { TokenBucket } from "./rate-limit.js";
+import { ClientRateLimiter } from "./rate-limit.js";
 import { Requester } from "./request.js";
-import type { RetryClass } from "./retry.js";
 import { TokenSource, parseTokenResponse } from "./token.js";
 import type { IssuedToken } from "./token.js";
-import type {
-  AccessClient,
-  Agent,
-  AgentList,
-  AgentVM,
-  AllocateVMRequest,
-  Allocation,
-  CreateAgentRequest,
-  Deployment,
-  DeployOptions,
-  JsonObject,
-  JsonValue,
-  ListAgentsQuery,
-  ListVMsQuery,
-  Skill,
-  SkillRequest,
-  UpdateAgentRequest,
-  UsageQuery,
-  UsageRecord,
-  UsageSummary,
-} from "./types.js";
+import type { AccessClient, Agent } from "./types.js";
 
+export type { AgentsAPI, DeploymentsAPI, SkillsAPI, UsageAPI, VMsAPI } from "./operations.js";
 export type { ServiceClientHooks, ServiceClientOptions } from "./options.js";
 
 /** Page size used by the listAll helpers and usage.list. */
@@ -69,81 +49,76 @@ export const REDACT_PATHS: string[] = [
   "*.image_pull_secret",
 ];
 
-export interface AgentsAPI {
-  create(req: CreateAgentRequest): Promise<Agent>;
-  list(q?: ListAgentsQuery): Promise<AgentList>;
-  listAll(q?: Omit<ListAgentsQuery, "limit" | "offset">): Promise<Agent[]>;
-  get(id: string): Promise<Agent>;
-  update(id: string, req: UpdateAgentRequest): Promise<Agent>;
-  delete(id: string): Promise<void>;
-  search(capabilities: string[]): Promise<AgentList>;
-}
-
-export interface DeploymentsAPI {
-  deploy(agentId: string, options: DeployOptions): Promise<Deployment>;
-  /** Every deployment: the endpoint publishes no paging, so this is one call. */
-  list(): Promise<Deployment[]>;
-  get(id: string): Promise<Deployment>;
-  stop(id: string): Promise<Deployment>;
-  redeploy(id: string): Promise<Deployment>;
-  delete(id: string): Promise<void>;
-}
-
-export interface VMsAPI {
-  allocate(req: AllocateVMRequest): Promise<Allocation>;
-  list(q?: ListVMsQuery): Promise<AgentVM[]>;
-  listAll(q?: Omit<ListVMsQuery, "limit" | "offset">): Promise<AgentVM[]>;
-  get(id: string): Promise<AgentVM>;
-  renew(id: string, ttlSeconds: number): Promise<AgentVM>;
-  release(id: string, recycle?: boolean): Promise<AgentVM>;
-  delete(id: string): Promise<void>;
-  endpoint(id: string): Promise<Record<string, string>>;
-  execute(id: string, body: JsonObject): Promise<JsonValue>;
-}
-
-export interface SkillsAPI {
-  create(req: SkillRequest): Promise<Skill>;
-  list(): Promise<Skill[]>;
-  get(name: string): Promise<Skill>;
-  update(name: string, req: SkillRequest): Promise<Skill>;
-  delete(name: string): Promise<void>;
-}
-
-export interface UsageAPI {
-  /** Every record between from and to: pages of 100 until a short page. */
-  list(q: UsageQuery): Promise<UsageRecord[]>;
-  summary(): Promise<UsageSummary>;
-}
-
 interface Endpoint {
   origin: string;
   /** Path prefix of the base URL without a trailing slash ("" for none). */
   prefix: string;
 }
 
-type Query = Record<string, string | number | boolean | undefined>;
-
-interface Call {
-  operation: Operation;
-  method: HttpMethod;
-  cls: RetryClass;
-  path: string;
-  query?: Query;
-  body?: unknown;
-  headers?: Record<string, string>;
-  secrets?: readonly string[];
-}
-
-const REGISTRY = "/registry/v1";
-const COMPUTE = "/compute/v1";
 const USER_AGENT = "agent-operator/service-client";
 
 export class ServiceClient {
-  readonly agents: AgentsAPI;
-  readonly deployments: DeploymentsAPI;
-  readonly vms: VMsAPI;
-  readonly skills: SkillsAPI;
-  readonly usage: UsageAPI;
+  readonly agents: AgentsAPI = {
+    create: (req) => this.call("agents.create", req),
+    list: (q) => this.call("agents.list", q),
+    listAll: async (q) => {
+      // The registry reports `total`: page until we have it, or until a page comes back
+      // empty (so a server-side page cap below 100 costs nothing). Deduplicated by id so
+      // that an agent shifting pages between two reads appears once.
+      const all: Agent[] = [];
+      let offset = 0;
+      for (;;) {
+        const page = await this.agents.list({ ...q, limit: PAGE_SIZE, offset });
+        for (const a of page.agents) all.push(a);
+        offset += page.agents.length;
+        if (page.agents.length === 0 || offset >= page.total) break;
+      }
+      return dedupe(all, (a) => a.id);
+    },
+    get: (id) => this.call("agents.get", id),
+    update: (id, req) => this.call("agents.update", id, req),
+    delete: (id) => this.call("agents.delete", id),
+    search: (capabilities) => this.call("agents.search", capabilities),
+  };
+
+  readonly deployments: DeploymentsAPI = {
+    deploy: (agentId, options) => this.call("deployments.deploy", agentId, options),
+    list: () => this.call("deployments.list"),
+    get: (id) => this.call("deployments.get", id),
+    stop: (id) => this.call("deployments.stop", id),
+    redeploy: (id) => this.call("deployments.redeploy", id),
+    delete: (id) => this.call("deployments.delete", id),
+  };
+
+  readonly vms: VMsAPI = {
+    allocate: (req) => this.call("vms.allocate", req),
+    list: (q) => this.call("vms.list", q),
+    listAll: async (q) => dedupe(await pageAll((limit, offset) => this.vms.list({ ...q, limit, offset })), (v) => v.id),
+    get: (id) => this.call("vms.get", id),
+    renew: (id, ttlSeconds) => this.call("vms.renew", id, ttlSeconds),
+    release: (id, recycle) => this.call("vms.release", id, recycle),
+    delete: (id) => this.call("vms.delete", id),
+    endpoint: (id) => this.call("vms.endpoint", id),
+    execute: (id, body) => this.call("vms.execute", id, body),
+  };
+
+  readonly skills: SkillsAPI = {
+    create: (req) => this.call("skills.create", req),
+    list: () => this.call("skills.list"),
+    get: (name) => this.call("skills.get", name),
+    update: (name, req) => this.call("skills.update", name, req),
+    delete: (name) => this.call("skills.delete", name),
+  };
+
+  readonly usage: UsageAPI = {
+    list: async (q) => {
+      if (q.workspaceId === "" || q.environmentId === "") {
+        throw new TypeError("usage.list: workspaceId and environmentId are required");
+      }
+      return pageAll((limit, offset) => this.call("usage.list", q, limit, offset));
+    },
+    summary: () => this.call("usage.summary"),
+  };
 
   private readonly transport: HttpTransport;
   private readonly requester: Requester;
@@ -181,7 +156,7 @@ export class ServiceClient {
     const hooks: ServiceClientHooks = opts.hooks ?? {};
     this.requester = new Requester({
       transport: this.transport,
-      limiter: new TokenBucket(opts.rateLimit ?? { qps: DEFAULTS.qps, burst: DEFAULTS.burst }),
+      limiter: new ClientRateLimiter(opts.rateLimit ?? { qps: DEFAULTS.qps, burst: DEFAULTS.burst }),
       retry: resolveRetry(opts.retry),
       hooks,
       log,
@@ -190,147 +165,10 @@ export class ServiceClient {
     });
     this.tokens = new TokenSource(() => this.requestToken(opts), opts.now ?? Date.now, log);
     this.requester.setTokenSource(this.tokens);
-
-    // ---------------------------------------------------------------- registry
-    this.agents = {
-      create: async (req) => {
-        const pw = req.image_pull_secret?.password;
-        const v = await this.json({
-          operation: "agents.create", method: "POST", cls: "unsafe", path: `${REGISTRY}/agents`, body: req,
-          secrets: pw !== undefined ? [pw] : undefined,
-        });
-        return this.agentOf("agents.create", v);
-      },
-      list: async (q) => this.agentListOf("agents.list", await this.json({
-        operation: "agents.list", method: "GET", cls: "idempotent", path: `${REGISTRY}/agents`, query: { ...q },
-      })),
-      listAll: async (q) => {
-        // The registry reports `total`: page until we have it, or until a page comes back
-        // empty (so a server-side page cap below 100 costs nothing). Deduplicated by id so
-        // that an agent shifting pages between two reads appears once.
-        const all: Agent[] = [];
-        let offset = 0;
-        for (;;) {
-          const page = await this.agents.list({ ...q, limit: PAGE_SIZE, offset });
-          for (const a of page.agents) all.push(a);
-          offset += page.agents.length;
-          if (page.agents.length === 0 || offset >= page.total) break;
-        }
-        return dedupe(all, (a) => a.id);
-      },
-      get: async (id) => this.agentOf("agents.get", await this.json({
-        operation: "agents.get", method: "GET", cls: "idempotent", path: `${REGISTRY}/agents/${seg("agents.get", id)}`,
-      })),
-      update: async (id, req) => this.agentOf("agents.update", await this.json({
-        operation: "agents.update", method: "PUT", cls: "idempotent", path: `${REGISTRY}/agents/${seg("agents.update", id)}`, body: req,
-      })),
-      delete: async (id) => {
-        await this.json({ operation: "agents.delete", method: "DELETE", cls: "idempotent", path: `${REGISTRY}/agents/${seg("agents.delete", id)}` });
-      },
-      search: async (capabilities) => this.agentListOf("agents.search", await this.json({
-        operation: "agents.search", method: "GET", cls: "idempotent", path: `${REGISTRY}/agents/search`,
-        query: { capabilities: capabilities.join(",") },
-      })),
-    };
-
-    // ---------------------------------------------------------------- deployments
-    this.deployments = {
-      deploy: async (agentId, options) => objectOf<Deployment>("deployments.deploy", await this.json({
-        operation: "deployments.deploy", method: "POST", cls: "unsafe",
-        path: `${COMPUTE}/agents/${seg("deployments.deploy", agentId)}/deploy`, body: options, secrets: envSecrets(options.env),
-      })),
-      list: async () => dedupe(arrayOf<Deployment>("deployments.list", await this.json({
-        operation: "deployments.list", method: "GET", cls: "idempotent", path: `${COMPUTE}/deployments`,
-      }), "deployments"), (d) => d.id),
-      get: async (id) => objectOf<Deployment>("deployments.get", await this.json({
-        operation: "deployments.get", method: "GET", cls: "idempotent", path: `${COMPUTE}/deployments/${seg("deployments.get", id)}`,
-      })),
-      stop: async (id) => objectOf<Deployment>("deployments.stop", await this.json({
-        operation: "deployments.stop", method: "POST", cls: "idempotent", path: `${COMPUTE}/deployments/${seg("deployments.stop", id)}/stop`,
-      })),
-      redeploy: async (id) => objectOf<Deployment>("deployments.redeploy", await this.json({
-        operation: "deployments.redeploy", method: "POST", cls: "idempotent", path: `${COMPUTE}/deployments/${seg("deployments.redeploy", id)}/redeploy`,
-      })),
-      delete: async (id) => {
-        await this.json({ operation: "deployments.delete", method: "DELETE", cls: "idempotent", path: `${COMPUTE}/deployments/${seg("deployments.delete", id)}` });
-      },
-    };
-
-    // ---------------------------------------------------------------- VMs
-    this.vms = {
-      allocate: async (req) => objectOf<Allocation>("vms.allocate", await this.json({
-        operation: "vms.allocate", method: "POST", cls: "unsafe", path: `${COMPUTE}/vms/allocate`, body: req, secrets: envSecrets(req.env),
-      })),
-      list: async (q) => arrayOf<AgentVM>("vms.list", await this.json({
-        operation: "vms.list", method: "GET", cls: "idempotent", path: `${COMPUTE}/vms`, query: { ...q },
-      }), "vms"),
-      listAll: async (q) => dedupe(await pageAll((limit, offset) => this.vms.list({ ...q, limit, offset })), (v) => v.id),
-      get: async (id) => objectOf<AgentVM>("vms.get", await this.json({
-        operation: "vms.get", method: "GET", cls: "idempotent", path: `${COMPUTE}/vms/${seg("vms.get", id)}`,
-      })),
-      renew: async (id, ttlSeconds) => objectOf<AgentVM>("vms.renew", await this.json({
-        operation: "vms.renew", method: "POST", cls: "idempotent", path: `${COMPUTE}/vms/${seg("vms.renew", id)}/renew`,
-        body: { ttl_seconds: ttlSeconds },
-      })),
-      release: async (id, recycle = false) => objectOf<AgentVM>("vms.release", await this.json({
-        operation: "vms.release", method: "POST", cls: "idempotent", path: `${COMPUTE}/vms/${seg("vms.release", id)}/release`,
-        body: { recycle },
-      })),
-      delete: async (id) => {
-        await this.json({ operation: "vms.delete", method: "DELETE", cls: "idempotent", path: `${COMPUTE}/vms/${seg("vms.delete", id)}` });
-      },
-      endpoint: async (id) => stringMapOf("vms.endpoint", await this.json({
-        operation: "vms.endpoint", method: "GET", cls: "idempotent", path: `${COMPUTE}/vms/${seg("vms.endpoint", id)}/endpoint`,
-      })),
-      execute: async (id, body) => {
-        // What execute does is not described; running something twice is not harmless, so it
-        // is treated like a create (retried only when the service certainly did nothing).
-        const v = await this.json({ operation: "vms.execute", method: "POST", cls: "unsafe", path: `${COMPUTE}/vms/${seg("vms.execute", id)}/execute`, body });
-        return v === undefined ? null : (v as JsonValue);
-      },
-    };
-
-    // ---------------------------------------------------------------- skills
-    this.skills = {
-      create: async (req) => objectOf<Skill>("skills.create", await this.json({
-        operation: "skills.create", method: "POST", cls: "unsafe", path: `${COMPUTE}/skills`, body: req,
-      })),
-      list: async () => arrayOf<Skill>("skills.list", await this.json({
-        operation: "skills.list", method: "GET", cls: "idempotent", path: `${COMPUTE}/skills`,
-      }), "skills"),
-      get: async (name) => objectOf<Skill>("skills.get", await this.json({
-        operation: "skills.get", method: "GET", cls: "idempotent", path: `${COMPUTE}/skills/${seg("skills.get", name)}`,
-      })),
-      update: async (name, req) => objectOf<Skill>("skills.update", await this.json({
-        operation: "skills.update", method: "PUT", cls: "idempotent", path: `${COMPUTE}/skills/${seg("skills.update", name)}`, body: req,
-      })),
-      delete: async (name) => {
-        await this.json({ operation: "skills.delete", method: "DELETE", cls: "idempotent", path: `${COMPUTE}/skills/${seg("skills.delete", name)}` });
-      },
-    };
-
-    // ---------------------------------------------------------------- usage
-    this.usage = {
-      list: async (q) => {
-        if (q.workspaceId === "" || q.environmentId === "") {
-          throw new TypeError("usage.list: workspaceId and environmentId are required");
-        }
-        const headers = { "x-workspace-id": q.workspaceId, "x-environment-id": q.environmentId };
-        return pageAll(async (limit, offset) => arrayOf<UsageRecord>("usage.list", await this.json({
-          operation: "usage.list", method: "GET", cls: "idempotent", path: `${COMPUTE}/usage`, headers,
-          query: { from: q.from, to: q.to, tier: q.tier, limit, offset },
-        }), "records"));
-      },
-      summary: async () => objectOf<UsageSummary>("usage.summary", await this.json({
-        operation: "usage.summary", method: "GET", cls: "idempotent", path: `${COMPUTE}/usage/summary`,
-      })),
-    };
   }
 
-  async accessClients(): Promise<AccessClient[]> {
-    return arrayOf<AccessClient>("access.clients", await this.json({
-      operation: "access.clients", method: "GET", cls: "idempotent", path: `${COMPUTE}/access/clients`,
-    }), "clients");
+  accessClients(): Promise<AccessClient[]> {
+    return this.call("access.clients");
   }
 
   /** Obtains (or reuses) a token; returns its expiry. Used by the Connection controller to report Ready. */
@@ -348,22 +186,25 @@ export class ServiceClient {
 
   // -------------------------------------------------------------------------------------
 
-  /** One call to the service; returns the decoded JSON body (undefined for an empty one). */
-  private async json(c: Call): Promise<unknown> {
-    const target = c.path.startsWith(REGISTRY) ? this.registry : this.service;
+  /** One call to the service, as its row of the operation table says. */
+  private async call<K extends OperationName>(operation: K, ...args: ArgsOf<K>): Promise<ResultOf<K>> {
+    const spec = OPERATIONS[operation] as OperationSpec<ArgsOf<K>, ResultOf<K>>;
+    const path = pathOf(operation, spec.path, args[0]);
+    const target = path.startsWith(REGISTRY) ? this.registry : this.service;
+    const body = spec.body?.(...args);
     const res = await this.requester.call({
-      operation: c.operation,
-      method: c.method,
-      cls: c.cls,
+      operation,
+      method: spec.method,
+      cls: spec.cls,
       origin: target.origin,
-      path: target.prefix + c.path + queryString(c.query),
-      body: c.body === undefined ? undefined : JSON.stringify(c.body),
-      headers: c.headers,
+      path: target.prefix + path + queryString(spec.query?.(...args)),
+      body: body === undefined ? undefined : JSON.stringify(body),
+      headers: spec.headers?.(...args),
       auth: true,
       limited: true,
-      secrets: c.secrets,
+      secrets: spec.secrets?.(...args),
     });
-    return decode(c.operation, res.status, res.text);
+    return spec.decode(operation, decodeJson(operation, res.status, res.text));
   }
 
   /** The token endpoint: API key in a header, or client credentials in a JSON body. */
@@ -383,7 +224,7 @@ export class ServiceClient {
         : { body: JSON.stringify({ grant_type: "client_credentials", client_id: creds.clientId, client_secret: creds.clientSecret }) }),
       explain: (status) => (status === 401 || status === 403 ? "credentials refused by the token service" : undefined),
     });
-    const t = parseTokenResponse(decode("token", res.status, res.text));
+    const t = parseTokenResponse(decodeJson("token", res.status, res.text));
     if (t === undefined) {
       throw new ServiceError({
         operation: "token",
@@ -393,22 +234,6 @@ export class ServiceClient {
       });
     }
     return t;
-  }
-
-  private agentOf(op: Operation, v: unknown): Agent {
-    // The registry wraps the agent ({agent: {...}}); accept a bare agent too.
-    if (isObject(v) && isObject(v.agent)) return v.agent as unknown as Agent;
-    if (isObject(v) && typeof v.id === "string") return v as unknown as Agent;
-    throw shapeError(op, "an {agent} object", v);
-  }
-
-  private agentListOf(op: Operation, v: unknown): AgentList {
-    if (isObject(v) && Array.isArray(v.agents)) {
-      const agents = v.agents as Agent[];
-      return { agents, total: typeof v.total === "number" ? v.total : agents.length };
-    }
-    if (Array.isArray(v)) return { agents: v as Agent[], total: v.length };
-    throw shapeError(op, "an {agents, total} object", v);
   }
 }
 
@@ -426,82 +251,6 @@ function endpoint(raw: string, what: string): Endpoint {
     throw new TypeError(`service client: ${what} must be http(s), got ${u.protocol}`);
   }
   return { origin: u.origin, prefix: u.pathname.replace(/\/+$/, "") };
-}
-
-/** A path segment; an empty id would silently address the collection instead. */
-function seg(op: Operation, id: string): string {
-  if (typeof id !== "string" || id === "") throw new TypeError(`${op}: empty id`);
-  return encodeURIComponent(id);
-}
-
-function queryString(q: Query | undefined): string {
-  if (q === undefined) return "";
-  let out = "";
-  for (const k in q) {
-    const v = q[k];
-    if (v === undefined || v === "") continue;
-    out += `${out === "" ? "?" : "&"}${encodeURIComponent(k)}=${encodeURIComponent(String(v))}`;
-  }
-  return out;
-}
-
-function decode(op: Operation, status: number, text: string): unknown {
-  if (text === "" || status === 204) return undefined;
-  try {
-    return JSON.parse(text);
-  } catch {
-    // Never quote a 2xx body: it may carry a token.
-    throw new ServiceError({
-      operation: op,
-      status,
-      message: `${op}: the service answered HTTP ${status} with a body that is not JSON (${text.length} bytes)`,
-      retryable: false,
-    });
-  }
-}
-
-function isObject(v: unknown): v is Record<string, unknown> {
-  return v !== null && typeof v === "object" && !Array.isArray(v);
-}
-
-function describe(v: unknown): string {
-  if (v === undefined) return "an empty body";
-  if (Array.isArray(v)) return "an array";
-  return v === null ? "null" : `a ${typeof v}`;
-}
-
-function shapeError(op: Operation, expected: string, got: unknown): ServiceError {
-  return new ServiceError({ operation: op, message: `${op}: unexpected answer: expected ${expected}, got ${describe(got)}`, retryable: false });
-}
-
-function objectOf<T>(op: Operation, v: unknown): T {
-  if (isObject(v)) return v as T;
-  throw shapeError(op, "an object", v);
-}
-
-/** A bare array, as documented; also an object wrapping it under `key`, which some versions send. */
-function arrayOf<T>(op: Operation, v: unknown, key: string): T[] {
-  if (Array.isArray(v)) return v as T[];
-  if (isObject(v) && Array.isArray(v[key])) return v[key] as T[];
-  if (v === undefined) return [];
-  throw shapeError(op, "an array", v);
-}
-
-function stringMapOf(op: Operation, v: unknown): Record<string, string> {
-  if (!isObject(v)) throw shapeError(op, "an object of strings", v);
-  const out: Record<string, string> = {};
-  for (const k in v) {
-    const x = v[k];
-    if (typeof x === "string") out[k] = x;
-  }
-  return out;
-}
-
-/** Environment values may come from Secrets (envFrom): keep them out of error text. */
-function envSecrets(env: Record<string, string> | undefined): string[] | undefined {
-  if (env === undefined) return undefined;
-  const vals = Object.values(env).filter((v) => typeof v === "string" && v.length >= 8);
-  return vals.length > 0 ? vals : undefined;
 }
 
 /**
@@ -528,21 +277,6 @@ export async function pageAll<T>(fetchPage: (limit: number, offset: number) => P
     }
     first = false;
     if (page.length < full) break;
-  }
-  return out;
-}
-
-/** Drops repeats of an id (an item that moved between two page reads); items without an id stay. */
-function dedupe<T>(items: T[], key: (x: T) => unknown): T[] {
-  const seen = new Set<string>();
-  const out: T[] = [];
-  for (const x of items) {
-    const k = key(x);
-    if (typeof k === "string") {
-      if (seen.has(k)) continue;
-      seen.add(k);
-    }
-    out.push(x);
   }
   return out;
 }

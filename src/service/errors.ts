@@ -149,6 +149,42 @@ export function isRateLimited(e: unknown): boolean {
   return e instanceof ServiceError && e.status === 429;
 }
 
+/**
+ * How the operator reads a refusal by the service (a ServiceError with one of these statuses),
+ * for the resource's conditions:
+ *   400, 413, 422 -> reason "ServiceRejected", permanent: the input is wrong or too large, and
+ *                    the same spec gets the same answer; Stalled until the spec changes;
+ *   401, 403      -> reason "Unauthorized", not permanent: credentials are rotated and
+ *                    permissions granted outside the resource; retried with backoff.
+ * Anything else is not a refusal (undefined): transient, not found, or outcome unknown, as the
+ * other predicates say. A 409 is not one either: what it means depends on the call (a create's
+ * 409 is a name already taken, which the caller adopts or reports as NameTaken), so callers
+ * branch on isConflict. `message` is written for a condition: the service's own message when
+ * it gave one, else ours.
+ */
+export interface Refusal {
+  reason: "ServiceRejected" | "Unauthorized";
+  /** Only a change of the spec helps (Stalled=True); otherwise retried with backoff. */
+  permanent: boolean;
+  message: string;
+}
+
+export function refusalOf(e: unknown): Refusal | undefined {
+  if (!(e instanceof ServiceError)) return undefined;
+  const why = e.serviceMessage ?? e.message;
+  switch (e.status) {
+    case 400:
+    case 413:
+    case 422:
+      return { reason: "ServiceRejected", permanent: true, message: `the service refused the request: ${why}` };
+    case 401:
+    case 403:
+      return { reason: "Unauthorized", permanent: false, message: `the service refused the credentials: ${why}` };
+    default:
+      return undefined;
+  }
+}
+
 // ---------------------------------------------------------------------------------------
 // Error body parsing
 

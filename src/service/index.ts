@@ -14,9 +14,10 @@ export {
   isTransient,
   isAuthError,
   isRateLimited,
+  refusalOf,
   tlsErrorCode,
 } from "./errors.js";
-export type { Operation } from "./errors.js";
+export type { Operation, Refusal } from "./errors.js";
 export type { RetryClass } from "./retry.js";
 export { DEFAULT_EXPIRES_IN_SECONDS, REFRESH_MARGIN_MS } from "./token.js";
 export * from "./types.js";

@@ -1,4 +1,7 @@
-// Options and hooks of the service client, with their defaults in one place.
+// Options and hooks of the service client, with their defaults in one place: DEFAULTS is the
+// one source of the client's defaults, also for the Connection CRD's schema (src/api/
+// connection.ts) and the operator's connection pool. src/api (and so the CRD generator)
+// imports this file: keep it free of value imports.
 
 import type { Logger } from "pino";
 import type { Credentials } from "./types.js";

@@ -10,7 +10,7 @@ import type { Operation } from "./errors.js";
 import { TransportError } from "./http.js";
 import type { HttpMethod, HttpResponse, HttpTransport } from "./http.js";
 import type { ResolvedRetry, ServiceClientHooks } from "./options.js";
-import type { TokenBucket } from "./rate-limit.js";
+import type { ClientRateLimiter } from "./rate-limit.js";
 import { backoffDelay, judge, parseRetryAfter, retryDelay } from "./retry.js";
 import type { Failure, RetryClass } from "./retry.js";
 import type { TokenSource } from "./token.js";
@@ -40,7 +40,7 @@ type HookEvent<K extends keyof ServiceClientHooks> = Parameters<NonNullable<Serv
 
 export interface RequesterDeps {
   transport: HttpTransport;
-  limiter: TokenBucket;
+  limiter: ClientRateLimiter;
   retry: ResolvedRetry;
   hooks: ServiceClientHooks;
   log: Logger;

@@ -3,14 +3,14 @@
 // actually elapsed, so a slow machine only makes the bound looser, never flaky.
 
 import { afterEach, describe, expect, it } from "vitest";
-import { TokenBucket } from "../../../src/service/rate-limit.js";
+import { ClientRateLimiter } from "../../../src/service/rate-limit.js";
 import { count, start } from "./helpers.js";
 import type { Harness } from "./helpers.js";
 
-describe("TokenBucket", () => {
+describe("ClientRateLimiter", () => {
   it("allows a burst, then qps", () => {
     let t = 0;
-    const b = new TokenBucket({ qps: 10, burst: 5 }, () => t);
+    const b = new ClientRateLimiter({ qps: 10, burst: 5 }, () => t);
     let taken = 0;
     while (b.tryTake()) taken++;
     expect(taken).toBe(5);
@@ -24,7 +24,7 @@ describe("TokenBucket", () => {
   });
 
   it("serves waiters FIFO and lets nobody jump the queue", async () => {
-    const b = new TokenBucket({ qps: 200, burst: 1 });
+    const b = new ClientRateLimiter({ qps: 200, burst: 1 });
     expect(b.tryTake()).toBe(true);
     const order: number[] = [];
     const waits = [1, 2, 3].map((i) => b.wait().then(() => order.push(i)));
@@ -38,7 +38,7 @@ describe("TokenBucket", () => {
 
   it("pause() empties the bucket and holds everyone", () => {
     let t = 0;
-    const b = new TokenBucket({ qps: 10, burst: 10 }, () => t);
+    const b = new ClientRateLimiter({ qps: 10, burst: 10 }, () => t);
     b.pause(2000);
     expect(b.tryTake()).toBe(false);
     t += 1999;
@@ -52,7 +52,7 @@ describe("TokenBucket", () => {
   });
 
   it("close() rejects waiters", async () => {
-    const b = new TokenBucket({ qps: 0.001, burst: 1 });
+    const b = new ClientRateLimiter({ qps: 0.001, burst: 1 });
     b.tryTake();
     const w = b.wait();
     b.close();
@@ -60,8 +60,8 @@ describe("TokenBucket", () => {
   });
 
   it("rejects nonsense settings", () => {
-    expect(() => new TokenBucket({ qps: 0, burst: 1 })).toThrow(RangeError);
-    expect(() => new TokenBucket({ qps: 1, burst: 0 })).toThrow(RangeError);
+    expect(() => new ClientRateLimiter({ qps: 0, burst: 1 })).toThrow(RangeError);
+    expect(() => new ClientRateLimiter({ qps: 1, burst: 0 })).toThrow(RangeError);
   });
 });
 
