@@ -10,91 +10,95 @@
 // a change made outside the operator moves the second.
 import { createHash } from "node:crypto";
 import stableStringify from "safe-stable-stringify";
-import { Annotations, ConditionType, MARKER_KEY } from "../api/names.js";
+import { Annotations, ConditionType, MARKER_KEY, kindNames } from "../api/names.js";
 import type { Agent, AgentDeployment, AgentDeploymentStatus } from "../api/index.js";
 import { NotReadyError } from "../managed/errors.js";
-import type { ActionResult, ConnectionDetails, Connector, ExternalClient, Observation } from "../managed/external.js";
+import { errorMessage } from "../lib/errors.js";
+import type { ActionResult, ConnectionDetails, ExternalClient, Observation, Planned } from "../managed/external.js";
 import type { Informer } from "../runtime/informer.js";
 import { formatTime } from "../runtime/status.js";
 import { isNotFound, isOutcomeUnknown, type Deployment, type DeployOptions } from "../service/index.js";
-import type { ConnectionPool, ServiceHandle } from "./connection-pool.js";
-import { newest } from "./marker.js";
+import type { ServiceHandle } from "./connection-pool.js";
+import { referrers, requestOf, type KindContext, type ManagedKind } from "./kind.js";
+import { findOwn, removeObject } from "./marker.js";
 
 export function deploymentExternalId(cr: AgentDeployment): string | undefined {
   return cr.metadata.annotations?.[Annotations.externalId] ?? cr.status?.deploymentId;
 }
 
+/** Deployments of registry agents; an Agent getting its id, or a new revision, brings its deployments back. */
+export function agentDeployments(ctx: KindContext): ManagedKind<AgentDeployment, DeploymentPlan> {
+  const agents = ctx.informer<Agent>(kindNames.agent);
+  return {
+    names: kindNames.agentDeployment,
+    controller: "agentdeployment",
+    inventory: "deployments",
+    externalId: deploymentExternalId,
+    connectionSecret: true,
+    client: (handle) => new DeploymentClient(handle, agents, () => ctx.now()),
+    watches(controller, own) {
+      const ofAgent = referrers(own, "agentRef", (d) => [d.spec.agentRef?.name]);
+      controller.watch(agents, (a) => ofAgent(a).map(requestOf));
+    },
+  };
+}
+
 /** The agent to deploy: resolved from agentRef (which must have an id) or given as agentId. */
-interface Target {
+export interface Target {
   agentId: string;
   /** The Agent's revision, when it is managed here; undefined for an external agentId. */
   revision: string | undefined;
 }
 
-export class AgentDeploymentConnector implements Connector<AgentDeployment> {
-  constructor(
-    private readonly pool: ConnectionPool,
-    private readonly agents: Informer<Agent>,
-    private readonly now: () => Date = () => new Date(),
-  ) {}
-
-  async connect(cr: AgentDeployment): Promise<ExternalClient<AgentDeployment>> {
-    const handle = this.pool.forResource(cr.metadata.namespace, cr.spec.connectionRef, {
-      deleting: cr.metadata.deletionTimestamp !== undefined,
-    });
-    // Resolved when first needed: deleting a deployment must not wait for its Agent.
-    return new DeploymentClient(handle, () => this.target(cr), this.now);
+/** Throws NotReadyError while the Agent is missing, has no id, or (for a first deploy) is not synced. */
+export function targetOf(cr: AgentDeployment, agents: Informer<Agent>): Target {
+  if (cr.spec.agentId !== undefined) return { agentId: cr.spec.agentId, revision: undefined };
+  const name = cr.spec.agentRef?.name ?? "";
+  const agent = agents.get(cr.metadata.namespace, name);
+  if (agent === undefined) {
+    throw new NotReadyError("WaitingForAgent", `Agent "${name}" not found in namespace "${cr.metadata.namespace}" (spec.agentRef.name)`);
   }
-
-  private target(cr: AgentDeployment): Target {
-    if (cr.spec.agentId !== undefined) return { agentId: cr.spec.agentId, revision: undefined };
-    const name = cr.spec.agentRef?.name ?? "";
-    const agent = this.agents.get(cr.metadata.namespace, name);
-    if (agent === undefined) {
-      throw new NotReadyError("WaitingForAgent", `Agent "${name}" not found in namespace "${cr.metadata.namespace}" (spec.agentRef.name)`);
-    }
-    const ready = agent.status?.conditions?.find((c) => c.type === ConditionType.Ready);
-    const synced = agent.status?.observedGeneration === agent.metadata.generation && ready?.status === "True";
-    if (agent.status?.agentId === undefined || (!synced && cr.status?.deploymentId === undefined)) {
-      throw new NotReadyError("WaitingForAgent", `Agent "${name}" has no id in the registry yet`);
-    }
-    // While the Agent is being updated, keep running the revision we have; roll out once it is synced.
-    return { agentId: agent.status.agentId, revision: synced ? agent.status.revision : cr.status?.agentRevision };
+  const ready = agent.status?.conditions?.find((c) => c.type === ConditionType.Ready);
+  const synced = agent.status?.observedGeneration === agent.metadata.generation && ready?.status === "True";
+  if (agent.status?.agentId === undefined || (!synced && cr.status?.deploymentId === undefined)) {
+    throw new NotReadyError("WaitingForAgent", `Agent "${name}" has no id in the registry yet`);
   }
+  // While the Agent is being updated, keep running the revision we have; roll out once it is synced.
+  return { agentId: agent.status.agentId, revision: synced ? agent.status.revision : cr.status?.agentRevision };
 }
 
-type Plan =
+/** What to do about a deployment that exists. The service has no update for deployments. */
+export type Action =
   | { action: "replace"; why: string }
   | { action: "stop" }
   | { action: "redeploy"; why: string }
   | { action: "none" };
 
-class DeploymentClient implements ExternalClient<AgentDeployment> {
-  private plan: Plan = { action: "none" };
-  private current: Deployment | undefined;
+/** The action, with what observe found: the deployment and the agent to run. */
+export type DeploymentPlan = Action & { deployment: Deployment; target: Target };
 
-  private targetCache: Target | undefined;
-
+class DeploymentClient implements ExternalClient<AgentDeployment, DeploymentPlan> {
   constructor(
     private readonly handle: ServiceHandle,
-    private readonly targetFn: () => Target,
+    private readonly agents: Informer<Agent>,
     private readonly now: () => Date,
   ) {}
 
-  private get target(): Target {
-    return (this.targetCache ??= this.targetFn());
-  }
-
-  async observe(cr: AgentDeployment): Promise<Observation<AgentDeploymentStatus>> {
-    const found = await this.find(cr);
-    this.current = found;
+  async observe(cr: AgentDeployment): Promise<Observation<AgentDeploymentStatus, DeploymentPlan>> {
+    const { found, leftovers } = await findOwn(cr, deploymentExternalId(cr), {
+      inventory: this.handle.deployments,
+      get: (id) => this.handle.client.deployments.get(id),
+      adoptAfterLoss: true,
+    });
     if (found === undefined) return { exists: false, upToDate: false };
-    this.plan = this.planFor(cr, found);
-    const upToDate = this.plan.action === "none";
+    // Resolved only now: deleting a deployment, or one that is gone, must not wait for its Agent.
+    const target = targetOf(cr, this.agents);
+    const plan = { ...planFor(cr, found, target), deployment: found, target };
+    const upToDate = plan.action === "none";
     return {
       exists: true,
       upToDate,
-      differences: upToDate ? [] : [describe(this.plan)],
+      differences: upToDate ? [] : [describe(plan)],
       status: {
         ...statusOf(found),
         // Both hashes are what we applied and what the service said then; a drifted config_hash
@@ -102,35 +106,37 @@ class DeploymentClient implements ExternalClient<AgentDeployment> {
         optionsHash: cr.status?.optionsHash ?? optionsHash(cr),
         configHash: cr.status?.configHash ?? found.config_hash,
         // The agent revision is only recorded once it is what runs.
-        agentRevision: upToDate ? this.target.revision : cr.status?.agentRevision,
+        agentRevision: upToDate ? target.revision : cr.status?.agentRevision,
         redeployAt: cr.status?.redeployAt ?? cr.metadata.annotations?.[Annotations.redeployAt],
       },
       connectionDetails: detailsOf(found),
+      plan,
+      leftovers,
     };
   }
 
   async create(cr: AgentDeployment): Promise<ActionResult<AgentDeploymentStatus>> {
-    const deployed = await this.deploy(cr);
+    const target = targetOf(cr, this.agents);
+    const deployed = await this.deploy(cr, target);
     return {
-      status: this.statusAfterDeploy(cr, deployed),
+      status: this.statusAfterDeploy(cr, deployed, target),
       connectionDetails: detailsOf(deployed),
     };
   }
 
-  async update(cr: AgentDeployment): Promise<ActionResult<AgentDeploymentStatus>> {
-    const current = this.current;
-    if (current === undefined) throw new Error("deployment vanished between observe and update; retrying");
+  async update(cr: AgentDeployment, { plan }: Planned<AgentDeploymentStatus, DeploymentPlan>): Promise<ActionResult<AgentDeploymentStatus>> {
+    const current = plan.deployment;
     const client = this.handle.client.deployments;
-    switch (this.plan.action) {
+    switch (plan.action) {
       case "replace": {
         await this.remove(current.id);
-        const deployed = await this.deploy(cr);
+        const deployed = await this.deploy(cr, plan.target);
         return {
-          status: this.statusAfterDeploy(cr, deployed),
+          status: this.statusAfterDeploy(cr, deployed, plan.target),
           connectionDetails: detailsOf(deployed),
           event: {
             reason: "Replaced",
-            message: `${this.plan.why}: replaced deployment ${current.id} with ${deployed.id}; the endpoint may have changed`,
+            message: `${plan.why}: replaced deployment ${current.id} with ${deployed.id}; the endpoint may have changed`,
           },
         };
       }
@@ -146,17 +152,21 @@ class DeploymentClient implements ExternalClient<AgentDeployment> {
           status: {
             ...statusOf(redeployed),
             configHash: redeployed.config_hash,
-            agentRevision: this.target.revision,
+            agentRevision: plan.target.revision,
             redeployAt: cr.metadata.annotations?.[Annotations.redeployAt],
             lastRedeployedAt: formatTime(this.now()),
           },
           connectionDetails: detailsOf(redeployed),
-          event: { reason: "Redeployed", message: `redeployed ${current.id}: ${this.plan.why}` },
+          event: { reason: "Redeployed", message: `redeployed ${current.id}: ${plan.why}` },
         };
       }
       case "none":
         return {};
     }
+  }
+
+  async cleanup(_cr: AgentDeployment, leftovers: string[]): Promise<void> {
+    for (const id of leftovers) await this.remove(id);
   }
 
   async delete(cr: AgentDeployment): Promise<void> {
@@ -168,9 +178,9 @@ class DeploymentClient implements ExternalClient<AgentDeployment> {
     for (const each of ids) await this.remove(each);
   }
 
-  private async deploy(cr: AgentDeployment): Promise<Deployment> {
+  private async deploy(cr: AgentDeployment, target: Target): Promise<Deployment> {
     try {
-      let deployed = await this.handle.client.deployments.deploy(this.target.agentId, desiredOptions(cr));
+      let deployed = await this.handle.client.deployments.deploy(target.agentId, desiredOptions(cr));
       this.handle.deployments.put(deployed);
       if (cr.spec.suspend) {
         deployed = await this.handle.client.deployments.stop(deployed.id);
@@ -185,101 +195,57 @@ class DeploymentClient implements ExternalClient<AgentDeployment> {
         const which = cr.spec.agentId !== undefined ? "spec.agentId" : `the id of Agent "${cr.spec.agentRef?.name ?? ""}"`;
         throw new NotReadyError(
           "WaitingForAgent",
-          `the registry has no agent "${this.target.agentId}" (${which}); deploy answered: ${err instanceof Error ? err.message : String(err)}`,
+          `the registry has no agent "${target.agentId}" (${which}); deploy answered: ${errorMessage(err)}`,
         );
       }
       throw err;
     }
   }
 
-  private async remove(id: string): Promise<void> {
-    try {
-      await this.handle.client.deployments.delete(id);
-    } catch (err) {
-      if (!isNotFound(err)) throw err;
-    }
-    this.handle.deployments.remove(id);
+  private remove(id: string): Promise<void> {
+    return removeObject(this.handle.deployments, id, (key) => this.handle.client.deployments.delete(key));
   }
 
-  private statusAfterDeploy(cr: AgentDeployment, d: Deployment): Partial<AgentDeploymentStatus> {
+  private statusAfterDeploy(cr: AgentDeployment, d: Deployment, target: Target): Partial<AgentDeploymentStatus> {
     return {
       ...statusOf(d),
-      agentRevision: this.target.revision,
+      agentRevision: target.revision,
       optionsHash: optionsHash(cr),
       configHash: d.config_hash,
       redeployAt: cr.metadata.annotations?.[Annotations.redeployAt],
     };
   }
+}
 
-  /** By id (status or adoption annotation), else by this resource's marker. */
-  private async find(cr: AgentDeployment): Promise<Deployment | undefined> {
-    const inventory = this.handle.deployments;
-    await inventory.ensureFresh();
-    const id = deploymentExternalId(cr);
-    if (id === undefined) return this.byMarker(cr);
-    const cached = inventory.get(id);
-    if (cached !== undefined) return this.withoutExtras(cr, cached);
-    try {
-      const got = await this.handle.client.deployments.get(id);
-      inventory.put(got);
-      return await this.withoutExtras(cr, got);
-    } catch (err) {
-      if (!isNotFound(err)) throw err;
-    }
-    // The deployment in status is gone. A deploy made since then whose status write never
-    // landed (API server unreachable, process killed) left one with our marker: adopt it rather
-    // than deploy yet another on every retry. Not when adopting by annotation: that names one.
-    if (cr.metadata.annotations?.[Annotations.externalId] !== undefined) return undefined;
-    return this.byMarker(cr);
+/** What a deployment that exists needs so that it runs the spec. */
+export function planFor(cr: AgentDeployment, found: Deployment, target: Target): Action {
+  if (found.registry_id !== undefined && found.registry_id !== target.agentId) {
+    return { action: "replace", why: `the agent changed to ${target.agentId}` };
   }
-
-  /**
-   * Any other deployment carrying this resource's marker is a leftover (a deploy whose answer
-   * was lost landed after a retry succeeded): delete it. `keep` is the one status names.
-   */
-  private async withoutExtras(cr: AgentDeployment, keep: Deployment): Promise<Deployment> {
-    if (cr.metadata.annotations?.[Annotations.externalId] !== undefined) return keep;
-    for (const d of this.handle.deployments.findByMarker(cr.metadata.uid)) if (d.id !== keep.id) await this.remove(d.id);
-    return keep;
+  // No recorded hash (adopted, or recorded by an older operator): what runs is taken as
+  // applied from this spec, and recorded; a later spec change replaces it.
+  const applied = cr.status?.optionsHash;
+  if (applied !== undefined && applied !== optionsHash(cr)) {
+    return { action: "replace", why: `the deploy options in the spec changed (optionsHash ${applied} is now ${optionsHash(cr)})` };
   }
-
-  /** The newest deployment carrying this resource's marker; any other one is deleted. */
-  private async byMarker(cr: AgentDeployment): Promise<Deployment | undefined> {
-    const candidates = this.handle.deployments.findByMarker(cr.metadata.uid);
-    const keep = newest(candidates);
-    for (const extra of candidates) if (extra !== keep) await this.remove(extra.id);
-    return keep;
+  const known = cr.status?.configHash;
+  if (known !== undefined && found.config_hash !== undefined && found.config_hash !== known) {
+    return {
+      action: "replace",
+      why: `its configuration was changed outside the operator (config_hash ${known} is now ${found.config_hash})`,
+    };
   }
-
-  private planFor(cr: AgentDeployment, found: Deployment): Plan {
-    if (found.registry_id !== undefined && found.registry_id !== this.target.agentId) {
-      return { action: "replace", why: `the agent changed to ${this.target.agentId}` };
-    }
-    // No recorded hash (adopted, or recorded by an older operator): what runs is taken as
-    // applied from this spec, and recorded; a later spec change replaces it.
-    const applied = cr.status?.optionsHash;
-    if (applied !== undefined && applied !== optionsHash(cr)) {
-      return { action: "replace", why: `the deploy options in the spec changed (optionsHash ${applied} is now ${optionsHash(cr)})` };
-    }
-    const known = cr.status?.configHash;
-    if (known !== undefined && found.config_hash !== undefined && found.config_hash !== known) {
-      return {
-        action: "replace",
-        why: `its configuration was changed outside the operator (config_hash ${known} is now ${found.config_hash})`,
-      };
-    }
-    if (cr.spec.suspend) return found.state === "stopped" ? { action: "none" } : { action: "stop" };
-    if (found.state === "stopped") return { action: "redeploy", why: "it was stopped and spec.suspend is false" };
-    const redeployAt = cr.metadata.annotations?.[Annotations.redeployAt];
-    if (redeployAt !== undefined && redeployAt !== cr.status?.redeployAt && cr.status?.deploymentId !== undefined) {
-      return { action: "redeploy", why: `annotation ${Annotations.redeployAt}: "${redeployAt}"` };
-    }
-    const running = cr.status?.agentRevision;
-    if (this.target.revision !== undefined && running !== undefined && running !== this.target.revision) {
-      return { action: "redeploy", why: `the Agent changed (revision ${this.target.revision})` };
-    }
-    return { action: "none" };
+  if (cr.spec.suspend) return found.state === "stopped" ? { action: "none" } : { action: "stop" };
+  if (found.state === "stopped") return { action: "redeploy", why: "it was stopped and spec.suspend is false" };
+  const redeployAt = cr.metadata.annotations?.[Annotations.redeployAt];
+  if (redeployAt !== undefined && redeployAt !== cr.status?.redeployAt && cr.status?.deploymentId !== undefined) {
+    return { action: "redeploy", why: `annotation ${Annotations.redeployAt}: "${redeployAt}"` };
   }
+  const running = cr.status?.agentRevision;
+  if (target.revision !== undefined && running !== undefined && running !== target.revision) {
+    return { action: "redeploy", why: `the Agent changed (revision ${target.revision})` };
+  }
+  return { action: "none" };
 }
 
 /** The deploy options the spec asks for, with the crash-safety marker. */
@@ -298,8 +264,6 @@ export function optionsHash(cr: AgentDeployment): string {
   // Keys sorted at every depth, so that key order in the spec never looks like a change.
   return createHash("sha256").update(stableStringify(desiredOptions(cr))).digest("hex").slice(0, 16);
 }
-
-
 
 function statusOf(d: Deployment): Partial<AgentDeploymentStatus> {
   return {
@@ -320,7 +284,7 @@ function detailsOf(d: Deployment): ConnectionDetails {
   return details;
 }
 
-function describe(plan: Plan): string {
+function describe(plan: Action): string {
   switch (plan.action) {
     case "replace":
     case "redeploy":

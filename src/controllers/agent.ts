@@ -2,21 +2,21 @@
 // marker in its metadata, so an agent created by a process that died before writing status is
 // found again (inventory by marker, or the registry's 409 on the name) instead of duplicated.
 import { createHash } from "node:crypto";
-import { Annotations, MARKER_KEY } from "../api/names.js";
+import { Annotations, MARKER_KEY, kindNames } from "../api/names.js";
 import type { Agent, AgentStatus } from "../api/index.js";
 import { StalledError } from "../managed/errors.js";
-import type { ActionResult, Connector, ExternalClient, Observation } from "../managed/external.js";
+import type { ActionResult, ExternalClient, Observation, Planned } from "../managed/external.js";
 import {
   isConflict,
-  isNotFound,
   isOutcomeUnknown,
   type Agent as RegistryAgent,
   type CreateAgentRequest,
   type UpdateAgentRequest,
 } from "../service/index.js";
 import { deepEqual } from "../runtime/status.js";
-import type { ConnectionPool, ServiceHandle } from "./connection-pool.js";
-import { newest } from "./marker.js";
+import type { ServiceHandle } from "./connection-pool.js";
+import { referrers, requestOf, type KindContext, type ManagedKind } from "./kind.js";
+import { findOwn, newest, removeObject } from "./marker.js";
 import type { ObjectStore } from "./object-store.js";
 
 export function agentExternalId(cr: Agent): string | undefined {
@@ -32,18 +32,25 @@ export function agentRevision(cr: Agent): string {
   return createHash("sha256").update(JSON.stringify([image, version ?? null, manifest ?? null, endpoint ?? null])).digest("hex").slice(0, 16);
 }
 
-export class AgentConnector implements Connector<Agent> {
-  constructor(
-    private readonly pool: ConnectionPool,
-    private readonly store: ObjectStore,
-  ) {}
-
-  async connect(cr: Agent): Promise<ExternalClient<Agent>> {
-    const handle = this.pool.forResource(cr.metadata.namespace, cr.spec.connectionRef, {
-      deleting: cr.metadata.deletionTimestamp !== undefined,
-    });
-    return new AgentClient(handle, this.store);
-  }
+/** Agents in the registry; an image pull Secret is read once, at creation. */
+export function agents(ctx: KindContext): ManagedKind<Agent, AgentPlan> {
+  return {
+    names: kindNames.agent,
+    controller: "agent",
+    inventory: "agents",
+    externalId: agentExternalId,
+    connectionSecret: false,
+    client: (handle) => new AgentClient(handle, ctx.store),
+    watches(controller, own) {
+      const usingSecret = referrers(own, "imagePullSecret", (a) => [a.spec.imagePullSecretRef?.name]);
+      // Only an agent still to be created reads the Secret.
+      controller.watch(ctx.secrets, (s) =>
+        usingSecret(s)
+          .filter((a) => a.status?.agentId === undefined)
+          .map(requestOf),
+      );
+    },
+  };
 }
 
 /** The updatable fields as the spec wants them; fields the spec leaves out are not managed. */
@@ -73,16 +80,22 @@ const FIELD_NAMES: Record<string, string> = {
   manifest: "manifest",
 };
 
-class AgentClient implements ExternalClient<Agent> {
+/** The agent to update and the fields to send: those of the spec that differ from the registry. */
+export interface AgentPlan {
+  id: string;
+  patch: UpdateAgentRequest;
+}
+
+class AgentClient implements ExternalClient<Agent, AgentPlan> {
   constructor(
     private readonly handle: ServiceHandle,
     private readonly store: ObjectStore,
   ) {}
 
-  async observe(cr: Agent): Promise<Observation<AgentStatus>> {
+  async observe(cr: Agent): Promise<Observation<AgentStatus, AgentPlan>> {
     const found = await this.find(cr);
     if (found === undefined) return { exists: false, upToDate: false };
-    const patch = this.patchFor(cr, found);
+    const patch = agentPatch(cr, found);
     const differences = Object.keys(patch).map((k) => `spec.${FIELD_NAMES[k] ?? k}`);
     const upToDate = differences.length === 0;
     return {
@@ -90,6 +103,7 @@ class AgentClient implements ExternalClient<Agent> {
       upToDate,
       differences,
       status: { ...statusOf(found), ...(upToDate ? { revision: agentRevision(cr) } : {}) },
+      plan: { id: found.id, patch },
     };
   }
 
@@ -113,11 +127,8 @@ class AgentClient implements ExternalClient<Agent> {
     }
   }
 
-  async update(cr: Agent, observed: Observation<AgentStatus>): Promise<ActionResult<AgentStatus>> {
-    const id = observed.status?.agentId;
-    const found = id === undefined ? undefined : this.handle.agents.get(id);
-    if (id === undefined || found === undefined) throw new Error("agent vanished between observe and update; retrying");
-    const updated = await this.handle.client.agents.update(id, this.patchFor(cr, found));
+  async update(cr: Agent, { plan }: Planned<AgentStatus, AgentPlan>): Promise<ActionResult<AgentStatus>> {
+    const updated = await this.handle.client.agents.update(plan.id, plan.patch);
     this.handle.agents.put(updated);
     return { status: { ...statusOf(updated), revision: agentRevision(cr) } };
   }
@@ -125,33 +136,20 @@ class AgentClient implements ExternalClient<Agent> {
   async delete(cr: Agent): Promise<void> {
     const id = agentExternalId(cr) ?? (await this.find(cr))?.id;
     if (id === undefined) return;
-    try {
-      await this.handle.client.agents.delete(id);
-    } catch (err) {
-      if (!isNotFound(err)) throw err;
-    }
-    this.handle.agents.remove(id);
+    await removeObject(this.handle.agents, id, (key) => this.handle.client.agents.delete(key));
   }
 
-  /** By id (status or adoption annotation), else by this resource's marker. */
+  /**
+   * By id (status or adoption annotation), else by this resource's marker. An agent named in
+   * status that is gone is created again (a new agent, with the marker).
+   */
   private async find(cr: Agent): Promise<RegistryAgent | undefined> {
-    const inventory = this.handle.agents;
-    await inventory.ensureFresh();
-    const id = agentExternalId(cr);
-    if (id !== undefined) {
-      const cached = inventory.get(id);
-      if (cached !== undefined) return cached;
-      // Not in the snapshot: confirm with one GET before concluding it is gone.
-      try {
-        const got = await this.handle.client.agents.get(id);
-        inventory.put(got);
-        return got;
-      } catch (err) {
-        if (isNotFound(err)) return undefined;
-        throw err;
-      }
-    }
-    return newest(inventory.findByMarker(cr.metadata.uid));
+    const { found } = await findOwn(cr, agentExternalId(cr), {
+      inventory: this.handle.agents,
+      get: (id) => this.handle.client.agents.get(id),
+      adoptAfterLoss: false,
+    });
+    return found;
   }
 
   private async adoptAfterConflict(cr: Agent, name: string, orgId: string): Promise<ActionResult<AgentStatus>> {
@@ -173,16 +171,6 @@ class AgentClient implements ExternalClient<Agent> {
     );
   }
 
-  /** The fields to send so the registry matches the spec (empty when it already does). */
-  private patchFor(cr: Agent, found: RegistryAgent): UpdateAgentRequest {
-    const desired = desiredUpdatable(cr);
-    const patch: Record<string, unknown> = {};
-    for (const [k, v] of Object.entries(desired)) {
-      if (!deepEqual(v, (found as unknown as Record<string, unknown>)[k])) patch[k] = v;
-    }
-    return patch as UpdateAgentRequest;
-  }
-
   private orgId(cr: Agent): string {
     const orgId = cr.spec.orgId ?? this.handle.connection.spec.orgId;
     if (!orgId) {
@@ -193,6 +181,16 @@ class AgentClient implements ExternalClient<Agent> {
     }
     return orgId;
   }
+}
+
+/** The fields to send so the registry matches the spec (empty when it already does). */
+export function agentPatch(cr: Agent, found: RegistryAgent): UpdateAgentRequest {
+  const desired = desiredUpdatable(cr);
+  const patch: Record<string, unknown> = {};
+  for (const [k, v] of Object.entries(desired)) {
+    if (!deepEqual(v, (found as unknown as Record<string, unknown>)[k])) patch[k] = v;
+  }
+  return patch as UpdateAgentRequest;
 }
 
 function statusOf(a: RegistryAgent): Partial<AgentStatus> {

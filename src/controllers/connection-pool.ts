@@ -10,7 +10,7 @@ import { Inventory } from "../managed/inventory.js";
 import { NotReadyError } from "../managed/errors.js";
 import type { Informer } from "../runtime/informer.js";
 import type { SecretObject } from "../managed/connection-secret.js";
-import { ServiceClient, type ServiceClientHooks } from "../service/index.js";
+import { DEFAULTS, ServiceClient, type ServiceClientHooks } from "../service/index.js";
 import type { Agent, AgentVM, Credentials, Deployment, Skill } from "../service/index.js";
 
 export type InventoryKind = "agents" | "deployments" | "vms" | "skills";
@@ -139,8 +139,8 @@ export class ConnectionPool {
       ...(spec.registryURL !== undefined && { registryURL: spec.registryURL }),
       authURL: spec.authURL,
       credentials,
-      rateLimit: { qps: spec.rateLimit?.qps ?? 50, burst: spec.rateLimit?.burst ?? 100 },
-      timeoutMs: (spec.timeoutSeconds ?? 30) * 1000,
+      rateLimit: { qps: spec.rateLimit?.qps ?? DEFAULTS.qps, burst: spec.rateLimit?.burst ?? DEFAULTS.burst },
+      timeoutMs: spec.timeoutSeconds !== undefined ? spec.timeoutSeconds * 1000 : DEFAULTS.timeoutMs,
       insecureSkipTLSVerify: spec.insecureSkipTLSVerify ?? false,
       logger: this.opts.logger.child({ connection: key }),
       hooks: this.opts.hooks?.(key),

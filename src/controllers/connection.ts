@@ -1,19 +1,53 @@
 // The Connection controller: proves the credentials work (a token), and reports the account's
 // access clients and a 30-day usage summary by tier. It owns no service object, so it is not a
-// managed resource: no finalizer, nothing to delete.
+// managed resource (nothing to create or delete in the service); its finalizer holds its
+// deletion until no resource uses it, since they need it to delete their service objects.
 import { ConditionType, FINALIZER, GROUP, VERSION, kindNames } from "../api/names.js";
 import type { Connection, ConnectionStatus } from "../api/index.js";
-import { NotReadyError } from "../managed/errors.js";
+import { errorMessage } from "../lib/errors.js";
+import { kstatusConditions } from "../managed/conditions.js";
+import { NotReadyError, type Failure } from "../managed/errors.js";
 import { patchFinalizers } from "../managed/finalizers.js";
+import { afterBackoff, jittered } from "../managed/requeue.js";
 import type { StatusWriter } from "../managed/status-writer.js";
 import type { EventRecorder } from "../runtime/events.js";
 import type { Informer } from "../runtime/informer.js";
 import { resourcePath, type KubeClient } from "../runtime/kube-client.js";
-import type { ReconcileContext, Reconciler, Request, Result } from "../runtime/controller.js";
+import type { Controller, ReconcileContext, Reconciler, Request, Result } from "../runtime/controller.js";
 import { formatTime } from "../runtime/status.js";
 import { ServiceError, tlsErrorCode, type ServiceClient, type UsageRecord } from "../service/index.js";
 import type { ConnectionPool } from "./connection-pool.js";
-import type { UsageGauges } from "./usage-metrics.js";
+import { requestOf, specOrMetaChanged, type OperatorContext } from "./kind.js";
+import { UsageGauges } from "./usage-metrics.js";
+
+/**
+ * The Connection controller, its own watches and the Secret watch. The managed kinds add the
+ * watch that brings back a deleting Connection when its last user goes (src/controllers/kind.ts).
+ */
+export function setupConnection(ctx: OperatorContext): Controller {
+  const { connections, secrets, manager } = ctx;
+  const controller = manager.newController({
+    name: "connection",
+    concurrency: 2,
+    reconciler: new ConnectionReconciler({
+      informer: connections,
+      usersOf: (namespace, connection) => ctx.usersOf(namespace, connection),
+      kube: manager.client,
+      pool: ctx.pool,
+      status: ctx.status,
+      events: manager.events,
+      usage: new UsageGauges(manager.metrics.registry),
+    }),
+  });
+  controller.watch(connections, undefined, { filter: specOrMetaChanged });
+  controller.watch(secrets, (s) =>
+    connections
+      .list(s.metadata.namespace)
+      .filter((c) => c.spec.credentials.secretRef.name === s.metadata.name)
+      .map(requestOf),
+  );
+  return controller;
+}
 
 export interface ConnectionReconcilerOptions {
   informer: Informer<Connection>;
@@ -65,29 +99,27 @@ export class ConnectionReconciler implements Reconciler {
           this.opts.usage?.set(handle.key, observed.usage.byTier);
         }
       }
-      await this.opts.status.write(path, conn, observed, [
-        { type: ConditionType.Ready, status: "True", reason: "Authenticated", message: "a token was obtained from the token service" },
-        { type: ConditionType.Reconciling, status: "False", reason: "Authenticated" },
-        { type: ConditionType.Stalled, status: "False", reason: "Authenticated" },
-      ]);
+      await this.opts.status.write(
+        path,
+        conn,
+        observed,
+        kstatusConditions({ state: "ready", reason: "Authenticated", message: "a token was obtained from the token service" }),
+      );
       if (wasReady?.status !== "True") this.opts.events.normal(conn, "Authenticated", "credentials accepted by the token service");
-      return { requeueAfterMs: jitter(refreshMs) };
+      return { requeueAfterMs: jittered(refreshMs) };
     } catch (err) {
-      const { reason, message, stalled } = describe(err, conn);
-      await this.opts.status.write(path, conn, {}, [
-        { type: ConditionType.Ready, status: "False", reason, message },
-        { type: ConditionType.Reconciling, status: stalled ? "False" : "True", reason, message: stalled ? undefined : message },
-        { type: ConditionType.Stalled, status: stalled ? "True" : "False", reason, message: stalled ? message : undefined },
-      ]);
+      const { kind, reason, message } = describe(err, conn);
+      const stalled = kind === "stalled";
+      await this.opts.status.write(path, conn, {}, kstatusConditions({ state: stalled ? "stalled" : "reconciling", reason, message }));
       if (wasReady?.reason !== reason) this.opts.events.warning(conn, reason, message);
       ctx.log.info({ reason }, message);
       if (stalled) {
         // Refused credentials stay refused until the Secret changes (which triggers a
         // reconcile through the Secret watch); look again slowly in case the service relents.
-        return { requeueAfterMs: jitter(Math.min(refreshMs, 60_000)) };
+        return { requeueAfterMs: jittered(Math.min(refreshMs, 60_000)) };
       }
       // A missing Secret is waited for (its watch brings the Connection back), not an error.
-      if (err instanceof NotReadyError) return { requeue: true };
+      if (kind === "notReady") return afterBackoff();
       throw err;
     }
   }
@@ -170,14 +202,15 @@ export function summarise(records: UsageRecord[]) {
   };
 }
 
-function describe(err: unknown, conn: Connection): { reason: string; message: string; stalled: boolean } {
-  if (err instanceof NotReadyError) return { reason: err.reason, message: err.message, stalled: false };
+/** A Connection's own sorting of failures: what the token service and TLS say is about the Connection. */
+function describe(err: unknown, conn: Connection): Failure {
+  if (err instanceof NotReadyError) return { kind: "notReady", reason: err.reason, message: err.message };
   if (err instanceof ServiceError) {
     if (err.operation === "token" && (err.status === 400 || err.status === 401 || err.status === 403)) {
       return {
+        kind: "stalled",
         reason: "CredentialsRefused",
         message: `the token service at ${conn.spec.authURL} refused the credentials in Secret "${conn.spec.credentials.secretRef.name}" (HTTP ${err.status})`,
-        stalled: true,
       };
     }
     const tls = tlsErrorCode(err);
@@ -185,23 +218,19 @@ function describe(err: unknown, conn: Connection): { reason: string; message: st
       // Retrying cannot help until the certificate or the spec changes (looked at again slowly).
       const url = err.operation === "token" ? conn.spec.authURL : conn.spec.baseURL;
       return {
+        kind: "stalled",
         reason: "TLSVerificationFailed",
         message: `the TLS certificate of ${url} could not be verified (${tls}): give the server a certificate from a trusted CA, or (local development only) set spec.insecureSkipTLSVerify: true`,
-        stalled: true,
       };
     }
     if (err.status === undefined) {
-      return { reason: "ServiceUnreachable", message: `cannot reach the service: ${err.message}`, stalled: false };
+      return { kind: "transient", reason: "ServiceUnreachable", message: `cannot reach the service: ${err.message}` };
     }
-    return { reason: "ServiceError", message: err.message, stalled: false };
+    return { kind: "transient", reason: "ServiceError", message: err.message };
   }
-  return { reason: "ReconcileError", message: err instanceof Error ? err.message : String(err), stalled: false };
+  return { kind: "transient", reason: "ReconcileError", message: errorMessage(err) };
 }
 
 function day(d: Date): string {
   return d.toISOString().slice(0, 10);
-}
-
-function jitter(ms: number): number {
-  return Math.round(ms * (0.9 + Math.random() * 0.2));
 }

@@ -1,10 +1,95 @@
-// Helpers for the crash-safety marker (agentcompute.dev/uid in a service object's metadata).
+// Finding a resource's service object by id or by the crash-safety marker (agentcompute.dev/uid
+// in the object's metadata), the duplicates a crash or a lost answer left next to it, and
+// removing one.
+import { Annotations } from "../api/names.js";
+import type { ManagedResource } from "../managed/external.js";
+import type { Inventory } from "../managed/inventory.js";
+import { isNotFound } from "../service/index.js";
+
+interface Dated {
+  created_at?: string;
+  allocated_at?: string;
+}
 
 /**
  * Of several service objects carrying one resource's marker (a crash left a duplicate), the
  * one to keep: the newest, as the service dates them.
  */
-export function newest<T extends { created_at?: string; allocated_at?: string }>(items: T[]): T | undefined {
+export function newest<T extends Dated>(items: T[]): T | undefined {
   const at = (x: T) => x.created_at ?? x.allocated_at ?? "";
   return [...items].sort((a, b) => at(b).localeCompare(at(a)))[0];
+}
+
+export interface Found<T> {
+  /** The object the resource uses; undefined when there is none. */
+  found: T | undefined;
+  /** Ids of the other usable objects carrying the resource's marker, to be given back. */
+  leftovers: string[];
+}
+
+export interface FindOptions<T> {
+  inventory: Inventory<T>;
+  /** Reads one object; a 404 means it is gone. */
+  get(id: string): Promise<T>;
+  /** Whether an object can still serve (a released or expired VM cannot); default: any can. */
+  usable?(obj: T): boolean;
+  /**
+   * When the object the resource names is gone, use the newest one carrying its marker: a
+   * create made since then whose status write never landed (API server unreachable, process
+   * killed) left it, and creating yet another on every retry would be worse. Never when the
+   * adoption annotation names the object: that names one.
+   */
+  adoptAfterLoss: boolean;
+}
+
+/**
+ * The resource's object, by `id` (status or adoption annotation; one GET confirms an id the
+ * snapshot does not hold) or else by marker, and the leftovers next to it. Changes nothing in
+ * the service: observe only reads, and the leftovers are given back by the kind's cleanup.
+ */
+export async function findOwn<T extends Dated & { id: string }>(
+  cr: ManagedResource,
+  id: string | undefined,
+  opts: FindOptions<T>,
+): Promise<Found<T>> {
+  const { inventory } = opts;
+  const usable = (obj: T | undefined): obj is T => obj !== undefined && (opts.usable?.(obj) ?? true);
+  const annotated = cr.metadata.annotations?.[Annotations.externalId] !== undefined;
+  const marked = () => inventory.findByMarker(cr.metadata.uid).filter(usable);
+  const keeping = (keep: T): Found<T> => ({
+    found: keep,
+    leftovers: annotated ? [] : marked().filter((o) => o.id !== keep.id).map((o) => o.id),
+  });
+  const newestMarked = (): Found<T> => {
+    const candidates = marked();
+    const keep = newest(candidates);
+    return { found: keep, leftovers: candidates.filter((o) => o !== keep).map((o) => o.id) };
+  };
+
+  await inventory.ensureFresh();
+  if (id === undefined) return newestMarked();
+  const cached = inventory.get(id);
+  if (usable(cached)) return keeping(cached);
+  try {
+    const got = await opts.get(id);
+    inventory.put(got);
+    if (usable(got)) return keeping(got);
+  } catch (err) {
+    if (!isNotFound(err)) throw err;
+    inventory.remove(id);
+  }
+  return annotated || !opts.adoptAfterLoss ? { found: undefined, leftovers: [] } : newestMarked();
+}
+
+/**
+ * Deletes (or releases) a service object with `call`. A 404 is success: gone is what was
+ * asked, and a retry after a lost answer must not fail on it. The inventory forgets it.
+ */
+export async function removeObject(inventory: Inventory<unknown>, key: string, call: (key: string) => Promise<unknown>): Promise<void> {
+  try {
+    await call(key);
+  } catch (err) {
+    if (!isNotFound(err)) throw err;
+  }
+  inventory.remove(key);
 }

@@ -4,10 +4,10 @@
 // keepAlive is true; a change of tier, skills, env or secureRuntime replaces the VM (the new
 // one first, then the old one is released).
 import { createHash } from "node:crypto";
-import { Annotations, ConditionType, MARKER_KEY } from "../api/names.js";
+import { Annotations, ConditionType, MARKER_KEY, kindNames } from "../api/names.js";
 import type { Sandbox, SandboxStatus, Skill } from "../api/index.js";
 import { NotReadyError } from "../managed/errors.js";
-import type { ActionResult, ConnectionDetails, Connector, ExternalClient, Observation } from "../managed/external.js";
+import type { ActionResult, ConnectionDetails, ExternalClient, Observation, Planned } from "../managed/external.js";
 import type { Informer } from "../runtime/informer.js";
 import { formatTime } from "../runtime/status.js";
 import {
@@ -17,13 +17,15 @@ import {
   type AllocateVMRequest,
   type Allocation,
 } from "../service/index.js";
-import type { ConnectionPool, ServiceHandle } from "./connection-pool.js";
-import { newest } from "./marker.js";
+import type { ServiceHandle } from "./connection-pool.js";
+import { referrers, requestOf, type KindContext, type ManagedKind } from "./kind.js";
+import { findOwn, removeObject } from "./marker.js";
 import type { ObjectStore } from "./object-store.js";
+import { skillName } from "./skill.js";
 
 export const DEFAULT_TTL_SECONDS = 3600;
 
-/** Index of the Skills informer by `namespace/<skill name in the service>` (set up in controllers/index.ts). */
+/** Index of the Skills informer by `namespace/<skill name in the service>`. */
 export const SKILL_NAME_INDEX = "skillName";
 
 export function sandboxExternalId(cr: Sandbox): string | undefined {
@@ -41,63 +43,75 @@ export function renewBeforeSeconds(cr: Sandbox): number {
   return Math.min(wanted, Math.max(1, ttl - 1));
 }
 
-export class SandboxConnector implements Connector<Sandbox> {
-  constructor(
-    private readonly pool: ConnectionPool,
-    private readonly store: ObjectStore,
-    private readonly skills: Informer<Skill>,
-    private readonly now: () => Date = () => new Date(),
-  ) {}
+/** Sandbox VMs; a Skill (by its name in the service) or an envFrom Secret changing brings them back. */
+export function sandboxes(ctx: KindContext): ManagedKind<Sandbox, SandboxPlan> {
+  const skills = ctx.informer<Skill>(kindNames.skill);
+  skills.addIndex(SKILL_NAME_INDEX, (s) => [`${s.metadata.namespace}/${skillName(s)}`]);
+  const deps: SandboxDeps = { store: ctx.store, skills, now: () => ctx.now() };
+  return {
+    names: kindNames.sandbox,
+    controller: "sandbox",
+    inventory: "vms",
+    externalId: sandboxExternalId,
+    connectionSecret: true,
+    client: (handle) => new SandboxClient(handle, deps),
+    watches(controller, own) {
+      const loading = referrers(own, "skill", (sb) => sb.spec.skills ?? []);
+      const usingSecret = referrers(own, "envFromSecret", (sb) => (sb.spec.envFrom ?? []).map((e) => e.secretRef.name));
+      controller.watch(skills, (sk) => loading({ metadata: { namespace: sk.metadata.namespace, name: skillName(sk) } }).map(requestOf));
+      controller.watch(ctx.secrets, (s) => usingSecret(s).map(requestOf));
+    },
+  };
+}
 
-  async connect(cr: Sandbox): Promise<ExternalClient<Sandbox>> {
-    const handle = this.pool.forResource(cr.metadata.namespace, cr.spec.connectionRef, {
-      deleting: cr.metadata.deletionTimestamp !== undefined,
-    });
-    return new SandboxClient(handle, () => this.desired(cr, handle), this.now);
-  }
+export interface SandboxDeps {
+  store: ObjectStore;
+  /** Indexed by SKILL_NAME_INDEX. */
+  skills: Informer<Skill>;
+  now(): Date;
+}
 
-  /** The allocation the spec asks for; waits for Skills managed here and for envFrom Secrets. */
-  private desired(cr: Sandbox, handle: ServiceHandle): AllocateVMRequest {
-    const { spec, metadata } = cr;
-    for (const name of spec.skills ?? []) {
-      const skill = this.skills.byIndex(SKILL_NAME_INDEX, `${metadata.namespace}/${name}`)[0];
-      if (skill === undefined) {
-        // Not managed here: it must exist in the service already. Order never matters, so a
-        // skill that is missing is awaited rather than sent (and refused with a 400).
-        if (handle.skills.get(name) === undefined) {
-          throw new NotReadyError(
-            "WaitingForSkill",
-            `skill "${name}" (spec.skills) is neither a Skill resource in this namespace nor a skill in the service`,
-          );
-        }
-        continue;
+/** The allocation the spec asks for; waits for Skills managed here and for envFrom Secrets. */
+export function desiredAllocation(cr: Sandbox, handle: ServiceHandle, deps: SandboxDeps): AllocateVMRequest {
+  const { spec, metadata } = cr;
+  for (const name of spec.skills ?? []) {
+    const skill = deps.skills.byIndex(SKILL_NAME_INDEX, `${metadata.namespace}/${name}`)[0];
+    if (skill === undefined) {
+      // Not managed here: it must exist in the service already. Order never matters, so a
+      // skill that is missing is awaited rather than sent (and refused with a 400).
+      if (handle.skills.get(name) === undefined) {
+        throw new NotReadyError(
+          "WaitingForSkill",
+          `skill "${name}" (spec.skills) is neither a Skill resource in this namespace nor a skill in the service`,
+        );
       }
-      const ready = skill.status?.conditions?.find((c) => c.type === ConditionType.Ready);
-      if (ready?.status !== "True") {
-        throw new NotReadyError("WaitingForSkill", `Skill "${skill.metadata.name}" is not Ready yet (spec.skills)`);
-      }
+      continue;
     }
-    const env: Record<string, string> = {};
-    for (const [i, from] of (spec.envFrom ?? []).entries()) {
-      const data = this.store.secretData(metadata.namespace, from.secretRef.name, `spec.envFrom[${i}].secretRef.name`);
-      for (const [k, v] of Object.entries(data)) env[`${from.prefix ?? ""}${k}`] = v;
+    const ready = skill.status?.conditions?.find((c) => c.type === ConditionType.Ready);
+    if (ready?.status !== "True") {
+      throw new NotReadyError("WaitingForSkill", `Skill "${skill.metadata.name}" is not Ready yet (spec.skills)`);
     }
-    Object.assign(env, spec.env);
-    const req: AllocateVMRequest = {
-      tier: spec.tier,
-      ttl_seconds: ttlSeconds(cr),
-      metadata: { ...spec.metadata, [MARKER_KEY]: metadata.uid },
-    };
-    if (spec.skills !== undefined) req.skills = spec.skills;
-    if (Object.keys(env).length > 0) req.env = env;
-    const orgId = spec.orgId ?? handle.connection.spec.orgId;
-    if (orgId !== undefined) req.org_id = orgId;
-    // A string naming a runtime. Objects stored while it was a boolean (before v1alpha1 fixed
-    // it) may still hold `false`: that asked for nothing, so it is sent as nothing.
-    const secureRuntime: unknown = spec.secureRuntime;
-    if (typeof secureRuntime === "string" && secureRuntime !== "") req.secure_runtime = secureRuntime;
-    return req;
   }
+  const env: Record<string, string> = {};
+  for (const [i, from] of (spec.envFrom ?? []).entries()) {
+    const data = deps.store.secretData(metadata.namespace, from.secretRef.name, `spec.envFrom[${i}].secretRef.name`);
+    for (const [k, v] of Object.entries(data)) env[`${from.prefix ?? ""}${k}`] = v;
+  }
+  Object.assign(env, spec.env);
+  const req: AllocateVMRequest = {
+    tier: spec.tier,
+    ttl_seconds: ttlSeconds(cr),
+    metadata: { ...spec.metadata, [MARKER_KEY]: metadata.uid },
+  };
+  if (spec.skills !== undefined) req.skills = spec.skills;
+  if (Object.keys(env).length > 0) req.env = env;
+  const orgId = spec.orgId ?? handle.connection.spec.orgId;
+  if (orgId !== undefined) req.org_id = orgId;
+  // A string naming a runtime. Objects stored while it was a boolean (before v1alpha1 fixed
+  // it) may still hold `false`: that asked for nothing, so it is sent as nothing.
+  const secureRuntime: unknown = spec.secureRuntime;
+  if (typeof secureRuntime === "string" && secureRuntime !== "") req.secure_runtime = secureRuntime;
+  return req;
 }
 
 /**
@@ -112,35 +126,34 @@ export function allocationHash(cr: Sandbox, req: AllocateVMRequest): string {
     .slice(0, 16);
 }
 
-type Plan =
+/** What to do about a live VM. A replacement carries the allocation it was compared with. */
+export type Renewal =
   | { action: "none" }
   | { action: "renew" }
-  | { action: "replace"; why: string };
+  | { action: "replace"; why: string; request: AllocateVMRequest };
 
-class SandboxClient implements ExternalClient<Sandbox> {
-  private plan: Plan = { action: "none" };
-  private current: AgentVM | undefined;
-  private desiredCache: AllocateVMRequest | undefined;
+export type SandboxPlan = Renewal & { vm: AgentVM };
 
+class SandboxClient implements ExternalClient<Sandbox, SandboxPlan> {
   constructor(
     private readonly handle: ServiceHandle,
-    private readonly desiredFn: () => AllocateVMRequest,
-    private readonly now: () => Date,
+    private readonly deps: SandboxDeps,
   ) {}
 
-  private get desired(): AllocateVMRequest {
-    return (this.desiredCache ??= this.desiredFn());
-  }
-
-  async observe(cr: Sandbox): Promise<Observation<SandboxStatus>> {
+  async observe(cr: Sandbox): Promise<Observation<SandboxStatus, SandboxPlan>> {
     if ((cr.spec.skills ?? []).length > 0) await this.handle.skills.ensureFresh();
     const keepAlive = cr.spec.keepAlive ?? true;
     const id = sandboxExternalId(cr);
     if (!keepAlive && cr.status?.state === "expired" && id !== undefined) {
       return { exists: true, upToDate: true, notReady: expiredCondition(id), status: { state: "expired" } };
     }
-    const found = await this.find(cr);
-    this.current = found;
+    const { found, leftovers } = await findOwn(cr, id, {
+      inventory: this.handle.vms,
+      get: (vmId) => this.handle.client.vms.get(vmId),
+      // A snapshot that has run out counts as gone.
+      usable: (vm) => isLive(vm.state) && !(Date.parse(vm.expires_at ?? "") <= this.deps.now().getTime()),
+      adoptAfterLoss: true,
+    });
     if (found === undefined) {
       if (id !== undefined && !keepAlive) {
         // It ran out and the user asked us not to keep it: report, do not replace.
@@ -148,18 +161,13 @@ class SandboxClient implements ExternalClient<Sandbox> {
       }
       return { exists: false, upToDate: false };
     }
-    const now = this.now().getTime();
+    const now = this.deps.now().getTime();
     const expiresAt = Date.parse(found.expires_at ?? "") || now;
     const renewAt = expiresAt - renewBeforeSeconds(cr) * 1000;
-    const hash = this.desiredHash(cr);
-    if (hash !== undefined && cr.status?.configHash !== undefined && cr.status.configHash !== hash && cr.status.vmId === found.id) {
-      this.plan = { action: "replace", why: "tier, skills, env or secureRuntime changed" };
-    } else if (keepAlive && now >= renewAt) {
-      this.plan = { action: "renew" };
-    } else {
-      this.plan = { action: "none" };
-    }
-    const upToDate = this.plan.action === "none";
+    const request = this.desiredIfReady(cr);
+    const hash = request === undefined ? undefined : allocationHash(cr, request);
+    const renewal = renewalOf(cr, found, { now, renewAt, request, hash });
+    const upToDate = renewal.action === "none";
     // Jitter the renewal earlier (never later) by up to 10 % of the window, so thousands of
     // VMs allocated together do not renew in the same second.
     const jitterMs = Math.random() * renewBeforeSeconds(cr) * 100;
@@ -171,7 +179,7 @@ class SandboxClient implements ExternalClient<Sandbox> {
     return {
       exists: true,
       upToDate,
-      differences: this.plan.action === "replace" ? [this.plan.why] : [],
+      differences: renewal.action === "replace" ? [renewal.why] : [],
       status: {
         ...statusOf(found),
         endpoint: where.endpoint,
@@ -185,6 +193,8 @@ class SandboxClient implements ExternalClient<Sandbox> {
       connectionDetails: detailsOf({ vm_id: found.id, token: found.token, ...where }),
       requeueAfterMs: Math.max(0, nextAt - now),
       priority: true,
+      plan: { ...renewal, vm: found },
+      leftovers,
     };
   }
 
@@ -199,14 +209,18 @@ class SandboxClient implements ExternalClient<Sandbox> {
     }
   }
 
+  private desired(cr: Sandbox): AllocateVMRequest {
+    return desiredAllocation(cr, this.handle, this.deps);
+  }
+
   /**
-   * The hash of the allocation the spec asks for; undefined while a dependency of a
-   * replacement is missing. A running VM keeps being renewed meanwhile: a Secret or Skill that
-   * went away must not cost the user their VM.
+   * The allocation the spec asks for; undefined while a dependency of a replacement is
+   * missing. A running VM keeps being renewed meanwhile: a Secret or Skill that went away must
+   * not cost the user their VM.
    */
-  private desiredHash(cr: Sandbox): string | undefined {
+  private desiredIfReady(cr: Sandbox): AllocateVMRequest | undefined {
     try {
-      return allocationHash(cr, this.desired);
+      return this.desired(cr);
     } catch (err) {
       if (err instanceof NotReadyError) return undefined;
       throw err;
@@ -215,8 +229,9 @@ class SandboxClient implements ExternalClient<Sandbox> {
 
   async create(cr: Sandbox): Promise<ActionResult<SandboxStatus>> {
     const replacing = sandboxExternalId(cr);
-    const vm = await this.allocate();
-    const result = this.afterAllocate(cr, vm);
+    const request = this.desired(cr);
+    const vm = await this.allocate(request);
+    const result = this.afterAllocate(cr, vm, request);
     if (replacing !== undefined) {
       result.event = {
         reason: "VMReplaced",
@@ -227,29 +242,29 @@ class SandboxClient implements ExternalClient<Sandbox> {
     return result;
   }
 
-  async update(cr: Sandbox): Promise<ActionResult<SandboxStatus>> {
-    const current = this.current;
-    if (current === undefined) throw new Error("VM vanished between observe and update; retrying");
-    if (this.plan.action === "replace") {
-      const vm = await this.allocate();
+  async update(cr: Sandbox, { plan }: Planned<SandboxStatus, SandboxPlan>): Promise<ActionResult<SandboxStatus>> {
+    const current = plan.vm;
+    if (plan.action === "replace") {
+      const vm = await this.allocate(plan.request);
       await this.giveBack(cr, current.id);
       return {
-        ...this.afterAllocate(cr, vm),
-        event: { reason: "Replaced", message: `${this.plan.why}: allocated ${vm.vm_id}, released ${current.id}` },
+        ...this.afterAllocate(cr, vm, plan.request),
+        event: { reason: "Replaced", message: `${plan.why}: allocated ${vm.vm_id}, released ${current.id}` },
       };
     }
-    if (this.plan.action !== "renew") return {};
+    if (plan.action !== "renew") return {};
     try {
       const renewed = await this.handle.client.vms.renew(current.id, ttlSeconds(cr));
       this.handle.vms.put({ ...current, ...renewed });
-      const expiresAt = Date.parse(renewed.expires_at ?? "") || this.now().getTime() + ttlSeconds(cr) * 1000;
+      const now = this.deps.now();
+      const expiresAt = Date.parse(renewed.expires_at ?? "") || now.getTime() + ttlSeconds(cr) * 1000;
       return {
         status: {
           ...statusOf({ ...current, ...renewed }),
-          lastRenewedAt: formatTime(this.now()),
+          lastRenewedAt: formatTime(now),
           renewals: (cr.status?.renewals ?? 0) + 1,
         },
-        requeueAfterMs: Math.max(0, expiresAt - renewBeforeSeconds(cr) * 1000 - this.now().getTime()),
+        requeueAfterMs: Math.max(0, expiresAt - renewBeforeSeconds(cr) * 1000 - now.getTime()),
         priority: true,
         // Routine: status.renewals and lastRenewedAt tell it. An Event per renewal was 2,000
         // Sandboxes x 2 a minute, all of the Event rate limit, and warnings were dropped.
@@ -260,12 +275,17 @@ class SandboxClient implements ExternalClient<Sandbox> {
       // Gone between the snapshot and the renewal: replace it now rather than on the next pass.
       this.handle.vms.remove(current.id);
       if (!(cr.spec.keepAlive ?? true)) return { status: { state: "expired" } };
-      const vm = await this.allocate();
+      const request = this.desired(cr);
+      const vm = await this.allocate(request);
       return {
-        ...this.afterAllocate(cr, vm),
+        ...this.afterAllocate(cr, vm, request),
         event: { reason: "VMReplaced", message: `VM ${current.id} was gone at renewal; allocated ${vm.vm_id}`, warning: true },
       };
     }
+  }
+
+  async cleanup(cr: Sandbox, leftovers: string[]): Promise<void> {
+    for (const id of leftovers) await this.giveBack(cr, id);
   }
 
   async delete(cr: Sandbox): Promise<void> {
@@ -277,10 +297,10 @@ class SandboxClient implements ExternalClient<Sandbox> {
     for (const each of ids) await this.giveBack(cr, each);
   }
 
-  private async allocate(): Promise<Allocation> {
+  private async allocate(request: AllocateVMRequest): Promise<Allocation> {
     try {
-      const vm = await this.handle.client.vms.allocate(this.desired);
-      this.handle.vms.put(vmOf(vm, this.desired, this.now()));
+      const vm = await this.handle.client.vms.allocate(request);
+      this.handle.vms.put(vmOf(vm, request, this.deps.now()));
       return vm;
     } catch (err) {
       if (isOutcomeUnknown(err)) this.handle.vms.invalidate();
@@ -288,15 +308,15 @@ class SandboxClient implements ExternalClient<Sandbox> {
     }
   }
 
-  private afterAllocate(cr: Sandbox, vm: Allocation): ActionResult<SandboxStatus> {
-    const now = this.now();
+  private afterAllocate(cr: Sandbox, vm: Allocation, request: AllocateVMRequest): ActionResult<SandboxStatus> {
+    const now = this.deps.now();
     const expiresAt = Date.parse(vm.expires_at ?? "") || now.getTime() + ttlSeconds(cr) * 1000;
     return {
       status: {
-        ...statusOf(vmOf(vm, this.desired, now)),
+        ...statusOf(vmOf(vm, request, now)),
         endpoint: vm.endpoint,
         wsURL: vm.ws_url,
-        configHash: allocationHash(cr, this.desired),
+        configHash: allocationHash(cr, request),
         allocatedAt: formatTime(now),
         lastRenewedAt: formatTime(now),
         renewals: 0,
@@ -308,63 +328,30 @@ class SandboxClient implements ExternalClient<Sandbox> {
   }
 
   /** Release (optionally recycling) or delete, per spec.onDelete; a 404 is success. */
-  private async giveBack(cr: Sandbox, vmId: string): Promise<void> {
-    try {
-      if ((cr.spec.onDelete ?? "Release") === "Delete") await this.handle.client.vms.delete(vmId);
-      else await this.handle.client.vms.release(vmId, cr.spec.recycle ?? false);
-    } catch (err) {
-      if (!isNotFound(err)) throw err;
-    }
-    this.handle.vms.remove(vmId);
+  private giveBack(cr: Sandbox, vmId: string): Promise<void> {
+    const vms = this.handle.client.vms;
+    return removeObject(this.handle.vms, vmId, (id) =>
+      (cr.spec.onDelete ?? "Release") === "Delete" ? vms.delete(id) : vms.release(id, cr.spec.recycle ?? false),
+    );
   }
+}
 
-  /** By id (status or adoption annotation), else by marker; expired snapshots count as gone. */
-  private async find(cr: Sandbox): Promise<AgentVM | undefined> {
-    const inventory = this.handle.vms;
-    await inventory.ensureFresh();
-    const id = sandboxExternalId(cr);
-    const now = this.now().getTime();
-    const alive = (vm: AgentVM | undefined) =>
-      vm !== undefined && isLive(vm.state) && !(Date.parse(vm.expires_at ?? "") <= now) ? vm : undefined;
-    if (id === undefined) return this.byMarker(cr, alive);
-    const cached = alive(inventory.get(id));
-    if (cached !== undefined) return this.withoutExtras(cr, cached, alive);
-    try {
-      const got = await this.handle.client.vms.get(id);
-      inventory.put(got);
-      if (alive(got) !== undefined) return this.withoutExtras(cr, got, alive);
-    } catch (err) {
-      if (!isNotFound(err)) throw err;
-      inventory.remove(id);
-    }
-    // The VM in status is gone. An allocation made since then whose status write never landed
-    // (API server unreachable, process killed) left a VM with our marker: adopt it rather than
-    // allocate yet another on every retry. Not when adopting by annotation: that names one VM.
-    if (cr.metadata.annotations?.[Annotations.externalId] !== undefined) return undefined;
-    return this.byMarker(cr, alive);
+/**
+ * Replace when the allocation the spec asks for hashes differently from the one the VM in
+ * status was made with (never for a VM adopted since: its hash is not ours to compare); else
+ * renew once the renewal is due.
+ */
+export function renewalOf(
+  cr: Sandbox,
+  vm: AgentVM,
+  at: { now: number; renewAt: number; request: AllocateVMRequest | undefined; hash: string | undefined },
+): Renewal {
+  const recorded = cr.status?.configHash;
+  if (at.request !== undefined && recorded !== undefined && recorded !== at.hash && cr.status?.vmId === vm.id) {
+    return { action: "replace", why: "tier, skills, env or secureRuntime changed", request: at.request };
   }
-
-  /**
-   * Any other live VM carrying this resource's marker is a leftover (an allocation whose answer
-   * was lost landed after a retry succeeded; a crash between allocating a replacement and
-   * writing status): give it back. `keep` is the VM status names.
-   */
-  private async withoutExtras(cr: Sandbox, keep: AgentVM, alive: (vm: AgentVM | undefined) => AgentVM | undefined): Promise<AgentVM> {
-    if (cr.metadata.annotations?.[Annotations.externalId] !== undefined) return keep;
-    for (const vm of this.handle.vms.findByMarker(cr.metadata.uid)) {
-      if (vm.id !== keep.id && alive(vm) !== undefined) await this.giveBack(cr, vm.id);
-    }
-    return keep;
-  }
-
-  /** The newest live VM carrying this resource's marker; any other one is given back. */
-  private async byMarker(cr: Sandbox, alive: (vm: AgentVM | undefined) => AgentVM | undefined): Promise<AgentVM | undefined> {
-    const candidates = this.handle.vms.findByMarker(cr.metadata.uid).filter((v) => alive(v));
-    const keep = newest(candidates);
-    // A crash between two allocations can leave more than one VM for this resource.
-    for (const extra of candidates) if (extra !== keep) await this.giveBack(cr, extra.id);
-    return keep;
-  }
+  if ((cr.spec.keepAlive ?? true) && at.now >= at.renewAt) return { action: "renew" };
+  return { action: "none" };
 }
 
 function isLive(state: string | undefined): boolean {

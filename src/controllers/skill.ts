@@ -1,12 +1,14 @@
 // Skill: a named bundle of instructions and files in the Compute Service. Its key there is
 // its name; skills carry no metadata, so the name is claimed in status before the create.
-import { Annotations } from "../api/names.js";
+import { Annotations, kindNames } from "../api/names.js";
 import type { Skill, SkillStatus } from "../api/index.js";
 import { NotReadyError, StalledError } from "../managed/errors.js";
-import type { ActionResult, Connector, ExternalClient, Observation } from "../managed/external.js";
-import { isConflict, isNotFound, isOutcomeUnknown, type SkillRequest, type Skill as ServiceSkill } from "../service/index.js";
+import type { ActionResult, ExternalClient, Observation, Planned } from "../managed/external.js";
+import { isConflict, isOutcomeUnknown, type SkillRequest, type Skill as ServiceSkill } from "../service/index.js";
 import { deepEqual } from "../runtime/status.js";
-import type { ConnectionPool, ServiceHandle } from "./connection-pool.js";
+import type { ServiceHandle } from "./connection-pool.js";
+import { referrers, requestOf, type KindContext, type ManagedKind } from "./kind.js";
+import { removeObject } from "./marker.js";
 import type { ObjectStore } from "./object-store.js";
 
 export function skillName(cr: Skill): string {
@@ -17,19 +19,20 @@ export function skillExternalId(cr: Skill): string | undefined {
   return cr.metadata.annotations?.[Annotations.externalId] ?? cr.status?.skillName;
 }
 
-export class SkillConnector implements Connector<Skill> {
-  constructor(
-    private readonly pool: ConnectionPool,
-    private readonly store: ObjectStore,
-  ) {}
-
-  async connect(cr: Skill): Promise<ExternalClient<Skill>> {
-    const handle = this.pool.forResource(cr.metadata.namespace, cr.spec.connectionRef, {
-      deleting: cr.metadata.deletionTimestamp !== undefined,
-    });
-    // Computed when first needed: deleting a Skill must not wait for its ConfigMap.
-    return new SkillClient(handle, () => desiredSkill(cr, this.store));
-  }
+/** Skills: their key in the service is their name, so the name is claimed before the create. */
+export function skills(ctx: KindContext): ManagedKind<Skill, SkillPlan> {
+  return {
+    names: kindNames.skill,
+    controller: "skill",
+    inventory: "skills",
+    externalId: skillExternalId,
+    connectionSecret: false,
+    client: (handle) => new SkillClient(handle, ctx.store),
+    watches(controller, own) {
+      const usingConfigMap = referrers(own, "configMap", (s) => [s.spec.contentFrom?.configMapKeyRef.name, s.spec.resourcesFrom?.configMapRef.name]);
+      controller.watch(ctx.configMaps, (cm) => usingConfigMap(cm).map(requestOf));
+    },
+  };
 }
 
 /** The skill as the spec wants it, with content and files read from ConfigMaps. */
@@ -56,22 +59,20 @@ export function desiredSkill(cr: Skill, store: ObjectStore): SkillRequest {
   return req;
 }
 
-class SkillClient implements ExternalClient<Skill> {
-  private desiredCache: SkillRequest | undefined;
+/** The skill to send: computed while observing, so update sends what was compared. */
+export type SkillPlan = SkillRequest;
 
+class SkillClient implements ExternalClient<Skill, SkillPlan> {
   constructor(
     private readonly handle: ServiceHandle,
-    private readonly desiredFn: () => SkillRequest,
+    private readonly store: ObjectStore,
   ) {}
 
-  private get desired(): SkillRequest {
-    return (this.desiredCache ??= this.desiredFn());
-  }
-
-  async observe(cr: Skill): Promise<Observation<SkillStatus>> {
+  async observe(cr: Skill): Promise<Observation<SkillStatus, SkillPlan>> {
     const inventory = this.handle.skills;
     await inventory.ensureFresh();
-    const name = this.desired.name;
+    const desired = desiredSkill(cr, this.store);
+    const name = desired.name;
     const adopting = cr.metadata.annotations?.[Annotations.externalId];
     if (adopting !== undefined && adopting !== name) {
       throw new StalledError(
@@ -81,67 +82,65 @@ class SkillClient implements ExternalClient<Skill> {
     }
     const found = inventory.get(name);
     if (found === undefined) return { exists: false, upToDate: false };
-    if (cr.status?.skillName !== name && adopting !== name) {
-      throw new StalledError(
-        "NameTaken",
-        `a skill named "${name}" already exists in the service and is not managed by this resource; choose another spec.name, or adopt it with the annotation ${Annotations.externalId}: "${name}"`,
-      );
-    }
-    const differences = this.differences(found);
-    return { exists: true, upToDate: differences.length === 0, differences, status: statusOf(found) };
+    if (cr.status?.skillName !== name && adopting !== name) throw nameTaken(name);
+    const differences = skillDifferences(found, desired);
+    return { exists: true, upToDate: differences.length === 0, differences, status: statusOf(found), plan: desired };
   }
 
-  claim(): Partial<SkillStatus> {
-    return { skillName: this.desired.name };
+  claim(cr: Skill): Partial<SkillStatus> {
+    return { skillName: skillName(cr) };
   }
 
   async create(cr: Skill): Promise<ActionResult<SkillStatus>> {
+    const desired = desiredSkill(cr, this.store);
     try {
-      const created = await this.handle.client.skills.create(this.desired);
+      const created = await this.handle.client.skills.create(desired);
       this.handle.skills.put(created);
       return { status: statusOf(created) };
     } catch (err) {
       if (isOutcomeUnknown(err)) this.handle.skills.invalidate();
       if (!isConflict(err)) throw err;
-      if (cr.status?.skillName !== this.desired.name) {
+      if (cr.status?.skillName !== desired.name) {
         this.handle.skills.invalidate();
-        throw new StalledError(
-          "NameTaken",
-          `a skill named "${this.desired.name}" already exists in the service and is not managed by this resource; choose another spec.name, or adopt it with the annotation ${Annotations.externalId}: "${this.desired.name}"`,
-        );
+        throw nameTaken(desired.name);
       }
       // An earlier attempt claimed the name and its answer was lost: the skill is ours.
-      const updated = await this.handle.client.skills.update(this.desired.name, this.desired);
-      this.handle.skills.put(updated);
-      return { status: statusOf(updated), event: { reason: "Adopted", message: `adopted the existing skill "${this.desired.name}"` } };
+      const updated = await this.send(desired);
+      return { ...updated, event: { reason: "Adopted", message: `adopted the existing skill "${desired.name}"` } };
     }
   }
 
-  async update(): Promise<ActionResult<SkillStatus>> {
-    const updated = await this.handle.client.skills.update(this.desired.name, this.desired);
-    this.handle.skills.put(updated);
-    return { status: statusOf(updated) };
+  update(_cr: Skill, observed: Planned<SkillStatus, SkillPlan>): Promise<ActionResult<SkillStatus>> {
+    return this.send(observed.plan);
   }
 
   async delete(cr: Skill): Promise<void> {
     const name = skillExternalId(cr);
     if (name === undefined) return;
-    try {
-      await this.handle.client.skills.delete(name);
-    } catch (err) {
-      if (!isNotFound(err)) throw err;
-    }
-    this.handle.skills.remove(name);
+    await removeObject(this.handle.skills, name, (key) => this.handle.client.skills.delete(key));
   }
 
-  private differences(found: ServiceSkill): string[] {
-    const d = this.desired;
-    const out: string[] = [];
-    if ((found.content ?? "") !== d.content) out.push("content");
-    if (d.description !== undefined && (found.description ?? "") !== d.description) out.push("description");
-    if (!deepEqual(found.resources ?? {}, d.resources ?? {})) out.push("resources");
-    return out;
+  private async send(desired: SkillRequest): Promise<ActionResult<SkillStatus>> {
+    const updated = await this.handle.client.skills.update(desired.name, desired);
+    this.handle.skills.put(updated);
+    return { status: statusOf(updated) };
   }
+}
+
+/** The managed fields that differ: content, resources (absent = none), description when set. */
+export function skillDifferences(found: ServiceSkill, desired: SkillRequest): string[] {
+  const out: string[] = [];
+  if ((found.content ?? "") !== desired.content) out.push("content");
+  if (desired.description !== undefined && (found.description ?? "") !== desired.description) out.push("description");
+  if (!deepEqual(found.resources ?? {}, desired.resources ?? {})) out.push("resources");
+  return out;
+}
+
+function nameTaken(name: string): StalledError {
+  return new StalledError(
+    "NameTaken",
+    `a skill named "${name}" already exists in the service and is not managed by this resource; choose another spec.name, or adopt it with the annotation ${Annotations.externalId}: "${name}"`,
+  );
 }
 
 function statusOf(s: ServiceSkill): Partial<SkillStatus> {

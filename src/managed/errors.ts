@@ -1,6 +1,7 @@
 // How a reconcile can fail, as the generic reconciler sees it. Kind clients throw these (or
 // let ServiceErrors through); the reconciler turns them into conditions, events and requeues.
-import { ServiceError } from "../service/errors.js";
+import { errorMessage } from "../lib/errors.js";
+import { ServiceError, refusalOf } from "../service/index.js";
 
 /**
  * A dependency is not there yet (Connection not Ready, Agent without id, Secret missing...).
@@ -39,20 +40,15 @@ export type Failure =
 export function classify(err: unknown): Failure {
   if (err instanceof NotReadyError) return { kind: "notReady", reason: err.reason, message: err.message };
   if (err instanceof StalledError) return { kind: "stalled", reason: err.reason, message: err.message };
+  // ServiceRejected (400/413/422: the same spec gets the same answer) stalls; Unauthorized
+  // (401/403) is retried, since credentials and permissions change outside the resource.
+  const refusal = refusalOf(err);
+  if (refusal !== undefined) return { kind: refusal.permanent ? "stalled" : "transient", reason: refusal.reason, message: refusal.message };
   if (err instanceof ServiceError) {
-    const message = err.serviceMessage ?? err.message;
-    // 400/422: the input is wrong; 413: it is too large. The same spec gets the same answer.
-    if (err.status === 400 || err.status === 413 || err.status === 422) {
-      return { kind: "stalled", reason: "ServiceRejected", message: `the service refused the request: ${message}` };
-    }
-    if (err.status === 401 || err.status === 403) {
-      return { kind: "transient", reason: "Unauthorized", message: `the service refused the credentials: ${message}` };
-    }
     if (err.outcomeUnknown) {
       return { kind: "transient", reason: "OutcomeUnknown", message: `${err.operation}: outcome unknown, will look it up before retrying` };
     }
     return { kind: "transient", reason: "ServiceUnavailable", message: err.message };
   }
-  const message = err instanceof Error ? err.message : String(err);
-  return { kind: "transient", reason: "ReconcileError", message };
+  return { kind: "transient", reason: "ReconcileError", message: errorMessage(err) };
 }

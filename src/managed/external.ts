@@ -1,7 +1,8 @@
 // The contract between the generic managed-resource reconciler and one kind (the shape of
 // crossplane-runtime's ExternalConnecter / ExternalClient): a kind says how to reach its
-// service object and how to observe, create, update and delete it. Finalizers, conditions,
-// events, deletion policy, adoption and status writes are the reconciler's business.
+// service object and how to observe, create, update and delete it (and give back the
+// leftovers observe found). Finalizers, conditions, events, deletion policy, adoption and
+// status writes are the reconciler's business.
 import type { Connection, ManagedStatusBase, Resource } from "../api/index.js";
 import type { ReconcileContext } from "../runtime/controller.js";
 
@@ -17,7 +18,7 @@ export type ManagedResource<Spec extends ManagedSpecBase = ManagedSpecBase, Stat
 /** Values written to the resource's connection Secret (tokens, endpoints). Never to status. */
 export type ConnectionDetails = Record<string, string>;
 
-export interface Observation<Status> {
+export interface Observation<Status, Plan = unknown> {
   /** false: there is no service object for this resource (create one). */
   exists: boolean;
   /** true: the service object matches the spec (nothing to update). */
@@ -32,6 +33,19 @@ export interface Observation<Status> {
   /** Come back sooner than the sync period (e.g. the next TTL renewal), on the priority lane if `priority`. */
   requeueAfterMs?: number;
   priority?: boolean;
+  /**
+   * What update is to do (renew, replace, which fields to send...), worked out while observing
+   * and handed to update as it is: a client keeps nothing between calls. Set whenever the
+   * object exists and is not up to date.
+   */
+  plan?: Plan;
+  /**
+   * Ids of other service objects carrying this resource's crash-safety marker next to the one
+   * it uses (a create whose answer was lost, landing after its retry). Observe only reads
+   * (crossplane-runtime's rule), so it reports them; the reconciler has the client give them
+   * back (`cleanup`) on every reconcile that finds them, up to date or not.
+   */
+  leftovers?: string[];
 }
 
 export interface ActionResult<Status> {
@@ -47,8 +61,9 @@ export interface ActionResult<Status> {
   priority?: boolean;
 }
 
-export interface ExternalClient<R extends ManagedResource> {
-  observe(cr: R): Promise<Observation<StatusOf<R>>>;
+export interface ExternalClient<R extends ManagedResource, Plan = unknown> {
+  /** Reads the service object and compares it with the spec; changes nothing in the service. */
+  observe(cr: R): Promise<Observation<StatusOf<R>, Plan>>;
   /**
    * Status to record BEFORE create, for kinds whose service objects carry no crash-safety
    * marker (skills): it claims the name, so that after a crash between create and the status
@@ -56,17 +71,22 @@ export interface ExternalClient<R extends ManagedResource> {
    */
   claim?(cr: R): Partial<StatusOf<R>> | undefined;
   create(cr: R): Promise<ActionResult<StatusOf<R>>>;
-  update(cr: R, observed: Observation<StatusOf<R>>): Promise<ActionResult<StatusOf<R>>>;
+  update(cr: R, observed: Planned<StatusOf<R>, Plan>): Promise<ActionResult<StatusOf<R>>>;
+  /** Gives back the leftovers observe reported (a 404 is success); needed if observe reports any. */
+  cleanup?(cr: R, leftovers: string[]): Promise<void>;
   /** Deletes (or releases) the service object; a 404 is success. */
   delete(cr: R): Promise<void>;
 }
 
+/** An observation that found something to change, with the plan for it. */
+export type Planned<Status, Plan> = Observation<Status, Plan> & { plan: Plan };
+
 export type StatusOf<R> = R extends Resource<unknown, infer S> ? S : never;
 
 /** What a kind needs to reach the service for one resource. */
-export interface Connector<R extends ManagedResource> {
-  /** Resolves the Connection and every dependency; throws NotReadyError while one is missing. */
-  connect(cr: R, ctx: ReconcileContext): Promise<ExternalClient<R>>;
+export interface Connector<R extends ManagedResource, Plan = unknown> {
+  /** Resolves the resource's Connection; throws NotReadyError while it is missing or not Ready. */
+  connect(cr: R, ctx: ReconcileContext): Promise<ExternalClient<R, Plan>>;
 }
 
 export type { Connection };

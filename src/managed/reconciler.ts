@@ -1,7 +1,8 @@
 // ONE reconcile algorithm for every managed kind (crossplane-runtime's managed reconciler):
 // finalizer, deletion policy, adoption, kstatus conditions, events, connection Secret, and
-// a status write only when something changed. Each kind supplies a Connector and an
-// ExternalClient with observe / create / update / delete.
+// a status write only when something changed, and the give-back of leftovers that observe
+// reports (observe only reads). Each kind supplies an ExternalClient (observe / create /
+// update / cleanup / delete), reached through the one connector of src/controllers/kind.ts.
 import { Annotations, ConditionType, FINALIZER, GROUP, VERSION, type KindNames } from "../api/names.js";
 import type { Condition } from "../api/index.js";
 import type { EventRecorder } from "../runtime/events.js";
@@ -9,19 +10,20 @@ import type { Informer } from "../runtime/informer.js";
 import type { KubeClient } from "../runtime/kube-client.js";
 import { resourcePath } from "../runtime/kube-client.js";
 import type { ReconcileContext, Reconciler, Request, Result } from "../runtime/controller.js";
-import type { ConditionInput } from "../runtime/status.js";
+import { kstatusConditions, type StatedCondition } from "./conditions.js";
 import { patchFinalizers } from "./finalizers.js";
 import type { StatusWriter } from "./status-writer.js";
 import type { ConnectionSecretWriter } from "./connection-secret.js";
 import { StalledError, classify, type Failure } from "./errors.js";
 import type { ActionResult, Connector, ManagedResource, Observation, StatusOf } from "./external.js";
+import { afterBackoff, jittered } from "./requeue.js";
 
-export interface ManagedReconcilerOptions<R extends ManagedResource> {
+export interface ManagedReconcilerOptions<R extends ManagedResource, Plan = unknown> {
   kind: KindNames;
   informer: Informer<R>;
   kube: KubeClient;
   events: EventRecorder;
-  connector: Connector<R>;
+  connector: Connector<R, Plan>;
   status: StatusWriter;
   /** Resync period; every resource is observed again this often (jittered by ±10 %). */
   syncPeriodMs: number;
@@ -40,12 +42,12 @@ export interface ManagedReconcilerOptions<R extends ManagedResource> {
   now?: () => Date;
 }
 
-export class ManagedReconciler<R extends ManagedResource> implements Reconciler {
+export class ManagedReconciler<R extends ManagedResource, Plan = unknown> implements Reconciler {
   private readonly now: () => Date;
   /** uid -> when the resource was first found waiting for a dependency (cleared on any other outcome). */
   private readonly waitingSince = new Map<string, number>();
 
-  constructor(private readonly opts: ManagedReconcilerOptions<R>) {
+  constructor(private readonly opts: ManagedReconcilerOptions<R, Plan>) {
     this.now = opts.now ?? (() => new Date());
   }
 
@@ -64,11 +66,19 @@ export class ManagedReconciler<R extends ManagedResource> implements Reconciler 
       cr = updated;
     }
 
-    let observed: Observation<StatusOf<R>> | undefined;
+    let observed: Observation<StatusOf<R>, Plan> | undefined;
     let action: ActionResult<StatusOf<R>> | undefined;
     try {
       const external = await this.opts.connector.connect(cr, ctx);
       observed = await external.observe(cr);
+      const leftovers = observed.leftovers ?? [];
+      if (leftovers.length > 0) {
+        // Before anything else, and whether or not the rest is up to date (or stalled): what a
+        // lost create left behind costs the user until it is given back.
+        if (external.cleanup === undefined) throw new Error(`${this.opts.kind.kind}: leftovers found but the client cannot give them back`);
+        await external.cleanup(cr, leftovers);
+        ctx.log.info({ leftovers }, "gave back service objects that carried this resource's marker next to the one it uses");
+      }
       const needsWrite = !observed.exists || (!observed.upToDate && observed.notReady === undefined);
       const stalled = stalledAtThisGeneration(cr);
       if (needsWrite && stalled) {
@@ -86,7 +96,9 @@ export class ManagedReconciler<R extends ManagedResource> implements Reconciler 
         action = await external.create(cr);
         this.record(cr, action, "Created", `created the ${this.opts.kind.kind.toLowerCase()} in the service`);
       } else if (!observed.upToDate && observed.notReady === undefined) {
-        action = await external.update(cr, observed);
+        const plan = observed.plan;
+        if (plan === undefined) throw new Error(`${this.opts.kind.kind}: observe found a difference but made no plan`);
+        action = await external.update(cr, { ...observed, plan });
         const drift = observed.differences?.length ? `: ${observed.differences.join(", ")}` : "";
         this.record(cr, action, "Updated", `updated the service object${drift}`);
       }
@@ -103,13 +115,15 @@ export class ManagedReconciler<R extends ManagedResource> implements Reconciler 
 
     this.waitingSince.delete(cr.metadata.uid);
     const notReady = observed.notReady;
-    await this.writeStatus(cr, { ...observed.status, ...action?.status } as Partial<StatusOf<R>>, [
-      notReady
-        ? { type: ConditionType.Ready, status: "False", reason: notReady.reason, message: notReady.message }
-        : { type: ConditionType.Ready, status: "True", reason: "Available", message: "the service object matches the spec" },
-      { type: ConditionType.Reconciling, status: "False", reason: notReady ? notReady.reason : "Available" },
-      { type: ConditionType.Stalled, status: "False", reason: notReady ? notReady.reason : "Available" },
-    ]);
+    await this.writeStatus(
+      cr,
+      { ...observed.status, ...action?.status } as Partial<StatusOf<R>>,
+      kstatusConditions(
+        notReady
+          ? { state: "unavailable", ...notReady }
+          : { state: "ready", reason: "Available", message: "the service object matches the spec" },
+      ),
+    );
     // What the action did supersedes what was observed before it (a renewal moves the next one).
     const scheduled = action !== undefined ? action.requeueAfterMs : observed.requeueAfterMs;
     const requeueAfterMs = Math.max(1, Math.min(this.jitteredSyncPeriod(), scheduled ?? Infinity));
@@ -135,21 +149,7 @@ export class ManagedReconciler<R extends ManagedResource> implements Reconciler 
     } else {
       this.waitingSince.delete(cr.metadata.uid);
     }
-    await this.writeStatus(cr, {}, [
-      { type: ConditionType.Ready, status: "False", reason: failure.reason, message: failure.message },
-      {
-        type: ConditionType.Reconciling,
-        status: stalled ? "False" : "True",
-        reason: failure.reason,
-        message: stalled ? undefined : failure.message,
-      },
-      {
-        type: ConditionType.Stalled,
-        status: stalled ? "True" : "False",
-        reason: failure.reason,
-        message: stalled ? failure.message : undefined,
-      },
-    ]);
+    await this.writeStatus(cr, {}, kstatusConditions({ state: stalled ? "stalled" : "reconciling", reason: failure.reason, message: failure.message }));
     if (previousReady?.reason !== failure.reason) {
       this.opts.events.warning(cr, failure.reason, failure.message);
     }
@@ -160,10 +160,9 @@ export class ManagedReconciler<R extends ManagedResource> implements Reconciler 
       return { requeueAfterMs: this.jitteredSyncPeriod() };
     }
     if (failure.kind === "notReady") {
-      // Waiting is not an error: back off per object (5 ms .. 1000 s) without an error log on
-      // every retry; the dependency's own watch brings the resource back as soon as it changes.
+      // Waiting is not an error: back off per object without an error log on every retry.
       ctx.log.debug({ reason: failure.reason }, failure.message);
-      return { requeue: true };
+      return afterBackoff();
     }
     // Transient: rethrow so the queue backs off per object and the error is counted and logged.
     throw err instanceof Error ? err : new Error(failure.message);
@@ -207,11 +206,7 @@ export class ManagedReconciler<R extends ManagedResource> implements Reconciler 
     }
   }
 
-  private async writeStatus(
-    cr: R,
-    observed: Partial<StatusOf<R>>,
-    conditions: Array<Omit<ConditionInput, "observedGeneration">>,
-  ): Promise<void> {
+  private async writeStatus(cr: R, observed: Partial<StatusOf<R>>, conditions: StatedCondition[]): Promise<void> {
     await this.opts.status.write(this.path(cr, "status"), cr, observed, conditions);
   }
 
@@ -232,7 +227,7 @@ export class ManagedReconciler<R extends ManagedResource> implements Reconciler 
   }
 
   private jitteredSyncPeriod(): number {
-    return Math.round(this.opts.syncPeriodMs * (0.9 + Math.random() * 0.2));
+    return jittered(this.opts.syncPeriodMs);
   }
 }
 

@@ -1,9 +1,10 @@
-// The generic reconciler's handling of a resource that waits for a dependency: reported (status
-// and a Warning Event) only once the wait has lasted the grace period.
+// The generic reconciler: a resource that waits for a dependency is reported (status and a
+// Warning Event) only once the wait has lasted the grace period; update gets the plan observe
+// made; leftovers observe reports are given back on every reconcile that finds them.
 import { describe, expect, it } from "vitest";
-import { FINALIZER, skillKind } from "../../../src/api/index.js";
+import { FINALIZER, sandboxKind, skillKind, type ManagedStatusBase } from "../../../src/api/index.js";
 import { NotReadyError } from "../../../src/managed/errors.js";
-import type { Connector, ManagedResource } from "../../../src/managed/external.js";
+import type { Connector, ManagedResource, Observation } from "../../../src/managed/external.js";
 import { ManagedReconciler } from "../../../src/managed/reconciler.js";
 import { StatusWriter } from "../../../src/managed/status-writer.js";
 import type { ReconcileContext } from "../../../src/runtime/controller.js";
@@ -91,5 +92,68 @@ describe("ManagedReconciler: waiting for a dependency", () => {
     const t = setup({ graceMs: 0 });
     expect(await t.run()).toEqual({ requeue: true });
     expect(t.warnings).toEqual(["WaitingForAgent"]);
+  });
+});
+
+describe("ManagedReconciler: plan and leftovers", () => {
+  function world(observation: Observation<ManagedStatusBase, string>, opts: { stalled?: boolean } = {}) {
+    const conditions = opts.stalled
+      ? [{ type: "Stalled", status: "True", reason: "ServiceRejected", observedGeneration: 1, lastTransitionTime: "2030-01-01T00:00:00Z" }]
+      : [];
+    const cr = {
+      apiVersion: "agentcompute.dev/v1alpha1",
+      kind: "Sandbox",
+      metadata: { name: "s", namespace: "ns", uid: "u1", resourceVersion: "1", generation: 1, finalizers: [FINALIZER] },
+      spec: {},
+      status: { conditions },
+    } as ManagedResource;
+    const kube = { patch: async () => cr } as unknown as KubeClient;
+    const calls: string[] = [];
+    const connector: Connector<ManagedResource, string> = {
+      async connect() {
+        return {
+          observe: async () => observation,
+          create: async () => ({}),
+          update: async (_cr, observed) => {
+            calls.push(`update:${observed.plan}`);
+            return {};
+          },
+          cleanup: async (_cr, leftovers) => {
+            calls.push(`cleanup:${leftovers.join(",")}`);
+          },
+          delete: async () => undefined,
+        };
+      },
+    };
+    const reconciler = new ManagedReconciler<ManagedResource, string>({
+      kind: sandboxKind,
+      informer: { get: () => cr } as unknown as Informer<ManagedResource>,
+      kube,
+      events: { warning: () => undefined, normal: () => undefined } as unknown as EventRecorder,
+      connector,
+      status: new StatusWriter(kube),
+      syncPeriodMs: 600_000,
+      externalId: () => "vm-1",
+    });
+    const ctx = { log: silentLogger(), reconcileId: "r", signal: new AbortController().signal, priority: false, retries: 0 } as ReconcileContext;
+    return { run: () => reconciler.reconcile({ namespace: "ns", name: "s" }, ctx), calls };
+  }
+
+  it("hands update the plan observe made", async () => {
+    const t = world({ exists: true, upToDate: false, plan: "renew" });
+    await t.run();
+    expect(t.calls).toEqual(["update:renew"]);
+  });
+
+  it("gives leftovers back when the resource is otherwise up to date, and keeps its schedule", async () => {
+    const t = world({ exists: true, upToDate: true, leftovers: ["vm-2", "vm-3"], requeueAfterMs: 1_234, priority: true });
+    expect(await t.run()).toEqual({ requeueAfterMs: 1_234, priority: true });
+    expect(t.calls).toEqual(["cleanup:vm-2,vm-3"]);
+  });
+
+  it("gives leftovers back even while the spec is stalled", async () => {
+    const t = world({ exists: true, upToDate: false, plan: "replace", leftovers: ["vm-2"] }, { stalled: true });
+    await t.run();
+    expect(t.calls).toEqual(["cleanup:vm-2"]);
   });
 });

@@ -1,0 +1,243 @@
+// How a managed kind is put together, in the manner of controller-runtime's builder
+// (ctrl.NewControllerManagedBy(mgr).For(kind).Watches(...)): a kind's module describes what
+// is its own in a ManagedKind (names, id in the service, client, what it watches), and
+// setupManagedKind builds the rest the same way for every kind: the controller and its
+// ManagedReconciler, the one connector (the resource's Connection from the pool), the status
+// writer's cache hooks, the Connection watches and the inventory-change mapping.
+import { ConditionType, DEFAULT_CONNECTION, FINALIZER, GROUP, VERSION, kindNames, type KindNames } from "../api/names.js";
+import type { Connection, ObjectMeta } from "../api/index.js";
+import { ConnectionSecretWriter, type SecretObject } from "../managed/connection-secret.js";
+import type { Connector, ExternalClient, ManagedResource } from "../managed/external.js";
+import { ManagedReconciler } from "../managed/reconciler.js";
+import { StatusWriter } from "../managed/status-writer.js";
+import type { Controller, Request } from "../runtime/controller.js";
+import type { Informer } from "../runtime/informer.js";
+import { configMapsPath, resourcePath, secretsPath, type KubeObject } from "../runtime/kube-client.js";
+import type { Manager } from "../runtime/manager.js";
+import { serviceClientHooks } from "../runtime/metrics.js";
+import { ConnectionPool, type InventoryKind, type ServiceHandle } from "./connection-pool.js";
+import { ObjectStore, type ConfigMapObject } from "./object-store.js";
+
+export interface OperatorOptions {
+  /** Every resource is observed again this often (jittered); default 10 min. */
+  syncPeriodMs: number;
+  /** Workers per controller; default 8. */
+  concurrency: number;
+}
+
+/** What a kind's module may use to describe itself: the shared caches and a clock. */
+export interface KindContext {
+  /** The informer of one of the group's kinds, shared by every controller that asks for it. */
+  informer<T extends ManagedResource>(names: KindNames): Informer<T>;
+  readonly secrets: Informer<SecretObject>;
+  readonly configMaps: Informer<ConfigMapObject>;
+  readonly store: ObjectStore;
+  now(): Date;
+}
+
+/** What is particular to one managed kind; everything else is setupManagedKind's. */
+export interface ManagedKind<R extends ManagedResource, Plan> {
+  names: KindNames;
+  /** The controller's name: the `controller` label of its metrics and logs. */
+  controller: string;
+  /** The inventory of a Connection holding this kind's service objects. */
+  inventory: InventoryKind;
+  /** The resource's id in the service (status, or the adoption annotation), if it has one. */
+  externalId(cr: R): string | undefined;
+  /** true: the kind writes credentials or endpoints to the resource's connection Secret. */
+  connectionSecret: boolean;
+  /** The client for the resources of one Connection. It holds nothing between calls. */
+  client(handle: ServiceHandle): ExternalClient<R, Plan>;
+  /** Indices, and watches of what the kind depends on (beyond itself and its Connection). */
+  watches?(controller: Controller, own: Informer<R>): void;
+}
+
+/** The shared part of the operator: informers, object store, status writer, connection pool. */
+export class OperatorContext implements KindContext {
+  readonly connections: Informer<Connection>;
+  readonly secrets: Informer<SecretObject>;
+  readonly configMaps: Informer<ConfigMapObject>;
+  readonly store: ObjectStore;
+  readonly status: StatusWriter;
+  readonly secretWriter: ConnectionSecretWriter;
+  readonly pool: ConnectionPool;
+  /** The managed kinds' informers, for "who uses this Connection". */
+  private readonly users: Array<{ kind: string; informer: Informer<ManagedResource> }> = [];
+  private readonly onInventoryChange = new Map<InventoryKind, (namespace: string, connection: string, changed: Set<string>) => void>();
+
+  constructor(
+    readonly manager: Manager,
+    readonly options: OperatorOptions,
+  ) {
+    this.connections = manager.informerFor<Connection>(collection(kindNames.connection));
+    this.secrets = manager.informerFor<SecretObject>(secretsPath());
+    this.configMaps = manager.informerFor<ConfigMapObject>(configMapsPath());
+    this.store = new ObjectStore(this.secrets, this.configMaps);
+    this.status = new StatusWriter(manager.client);
+    this.secretWriter = new ConnectionSecretWriter(manager.client, this.secrets);
+    this.pool = new ConnectionPool({
+      connections: this.connections,
+      secrets: this.secrets,
+      logger: manager.logger,
+      hooks: (connection) => serviceClientHooks(manager.metrics, connection),
+      inventoryMaxAgeMs: options.syncPeriodMs,
+      onInventoryChange: (connectionKey, kind, keys) => {
+        const [namespace, name] = connectionKey.split("/") as [string, string];
+        this.onInventoryChange.get(kind)?.(namespace, name, new Set(keys));
+      },
+    });
+  }
+
+  now(): Date {
+    return new Date();
+  }
+
+  informer<T extends ManagedResource>(names: KindNames): Informer<T> {
+    return this.manager.informerFor<T>(collection(names));
+  }
+
+  /** The resources (kind/name) of the namespace that use this Connection. */
+  usersOf(namespace: string, connection: string): string[] {
+    return this.users.flatMap(({ kind, informer }) =>
+      usingConnection(informer, namespace, connection).map((cr) => `${kind}/${cr.metadata.name}`),
+    );
+  }
+
+  /** Registers a kind for usersOf and for the changes its inventory reads find. */
+  addManaged<R extends ManagedResource>(
+    kind: string,
+    informer: Informer<R>,
+    inventory: InventoryKind,
+    changed: (namespace: string, connection: string, keys: Set<string>) => void,
+  ): void {
+    this.users.push({ kind, informer: informer as unknown as Informer<ManagedResource> });
+    this.onInventoryChange.set(inventory, changed);
+  }
+}
+
+/**
+ * Builds one managed kind's controller; `connection` is the Connection controller, which a
+ * deleting Connection's last user brings back.
+ */
+export function setupManagedKind<R extends ManagedResource, Plan>(
+  ctx: OperatorContext,
+  connection: Controller,
+  kind: ManagedKind<R, Plan>,
+): Controller {
+  const informer = ctx.informer<R>(kind.names);
+  const controller = ctx.manager.newController({
+    name: kind.controller,
+    concurrency: ctx.options.concurrency,
+    reconciler: new ManagedReconciler<R, Plan>({
+      kind: kind.names,
+      informer,
+      kube: ctx.manager.client,
+      events: ctx.manager.events,
+      connector: poolConnector(ctx.pool, kind),
+      externalId: (cr) => kind.externalId(cr),
+      status: ctx.status,
+      syncPeriodMs: ctx.options.syncPeriodMs,
+      secrets: kind.connectionSecret ? ctx.secretWriter : undefined,
+    }),
+  });
+  controller.watch(informer, undefined, { filter: specOrMetaChanged });
+  informer.on("update", (cr) => ctx.status.seen(cr));
+  informer.on("delete", (cr) => ctx.status.forget(cr.metadata.uid));
+  // A Connection that becomes Ready (or changes) brings back everything that uses it.
+  controller.watch(ctx.connections, (c) => usingConnection(informer, c.metadata.namespace, c.metadata.name).map(requestOf), {
+    filter: readinessChanged,
+  });
+  // A deleting Connection waits for its users; the last one going brings it back.
+  connection.watch(informer, (cr) => [{ namespace: cr.metadata.namespace, name: connectionName(cr) }], {
+    filter: (cr, _old, event) =>
+      event === "delete" && ctx.connections.get(cr.metadata.namespace, connectionName(cr))?.metadata.deletionTimestamp !== undefined,
+  });
+  // An out-of-band change found by an inventory read brings back the resources it concerns.
+  ctx.addManaged(kind.names.kind, informer, kind.inventory, (namespace, connectionName, changed) => {
+    for (const cr of usingConnection(informer, namespace, connectionName)) {
+      const id = kind.externalId(cr);
+      if (id !== undefined && changed.has(id)) controller.enqueue(requestOf(cr));
+    }
+  });
+  kind.watches?.(controller, informer);
+  return controller;
+}
+
+/** The one connector: the resource's Connection from the pool, and the kind's client for it. */
+export function poolConnector<R extends ManagedResource, Plan>(pool: ConnectionPool, kind: Pick<ManagedKind<R, Plan>, "client">): Connector<R, Plan> {
+  return {
+    async connect(cr) {
+      // While deleting, the client built before serves even if the credentials are gone.
+      const deleting = cr.metadata.deletionTimestamp !== undefined;
+      return kind.client(pool.forResource(cr.metadata.namespace, cr.spec.connectionRef, { deleting }));
+    },
+  };
+}
+
+/**
+ * Indexes `informer` by the names `refs` returns (objects of the same namespace) and returns
+ * the lookup: the objects that reference a given object, by its namespace and name.
+ *
+ * Map functions ("which Sandboxes load this Skill?") answer from these indices: at 10,000
+ * resources a scan of the namespace per event (every Secret, Agent and Skill the cold start
+ * writes is one) was the operator's biggest CPU cost after garbage collection, and most of
+ * that garbage.
+ */
+export function referrers<T extends KubeObject>(
+  informer: Informer<T>,
+  index: string,
+  refs: (obj: T) => Array<string | undefined>,
+): (target: { metadata: { namespace?: string; name?: string } }) => T[] {
+  informer.addIndex(index, (obj) => {
+    const out: string[] = [];
+    for (const r of refs(obj)) if (r !== undefined) out.push(`${obj.metadata.namespace ?? ""}/${r}`);
+    return out;
+  });
+  return (target) => informer.byIndex(index, `${target.metadata.namespace ?? ""}/${target.metadata.name ?? ""}`);
+}
+
+export function requestOf(obj: { metadata: { namespace?: string; name?: string } }): Request {
+  return { namespace: obj.metadata.namespace ?? "", name: obj.metadata.name ?? "" };
+}
+
+/** The name of the Connection a resource uses. */
+export function connectionName(cr: ManagedResource): string {
+  return cr.spec.connectionRef?.name ?? DEFAULT_CONNECTION;
+}
+
+function usingConnection<R extends ManagedResource>(informer: Informer<R>, namespace: string, connection: string): R[] {
+  return informer.list(namespace).filter((cr) => connectionName(cr) === connection);
+}
+
+function collection(kind: KindNames): string {
+  return resourcePath({ group: GROUP, version: VERSION, plural: kind.plural });
+}
+
+/**
+ * Our own status writes come back as watch events; reconciling on them would double the work
+ * and the writes. Spec (generation), annotations (adoption, redeploy-at), finalizers and
+ * deletion are what matter. The operator adding its own finalizer is not news either: the
+ * reconcile that added it carried on with the answer.
+ */
+export function specOrMetaChanged<T extends { metadata: ObjectMeta }>(obj: T, old?: T): boolean {
+  if (old === undefined || obj.metadata.generation !== old.metadata.generation) return true;
+  const m = obj.metadata;
+  const o = old.metadata;
+  if (m.deletionTimestamp !== o.deletionTimestamp) return true;
+  if (JSON.stringify(m.annotations ?? {}) !== JSON.stringify(o.annotations ?? {})) return true;
+  const now = m.finalizers ?? [];
+  const before = o.finalizers ?? [];
+  if (JSON.stringify(now) === JSON.stringify(before)) return false;
+  const ownAdded = now.length === before.length + 1 && now[now.length - 1] === FINALIZER && !before.includes(FINALIZER) &&
+    before.every((f, i) => now[i] === f);
+  return !ownAdded;
+}
+
+/** A Connection's token refreshes and usage updates do not concern its dependants; its readiness does. */
+function readinessChanged(obj: Connection, old?: Connection): boolean {
+  if (old === undefined) return true;
+  const ready = (c: Connection) => c.status?.conditions?.find((x) => x.type === ConditionType.Ready);
+  const a = ready(obj);
+  const b = ready(old);
+  return a?.status !== b?.status || a?.observedGeneration !== b?.observedGeneration || obj.status?.observedGeneration !== old.status?.observedGeneration;
+}

@@ -1,0 +1,185 @@
+// AgentDeployment: the service has no update for deployments, so every difference is one
+// action (replace, stop, redeploy) or none. The plan table, then the same decisions end to end
+// against the emulator: which calls are made, and what status records.
+import { afterEach, beforeEach, describe, expect, it } from "vitest";
+import { Annotations, MARKER_KEY } from "../../../src/api/names.js";
+import type { Agent, AgentDeployment } from "../../../src/api/index.js";
+import { agentDeployments, optionsHash, planFor, type Target } from "../../../src/controllers/agent-deployment.js";
+import type { Deployment } from "../../../src/service/index.js";
+import { condition, ORG, World } from "./helpers.js";
+
+describe("AgentDeployment plan", () => {
+  const target: Target = { agentId: "ag-1", revision: "rev-1" };
+  const spec: AgentDeployment["spec"] = { agentRef: { name: "a" }, tier: "standard" };
+  const cr = (over: { spec?: Partial<AgentDeployment["spec"]>; status?: AgentDeployment["status"]; annotations?: Record<string, string> } = {}): AgentDeployment => {
+    const base: AgentDeployment = {
+      apiVersion: "agentcompute.dev/v1alpha1",
+      kind: "AgentDeployment",
+      metadata: { name: "d", namespace: "ns", uid: "u-1", generation: 1, annotations: over.annotations },
+      spec: { ...spec, ...over.spec },
+    };
+    const applied = optionsHash(base);
+    return { ...base, status: { deploymentId: "dep-1", optionsHash: applied, configHash: "cfg-1", agentRevision: "rev-1", ...over.status } };
+  };
+  const running: Deployment = { id: "dep-1", registry_id: "ag-1", state: "running", config_hash: "cfg-1" };
+
+  it("does nothing when what runs is what the spec asks for", () => {
+    expect(planFor(cr(), running, target)).toEqual({ action: "none" });
+  });
+
+  it("replaces when the deploy options in the spec change (their hash, not the record, tells)", () => {
+    const changed = cr({ spec: { tier: "large" } });
+    const recorded = cr().status?.optionsHash;
+    expect(planFor({ ...changed, status: { ...changed.status, optionsHash: recorded } }, running, target)).toMatchObject({
+      action: "replace",
+      why: expect.stringContaining("deploy options in the spec changed"),
+    });
+  });
+
+  it("replaces when the service's config_hash drifted from what the operator left", () => {
+    expect(planFor(cr(), { ...running, config_hash: "cfg-other" }, target)).toMatchObject({
+      action: "replace",
+      why: expect.stringContaining("changed outside the operator (config_hash cfg-1 is now cfg-other)"),
+    });
+  });
+
+  it("replaces when the agent it runs is another one", () => {
+    expect(planFor(cr(), { ...running, registry_id: "ag-0" }, target)).toMatchObject({ action: "replace" });
+  });
+
+  it("stops on suspend, and does nothing more once stopped", () => {
+    expect(planFor(cr({ spec: { suspend: true } }), running, target)).toEqual({ action: "stop" });
+    expect(planFor(cr({ spec: { suspend: true } }), { ...running, state: "stopped" }, target)).toEqual({ action: "none" });
+  });
+
+  it("redeploys a stopped deployment when suspend is false", () => {
+    expect(planFor(cr(), { ...running, state: "stopped" }, target)).toEqual({ action: "redeploy", why: "it was stopped and spec.suspend is false" });
+  });
+
+  it("redeploys once per new redeploy-at value", () => {
+    const asked = cr({ annotations: { [Annotations.redeployAt]: "t2" }, status: { redeployAt: "t1" } });
+    expect(planFor(asked, running, target)).toMatchObject({ action: "redeploy", why: expect.stringContaining('"t2"') });
+    const done = cr({ annotations: { [Annotations.redeployAt]: "t2" }, status: { redeployAt: "t2" } });
+    expect(planFor(done, running, target)).toEqual({ action: "none" });
+  });
+
+  it("redeploys when the Agent has a new revision", () => {
+    expect(planFor(cr(), running, { ...target, revision: "rev-2" })).toEqual({ action: "redeploy", why: "the Agent changed (revision rev-2)" });
+  });
+
+  it("takes a deployment with no recorded optionsHash as running the spec (adopted): no action", () => {
+    const adopted = cr({ status: { optionsHash: undefined, configHash: undefined, agentRevision: undefined } });
+    expect(planFor(adopted, { ...running, config_hash: "whatever" }, target)).toEqual({ action: "none" });
+  });
+});
+
+describe("AgentDeployment against the service", () => {
+  let w: World;
+  let agentId: string;
+  beforeEach(async () => {
+    w = await World.start();
+    agentId = w.emu.state.createAgent({ name: "a", org_id: ORG, image: "registry.example/a:1" }).id;
+    w.apply<Agent>("agents", { metadata: { name: "a" }, spec: { image: "registry.example/a:1" } });
+    setAgentRevision("rev-1");
+  });
+  afterEach(async () => {
+    await w.close();
+  });
+
+  function setAgentRevision(revision: string): void {
+    w.setStatus("agents", "a", {
+      agentId,
+      revision,
+      observedGeneration: w.get<Agent>("agents", "a").metadata.generation,
+      conditions: [{ type: "Ready", status: "True", lastTransitionTime: "2030-01-01T00:00:00Z" }],
+    });
+  }
+  const kind = () => agentDeployments(w.ctx);
+  const apply = (spec: Partial<AgentDeployment["spec"]> = {}, annotations?: Record<string, string>) =>
+    w.apply<AgentDeployment>("agentdeployments", { metadata: { name: "d", annotations }, spec: { agentRef: { name: "a" }, tier: "standard", ...spec } });
+  const deployment = () => w.get<AgentDeployment>("agentdeployments", "d");
+  const resync = () => w.handle().deployments.invalidate();
+
+  it("deploys and records the options hash, the service's config_hash and the agent revision", async () => {
+    const cr = apply();
+    await w.reconcile(kind(), "d");
+    expect(w.writes()).toEqual(["deployments.deploy"]);
+    const id = deployment().status?.deploymentId as string;
+    expect(deployment().status).toMatchObject({
+      optionsHash: optionsHash(cr),
+      configHash: w.emu.state.deployments.get(id)?.config_hash,
+      agentRevision: "rev-1",
+    });
+    expect(w.emu.state.deployments.get(id)?.metadata?.[MARKER_KEY]).toBe(cr.metadata.uid);
+  });
+
+  it("waits for an Agent that has no id yet", async () => {
+    w.setStatus("agents", "a", { agentId: undefined });
+    apply();
+    await w.reconcile(kind(), "d");
+    expect(w.writes()).toEqual([]);
+    expect(condition(deployment(), "Ready")).toMatchObject({ status: "False", reason: "WaitingForAgent" });
+  });
+
+  it("adopts a deployment carrying its marker with no optionsHash, records the hash, and leaves it running", async () => {
+    const cr = apply();
+    const existing = w.emu.state.deploy(agentId, { tier: "standard", metadata: { [MARKER_KEY]: cr.metadata.uid } });
+    await w.reconcile(kind(), "d");
+    expect(w.writes()).toEqual([]);
+    expect(deployment().status).toMatchObject({ deploymentId: existing.id, optionsHash: optionsHash(cr), configHash: existing.config_hash });
+  });
+
+  it("replaces a deployment reconfigured outside the operator", async () => {
+    apply();
+    await w.reconcile(kind(), "d");
+    const before = deployment().status?.deploymentId as string;
+    w.emu.state.reconfigureDeployment(before, { tier: "large" });
+    resync();
+    w.calls();
+    await w.reconcile(kind(), "d");
+    expect(w.writes()).toEqual(["deployments.delete", "deployments.deploy"]);
+    expect(deployment().status?.deploymentId).not.toBe(before);
+    expect(w.events.at(-1)).toMatchObject({ reason: "Replaced", message: expect.stringContaining("changed outside the operator") });
+  });
+
+  it("stops on suspend and starts again on resume", async () => {
+    apply();
+    await w.reconcile(kind(), "d");
+    w.calls();
+    apply({ suspend: true });
+    await w.reconcile(kind(), "d");
+    expect(w.writes()).toEqual(["deployments.stop"]);
+    apply({ suspend: false });
+    await w.reconcile(kind(), "d");
+    expect(w.writes()).toEqual(["deployments.redeploy"]);
+    expect(deployment().status?.state).toBe("running");
+  });
+
+  it("redeploys for a new Agent revision, and records the revision it runs", async () => {
+    apply();
+    await w.reconcile(kind(), "d");
+    w.calls();
+    setAgentRevision("rev-2");
+    await w.reconcile(kind(), "d");
+    expect(w.writes()).toEqual(["deployments.redeploy"]);
+    expect(deployment().status?.agentRevision).toBe("rev-2");
+    await w.reconcile(kind(), "d");
+    expect(w.writes()).toEqual([]);
+  });
+
+  it("reports a deployment a lost deploy left behind without deleting it; the reconcile deletes it", async () => {
+    const cr = apply();
+    await w.reconcile(kind(), "d");
+    const kept = deployment().status?.deploymentId as string;
+    const stray = w.emu.state.deploy(agentId, { metadata: { [MARKER_KEY]: cr.metadata.uid } });
+    resync();
+    w.calls();
+    const observed = await kind().client(w.handle()).observe(deployment());
+    expect(observed).toMatchObject({ upToDate: true, leftovers: [stray.id] });
+    expect(w.writes()).toEqual([]);
+    await w.reconcile(kind(), "d");
+    expect(w.writes()).toEqual(["deployments.delete"]);
+    expect(w.emu.state.deployments.has(stray.id)).toBe(false);
+    expect(w.emu.state.deployments.has(kept)).toBe(true);
+  });
+});

@@ -1,0 +1,247 @@
+// A small world for the kinds' unit tests: the real in-process emulator behind a real
+// ServiceClient (through the real ConnectionPool), the real ManagedReconciler, and in place of
+// the API server an in-memory store that applies the finalizer and status patches the
+// reconciler sends. What a test asserts is what a user would see: the calls the emulator
+// logged, what the service holds, the resource's status and its Events.
+import { kindNames, type KindNames } from "../../../src/api/names.js";
+import type { Connection } from "../../../src/api/index.js";
+import type { SecretObject } from "../../../src/managed/connection-secret.js";
+import type { ManagedResource } from "../../../src/managed/external.js";
+import { ManagedReconciler } from "../../../src/managed/reconciler.js";
+import { StatusWriter } from "../../../src/managed/status-writer.js";
+import { ConnectionPool, type ServiceHandle } from "../../../src/controllers/connection-pool.js";
+import { poolConnector, type KindContext, type ManagedKind } from "../../../src/controllers/kind.js";
+import { ObjectStore, type ConfigMapObject } from "../../../src/controllers/object-store.js";
+import { startEmulator, type Emulator } from "../../../src/emulator/index.js";
+import type { ReconcileContext, Result } from "../../../src/runtime/controller.js";
+import type { EventRecorder } from "../../../src/runtime/events.js";
+import type { Informer } from "../../../src/runtime/informer.js";
+import type { KubeClient } from "../../../src/runtime/kube-client.js";
+import { silentLogger } from "../../../src/runtime/logging.js";
+
+export const NS = "team-a";
+export const ORG = "org-emulator";
+const API_KEY = "unit-test-api-key-5d1e";
+
+interface Stored {
+  metadata: {
+    name: string;
+    namespace: string;
+    uid?: string;
+    generation?: number;
+    resourceVersion?: string;
+    annotations?: Record<string, string>;
+    finalizers?: string[];
+    deletionTimestamp?: string;
+  };
+  spec?: unknown;
+  status?: unknown;
+}
+
+/** The informer surface the controllers read (get, list, indices), over a plain map. */
+export class FakeInformer<T extends Stored> {
+  private readonly objects = new Map<string, T>();
+  private readonly indexers = new Map<string, (obj: T) => string[]>();
+
+  get(namespace: string | undefined, name: string): T | undefined {
+    return this.objects.get(`${namespace ?? ""}/${name}`);
+  }
+
+  list(namespace?: string): T[] {
+    return [...this.objects.values()].filter((o) => namespace === undefined || o.metadata.namespace === namespace);
+  }
+
+  set(obj: T): T {
+    this.objects.set(`${obj.metadata.namespace}/${obj.metadata.name}`, obj);
+    return obj;
+  }
+
+  delete(namespace: string, name: string): void {
+    this.objects.delete(`${namespace}/${name}`);
+  }
+
+  addIndex(name: string, fn: (obj: T) => string[]): void {
+    this.indexers.set(name, fn);
+  }
+
+  byIndex(name: string, value: string): T[] {
+    const fn = this.indexers.get(name);
+    if (fn === undefined) throw new Error(`no index ${name}`);
+    return this.list().filter((o) => fn(o).includes(value));
+  }
+
+  on(): () => void {
+    return () => undefined;
+  }
+
+  as<U>(): Informer<U & Stored> {
+    return this as unknown as Informer<U & Stored>;
+  }
+}
+
+export interface RecordedEvent {
+  type: "Normal" | "Warning";
+  reason: string;
+  message: string;
+}
+
+let uids = 0;
+
+export class World {
+  readonly informers = new Map<string, FakeInformer<Stored>>();
+  readonly secrets = new FakeInformer<SecretObject>();
+  readonly configMaps = new FakeInformer<ConfigMapObject>();
+  readonly events: RecordedEvent[] = [];
+  readonly ctx: KindContext;
+  readonly pool: ConnectionPool;
+  readonly kube: KubeClient;
+  private constructor(
+    readonly emu: Emulator,
+    readonly clock: { ms: number },
+  ) {
+    this.ctx = {
+      informer: <T extends ManagedResource>(names: KindNames) => this.informer(names).as<T>() as unknown as Informer<T>,
+      secrets: this.secrets.as<SecretObject>(),
+      configMaps: this.configMaps.as<ConfigMapObject>(),
+      store: new ObjectStore(this.secrets.as<SecretObject>(), this.configMaps.as<ConfigMapObject>()),
+      now: () => new Date(this.clock.ms),
+    };
+    this.pool = new ConnectionPool({
+      connections: this.informer(kindNames.connection).as<Connection>() as unknown as Informer<Connection>,
+      secrets: this.secrets.as<SecretObject>(),
+      logger: silentLogger(),
+      inventoryMaxAgeMs: 60_000,
+    });
+    this.kube = this.fakeKube();
+  }
+
+  static async start(): Promise<World> {
+    // One clock for the emulator (expiry) and the controllers (when a renewal is due).
+    const clock = { ms: Date.UTC(2030, 0, 1) };
+    const emu = await startEmulator({ apiKey: API_KEY, orgId: ORG, now: () => clock.ms });
+    const world = new World(emu, clock);
+    world.secrets.set({ metadata: { name: "creds", namespace: NS }, data: { apiKey: Buffer.from(API_KEY).toString("base64") } });
+    world.apply<Connection>("connections", {
+      metadata: { name: "default" },
+      spec: { baseURL: emu.baseURL, authURL: emu.authURL, orgId: ORG, credentials: { secretRef: { name: "creds" } } },
+    });
+    world.setStatus("connections", "default", { observedGeneration: 1, conditions: [{ type: "Ready", status: "True", lastTransitionTime: "2030-01-01T00:00:00Z" }] });
+    return world;
+  }
+
+  async close(): Promise<void> {
+    await this.pool.close();
+    await this.emu.close();
+  }
+
+  advance(ms: number): void {
+    this.clock.ms += ms;
+  }
+
+  informer(names: KindNames): FakeInformer<Stored> {
+    let inf = this.informers.get(names.plural);
+    if (inf === undefined) this.informers.set(names.plural, (inf = new FakeInformer()));
+    return inf;
+  }
+
+  /** Creates or changes a resource as kubectl apply would (a new generation when the spec changes). */
+  apply<R>(plural: string, obj: { metadata: Partial<Stored["metadata"]> & { name: string }; spec: unknown }): R {
+    const inf = this.byPlural(plural);
+    const existing = inf.get(NS, obj.metadata.name);
+    const generation = (existing?.metadata.generation ?? 0) + (existing === undefined || JSON.stringify(existing.spec) !== JSON.stringify(obj.spec) ? 1 : 0);
+    const stored: Stored = {
+      ...existing,
+      ...obj,
+      metadata: {
+        ...existing?.metadata,
+        ...obj.metadata,
+        namespace: NS,
+        uid: existing?.metadata.uid ?? `uid-${++uids}`,
+        generation,
+        resourceVersion: String(++uids),
+      },
+    };
+    return inf.set(stored) as R;
+  }
+
+  get<R>(plural: string, name: string): R {
+    const obj = this.byPlural(plural).get(NS, name);
+    if (obj === undefined) throw new Error(`${plural}/${name} not found`);
+    return obj as R;
+  }
+
+  setStatus(plural: string, name: string, status: Record<string, unknown>): void {
+    const obj = this.get<Stored>(plural, name);
+    this.byPlural(plural).set({ ...obj, status: { ...(obj.status as object), ...status }, metadata: { ...obj.metadata, resourceVersion: String(++uids) } });
+  }
+
+  /** The ServiceHandle of the default Connection (real client, real inventories). */
+  handle(): ServiceHandle {
+    return this.pool.forResource(NS, undefined);
+  }
+
+  /** One reconcile by the real ManagedReconciler, as the controller would run it. */
+  async reconcile<R extends ManagedResource, P>(kind: ManagedKind<R, P>, name: string): Promise<Result | void> {
+    const reconciler = new ManagedReconciler<R, P>({
+      kind: kind.names,
+      informer: this.informer(kind.names).as<R>() as unknown as Informer<R>,
+      kube: this.kube,
+      events: this.recorder(),
+      connector: poolConnector(this.pool, kind),
+      externalId: (cr) => kind.externalId(cr),
+      status: new StatusWriter(this.kube, () => new Date(this.clock.ms)),
+      syncPeriodMs: 600_000,
+      dependencyGraceMs: 0,
+      now: () => new Date(this.clock.ms),
+    });
+    return reconciler.reconcile({ namespace: NS, name }, reconcileContext());
+  }
+
+  /** Operations the emulator served since the last call (e.g. "vms.renew"), token requests aside. */
+  calls(): string[] {
+    const ops = this.emu.requests.filter((r) => r.operation !== "token").map((r) => r.operation);
+    this.emu.clearRequests();
+    return ops;
+  }
+
+  /** The calls since the last calls()/writes() that change something in the service. */
+  writes(): string[] {
+    return this.calls().filter((op) => !/\.(list|get|endpoint)$/.test(op));
+  }
+
+  recorder(): EventRecorder {
+    return {
+      normal: (_o: unknown, reason: string, message: string) => this.events.push({ type: "Normal", reason, message }),
+      warning: (_o: unknown, reason: string, message: string) => this.events.push({ type: "Warning", reason, message }),
+    } as unknown as EventRecorder;
+  }
+
+  private byPlural(plural: string): FakeInformer<Stored> {
+    return this.informer({ kind: plural, plural });
+  }
+
+  /** The two writes the reconcilers make: finalizers (metadata) and the status subresource. */
+  private fakeKube(): KubeClient {
+    const patch = async (path: string, body: { metadata?: { finalizers?: string[] }; status?: Record<string, unknown> }) => {
+      const m = /\/namespaces\/([^/]+)\/([^/]+)\/([^/]+)(\/status)?$/.exec(path);
+      if (m === null) throw new Error(`unexpected path ${path}`);
+      const [, , plural, name] = m as unknown as [string, string, string, string];
+      const obj = this.get<Stored>(plural, name);
+      const next: Stored = { ...obj, metadata: { ...obj.metadata, resourceVersion: String(++uids) } };
+      if (body.status !== undefined) next.status = { ...(obj.status as object), ...body.status };
+      if (body.metadata?.finalizers !== undefined) next.metadata.finalizers = body.metadata.finalizers;
+      return this.byPlural(plural).set(next);
+    };
+    return { patch } as unknown as KubeClient;
+  }
+}
+
+export function reconcileContext(): ReconcileContext {
+  return { log: silentLogger(), reconcileId: "r", signal: new AbortController().signal, priority: false, retries: 0 };
+}
+
+/** A condition of a resource's status. */
+export function condition(obj: unknown, type: string): { status: string; reason?: string; message?: string } | undefined {
+  const conditions = (obj as { status?: { conditions?: Array<{ type: string; status: string; reason?: string; message?: string }> } }).status?.conditions;
+  return conditions?.find((c) => c.type === type);
+}

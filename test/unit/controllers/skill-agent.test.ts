@@ -1,0 +1,135 @@
+// Skill and Agent: which differences are sent, which fields are left alone, and how a name
+// that is taken is told apart from one this resource claimed.
+import { afterEach, beforeEach, describe, expect, it } from "vitest";
+import { Annotations, MARKER_KEY } from "../../../src/api/names.js";
+import type { Agent, Skill } from "../../../src/api/index.js";
+import { agentPatch, agentRevision, agents } from "../../../src/controllers/agent.js";
+import { skills } from "../../../src/controllers/skill.js";
+import { condition, ORG, World } from "./helpers.js";
+
+let w: World;
+beforeEach(async () => {
+  w = await World.start();
+});
+afterEach(async () => {
+  await w.close();
+});
+
+describe("Skill", () => {
+  const kind = () => skills(w.ctx);
+  const apply = (spec: Skill["spec"], annotations?: Record<string, string>) =>
+    w.apply<Skill>("skills", { metadata: { name: "sk", annotations }, spec });
+  const skill = () => w.get<Skill>("skills", "sk");
+  const resync = () => w.handle().skills.invalidate();
+
+  it("claims the name in status before the create, so a create whose answer is lost stays its own", async () => {
+    apply({ content: "v1" });
+    w.emu.injectFault({ method: "POST", path: "/compute/v1/skills", times: 1, action: { status: 400, body: { code: 400, error_code: "bad", message: "no" } } });
+    await w.reconcile(kind(), "sk");
+    expect(w.writes()).toEqual(["skills.create"]);
+    expect(skill().status?.skillName).toBe("sk");
+    expect(condition(skill(), "Stalled")).toMatchObject({ status: "True", reason: "ServiceRejected" });
+  });
+
+  it("sends content, resources and a set description when they differ; leaves an unset description alone", async () => {
+    apply({ content: "v1" });
+    await w.reconcile(kind(), "sk");
+    expect(w.writes()).toEqual(["skills.create"]);
+
+    w.emu.state.updateSkill("sk", { description: "theirs" });
+    resync();
+    await w.reconcile(kind(), "sk");
+    expect(w.writes()).toEqual([]);
+
+    apply({ content: "v2", resources: { "notes.md": "n" } });
+    const observed = await kind().client(w.handle()).observe(skill());
+    expect(observed).toMatchObject({ upToDate: false, differences: ["content", "resources"] });
+    await w.reconcile(kind(), "sk");
+    expect(w.writes()).toEqual(["skills.update"]);
+    expect(w.emu.state.skills.get("sk")).toMatchObject({ content: "v2", resources: { "notes.md": "n" } });
+
+    apply({ content: "v2", resources: { "notes.md": "n" }, description: "ours" });
+    expect((await kind().client(w.handle()).observe(skill())).differences).toEqual(["description"]);
+  });
+
+  it("stalls with NameTaken on a skill of that name it never claimed, and writes nothing", async () => {
+    w.emu.state.createSkill({ name: "sk", content: "someone else's" });
+    apply({ content: "mine" });
+    await w.reconcile(kind(), "sk");
+    expect(w.writes()).toEqual([]);
+    expect(condition(skill(), "Stalled")).toMatchObject({ status: "True", reason: "NameTaken" });
+    expect(w.emu.state.skills.get("sk")?.content).toBe("someone else's");
+  });
+
+  it("takes it over with the adoption annotation", async () => {
+    w.emu.state.createSkill({ name: "sk", content: "someone else's" });
+    apply({ content: "mine" }, { [Annotations.externalId]: "sk" });
+    await w.reconcile(kind(), "sk");
+    expect(w.writes()).toEqual(["skills.update"]);
+    expect(w.emu.state.skills.get("sk")?.content).toBe("mine");
+  });
+});
+
+describe("Agent", () => {
+  const kind = () => agents(w.ctx);
+  const apply = (spec: Partial<Agent["spec"]>) =>
+    w.apply<Agent>("agents", { metadata: { name: "ag" }, spec: { image: "registry.example/a:1", ...spec } });
+  const agent = () => w.get<Agent>("agents", "ag");
+  const registry = () => w.emu.state.agents.get(agent().status?.agentId as string);
+  const resync = () => w.handle().agents.invalidate();
+
+  it("creates the agent with the crash-safety marker and records its revision", async () => {
+    const cr = apply({});
+    await w.reconcile(kind(), "ag");
+    expect(w.writes()).toEqual(["agents.create"]);
+    expect(registry()?.metadata?.[MARKER_KEY]).toBe(cr.metadata.uid);
+    expect(agent().status?.revision).toBe(agentRevision(cr));
+  });
+
+  it("does not manage fields the spec leaves out: values set in the registry stay", async () => {
+    apply({});
+    await w.reconcile(kind(), "ag");
+    w.emu.state.updateAgent(agent().status?.agentId as string, { description: "theirs", capabilities: ["search"] });
+    resync();
+    w.calls();
+    await w.reconcile(kind(), "ag");
+    expect(w.writes()).toEqual([]);
+    expect(registry()).toMatchObject({ description: "theirs", capabilities: ["search"] });
+  });
+
+  it("sends only the fields that differ, and updates the revision when what a deployment runs changes", async () => {
+    apply({});
+    await w.reconcile(kind(), "ag");
+    const id = agent().status?.agentId as string;
+    w.emu.state.updateAgent(id, { capabilities: ["search"] });
+    resync();
+    w.calls();
+    const before = agent().status?.revision;
+
+    apply({ description: "ours", image: "registry.example/a:2" });
+    const observed = await kind().client(w.handle()).observe(agent());
+    expect(observed.differences).toEqual(["spec.image", "spec.description"]);
+    expect(observed.plan).toEqual({ id, patch: { image: "registry.example/a:2", description: "ours" } });
+    await w.reconcile(kind(), "ag");
+    expect(w.writes()).toEqual(["agents.update"]);
+    expect(registry()).toMatchObject({ description: "ours", image: "registry.example/a:2", capabilities: ["search"] });
+    expect(agent().status?.revision).not.toBe(before);
+  });
+
+  it("always manages metadata, with the marker in it", () => {
+    const cr = apply({ metadata: { team: "a" } });
+    const found = { id: "x", name: "ag", image: "registry.example/a:1", metadata: { team: "a" } };
+    expect(agentPatch(cr, found)).toEqual({ metadata: { team: "a", [MARKER_KEY]: cr.metadata.uid } });
+  });
+
+  it("stalls with NameTaken when the name is another agent's", async () => {
+    w.emu.state.createAgent({ name: "ag", org_id: ORG, image: "other" });
+    apply({});
+    await w.reconcile(kind(), "ag");
+    expect(condition(agent(), "Stalled")).toMatchObject({ status: "True", reason: "NameTaken" });
+    // Refused at this generation: the same spec is not sent again.
+    w.calls();
+    await w.reconcile(kind(), "ag");
+    expect(w.writes()).toEqual([]);
+  });
+});
