@@ -10,7 +10,6 @@ import { Informer } from "../../../src/runtime/informer.js";
 import type { KubeClient, Status } from "../../../src/runtime/kube-client.js";
 import { Metrics } from "../../../src/runtime/metrics.js";
 import {
-  FaultProxy,
   GROUP,
   VERSION,
   clientFor,
@@ -18,8 +17,8 @@ import {
   createNamespace,
   ensureCrd,
   poll,
+  proxiedClient,
   testLogger,
-  withServer,
   type Widget,
 } from "./support.js";
 
@@ -76,9 +75,7 @@ describe("Informer relists after 410 Gone (private kube-apiserver)", () => {
     const ns = await createNamespace(client, "rt-gone");
     for (const n of ["a", "b", "c"]) await client.create(path(ns), gadget(ns, n));
 
-    const cluster = clusterFor(kubeconfig);
-    const proxy = FaultProxy.forServer(cluster.server);
-    const proxied = clientFor(withServer(cluster, await proxy.start()));
+    const { proxy, client: proxied } = await proxiedClient(clusterFor(kubeconfig));
     const metrics = new Metrics({ defaultMetrics: false });
     const inf = new Informer<Widget>(proxied, { path: path(ns), logger: testLogger(), metrics, backoffInitialMs: 200, pageSize: 2 });
     const deletes: string[] = [];

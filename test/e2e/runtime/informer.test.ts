@@ -5,17 +5,15 @@ import { Informer } from "../../../src/runtime/informer.js";
 import type { KubeClient } from "../../../src/runtime/kube-client.js";
 import { Metrics } from "../../../src/runtime/metrics.js";
 import {
-  FaultProxy,
   GROUP,
   VERSION,
   clientFor,
-  clusterFor,
   createNamespace,
   deleteNamespace,
   ensureCrd,
   poll,
+  proxiedClient,
   testLogger,
-  withServer,
   type Widget,
 } from "./support.js";
 
@@ -93,13 +91,8 @@ describe("Informer (real kube-apiserver)", () => {
   });
 
   it("survives a cut connection and still sees later changes", async () => {
-    const cluster = clusterFor();
-    const proxy = FaultProxy.forServer(cluster.server);
-    const proxied = clientFor(withServer(cluster, await proxy.start()));
-    closers.push(async () => {
-      await proxied.close();
-      await proxy.close();
-    });
+    const { proxy, client: proxied, close } = await proxiedClient();
+    closers.push(close);
     const metrics = new Metrics({ defaultMetrics: false });
     const inf = new Informer<Widget>(proxied, { path: path(ns), logger: testLogger(), metrics, backoffInitialMs: 200 });
     informers.push(inf);
@@ -122,13 +115,8 @@ describe("Informer (real kube-apiserver)", () => {
   });
 
   it("restarts a silently stalled watch (watchdog) and catches up", async () => {
-    const cluster = clusterFor();
-    const proxy = FaultProxy.forServer(cluster.server);
-    const proxied = clientFor(withServer(cluster, await proxy.start()));
-    closers.push(async () => {
-      await proxied.close();
-      await proxy.close();
-    });
+    const { proxy, client: proxied, close } = await proxiedClient();
+    closers.push(close);
     const metrics = new Metrics({ defaultMetrics: false });
     // Short server-side watch timeout (2..4 s) + 1 s grace, so the watchdog acts quickly.
     const inf = new Informer<Widget>(proxied, {

@@ -4,7 +4,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { type KubeClient, leasesPath } from "../../../src/runtime/kube-client.js";
 import { LeaderElector, type Lease } from "../../../src/runtime/leader-election.js";
 import { Metrics } from "../../../src/runtime/metrics.js";
-import { FaultProxy, clientFor, clusterFor, createNamespace, deleteNamespace, poll, testLogger, withServer } from "./support.js";
+import { clientFor, createNamespace, deleteNamespace, poll, proxiedClient, testLogger } from "./support.js";
 
 // Short timings for the test; the defaults (15/10/2 s) only make it slower.
 const TIMINGS = { leaseDurationMs: 3_000, renewDeadlineMs: 2_000, retryPeriodMs: 500 };
@@ -95,11 +95,9 @@ describe("LeaderElector (real Lease)", () => {
   });
 
   it("a leader that stops renewing loses the lease to the other after it expires", async () => {
-    const cluster = clusterFor();
-    const proxy = FaultProxy.forServer(cluster.server);
-    const proxiedClient = clientFor(withServer(cluster, await proxy.start()), 1_000);
+    const { proxy, client: throughProxy } = await proxiedClient(undefined, 1_000);
     // a talks through the proxy and acquires first; b talks directly.
-    const a = candidate(proxiedClient, ns, "le-expire", "cand-a", false);
+    const a = candidate(throughProxy, ns, "le-expire", "cand-a", false);
     try {
       await poll(() => a.leading, 60_000, "a to lead");
       const b = candidate(client, ns, "le-expire", "cand-b");
@@ -122,7 +120,7 @@ describe("LeaderElector (real Lease)", () => {
     } finally {
       a.abort.abort();
       await a.run;
-      await proxiedClient.close();
+      await throughProxy.close();
     }
   });
 });

@@ -117,6 +117,23 @@ interface Pair {
  *  - freezeAll(): keep existing connections open but stop moving bytes either way (a silent
  *    stall / half-open connection); new connections work normally.
  */
+/** A client of the test API server that talks through a FaultProxy, to cut or stall its connections. */
+export async function proxiedClient(
+  cluster: ClusterConnection = clusterFor(),
+  requestTimeoutMs?: number,
+): Promise<{ proxy: FaultProxy; client: KubeClient; close(): Promise<void> }> {
+  const proxy = FaultProxy.forServer(cluster.server);
+  const client = clientFor(withServer(cluster, await proxy.start()), requestTimeoutMs);
+  return {
+    proxy,
+    client,
+    async close() {
+      await client.close();
+      await proxy.close();
+    },
+  };
+}
+
 export class FaultProxy {
   private server: Server | undefined;
   private readonly pairs = new Set<Pair>();
