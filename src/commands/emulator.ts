@@ -9,6 +9,9 @@ const HELP = `usage: agent-operator emulator [flags]
 Serve a local emulator of the Agent Registry and Compute Service. Prints one line of JSON
 {"baseURL": ..., "authURL": ...} on stdout, then serves until SIGINT or SIGTERM.
 
+The emulator RUNS WHAT IT IS SENT (commands and code sent to its VMs) as the user running it:
+never make it listen on an interface other machines can reach.
+
 flags:
   --host <addr>            interface to listen on (default 127.0.0.1)
   --port <n>               port (default 0: a free port)
@@ -25,6 +28,8 @@ flags:
   --state-file <path>      load at start, save on change and on exit
   --max-page-size <n>      cap on list limits (default 100)
   --reject-tier <tier>     a tier allocate rejects with 400 (repeatable; default unknown-tier)
+  --runtime-dir <path>     where the VMs' workspaces live (default: a temp dir, removed on exit)
+  --output-limit <bytes>   output kept per command or code block (default 1048576)
   -h, --help               show this help`;
 
 class UsageError extends Error {}
@@ -61,6 +66,8 @@ export function parseEmulatorArgs(argv: string[], env: NodeJS.ProcessEnv = proce
         "state-file": { type: "string" },
         "max-page-size": { type: "string" },
         "reject-tier": { type: "string", multiple: true },
+        "runtime-dir": { type: "string" },
+        "output-limit": { type: "string" },
         help: { type: "boolean", short: "h" },
       },
     }));
@@ -96,6 +103,8 @@ export function parseEmulatorArgs(argv: string[], env: NodeJS.ProcessEnv = proce
   set("stateFile", values["state-file"]);
   set("maxPageSize", number("max-page-size", values["max-page-size"], (n) => isInt(n) && n > 0, "a positive integer"));
   set("rejectTiers", values["reject-tier"]);
+  set("runtimeDir", values["runtime-dir"]);
+  set("outputLimitBytes", number("output-limit", values["output-limit"], (n) => isInt(n) && n > 0, "a positive integer"));
   return opts;
 }
 
@@ -116,6 +125,9 @@ export async function main(argv: string[]): Promise<number> {
   const emulator = await startEmulator(opts);
   process.stdout.write(`${JSON.stringify({ baseURL: emulator.baseURL, authURL: emulator.authURL })}\n`);
   console.error(`agent-operator emulator: serving ${emulator.baseURL}${opts.stateFile ? ` (state file ${opts.stateFile})` : ""}`);
+  if (opts.host !== undefined && !/^(127\.|::1$|\[::1\]$|localhost$)/.test(opts.host)) {
+    console.error(`agent-operator emulator: WARNING: listening on ${opts.host}, not loopback; the emulator runs any command it is sent as this user`);
+  }
 
   const signal = await new Promise<NodeJS.Signals>((resolve) => {
     process.once("SIGINT", () => resolve("SIGINT"));

@@ -49,9 +49,27 @@ export function bodyParser(raw: Buffer): () => JsonObject {
   };
 }
 
-/** Objects go out as JSON; a string (a fault rule's raw body) goes out as is. */
+/**
+ * A body written over time (a server-sent event stream, a file): `send` writes the status and
+ * headers, then hands the response over. Nothing happens before `writeTo`, so an answer that is
+ * never sent (a dropped connection) leaves nothing behind.
+ */
+export abstract class StreamBody {
+  abstract readonly contentType: string;
+  /** Extra headers (content-length, content-disposition, ...). */
+  readonly headers: Record<string, string> = {};
+  /** Write the body and end `res`; stop when `res` closes. */
+  abstract writeTo(res: ServerResponse): void;
+}
+
+/** Objects go out as JSON; a string (a fault rule's raw body) goes out as is; a StreamBody streams. */
 export function send(res: ServerResponse, status: number, body: unknown, headers: Record<string, string> = {}): void {
   if (res.destroyed || res.writableEnded) return;
+  if (body instanceof StreamBody) {
+    res.writeHead(status, { "content-type": body.contentType, ...body.headers, ...headers });
+    body.writeTo(res);
+    return;
+  }
   if (status === 204 || status === 304 || body === undefined) {
     res.writeHead(status, headers);
     res.end();

@@ -43,6 +43,13 @@ export interface EmulatorOptions {
   rejectTiers?: string[];
   /** Cap on the in-memory request log; default 200_000 entries (counters are never capped). */
   requestLogLimit?: number;
+  /**
+   * Directory the VMs' workspaces live in (`<runtimeDir>/<vm id>/workspace`). Default: a fresh
+   * directory under os.tmpdir(), removed on close. Fixed at start.
+   */
+  runtimeDir?: string;
+  /** Output kept per execution (command or code block), in bytes; beyond it, a marker. Default 1 MiB. */
+  outputLimitBytes?: number;
 }
 
 export interface RequestLogEntry {
@@ -80,7 +87,8 @@ export interface RequestStats {
   byStatus: Record<string, number>;
 }
 
-export type ResolvedOptions = Required<Omit<EmulatorOptions, "stateFile" | "poolSize" | "rateLimit">> & {
+export type ResolvedOptions = Required<Omit<EmulatorOptions, "stateFile" | "poolSize" | "rateLimit" | "runtimeDir">> & {
+  runtimeDir: string | undefined;
   stateFile: string | undefined;
   poolSize: number | undefined;
   rateLimit: number | undefined;
@@ -108,6 +116,8 @@ export function resolveOptions(opts: EmulatorOptions): ResolvedOptions {
     orgId: opts.orgId ?? "org-emulator",
     rejectTiers: opts.rejectTiers ?? ["unknown-tier"],
     requestLogLimit: opts.requestLogLimit ?? 200_000,
+    runtimeDir: opts.runtimeDir,
+    outputLimitBytes: opts.outputLimitBytes ?? 1 << 20,
   };
   validateOptions(resolved);
   return resolved;
@@ -140,4 +150,8 @@ export function validateOptions(o: ResolvedOptions): void {
   }
   positive("sweepIntervalMs", o.sweepIntervalMs);
   positive("requestLogLimit", o.requestLogLimit);
+  if (!Number.isInteger(o.outputLimitBytes) || o.outputLimitBytes < 1) {
+    throw new RangeError(`emulator option outputLimitBytes must be a positive integer, got ${o.outputLimitBytes}`);
+  }
+  if (o.runtimeDir === "") throw new RangeError("emulator option runtimeDir must not be empty");
 }

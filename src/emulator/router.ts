@@ -1,10 +1,12 @@
 // Route table and matcher. A route names its operation (the request log's stable name) and
-// whether it needs a bearer token; handlers are synchronous because all state is in memory.
+// whether it needs a bearer token. Handlers on in-memory state are synchronous; those that reach
+// a VM's runtime (files, processes) may return a promise.
 import type { IncomingHttpHeaders } from "node:http";
 import type { JsonObject } from "./wire.js";
 import type { TokenStore } from "./auth.js";
 import type { ResolvedOptions } from "./options.js";
 import type { EmulatorState } from "./state.js";
+import type { RuntimeManager } from "./runtime/manager.js";
 
 export interface HandlerContext {
   params: Record<string, string>;
@@ -17,15 +19,22 @@ export interface HandlerContext {
   options: Readonly<ResolvedOptions>;
   /** When this emulator started (emulator clock, ms). */
   startedAt: number;
+  method: string;
+  /** The body as received (multipart uploads, JSON arrays); `body()` parses it as a JSON object. */
+  raw: Buffer;
+  /** The VMs' local runtimes (agentd). */
+  runtimes: RuntimeManager;
 }
 
 export interface HandlerResult {
   status: number;
+  /** JSON, a string, or a StreamBody (server-sent events, a file). */
   body?: unknown;
   headers?: Record<string, string>;
 }
 
-export type Handler = (ctx: HandlerContext) => HandlerResult;
+/** Most handlers answer at once; those that touch the disk or a VM runtime are async. */
+export type Handler = (ctx: HandlerContext) => HandlerResult | Promise<HandlerResult>;
 
 export interface Route {
   method: string;
@@ -38,6 +47,8 @@ export interface Route {
   /** Needs `Authorization: Bearer`; false only for the token endpoint. */
   auth: boolean;
   handler: Handler;
+  /** Body size limit; default MAX_BODY_BYTES (1 MiB). */
+  maxBodyBytes?: number;
 }
 
 export type Match =

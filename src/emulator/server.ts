@@ -15,6 +15,7 @@ import { registryRoutes } from "./handlers/registry.js";
 import { skillRoutes } from "./handlers/skills.js";
 import { toolRoutes } from "./handlers/tools.js";
 import { vmRoutes } from "./handlers/vms.js";
+import { WebSocketEndpoint, wsPath } from "./handlers/ws.js";
 import { bodyParser, readBody, send } from "./http.js";
 import type { EmulatorOptions, FaultRule, RequestLogEntry, RequestStats, ResolvedOptions } from "./options.js";
 import { resolveOptions } from "./options.js";
@@ -22,6 +23,7 @@ import { loadState, STATE_FILE_VERSION, StateSaver } from "./persistence.js";
 import { callRateLimit, retryAfterSeconds } from "./ratelimit.js";
 import { RequestLog } from "./requestlog.js";
 import { Router, type HandlerResult, type Match } from "./router.js";
+import { RuntimeManager } from "./runtime/manager.js";
 import { EmulatorState } from "./state.js";
 
 export interface Emulator {
@@ -42,6 +44,12 @@ export interface Emulator {
   revokeTokens(): void;
   /** Direct, out-of-band access for tests (drift). */
   readonly state: EmulatorState;
+  /**
+   * The VMs' local runtimes: `runtimes.get(vmId)?.workspace` (the host directory that is the
+   * VM's /workspace), `.executions` (per VM), `runtimes.executions` (all VMs, ever).
+   */
+  readonly runtimes: RuntimeManager;
+  /** Also kills every process the VMs started and removes the runtime directory it created. */
   close(): Promise<void>;
 }
 
@@ -73,6 +81,8 @@ const sleep = (ms: number): Promise<void> =>
 export async function startEmulator(input: EmulatorOptions = {}): Promise<Emulator> {
   const options: ResolvedOptions = resolveOptions(input);
   const startedAt = options.now();
+  const runtimes = new RuntimeManager({ root: options.runtimeDir, outputLimitBytes: () => options.outputLimitBytes, now: () => options.now() });
+  let wsBase = ""; // ws://host:port, once listening
   const state = new EmulatorState({
     now: () => options.now(),
     poolSize: () => options.poolSize,
@@ -80,6 +90,7 @@ export async function startEmulator(input: EmulatorOptions = {}): Promise<Emulat
     orgId: () => options.orgId,
     configuredClients: () => options.clients,
     startedAt: () => startedAt,
+    wsURL: (id) => `${wsBase}${wsPath(id)}`,
   });
   const tokens = new TokenStore({
     now: () => options.now(),
@@ -90,6 +101,11 @@ export async function startEmulator(input: EmulatorOptions = {}): Promise<Emulat
   });
   // A revoked client's tokens stop working at once, not when they expire.
   state.onClientRevoked = (clientId) => tokens.revokeClient(clientId);
+  // Each live VM has a local runtime (agentd): started with it, stopped with it.
+  state.onVMStart = (vm) => {
+    runtimes.create(vm, vm.skills.flatMap((name) => state.skills.get(name) ?? []));
+  };
+  state.onVMEnd = (vm) => runtimes.destroy(vm.id);
 
   let saver: StateSaver | undefined;
   if (options.stateFile !== undefined) {
@@ -137,7 +153,7 @@ export async function startEmulator(input: EmulatorOptions = {}): Promise<Emulat
     return { kind: "handle" };
   }
 
-  function run(match: Match, family: Family, method: string, path: string, query: string, req: IncomingMessage, raw: Buffer): HandlerResult {
+  async function run(match: Match, family: Family, method: string, path: string, query: string, req: IncomingMessage, raw: Buffer): Promise<HandlerResult> {
     try {
       if (match.kind === "not_found") throw new ServiceError(404, "not_found", `no route for ${method} ${path}`);
       if (match.kind === "method_not_allowed") {
@@ -145,7 +161,7 @@ export async function startEmulator(input: EmulatorOptions = {}): Promise<Emulat
         throw new ServiceError(405, "method_not_allowed", `method ${method} is not allowed on ${path} (allowed: ${allow})`, { Allow: allow });
       }
       if (match.route.auth) tokens.check(req.headers.authorization);
-      return match.route.handler({
+      return await match.route.handler({
         params: match.params,
         query: new URLSearchParams(query),
         headers: req.headers,
@@ -154,6 +170,9 @@ export async function startEmulator(input: EmulatorOptions = {}): Promise<Emulat
         tokens,
         options,
         startedAt,
+        method,
+        raw,
+        runtimes,
       });
     } catch (err) {
       if (err instanceof ServiceError) return { status: err.status, body: errorBody(family, err.status, err.code, err.message), headers: err.headers };
@@ -185,7 +204,7 @@ export async function startEmulator(input: EmulatorOptions = {}): Promise<Emulat
 
     let raw: Buffer | "too_large";
     try {
-      raw = await readBody(req);
+      raw = await readBody(req, match.kind === "ok" ? match.route.maxBodyBytes : undefined);
     } catch {
       record("dropped"); // the client went away
       return;
@@ -198,7 +217,8 @@ export async function startEmulator(input: EmulatorOptions = {}): Promise<Emulat
     if (outcome.kind === "answer") return answer(outcome.status, outcome.body, outcome.headers);
     if (raw === "too_large") return answer(413, errorBody(family, 413, "payload_too_large", "request body too large"));
 
-    const result = run(match, family, method, path, query, req, raw);
+    const result = await run(match, family, method, path, query, req, raw);
+    if (closed) return drop();
     if (outcome.after === "drop") return drop();
     if (outcome.after !== undefined) {
       await sleep(outcome.after.delayMs);
@@ -219,10 +239,31 @@ export async function startEmulator(input: EmulatorOptions = {}): Promise<Emulat
       server.off("error", reject);
       resolve();
     });
+  }).catch(async (err: unknown) => {
+    await runtimes.close(); // VMs restored from a state file already have runtimes
+    throw err;
   });
   const { port } = server.address() as AddressInfo;
   const host = options.host.includes(":") ? `[${options.host}]` : options.host;
   const baseURL = `http://${host}:${port}`;
+  wsBase = `ws://${host}:${port}`;
+
+  // The allocations' ws_url: WebSocket upgrades on this same server.
+  const sockets = new WebSocketEndpoint({
+    state,
+    tokens,
+    runtimes,
+    admit: async (method, path) => {
+      const outcome = decide(familyOf(path), method, path);
+      await sleep(options.latencyMs + (options.jitterMs > 0 ? Math.random() * options.jitterMs : 0));
+      return outcome;
+    },
+    log: (entry) => log.add(entry),
+    now: () => options.now(),
+    sleep,
+    isClosed: () => closed,
+  });
+  server.on("upgrade", (req, socket, head) => sockets.onUpgrade(req, socket, head));
 
   // Expiry is lazy on every VM call; this sweep makes usage records appear (and pruned tokens
   // go) even when nobody calls.
@@ -241,6 +282,8 @@ export async function startEmulator(input: EmulatorOptions = {}): Promise<Emulat
     closing ??= (async () => {
       closed = true;
       clearInterval(sweepTimer);
+      sockets.close();
+      await runtimes.close();
       await new Promise<void>((resolve) => {
         server.close(() => resolve());
         server.closeAllConnections();
@@ -262,8 +305,8 @@ export async function startEmulator(input: EmulatorOptions = {}): Promise<Emulat
     stats: () => log.stats(),
     clearRequests: () => log.clear(),
     setOptions(patch: Partial<EmulatorOptions>): void {
-      const fixed = { host: options.host, port: options.port, stateFile: options.stateFile };
-      for (const key of ["host", "port", "stateFile"] as const) {
+      const fixed = { host: options.host, port: options.port, stateFile: options.stateFile, runtimeDir: options.runtimeDir };
+      for (const key of ["host", "port", "stateFile", "runtimeDir"] as const) {
         if (key in patch && patch[key] !== fixed[key] && !(key === "port" && patch.port === port)) {
           throw new TypeError(`emulator option ${key} cannot be changed at run time`);
         }
@@ -281,6 +324,7 @@ export async function startEmulator(input: EmulatorOptions = {}): Promise<Emulat
     clearFaults: () => faults.clear(),
     revokeTokens: () => tokens.revokeAll(),
     state,
+    runtimes,
     close,
   };
 }

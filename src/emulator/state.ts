@@ -58,6 +58,8 @@ export interface StatePolicy {
   configuredClients(): readonly ConfiguredClient[];
   /** When the emulator started (created_at of the API key and configured clients). */
   startedAt(): number;
+  /** The VM's WebSocket URL on the emulator's own server; without it, a placeholder host. */
+  wsURL?(vmId: string): string;
 }
 
 /** Out-of-band agent changes may also touch what the service alone controls. */
@@ -89,6 +91,13 @@ export class EmulatorState {
 
   /** Called after every change, so the server can persist it. */
   onChange: () => void = () => {};
+  /**
+   * Called when a VM comes to life (allocation, or restore from a state file) before it is
+   * stored, so the server can start its runtime; a throw fails the allocation.
+   */
+  onVMStart: (vm: Readonly<StoredVM>) => void = () => {};
+  /** Called when a VM ends (release, delete, expiry), so the server can stop its runtime. */
+  onVMEnd: (vm: Readonly<StoredVM>, reason: UsageReason) => void = () => {};
 
   constructor(private readonly policy: StatePolicy) {
     this.clients = new AccessClients({ now: () => policy.now(), configured: () => policy.configuredClients(), startedAt: () => policy.startedAt() });
@@ -390,12 +399,13 @@ export class EmulatorState {
       env: { ...req.env },
       ...(req.secure_runtime !== undefined && { secure_runtime: req.secure_runtime }),
       endpoint: `https://${id}.vms.emulator.local`,
-      ws_url: `wss://${id}.vms.emulator.local/ws`,
+      ws_url: this.policy.wsURL?.(id) ?? `wss://${id}.vms.emulator.local/ws`,
       token: newToken(),
       ttl_seconds: ttl,
       allocatedAt: now,
       expiresAt: now + ttl * 1000,
     };
+    this.onVMStart(vm);
     this._vms.set(id, vm);
     this.expiry.push(vm.expiresAt, id);
     this.onChange();
@@ -419,7 +429,8 @@ export class EmulatorState {
 
   vmEndpoint(id: string): Record<string, string> {
     const vm = this.vm(id);
-    return { endpoint: vm.endpoint, ws_url: vm.ws_url };
+    // Derived anew: a VM restored from a state file keeps working on a new port.
+    return { endpoint: vm.endpoint, ws_url: this.policy.wsURL?.(vm.id) ?? vm.ws_url };
   }
 
   renewVM(id: string, ttlSeconds: number): AgentVM {
@@ -477,6 +488,7 @@ export class EmulatorState {
 
   private endVM(vm: StoredVM, endedAt: number, reason: UsageReason): void {
     this._vms.delete(vm.id);
+    this.onVMEnd(vm, reason);
     this._usage.push({
       vm_id: vm.id,
       tier: vm.tier,
@@ -657,6 +669,7 @@ export class EmulatorState {
     this._agents.clear();
     this.agentNames.clear();
     this._deployments.clear();
+    for (const vm of this._vms.values()) this.onVMEnd(vm, "deleted");
     this._vms.clear();
     this.expiry.clear();
     this._skills.clear();
@@ -668,6 +681,8 @@ export class EmulatorState {
     }
     for (const d of p.deployments) this._deployments.set(d.id, d);
     for (const vm of p.vms) {
+      // Processes do not survive a restart: a restored VM gets a fresh runtime.
+      this.onVMStart(vm);
       this._vms.set(vm.id, vm);
       this.expiry.push(vm.expiresAt, vm.id);
     }

@@ -1,5 +1,7 @@
 // Agent VM routes ("sandboxes").
-import { ServiceError } from "../errors.js";
+import { badRequest, ServiceError } from "../errors.js";
+import { executionSSE } from "../runtime/streams.js";
+import { startCommand } from "./agentd.js";
 import type { HandlerContext, HandlerResult, Route } from "../router.js";
 import {
   optionalBoolean,
@@ -62,13 +64,30 @@ function release(ctx: HandlerContext): HandlerResult {
   return { status: 200, body: ctx.state.releaseVM(ctx.params["id"]!) };
 }
 
-function execute(ctx: HandlerContext): HandlerResult {
+/**
+ * The older SDKs' execute (body not published, D): `{code, language?, context_id?}` runs code in a
+ * context (default: the VM's own context for the language, so state carries between calls), or
+ * `{command, cwd?, envs?, timeout_ms?}` runs a shell command. Either answers the execution's
+ * server-sent event stream, the same events as agentd's code/execute and commands/run.
+ */
+async function execute(ctx: HandlerContext): Promise<HandlerResult> {
   const id = ctx.params["id"]!;
   ctx.state.getVM(id); // 404 for a VM that is gone
-  // Execute runs what it is sent inside the VM, and the emulator has no VM runtime yet: it
-  // answers as forwarding does, what the service answers when the runtime cannot be reached,
-  // rather than a 200 for work that never ran (D).
-  throw new ServiceError(502, "bad_gateway", `cannot execute in vm ${id}: the VM runtime (agentd) is not emulated yet`);
+  const runtime = ctx.runtimes.get(id);
+  if (!runtime) throw new ServiceError(502, "bad_gateway", `cannot execute in vm ${id}: its runtime is not running`);
+  const body = ctx.body();
+  const code = optionalString(body, "code");
+  const command = optionalString(body, "command");
+  if ((code === undefined) === (command === undefined)) throw badRequest("exactly one of code and command is required");
+  if (command !== undefined) {
+    const started = await startCommand(body, runtime);
+    return { status: 200, body: executionSSE(started.command.execution) };
+  }
+  const language = optionalString(body, "language") ?? "python";
+  const contextId = optionalString(body, "context_id");
+  const kernel = contextId !== undefined && contextId !== "" ? runtime.context(contextId) : runtime.defaultContext(language);
+  if (!kernel) throw new ServiceError(404, "not_found", `code context ${contextId} not found in vm ${id}`);
+  return { status: 200, body: executionSSE(kernel.execute(code!)) };
 }
 
 export const vmRoutes: Route[] = [

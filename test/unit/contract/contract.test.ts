@@ -12,6 +12,7 @@ import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import type { Static, TSchema } from "typebox";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import WebSocket from "ws";
 import { startEmulator } from "../../../src/emulator/index.js";
 import * as S from "./schemas.js";
 
@@ -197,6 +198,23 @@ function expectError(ans: Answer, status: number, dialect: Dialect, what: string
 
 const dialectOf = (template: string): Dialect => (template.startsWith("/registry/") ? "registry" : "compute");
 
+/** A server-sent event stream (S: "answers a server-sent event stream (`event`, `data` strings)"). */
+function expectEventStream(ans: Answer, what: string): { event: string; data: string }[] {
+  expect(ans.status, `${what}: ${show(ans)}`).toBe(200);
+  expect(ans.headers.get("content-type") ?? "", `${what}: an event stream: ${show(ans)}`).toMatch(/^text\/event-stream/);
+  const events: { event: string; data: string }[] = [];
+  for (const block of ans.text.split("\n\n")) {
+    const lines = block.split("\n").filter((l) => l !== "" && !l.startsWith(":"));
+    if (lines.length === 0) continue;
+    const event = lines.find((l) => l.startsWith("event:"))?.slice(6).trim() ?? "message";
+    const data = lines.filter((l) => l.startsWith("data:")).map((l) => l.slice(5).replace(/^ /, ""));
+    expect(data.length, `${what}: every event has data: ${JSON.stringify(block)}`).toBeGreaterThan(0);
+    events.push({ event, data: data.join("\n") });
+  }
+  expect(events.length, `${what}: the stream carries events`).toBeGreaterThan(0);
+  return events;
+}
+
 // ---------------------------------------------------------------------------------------------
 // Fixtures.
 const API_KEY = "contract-key";
@@ -282,6 +300,9 @@ describe("contract: the schemas reject what the facts rule out", () => {
     ["a registry error in the compute dialect", S.RegistryError, { code: 404, error_code: "not_found", message: "m" }],
     ["an agent in an unpublished state", S.Agent, { id: "a", name: "n", image: "i", org_id: "o", state: "deployed" }],
     ["a public-key map with a non-string value", S.PublicKeyMap, { public_key: 1 }],
+    ["an agentd error in the compute dialect", S.AgentdError, { error_code: "not_found", message: "m" }],
+    ["an ended command status without exit_code", S.EndedCommandStatus, { id: "c", running: false, started_at: ts, finished_at: ts }],
+    ["metrics with a string figure", S.MetricsSnapshot, { cpu_percent: "3" }],
   ] as const)("rejects %s", (_what, schema, body) => {
     expect(S.violations(schema, JSON.parse(JSON.stringify(body)))).not.toEqual([]);
   });
@@ -620,9 +641,70 @@ describe("contract: agent VMs", () => {
     }
   });
 
-  // S: an emulator must serve a real ws_url on its own host. That comes with the VM runtime
-  // (the issue "Run work in sandboxes"); until then ws_url names a host that does not exist.
-  it.todo("the allocation's ws_url is a WebSocket on the emulator's own host, speaking the execute protocol");
+  // S ("Executing work in a VM"): the SDK connects to ws_url with the account's bearer token;
+  // the server's first message is JSON whose `data` is a code context id; the client sends
+  // {"type":"execute",...} or {"type":"command",...}; the server answers {type, data} messages
+  // `started`, `stdout`/`output`, `stderr`, ending with `done` or `execution_complete` (success)
+  // or `error`. The SDK joins the output lines. An emulator must serve a real ws_url on its own host.
+  it("the allocation's ws_url is a WebSocket on the emulator's own host, speaking the execute protocol", async () => {
+    const alloc = await allocate();
+    const url = new URL(alloc.ws_url);
+    expect(url.host, "ws_url is on the emulator's own host").toBe(new URL(emu.baseURL).host);
+
+    const refused = await new Promise<number>((resolve) => {
+      const ws = new WebSocket(alloc.ws_url);
+      ws.once("unexpected-response", (_req, res) => {
+        resolve(res.statusCode ?? 0);
+        ws.terminate();
+      });
+      ws.once("open", () => {
+        ws.close();
+        resolve(101);
+      });
+      ws.once("error", () => {});
+    });
+    expect(refused, "no bearer token: refused").toBe(401);
+
+    const ws = new WebSocket(alloc.ws_url, { headers: { Authorization: `Bearer ${api.token}` } });
+    const inbox: { type: string; data: unknown }[] = [];
+    let wake: (() => void) | undefined;
+    ws.on("message", (d) => {
+      inbox.push(JSON.parse(d.toString()) as { type: string; data: unknown });
+      wake?.();
+    });
+    const next = async (): Promise<{ type: string; data: unknown }> => {
+      while (inbox.length === 0) await new Promise<void>((r) => (wake = r));
+      return inbox.shift()!;
+    };
+    const request = async (msg: Record<string, unknown>): Promise<{ output: string; status: "ok" | "error" }> => {
+      ws.send(JSON.stringify(msg));
+      const lines: string[] = [];
+      for (;;) {
+        const m = await next();
+        expect(typeof m.type, `a {type, data} message: ${JSON.stringify(m)}`).toBe("string");
+        if (m.type === "stdout" || m.type === "output") lines.push(String(m.data));
+        if (m.type === "done" || m.type === "execution_complete") return { output: lines.join("\n"), status: "ok" };
+        if (m.type === "error") return { output: lines.join("\n"), status: "error" };
+      }
+    };
+    try {
+      await new Promise<void>((resolve, reject) => {
+        ws.once("open", () => resolve());
+        ws.once("error", reject);
+      });
+      const first = await next();
+      expect(typeof first.data, `the first message's data is a code context id: ${JSON.stringify(first)}`).toBe("string");
+      const contextId = first.data as string;
+      expect(contextId).not.toBe("");
+      expect(await request({ type: "execute", code: "x = 41", language: "python", context_id: contextId })).toMatchObject({ status: "ok" });
+      const printed = await request({ type: "execute", code: "print(x + 1)", language: "python", context_id: contextId });
+      expect(printed, "state carries between executes, as in a Jupyter kernel").toEqual({ output: expect.stringContaining("42"), status: "ok" });
+      expect(await request({ type: "command", command: "echo contract" })).toEqual({ output: expect.stringContaining("contract"), status: "ok" });
+      expect((await request({ type: "command", command: "exit 3" })).status, "a failing command").toBe("error");
+    } finally {
+      ws.close();
+    }
+  });
 
   it("POST /compute/v1/vms/allocate: 503 when the pool is empty", async () => {
     const empty = await startEmulator({ apiKey: API_KEY, poolSize: 0 });
@@ -733,19 +815,13 @@ describe("contract: agent VMs", () => {
     expectError(await api.call("GET", "/compute/v1/vms/{id}/endpoint", { params: { id: UNKNOWN } }), 404, "compute", "endpoint unknown");
   });
 
-  it("POST /compute/v1/vms/{id}/execute: a server-sent event stream (or 502 without a runtime) for a live VM; 404 for an unknown one", async () => {
+  it("POST /compute/v1/vms/{id}/execute: a server-sent event stream of the run for a live VM; 404 for an unknown one", async () => {
     const alloc = await allocate();
-    const ans = await api.call("POST", "/compute/v1/vms/{id}/execute", { params: { id: alloc.vm_id }, body: { code: "print(1)", language: "python" } });
+    const ans = await api.call("POST", "/compute/v1/vms/{id}/execute", { params: { id: alloc.vm_id }, body: { code: "print(6 * 7)", language: "python" } });
     // C: 200, body not described. S: "Older SDK versions used POST /compute/v1/vms/{id}/execute
-    // answering server-sent events", and the code really runs. Without a runtime, the same 502
-    // as forwarding is the honest answer; a 200 that did not run the code is not.
-    if (ans.status === 502) {
-      expectError(ans, 502, "compute", "execute on a live VM without a runtime");
-    } else {
-      expect(ans.status, show(ans)).toBe(200);
-      expect(ans.headers.get("content-type") ?? "", `execute answers a server-sent event stream: ${show(ans)}`).toMatch(/^text\/event-stream/);
-      expect(ans.text, "the stream carries events").toMatch(/^(event|data):/m);
-    }
+    // answering server-sent events", and the code really runs.
+    const events = expectEventStream(ans, "execute");
+    expect(events.map((e) => e.data).join("\n"), "the code ran: its output is in the stream").toContain("42");
     expectError(
       await api.call("POST", "/compute/v1/vms/{id}/execute", { params: { id: UNKNOWN }, body: { code: "print(1)" } }),
       404,
@@ -754,19 +830,48 @@ describe("contract: agent VMs", () => {
     );
   });
 
-  it("GET/POST/DELETE /compute/v1/vms/{id}/r/{path}: 404 for an unknown VM; the runtime's answer or 502 for a live one", async () => {
+  it("GET/POST/DELETE /compute/v1/vms/{id}/r/{path}: 404 for an unknown VM; the runtime's (agentd's) answer for a live one", async () => {
     const alloc = await allocate();
-    const calls = [
-      ["GET", "/compute/v1/vms/{id}/r/{path}", "v1/metrics", undefined],
-      ["POST", "/compute/v1/vms/{id}/r/{path}", "v1/code/contexts", { language: "python" }],
-      ["DELETE", "/compute/v1/vms/{id}/r/{path}", "v1/commands/no-such-command", undefined],
-    ] as const;
-    for (const [method, template, path, body] of calls) {
+    const template = "/compute/v1/vms/{id}/r/{path}";
+    for (const [method, path, body] of [
+      ["GET", "v1/metrics", undefined],
+      ["POST", "v1/code/contexts", { language: "python", session_id: "contract" }],
+      ["DELETE", "v1/commands/no-such-command", undefined],
+    ] as const) {
       expectError(await api.call(method, template, { params: { id: UNKNOWN, path }, body }), 404, "compute", `${method} r/ unknown VM`);
-      const live = await api.call(method, template, { params: { id: alloc.vm_id, path }, body });
-      if (live.status === 502) expectError(live, 502, "compute", `${method} r/ live VM without a runtime`);
-      else expect(live.status, `${method} r/${path}: the runtime's answer: ${show(live)}`).toBeLessThan(500);
     }
+    const r = (method: "GET" | "POST" | "DELETE", path: string, body?: unknown): Promise<Answer> => api.call(method, template, { params: { id: alloc.vm_id, path }, body });
+
+    // D: GET v1/metrics -> 200 models.MetricsSnapshot.
+    expectBody(await r("GET", "v1/metrics"), 200, S.MetricsSnapshot, "r/v1/metrics");
+    // D: POST v1/code/contexts {language, session_id} -> 201 models.CodeContext; then
+    // POST v1/code/execute {code, context_id} -> an event stream of the run (S: "(SSE stream)").
+    const ctx = expectBody(await r("POST", "v1/code/contexts", { language: "python", session_id: "contract" }), 201, S.CodeContext, "r/v1/code/contexts");
+    expect(ctx.id, "a context has an id").toEqual(expect.any(String));
+    const ran = expectEventStream(await r("POST", "v1/code/execute", { code: "print('ran ' + str(40 + 2))", context_id: ctx.id }), "r/v1/code/execute");
+    expect(ran.map((e) => e.data).join("\n")).toContain("ran 42");
+    // D: DELETE v1/commands/{id} of an unknown command -> 404 models.ErrorResponse {code, message}.
+    const gone = await r("DELETE", "v1/commands/no-such-command");
+    expect(gone.status, show(gone)).toBe(404);
+    expect(S.violations(S.AgentdError, gone.json), `agentd error body: ${show(gone)}`).toEqual([]);
+    expect((gone.json as { code: number }).code).toBe(404);
+
+    // S: POST v1/commands/run answers an event stream of the command's output, and "a command id
+    // plus its status is what makes a run resumable": the stream must tell the id, and
+    // GET v1/commands/{id}/status answers {id, running, exit_code, started_at, finished_at}.
+    const run = expectEventStream(await r("POST", "v1/commands/run", { command: "echo contract-run; exit 4" }), "r/v1/commands/run");
+    expect(run.map((e) => e.data).join("\n")).toContain("contract-run");
+    const ids = run.flatMap((e) => {
+      try {
+        const d = JSON.parse(e.data) as { id?: unknown };
+        return typeof d.id === "string" ? [d.id] : [];
+      } catch {
+        return [];
+      }
+    });
+    expect(ids.length, "the stream names the command's id").toBeGreaterThan(0);
+    const status = expectBody(await r("GET", `v1/commands/${ids[0]}/status`), 200, S.EndedCommandStatus, "r/v1/commands/{id}/status");
+    expect(status).toMatchObject({ id: ids[0], running: false, exit_code: 4 });
   });
 });
 

@@ -14,6 +14,9 @@
 //   models.UsageRecord, models.UsageSummary, models.PoolStatus, models.PoolConfig,
 //   iamclient.OAuthClient, iamclient.OAuthClientResponse, models.ErrorResponse (compute
 //   dialect), the VM endpoint answer (a map of strings).
+// - shared/reference/service-openapi/agentd-api.json ("D"): the VM runtime reached through
+//   /compute/v1/vms/{id}/r/<path>: models.ErrorResponse (agentd's {code, message}),
+//   models.CodeContext, models.CommandStatus, models.MetricsSnapshot.
 //
 // Rules applied:
 // - Types are the published ones; metadata values are strings (C/R `additionalProperties:
@@ -304,6 +307,43 @@ export const PoolConfig = Type.Object({
   min_warm: Type.Optional(Type.Integer()),
   recycle: Type.Optional(Type.Boolean()),
   scale_up_threshold: Type.Optional(Type.Number({ minimum: 0, maximum: 1 })),
+});
+
+// ---------------------------------------------------------------------------------------------
+// The VM runtime, agentd (D), answering through /compute/v1/vms/{id}/r/<path>.
+/** D models.ErrorResponse: {code:int, message:string} (no error_code). */
+export const AgentdError = Type.Object({
+  code: Type.Integer(),
+  message: Type.String(),
+});
+
+/** D models.CodeContext (S: "a Jupyter kernel context"). */
+export const CodeContext = Type.Object({
+  id: Type.Optional(Type.String()),
+  kernel_id: Type.Optional(Type.String()),
+  language: Type.Optional(Type.String()),
+  session_id: Type.Optional(Type.String()),
+  created_at: Type.Optional(Type.String()),
+});
+
+/**
+ * D models.CommandStatus; S: "answers {id, running, exit_code, started_at, finished_at}". For a
+ * command that has ended all five are required.
+ */
+export const EndedCommandStatus = Type.Object({
+  id: Type.String({ minLength: 1 }),
+  running: Type.Literal(false),
+  exit_code: Type.Integer(),
+  started_at: Type.String(),
+  finished_at: Type.String(),
+});
+
+/** D models.MetricsSnapshot. */
+export const MetricsSnapshot = Type.Object({
+  cpu_percent: Type.Optional(Type.Number()),
+  mem_total_bytes: Type.Optional(Type.Integer()),
+  mem_used_bytes: Type.Optional(Type.Integer()),
+  tokens_total: Type.Optional(Type.Integer()),
 });
 
 export type TAgent = Static<typeof Agent>;

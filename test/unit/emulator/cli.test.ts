@@ -89,7 +89,13 @@ describe("agent-operator emulator (CLI)", () => {
       expect(created.status).toBe(201);
       stop(r, "SIGTERM");
       await r.exited;
-      const saved = JSON.parse(await readFile(stateFile, "utf8")) as { skills: { name: string }[] };
+      // npx itself may exit before the emulator under it has finished closing: wait for the file.
+      let text = "";
+      for (let i = 0; i < 100 && text === ""; i++) {
+        text = await readFile(stateFile, "utf8").catch(() => "");
+        if (text === "") await new Promise((resolve) => setTimeout(resolve, 50));
+      }
+      const saved = JSON.parse(text) as { skills: { name: string }[] };
       expect(saved.skills.map((s) => s.name)).toEqual(["from-cli"]);
     } finally {
       await rm(dir, { recursive: true, force: true });

@@ -18,7 +18,7 @@ describe("emulator agent VMs", () => {
       tier: "standard",
       skills_loaded: ["pdf"],
       endpoint: expect.stringMatching(/^https:\/\//),
-      ws_url: expect.stringMatching(/^wss:\/\//),
+      ws_url: expect.stringMatching(/^ws:\/\/127\.0\.0\.1:\d+\/compute\/v1\/vms\/[0-9a-f-]{36}\/ws$/),
       token: expect.any(String),
       expires_at: new Date(T0 + 3600_000).toISOString(),
     });
@@ -41,10 +41,11 @@ describe("emulator agent VMs", () => {
     expect((await c.get<AgentVM[]>("/compute/v1/vms")).body).toEqual([vm.body]);
     const ep = await c.get(`/compute/v1/vms/${res.body.vm_id}/endpoint`);
     expect(ep.body).toEqual({ endpoint: res.body.endpoint, ws_url: res.body.ws_url });
-    // No runtime yet: nothing runs, and the answer says so instead of a 200.
+    expect(res.body.ws_url).toBe(`${emu.baseURL.replace(/^http/, "ws")}/compute/v1/vms/${res.body.vm_id}/ws`);
+    // The VM runs what it is sent (see execute.test.ts, ws.test.ts, agentd-*.test.ts).
     const ex = await c.post(`/compute/v1/vms/${res.body.vm_id}/execute`, { command: "ls" });
-    expect(ex.status).toBe(502);
-    expect(ex.body).toMatchObject({ code: 502, error_code: "bad_gateway" });
+    expect(ex.status).toBe(200);
+    expect(ex.headers.get("content-type")).toMatch(/^text\/event-stream/);
     // Stored, though: the service keeps what it was sent.
     expect(emu.state.vms.get(res.body.vm_id)).toMatchObject({ id: res.body.vm_id, skills: ["pdf"], env: { SECRET: "v" }, org_id: "org-emulator" });
   });

@@ -163,11 +163,14 @@ describe("VMs", () => {
     const ep = await client.vms.endpoint(a.vm_id);
     expect(Object.values(ep).every((v) => typeof v === "string")).toBe(true);
 
-    // The emulator has no VM runtime yet: execute reaches it and is answered 502, not retried
-    // (running something twice is not harmless).
+    // Execute runs the command in the VM and answers a server-sent event stream, which this
+    // JSON client does not decode: an error, not retried (running something twice is not
+    // harmless), and the command ran exactly once.
     const e = (await rejection(client.vms.execute(a.vm_id, { command: "echo hi" }))) as ServiceError;
-    expect(e.status).toBe(502);
+    expect(e.status).toBe(200);
+    expect(e.retryable).toBe(false);
     expect(count(emu, "vms.execute")).toBe(1);
+    expect(emu.runtimes.get(a.vm_id)?.executions).toBe(1);
 
     const listed = await client.vms.list({ tier: "standard" });
     expect(listed.map((v) => v.id)).toContain(a.vm_id);

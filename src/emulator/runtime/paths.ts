@@ -1,0 +1,57 @@
+// VM paths: requests name files as the VM sees them (`/workspace/...`, or relative to it); the
+// emulator keeps each VM's workspace in a host directory. A path that leaves the workspace,
+// lexically (`..`, another absolute path) or through a symbolic link, is refused with 400
+// naming the request field, before anything touches the disk.
+import { realpathSync } from "node:fs";
+import { dirname, join, posix, relative, sep } from "node:path";
+import { badRequest, ServiceError } from "../errors.js";
+
+/** Where the workspace is on a VM. */
+export const VM_WORKSPACE = "/workspace";
+
+/**
+ * The host path of `vmPath` inside `workspace` (a real path: no symbolic links in it). A relative
+ * `vmPath` is relative to /workspace. Throws 400 `<field> ... is outside /workspace`.
+ */
+export function hostPath(workspace: string, vmPath: unknown, field: string): string {
+  if (typeof vmPath !== "string" || vmPath === "") throw badRequest(`${field} is required`);
+  if (vmPath.includes("\0")) throw badRequest(`${field} must not contain a NUL character`);
+  const abs = posix.resolve(VM_WORKSPACE, vmPath);
+  if (abs !== VM_WORKSPACE && !abs.startsWith(`${VM_WORKSPACE}/`)) throw outside(field, vmPath);
+  const rel = abs.slice(VM_WORKSPACE.length + 1);
+  const host = rel === "" ? workspace : join(workspace, ...rel.split("/"));
+  // The lexical check passed; a symbolic link on the way may still lead out.
+  let p = host;
+  for (;;) {
+    try {
+      if (!within(workspace, realpathSync(p))) throw outside(field, vmPath);
+      return host;
+    } catch (err) {
+      if (err instanceof ServiceError) throw err;
+      const code = (err as NodeJS.ErrnoException).code;
+      if (code !== "ENOENT" && code !== "ENOTDIR") throw err;
+      const parent = dirname(p);
+      if (parent === p) return host;
+      p = parent; // not there yet: the nearest existing ancestor decides
+    }
+  }
+}
+
+/** The VM path of a host path inside `workspace`. */
+export function vmPath(workspace: string, host: string): string {
+  const rel = relative(workspace, host);
+  return rel === "" ? VM_WORKSPACE : `${VM_WORKSPACE}/${rel.split(sep).join("/")}`;
+}
+
+/** A plain name usable as one path segment (session ids, skill names). */
+export function isPlainSegment(s: string): boolean {
+  return /^[A-Za-z0-9][A-Za-z0-9._-]{0,252}$/.test(s);
+}
+
+function within(root: string, p: string): boolean {
+  return p === root || p.startsWith(root.endsWith(sep) ? root : root + sep);
+}
+
+function outside(field: string, path: string): ServiceError {
+  return badRequest(`${field} ${JSON.stringify(path)} is outside ${VM_WORKSPACE}`);
+}

@@ -1,0 +1,97 @@
+// Bodies written over time: server-sent event streams (the agentd SSEEvent: `event` and `data`
+// lines) and file downloads.
+import { createReadStream } from "node:fs";
+import type { ServerResponse } from "node:http";
+import { StreamBody } from "../http.js";
+import type { ExecEvent, Execution } from "./execution.js";
+
+/** A comment line every so often keeps idle proxies from closing a long stream. */
+const KEEPALIVE_MS = 15_000;
+
+/** One event in the text/event-stream format; a multi-line `data` becomes several data lines. */
+export function formatSSE(e: ExecEvent): string {
+  return `event: ${e.event}\n${e.data
+    .split(/\r\n|\r|\n/)
+    .map((line) => `data: ${line}\n`)
+    .join("")}\n`;
+}
+
+export interface SSESink {
+  send(e: ExecEvent): void;
+  end(): void;
+}
+
+/**
+ * A text/event-stream answer fed by `source`, which starts when the answer goes out (so an answer
+ * that a fault rule drops subscribes to nothing) and returns its cleanup.
+ */
+export class SSEBody extends StreamBody {
+  readonly contentType = "text/event-stream";
+  override readonly headers = { "cache-control": "no-cache", "x-accel-buffering": "no" };
+
+  constructor(private readonly source: (sink: SSESink) => () => void) {
+    super();
+  }
+
+  writeTo(res: ServerResponse): void {
+    let done = false;
+    let cleanup: () => void = () => {};
+    const keepalive = setInterval(() => res.write(": keepalive\n\n"), KEEPALIVE_MS);
+    keepalive.unref();
+    const stop = (): void => {
+      if (done) return;
+      done = true;
+      clearInterval(keepalive);
+      cleanup();
+    };
+    res.once("close", stop);
+    res.flushHeaders();
+    cleanup = this.source({
+      send: (e) => {
+        if (!done) res.write(formatSSE(e));
+      },
+      end: () => {
+        if (done) return;
+        stop();
+        res.end();
+      },
+    });
+    if (done) cleanup();
+  }
+}
+
+/** The events of an execution, from its start, until it ends. */
+export function executionSSE(execution: Execution): SSEBody {
+  return new SSEBody((sink) => execution.subscribe((e) => (e ? sink.send(e) : sink.end())));
+}
+
+/** A fixed list of events, then the end of the stream. */
+export function eventsSSE(events: readonly ExecEvent[]): SSEBody {
+  return new SSEBody((sink) => {
+    for (const e of events) sink.send(e);
+    sink.end();
+    return () => {};
+  });
+}
+
+/** A file's bytes (application/octet-stream). */
+export class FileBody extends StreamBody {
+  readonly contentType = "application/octet-stream";
+  override readonly headers: Record<string, string>;
+
+  constructor(
+    private readonly file: string,
+    size: number,
+    name: string,
+  ) {
+    super();
+    this.headers = { "content-length": String(size), "content-disposition": `attachment; filename*=UTF-8''${encodeURIComponent(name)}` };
+  }
+
+  writeTo(res: ServerResponse): void {
+    const stream = createReadStream(this.file);
+    stream.once("error", () => res.destroy());
+    res.once("close", () => stream.destroy());
+    stream.pipe(res);
+  }
+}

@@ -1,0 +1,193 @@
+import { existsSync, readFileSync, symlinkSync } from "node:fs";
+import { join } from "node:path";
+import { describe, expect, it } from "vitest";
+import { client, emulator } from "./helpers.js";
+import { agentd, allocate, streamText, upload, uploadForm } from "./runtime-helpers.js";
+
+describe("emulator agentd: files, directories, sessions, workspace (r/v1/...)", () => {
+  it("uploads (multipart path + file), downloads the same bytes, tells the file's info, deletes it", async () => {
+    const emu = await emulator();
+    const c = await client(emu);
+    const vm = await allocate(c);
+    const a = agentd(c, vm.vm_id);
+    const bytes = new Uint8Array([0, 1, 2, 250, 255, 10, 13]);
+    const up = await upload(emu, c, vm.vm_id, uploadForm("/workspace/data/in.bin", bytes));
+    expect(up.status).toBe(201);
+    expect(up.body).toEqual({ path: "/workspace/data/in.bin", size: "7" });
+    // It is in the workspace, where commands see it.
+    const ws = emu.runtimes.get(vm.vm_id)!.workspace;
+    expect(new Uint8Array(readFileSync(join(ws, "data", "in.bin")))).toEqual(bytes);
+    const { events } = await a.run({ command: "wc -c < data/in.bin" });
+    expect(streamText(events, "stdout").trim()).toBe("7");
+
+    const down = await fetch(`${emu.baseURL}${a.base}/v1/files/download?path=${encodeURIComponent("/workspace/data/in.bin")}`, { headers: { authorization: `Bearer ${c.token}` } });
+    expect(down.status).toBe(200);
+    expect(down.headers.get("content-type")).toBe("application/octet-stream");
+    expect(new Uint8Array(await down.arrayBuffer())).toEqual(bytes);
+
+    const info = await a.call("GET", "v1/files/info?path=data/in.bin");
+    expect(info.status).toBe(200);
+    expect(info.body).toEqual({
+      path: "/workspace/data/in.bin",
+      size: 7,
+      is_dir: false,
+      mode: expect.stringMatching(/^-[rwx-]{9}$/),
+      mod_time: expect.stringMatching(/^\d{4}-\d\d-\d\dT/),
+      owner: expect.any(String),
+      group: expect.any(String),
+    });
+    expect((await a.call("GET", "v1/files/info?path=/workspace/data")).body).toMatchObject({ path: "/workspace/data", is_dir: true, mode: expect.stringMatching(/^d/) });
+
+    expect((await a.call("DELETE", "v1/files", ["/workspace/data/in.bin"])).status).toBe(204);
+    expect((await a.call("GET", "v1/files/info?path=/workspace/data/in.bin")).status).toBe(404);
+    const gone = await a.call("GET", "v1/files/download?path=/workspace/data/in.bin");
+    expect(gone.status).toBe(404);
+    expect(gone.body).toEqual({ code: 404, message: "/workspace/data/in.bin not found" });
+  });
+
+  it("uploading to a directory keeps the file's name", async () => {
+    const emu = await emulator();
+    const c = await client(emu);
+    const vm = await allocate(c);
+    const up = await upload(emu, c, vm.vm_id, uploadForm("/workspace/inbox/", "hello", "greeting.txt"));
+    expect(up.body).toEqual({ path: "/workspace/inbox/greeting.txt", size: "5" });
+  });
+
+  it("refuses a path outside /workspace with 400 naming the field, and touches nothing", async () => {
+    const emu = await emulator();
+    const c = await client(emu);
+    const vm = await allocate(c);
+    const a = agentd(c, vm.vm_id);
+    const ws = emu.runtimes.get(vm.vm_id)!.workspace;
+    const escapes = ["/etc/passwd", "../../etc/passwd", "/workspace/../etc/passwd", "/workspace2/x"];
+    for (const p of escapes) {
+      const q = encodeURIComponent(p);
+      for (const [method, path, body, field] of [
+        ["GET", `v1/files/download?path=${q}`, undefined, "path"],
+        ["GET", `v1/files/info?path=${q}`, undefined, "path"],
+        ["DELETE", "v1/files", [p], "paths[0]"],
+        ["POST", "v1/directories", ["/workspace/ok", p], "paths[1]"],
+        ["DELETE", "v1/directories", [p], "paths[0]"],
+        ["POST", "v1/files/mv", [{ src: p, dst: "/workspace/x" }], "moves[0].src"],
+        ["GET", `v1/files/search?pattern=*&dir=${q}`, undefined, "dir"],
+      ] as const) {
+        const res = await a.call(method, path, body);
+        expect(res.status, `${method} ${path}`).toBe(400);
+        expect(res.body).toEqual({ code: 400, message: `${field} ${JSON.stringify(p)} is outside /workspace` });
+      }
+      const up = await upload(emu, c, vm.vm_id, uploadForm(p, "x"));
+      expect(up.status).toBe(400);
+      expect(up.body).toEqual({ code: 400, message: `path ${JSON.stringify(p)} is outside /workspace` });
+    }
+    expect(existsSync(join(ws, "ok")), "a refused batch does nothing").toBe(false);
+    // A symbolic link inside the workspace that leads out is refused too.
+    symlinkSync("/etc", join(ws, "link"));
+    const viaLink = await a.call("GET", "v1/files/download?path=/workspace/link/passwd");
+    expect(viaLink.status).toBe(400);
+    expect(viaLink.body).toEqual({ code: 400, message: 'path "/workspace/link/passwd" is outside /workspace' });
+  });
+
+  it("creates and deletes directories, moves files, searches by glob", async () => {
+    const emu = await emulator();
+    const c = await client(emu);
+    const vm = await allocate(c);
+    const a = agentd(c, vm.vm_id);
+    expect((await a.call("POST", "v1/directories", ["/workspace/a/b", "c"])).status).toBe(201);
+    await upload(emu, c, vm.vm_id, uploadForm("/workspace/a/b/one.txt", "1"));
+    await upload(emu, c, vm.vm_id, uploadForm("/workspace/c/two.md", "2"));
+    expect((await a.call("POST", "v1/files/mv", [{ src: "/workspace/c/two.md", dst: "/workspace/a/two.txt" }])).status).toBe(204);
+    const found = await a.call<{ path: string }[]>("GET", "v1/files/search?pattern=*.txt");
+    expect(found.status).toBe(200);
+    expect(found.body.map((f) => f.path).sort()).toEqual(["/workspace/a/b/one.txt", "/workspace/a/two.txt"]);
+    const inB = await a.call<{ path: string }[]>("GET", "v1/files/search?dir=/workspace/a/b&pattern=*");
+    expect(inB.body.map((f) => f.path)).toEqual(["/workspace/a/b/one.txt"]);
+    expect((await a.call("GET", "v1/files/search")).status).toBe(400);
+    expect((await a.call("POST", "v1/files/mv", [{ src: "/workspace/nope", dst: "/workspace/x" }])).body).toEqual({ code: 400, message: "moves[0].src does not exist" });
+    expect((await a.call("DELETE", "v1/files", ["/workspace/a"])).status, "a directory is not a file").toBe(400);
+    expect((await a.call("DELETE", "v1/directories", ["/workspace/a"])).status).toBe(204);
+    expect((await a.call("GET", "v1/files/info?path=/workspace/a")).status).toBe(404);
+    expect((await a.call("DELETE", "v1/directories", ["/workspace"])).status, "not the workspace itself").toBe(400);
+    expect((await a.call("POST", "v1/directories", {})).status).toBe(400);
+  });
+
+  it("sessions: init makes /workspace/sessions/<id>; delete removes it", async () => {
+    const emu = await emulator();
+    const c = await client(emu);
+    const vm = await allocate(c);
+    const a = agentd(c, vm.vm_id);
+    const init = await a.call("POST", "v1/sessions/init", { session_id: "s1" });
+    expect(init.status).toBe(201);
+    expect(init.body).toEqual({ session_id: "s1", path: "/workspace/sessions/s1" });
+    expect((await a.call("GET", "v1/files/info?path=/workspace/sessions/s1")).body).toMatchObject({ is_dir: true });
+    expect((await a.call("POST", "v1/sessions/init", {})).body).toEqual({ code: 400, message: "session_id is required" });
+    expect((await a.call("POST", "v1/sessions/init", { session_id: "../x" })).status).toBe(400);
+    expect((await a.call("DELETE", "v1/sessions/s1")).status).toBe(204);
+    expect((await a.call("GET", "v1/files/info?path=/workspace/sessions/s1")).status).toBe(404);
+  });
+
+  it("workspace reset empties the workspace but for skills, and stops what runs", async () => {
+    const emu = await emulator();
+    const c = await client(emu);
+    await c.post("/compute/v1/skills", { name: "keep", content: "# keep" });
+    const vm = await allocate(c, { skills: ["keep"] });
+    const a = agentd(c, vm.vm_id);
+    await upload(emu, c, vm.vm_id, uploadForm("/workspace/junk.txt", "x"));
+    const { events } = await a.run({ command: "sleep 30", background: true });
+    const id = JSON.parse(events[0]!.data).id as string;
+    expect((await a.call("POST", "v1/workspace/reset")).status).toBe(204);
+    expect((await a.call("GET", "v1/files/info?path=/workspace/junk.txt")).status).toBe(404);
+    expect((await a.call("GET", "v1/files/info?path=/workspace/skills/keep/SKILL.md")).status).toBe(200);
+    await emu.runtimes.get(vm.vm_id)!.command(id)!.execution.wait();
+    expect((await a.call("GET", `v1/commands/${id}/status`)).body).toMatchObject({ running: false, exit_code: 137 });
+  });
+
+  it("metrics: a snapshot, and a stream of them; agents: none run", async () => {
+    const emu = await emulator();
+    const c = await client(emu);
+    const vm = await allocate(c);
+    const a = agentd(c, vm.vm_id);
+    const m = await a.call<Record<string, number>>("GET", "v1/metrics");
+    expect(m.status).toBe(200);
+    expect(m.body).toEqual({ cpu_percent: expect.any(Number), mem_total_bytes: expect.any(Number), mem_used_bytes: expect.any(Number), tokens_total: 0 });
+    const ac = new AbortController();
+    const res = await fetch(`${emu.baseURL}${a.base}/v1/metrics/watch`, { headers: { authorization: `Bearer ${c.token}` }, signal: ac.signal });
+    expect(res.headers.get("content-type")).toMatch(/^text\/event-stream/);
+    const reader = res.body!.getReader();
+    const first = new TextDecoder().decode((await reader.read()).value);
+    expect(first).toMatch(/^event: metrics\ndata: \{"cpu_percent":/);
+    ac.abort();
+    expect((await a.call("GET", "v1/agents")).body).toEqual([]);
+    expect((await a.call("GET", "v1/agents/x")).status).toBe(404);
+    expect((await a.call("POST", "v1/agents/execute", {})).status).toBe(501);
+    expect((await a.call("GET", "v1/nothing/here")).body).toEqual({ code: 404, message: "agentd has no route for GET v1/nothing/here" });
+    expect((await a.call("DELETE", "v1/metrics")).status).toBe(405);
+  });
+});
+
+describe("emulator agentd: skills", () => {
+  it("writes each allocated skill under /workspace/skills/<name>/ (content as SKILL.md, resources beside it) and lists it", async () => {
+    const emu = await emulator();
+    const c = await client(emu);
+    await c.post("/compute/v1/skills", { name: "pdf", content: "# PDF skill\n", resources: { "requirements.txt": "pypdf\n", "scripts/run.py": "print('run')\n" } });
+    await c.post("/compute/v1/skills", { name: "later", content: "# later" });
+    const vm = await allocate(c, { skills: ["pdf"] });
+    const a = agentd(c, vm.vm_id);
+    const ws = emu.runtimes.get(vm.vm_id)!.workspace;
+    expect(readFileSync(join(ws, "skills", "pdf", "SKILL.md"), "utf8")).toBe("# PDF skill\n");
+    expect(readFileSync(join(ws, "skills", "pdf", "requirements.txt"), "utf8")).toBe("pypdf\n");
+    const { events } = await a.run({ command: "python3 skills/pdf/scripts/run.py" });
+    expect(streamText(events, "stdout")).toBe("run\n");
+
+    expect((await a.call("GET", "v1/skills")).body).toEqual([{ name: "pdf", loaded: true, path: "/workspace/skills/pdf" }]);
+    expect((await a.call("GET", "v1/skills/pdf")).body).toEqual({ name: "pdf", loaded: true, path: "/workspace/skills/pdf" });
+    expect((await a.call("GET", "v1/skills/later")).status).toBe(404);
+
+    const load = await a.call("POST", "v1/skills/load", { skills: ["later"] });
+    expect(load.status).toBe(200);
+    expect(load.body).toEqual([{ name: "later", loaded: true, path: "/workspace/skills/later" }]);
+    expect(readFileSync(join(ws, "skills", "later", "SKILL.md"), "utf8")).toBe("# later");
+    expect((await a.call("GET", "v1/skills")).body).toHaveLength(2);
+    expect((await a.call("POST", "v1/skills/load", { skills: ["missing"] })).body).toEqual({ code: 400, message: 'skills[0]: skill "missing" does not exist' });
+    expect((await a.call("POST", "v1/skills/load", {})).body).toEqual({ code: 400, message: "skills is required" });
+  });
+});
