@@ -149,6 +149,8 @@ export async function startOperatorAs(opts: {
   namespaces: string[];
   logs?: string[];
   leaseName?: string;
+  /** Namespace of the Lease (the operator's own); default OPERATOR_NAMESPACE. */
+  leaseNamespace?: string;
   syncPeriodMs?: number;
 }): Promise<OperatorUnderTest> {
   const logs = opts.logs ?? [];
@@ -162,6 +164,7 @@ export async function startOperatorAs(opts: {
   // A Lease of its own per run: a Lease left held by an earlier run (killed before it could
   // release it) would otherwise delay this one by a lease duration.
   const leaseName = opts.leaseName ?? uniqueName("agent-operator-e2e");
+  const leaseNamespace = opts.leaseNamespace ?? OPERATOR_NAMESPACE;
   const manager = new Manager({
     client: new KubeClient({ kubeConfig: opts.kubeConfig }),
     logger,
@@ -174,11 +177,11 @@ export async function startOperatorAs(opts: {
     // spelled out because Manager passes `undefined` for each one it is not given, and those
     // undefineds override the elector's defaults (NaN deadlines: see the install report).
     // `agent-operator run` itself is exercised as is by image.test.ts.
-    leaderElection: { namespace: OPERATOR_NAMESPACE, name: leaseName, leaseDurationMs: 15_000, renewDeadlineMs: 10_000, retryPeriodMs: 2_000 },
+    leaderElection: { namespace: leaseNamespace, name: leaseName, leaseDurationMs: 15_000, renewDeadlineMs: 10_000, retryPeriodMs: 2_000 },
   });
   const operator = setupOperator(manager, { syncPeriodMs: opts.syncPeriodMs ?? 600_000, concurrency: 4 });
   await manager.start();
-  await waitFor(() => manager.isLeader(), { timeoutMs: 30_000, description: `leadership of Lease ${OPERATOR_NAMESPACE}/${leaseName}` });
+  await waitFor(() => manager.isLeader(), { timeoutMs: 30_000, description: `leadership of Lease ${leaseNamespace}/${leaseName}` });
   return {
     manager,
     operator,
