@@ -183,6 +183,18 @@ const ANNOTATIONS: Array<{ key: string; kinds: (k: string) => boolean; descripti
     kinds: (k) => k === "AgentDeployment",
     description: "Any new value redeploys the deployment once, as `kubectl rollout restart` does for a Deployment.",
   },
+  {
+    key: Annotations.paused,
+    kinds: (k) => k !== "Connection",
+    description:
+      '`"true"`: make no change in the service for this resource (no create, update, replace or delete; a deletion waits with the finalizer kept) until the annotation goes; what changed meanwhile is applied then. Ready says `ReconcilePaused`. A paused Sandbox\'s VM is still renewed.',
+  },
+  {
+    key: Annotations.pollInterval,
+    kinds: (k) => k !== "Connection",
+    description:
+      "A duration (`30s`, `5m`, `1h`; at least `1s`): observe this resource at this period instead of `--sync-period`. A bad value keeps the sync period and is reported (`InvalidPollInterval`).",
+  },
 ];
 
 export function fileNameOf(def: KindDefinition): string {

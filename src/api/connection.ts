@@ -129,7 +129,14 @@ export const connectionKind: KindDefinition = {
   status: ConnectionStatusSchema,
   printerColumns: [
     { name: "Base URL", type: "string", jsonPath: ".spec.baseURL" },
-    { name: "Token Expires", type: "date", jsonPath: ".status.tokenExpiresAt", priority: 1 },
+    // A future time: shown as itself, not as an age (a `date` column prints <invalid>; docs/design.md).
+    {
+      name: "Token Expires",
+      type: "string",
+      jsonPath: ".status.tokenExpiresAt",
+      description: "When the current access token expires (RFC 3339, UTC).",
+      priority: 1,
+    },
     ...readyColumns,
   ],
 };

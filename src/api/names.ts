@@ -17,6 +17,16 @@ export const Annotations = {
   externalId: `${GROUP}/external-id`,
   /** Any new value triggers one redeploy of an AgentDeployment (like `kubectl rollout restart`). */
   redeployAt: `${GROUP}/redeploy-at`,
+  /**
+   * "true": the operator makes no change in the service for the resource (no create, update,
+   * replace or delete; deletion waits) until the annotation goes. A Sandbox's VM is still renewed.
+   */
+  paused: `${GROUP}/paused`,
+  /**
+   * A duration (30s, 5m, 1h) that replaces --sync-period for this resource: how often it is
+   * observed again, its service object read at least that often.
+   */
+  pollInterval: `${GROUP}/poll-interval`,
 } as const;
 
 /** Crash-safety marker written into the `metadata` of every service object the operator creates. */

@@ -105,7 +105,15 @@ export const sandboxKind: KindDefinition = {
     { name: "VM ID", type: "string", jsonPath: ".status.vmId" },
     { name: "Tier", type: "string", jsonPath: ".spec.tier" },
     { name: "State", type: "string", jsonPath: ".status.state" },
-    { name: "Expires", type: "date", jsonPath: ".status.expiresAt", priority: 1 },
+    // A time in the future: a `date` column renders an age, and kubectl prints <invalid> for one
+    // still to come. The RFC 3339 time itself is what a person can read (docs/design.md).
+    {
+      name: "Expires",
+      type: "string",
+      jsonPath: ".status.expiresAt",
+      description: "When the VM expires unless renewed (RFC 3339, UTC).",
+      priority: 1,
+    },
     ...readyColumns,
   ],
 };

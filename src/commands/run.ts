@@ -6,7 +6,7 @@ import { setupOperator } from "../controllers/index.js";
 import { KubeClient } from "../runtime/kube-client.js";
 import { createLogger } from "../runtime/logging.js";
 import { Manager } from "../runtime/manager.js";
-import { parseDuration } from "./duration.js";
+import { parseDuration } from "../lib/duration.js";
 
 const HELP = `usage: agent-operator run [flags]
 

@@ -46,6 +46,11 @@ export interface ManagedKind<R extends ManagedResource, Plan> {
   externalId(cr: R): string | undefined;
   /** true: the kind writes credentials or endpoints to the resource's connection Secret. */
   connectionSecret: boolean;
+  /**
+   * true: the service objects die unless written to (a VM's TTL), so a paused resource is
+   * still observed and kept alive by the client's whilePaused (renewals only).
+   */
+  upkeepWhilePaused?: boolean;
   /** The client for the resources of one Connection. It holds nothing between calls. */
   client(handle: ServiceHandle): ExternalClient<R, Plan>;
   /** Indices, and watches of what the kind depends on (beyond itself and its Connection). */
@@ -138,6 +143,7 @@ export function setupManagedKind<R extends ManagedResource, Plan>(
       status: ctx.status,
       syncPeriodMs: ctx.options.syncPeriodMs,
       secrets: kind.connectionSecret ? ctx.secretWriter : undefined,
+      upkeepWhilePaused: kind.upkeepWhilePaused ?? false,
     }),
   });
   controller.watch(informer, undefined, { filter: specOrMetaChanged });

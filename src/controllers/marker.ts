@@ -4,6 +4,7 @@
 import { Annotations } from "../api/names.js";
 import type { ManagedResource } from "../managed/external.js";
 import type { Inventory } from "../managed/inventory.js";
+import { pollIntervalMs } from "../managed/poll-interval.js";
 import { isNotFound } from "../service/index.js";
 
 interface Dated {
@@ -69,7 +70,7 @@ export async function findOwn<T extends Dated & { id: string }>(
   await inventory.ensureFresh();
   if (id === undefined) return newestMarked();
   const cached = inventory.get(id);
-  if (usable(cached)) return keeping(cached);
+  if (usable(cached) && !staleFor(cr, inventory, id)) return keeping(cached);
   try {
     const got = await opts.get(id);
     inventory.put(got);
@@ -92,4 +93,15 @@ export async function removeObject(inventory: Inventory<unknown>, key: string, c
     if (!isNotFound(err)) throw err;
   }
   inventory.remove(key);
+}
+
+/**
+ * The resource polls more often (agentcompute.dev/poll-interval) than the snapshot was last
+ * read for this key: its object is read again with one GET (not the whole list). 90 % of the
+ * interval: the requeue is jittered as early as that, and a pass that found the object "not
+ * yet stale" would put the next read off by a whole interval.
+ */
+export function staleFor(cr: ManagedResource, inventory: Inventory<unknown>, key: string): boolean {
+  const ms = pollIntervalMs(cr);
+  return ms !== undefined && inventory.ageOf(key) >= ms * 0.9;
 }

@@ -54,6 +54,8 @@ export function sandboxes(ctx: KindContext): ManagedKind<Sandbox, SandboxPlan> {
     inventory: "vms",
     externalId: sandboxExternalId,
     connectionSecret: true,
+    // Pausing must not lose a VM: a paused Sandbox is still renewed.
+    upkeepWhilePaused: true,
     client: (handle) => new SandboxClient(handle, deps),
     watches(controller, own) {
       const loading = referrers(own, "skill", (sb) => sb.spec.skills ?? []);
@@ -253,6 +255,24 @@ class SandboxClient implements ExternalClient<Sandbox, SandboxPlan> {
       };
     }
     if (plan.action !== "renew") return {};
+    return this.renew(cr, current, { replaceIfGone: true });
+  }
+
+  /**
+   * Paused (agentcompute.dev/paused): the renewal and nothing else. A replacement the spec asks
+   * for waits for the resume, but the running VM is renewed when it is due, whatever the plan:
+   * losing the VM is what pausing must never cause. A VM gone meanwhile is not replaced.
+   */
+  async whilePaused(cr: Sandbox, observed: Observation<SandboxStatus, SandboxPlan>): Promise<ActionResult<SandboxStatus> | undefined> {
+    const vm = observed.plan?.vm;
+    if (!observed.exists || observed.notReady !== undefined || vm === undefined || !(cr.spec.keepAlive ?? true)) return undefined;
+    const now = this.deps.now().getTime();
+    const expiresAt = Date.parse(vm.expires_at ?? "") || now;
+    if (now < expiresAt - renewBeforeSeconds(cr) * 1000) return undefined; // observe scheduled the renewal
+    return this.renew(cr, vm, { replaceIfGone: false });
+  }
+
+  private async renew(cr: Sandbox, current: AgentVM, opts: { replaceIfGone: boolean }): Promise<ActionResult<SandboxStatus>> {
     try {
       const renewed = await this.handle.client.vms.renew(current.id, ttlSeconds(cr));
       this.handle.vms.put({ ...current, ...renewed });
@@ -272,8 +292,10 @@ class SandboxClient implements ExternalClient<Sandbox, SandboxPlan> {
       };
     } catch (err) {
       if (!isNotFound(err)) throw err;
-      // Gone between the snapshot and the renewal: replace it now rather than on the next pass.
+      // Gone between the snapshot and the renewal: replace it now rather than on the next pass
+      // (not while paused: the replacement waits for the resume).
       this.handle.vms.remove(current.id);
+      if (!opts.replaceIfGone) return { event: null };
       if (!(cr.spec.keepAlive ?? true)) return { status: { state: "expired" } };
       const request = this.desired(cr);
       const vm = await this.allocate(request);

@@ -4,11 +4,11 @@ import { Annotations, kindNames } from "../api/names.js";
 import type { Skill, SkillStatus } from "../api/index.js";
 import { NotReadyError, StalledError } from "../managed/errors.js";
 import type { ActionResult, ExternalClient, Observation, Planned } from "../managed/external.js";
-import { isConflict, isOutcomeUnknown, type SkillRequest, type Skill as ServiceSkill } from "../service/index.js";
+import { isConflict, isNotFound, isOutcomeUnknown, type SkillRequest, type Skill as ServiceSkill } from "../service/index.js";
 import { deepEqual } from "../runtime/status.js";
 import type { ServiceHandle } from "./connection-pool.js";
 import { referrers, requestOf, type KindContext, type ManagedKind } from "./kind.js";
-import { removeObject } from "./marker.js";
+import { removeObject, staleFor } from "./marker.js";
 import type { ObjectStore } from "./object-store.js";
 
 export function skillName(cr: Skill): string {
@@ -80,11 +80,24 @@ class SkillClient implements ExternalClient<Skill, SkillPlan> {
         `annotation ${Annotations.externalId}: "${adopting}" differs from the skill name "${name}"; a skill's id is its name`,
       );
     }
-    const found = inventory.get(name);
+    const found = staleFor(cr, inventory, name) ? await this.read(name) : inventory.get(name);
     if (found === undefined) return { exists: false, upToDate: false };
     if (cr.status?.skillName !== name && adopting !== name) throw nameTaken(name);
     const differences = skillDifferences(found, desired);
     return { exists: true, upToDate: differences.length === 0, differences, status: statusOf(found), plan: desired };
+  }
+
+  /** One GET, for a resource polled more often than the snapshot is read; a 404 is "gone". */
+  private async read(name: string): Promise<ServiceSkill | undefined> {
+    try {
+      const got = await this.handle.client.skills.get(name);
+      this.handle.skills.put(got);
+      return got;
+    } catch (err) {
+      if (!isNotFound(err)) throw err;
+      this.handle.skills.remove(name);
+      return undefined;
+    }
   }
 
   claim(cr: Skill): Partial<SkillStatus> {

@@ -32,3 +32,23 @@ export function kstatusConditions({ state, reason, message }: Standing): StatedC
     { type: ConditionType.Stalled, status: stalled ? "True" : "False", reason, message: stalled ? message : undefined },
   ];
 }
+
+/** Ready's (and the others') reason while `agentcompute.dev/paused: "true"` holds the resource. */
+export const PAUSED_REASON = "ReconcilePaused";
+
+/**
+ * The triple of a paused resource. The operator has seen the generation and deliberately does
+ * nothing, so nothing is in progress (Reconciling=False) and nothing is waited for: kstatus
+ * readers (Flux's wait, kubectl wait on Reconciling) do not hang on a pause. Ready stays True
+ * only while the service object is as the spec last applied says (`inSync`); a spec changed
+ * while paused, or a resource that was not Ready, is Ready=False until it is resumed. Stalled is
+ * left out when `keepStalled`: a refusal of this generation stays remembered (and shown).
+ */
+export function pausedConditions({ inSync, message, keepStalled }: { inSync: boolean; message: string; keepStalled: boolean }): StatedCondition[] {
+  const out: StatedCondition[] = [
+    { type: ConditionType.Ready, status: inSync ? "True" : "False", reason: "ReconcilePaused", message },
+    { type: ConditionType.Reconciling, status: "False", reason: PAUSED_REASON, message: undefined },
+  ];
+  if (!keepStalled) out.push({ type: ConditionType.Stalled, status: "False", reason: PAUSED_REASON, message: undefined });
+  return out;
+}

@@ -72,6 +72,13 @@ export interface ExternalClient<R extends ManagedResource, Plan = unknown> {
   claim?(cr: R): Partial<StatusOf<R>> | undefined;
   create(cr: R): Promise<ActionResult<StatusOf<R>>>;
   update(cr: R, observed: Planned<StatusOf<R>, Plan>): Promise<ActionResult<StatusOf<R>>>;
+  /**
+   * For kinds whose service objects die unless written to (a VM's TTL): what to do for a
+   * paused resource (`agentcompute.dev/paused: "true"`) after observing it. Only upkeep that
+   * keeps what exists alive (a renewal); never a create, update, replace or delete. Needed when
+   * the kind sets `upkeepWhilePaused`.
+   */
+  whilePaused?(cr: R, observed: Observation<StatusOf<R>, Plan>): Promise<ActionResult<StatusOf<R>> | undefined>;
   /** Gives back the leftovers observe reported (a 404 is success); needed if observe reports any. */
   cleanup?(cr: R, leftovers: string[]): Promise<void>;
   /** Deletes (or releases) the service object; a 404 is success. */

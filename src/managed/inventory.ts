@@ -24,6 +24,8 @@ export class Inventory<T> {
   /** Marker uid -> keys; more than one when a crash left a duplicate behind. */
   private byMarker = new Map<string, Set<string>>();
   private refreshedAt = -Infinity;
+  /** When a key was last seen after the snapshot: a write's answer, a GET, a confirmed 404. */
+  private seenAt = new Map<string, number>();
   private inFlight: Promise<void> | undefined;
   /** Writes recorded while a read is in flight: the read may have started before them. */
   private writesDuringLoad: Array<{ key: string; obj: T | undefined }> | undefined;
@@ -45,6 +47,15 @@ export class Inventory<T> {
       this.inFlight = undefined;
     });
     return this.inFlight;
+  }
+
+  /**
+   * How long ago the service was last seen to hold what the snapshot says for `key` (the list,
+   * or a later write, GET or 404 of that key). For a resource polled more often than the
+   * snapshot is read: an age past its interval is read again with one GET.
+   */
+  ageOf(key: string): number {
+    return this.now() - Math.max(this.refreshedAt, this.seenAt.get(key) ?? -Infinity);
   }
 
   /** Marks the snapshot stale: the next ensureFresh reads the service (after an uncertain create). */
@@ -82,11 +93,13 @@ export class Inventory<T> {
     const key = this.opts.keyOf(obj);
     this.writesDuringLoad?.push({ key, obj });
     this.index(key, obj);
+    this.seenAt.set(key, this.now());
   }
 
   remove(key: string): void {
     this.writesDuringLoad?.push({ key, obj: undefined });
     this.unindex(key);
+    this.seenAt.set(key, this.now());
   }
 
   private index(key: string, obj: T): void {
@@ -135,6 +148,8 @@ export class Inventory<T> {
       else this.index(key, obj);
     }
     this.refreshedAt = startedAt;
+    // Sightings older than the list say nothing more than it does.
+    for (const [key, at] of this.seenAt) if (at <= startedAt) this.seenAt.delete(key);
     if (!this.opts.onChange) return;
     const equal = this.opts.equal ?? ((a: T, b: T) => JSON.stringify(a) === JSON.stringify(b));
     const changed: string[] = [];

@@ -10,12 +10,13 @@ import type { Informer } from "../runtime/informer.js";
 import type { KubeClient } from "../runtime/kube-client.js";
 import { resourcePath } from "../runtime/kube-client.js";
 import type { ReconcileContext, Reconciler, Request, Result } from "../runtime/controller.js";
-import { kstatusConditions, type StatedCondition } from "./conditions.js";
+import { PAUSED_REASON, kstatusConditions, pausedConditions, type StatedCondition } from "./conditions.js";
 import { patchFinalizers } from "./finalizers.js";
 import type { StatusWriter } from "./status-writer.js";
 import type { ConnectionSecretWriter } from "./connection-secret.js";
 import { StalledError, classify, type Failure } from "./errors.js";
 import type { ActionResult, Connector, ManagedResource, Observation, StatusOf } from "./external.js";
+import { pollIntervalOf } from "./poll-interval.js";
 import { afterBackoff, jittered } from "./requeue.js";
 
 export interface ManagedReconcilerOptions<R extends ManagedResource, Plan = unknown> {
@@ -39,6 +40,11 @@ export interface ManagedReconcilerOptions<R extends ManagedResource, Plan = unkn
   externalId(cr: R): string | undefined;
   /** Writes connection details; absent for kinds that have none. */
   secrets?: ConnectionSecretWriter;
+  /**
+   * The kind's service objects die unless written to (a Sandbox's VM and its TTL): a paused
+   * resource is still observed and its client's `whilePaused` keeps it alive (renewals only).
+   */
+  upkeepWhilePaused?: boolean;
   now?: () => Date;
 }
 
@@ -55,7 +61,17 @@ export class ManagedReconciler<R extends ManagedResource, Plan = unknown> implem
     const cached = this.opts.informer.get(req.namespace, req.name);
     if (cached === undefined) return; // gone; the finalizer already did its work
     let cr = this.opts.status.fresh(cached);
+    if (isPaused(cr)) return this.paused(cr, ctx);
+    if (findCondition(cr, ConditionType.Ready)?.reason === PAUSED_REASON) {
+      // The conditions remember the pause; the first reconcile after it says so once.
+      this.opts.events.normal(cr, "Resumed", `annotation ${Annotations.paused} removed: reconciling again`);
+    }
     if (cr.metadata.deletionTimestamp !== undefined) return this.finalize(cr, ctx);
+    const poll = pollIntervalOf(cr);
+    if (poll.kind === "invalid" && !(findCondition(cr, ConditionType.Ready)?.message ?? "").includes(poll.message)) {
+      // Once per bad value: the Ready message carries it from now on.
+      this.opts.events.warning(cr, "InvalidPollInterval", `${poll.message}; using --sync-period instead`);
+    }
     if (!(cr.metadata.finalizers ?? []).includes(FINALIZER)) {
       // Carry on with the object the API server answered (crossplane-runtime does the same):
       // waiting for it to come back through the informer would send it to the back of the
@@ -121,12 +137,12 @@ export class ManagedReconciler<R extends ManagedResource, Plan = unknown> implem
       kstatusConditions(
         notReady
           ? { state: "unavailable", ...notReady }
-          : { state: "ready", reason: "Available", message: "the service object matches the spec" },
+          : { state: "ready", reason: "Available", message: withPollNote(cr, "the service object matches the spec") },
       ),
     );
     // What the action did supersedes what was observed before it (a renewal moves the next one).
     const scheduled = action !== undefined ? action.requeueAfterMs : observed.requeueAfterMs;
-    const requeueAfterMs = Math.max(1, Math.min(this.jitteredSyncPeriod(), scheduled ?? Infinity));
+    const requeueAfterMs = Math.max(1, Math.min(this.jitteredSyncPeriod(cr), scheduled ?? Infinity));
     const priority = (action !== undefined ? action.priority : observed.priority) ?? false;
     return { requeueAfterMs, priority };
   }
@@ -139,7 +155,8 @@ export class ManagedReconciler<R extends ManagedResource, Plan = unknown> implem
       const since = this.waitingSince.get(cr.metadata.uid) ?? now;
       this.waitingSince.set(cr.metadata.uid, since);
       const graceMs = this.opts.dependencyGraceMs ?? 5_000;
-      const reported = previousReady?.status === "False" && previousReady.reason === failure.reason;
+      // Just resumed: the Ready condition still says paused, which would be wrong to leave.
+      const reported = (previousReady?.status === "False" && previousReady.reason === failure.reason) || previousReady?.reason === PAUSED_REASON;
       if (!reported && now - since < graceMs) {
         // Not reported yet: come back when the grace is over, or sooner when the dependency's
         // watch brings the resource back.
@@ -149,7 +166,7 @@ export class ManagedReconciler<R extends ManagedResource, Plan = unknown> implem
     } else {
       this.waitingSince.delete(cr.metadata.uid);
     }
-    await this.writeStatus(cr, {}, kstatusConditions({ state: stalled ? "stalled" : "reconciling", reason: failure.reason, message: failure.message }));
+    await this.writeStatus(cr, {}, kstatusConditions({ state: stalled ? "stalled" : "reconciling", reason: failure.reason, message: withPollNote(cr, failure.message) }));
     if (previousReady?.reason !== failure.reason) {
       this.opts.events.warning(cr, failure.reason, failure.message);
     }
@@ -157,7 +174,7 @@ export class ManagedReconciler<R extends ManagedResource, Plan = unknown> implem
       // Nothing changes until the user edits the spec (which triggers a reconcile); still look
       // again on the sync period in case the service's answer changes.
       ctx.log.info({ reason: failure.reason }, failure.message);
-      return { requeueAfterMs: this.jitteredSyncPeriod() };
+      return { requeueAfterMs: this.jitteredSyncPeriod(cr) };
     }
     if (failure.kind === "notReady") {
       // Waiting is not an error: back off per object without an error log on every retry.
@@ -166,6 +183,53 @@ export class ManagedReconciler<R extends ManagedResource, Plan = unknown> implem
     }
     // Transient: rethrow so the queue backs off per object and the error is counted and logged.
     throw err instanceof Error ? err : new Error(failure.message);
+  }
+
+  /**
+   * `agentcompute.dev/paused: "true"`: no create, update, replace or delete in the service,
+   * and deletion waits with the finalizer kept (crossplane-runtime's pause). Reads may go on,
+   * and a kind with `upkeepWhilePaused` (Sandbox) keeps its object alive: a paused Sandbox's
+   * VM is renewed, since letting it run out would lose it. The conditions say paused (reason
+   * ReconcilePaused), with one `Paused` Event when it starts; `Resumed` when it ends.
+   */
+  private async paused(cr: R, ctx: ReconcileContext): Promise<Result | void> {
+    this.waitingSince.delete(cr.metadata.uid);
+    const previousReady = findCondition(cr, ConditionType.Ready);
+    if (previousReady?.reason !== PAUSED_REASON) {
+      this.opts.events.normal(cr, "Paused", `annotation ${Annotations.paused}: "true": no change is made in the service until it is removed`);
+    }
+    const deleting = cr.metadata.deletionTimestamp !== undefined;
+    const managing = (cr.metadata.finalizers ?? []).includes(FINALIZER);
+    let status: Partial<StatusOf<R>> = {};
+    let result: Result | void = undefined;
+    let trouble: { failure: Failure; err: unknown } | undefined;
+    if (this.opts.upkeepWhilePaused && managing) {
+      try {
+        const external = await this.opts.connector.connect(cr, ctx);
+        if (external.whilePaused === undefined) throw new Error(`${this.opts.kind.kind}: upkeepWhilePaused is set but the client has no whilePaused`);
+        const observed = await external.observe(cr);
+        const action = await external.whilePaused(cr, observed);
+        status = { ...observed.status, ...action?.status } as Partial<StatusOf<R>>;
+        const scheduled = action !== undefined ? action.requeueAfterMs : observed.requeueAfterMs;
+        if (scheduled !== undefined) {
+          result = { requeueAfterMs: Math.max(1, scheduled), priority: (action !== undefined ? action.priority : observed.priority) ?? false };
+        }
+      } catch (err) {
+        trouble = { failure: classify(err), err };
+      }
+    }
+    // Ready=True only while nothing waits to be applied: it was Ready for this very generation.
+    const inSync = !deleting && previousReady?.status === "True" && previousReady.observedGeneration === cr.metadata.generation;
+    const upkeep = this.opts.upkeepWhilePaused ? " (its VM is still renewed)" : "";
+    const waiting = deleting ? "; deletion waits, with the finalizer kept, until" : "; changes made meanwhile are applied when";
+    const problem = trouble ? `; cannot keep it alive: ${trouble.failure.reason}: ${trouble.failure.message}` : "";
+    const message = `paused by the annotation ${Annotations.paused}: "true": the operator makes no change in the service${upkeep}${waiting} the annotation is removed${problem}`;
+    await this.writeStatus(cr, status, pausedConditions({ inSync, message, keepStalled: stalledAtThisGeneration(cr) !== undefined }));
+    if (trouble !== undefined) {
+      if (trouble.failure.kind === "transient") throw trouble.err instanceof Error ? trouble.err : new Error(trouble.failure.message);
+      return afterBackoff();
+    }
+    return result;
   }
 
   private async finalize(cr: R, ctx: ReconcileContext): Promise<Result | void> {
@@ -226,8 +290,10 @@ export class ManagedReconciler<R extends ManagedResource, Plan = unknown> implem
     });
   }
 
-  private jitteredSyncPeriod(): number {
-    return jittered(this.opts.syncPeriodMs);
+  /** The resource's agentcompute.dev/poll-interval if it sets a valid one, else --sync-period; jittered. */
+  private jitteredSyncPeriod(cr: R): number {
+    const poll = pollIntervalOf(cr);
+    return jittered(poll.kind === "set" ? poll.ms : this.opts.syncPeriodMs);
   }
 }
 
@@ -254,6 +320,17 @@ function stalledAtThisGeneration(cr: ManagedResource): Condition | undefined {
     REFUSED_WRITE_REASONS.has(stalled.reason ?? "") &&
     cr.metadata.annotations?.[Annotations.externalId] === undefined;
   return refused ? stalled : undefined;
+}
+
+/** A bad agentcompute.dev/poll-interval is said in the conditions' message, next to the rest. */
+function withPollNote(cr: ManagedResource, message: string): string {
+  const poll = pollIntervalOf(cr);
+  return poll.kind === "invalid" ? `${message}; ${poll.message}; using --sync-period instead` : message;
+}
+
+/** `agentcompute.dev/paused: "true"` (exactly "true", as crossplane.io/paused). */
+export function isPaused(cr: ManagedResource): boolean {
+  return cr.metadata.annotations?.[Annotations.paused] === "true";
 }
 
 function findCondition(cr: ManagedResource, type: string): Condition | undefined {

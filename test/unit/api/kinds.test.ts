@@ -100,4 +100,14 @@ describe("what kubectl shows", () => {
       expect(version.additionalPrinterColumns?.map((c) => c.name), kind.kind).toEqual(expect.arrayContaining(["Ready", "Age"]));
     }
   });
+
+  it("a date column only for a time in the past: kubectl renders a date as an age, and a future time as <invalid>", () => {
+    // Only creationTimestamp is known to be past; expiry times are shown as the RFC 3339 time itself.
+    for (const kind of allKinds) {
+      const dates = kind.printerColumns.filter((c) => c.type === "date").map((c) => c.jsonPath);
+      expect(dates, kind.kind).toEqual([".metadata.creationTimestamp"]);
+    }
+    const columns = (k: KindDefinition) => Object.fromEntries(k.printerColumns.map((c) => [c.name, c]));
+    expect(columns(sandboxKind)["Expires"]).toMatchObject({ type: "string", jsonPath: ".status.expiresAt", priority: 1 });
+  });
 });

@@ -19,6 +19,23 @@ function inventory(list: () => Promise<Obj[]>, opts: { maxAgeMs?: number; onChan
 }
 
 describe("Inventory", () => {
+  it("knows per key how long ago the service last showed it: the list, or a later write or read of that key", async () => {
+    let t = 0;
+    const inv = inventory(async () => [{ id: "a" }, { id: "b" }], { maxAgeMs: 60_000, now: () => t });
+    expect(inv.ageOf("a")).toBe(Infinity);
+    t = 100;
+    await inv.ensureFresh();
+    t = 1_100;
+    expect(inv.ageOf("a")).toBe(1_000);
+    inv.put({ id: "b", v: 2 });
+    inv.remove("c");
+    t = 1_600;
+    expect([inv.ageOf("a"), inv.ageOf("b"), inv.ageOf("c")]).toEqual([1_500, 500, 500]);
+    await inv.refresh();
+    t = 1_700;
+    expect([inv.ageOf("a"), inv.ageOf("b")]).toEqual([100, 100]);
+  });
+
   it("reads the service once for concurrent callers and again only when stale", async () => {
     let calls = 0;
     let t = 0;

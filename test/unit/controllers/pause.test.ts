@@ -1,0 +1,168 @@
+// agentcompute.dev/paused: "true": no create, update, replace or delete in the service while it
+// holds (deletion waits with the finalizer), one Paused and one Resumed Event, what changed
+// meanwhile applied once on resume, and a paused Sandbox's VM still renewed.
+import { afterEach, beforeEach, describe, expect, it } from "vitest";
+import { Annotations, FINALIZER } from "../../../src/api/names.js";
+import type { Agent, Sandbox, Skill } from "../../../src/api/index.js";
+import { agents } from "../../../src/controllers/agent.js";
+import { sandboxes } from "../../../src/controllers/sandbox.js";
+import { skills } from "../../../src/controllers/skill.js";
+import { condition, World } from "./helpers.js";
+
+let w: World;
+beforeEach(async () => {
+  w = await World.start();
+});
+afterEach(async () => {
+  await w.close();
+});
+
+const PAUSED = { [Annotations.paused]: "true" };
+const reasons = () => w.events.map((e) => e.reason);
+
+describe("paused Agent", () => {
+  const kind = () => agents(w.ctx);
+  const apply = (image: string, annotations: Record<string, string> = {}) =>
+    w.apply<Agent>("agents", { metadata: { name: "ag", annotations }, spec: { image } });
+  const agent = () => w.get<Agent>("agents", "ag");
+
+  it("sends nothing while paused, says so once, and applies the change made meanwhile exactly once on resume", async () => {
+    apply("registry.example/a:1");
+    await w.reconcile(kind(), "ag");
+    const id = agent().status?.agentId as string;
+    w.calls();
+    w.events.length = 0;
+
+    apply("registry.example/a:1", PAUSED);
+    expect(await w.reconcile(kind(), "ag")).toBeUndefined(); // no requeue: the annotation's removal brings it back
+    expect(condition(agent(), "Ready")).toMatchObject({ status: "True", reason: "ReconcilePaused" });
+    expect(condition(agent(), "Reconciling")).toMatchObject({ status: "False", reason: "ReconcilePaused" });
+    expect(condition(agent(), "Stalled")).toMatchObject({ status: "False" });
+
+    apply("registry.example/a:2", PAUSED);
+    await w.reconcile(kind(), "ag");
+    await w.reconcile(kind(), "ag");
+    expect(w.calls()).toEqual([]); // not even a read
+    expect(w.emu.state.agents.get(id)?.image).toBe("registry.example/a:1");
+    // The spec changed and was not applied: not Ready, but nothing in progress either.
+    expect(condition(agent(), "Ready")).toMatchObject({ status: "False", reason: "ReconcilePaused" });
+    expect(condition(agent(), "Ready")?.message).toContain(Annotations.paused);
+    expect(condition(agent(), "Reconciling")?.status).toBe("False");
+    expect(agent().status?.observedGeneration).toBe(agent().metadata.generation);
+    expect(reasons()).toEqual(["Paused"]);
+
+    apply("registry.example/a:2", {});
+    await w.reconcile(kind(), "ag");
+    expect(w.writes()).toEqual(["agents.update"]);
+    expect(w.emu.state.agents.get(id)?.image).toBe("registry.example/a:2");
+    expect(condition(agent(), "Ready")).toMatchObject({ status: "True", reason: "Available" });
+    expect(reasons()).toEqual(["Paused", "Resumed", "Updated"]);
+    await w.reconcile(kind(), "ag");
+    expect(w.writes()).toEqual([]);
+    expect(reasons()).toEqual(["Paused", "Resumed", "Updated"]);
+  });
+
+  it("a paused resource being deleted keeps its finalizer and its service object until resumed", async () => {
+    apply("registry.example/a:1");
+    await w.reconcile(kind(), "ag");
+    const id = agent().status?.agentId as string;
+    w.calls();
+
+    w.apply<Agent>("agents", { metadata: { name: "ag", annotations: PAUSED, deletionTimestamp: "2030-01-01T00:00:00Z" }, spec: agent().spec });
+    await w.reconcile(kind(), "ag");
+    expect(w.writes()).toEqual([]);
+    expect(agent().metadata.finalizers).toContain(FINALIZER);
+    expect(w.emu.state.agents.get(id)).toBeDefined();
+    expect(condition(agent(), "Ready")).toMatchObject({ status: "False", reason: "ReconcilePaused" });
+    expect(condition(agent(), "Ready")?.message).toContain("deletion waits");
+
+    w.apply<Agent>("agents", { metadata: { name: "ag", annotations: {} }, spec: agent().spec });
+    await w.reconcile(kind(), "ag");
+    expect(w.writes()).toEqual(["agents.delete"]);
+    expect(agent().metadata.finalizers ?? []).not.toContain(FINALIZER);
+    expect(w.emu.state.agents.get(id)).toBeUndefined();
+  });
+});
+
+describe("paused Skill", () => {
+  const kind = () => skills(w.ctx);
+
+  it("created paused: nothing is created (and no finalizer added) until resumed", async () => {
+    w.apply<Skill>("skills", { metadata: { name: "sk", annotations: PAUSED }, spec: { content: "v1" } });
+    await w.reconcile(kind(), "sk");
+    expect(w.calls()).toEqual([]);
+    expect(w.get<Skill>("skills", "sk").metadata.finalizers ?? []).toEqual([]);
+    expect(condition(w.get<Skill>("skills", "sk"), "Ready")).toMatchObject({ status: "False", reason: "ReconcilePaused" });
+
+    w.apply<Skill>("skills", { metadata: { name: "sk", annotations: { [Annotations.paused]: "false" } }, spec: { content: "v1" } });
+    await w.reconcile(kind(), "sk");
+    expect(w.writes()).toEqual(["skills.create"]);
+    expect(reasons()).toEqual(["Paused", "Resumed", "Created"]);
+  });
+});
+
+describe("paused Sandbox", () => {
+  const kind = () => sandboxes(w.ctx);
+  const apply = (spec: Partial<Sandbox["spec"]>, annotations: Record<string, string> = {}) =>
+    w.apply<Sandbox>("sandboxes", { metadata: { name: "sb", annotations }, spec: { tier: "standard", ttlSeconds: 600, ...spec } });
+  const sandbox = () => w.get<Sandbox>("sandboxes", "sb");
+
+  it("keeps renewing its VM (the only write), leaves a replacement for the resume", async () => {
+    apply({});
+    await w.reconcile(kind(), "sb");
+    const vmId = sandbox().status?.vmId as string;
+    w.calls();
+
+    apply({ tier: "large" }, PAUSED); // a change that would replace the VM
+    const result = await w.reconcile(kind(), "sb");
+    expect(w.writes()).toEqual([]);
+    expect(result).toMatchObject({ priority: true });
+    expect((result as { requeueAfterMs: number }).requeueAfterMs).toBeLessThanOrEqual(480_000);
+    expect(condition(sandbox(), "Ready")?.message).toContain("still renewed");
+
+    w.advance(481_000);
+    await w.reconcile(kind(), "sb");
+    expect(w.writes()).toEqual(["vms.renew"]);
+    expect(sandbox().status).toMatchObject({ vmId, renewals: 1 });
+    expect(w.emu.state.vms.get(vmId)?.tier).toBe("standard");
+    expect(Date.parse(sandbox().status?.expiresAt ?? "")).toBe(w.clock.ms + 600_000);
+
+    apply({ tier: "large" });
+    await w.reconcile(kind(), "sb");
+    expect(w.writes()).toEqual(["vms.allocate", "vms.release"]);
+    expect(reasons()).toEqual(["Created", "Paused", "Resumed", "Replaced"]);
+  });
+
+  it("does not replace a VM that is gone while paused, and does once resumed", async () => {
+    apply({});
+    await w.reconcile(kind(), "sb");
+    const vmId = sandbox().status?.vmId as string;
+    apply({}, PAUSED);
+    await w.reconcile(kind(), "sb");
+    w.emu.state.deleteVM(vmId);
+    w.handle().vms.invalidate();
+    w.calls();
+    await w.reconcile(kind(), "sb");
+    w.advance(481_000);
+    await w.reconcile(kind(), "sb");
+    expect(w.writes()).toEqual([]);
+
+    apply({});
+    await w.reconcile(kind(), "sb");
+    expect(w.writes()).toEqual(["vms.allocate"]);
+    expect(sandbox().status?.vmId).not.toBe(vmId);
+  });
+
+  it("a paused Sandbox being deleted keeps its VM, renewed, and its finalizer", async () => {
+    apply({});
+    await w.reconcile(kind(), "sb");
+    const vmId = sandbox().status?.vmId as string;
+    w.apply<Sandbox>("sandboxes", { metadata: { name: "sb", annotations: PAUSED, deletionTimestamp: "2030-01-01T00:00:00Z" }, spec: sandbox().spec });
+    w.calls();
+    w.advance(481_000);
+    await w.reconcile(kind(), "sb");
+    expect(w.writes()).toEqual(["vms.renew"]);
+    expect(sandbox().metadata.finalizers).toContain(FINALIZER);
+    expect(w.emu.state.vms.get(vmId)?.state).toBe("allocated");
+  });
+});
