@@ -204,6 +204,7 @@ export class ServiceClient {
       limited: true,
       secrets: spec.secrets?.(...args),
     });
+    if (spec.decodeText !== undefined) return spec.decodeText(operation, res.status, res.text);
     return spec.decode(operation, decodeJson(operation, res.status, res.text));
   }
 

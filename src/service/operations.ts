@@ -7,6 +7,7 @@
 // Answers are decoded leniently: unknown fields pass through untouched, and the shapes some
 // versions of the service send (a wrapped agent, an array under a key) are accepted.
 
+import { createParser } from "eventsource-parser";
 import { ServiceError } from "./errors.js";
 import type { Operation } from "./errors.js";
 import type { HttpMethod } from "./http.js";
@@ -22,8 +23,8 @@ import type {
   Deployment,
   DeployOptions,
   JsonObject,
-  JsonValue,
   ListAgentsQuery,
+  ServerSentEvent,
   ListVMsQuery,
   Skill,
   SkillRequest,
@@ -65,7 +66,8 @@ export interface VMsAPI {
   release(id: string, recycle?: boolean): Promise<AgentVM>;
   delete(id: string): Promise<void>;
   endpoint(id: string): Promise<Record<string, string>>;
-  execute(id: string, body: JsonObject): Promise<JsonValue>;
+  /** Runs code or a command in the VM; the events it streamed, in order (output, then its end). */
+  execute(id: string, body: JsonObject): Promise<ServerSentEvent[]>;
 }
 
 export interface SkillsAPI {
@@ -103,6 +105,8 @@ export interface OperationSpec<A extends unknown[], R> {
   secrets?: (...args: A) => readonly string[] | undefined;
   /** The answer (JSON, undefined for an empty body) as `R`, or a ServiceError naming the shape expected. */
   decode: (operation: Operation, v: unknown) => R;
+  /** Instead of `decode`, for an answer that is not JSON (an event stream): the raw text. */
+  decodeText?: (operation: Operation, status: number, text: string) => R;
 }
 
 const op = <A extends unknown[], R>(spec: OperationSpec<A, R>): OperationSpec<A, R> => spec;
@@ -159,11 +163,12 @@ export const OPERATIONS = {
   }),
   "vms.delete": op<[id: string], void>({ method: "DELETE", cls: "idempotent", path: `${COMPUTE}/vms/{id}`, decode: nothing }),
   "vms.endpoint": op<[id: string], Record<string, string>>({ method: "GET", cls: "idempotent", path: `${COMPUTE}/vms/{id}/endpoint`, decode: stringMapOf }),
-  // What execute does is not described; running something twice is not harmless, so it is
-  // treated like a create (retried only when the service certainly did nothing).
-  "vms.execute": op<[id: string, body: JsonObject], JsonValue>({
+  // Running something twice is not harmless, so it is treated like a create (retried only when
+  // the service certainly did nothing). The answer is a server-sent event stream (SERVICE.md).
+  "vms.execute": op<[id: string, body: JsonObject], ServerSentEvent[]>({
     method: "POST", cls: "unsafe", path: `${COMPUTE}/vms/{id}/execute`, body: (_id, body) => body,
-    decode: (_o, v) => (v === undefined ? null : (v as JsonValue)),
+    decode: () => [],
+    decodeText: (_o, _status, text) => parseEventStream(text),
   }),
 
   // ------------------------------------------------------------------ skills
@@ -313,4 +318,13 @@ export function dedupe<T>(items: T[], key: (x: T) => unknown): T[] {
     out.push(x);
   }
   return out;
+}
+
+/** A whole server-sent event stream as its events; an event without a name is a "message". */
+export function parseEventStream(text: string): ServerSentEvent[] {
+  const events: ServerSentEvent[] = [];
+  const parser = createParser({ onEvent: (e) => events.push({ event: e.event ?? "message", data: e.data }) });
+  parser.feed(text);
+  parser.feed("\n\n"); // a stream cut without its final blank line still yields its last event
+  return events;
 }

@@ -201,6 +201,12 @@ export interface AgentVM {
   released_at?: string;
 }
 
+/** One event of a server-sent event stream (execute's answer). */
+export interface ServerSentEvent {
+  event: string;
+  data: string;
+}
+
 export interface ListVMsQuery {
   state?: string;
   tier?: string;

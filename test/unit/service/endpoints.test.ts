@@ -163,12 +163,13 @@ describe("VMs", () => {
     const ep = await client.vms.endpoint(a.vm_id);
     expect(Object.values(ep).every((v) => typeof v === "string")).toBe(true);
 
-    // Execute runs the command in the VM and answers a server-sent event stream, which this
-    // JSON client does not decode: an error, not retried (running something twice is not
-    // harmless), and the command ran exactly once.
-    const e = (await rejection(client.vms.execute(a.vm_id, { command: "echo hi" }))) as ServiceError;
-    expect(e.status).toBe(200);
-    expect(e.retryable).toBe(false);
+    // Execute runs the command in the VM and answers a server-sent event stream: its output,
+    // then its end with the exit code. It ran exactly once.
+    const events = await client.vms.execute(a.vm_id, { command: "echo hi; exit 3" });
+    expect(events.filter((x) => x.event === "stdout").map((x) => x.data).join("")).toContain("hi");
+    const end = events.at(-1);
+    expect(end?.event).toBe("end");
+    expect(JSON.parse(end?.data ?? "{}")).toMatchObject({ exit_code: 3 });
     expect(count(emu, "vms.execute")).toBe(1);
     expect(emu.runtimes.get(a.vm_id)?.executions).toBe(1);
 
