@@ -8,14 +8,14 @@
 // never reads or writes the user's ~/.config/helm (repositories, plugins, registry logins).
 import { spawn, execFile } from "node:child_process";
 import { createHash } from "node:crypto";
-import { closeSync, existsSync, openSync, readFileSync, statSync } from "node:fs";
-import { mkdir, rename, rm, stat, writeFile } from "node:fs/promises";
+import { closeSync, existsSync, openSync, readFileSync } from "node:fs";
+import { mkdir, rename, rm, writeFile } from "node:fs/promises";
 import os from "node:os";
 import path from "node:path";
-import { setTimeout as sleep } from "node:timers/promises";
 import { promisify } from "node:util";
 import { formatDuration } from "./kube-apiserver.js";
 import { REPO_ROOT } from "./paths.js";
+import { countPackages, okOrThrow, readText, runTool, tail, withLock, type ToolResult } from "./process.js";
 
 const execFileAsync = promisify(execFile);
 
@@ -72,14 +72,6 @@ function goEnv(p: HelmPaths): NodeJS.ProcessEnv {
     GOFLAGS: "-mod=readonly -buildvcs=false",
     CGO_ENABLED: "0",
   };
-}
-
-function readText(file: string): string | undefined {
-  try {
-    return readFileSync(file, "utf8");
-  } catch {
-    return undefined;
-  }
 }
 
 /** A module's version as required in tools/helm/go.mod, e.g. "v3.22.0". */
@@ -181,8 +173,7 @@ export async function buildHelm(opts: HelmBuildOptions = {}): Promise<string> {
     }
     if (exit !== 0) {
       await rm(tmpOut, { force: true });
-      const lines = (readText(p.buildLog) ?? "").split("\n").slice(-31).join("\n");
-      throw new Error(`go build of helm failed (exit ${exit}); last lines of ${p.buildLog}:\n${lines}`);
+      throw new Error(`go build of helm failed (exit ${exit}); last lines of ${p.buildLog}:\n${tail(p.buildLog, 30)}`);
     }
     await rename(tmpOut, p.binary);
     await writeFile(p.buildStamp, `${hash}\n`);
@@ -201,12 +192,7 @@ export interface HelmOptions {
   root?: string;
 }
 
-export interface HelmResult {
-  stdout: string;
-  stderr: string;
-  /** helm's exit code; -1 if it was killed (timeout) or could not be started. */
-  exitCode: number;
-}
+export type HelmResult = ToolResult;
 
 /** Runs helm (building it first if needed). Never throws for a non-zero exit: check exitCode. */
 export async function helm(args: readonly string[], opts: HelmOptions = {}): Promise<HelmResult> {
@@ -219,88 +205,10 @@ export async function helm(args: readonly string[], opts: HelmOptions = {}): Pro
     HELM_DATA_HOME: path.join(p.home, "data"),
   };
   if (opts.kubeconfig !== undefined && opts.kubeconfig !== "") env.KUBECONFIG = opts.kubeconfig;
-  const timeoutMs = opts.timeoutMs ?? 120_000;
-  return new Promise<HelmResult>((resolve) => {
-    const child = spawn(bin, args, { env, cwd: p.root, stdio: ["pipe", "pipe", "pipe"] });
-    const out: Buffer[] = [];
-    const err: Buffer[] = [];
-    let killed = false;
-    const timer = setTimeout(() => {
-      killed = true;
-      child.kill("SIGKILL");
-    }, timeoutMs);
-    child.stdout.on("data", (b: Buffer) => out.push(b));
-    child.stderr.on("data", (b: Buffer) => err.push(b));
-    child.on("error", (e) => {
-      clearTimeout(timer);
-      resolve({ stdout: "", stderr: `could not run ${bin}: ${e.message}`, exitCode: -1 });
-    });
-    child.on("close", (code) => {
-      clearTimeout(timer);
-      const stderr = Buffer.concat(err).toString("utf8");
-      resolve({
-        stdout: Buffer.concat(out).toString("utf8"),
-        stderr: killed ? `${stderr}\nhelm killed after ${timeoutMs} ms` : stderr,
-        exitCode: killed ? -1 : (code ?? -1),
-      });
-    });
-    child.stdin.on("error", () => undefined); // helm may exit before reading stdin
-    child.stdin.end(opts.input ?? "");
-  });
+  return runTool(bin, args, { env, cwd: p.root, input: opts.input, timeoutMs: opts.timeoutMs ?? 120_000 });
 }
 
 /** Like helm() but throws (with stderr) unless the exit code is 0; returns stdout. */
 export async function helmOk(args: readonly string[], opts: HelmOptions = {}): Promise<string> {
-  const res = await helm(args, opts);
-  if (res.exitCode !== 0) throw new Error(`helm ${args.join(" ")} exited ${res.exitCode}: ${res.stderr.trim()}`);
-  return res.stdout;
-}
-
-/** `go build -v` prints one line per package it compiles (after "go: downloading" lines). */
-function countPackages(file: string): number {
-  try {
-    if (statSync(file).size === 0) return 0;
-    return (readText(file) ?? "").split("\n").filter((l) => l !== "" && !l.startsWith("go: ")).length;
-  } catch {
-    return 0;
-  }
-}
-
-function isAlive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (err) {
-    return (err as NodeJS.ErrnoException).code === "EPERM";
-  }
-}
-
-/** A cross-process lock (mkdir is atomic), as in dev/kube-apiserver.ts; a dead owner's is taken over. */
-async function withLock<T>(lockDir: string, fn: () => Promise<T>, staleMs = 30 * 60_000): Promise<T> {
-  const ownerFile = path.join(lockDir, "owner");
-  const start = Date.now();
-  for (;;) {
-    try {
-      await mkdir(lockDir);
-      await writeFile(ownerFile, `${process.pid}\n`);
-      break;
-    } catch (err) {
-      if ((err as NodeJS.ErrnoException).code !== "EEXIST") throw err;
-      const owner = Number.parseInt(readText(ownerFile)?.trim() ?? "", 10);
-      const age = Date.now() - (await stat(lockDir).catch(() => ({ mtimeMs: Date.now() }))).mtimeMs;
-      if ((Number.isInteger(owner) && !isAlive(owner)) || (!Number.isInteger(owner) && age > 10_000)) {
-        await rm(lockDir, { recursive: true, force: true });
-        continue;
-      }
-      if (Date.now() - start > staleMs) {
-        throw new Error(`timed out waiting for lock ${lockDir} (held by pid ${owner})`, { cause: err });
-      }
-      await sleep(500);
-    }
-  }
-  try {
-    return await fn();
-  } finally {
-    await rm(lockDir, { recursive: true, force: true });
-  }
+  return okOrThrow("helm", args, await helm(args, opts));
 }

@@ -7,8 +7,8 @@
 // the fault suites that need a private instance all call these functions.
 import { spawn, execFile } from "node:child_process";
 import { createHash } from "node:crypto";
-import { existsSync, openSync, closeSync, readFileSync, readdirSync, statSync } from "node:fs";
-import { mkdir, rm, writeFile, rename, stat, mkdtemp } from "node:fs/promises";
+import { existsSync, openSync, closeSync, readFileSync, readdirSync } from "node:fs";
+import { mkdir, rm, writeFile, rename, mkdtemp } from "node:fs/promises";
 import https from "node:https";
 import os from "node:os";
 import path from "node:path";
@@ -16,6 +16,7 @@ import { setTimeout as sleep } from "node:timers/promises";
 import { promisify } from "node:util";
 import YAML from "yaml";
 import { REPO_ROOT } from "./paths.js";
+import { countPackages, isAlive, readText, tail, withLock } from "./process.js";
 
 const execFileAsync = promisify(execFile);
 
@@ -422,33 +423,10 @@ async function readyz(kubeconfig: string): Promise<string | undefined> {
   return status === 200 ? creds.server : undefined;
 }
 
-function readText(file: string): string | undefined {
-  try {
-    return readFileSync(file, "utf8");
-  } catch {
-    return undefined;
-  }
-}
-
 function readPid(p: KubePaths): number | undefined {
   const text = readText(p.pidFile);
   const pid = text === undefined ? NaN : Number.parseInt(text.trim(), 10);
   return Number.isInteger(pid) && pid > 0 ? pid : undefined;
-}
-
-function isAlive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-  } catch (err) {
-    return (err as NodeJS.ErrnoException).code === "EPERM";
-  }
-  // A zombie (exited, not yet reaped by its parent) still answers kill(0).
-  const st = readText(`/proc/${pid}/stat`);
-  if (st !== undefined) {
-    const state = st.slice(st.lastIndexOf(")") + 2, st.lastIndexOf(")") + 3);
-    if (state === "Z" || state === "X") return false;
-  }
-  return true;
 }
 
 /** Guards against a recycled pid: the process must be our binary (checked where /proc exists). */
@@ -476,54 +454,6 @@ async function stopPid(pid: number, timeoutMs: number, log: (line: string) => vo
     return;
   }
   for (let i = 0; i < 50 && isAlive(pid); i++) await sleep(100);
-}
-
-/**
- * A cross-process lock: mkdir is atomic. A lock whose owner died is taken over; one held
- * for more than `staleMs` by a live process is an error.
- */
-async function withLock<T>(lockDir: string, fn: () => Promise<T>, staleMs = 60 * 60_000): Promise<T> {
-  const ownerFile = path.join(lockDir, "owner");
-  const start = Date.now();
-  for (;;) {
-    try {
-      await mkdir(lockDir);
-      await writeFile(ownerFile, `${process.pid}\n`);
-      break;
-    } catch (err) {
-      if ((err as NodeJS.ErrnoException).code !== "EEXIST") throw err;
-      const owner = Number.parseInt(readText(ownerFile)?.trim() ?? "", 10);
-      const age = Date.now() - (await stat(lockDir).catch(() => ({ mtimeMs: Date.now() }))).mtimeMs;
-      if ((Number.isInteger(owner) && !isAlive(owner)) || (!Number.isInteger(owner) && age > 10_000)) {
-        await rm(lockDir, { recursive: true, force: true });
-        continue;
-      }
-      if (Date.now() - start > staleMs) {
-        throw new Error(`timed out waiting for lock ${lockDir} (held by pid ${owner})`, { cause: err });
-      }
-      await sleep(500);
-    }
-  }
-  try {
-    return await fn();
-  } finally {
-    await rm(lockDir, { recursive: true, force: true });
-  }
-}
-
-function tail(file: string, lines: number): string {
-  const text = readText(file) ?? "";
-  return text.split("\n").slice(-lines - 1).join("\n");
-}
-
-/** `go build -v` prints one line per package it compiles (after "go: downloading" lines). */
-function countPackages(file: string): number {
-  try {
-    if (statSync(file).size === 0) return 0;
-    return (readText(file) ?? "").split("\n").filter((l) => l !== "" && !l.startsWith("go: ")).length;
-  } catch {
-    return 0;
-  }
 }
 
 export function formatDuration(ms: number): string {

@@ -1,6 +1,6 @@
 // The one kubectl runner of the developer tooling: tests, the benchmark and `npm start` run
 // kubectl through it. `$KUBECTL` names another binary.
-import { spawn } from "node:child_process";
+import { okOrThrow, runTool, type ToolResult } from "./process.js";
 
 export interface KubectlOptions {
   /** Written to kubectl's stdin (e.g. a manifest for `apply -f -`). */
@@ -18,12 +18,7 @@ export interface KubectlOptions {
   env?: NodeJS.ProcessEnv;
 }
 
-export interface KubectlResult {
-  stdout: string;
-  stderr: string;
-  /** kubectl's exit code; -1 if it was killed (timeout) or could not be started. */
-  exitCode: number;
-}
+export type KubectlResult = ToolResult;
 
 /** Runs kubectl. Never throws for a non-zero exit: check exitCode. */
 export async function kubectl(args: readonly string[], opts: KubectlOptions = {}): Promise<KubectlResult> {
@@ -31,43 +26,12 @@ export async function kubectl(args: readonly string[], opts: KubectlOptions = {}
   const env: NodeJS.ProcessEnv = { ...process.env, ...opts.env };
   if (opts.kubeconfig !== undefined && opts.kubeconfig !== "") env.KUBECONFIG = opts.kubeconfig;
   const bin = process.env.KUBECTL ?? "kubectl";
-  const timeoutMs = opts.timeoutMs ?? 60_000;
-  return new Promise<KubectlResult>((resolve) => {
-    const child = spawn(bin, fullArgs, { env, stdio: ["pipe", "pipe", "pipe"] });
-    const out: Buffer[] = [];
-    const err: Buffer[] = [];
-    let killed = false;
-    const timer = setTimeout(() => {
-      killed = true;
-      child.kill("SIGKILL");
-    }, timeoutMs);
-    child.stdout.on("data", (b: Buffer) => out.push(b));
-    child.stderr.on("data", (b: Buffer) => err.push(b));
-    child.on("error", (e) => {
-      clearTimeout(timer);
-      resolve({ stdout: "", stderr: `could not run ${bin}: ${e.message}`, exitCode: -1 });
-    });
-    child.on("close", (code) => {
-      clearTimeout(timer);
-      const stderr = Buffer.concat(err).toString("utf8");
-      resolve({
-        stdout: Buffer.concat(out).toString("utf8"),
-        stderr: killed ? `${stderr}\nkubectl killed after ${timeoutMs} ms` : stderr,
-        exitCode: killed ? -1 : (code ?? -1),
-      });
-    });
-    child.stdin.on("error", () => undefined); // kubectl may exit before reading stdin
-    child.stdin.end(opts.input ?? "");
-  });
+  return runTool(bin, fullArgs, { env, input: opts.input, timeoutMs: opts.timeoutMs ?? 60_000 });
 }
 
 /** Like kubectl() but throws (with stderr) unless the exit code is 0; returns stdout. */
 export async function kubectlOk(args: readonly string[], opts: KubectlOptions = {}): Promise<string> {
-  const res = await kubectl(args, opts);
-  if (res.exitCode !== 0) {
-    throw new Error(`kubectl ${args.join(" ")} exited ${res.exitCode}: ${res.stderr.trim()}`);
-  }
-  return res.stdout;
+  return okOrThrow("kubectl", args, await kubectl(args, opts));
 }
 
 /** `kubectl apply -f -` of a manifest (YAML or JSON, one or more documents); returns stdout. */
