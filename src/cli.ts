@@ -8,6 +8,7 @@ type CommandModule = { main(argv: string[]): Promise<number> };
 
 const commands: Record<string, { summary: string; load: () => Promise<CommandModule> }> = {
   run: { summary: "run the operator against a cluster", load: () => import("./commands/run.js") },
+  plan: { summary: "show what applying manifests would do in the service", load: () => import("./commands/plan.js") },
   emulator: {
     summary: "serve a local emulator of the Agent Registry and Compute Service",
     load: () => import("./commands/emulator.js"),

@@ -1,0 +1,121 @@
+// `agent-operator plan`: what the operator would do in the service if the manifests were
+// applied now (terraform plan for the agentcompute.dev kinds). Reads the cluster and the
+// service; writes nothing to either. Flags follow kubectl's. Exit codes follow
+// `terraform plan -detailed-exitcode`: 0 no changes, 1 error, 2 changes.
+import { parseArgs } from "node:util";
+import { errorMessage } from "../lib/errors.js";
+import { KubeClient } from "../runtime/kube-client.js";
+import { ManifestError, parseSources, readSources, renderKustomization, type Source } from "../plan/manifests.js";
+import { exitCodeOf } from "../plan/model.js";
+import { kubeReader, plan } from "../plan/planner.js";
+import { render } from "../plan/render.js";
+import { parseSelector, type LabelMatcher } from "../plan/selector.js";
+
+const HELP = `usage: agent-operator plan (-f FILENAME | -k DIRECTORY) [flags]
+
+Shows what the operator would do in the service if the manifests were applied now: each
+Skill, Agent, AgentDeployment and Sandbox created, updated (fields old -> new), replaced (and
+why), deleted (--prune) or left alone. Reads the cluster and the service; writes nothing.
+
+flags:
+  -f, --filename <path>      a manifest file, a directory of them, or - for stdin; repeatable
+  -R, --recursive            with -f DIRECTORY, read its sub-directories too
+  -k, --kustomize <dir>      a kustomization, rendered with \`kubectl kustomize\`
+  -n, --namespace <ns>       namespace of manifests that name none (default: the context's, else default)
+      --kubeconfig <path>    kubeconfig file (default: $KUBECONFIG, ~/.kube/config, in-cluster)
+      --context <name>       kubeconfig context (default: the current one)
+      --prune                also plan the deletion of resources of our kinds the manifests drop
+                             (in the namespaces they touch, applied with kubectl apply), as
+                             \`kubectl apply --prune\`
+  -l, --selector <sel>       only manifests (and, with --prune, live resources) whose labels match
+  -o, --output <format>      text (default), json or markdown
+
+exit codes: 0 no changes, 2 changes (or something that cannot be planned), 1 error
+`;
+
+export interface PlanFlags {
+  filenames: string[];
+  recursive: boolean;
+  kustomize?: string;
+  namespace?: string;
+  kubeconfig?: string;
+  context?: string;
+  prune: boolean;
+  selector?: LabelMatcher;
+  output: "text" | "json" | "markdown";
+}
+
+/** Parses and validates the flags; throws an Error whose message names the flag. */
+export function parsePlanFlags(argv: string[]): PlanFlags | "help" {
+  const { values, positionals } = parseArgs({
+    args: argv,
+    strict: true,
+    allowPositionals: true,
+    options: {
+      help: { type: "boolean", short: "h" },
+      filename: { type: "string", short: "f", multiple: true },
+      recursive: { type: "boolean", short: "R", default: false },
+      kustomize: { type: "string", short: "k" },
+      namespace: { type: "string", short: "n" },
+      kubeconfig: { type: "string" },
+      context: { type: "string" },
+      prune: { type: "boolean", default: false },
+      selector: { type: "string", short: "l" },
+      output: { type: "string", short: "o", default: "text" },
+    },
+  });
+  if (values.help) return "help";
+  if (positionals.length > 0) throw new Error(`unexpected argument "${positionals[0] ?? ""}" (manifests are given with -f or -k)`);
+  const filenames = values.filename ?? [];
+  if (filenames.length === 0 && values.kustomize === undefined) throw new Error("give the manifests with -f FILENAME or -k DIRECTORY");
+  if (filenames.length > 0 && values.kustomize !== undefined) throw new Error("-f and -k cannot be used together");
+  const output = values.output;
+  if (output !== "text" && output !== "json" && output !== "markdown") throw new Error(`--output: "${output}" is not one of text, json, markdown`);
+  return {
+    filenames,
+    recursive: values.recursive,
+    kustomize: values.kustomize,
+    namespace: values.namespace,
+    kubeconfig: values.kubeconfig,
+    context: values.context,
+    prune: values.prune,
+    selector: values.selector !== undefined ? parseSelector(values.selector) : undefined,
+    output,
+  };
+}
+
+export async function main(argv: string[]): Promise<number> {
+  let flags: PlanFlags | "help";
+  try {
+    flags = parsePlanFlags(argv);
+  } catch (err) {
+    console.error(`agent-operator plan: ${errorMessage(err)}\n\n${HELP}`);
+    return 1;
+  }
+  if (flags === "help") {
+    console.log(HELP);
+    return 0;
+  }
+  let kube: KubeClient | undefined;
+  try {
+    const sources: Source[] = flags.kustomize !== undefined ? [await renderKustomization(flags.kustomize)] : readSources(flags.filenames, { recursive: flags.recursive });
+    // Bad manifests are reported even when the cluster cannot be reached.
+    let kubeError: unknown;
+    try {
+      kube = KubeClient.fromKubeconfig(flags.kubeconfig, { context: flags.context });
+    } catch (err) {
+      kubeError = err;
+    }
+    const manifests = parseSources(sources, flags.namespace ?? kube?.currentNamespace() ?? "default");
+    if (kube === undefined) throw kubeError;
+    const result = await plan(kubeReader(kube), manifests, { prune: flags.prune, selector: flags.selector });
+    process.stdout.write(render(result, flags.output));
+    return exitCodeOf(result);
+  } catch (err) {
+    const prefix = err instanceof ManifestError ? "bad manifest: " : "";
+    console.error(`agent-operator plan: ${prefix}${errorMessage(err)}`);
+    return 1;
+  } finally {
+    await kube?.close();
+  }
+}

@@ -1,0 +1,172 @@
+// Loading the manifests `agent-operator plan` is given: files, directories (their .yaml, .yml
+// and .json files, as `kubectl apply -f dir`), stdin (`-`), or a kustomization rendered with
+// `kubectl kustomize`. Every problem names the file (and the document in it).
+import { spawn } from "node:child_process";
+import { readFileSync, readdirSync, statSync } from "node:fs";
+import { join } from "node:path";
+import { parseAllDocuments } from "yaml";
+import { GROUP, VERSION, kindNames } from "../api/names.js";
+
+/** One object of the manifests, with where it came from. */
+export interface ManifestObject {
+  apiVersion: string;
+  kind: string;
+  metadata: { name: string; namespace: string; labels?: Record<string, string>; annotations?: Record<string, string> };
+  spec?: Record<string, unknown>;
+  data?: Record<string, string>;
+  stringData?: Record<string, string>;
+  /** "file" or "file: document N". */
+  source: string;
+}
+
+/** A manifest the plan cannot use; the message names the file and the problem. */
+export class ManifestError extends Error {
+  override readonly name = "ManifestError";
+}
+
+/** Our kinds, by `kind`. */
+export const PLANNED_KINDS: ReadonlySet<string> = new Set(Object.values(kindNames).map((k) => k.kind));
+const API_VERSION = `${GROUP}/${VERSION}`;
+
+export interface Source {
+  /** Shown in messages: a path, "<stdin>", or "kustomize <dir>". */
+  name: string;
+  text: string;
+}
+
+/** The files of `-f` arguments: a file, a directory's manifest files (sorted), or `-` for stdin. */
+export function readSources(paths: string[], opts: { stdin?: () => string; recursive?: boolean } = {}): Source[] {
+  const out: Source[] = [];
+  for (const p of paths) {
+    if (p === "-") {
+      out.push({ name: "<stdin>", text: (opts.stdin ?? (() => readFileSync(0, "utf8")))() });
+      continue;
+    }
+    let isDir: boolean;
+    try {
+      isDir = statSync(p).isDirectory();
+    } catch {
+      throw new ManifestError(`${p}: no such file or directory`);
+    }
+    if (isDir) out.push(...readDir(p, opts.recursive ?? false));
+    else out.push({ name: p, text: readFileSync(p, "utf8") });
+  }
+  return out;
+}
+
+function readDir(dir: string, recursive: boolean): Source[] {
+  const out: Source[] = [];
+  for (const entry of readdirSync(dir, { withFileTypes: true }).sort((a, b) => a.name.localeCompare(b.name))) {
+    const path = join(dir, entry.name);
+    if (entry.isDirectory()) {
+      if (recursive) out.push(...readDir(path, true));
+    } else if (/\.(ya?ml|json)$/.test(entry.name)) {
+      out.push({ name: path, text: readFileSync(path, "utf8") });
+    }
+  }
+  return out;
+}
+
+/** `kubectl kustomize <dir>` ($KUBECTL names another kubectl). */
+export function renderKustomization(dir: string): Promise<Source> {
+  const bin = process.env.KUBECTL ?? "kubectl";
+  return new Promise((resolve, reject) => {
+    const child = spawn(bin, ["kustomize", dir], { stdio: ["ignore", "pipe", "pipe"] });
+    const out: Buffer[] = [];
+    const err: Buffer[] = [];
+    child.stdout.on("data", (b: Buffer) => out.push(b));
+    child.stderr.on("data", (b: Buffer) => err.push(b));
+    child.on("error", (e) => reject(new ManifestError(`${dir}: could not run ${bin} kustomize: ${e.message}`)));
+    child.on("close", (code) => {
+      if (code !== 0) {
+        reject(new ManifestError(`${dir}: kubectl kustomize failed: ${Buffer.concat(err).toString("utf8").trim()}`));
+        return;
+      }
+      resolve({ name: `kustomize ${dir}`, text: Buffer.concat(out).toString("utf8") });
+    });
+  });
+}
+
+/**
+ * The objects of the sources. `namespace` is given to objects without one (-n, else the
+ * kubeconfig context's, else "default"). Objects of our group must be of our kinds and
+ * version; other kinds are kept (Secrets and ConfigMaps are read by the plan, the rest ignored).
+ */
+export function parseSources(sources: Source[], namespace: string): ManifestObject[] {
+  const out: ManifestObject[] = [];
+  const seen = new Map<string, string>();
+  for (const source of sources) {
+    const docs = parseAllDocuments(source.text);
+    if (!Array.isArray(docs)) continue; // an empty file
+    docs.forEach((doc, i) => {
+      const where = docs.length > 1 ? `${source.name}: document ${i + 1}` : source.name;
+      const problem = doc.errors[0];
+      if (problem !== undefined) throw new ManifestError(`${where}: not valid YAML: ${(problem.message.split("\n")[0] ?? "").replace(/:$/, "")}`);
+      const value: unknown = doc.toJS();
+      if (value === null || value === undefined) return; // an empty document
+      for (const obj of expandList(value, where)) {
+        const m = toManifest(obj, where, namespace);
+        const key = `${m.kind}/${m.metadata.namespace}/${m.metadata.name}`;
+        const first = seen.get(key);
+        if (first !== undefined) throw new ManifestError(`${where}: ${m.kind} ${m.metadata.namespace}/${m.metadata.name} is also in ${first}`);
+        seen.set(key, where);
+        out.push(m);
+      }
+    });
+  }
+  return out;
+}
+
+function expandList(value: unknown, where: string): unknown[] {
+  if (isRecord(value) && typeof value.kind === "string" && value.kind.endsWith("List") && Array.isArray(value.items)) {
+    return value.items as unknown[];
+  }
+  if (!isRecord(value)) throw new ManifestError(`${where}: not a Kubernetes object (a mapping with apiVersion, kind and metadata)`);
+  return [value];
+}
+
+function toManifest(obj: unknown, where: string, namespace: string): ManifestObject {
+  if (!isRecord(obj)) throw new ManifestError(`${where}: not a Kubernetes object (a mapping with apiVersion, kind and metadata)`);
+  const { apiVersion, kind, metadata } = obj;
+  if (typeof apiVersion !== "string" || apiVersion === "") throw new ManifestError(`${where}: apiVersion is missing`);
+  if (typeof kind !== "string" || kind === "") throw new ManifestError(`${where}: kind is missing`);
+  if (!isRecord(metadata) || typeof metadata.name !== "string" || metadata.name === "") {
+    throw new ManifestError(`${where}: ${kind}: metadata.name is missing`);
+  }
+  const label = `${kind} "${metadata.name}"`;
+  if (apiVersion.split("/")[0] === GROUP) {
+    if (!PLANNED_KINDS.has(kind)) {
+      throw new ManifestError(`${where}: ${label}: unknown kind "${kind}" in ${apiVersion} (known: ${[...PLANNED_KINDS].join(", ")})`);
+    }
+    if (apiVersion !== API_VERSION) throw new ManifestError(`${where}: ${label}: unknown apiVersion "${apiVersion}" (this operator serves ${API_VERSION})`);
+    if (obj.spec !== undefined && !isRecord(obj.spec)) throw new ManifestError(`${where}: ${label}: spec is not a mapping`);
+  }
+  const ns = typeof metadata.namespace === "string" && metadata.namespace !== "" ? metadata.namespace : namespace;
+  const m: ManifestObject = {
+    apiVersion,
+    kind,
+    metadata: { name: metadata.name, namespace: ns },
+    source: where,
+  };
+  if (isRecord(metadata.labels)) m.metadata.labels = stringMap(metadata.labels);
+  if (isRecord(metadata.annotations)) m.metadata.annotations = stringMap(metadata.annotations);
+  if (isRecord(obj.spec)) m.spec = obj.spec;
+  if (isRecord(obj.data)) m.data = stringMap(obj.data);
+  if (isRecord(obj.stringData)) m.stringData = stringMap(obj.stringData);
+  return m;
+}
+
+/** Whether the object is one of ours (planned), rather than an input (Secret, ConfigMap) or ignored. */
+export function isPlanned(m: ManifestObject): boolean {
+  return m.apiVersion === API_VERSION && PLANNED_KINDS.has(m.kind);
+}
+
+function stringMap(r: Record<string, unknown>): Record<string, string> {
+  const out: Record<string, string> = {};
+  for (const [k, v] of Object.entries(r)) out[k] = typeof v === "string" ? v : JSON.stringify(v);
+  return out;
+}
+
+function isRecord(v: unknown): v is Record<string, unknown> {
+  return typeof v === "object" && v !== null && !Array.isArray(v);
+}

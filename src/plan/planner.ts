@@ -1,0 +1,478 @@
+// `agent-operator plan`: what the operator would do in the service if the manifests were
+// applied now. The planned object of each resource is the manifest over the live one (metadata
+// and status from the cluster, spec from the manifest), and the kind's own ExternalClient
+// observes it: observe only reads (one list per collection, GETs), so the plan writes nothing,
+// to the cluster or to the service. Nothing here calls create, update, cleanup or delete.
+import { Annotations, ConditionType, DEFAULT_CONNECTION, GROUP, MARKER_KEY, VERSION, kindNames, type KindNames } from "../api/names.js";
+import Value from "typebox/value";
+import { allKinds, type Agent, type AgentDeployment, type Connection, type Sandbox, type Skill } from "../api/index.js";
+import { agentDeployments, type DeploymentPlan } from "../controllers/agent-deployment.js";
+import { agentRevision, agents, type AgentPlan } from "../controllers/agent.js";
+import { ConnectionPool, type ServiceHandle } from "../controllers/connection-pool.js";
+import type { KindContext, ManagedKind } from "../controllers/kind.js";
+import { ObjectStore, type ConfigMapObject } from "../controllers/object-store.js";
+import { sandboxes, type SandboxPlan } from "../controllers/sandbox.js";
+import { skillName, skills, type SkillPlan } from "../controllers/skill.js";
+import type { SecretObject } from "../managed/connection-secret.js";
+import { NotReadyError, classify } from "../managed/errors.js";
+import type { ManagedResource, Observation } from "../managed/external.js";
+import type { Informer } from "../runtime/informer.js";
+import { resourcePath, type KubeClient } from "../runtime/kube-client.js";
+import { silentLogger } from "../runtime/logging.js";
+import { change, diffFields } from "./diff.js";
+import { isPlanned, type ManifestObject } from "./manifests.js";
+import { summarize, type Change, type PlanResult, type ResourcePlan } from "./model.js";
+import type { LabelMatcher } from "./selector.js";
+
+/** The annotation `kubectl apply` leaves; `--prune` only deletes objects that carry it (as kubectl). */
+export const LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration";
+
+/** What the planner reads from the cluster: only GETs (lists). */
+export interface ClusterReader {
+  list<T>(path: string): Promise<T[]>;
+}
+
+export function kubeReader(kube: KubeClient): ClusterReader {
+  return {
+    async list<T>(path: string): Promise<T[]> {
+      const items: T[] = [];
+      let cont: string | undefined;
+      do {
+        const page = await kube.list<T>(path, { limit: 500, continue: cont });
+        items.push(...page.items);
+        cont = page.metadata.continue || undefined;
+      } while (cont !== undefined);
+      return items;
+    },
+  };
+}
+
+export interface PlanOptions {
+  prune: boolean;
+  /** -l: only manifests (and, with --prune, live objects) whose labels match. */
+  selector?: LabelMatcher;
+  now?: () => Date;
+}
+
+type Obj = ManagedResource & { apiVersion?: string; kind?: string };
+
+/** The informer surface the kinds read (get, list, indices), over a fixed set of objects. */
+class StaticInformer<T extends { metadata: { name?: string; namespace?: string } }> {
+  private readonly objects = new Map<string, T>();
+  private readonly indexers = new Map<string, (obj: T) => string[]>();
+
+  set(obj: T): void {
+    this.objects.set(`${obj.metadata.namespace ?? ""}/${obj.metadata.name ?? ""}`, obj);
+  }
+
+  get(namespace: string | undefined, name: string): T | undefined {
+    return this.objects.get(`${namespace ?? ""}/${name}`);
+  }
+
+  list(namespace?: string): T[] {
+    return [...this.objects.values()].filter((o) => namespace === undefined || o.metadata.namespace === namespace);
+  }
+
+  addIndex(name: string, fn: (obj: T) => string[]): void {
+    this.indexers.set(name, fn);
+  }
+
+  byIndex(name: string, value: string): T[] {
+    const fn = this.indexers.get(name);
+    return fn === undefined ? [] : this.list().filter((o) => fn(o).includes(value));
+  }
+
+  on(): () => void {
+    return () => undefined;
+  }
+
+  as<U extends T>(): Informer<U & { metadata: { name?: string; namespace?: string } }> {
+    return this as unknown as Informer<U>;
+  }
+}
+
+/** Common cluster-scoped kinds: they touch no namespace. */
+const CLUSTER_SCOPED = new Set(["Namespace", "ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition", "PersistentVolume", "StorageClass", "PriorityClass", "ValidatingWebhookConfiguration", "MutatingWebhookConfiguration"]);
+
+const ORDER = [kindNames.connection, kindNames.skill, kindNames.agent, kindNames.agentDeployment, kindNames.sandbox];
+
+const collection = (names: KindNames, namespace: string) => resourcePath({ group: GROUP, version: VERSION, plural: names.plural, namespace });
+
+/** The cluster as the plan reads it: our kinds, Secrets and ConfigMaps of the namespaces concerned. */
+interface Live {
+  byKind: Map<string, Obj[]>;
+  secrets: SecretObject[];
+  configMaps: ConfigMapObject[];
+}
+
+async function readCluster(reader: ClusterReader, namespaces: string[]): Promise<Live> {
+  const live: Live = { byKind: new Map(), secrets: [], configMaps: [] };
+  for (const ns of namespaces) {
+    for (const names of ORDER) {
+      const items = await reader.list<Obj>(collection(names, ns));
+      live.byKind.set(names.kind, [...(live.byKind.get(names.kind) ?? []), ...items]);
+    }
+    live.secrets.push(...(await reader.list<SecretObject>(resourcePath({ version: "v1", plural: "secrets", namespace: ns }))));
+    live.configMaps.push(...(await reader.list<ConfigMapObject>(resourcePath({ version: "v1", plural: "configmaps", namespace: ns }))));
+  }
+  return live;
+}
+
+function isReady(obj: { metadata: { generation?: number }; status?: { observedGeneration?: number; conditions?: Array<{ type: string; status: string }> } }): boolean {
+  const ready = obj.status?.conditions?.find((c) => c.type === ConditionType.Ready);
+  return ready?.status === "True" && obj.status?.observedGeneration === obj.metadata.generation;
+}
+
+/** The spec as the API server will store it: with the CRD's defaults. */
+export function withDefaults(kind: string, spec: Record<string, unknown> | undefined): Record<string, unknown> {
+  const def = allKinds.find((k) => k.kind === kind);
+  const copy = structuredClone(spec ?? {});
+  return def === undefined ? copy : (Value.Default(def.spec, copy) as Record<string, unknown>);
+}
+
+/** The manifest over the live object: metadata and status from the cluster, spec from the manifest. */
+function plannedObject(m: ManifestObject, live: Obj | undefined): Obj {
+  const spec = withDefaults(m.kind, m.spec);
+  if (live === undefined) {
+    return {
+      apiVersion: m.apiVersion,
+      kind: m.kind,
+      metadata: {
+        name: m.metadata.name,
+        namespace: m.metadata.namespace,
+        uid: `planned-${m.metadata.namespace}-${m.metadata.name}`,
+        generation: 1,
+        ...(m.metadata.labels ? { labels: m.metadata.labels } : {}),
+        ...(m.metadata.annotations ? { annotations: m.metadata.annotations } : {}),
+      },
+      spec,
+    } as Obj;
+  }
+  const changed = JSON.stringify(live.spec) !== JSON.stringify(spec);
+  // kubectl apply sets the manifest's annotations (others stay); only ours matter to observe.
+  const annotations = { ...live.metadata.annotations, ...m.metadata.annotations };
+  for (const key of Object.values(Annotations)) {
+    if (m.metadata.annotations?.[key] === undefined && live.metadata.annotations?.[key] !== undefined) {
+      // Dropped from the manifest: apply removes an annotation it set before.
+      if (live.metadata.annotations[LAST_APPLIED]?.includes(key)) delete annotations[key];
+    }
+  }
+  return {
+    ...live,
+    // List items carry no apiVersion and kind.
+    apiVersion: m.apiVersion,
+    kind: m.kind,
+    metadata: { ...live.metadata, annotations, generation: (live.metadata.generation ?? 1) + (changed ? 1 : 0) },
+    spec,
+  } as Obj;
+}
+
+function secretOf(m: ManifestObject): SecretObject {
+  const data: Record<string, string> = { ...m.data };
+  for (const [k, v] of Object.entries(m.stringData ?? {})) data[k] = Buffer.from(v, "utf8").toString("base64");
+  return { metadata: { name: m.metadata.name, namespace: m.metadata.namespace }, data } as SecretObject;
+}
+
+export async function plan(reader: ClusterReader, manifests: ManifestObject[], opts: PlanOptions): Promise<PlanResult> {
+  const now = opts.now ?? (() => new Date());
+  const selected = opts.selector === undefined ? manifests : manifests.filter((m) => opts.selector?.(m.metadata.labels));
+  // The namespaces the manifests touch (as kubectl apply --prune: those of namespaced objects).
+  const namespaces = [...new Set(selected.filter((m) => !CLUSTER_SCOPED.has(m.kind)).map((m) => m.metadata.namespace))].sort();
+  const live = await readCluster(reader, namespaces);
+  const liveOf = (kind: string, ns: string, name: string) =>
+    live.byKind.get(kind)?.find((o) => o.metadata.namespace === ns && o.metadata.name === name);
+  const planned = selected.filter(isPlanned);
+  const inManifests = (kind: string, ns: string, name: string) => planned.find((m) => m.kind === kind && m.metadata.namespace === ns && m.metadata.name === name);
+
+  // What the kinds read, as it will be once the manifests are applied.
+  const connections = new StaticInformer<Connection>();
+  for (const c of live.byKind.get("Connection") ?? []) connections.set(c as unknown as Connection);
+  const liveSecrets = new StaticInformer<SecretObject>();
+  const secrets = new StaticInformer<SecretObject>();
+  for (const s of live.secrets) {
+    liveSecrets.set(s);
+    secrets.set(s);
+  }
+  const configMaps = new StaticInformer<ConfigMapObject>();
+  for (const c of live.configMaps) configMaps.set(c);
+  for (const m of selected) {
+    if (m.apiVersion === "v1" && m.kind === "Secret") secrets.set(secretOf(m));
+    if (m.apiVersion === "v1" && m.kind === "ConfigMap") configMaps.set({ metadata: { name: m.metadata.name, namespace: m.metadata.namespace }, data: m.data ?? {} });
+  }
+  // Skills and Agents as the operator will have them once synced: a new one Ready, with an id
+  // known only then; a changed Agent with its new revision. Dependants are planned "after" them.
+  const skillInformer = new StaticInformer<Skill>();
+  const agentInformer = new StaticInformer<Agent>();
+  const syncedStatus = (obj: Obj, extra: Record<string, unknown>) => ({
+    ...obj.status,
+    ...extra,
+    observedGeneration: obj.metadata.generation,
+    conditions: [{ type: ConditionType.Ready, status: "True", reason: "Available", lastTransitionTime: now().toISOString() }],
+  });
+  for (const s of live.byKind.get("Skill") ?? []) skillInformer.set(s as unknown as Skill);
+  for (const a of live.byKind.get("Agent") ?? []) agentInformer.set(a as unknown as Agent);
+  for (const m of planned) {
+    const l = liveOf(m.kind, m.metadata.namespace, m.metadata.name);
+    const obj = plannedObject(m, l);
+    if (m.kind === "Skill" && (l === undefined || !isReady(l))) {
+      skillInformer.set({ ...obj, status: syncedStatus(obj, { skillName: skillName(obj as unknown as Skill) }) } as unknown as Skill);
+    }
+    if (m.kind === "Agent") {
+      const revision = agentRevision(obj as unknown as Agent);
+      const agentId = (l?.status as { agentId?: string } | undefined)?.agentId ?? `(id of Agent ${m.metadata.name}, known once created)`;
+      agentInformer.set({ ...obj, status: syncedStatus(obj, { agentId, revision }) } as unknown as Agent);
+    }
+  }
+
+  const ctx: KindContext = {
+    informer: <T extends ManagedResource>(names: KindNames) =>
+      (names.kind === "Skill" ? skillInformer : names.kind === "Agent" ? agentInformer : new StaticInformer()) as unknown as Informer<T>,
+    secrets: secrets.as<SecretObject>(),
+    configMaps: configMaps.as<ConfigMapObject>(),
+    store: new ObjectStore(secrets.as<SecretObject>(), configMaps.as<ConfigMapObject>()),
+    now,
+  };
+  const pool = new ConnectionPool({
+    connections: connections.as<Connection>(),
+    // The credentials the operator uses now: the cluster's, not the manifests'.
+    secrets: liveSecrets.as<SecretObject>(),
+    logger: silentLogger(),
+    // One read of each collection for the whole plan.
+    inventoryMaxAgeMs: 3_600_000,
+  });
+  const kinds = {
+    Skill: skills(ctx),
+    Agent: agents(ctx),
+    AgentDeployment: agentDeployments(ctx),
+    Sandbox: sandboxes(ctx),
+  } as const;
+
+  const out: ResourcePlan[] = [];
+  try {
+    const sorted = [...planned].sort(
+      (a, b) =>
+        ORDER.findIndex((k) => k.kind === a.kind) - ORDER.findIndex((k) => k.kind === b.kind) ||
+        a.metadata.namespace.localeCompare(b.metadata.namespace) ||
+        a.metadata.name.localeCompare(b.metadata.name),
+    );
+    for (const m of sorted) {
+      const l = liveOf(m.kind, m.metadata.namespace, m.metadata.name);
+      const base: ResourcePlan = { kind: m.kind, namespace: m.metadata.namespace, name: m.metadata.name, action: "none", changes: [], notes: [], source: m.source };
+      if (m.kind === "Connection") {
+        out.push(planConnection(base, m, l));
+        continue;
+      }
+      const obj = plannedObject(m, l);
+      const kind = kinds[m.kind as keyof typeof kinds] as unknown as ManagedKind<Obj, unknown>;
+      const actionOf = (k: string, ns: string, name: string) => out.find((r) => r.kind === k && r.namespace === ns && r.name === name)?.action;
+      out.push(await planManaged(base, obj, l, kind, { pool, inManifests, agentInformer, skillInformer, liveOf, actionOf }));
+    }
+    if (opts.prune) out.push(...pruned(live, planned, namespaces, opts.selector));
+  } finally {
+    await pool.close();
+  }
+  return summarize(out);
+}
+
+function planConnection(base: ResourcePlan, m: ManifestObject, l: Obj | undefined): ResourcePlan {
+  const notes = ["a Connection has no object in the service: it says how its namespace reaches the service"];
+  if (l === undefined) return { ...base, action: "create", changes: diffFields(undefined, withDefaults(m.kind, m.spec), "spec"), notes };
+  const changes = diffFields(l.spec, withDefaults(m.kind, m.spec), "spec");
+  return { ...base, action: changes.length > 0 ? "update" : "none", changes, notes: changes.length > 0 ? notes : [] };
+}
+
+interface Deps {
+  pool: ConnectionPool;
+  inManifests(kind: string, ns: string, name: string): ManifestObject | undefined;
+  agentInformer: StaticInformer<Agent>;
+  skillInformer: StaticInformer<Skill>;
+  liveOf(kind: string, ns: string, name: string): Obj | undefined;
+  /** The action planned for a resource planned earlier (Skills and Agents come first). */
+  actionOf(kind: string, ns: string, name: string): ResourcePlan["action"] | undefined;
+}
+
+async function planManaged(base: ResourcePlan, cr: Obj, l: Obj | undefined, kind: ManagedKind<Obj, unknown>, deps: Deps): Promise<ResourcePlan> {
+  const specChanges = diffFields(l?.spec, cr.spec, "spec");
+  const notes = dependencyNotes(cr, deps);
+  const paused = cr.metadata.annotations?.[Annotations.paused] === "true";
+  const result = await observeOne(base, cr, l, kind, deps, specChanges, notes);
+  if (paused && result.action !== "none") {
+    return {
+      ...result,
+      action: "none",
+      reason: `paused (${Annotations.paused}: "true"): the operator makes no change in the service; once resumed it would ${result.action}${result.reason ? `: ${result.reason}` : ""}`,
+    };
+  }
+  return result;
+}
+
+async function observeOne(
+  base: ResourcePlan,
+  cr: Obj,
+  l: Obj | undefined,
+  kind: ManagedKind<Obj, unknown>,
+  deps: Deps,
+  specChanges: Change[],
+  notes: string[],
+): Promise<ResourcePlan> {
+  const { namespace } = cr.metadata;
+  const connection = cr.spec.connectionRef?.name ?? DEFAULT_CONNECTION;
+  let handle: ServiceHandle;
+  try {
+    handle = deps.pool.forResource(namespace, cr.spec.connectionRef);
+  } catch (err) {
+    const f = classify(err);
+    const pending = deps.inManifests("Connection", namespace, connection) !== undefined && deps.liveOf("Connection", namespace, connection) === undefined;
+    const why = pending ? `Connection "${connection}" is only in the manifests: the service can be read once it is applied and Ready` : `${f.reason}: ${f.message}`;
+    if (l === undefined) {
+      return { ...base, action: "create", changes: specChanges, notes: [...notes, `after Connection "${connection}" is Ready; not checked against the service (${why})`] };
+    }
+    return { ...base, action: "unknown", reason: why, changes: specChanges, notes };
+  }
+  const client = kind.client(handle);
+  let observed: Observation<unknown, unknown>;
+  try {
+    observed = await client.observe(cr);
+  } catch (err) {
+    const f = classify(err);
+    if (err instanceof NotReadyError && l === undefined) {
+      return { ...base, action: "create", changes: specChanges, notes: [...notes, `then waits: ${f.reason}: ${f.message}`] };
+    }
+    return { ...base, action: "unknown", reason: `${f.reason}: ${f.message}`, changes: specChanges, notes };
+  }
+  const serviceId = kind.externalId(cr) ?? idOf(observed);
+  const withId = serviceId !== undefined ? { serviceId } : {};
+  if (!observed.exists) {
+    const adopting = cr.metadata.annotations?.[Annotations.externalId];
+    if (adopting !== undefined) {
+      return { ...base, action: "unknown", reason: `ExternalNotFound: annotation ${Annotations.externalId}: "${adopting}" names no object in the service`, changes: specChanges, notes };
+    }
+    if (l !== undefined && serviceId !== undefined) notes.push(`its service object ${serviceId} is gone: a new one is created`);
+    if (cr.kind === "Agent") {
+      const name = (cr.spec as { name?: string }).name ?? cr.metadata.name;
+      const other = [...handle.agents.values()].find((a) => a.name === name);
+      if (other !== undefined) notes.push(`an agent named "${name}" (${other.id}) exists already and is not this resource's: the create will be refused (NameTaken)`);
+    }
+    return { ...base, action: "create", changes: specChanges, notes };
+  }
+  if (observed.leftovers !== undefined && observed.leftovers.length > 0) {
+    notes.push(`gives back ${observed.leftovers.length} leftover service object(s) carrying its marker: ${observed.leftovers.join(", ")}`);
+  }
+  if (observed.upToDate || observed.notReady !== undefined) {
+    if (observed.notReady !== undefined) notes.push(`${observed.notReady.reason}: ${observed.notReady.message}`);
+    const p = observed.plan as { action?: string } | undefined;
+    if (p?.action === "renew") notes.push("its VM's TTL renewal is due (routine)");
+    return { ...base, action: "none", ...withId, notes };
+  }
+  return { ...base, ...withId, ...actionOf(cr, observed, handle, specChanges, notes) };
+}
+
+/** What an update of a service object that exists amounts to, kind by kind. */
+function actionOf(cr: Obj, observed: Observation<unknown, unknown>, handle: ServiceHandle, specChanges: Change[], notes: string[]): Pick<ResourcePlan, "action" | "reason" | "changes" | "notes"> {
+  switch (cr.kind) {
+    case "Agent": {
+      const p = observed.plan as AgentPlan;
+      const found = handle.agents.get(p.id) as unknown as Record<string, unknown> | undefined;
+      const changes = Object.entries(p.patch).map(([k, v]) => {
+        const field = `spec.${k === "public_key" ? "publicKey" : k}`;
+        if (k === "metadata") return change(field, withoutMarker(found?.[k]), withoutMarker(v));
+        return change(field, found?.[k], v);
+      });
+      const drift = changes.length > 0 && specChanges.length === 0 ? ["the registry differs from the spec (changed outside the operator): put back"] : [];
+      return { action: "update", changes, notes: [...notes, ...drift] };
+    }
+    case "Skill": {
+      const p = observed.plan as SkillPlan;
+      const found = handle.skills.get(p.name) as unknown as Record<string, unknown> | undefined;
+      const want = p as unknown as Record<string, unknown>;
+      const changes = (observed.differences ?? []).map((d) => change(`spec.${d}`, found?.[d], want[d]));
+      return { action: "update", changes, notes };
+    }
+    case "AgentDeployment": {
+      const p = observed.plan as DeploymentPlan;
+      if (p.action === "replace") return { action: "replace", reason: `${p.why}; the endpoint may change`, changes: specChanges, notes };
+      if (p.action === "stop") return { action: "update", reason: "stop the deployment (spec.suspend: true)", changes: specChanges, notes };
+      if (p.action === "redeploy") return { action: "update", reason: `redeploy: ${p.why}`, changes: specChanges, notes };
+      return { action: "none", changes: [], notes };
+    }
+    case "Sandbox": {
+      const p = observed.plan as SandboxPlan;
+      if (p.action === "replace") {
+        const fromSecrets = ((cr as unknown as Sandbox).spec.envFrom ?? []).map((e) => e.secretRef.name);
+        const extra = fromSecrets.length > 0 ? [change("env from Secrets " + fromSecrets.join(", "), "(sensitive)", "(sensitive)")] : [];
+        return { action: "replace", reason: `${p.why}: a new VM is allocated, then ${p.vm.id} is released`, changes: [...specChanges, ...(specChanges.length === 0 ? extra : [])], notes };
+      }
+      if (p.action === "renew") return { action: "none", changes: [], notes: [...notes, "its VM's TTL renewal is due (routine)"] };
+      return { action: "none", changes: [], notes };
+    }
+    default:
+      return { action: "update", reason: (observed.differences ?? []).join(", "), changes: specChanges, notes };
+  }
+}
+
+function withoutMarker(v: unknown): unknown {
+  if (typeof v !== "object" || v === null) return v;
+  const { [MARKER_KEY]: _marker, ...rest } = v as Record<string, unknown>;
+  return rest;
+}
+
+function idOf(observed: Observation<unknown, unknown>): string | undefined {
+  const s = observed.status as Record<string, unknown> | undefined;
+  const id = s?.agentId ?? s?.deploymentId ?? s?.vmId ?? s?.skillName;
+  return typeof id === "string" ? id : undefined;
+}
+
+/** Dependencies that are only in the manifests (or nowhere): the action happens after them. */
+function dependencyNotes(cr: Obj, deps: Deps): string[] {
+  const ns = cr.metadata.namespace;
+  const notes: string[] = [];
+  const dep = (kind: string, name: string) => {
+    const l = deps.liveOf(kind, ns, name);
+    const m = deps.inManifests(kind, ns, name);
+    const action = deps.actionOf(kind, ns, name);
+    if (l === undefined && m !== undefined) notes.push(`after ${kind} ${name} is created`);
+    else if (l === undefined) notes.push(`waits for ${kind} ${name}, which is neither in the cluster nor in the manifests`);
+    else if (action === "update" || action === "replace") notes.push(`after ${kind} ${name} is ${action === "update" ? "updated" : "replaced"}`);
+    else if (!isReady(l)) notes.push(`waits for ${kind} ${name}, not Ready now`);
+  };
+  if (cr.kind === "AgentDeployment") {
+    const ref = (cr as unknown as AgentDeployment).spec.agentRef?.name;
+    if (ref !== undefined) dep("Agent", ref);
+  }
+  if (cr.kind === "Sandbox") {
+    for (const name of (cr as unknown as Sandbox).spec.skills ?? []) {
+      const skill = deps.skillInformer.byIndex("skillName", `${ns}/${name}`)[0];
+      if (skill !== undefined) dep("Skill", skill.metadata.name);
+    }
+  }
+  return notes;
+}
+
+/** Objects of our kinds in the namespaces concerned that the manifests drop (as kubectl apply --prune). */
+function pruned(live: Live, planned: ManifestObject[], namespaces: string[], selector: LabelMatcher | undefined): ResourcePlan[] {
+  const out: ResourcePlan[] = [];
+  const kept = new Set(planned.map((m) => `${m.kind}/${m.metadata.namespace}/${m.metadata.name}`));
+  for (const names of ORDER) {
+    for (const o of live.byKind.get(names.kind) ?? []) {
+      const { namespace, name, annotations, labels } = o.metadata;
+      if (!namespaces.includes(namespace) || kept.has(`${names.kind}/${namespace}/${name}`)) continue;
+      if (annotations?.[LAST_APPLIED] === undefined) continue; // never applied with kubectl apply: not pruned
+      if (selector !== undefined && !selector(labels)) continue;
+      if (o.metadata.deletionTimestamp !== undefined) continue;
+      const r: ResourcePlan = { kind: names.kind, namespace, name, action: "delete", changes: [], notes: [] };
+      if (names.kind === "Connection") {
+        r.notes.push("waits until no resource of the namespace uses it");
+      } else {
+        const status = o.status as Record<string, unknown> | undefined;
+        const id = annotations[Annotations.externalId] ?? status?.agentId ?? status?.deploymentId ?? status?.vmId ?? status?.skillName;
+        if (typeof id === "string") r.serviceId = id;
+        if (o.spec.deletionPolicy === "Orphan") r.reason = "the service object is left in place (deletionPolicy: Orphan)";
+        else if (names.kind === "Sandbox") r.reason = "its VM is released";
+        else r.reason = "its service object is deleted";
+        if (annotations[Annotations.paused] === "true") r.notes.push("paused: the deletion waits until the annotation is removed");
+      }
+      out.push(r);
+    }
+  }
+  return out;
+}

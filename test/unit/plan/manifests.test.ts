@@ -1,0 +1,67 @@
+import { mkdirSync, mkdtempSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { describe, expect, it } from "vitest";
+import { ManifestError, isPlanned, parseSources, readSources } from "../../../src/plan/manifests.js";
+import { parseSelector } from "../../../src/plan/selector.js";
+
+const skill = (name: string, ns = "") => `apiVersion: agentcompute.dev/v1alpha1
+kind: Skill
+metadata: {name: ${name}${ns ? `, namespace: ${ns}` : ""}}
+spec: {content: hi}`;
+
+describe("manifest loading", () => {
+  it("reads several documents, gives the default namespace to those without one, keeps inputs", () => {
+    const text = [skill("a"), skill("b", "other"), "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: cm}\ndata: {k: v}", "", "---"].join("\n---\n");
+    const objs = parseSources([{ name: "m.yaml", text }], "team");
+    expect(objs.map((o) => `${o.kind}/${o.metadata.namespace}/${o.metadata.name}`)).toEqual(["Skill/team/a", "Skill/other/b", "ConfigMap/team/cm"]);
+    expect(objs.map(isPlanned)).toEqual([true, true, false]);
+    expect(objs[0]?.source).toBe("m.yaml: document 1");
+    expect(objs[0]?.spec).toEqual({ content: "hi" });
+  });
+
+  it("expands a List", () => {
+    const text = JSON.stringify({ apiVersion: "v1", kind: "List", items: [{ apiVersion: "agentcompute.dev/v1alpha1", kind: "Agent", metadata: { name: "x" }, spec: { image: "i" } }] });
+    expect(parseSources([{ name: "l.json", text }], "ns").map((o) => o.kind)).toEqual(["Agent"]);
+  });
+
+  it("names the file and document of an unknown kind, a wrong version, bad YAML, a missing name, a duplicate", () => {
+    const bad = (text: string) => () => parseSources([{ name: "f.yaml", text }], "ns");
+    expect(bad(`${skill("a")}\n---\napiVersion: agentcompute.dev/v1alpha1\nkind: Agnet\nmetadata: {name: t}`)).toThrow(
+      'f.yaml: document 2: Agnet "t": unknown kind "Agnet" in agentcompute.dev/v1alpha1 (known: Connection, Skill, Agent, AgentDeployment, Sandbox)',
+    );
+    expect(bad("apiVersion: agentcompute.dev/v2\nkind: Skill\nmetadata: {name: t}")).toThrow('f.yaml: Skill "t": unknown apiVersion "agentcompute.dev/v2"');
+    expect(bad("kind: Skill\nmetadata: {name: [oops")).toThrow(/^f\.yaml: not valid YAML: /);
+    expect(bad("apiVersion: v1\nkind: Secret\nmetadata: {}")).toThrow("f.yaml: Secret: metadata.name is missing");
+    expect(bad("apiVersion: v1\nmetadata: {name: x}")).toThrow("f.yaml: kind is missing");
+    expect(bad("- a\n- b")).toThrow("f.yaml: not a Kubernetes object");
+    expect(bad(`${skill("a")}\n---\n${skill("a")}`)).toThrow("f.yaml: document 2: Skill ns/a is also in f.yaml: document 1");
+    expect(bad("kind: Skill\nmetadata: {name: [oops")).toThrow(ManifestError);
+  });
+
+  it("reads files, directories (sorted, .yaml/.yml/.json only; -R for sub-directories) and stdin", () => {
+    const dir = mkdtempSync(join(tmpdir(), "plan-unit-"));
+    writeFileSync(join(dir, "b.yaml"), skill("b"));
+    writeFileSync(join(dir, "a.yml"), skill("a"));
+    writeFileSync(join(dir, "notes.txt"), "not a manifest");
+    mkdirSync(join(dir, "sub"));
+    writeFileSync(join(dir, "sub", "c.json"), JSON.stringify({ apiVersion: "v1", kind: "ConfigMap", metadata: { name: "c" } }));
+    expect(readSources([dir]).map((s) => s.name)).toEqual([join(dir, "a.yml"), join(dir, "b.yaml")]);
+    expect(readSources([dir], { recursive: true }).map((s) => s.name)).toEqual([join(dir, "a.yml"), join(dir, "b.yaml"), join(dir, "sub", "c.json")]);
+    expect(readSources(["-"], { stdin: () => skill("s") })).toEqual([{ name: "<stdin>", text: skill("s") }]);
+    expect(() => readSources([join(dir, "missing.yaml")])).toThrow(`${join(dir, "missing.yaml")}: no such file or directory`);
+  });
+});
+
+describe("label selectors", () => {
+  it("matches as kubectl -l does", () => {
+    const m = parseSelector("app=web,tier!=dev,env in (a, b),!legacy,team");
+    expect(m({ app: "web", env: "a", team: "x" })).toBe(true);
+    expect(m({ app: "web", env: "a", team: "x", legacy: "1" })).toBe(false);
+    expect(m({ app: "web", env: "c", team: "x" })).toBe(false);
+    expect(m({ app: "web", env: "a", team: "x", tier: "dev" })).toBe(false);
+    expect(m(undefined)).toBe(false);
+    expect(parseSelector("x notin (1)")({})).toBe(true);
+    expect(() => parseSelector("a=b=c")).toThrow("--selector");
+  });
+});

@@ -1,0 +1,177 @@
+// The planner over a fake cluster (lists from memory) and the real in-process emulator: the
+// cases the e2e test does not reach (paused, a name taken in the service, a Connection not
+// Ready, drift made outside the operator, --prune's scope and deletionPolicy: Orphan), and
+// that only GETs (and the token request) reach the service.
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { startEmulator, type Emulator } from "../../../src/emulator/index.js";
+import { MARKER_KEY } from "../../../src/api/names.js";
+import { parseSources } from "../../../src/plan/manifests.js";
+import { LAST_APPLIED, plan, type ClusterReader } from "../../../src/plan/planner.js";
+import { parseSelector } from "../../../src/plan/selector.js";
+import type { PlanResult, ResourcePlan } from "../../../src/plan/model.js";
+
+const NS = "team";
+const ORG = "org-unit";
+const API_KEY = "planner-unit-key-2b7e";
+const READY = { observedGeneration: 1, conditions: [{ type: "Ready", status: "True", reason: "Available", lastTransitionTime: "2030-01-01T00:00:00Z" }] };
+
+let emu: Emulator;
+let cluster: Map<string, unknown[]>;
+
+const reader: ClusterReader = {
+  async list<T>(path: string): Promise<T[]> {
+    const plural = path.split("/").pop() ?? "";
+    const ns = /\/namespaces\/([^/]+)\//.exec(path)?.[1] ?? "";
+    return (cluster.get(plural) ?? []).filter((o) => (o as { metadata: { namespace: string } }).metadata.namespace === ns) as T[];
+  },
+};
+
+const live = (name: string, spec: Record<string, unknown>, status: Record<string, unknown>, extra: Record<string, unknown> = {}) => ({
+  metadata: { name, namespace: NS, uid: `uid-${name}`, generation: 1, annotations: { [LAST_APPLIED]: "{}" }, ...extra },
+  spec: { connectionRef: { name: "default" }, deletionPolicy: "Delete", ...spec },
+  status: { ...READY, ...status },
+});
+
+function find(p: PlanResult, kind: string, name: string): ResourcePlan {
+  const r = p.resources.find((x) => x.kind === kind && x.name === name);
+  if (r === undefined) throw new Error(`${kind}/${name} not planned`);
+  return r;
+}
+
+const manifests = (yaml: string) => parseSources([{ name: "m.yaml", text: yaml }], NS);
+
+beforeAll(async () => {
+  emu = await startEmulator({ apiKey: API_KEY, orgId: ORG });
+  emu.state.createSkill({ name: "paused-skill", content: "old" });
+  emu.state.createSkill({ name: "taken", content: "someone else's" });
+  emu.state.createAgent({ name: "other-team", org_id: ORG, image: "x:1" });
+  const drifted = emu.state.createAgent({ name: "drifted", org_id: ORG, image: "img:0", metadata: { [MARKER_KEY]: "uid-drifted" } });
+  cluster = new Map<string, unknown[]>([
+    ["secrets", [{ metadata: { name: "creds", namespace: NS }, data: { apiKey: Buffer.from(API_KEY).toString("base64") } }]],
+    ["configmaps", []],
+    [
+      "connections",
+      [
+        { metadata: { name: "default", namespace: NS, generation: 1 }, spec: { baseURL: emu.baseURL, authURL: emu.authURL, orgId: ORG, credentials: { secretRef: { name: "creds" } } }, status: READY },
+        { metadata: { name: "broken", namespace: NS, generation: 1 }, spec: { baseURL: emu.baseURL, authURL: emu.authURL, credentials: { secretRef: { name: "creds" } } }, status: { observedGeneration: 1, conditions: [{ type: "Ready", status: "False", reason: "SecretKeyMissing", message: "no key" }] } },
+      ],
+    ],
+    ["skills", [live("paused-skill", { content: "old" }, { skillName: "paused-skill" })]],
+    [
+      "agents",
+      [
+        live("drifted", { image: "img:1" }, { agentId: drifted.id }),
+        live("stuck", { image: "s:1", connectionRef: { name: "broken" } }, { agentId: "ag-stuck" }),
+      ],
+    ],
+    ["agentdeployments", []],
+    [
+      "sandboxes",
+      [
+        live("orphaned", { tier: "standard", deletionPolicy: "Orphan" }, { vmId: "vm-1" }),
+        live("by-hand", { tier: "standard" }, { vmId: "vm-2" }, { annotations: {} }),
+        live("other-app", { tier: "standard" }, { vmId: "vm-3" }, { labels: { app: "other" } }),
+      ],
+    ],
+  ]);
+});
+
+afterAll(async () => {
+  await emu.close();
+});
+
+const MANIFESTS = `
+apiVersion: agentcompute.dev/v1alpha1
+kind: Skill
+metadata: {name: paused-skill, annotations: {agentcompute.dev/paused: "true"}, labels: {app: mine}}
+spec: {content: new}
+---
+apiVersion: agentcompute.dev/v1alpha1
+kind: Skill
+metadata: {name: taken, labels: {app: mine}}
+spec: {content: mine}
+---
+apiVersion: agentcompute.dev/v1alpha1
+kind: Agent
+metadata: {name: other-team, labels: {app: mine}}
+spec: {image: "y:1"}
+---
+apiVersion: agentcompute.dev/v1alpha1
+kind: Agent
+metadata: {name: drifted, labels: {app: mine}}
+spec: {image: "img:1"}
+---
+apiVersion: agentcompute.dev/v1alpha1
+kind: Agent
+metadata: {name: stuck, labels: {app: mine}}
+spec: {image: "s:2", connectionRef: {name: broken}}
+---
+apiVersion: agentcompute.dev/v1alpha1
+kind: Agent
+metadata: {name: later, labels: {app: mine}}
+spec: {image: "l:1", connectionRef: {name: broken}}
+---
+apiVersion: agentcompute.dev/v1alpha1
+kind: AgentDeployment
+metadata: {name: orphan-dep, labels: {app: mine}}
+spec: {agentRef: {name: nowhere}, tier: standard}
+`;
+
+describe("planner", () => {
+  it("plans each case as the operator would act, reading only", async () => {
+    const from = emu.requests.length;
+    const p = await plan(reader, manifests(MANIFESTS), { prune: true, selector: parseSelector("app!=other") });
+
+    const paused = find(p, "Skill", "paused-skill");
+    expect(paused.action).toBe("none");
+    expect(paused.reason).toMatch(/^paused \(agentcompute\.dev\/paused: "true"\).*once resumed it would update/);
+
+    expect(find(p, "Skill", "taken")).toMatchObject({ action: "unknown" });
+    expect(find(p, "Skill", "taken").reason).toMatch(/^NameTaken: a skill named "taken" already exists/);
+
+    const nameTaken = find(p, "Agent", "other-team");
+    expect(nameTaken.action).toBe("create");
+    expect(nameTaken.notes.join()).toContain('an agent named "other-team"');
+
+    expect(find(p, "Agent", "drifted")).toMatchObject({
+      action: "update",
+      changes: [{ path: "spec.image", old: "img:0", new: "img:1" }],
+      notes: ["the registry differs from the spec (changed outside the operator): put back"],
+    });
+
+    const stuck = find(p, "Agent", "stuck");
+    expect(stuck.action).toBe("unknown");
+    expect(stuck.reason).toBe('ConnectionNotReady: Connection "broken" is not Ready: no key');
+    expect(stuck.changes).toEqual([{ path: "spec.image", old: "s:1", new: "s:2" }]);
+
+    const later = find(p, "Agent", "later");
+    expect(later.action).toBe("create");
+    expect(later.notes.join()).toContain('after Connection "broken" is Ready; not checked against the service');
+
+    expect(find(p, "AgentDeployment", "orphan-dep")).toMatchObject({
+      action: "create",
+      notes: ["waits for Agent nowhere, which is neither in the cluster nor in the manifests"],
+    });
+
+    // --prune: only what kubectl apply left (last-applied), matching the selector; Orphan said.
+    const deletes = p.resources.filter((r) => r.action === "delete");
+    expect(deletes.map((r) => `${r.kind}/${r.name}`)).toEqual(["Sandbox/orphaned"]);
+    expect(find(p, "Sandbox", "orphaned")).toMatchObject({ serviceId: "vm-1", reason: "the service object is left in place (deletionPolicy: Orphan)" });
+
+    expect(p.summary).toEqual({ create: 3, update: 1, replace: 0, delete: 1, unchanged: 1, unknown: 2 });
+
+    const calls = emu.requests.slice(from);
+    expect(calls.filter((r) => r.method !== "GET" && r.operation !== "token")).toEqual([]);
+    expect(calls.some((r) => r.operation === "skills.list")).toBe(true);
+  });
+
+  it("plans nothing to delete without --prune, and no changes for what matches; a Namespace touches no namespace", async () => {
+    const paths: string[] = [];
+    const tracking: ClusterReader = { list: (path) => (paths.push(path), reader.list(path)) };
+    const yaml = "apiVersion: v1\nkind: Namespace\nmetadata: {name: elsewhere}\n---\napiVersion: agentcompute.dev/v1alpha1\nkind: Skill\nmetadata: {name: paused-skill}\nspec: {content: old}";
+    const p = await plan(tracking, manifests(yaml), { prune: false });
+    expect(paths.every((path) => path.includes(`/namespaces/${NS}/`))).toBe(true);
+    expect(p.resources).toEqual([expect.objectContaining({ kind: "Skill", name: "paused-skill", action: "none", serviceId: "paused-skill" })]);
+    expect(p.changes).toBe(false);
+  });
+});
