@@ -207,8 +207,9 @@ describe("service faults", () => {
 
   it("tokens expiring every 2 s and all revoked mid-burst: no reconcile fails", async () => {
     const b = batch("tok", { deployments: 0, withSkills: false, skills: 6, agents: 6, sandboxes: 6 });
-    // A request budget stretches the burst over several token lifetimes.
-    emulator.setOptions({ tokenTTLSeconds: 2, rateLimit: 6 });
+    // A request budget stretches the burst over several token lifetimes: about 20 calls at 3/s
+    // last over 6 s, so tokens really expire mid-burst (at 6/s a fast run fit in one lifetime).
+    emulator.setOptions({ tokenTTLSeconds: 2, rateLimit: 3 });
     emulator.revokeTokens();
     const before = await counters();
     emulator.clearRequests();
