@@ -6,18 +6,11 @@
 //
 // `helm()` runs it with its own config, cache and data folders under .cache/helm/home, so it
 // never reads or writes the user's ~/.config/helm (repositories, plugins, registry logins).
-import { spawn, execFile } from "node:child_process";
-import { createHash } from "node:crypto";
-import { closeSync, existsSync, openSync, readFileSync } from "node:fs";
-import { mkdir, rename, rm, writeFile } from "node:fs/promises";
-import os from "node:os";
+import { existsSync } from "node:fs";
 import path from "node:path";
-import { promisify } from "node:util";
-import { formatDuration } from "./kube-apiserver.js";
+import { buildGoProgram } from "./go-build.js";
 import { REPO_ROOT } from "./paths.js";
-import { countPackages, okOrThrow, readText, runTool, tail, withLock, type ToolResult } from "./process.js";
-
-const execFileAsync = promisify(execFile);
+import { okOrThrow, readText, runTool, type ToolResult } from "./process.js";
 
 /** The chart the repository ships. */
 export const CHART_DIR = path.join(REPO_ROOT, "charts", "agent-operator");
@@ -61,19 +54,6 @@ export interface HelmBuildOptions {
 
 const defaultLog = (line: string): void => console.log(line);
 
-/** The same Go environment as dev/kube-apiserver.ts: shared caches, committed go.sum, no cgo. */
-function goEnv(p: HelmPaths): NodeJS.ProcessEnv {
-  return {
-    ...process.env,
-    GOMODCACHE: path.join(p.goDir, "mod"),
-    GOCACHE: path.join(p.goDir, "build"),
-    GOTOOLCHAIN: "local",
-    // go.sum is committed: the build must not rewrite tools/helm/go.{mod,sum}.
-    GOFLAGS: "-mod=readonly -buildvcs=false",
-    CGO_ENABLED: "0",
-  };
-}
-
 /** A module's version as required in tools/helm/go.mod, e.g. "v3.22.0". */
 function requiredVersion(gomod: string, module: string): string {
   const escaped = module.replaceAll(".", "\\.").replaceAll("/", "\\/");
@@ -108,78 +88,25 @@ function buildArgs(p: HelmPaths, output: string, parallel: number): string[] {
   return ["build", "-v", "-p", String(parallel), "-trimpath", `-ldflags=-s -w ${x.join(" ")}`, "-o", output, "helm.sh/helm/v3/cmd/helm"];
 }
 
-async function goVersion(p: HelmPaths): Promise<string> {
-  try {
-    const { stdout } = await execFileAsync("go", ["version"], { env: goEnv(p) });
-    return stdout.trim();
-  } catch (err) {
-    throw new Error(
-      `the Go toolchain is needed to build helm for the chart tests, and 'go version' failed: ${err instanceof Error ? err.message : String(err)}`,
-      { cause: err },
-    );
-  }
-}
-
-/** Hash of everything that determines the binary: go.mod/go.sum, toolchain and flags. */
-async function sourceHash(p: HelmPaths): Promise<string> {
-  const h = createHash("sha256");
-  h.update(await goVersion(p));
-  h.update(buildArgs(p, "OUT", 0).join("\0"));
-  for (const f of ["go.mod", "go.sum"]) {
-    h.update(`\0${f}\0`);
-    h.update(readFileSync(path.join(p.toolDir, f)));
-  }
-  return h.digest("hex");
-}
-
 /** Builds helm if go.mod, go.sum, the toolchain or the flags changed; returns its path. */
 export async function buildHelm(opts: HelmBuildOptions = {}): Promise<string> {
   const p = helmPaths(opts);
-  const log = opts.log ?? defaultLog;
-  const hash = await sourceHash(p);
-  const upToDate = () => existsSync(p.binary) && readText(p.buildStamp)?.trim() === hash;
-  if (!opts.force && upToDate()) return p.binary;
-  await mkdir(p.binDir, { recursive: true });
-  return withLock(path.join(p.binDir, "build.lock"), async () => {
-    // Another process may have built it while we waited for the lock.
-    if (!opts.force && upToDate()) return p.binary;
-    const cold = !existsSync(path.join(p.goDir, "mod", "helm.sh"));
-    log(
-      `building helm ${helmVersion(opts)} from tools/helm (${cold ? "first time takes a few minutes" : "usually seconds when cached"}; log: ${path.relative(process.cwd(), p.buildLog) || p.buildLog})`,
-    );
-    const started = Date.now();
-    const tmpOut = `${p.binary}.tmp-${process.pid}`;
-    const logFd = openSync(p.buildLog, "w");
-    let exit: number | null;
-    try {
-      const child = spawn("go", buildArgs(p, tmpOut, Math.max(1, os.availableParallelism())), {
-        cwd: p.toolDir,
-        env: goEnv(p),
-        stdio: ["ignore", logFd, logFd],
-      });
-      const ticker = setInterval(() => {
-        log(`  still building helm: ${formatDuration(Date.now() - started)} elapsed, ${countPackages(p.buildLog)} packages compiled`);
-      }, 60_000);
-      try {
-        exit = await new Promise<number | null>((resolve, reject) => {
-          child.once("error", reject);
-          child.once("exit", (code) => resolve(code));
-        });
-      } finally {
-        clearInterval(ticker);
-      }
-    } finally {
-      closeSync(logFd);
-    }
-    if (exit !== 0) {
-      await rm(tmpOut, { force: true });
-      throw new Error(`go build of helm failed (exit ${exit}); last lines of ${p.buildLog}:\n${tail(p.buildLog, 30)}`);
-    }
-    await rename(tmpOut, p.binary);
-    await writeFile(p.buildStamp, `${hash}\n`);
-    log(`built ${path.relative(p.root, p.binary)} in ${formatDuration(Date.now() - started)}`);
-    return p.binary;
-  });
+  return buildGoProgram(
+    {
+      name: "helm",
+      root: p.root,
+      toolDir: p.toolDir,
+      goDir: p.goDir,
+      binary: p.binary,
+      buildStamp: p.buildStamp,
+      buildLog: p.buildLog,
+      buildArgs: (output, parallel) => buildArgs(p, output, parallel),
+      sources: () => ["go.mod", "go.sum"],
+      cold: () => !existsSync(path.join(p.goDir, "mod", "helm.sh")),
+      expect: { cold: "first time takes a few minutes", cached: "usually seconds when cached" },
+    },
+    { force: opts.force, log: opts.log ?? defaultLog },
+  );
 }
 
 export interface HelmOptions {

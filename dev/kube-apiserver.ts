@@ -5,20 +5,18 @@
 // The one implementation: `npm run kube:up` / `kube:down` (scripts/kube.ts, a thin CLI), the
 // e2e global setup, `npm start` (scripts/start.ts), the benchmark (bench/lib/cluster.ts) and
 // the fault suites that need a private instance all call these functions.
-import { spawn, execFile } from "node:child_process";
-import { createHash } from "node:crypto";
+import { spawn } from "node:child_process";
 import { existsSync, openSync, closeSync, readFileSync, readdirSync } from "node:fs";
-import { mkdir, rm, writeFile, rename, mkdtemp } from "node:fs/promises";
+import { mkdir, rm, writeFile, mkdtemp } from "node:fs/promises";
 import https from "node:https";
-import os from "node:os";
 import path from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
-import { promisify } from "node:util";
 import YAML from "yaml";
+import { buildGoProgram, formatDuration } from "./go-build.js";
 import { REPO_ROOT } from "./paths.js";
-import { countPackages, isAlive, readText, tail, withLock } from "./process.js";
+import { isAlive, readText, tail, withLock } from "./process.js";
 
-const execFileAsync = promisify(execFile);
+export { formatDuration };
 
 export interface KubePathOptions {
   /** Repository root; default: the one this file belongs to. */
@@ -129,30 +127,6 @@ const defaultLog = (line: string): void => console.log(line);
 // ---------------------------------------------------------------------------------------
 // build
 
-function goEnv(p: KubePaths): NodeJS.ProcessEnv {
-  return {
-    ...process.env,
-    GOMODCACHE: path.join(p.goDir, "mod"),
-    GOCACHE: path.join(p.goDir, "build"),
-    GOTOOLCHAIN: "local",
-    // go.sum is committed: the build must not rewrite tools/kube-apiserver/go.{mod,sum}.
-    GOFLAGS: "-mod=readonly -buildvcs=false",
-    CGO_ENABLED: "0",
-  };
-}
-
-async function goVersion(p: KubePaths): Promise<string> {
-  try {
-    const { stdout } = await execFileAsync("go", ["version"], { env: goEnv(p) });
-    return stdout.trim();
-  } catch (err) {
-    throw new Error(
-      `the Go toolchain is needed to build the test kube-apiserver, and 'go version' failed: ${errMessage(err)}`,
-      { cause: err },
-    );
-  }
-}
-
 /** The Kubernetes release pinned in tools/kube-apiserver/go.mod, e.g. "v1.32.2". */
 export function kubernetesVersion(opts: KubePathOptions = {}): string {
   const gomod = readText(path.join(kubePaths(opts).toolDir, "go.mod")) ?? "";
@@ -176,69 +150,26 @@ function buildArgs(version: string, output: string, parallel: number): string[] 
   return ["build", "-v", "-p", String(parallel), "-trimpath", `-ldflags=-s -w ${x.join(" ")}`, "-o", output, "."];
 }
 
-/** Hash of everything that determines the binary: the Go sources, go.mod/go.sum, toolchain and flags. */
-async function sourceHash(p: KubePaths): Promise<string> {
-  const h = createHash("sha256");
-  h.update(await goVersion(p));
-  h.update(buildArgs(kubernetesVersion({ root: p.root }), "OUT", 0).join("\0"));
-  const files = readdirSync(p.toolDir)
-    .filter((f) => f === "go.mod" || f === "go.sum" || f.endsWith(".go"))
-    .sort();
-  for (const f of files) {
-    h.update(`\0${f}\0`);
-    h.update(readFileSync(path.join(p.toolDir, f)));
-  }
-  return h.digest("hex");
-}
-
 /** Builds the control-plane binary if its sources changed; returns its path. */
 export async function buildKubeApiserver(opts: KubeBuildOptions = {}): Promise<string> {
   const p = kubePaths(opts);
-  const log = opts.log ?? defaultLog;
-  const hash = await sourceHash(p);
-  if (!opts.force && existsSync(p.binary) && readText(p.buildStamp)?.trim() === hash) {
-    return p.binary;
-  }
-  await mkdir(p.binDir, { recursive: true });
-  return withLock(path.join(p.binDir, "build.lock"), async () => {
-    // Another process may have built it while we waited for the lock.
-    if (!opts.force && existsSync(p.binary) && readText(p.buildStamp)?.trim() === hash) {
-      return p.binary;
-    }
-    const cold = !existsSync(path.join(p.goDir, "build"));
-    log(
-      `building kube-apiserver from tools/kube-apiserver (${cold ? "first time takes 10-20 minutes" : "usually under a minute when cached"}; log: ${path.relative(process.cwd(), p.buildLog) || p.buildLog})`,
-    );
-    const started = Date.now();
-    const tmpOut = `${p.binary}.tmp-${process.pid}`;
-    const logFd = openSync(p.buildLog, "w");
-    const args = buildArgs(kubernetesVersion({ root: p.root }), tmpOut, Math.max(1, os.availableParallelism()));
-    let exit: number | null;
-    try {
-      const child = spawn("go", args, { cwd: p.toolDir, env: goEnv(p), stdio: ["ignore", logFd, logFd] });
-      const ticker = setInterval(() => {
-        log(`  still building: ${formatDuration(Date.now() - started)} elapsed, ${countPackages(p.buildLog)} packages compiled`);
-      }, 60_000);
-      try {
-        exit = await new Promise<number | null>((resolve, reject) => {
-          child.once("error", reject);
-          child.once("exit", (code) => resolve(code));
-        });
-      } finally {
-        clearInterval(ticker);
-      }
-    } finally {
-      closeSync(logFd);
-    }
-    if (exit !== 0) {
-      await rm(tmpOut, { force: true });
-      throw new Error(`go build failed (exit ${exit}); last lines of ${p.buildLog}:\n${tail(p.buildLog, 30)}`);
-    }
-    await rename(tmpOut, p.binary);
-    await writeFile(p.buildStamp, `${hash}\n`);
-    log(`built ${path.relative(p.root, p.binary)} in ${formatDuration(Date.now() - started)}`);
-    return p.binary;
-  });
+  const version = kubernetesVersion({ root: p.root });
+  return buildGoProgram(
+    {
+      name: "kube-apiserver",
+      root: p.root,
+      toolDir: p.toolDir,
+      goDir: p.goDir,
+      binary: p.binary,
+      buildStamp: p.buildStamp,
+      buildLog: p.buildLog,
+      buildArgs: (output, parallel) => buildArgs(version, output, parallel),
+      sources: () => readdirSync(p.toolDir).filter((f) => f === "go.mod" || f === "go.sum" || f.endsWith(".go")),
+      cold: () => !existsSync(path.join(p.goDir, "build")),
+      expect: { cold: "first time takes 10-20 minutes", cached: "usually under a minute when cached" },
+    },
+    { force: opts.force, log: opts.log ?? defaultLog },
+  );
 }
 
 // ---------------------------------------------------------------------------------------
@@ -454,16 +385,6 @@ async function stopPid(pid: number, timeoutMs: number, log: (line: string) => vo
     return;
   }
   for (let i = 0; i < 50 && isAlive(pid); i++) await sleep(100);
-}
-
-export function formatDuration(ms: number): string {
-  const s = Math.round(ms / 1000);
-  if (s < 60) return `${(ms / 1000).toFixed(1)}s`;
-  return `${Math.floor(s / 60)}m${String(s % 60).padStart(2, "0")}s`;
-}
-
-function errMessage(err: unknown): string {
-  return err instanceof Error ? err.message : String(err);
 }
 
 /** A throwaway state dir under the repo's .cache, for tests that need a private instance. */

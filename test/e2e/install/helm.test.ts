@@ -11,7 +11,7 @@ import { waitCrdsEstablished } from "../../../dev/crds.js";
 import { CRD_DIR } from "../../../dev/paths.js";
 import { startEmulator, type Emulator } from "../../../src/emulator/index.js";
 import { KubeClient } from "../../../src/runtime/kube-client.js";
-import { kubectl, kubectlOk, loadKubeConfig, testKubeconfig, uniqueName, useTestNamespace, waitFor } from "../support/kube.js";
+import { kubectlOk, loadKubeConfig, testKubeconfig, uniqueName, useTestNamespace, waitFor } from "../support/kube.js";
 import { API_KEY, apply, connectionManifest, waitForReady } from "../support/operator.js";
 import {
   MANIFESTS_DIR,
@@ -23,6 +23,7 @@ import {
   refusedLines,
   serviceAccountCredentials,
   startOperatorAs,
+  tearDownInstalled,
   type KubeObject,
   type OperatorUnderTest,
 } from "./support.js";
@@ -204,10 +205,7 @@ describe("helm install onto the API server", () => {
   });
 
   afterAll(async () => {
-    if (op?.manager.isLeader()) await kubectl(["delete", "agentcompute", "--all", "--wait=true", "--timeout=30s"], { namespace: ns.name });
-    await op?.stop();
-    await emulator?.close();
-    await admin.close();
+    await tearDownInstalled({ op, namespace: ns.name, emulator, admin });
     if (installed) await helm(["uninstall", release, "--namespace", releaseNs.name], { kubeconfig });
   });
 

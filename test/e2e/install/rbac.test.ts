@@ -17,6 +17,7 @@ import {
   refusedLines,
   serviceAccountCredentials,
   startOperatorAs,
+  tearDownInstalled,
   type KubeObject,
   type OperatorUnderTest,
   type ServiceAccountCredentials,
@@ -138,10 +139,7 @@ describe("the operator running as its ServiceAccount, with leader election", () 
   });
 
   afterAll(async () => {
-    if (op?.manager.isLeader()) await kubectl(["delete", "agentcompute", "--all", "--wait=true", "--timeout=30s"], { namespace: ns.name });
-    await op?.stop();
-    await emulator?.close();
-    await admin.close();
+    await tearDownInstalled({ op, namespace: ns.name, emulator, admin });
   });
 
   it("holds the leader Lease in agent-operator-system", async () => {

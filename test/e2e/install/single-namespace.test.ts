@@ -5,7 +5,7 @@ import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startEmulator, type Emulator } from "../../../src/emulator/index.js";
 import { KubeClient } from "../../../src/runtime/kube-client.js";
-import { kubectl, kubectlOk, loadKubeConfig, useTestNamespace } from "../support/kube.js";
+import { kubectlOk, loadKubeConfig, useTestNamespace } from "../support/kube.js";
 import { API_KEY, apply, connectionManifest, waitForReady } from "../support/operator.js";
 import {
   MANIFESTS_DIR,
@@ -14,6 +14,7 @@ import {
   refusedLines,
   serviceAccountCredentials,
   startOperatorAs,
+  tearDownInstalled,
   type OperatorUnderTest,
   type ServiceAccountCredentials,
 } from "./support.js";
@@ -41,10 +42,7 @@ beforeAll(async () => {
 });
 
 afterAll(async () => {
-  if (op?.manager.isLeader()) await kubectl(["delete", "agentcompute", "--all", "--wait=true", "--timeout=30s"], { namespace: ns.name });
-  await op?.stop();
-  await emulator?.close();
-  await admin.close();
+  await tearDownInstalled({ op, namespace: ns.name, emulator, admin });
   // Leave the cluster as the base installs it, for the suites that follow.
   await applyKustomization();
 });

@@ -140,6 +140,25 @@ export interface OperatorUnderTest {
 }
 
 /**
+ * Teardown of an install suite: while the operator still leads, the resources of `namespace`
+ * are deleted (so their finalizers let go), then the operator, the emulator and the admin
+ * client stop. Every part may be missing if the suite's set-up failed early.
+ */
+export async function tearDownInstalled(parts: {
+  op: OperatorUnderTest | undefined;
+  namespace: string;
+  emulator: { close(): Promise<void> } | undefined;
+  admin: { close(): Promise<void> };
+}): Promise<void> {
+  if (parts.op?.manager.isLeader()) {
+    await kubectl(["delete", "agentcompute", "--all", "--wait=true", "--timeout=30s"], { namespace: parts.namespace });
+  }
+  await parts.op?.stop();
+  await parts.emulator?.close();
+  await parts.admin.close();
+}
+
+/**
  * The operator in-process, as `agent-operator run --leader-elect` runs it, but with the given
  * KubeConfig (the ServiceAccount's), over `namespaces` only (so that it never touches the
  * resources of other suites sharing the API server). Resolves once it leads.
