@@ -1,6 +1,6 @@
 import { LocalObjectReference, FreeFormObject, StringMap, Type, type Static } from "./schema.js";
 import { kindNames } from "./names.js";
-import { WriteConnectionSecretTo, managedSpecFields, statusSchema, type Resource } from "./common.js";
+import { WriteConnectionSecretTo, managedSpecFields, managementPolicyRules, statusSchema, type Resource } from "./common.js";
 import { readyColumns, type KindDefinition } from "./kind.js";
 
 export const AgentDeploymentSpecSchema = Type.Object(
@@ -77,6 +77,7 @@ export const agentDeploymentKind: KindDefinition = {
     "An AgentDeployment runs a registry agent on the Compute Service. Its token and endpoint are written to a Secret owned by the resource.",
   spec: AgentDeploymentSpecSchema,
   specValidations: [
+    ...managementPolicyRules(),
     { rule: "has(self.agentRef) != has(self.agentId)", message: "set exactly one of spec.agentRef and spec.agentId" },
   ],
   status: AgentDeploymentStatusSchema,

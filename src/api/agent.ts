@@ -1,6 +1,6 @@
 import { SecretReference } from "./refs.js";
 import { kindNames } from "./names.js";
-import { immutableField, managedSpecFields, statusSchema, type Resource } from "./common.js";
+import { immutableField, managedSpecFields, managementPolicyRules, requiredToCreate, statusSchema, type Resource } from "./common.js";
 import { readyColumns, type KindDefinition } from "./kind.js";
 import { FreeFormObject, StringMap, Type, type Static } from "./schema.js";
 
@@ -60,7 +60,14 @@ export const AgentSpecSchema = Type.Object(
       ),
     ),
     // Updatable.
-    image: Type.String({ description: "Container image of the agent, e.g. ghcr.io/acme/triage:1.4.2.", minLength: 1, maxLength: 4096 }),
+    image: Type.Optional(
+      Type.String({
+        description:
+          "Container image of the agent, e.g. ghcr.io/acme/triage:1.4.2. Required, unless managementPolicies leaves out Create (an imported agent).",
+        minLength: 1,
+        maxLength: 4096,
+      }),
+    ),
     description: Type.Optional(Type.String({ description: "What the agent does.", maxLength: 4096 })),
     version: Type.Optional(Type.String({ description: "Version label of the agent.", maxLength: 253 })),
     endpoint: Type.Optional(Type.String({ description: "Endpoint the agent is reachable at, if it runs elsewhere.", maxLength: 2048 })),
@@ -84,6 +91,10 @@ export type AgentSpec = Static<typeof AgentSpecSchema>;
 
 export const AgentStatusSchema = statusSchema("Observed state of the registry agent.", {
   agentId: Type.Optional(Type.String({ description: "Id of the agent in the registry." })),
+  name: Type.Optional(Type.String({ description: "Name of the agent, as the registry has it." })),
+  orgId: Type.Optional(Type.String({ description: "Organisation that owns the agent, as the registry has it." })),
+  image: Type.Optional(Type.String({ description: "Image of the agent, as the registry has it (an imported agent's spec may leave it out)." })),
+  version: Type.Optional(Type.String({ description: "Version label of the agent, as the registry has it." })),
   state: Type.Optional(Type.String({ description: "The registry's state: registered, running, stopped, failed..." })),
   visibility: Type.Optional(Type.String({ description: "private or public (set by the registry)." })),
   allowedOrgIds: Type.Optional(
@@ -108,6 +119,8 @@ export const agentKind: KindDefinition = {
   description: "An Agent is an agent in the Agent Registry: its image, capabilities, metadata and manifest.",
   spec: AgentSpecSchema,
   specValidations: [
+    ...managementPolicyRules(),
+    requiredToCreate("image"),
     immutableField("orgId", "the registry sets it at creation only"),
     immutableField("name", "the registry sets it at creation only"),
     immutableField("author", "the registry sets it at creation only"),

@@ -91,10 +91,63 @@ export const ConnectionRef = Type.Object(
   },
 );
 
+export const ManagementPolicies = Type.Array(
+  StringEnum(["*", "Observe", "Create", "Update", "Delete", "LateInitialize"] as const, {
+    description: "One thing the operator may do with the service object.",
+  }),
+  {
+    description:
+      'What the operator may do with the service object (Crossplane\'s management policies). "*" (the default) is all of them. [Observe] with the annotation agentcompute.dev/external-id imports an existing object read-only: its fields are reported in status and nothing is ever written to it. Without Create a missing object is reported, not created; without Update drift is reported (condition Drifted) and not put back; without Delete, deleting the resource leaves the object in the service, as deletionPolicy: Orphan does. Every list names Observe. LateInitialize is accepted and changes nothing: no field is late-initialized.',
+    default: ["*"],
+    minItems: 1,
+    maxItems: 6,
+    "x-kubernetes-list-type": "set",
+  },
+);
+
 export function managedSpecFields() {
   return {
     connectionRef: Type.Optional(ConnectionRef),
     deletionPolicy: Type.Optional(DeletionPolicy),
+    managementPolicies: Type.Optional(ManagementPolicies),
+  };
+}
+
+/** CEL: true when the policies let the operator create the service object. */
+export const MAY_CREATE = "(!has(self.managementPolicies) || '*' in self.managementPolicies || 'Create' in self.managementPolicies)";
+
+/** The rules every managed kind's spec carries for managementPolicies and deletionPolicy. */
+export function managementPolicyRules(): ValidationRule[] {
+  return [
+    {
+      rule: "!has(self.managementPolicies) || !('*' in self.managementPolicies) || size(self.managementPolicies) == 1",
+      message: 'spec.managementPolicies: "*" means all of them and stands alone; list either "*" or the ones you want',
+      fieldPath: ".managementPolicies",
+    },
+    {
+      rule: "!has(self.managementPolicies) || '*' in self.managementPolicies || 'Observe' in self.managementPolicies",
+      message: "spec.managementPolicies must include Observe: the operator cannot create, update or delete what it does not read",
+      fieldPath: ".managementPolicies",
+    },
+    {
+      rule: "!has(self.deletionPolicy) || self.deletionPolicy != 'Orphan' || !has(self.managementPolicies) || !('Delete' in self.managementPolicies)",
+      message:
+        "spec.deletionPolicy: Orphan contradicts spec.managementPolicies listing Delete; remove Delete from the policies (which then orphan on their own), or set deletionPolicy: Delete",
+      fieldPath: ".deletionPolicy",
+    },
+  ];
+}
+
+/**
+ * A field the service needs to create the object, made optional for a resource that only
+ * imports one (managementPolicies without Create), as Crossplane's generated CRDs do.
+ */
+export function requiredToCreate(field: string): ValidationRule {
+  return {
+    rule: `has(self.${field}) || !${MAY_CREATE}`,
+    message: `spec.${field} is required (unless spec.managementPolicies leaves out Create, to import an existing object)`,
+    fieldPath: `.${field}`,
+    reason: "FieldValueRequired",
   };
 }
 

@@ -39,6 +39,8 @@ export const ConditionType = {
   Ready: "Ready",
   Reconciling: "Reconciling",
   Stalled: "Stalled",
+  /** Only on resources whose managementPolicies leave out Update: True while the service object differs from the spec. */
+  Drifted: "Drifted",
 } as const;
 
 /** A kind's name and plural: what the operator needs of a KindDefinition at run time. */

@@ -1,7 +1,7 @@
 import { SecretReference } from "./refs.js";
 import { kindNames } from "./names.js";
 import { StringEnum, StringMap, Type, type Static } from "./schema.js";
-import { WriteConnectionSecretTo, managedSpecFields, statusSchema, type Resource } from "./common.js";
+import { WriteConnectionSecretTo, managedSpecFields, managementPolicyRules, statusSchema, type Resource } from "./common.js";
 import { readyColumns, type KindDefinition } from "./kind.js";
 
 export const SandboxSpecSchema = Type.Object(
@@ -94,6 +94,7 @@ export const sandboxKind: KindDefinition = {
     "A Sandbox is an agent VM on the Compute Service, kept alive by renewing its time-to-live before it runs out.",
   spec: SandboxSpecSchema,
   specValidations: [
+    ...managementPolicyRules(),
     {
       rule: "!has(self.renewBeforeSeconds) || !has(self.ttlSeconds) || self.renewBeforeSeconds < self.ttlSeconds",
       message: "spec.renewBeforeSeconds must be less than spec.ttlSeconds",

@@ -1,6 +1,6 @@
 import { ConfigMapKeySelector, ConfigMapReference } from "./refs.js";
 import { kindNames } from "./names.js";
-import { immutableField, managedSpecFields, statusSchema, type Resource } from "./common.js";
+import { immutableField, managedSpecFields, managementPolicyRules, statusSchema, type Resource } from "./common.js";
 import { readyColumns, type KindDefinition } from "./kind.js";
 import { StringMap, Type, type Static } from "./schema.js";
 
@@ -57,6 +57,7 @@ export const skillKind: KindDefinition = {
     "A Skill is a named bundle of instructions and files in the Compute Service that Sandboxes and AgentDeployments load by name.",
   spec: SkillSpecSchema,
   specValidations: [
+    ...managementPolicyRules(),
     {
       rule: "has(self.content) != has(self.contentFrom)",
       message: "set exactly one of spec.content and spec.contentFrom",

@@ -5,6 +5,7 @@ import { createHash } from "node:crypto";
 import { Annotations, MARKER_KEY, kindNames } from "../api/names.js";
 import type { Agent, AgentStatus } from "../api/index.js";
 import { StalledError } from "../managed/errors.js";
+import { managementOf } from "../managed/management-policies.js";
 import type { ActionResult, ExternalClient, Observation, Planned } from "../managed/external.js";
 import {
   isConflict,
@@ -56,10 +57,12 @@ export function agents(ctx: KindContext): ManagedKind<Agent, AgentPlan> {
 /** The updatable fields as the spec wants them; fields the spec leaves out are not managed. */
 function desiredUpdatable(cr: Agent): UpdateAgentRequest {
   const { spec } = cr;
-  const out: UpdateAgentRequest = {
-    image: spec.image,
-    metadata: { ...spec.metadata, [MARKER_KEY]: cr.metadata.uid },
-  };
+  const out: UpdateAgentRequest = {};
+  if (spec.image !== undefined) out.image = spec.image;
+  // The crash-safety marker goes on agents this resource may create. An imported one (no
+  // Create) is not marked: without Update the marker would read as drift forever.
+  const marker: Record<string, string> = managementOf(cr.spec).create ? { [MARKER_KEY]: cr.metadata.uid } : {};
+  if (spec.metadata !== undefined || MARKER_KEY in marker) out.metadata = { ...spec.metadata, ...marker };
   if (spec.description !== undefined) out.description = spec.description;
   if (spec.version !== undefined) out.version = spec.version;
   if (spec.endpoint !== undefined) out.endpoint = spec.endpoint;
@@ -196,6 +199,10 @@ export function agentPatch(cr: Agent, found: RegistryAgent): UpdateAgentRequest 
 function statusOf(a: RegistryAgent): Partial<AgentStatus> {
   return {
     agentId: a.id,
+    name: a.name,
+    orgId: a.org_id,
+    image: a.image,
+    version: a.version,
     state: a.state,
     visibility: a.visibility,
     allowedOrgIds: a.allowed_org_ids,

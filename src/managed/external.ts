@@ -9,6 +9,7 @@ import type { ReconcileContext } from "../runtime/controller.js";
 export interface ManagedSpecBase {
   connectionRef?: { name: string };
   deletionPolicy?: "Delete" | "Orphan";
+  managementPolicies?: string[];
   writeConnectionSecretTo?: { name: string };
 }
 

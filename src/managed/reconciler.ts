@@ -16,6 +16,7 @@ import type { StatusWriter } from "./status-writer.js";
 import type { ConnectionSecretWriter } from "./connection-secret.js";
 import { StalledError, classify, type Failure } from "./errors.js";
 import type { ActionResult, Connector, ManagedResource, Observation, StatusOf } from "./external.js";
+import { managementOf, type Management } from "./management-policies.js";
 import { pollIntervalOf } from "./poll-interval.js";
 import { afterBackoff, jittered } from "./requeue.js";
 
@@ -82,12 +83,16 @@ export class ManagedReconciler<R extends ManagedResource, Plan = unknown> implem
       cr = updated;
     }
 
+    const management = managementOf(cr.spec);
     let observed: Observation<StatusOf<R>, Plan> | undefined;
     let action: ActionResult<StatusOf<R>> | undefined;
+    /** Fields that differ from the spec and stay so: managementPolicies leaves out Update. */
+    let drift: string[] | undefined;
     try {
       const external = await this.opts.connector.connect(cr, ctx);
       observed = await external.observe(cr);
-      const leftovers = observed.leftovers ?? [];
+      // Only what this resource may have created is its to give back.
+      const leftovers = management.create ? (observed.leftovers ?? []) : [];
       if (leftovers.length > 0) {
         // Before anything else, and whether or not the rest is up to date (or stalled): what a
         // lost create left behind costs the user until it is given back.
@@ -107,10 +112,22 @@ export class ManagedReconciler<R extends ManagedResource, Plan = unknown> implem
           // Adoption asked for an object that is not there: creating one would ignore the user.
           throw new AdoptionTargetMissing(cr.metadata.annotations[Annotations.externalId] ?? "");
         }
+        if (!management.create) {
+          throw new StalledError(
+            "ExternalNotFound",
+            `there is no service object to observe, and spec.managementPolicies ${management.stated} leaves out Create: set the annotation ${Annotations.externalId} to the id of the object to import, or add Create`,
+          );
+        }
         const claim = external.claim?.(cr);
         if (claim !== undefined) await this.writeStatus(cr, claim, []);
         action = await external.create(cr);
         this.record(cr, action, "Created", `created the ${this.opts.kind.kind.toLowerCase()} in the service`);
+      } else if (!observed.upToDate && observed.notReady === undefined && !management.update) {
+        drift = observed.differences ?? [];
+        // Keeping the object alive (a due renewal) is not an update; the spec's changes wait.
+        if (management.upkeep && this.opts.upkeepWhilePaused && external.whilePaused !== undefined) {
+          action = await external.whilePaused(cr, observed);
+        }
       } else if (!observed.upToDate && observed.notReady === undefined) {
         const plan = observed.plan;
         if (plan === undefined) throw new Error(`${this.opts.kind.kind}: observe found a difference but made no plan`);
@@ -131,15 +148,13 @@ export class ManagedReconciler<R extends ManagedResource, Plan = unknown> implem
 
     this.waitingSince.delete(cr.metadata.uid);
     const notReady = observed.notReady;
-    await this.writeStatus(
-      cr,
-      { ...observed.status, ...action?.status } as Partial<StatusOf<R>>,
-      kstatusConditions(
-        notReady
-          ? { state: "unavailable", ...notReady }
-          : { state: "ready", reason: "Available", message: withPollNote(cr, "the service object matches the spec") },
-      ),
+    const conditions = kstatusConditions(
+      notReady
+        ? { state: "unavailable", ...notReady }
+        : { state: "ready", reason: "Available", message: withPollNote(cr, availableMessage(management, drift)) },
     );
+    if (!management.update) conditions.push(this.driftCondition(cr, management, drift ?? []));
+    await this.writeStatus(cr, { ...observed.status, ...action?.status } as Partial<StatusOf<R>>, conditions);
     // What the action did supersedes what was observed before it (a renewal moves the next one).
     const scheduled = action !== undefined ? action.requeueAfterMs : observed.requeueAfterMs;
     const requeueAfterMs = Math.max(1, Math.min(this.jitteredSyncPeriod(cr), scheduled ?? Infinity));
@@ -203,7 +218,7 @@ export class ManagedReconciler<R extends ManagedResource, Plan = unknown> implem
     let status: Partial<StatusOf<R>> = {};
     let result: Result | void = undefined;
     let trouble: { failure: Failure; err: unknown } | undefined;
-    if (this.opts.upkeepWhilePaused && managing) {
+    if (this.opts.upkeepWhilePaused && managing && managementOf(cr.spec).upkeep) {
       try {
         const external = await this.opts.connector.connect(cr, ctx);
         if (external.whilePaused === undefined) throw new Error(`${this.opts.kind.kind}: upkeepWhilePaused is set but the client has no whilePaused`);
@@ -235,8 +250,8 @@ export class ManagedReconciler<R extends ManagedResource, Plan = unknown> implem
   private async finalize(cr: R, ctx: ReconcileContext): Promise<Result | void> {
     this.waitingSince.delete(cr.metadata.uid);
     if (!(cr.metadata.finalizers ?? []).includes(FINALIZER)) return;
-    const policy = cr.spec.deletionPolicy ?? "Delete";
-    if (policy === "Delete") {
+    const management = managementOf(cr.spec);
+    if (management.delete) {
       try {
         const external = await this.opts.connector.connect(cr, ctx);
         await external.delete(cr);
@@ -250,7 +265,8 @@ export class ManagedReconciler<R extends ManagedResource, Plan = unknown> implem
         }
       }
     } else {
-      this.opts.events.normal(cr, "Orphaned", "left the service object in place (deletionPolicy: Orphan)");
+      const why = cr.spec.deletionPolicy === "Orphan" ? "deletionPolicy: Orphan" : `spec.managementPolicies ${management.stated} leaves out Delete`;
+      this.opts.events.normal(cr, "Orphaned", `left the service object in place (${why})`);
     }
     await this.opts.secrets?.remove(cr);
     this.opts.status.forget(cr.metadata.uid);
@@ -258,6 +274,20 @@ export class ManagedReconciler<R extends ManagedResource, Plan = unknown> implem
       cr,
       (cr.metadata.finalizers ?? []).filter((f) => f !== FINALIZER),
     );
+  }
+
+  /**
+   * The Drifted condition of a resource whose policies leave out Update: True with the fields
+   * that differ (and one Warning Event each time the set changes), False once they agree.
+   */
+  private driftCondition(cr: R, management: Management, drift: string[]): StatedCondition {
+    if (drift.length === 0) {
+      return { type: ConditionType.Drifted, status: "False", reason: "InSync", message: "the service object matches the spec" };
+    }
+    const message = `the service object differs from the spec in ${drift.join(", ")}; spec.managementPolicies ${management.stated} leaves out Update, so it is reported and not put back`;
+    const before = findCondition(cr, ConditionType.Drifted);
+    if (before?.status !== "True" || before.message !== message) this.opts.events.warning(cr, "DriftNotCorrected", message);
+    return { type: ConditionType.Drifted, status: "True", reason: "UpdateNotAllowed", message };
   }
 
   private record(cr: R, action: ActionResult<StatusOf<R>>, reason: string, message: string): void {
@@ -303,6 +333,14 @@ class AdoptionTargetMissing extends Error {
       `annotation ${Annotations.externalId}: "${id}" names no object in the service; fix or remove the annotation`,
     );
   }
+}
+
+function availableMessage(management: Management, drift: string[] | undefined): string {
+  if (management.observeOnly) {
+    return `observing the service object: spec.managementPolicies ${management.stated}, so nothing is written to it`;
+  }
+  if (drift !== undefined && drift.length > 0) return "the service object is available; it differs from the spec (see the Drifted condition)";
+  return "the service object matches the spec";
 }
 
 /** Stalls that came from the service refusing a write of this very spec. */

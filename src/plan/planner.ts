@@ -124,9 +124,9 @@ function isReady(obj: { metadata: { generation?: number }; status?: { observedGe
 }
 
 /** The spec as the API server will store it: with the CRD's defaults. */
-export function withDefaults(kind: string, spec: Record<string, unknown> | undefined): Record<string, unknown> {
+export function withDefaults(kind: string, spec: object | undefined): Record<string, unknown> {
   const def = allKinds.find((k) => k.kind === kind);
-  const copy = structuredClone(spec ?? {});
+  const copy = structuredClone(spec ?? {}) as Record<string, unknown>;
   return def === undefined ? copy : (Value.Default(def.spec, copy) as Record<string, unknown>);
 }
 
@@ -277,7 +277,7 @@ export async function plan(reader: ClusterReader, manifests: ManifestObject[], o
 function planConnection(base: ResourcePlan, m: ManifestObject, l: Obj | undefined): ResourcePlan {
   const notes = ["a Connection has no object in the service: it says how its namespace reaches the service"];
   if (l === undefined) return { ...base, action: "create", changes: diffFields(undefined, withDefaults(m.kind, m.spec), "spec"), notes };
-  const changes = diffFields(l.spec, withDefaults(m.kind, m.spec), "spec");
+  const changes = diffFields(withDefaults(m.kind, l.spec), withDefaults(m.kind, m.spec), "spec");
   return { ...base, action: changes.length > 0 ? "update" : "none", changes, notes: changes.length > 0 ? notes : [] };
 }
 
@@ -292,7 +292,9 @@ interface Deps {
 }
 
 async function planManaged(base: ResourcePlan, cr: Obj, l: Obj | undefined, kind: ManagedKind<Obj, unknown>, deps: Deps): Promise<ResourcePlan> {
-  const specChanges = diffFields(l?.spec, cr.spec, "spec");
+  // The API server defaults stored objects as it reads them, so a field added to the CRD since
+  // (managementPolicies) is on the live side too.
+  const specChanges = diffFields(l === undefined ? undefined : withDefaults(cr.kind, l.spec), cr.spec, "spec");
   const notes = dependencyNotes(cr, deps);
   const paused = cr.metadata.annotations?.[Annotations.paused] === "true";
   const result = await observeOne(base, cr, l, kind, deps, specChanges, notes);
