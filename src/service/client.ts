@@ -176,6 +176,17 @@ export class ServiceClient {
     return this.tokens.authenticate();
   }
 
+  /**
+   * A valid bearer token (cached, shared with this client's own calls) for requests the client
+   * cannot make itself: streams from a VM's agentd (agentd.ts), which this client's transport
+   * would buffer whole. Pass the token the service just answered 401 to, to get a new one.
+   * It is a credential: never log it or put it in an error.
+   */
+  accessToken(refused?: string): Promise<string> {
+    if (refused !== undefined) this.tokens.invalidate(refused);
+    return this.tokens.get();
+  }
+
   /** Closes the connection pool; calls waiting in the rate limiter or a backoff fail at once. */
   async close(): Promise<void> {
     if (this.closed) return;

@@ -1,0 +1,329 @@
+// `agent-operator exec <sandbox> -- <command...>` (also `kubectl agentcompute exec`): runs a
+// command in a Sandbox's VM, streams its stdout and stderr as they come, and exits with its exit
+// code, as `kubectl exec` does for a pod. The Sandbox (status.vmId), its Connection and the
+// Connection's credentials Secret are read from the cluster with the caller's kubeconfig; the
+// command goes to the VM's agentd through the service (src/service/agentd.ts).
+//
+// Exit codes (kubectl's habits): the command's own; 1 when it could not be run (Sandbox not
+// found or not Ready, Connection missing, credentials refused, service unreachable); 2 for a
+// usage error; 128+n after signal n (Ctrl-C: 130), once the remote command has been killed.
+import { once } from "node:events";
+import { parseArgs } from "node:util";
+import { ConditionType, DEFAULT_CONNECTION, GROUP, VERSION, kindNames } from "../api/names.js";
+import type { Connection, Sandbox } from "../api/index.js";
+import { ConnectionPool } from "../controllers/connection-pool.js";
+import { parseDuration } from "../lib/duration.js";
+import { errorMessage } from "../lib/errors.js";
+import type { SecretObject } from "../managed/connection-secret.js";
+import { NotReadyError } from "../managed/errors.js";
+import type { Informer } from "../runtime/informer.js";
+import { KubeApiError, KubeClient, resourcePath, secretsPath } from "../runtime/kube-client.js";
+import { silentLogger } from "../runtime/logging.js";
+import { AgentdClient, type CommandOptions, type ExecStream } from "../service/agentd.js";
+import { isAuthError, type ServiceClient } from "../service/index.js";
+
+const help = (prog: string) => `usage: ${prog} [flags] <sandbox> -- <command> [args...]
+
+Runs a command in the VM of a Sandbox, streams its stdout and stderr, and exits with its exit
+code. One argument after -- is a shell command line (sh -c); several are a command and its
+arguments, passed as they are. Ctrl-C kills the command in the VM. There is no stdin or tty.
+
+examples:
+  ${prog} box -- ls -la /workspace
+  ${prog} -n team-a box -- 'make test 2>&1 | tail -n 20'
+
+flags:
+  -n, --namespace <ns>      namespace of the Sandbox (default: the context's, else default)
+      --kubeconfig <path>   kubeconfig file (default: $KUBECONFIG, ~/.kube/config, in-cluster)
+      --context <name>      kubeconfig context (default: the current one)
+      --cwd <dir>           working directory in the VM
+  -e, --env <KEY=VALUE>     environment variable for the command; repeatable
+      --timeout <duration>  kill the command after this long, e.g. 30s, 10m (exit code 124)
+
+exit codes: the command's; 1 if it could not be run; 2 usage error; 130 interrupted (Ctrl-C)
+`;
+
+export interface ExecFlags {
+  sandbox: string;
+  /** The command line given to sh -c in the VM. */
+  command: string;
+  namespace?: string;
+  kubeconfig?: string;
+  context?: string;
+  options: CommandOptions;
+}
+
+/** A mistake in the command line: exit 2. */
+export class UsageError extends Error {
+  override readonly name = "UsageError";
+}
+
+/** Parses `[flags] <sandbox> -- <command...>`; throws UsageError. */
+export function parseExecFlags(argv: string[]): ExecFlags | "help" {
+  const dash = argv.indexOf("--");
+  const before = dash < 0 ? argv : argv.slice(0, dash);
+  const after = dash < 0 ? [] : argv.slice(dash + 1);
+  let parsed: ReturnType<typeof parse>;
+  try {
+    parsed = parse(before);
+  } catch (err) {
+    throw new UsageError(errorMessage(err));
+  }
+  const { values, positionals } = parsed;
+  if (values.help) return "help";
+  if (positionals.length === 0) throw new UsageError("name the Sandbox: <sandbox> -- <command>");
+  if (positionals.length > 1) throw new UsageError(`unexpected argument "${positionals[1] ?? ""}" (the command goes after --)`);
+  if (dash < 0) throw new UsageError(`give the command after --, e.g. ${positionals[0] ?? "box"} -- ls`);
+  if (after.length === 0 || (after.length === 1 && after[0]!.trim() === "")) throw new UsageError("the command after -- is empty");
+  const sandbox = positionals[0]!.replace(/^(sandbox|sandboxes|sbx)(\.agentcompute\.dev)?\//, "");
+  const options: CommandOptions = {};
+  if (values.cwd !== undefined) options.cwd = values.cwd;
+  if (values.env !== undefined) {
+    const envs: Record<string, string> = {};
+    for (const kv of values.env) {
+      const eq = kv.indexOf("=");
+      if (eq <= 0) throw new UsageError(`--env: "${kv}" is not KEY=VALUE`);
+      envs[kv.slice(0, eq)] = kv.slice(eq + 1);
+    }
+    options.envs = envs;
+  }
+  if (values.timeout !== undefined) {
+    try {
+      options.timeoutMs = parseDuration(values.timeout, "--timeout");
+    } catch (err) {
+      throw new UsageError(errorMessage(err));
+    }
+  }
+  return {
+    sandbox,
+    command: after.length === 1 ? after[0]! : after.map(shellQuote).join(" "),
+    namespace: values.namespace,
+    kubeconfig: values.kubeconfig,
+    context: values.context,
+    options,
+  };
+}
+
+function parse(args: string[]) {
+  return parseArgs({
+    args,
+    strict: true,
+    allowPositionals: true,
+    options: {
+      help: { type: "boolean", short: "h" },
+      namespace: { type: "string", short: "n" },
+      kubeconfig: { type: "string" },
+      context: { type: "string" },
+      cwd: { type: "string" },
+      env: { type: "string", short: "e", multiple: true },
+      timeout: { type: "string" },
+    },
+  });
+}
+
+/** One argument for sh, quoted so that it arrives as it was given. */
+export function shellQuote(arg: string): string {
+  return /^[A-Za-z0-9_@%+=:,./-]+$/.test(arg) ? arg : `'${arg.replace(/'/g, `'\\''`)}'`;
+}
+
+/** The command's exit code as a process exit code (0-255; a nonzero code never becomes 0). */
+export function processExitCode(code: number): number {
+  if (code >= 0 && code <= 255) return code;
+  const low = code & 0xff;
+  return low === 0 ? 1 : low;
+}
+
+/** Could not run the command, for a reason the message says (exit 1). */
+class ExecError extends Error {
+  override readonly name = "ExecError";
+}
+
+export async function main(argv: string[], prog = "agent-operator exec"): Promise<number> {
+  let flags: ExecFlags | "help";
+  try {
+    flags = parseExecFlags(argv);
+  } catch (err) {
+    console.error(`${prog}: ${errorMessage(err)}\n\n${help(prog)}`);
+    return 2;
+  }
+  if (flags === "help") {
+    console.log(help(prog));
+    return 0;
+  }
+  let kube: KubeClient | undefined;
+  let target: Target | undefined;
+  try {
+    kube = KubeClient.fromKubeconfig(flags.kubeconfig, { context: flags.context });
+    const namespace = flags.namespace ?? kube.currentNamespace() ?? "default";
+    target = await resolve(kube, namespace, flags.sandbox);
+    return await runStreaming(target, flags.command, flags.options, prog);
+  } catch (err) {
+    console.error(`${prog}: ${errorMessage(err)}`);
+    return 1;
+  } finally {
+    await target?.close();
+    await kube?.close();
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// Where the command goes: the Sandbox's VM, through its Connection
+
+interface Target {
+  vm: AgentdClient;
+  close(): Promise<void>;
+}
+
+async function resolve(kube: KubeClient, namespace: string, name: string): Promise<Target> {
+  const what = `Sandbox "${name}" in namespace "${namespace}"`;
+  const sandbox = await read<Sandbox>(kube, resourcePath({ group: GROUP, version: VERSION, plural: kindNames.sandbox.plural, namespace, name }), what);
+  if (sandbox === undefined) throw new ExecError(`${what} not found (kubectl get sandboxes -n ${namespace})`);
+  const vmId = sandbox.status?.vmId;
+  const ready = sandbox.status?.conditions?.find((c) => c.type === ConditionType.Ready);
+  if (vmId === undefined || vmId === "" || ready?.status !== "True") {
+    const why = ready === undefined ? "no Ready condition yet" : `Ready=${ready.status}${ready.reason ? ` (${ready.reason}${ready.message ? `: ${ready.message}` : ""})` : ""}`;
+    throw new ExecError(`${what} has no running VM: ${why}; wait for it: kubectl wait --for=condition=Ready sandbox/${name} -n ${namespace}`);
+  }
+  const connectionName = sandbox.spec.connectionRef?.name ?? DEFAULT_CONNECTION;
+  const connection = await read<Connection>(
+    kube,
+    resourcePath({ group: GROUP, version: VERSION, plural: kindNames.connection.plural, namespace, name: connectionName }),
+    `Connection "${connectionName}" in namespace "${namespace}"`,
+  );
+  const secretName = connection?.spec.credentials.secretRef.name;
+  const secret = secretName === undefined ? undefined : await read<SecretObject>(kube, secretsPath(namespace, secretName), `Secret "${secretName}" in namespace "${namespace}"`);
+
+  // The operator's own construction of a client from a Connection and its Secret (and its
+  // messages for what is missing), over the two objects just read.
+  const pool = new ConnectionPool({
+    connections: lookup(connection),
+    secrets: lookup(secret),
+    logger: silentLogger(),
+    inventoryMaxAgeMs: 3_600_000,
+  });
+  let client: ServiceClient;
+  try {
+    client = pool.forResource(namespace, sandbox.spec.connectionRef).client;
+  } catch (err) {
+    await pool.close();
+    if (err instanceof NotReadyError) throw new ExecError(`${what}: ${err.message}`);
+    throw err;
+  }
+  const spec = connection!.spec;
+  const vm = new AgentdClient({
+    baseURL: spec.baseURL,
+    vmId,
+    accessToken: (refused) => client.accessToken(refused),
+    insecureSkipTLSVerify: spec.insecureSkipTLSVerify ?? false,
+    ...(spec.timeoutSeconds !== undefined && { timeoutMs: spec.timeoutSeconds * 1000 }),
+  });
+  const close = async () => {
+    await vm.close();
+    await pool.close();
+  };
+  try {
+    // Credentials first: a refusal is then a clear one-liner, not a failed command.
+    await client.accessToken();
+  } catch (err) {
+    await close();
+    if (isAuthError(err)) {
+      throw new ExecError(`Connection "${connectionName}" in namespace "${namespace}": ${errorMessage(err)}; check the credentials in Secret "${secretName ?? ""}"`);
+    }
+    throw new ExecError(`Connection "${connectionName}" in namespace "${namespace}": ${errorMessage(err)}`);
+  }
+  return { vm, close };
+}
+
+/** GET; undefined for 404; a one-line error naming the object otherwise. */
+async function read<T>(kube: KubeClient, path: string, what: string): Promise<T | undefined> {
+  try {
+    return await kube.get<T>(path);
+  } catch (err) {
+    if (err instanceof KubeApiError && err.status === 404) {
+      // An object that is not there names itself in the answer; a kind the server does not serve does not.
+      if (err.details?.name !== undefined) return undefined;
+      throw new ExecError(`cannot read ${what}: the API server does not serve that kind (are the agentcompute.dev CRDs installed?)`);
+    }
+    if (err instanceof KubeApiError && (err.status === 401 || err.status === 403)) {
+      throw new ExecError(`cannot read ${what}: ${err.message} (exec needs get on sandboxes, connections and the Connection's Secret)`);
+    }
+    throw new ExecError(`cannot read ${what}: ${errorMessage(err)}`);
+  }
+}
+
+/** The one-object "informer" ConnectionPool reads (get by namespace and name). */
+function lookup<T extends { metadata: { name?: string; namespace?: string } }>(obj: T | undefined): Informer<T & { metadata: { name: string } }> {
+  const get = (namespace: string | undefined, name: string) => (obj !== undefined && obj.metadata.namespace === namespace && obj.metadata.name === name ? obj : undefined);
+  return { get } as unknown as Informer<T & { metadata: { name: string } }>;
+}
+
+// ---------------------------------------------------------------------------------------
+// Running: output as it comes, the exit code at the end, Ctrl-C kills the remote command
+
+const SIGNALS = { SIGINT: 2, SIGTERM: 15, SIGHUP: 1 } as const;
+type Signal = keyof typeof SIGNALS;
+/** After Ctrl-C, how long to wait for the command's id before giving up on killing it. */
+const KILL_WAIT_MS = 5_000;
+/** How often to ask how the command ended when its stream broke off. */
+const STATUS_POLL_MS = 1_000;
+
+async function runStreaming(target: Target, command: string, options: CommandOptions, prog: string): Promise<number> {
+  const stream: ExecStream = target.vm.runCommand(command, options);
+  let id: string | undefined;
+  let signal: Signal | undefined;
+  let giveUp: NodeJS.Timeout | undefined;
+  const onSignal = (s: Signal) => {
+    // A second Ctrl-C: leave now, whatever the remote command does.
+    if (signal !== undefined) process.exit(128 + SIGNALS[s]);
+    signal = s;
+    if (id !== undefined) stream.close();
+    else giveUp = setTimeout(() => stream.close(), KILL_WAIT_MS);
+  };
+  const handlers = (Object.keys(SIGNALS) as Signal[]).map((s) => [s, () => onSignal(s)] as const);
+  for (const [s, h] of handlers) process.on(s, h);
+  let exitCode: number | undefined;
+  try {
+    try {
+      for await (const e of stream) {
+        if (e.type === "start") {
+          id = e.id;
+          if (signal !== undefined) break;
+        } else if (e.type === "stdout") await write(process.stdout, e.text);
+        else if (e.type === "stderr") await write(process.stderr, e.text);
+        else if (e.type === "timeout") await write(process.stderr, `${prog}: the command ran out of time (--timeout) and was killed\n`);
+        else if (e.type === "end") exitCode = e.exitCode;
+      }
+    } catch (err) {
+      if (signal === undefined) throw err;
+    }
+    if (signal !== undefined) {
+      if (id !== undefined && exitCode === undefined) await target.vm.killCommand(id).catch(() => false);
+      return 128 + SIGNALS[signal];
+    }
+    if (exitCode !== undefined) return processExitCode(exitCode);
+    if (id === undefined) throw new ExecError("the VM answered without running the command (no start event)");
+    // The stream broke off (or never said how it ended): the command may still run.
+    await write(process.stderr, `${prog}: the output stream of command ${id} ended early; waiting for it to finish\n`);
+    for (;;) {
+      if (signal !== undefined) {
+        await target.vm.killCommand(id).catch(() => false);
+        return 128 + SIGNALS[signal];
+      }
+      const st = await target.vm.commandStatus(id);
+      if (!st.running) {
+        if (st.exitCode === undefined) throw new ExecError(`command ${id} ended without an exit code`);
+        return processExitCode(st.exitCode);
+      }
+      await new Promise((r) => setTimeout(r, STATUS_POLL_MS));
+    }
+  } finally {
+    clearTimeout(giveUp);
+    stream.close();
+    for (const [s, h] of handlers) process.off(s, h);
+  }
+}
+
+/** Writes and waits for a full pipe to drain, so that a slow reader slows the stream instead of filling memory. */
+async function write(out: NodeJS.WriteStream, text: string): Promise<void> {
+  if (!out.write(text)) await once(out, "drain");
+}

@@ -1,0 +1,377 @@
+// AgentdClient: one VM's runtime daemon (agentd, shared/reference/service-openapi/agentd-api.json),
+// reached through the Compute Service's forwarding route /compute/v1/vms/{id}/r/<agentd path>
+// with the account's bearer token (shared/design/SERVICE.md, "Executing work in a VM").
+//
+// Why not ServiceClient: its transport reads whole bodies, and a command's output is a
+// server-sent event stream that must reach the user as it is produced. This client streams; it
+// borrows the ServiceClient's token (ServiceClient.accessToken) so both share one token cache.
+//
+//   const vm = new AgentdClient({ baseURL, vmId, accessToken: (r) => client.accessToken(r) });
+//   for await (const e of vm.runCommand("make test")) ...        // start, stdout, stderr, end
+//   const id = await vm.startCommand("server &", {}); // background: the id, at once
+//   await vm.commandStatus(id); await vm.killCommand(id);
+//   const ctx = await vm.createCodeContext("python", "s1"); vm.executeCode(ctx.id, "print(1)")
+//
+// Event names: the published description only says an event has `event` and `data` strings.
+// The emulator's (src/emulator/runtime/execution.ts) are start {"id"|"context_id"}, stdout,
+// stderr, timeout, error, end {"exit_code"|"status"}; the names the official SDK's WebSocket
+// uses (output, done, execution_complete) are read as the same things. Anything else comes
+// through as "other". A stream that ends without an end event says nothing about how the
+// command ended: ask commandStatus(id).
+//
+// Retries: a 401 gets one new token and one more attempt (nothing ran). Nothing else is
+// retried here: a command sent once may have started, and the caller knows whether running it
+// twice is acceptable (commandStatus by id is the way to find out).
+import { StringDecoder } from "node:string_decoder";
+import { rootCertificates } from "node:tls";
+import { readFileSync } from "node:fs";
+import { createParser } from "eventsource-parser";
+import { Agent, type Dispatcher } from "undici";
+import { ServiceError, httpErrorMessage, parseErrorBody } from "./errors.js";
+import { DEFAULTS } from "./options.js";
+
+export interface AgentdClientOptions {
+  /** Base URL of the Compute Service (a Connection's spec.baseURL). */
+  baseURL: string;
+  /** The VM's id (a Sandbox's status.vmId). */
+  vmId: string;
+  /**
+   * A valid bearer token; `refused` is the token the service just answered 401 to.
+   * `(r) => serviceClient.accessToken(r)` fits.
+   */
+  accessToken(refused?: string): Promise<string>;
+  insecureSkipTLSVerify?: boolean;
+  /** PEM text, or a path to a PEM file, trusted besides the system's roots. */
+  caCert?: string;
+  /** Deadline of a plain call, and of a stream's first byte of headers (default 30 s). A stream's body has none. */
+  timeoutMs?: number;
+}
+
+/** models.RunCommandRequest, less `command` and `background`. */
+export interface CommandOptions {
+  /** Working directory in the VM. */
+  cwd?: string;
+  envs?: Record<string, string>;
+  /** The VM kills the command after this long (0 or absent: no limit). */
+  timeoutMs?: number;
+  uid?: number;
+  gid?: number;
+}
+
+/** An event of a command's or a code execution's stream. `end` is the last one. */
+export type ExecEvent =
+  /** The command's id (for status and kill), or the code context's id. */
+  | { type: "start"; id: string }
+  | { type: "stdout"; text: string }
+  | { type: "stderr"; text: string }
+  /** The command ran out of its time and was killed (its end follows). */
+  | { type: "timeout"; timeoutMs?: number }
+  /** Code raised (its traceback went to stderr). */
+  | { type: "error"; name?: string; value?: string }
+  /** A command's exit code; a code execution's status (ok, error, interrupted). */
+  | { type: "end"; exitCode?: number; status?: string }
+  | { type: "other"; event: string; data: string };
+
+/** A stream of events. Breaking out of `for await`, or close(), drops the connection (the command runs on: kill it by id). */
+export interface ExecStream extends AsyncIterable<ExecEvent> {
+  close(): void;
+}
+
+/** agentd's models.CommandStatus. */
+export interface CommandStatus {
+  id: string;
+  running: boolean;
+  /** Once it has ended. */
+  exitCode?: number;
+  startedAt?: string;
+  finishedAt?: string;
+}
+
+/** agentd's models.CodeContext. */
+export interface CodeContext {
+  id: string;
+  language?: string;
+  sessionId?: string;
+  kernelId?: string;
+  createdAt?: string;
+}
+
+type Method = "GET" | "POST" | "DELETE";
+
+export class AgentdClient {
+  private readonly origin: string;
+  /** `<base path>/compute/v1/vms/<id>/r/` */
+  private readonly prefix: string;
+  private readonly agent: Agent;
+  private readonly timeoutMs: number;
+
+  constructor(private readonly opts: AgentdClientOptions) {
+    const u = new URL(opts.baseURL);
+    if (u.protocol !== "http:" && u.protocol !== "https:") throw new TypeError(`agentd client: baseURL must be http(s), got ${u.protocol}`);
+    if (opts.vmId === "") throw new TypeError("agentd client: empty vmId");
+    this.origin = u.origin;
+    this.prefix = `${u.pathname.replace(/\/+$/, "")}/compute/v1/vms/${encodeURIComponent(opts.vmId)}/r/`;
+    this.timeoutMs = opts.timeoutMs ?? DEFAULTS.timeoutMs;
+    this.agent = new Agent({
+      headersTimeout: this.timeoutMs,
+      connect: {
+        rejectUnauthorized: opts.insecureSkipTLSVerify !== true,
+        ...(opts.caCert !== undefined ? { ca: [...rootCertificates, opts.caCert.includes("-----BEGIN") ? opts.caCert : readFileSync(opts.caCert, "utf8")] } : {}),
+      },
+    });
+  }
+
+  /** Runs a shell command (`/bin/sh -c`) and streams its events until it ends. */
+  runCommand(command: string, opts: CommandOptions = {}): ExecStream {
+    return this.stream("commands.run", "v1/commands/run", commandBody(command, opts, false));
+  }
+
+  /** Starts a command in the background; resolves with its id as soon as the VM has it. */
+  async startCommand(command: string, opts: CommandOptions = {}): Promise<string> {
+    const events = this.stream("commands.run", "v1/commands/run", commandBody(command, opts, true));
+    try {
+      for await (const e of events) if (e.type === "start") return e.id;
+    } finally {
+      events.close();
+    }
+    throw new ServiceError({ operation: "commands.run", message: "commands.run: the VM answered without the command's id", retryable: false, outcomeUnknown: true });
+  }
+
+  async commandStatus(id: string): Promise<CommandStatus> {
+    const body = await this.json("commands.status", "GET", `v1/commands/${encodeURIComponent(id)}/status`);
+    const o = asObject(body);
+    return {
+      id: typeof o.id === "string" ? o.id : id,
+      running: o.running === true,
+      ...(typeof o.exit_code === "number" && { exitCode: o.exit_code }),
+      ...(typeof o.started_at === "string" && { startedAt: o.started_at }),
+      ...(typeof o.finished_at === "string" && { finishedAt: o.finished_at }),
+    };
+  }
+
+  /** Kills a command and what it started. False when the VM does not know it (404): it ended long ago, or never was. */
+  async killCommand(id: string): Promise<boolean> {
+    try {
+      await this.json("commands.kill", "DELETE", `v1/commands/${encodeURIComponent(id)}`);
+      return true;
+    } catch (err) {
+      if (err instanceof ServiceError && err.status === 404 && err.errorCode === undefined) return false;
+      throw err;
+    }
+  }
+
+  /** A Jupyter kernel context for executeCode (language e.g. "python"). */
+  async createCodeContext(language: string, sessionId: string): Promise<CodeContext> {
+    const o = asObject(await this.json("code.contexts.create", "POST", "v1/code/contexts", { language, session_id: sessionId }));
+    return {
+      id: typeof o.id === "string" ? o.id : "",
+      ...(typeof o.language === "string" && { language: o.language }),
+      ...(typeof o.session_id === "string" && { sessionId: o.session_id }),
+      ...(typeof o.kernel_id === "string" && { kernelId: o.kernel_id }),
+      ...(typeof o.created_at === "string" && { createdAt: o.created_at }),
+    };
+  }
+
+  /** Runs code in a context and streams its events (end carries status ok, error or interrupted). */
+  executeCode(contextId: string, code: string): ExecStream {
+    return this.stream("code.execute", "v1/code/execute", { code, context_id: contextId });
+  }
+
+  /** Interrupts what runs in a context (nothing running: still fine). */
+  async interruptCode(contextId: string): Promise<void> {
+    await this.json("code.interrupt", "DELETE", `v1/code/execute/${encodeURIComponent(contextId)}`);
+  }
+
+  async deleteCodeContext(contextId: string): Promise<void> {
+    await this.json("code.contexts.delete", "DELETE", `v1/code/contexts/${encodeURIComponent(contextId)}`);
+  }
+
+  close(): Promise<void> {
+    return this.agent.close();
+  }
+
+  // -------------------------------------------------------------------------------------
+
+  /** A plain call: JSON (or nothing) back. */
+  private async json(operation: string, method: Method, path: string, body?: unknown): Promise<unknown> {
+    const ac = new AbortController();
+    const timer = setTimeout(() => ac.abort(new Error(`no answer within ${this.timeoutMs} ms`)), this.timeoutMs);
+    try {
+      const res = await this.send(operation, method, path, body, ac.signal, this.timeoutMs);
+      const text = await res.body.text();
+      if (text.trim() === "") return undefined;
+      try {
+        return JSON.parse(text) as unknown;
+      } catch {
+        throw new ServiceError({ operation, status: res.statusCode, message: `${operation}: the VM answered HTTP ${res.statusCode} with a body that is not JSON`, retryable: false });
+      }
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+
+  private stream(operation: string, path: string, body: unknown): ExecStream {
+    const ac = new AbortController();
+    const send = (): Promise<Dispatcher.ResponseData> => this.send(operation, "POST", path, body, ac.signal, 0);
+    return {
+      close: () => ac.abort(),
+      [Symbol.asyncIterator]: () => events(operation, send, ac),
+    };
+  }
+
+  /** One request, with one more (and a new token) after a 401. Non-2xx answers throw. */
+  private async send(operation: string, method: Method, path: string, body: unknown, signal: AbortSignal, bodyTimeout: number): Promise<Dispatcher.ResponseData> {
+    let refused: string | undefined;
+    for (let attempt = 1; ; attempt++) {
+      const token = await this.opts.accessToken(refused);
+      let res: Dispatcher.ResponseData;
+      try {
+        res = await this.agent.request({
+          origin: this.origin,
+          path: this.prefix + path,
+          method,
+          headers: {
+            authorization: `Bearer ${token}`,
+            accept: operation === "commands.run" || operation === "code.execute" ? "text/event-stream" : "application/json",
+            "user-agent": "agent-operator/agentd-client",
+            ...(body !== undefined && { "content-type": "application/json" }),
+          },
+          body: body === undefined ? null : JSON.stringify(body),
+          signal,
+          bodyTimeout,
+        });
+      } catch (err) {
+        throw transportError(operation, err, signal);
+      }
+      if (res.statusCode >= 200 && res.statusCode < 300) return res;
+      const text = await res.body.text().catch(() => "");
+      if (res.statusCode === 401 && attempt === 1) {
+        refused = token;
+        continue;
+      }
+      // The token is the only secret this client holds; an echo of it never reaches a message.
+      const parsed = parseErrorBody(text, [token]);
+      throw new ServiceError({
+        operation,
+        status: res.statusCode,
+        code: parsed.code,
+        errorCode: parsed.errorCode,
+        serviceMessage: parsed.serviceMessage,
+        message: httpErrorMessage(operation, res.statusCode, res.statusText, parsed),
+        retryable: res.statusCode === 429 || res.statusCode >= 500,
+        outcomeUnknown: res.statusCode >= 500 && method === "POST",
+      });
+    }
+  }
+}
+
+/** The events of one streamed answer, read as they come. */
+async function* events(operation: string, send: () => Promise<Dispatcher.ResponseData>, ac: AbortController): AsyncGenerator<ExecEvent> {
+  let res: Dispatcher.ResponseData;
+  try {
+    res = await send();
+  } catch (err) {
+    if (ac.signal.aborted) return; // closed by the caller before the answer came
+    throw err;
+  }
+  const queue: ExecEvent[] = [];
+  const parser = createParser({ onEvent: (e) => queue.push(toExecEvent(e.event ?? "message", e.data)) });
+  const decoder = new StringDecoder("utf8");
+  try {
+    for await (const chunk of res.body) {
+      parser.feed(decoder.write(chunk as Buffer));
+      while (queue.length > 0) yield queue.shift()!;
+    }
+    parser.feed(decoder.end());
+    parser.feed("\n\n"); // a stream cut without its final blank line still yields its last event
+    while (queue.length > 0) yield queue.shift()!;
+  } catch (err) {
+    if (ac.signal.aborted) return; // closed by the caller
+    throw transportError(operation, err, ac.signal);
+  } finally {
+    // Early exit (break, close) or the end: either way the socket is done with.
+    if (!res.body.destroyed) res.body.destroy();
+  }
+}
+
+/** One SSE event as an ExecEvent (see the header for the names). */
+export function toExecEvent(event: string, data: string): ExecEvent {
+  switch (event) {
+    case "start": {
+      const o = parseObject(data);
+      const id = typeof o?.id === "string" ? o.id : typeof o?.context_id === "string" ? o.context_id : undefined;
+      return id !== undefined ? { type: "start", id } : { type: "other", event, data };
+    }
+    case "stdout":
+    case "output":
+      return { type: "stdout", text: data };
+    case "stderr":
+      return { type: "stderr", text: data };
+    case "timeout": {
+      const ms = parseObject(data)?.timeout_ms;
+      return typeof ms === "number" ? { type: "timeout", timeoutMs: ms } : { type: "timeout" };
+    }
+    case "error": {
+      const o = parseObject(data);
+      return {
+        type: "error",
+        ...(typeof o?.name === "string" && { name: o.name }),
+        ...(typeof o?.value === "string" ? { value: o.value } : o === undefined && data !== "" ? { value: data } : {}),
+      };
+    }
+    case "end":
+    case "done":
+    case "exit":
+    case "execution_complete": {
+      const o = parseObject(data);
+      const code = o?.exit_code ?? o?.exitCode;
+      return {
+        type: "end",
+        ...(typeof code === "number" && Number.isInteger(code) && { exitCode: code }),
+        ...(typeof o?.status === "string" && { status: o.status }),
+      };
+    }
+    default:
+      return { type: "other", event, data };
+  }
+}
+
+function commandBody(command: string, o: CommandOptions, background: boolean): Record<string, unknown> {
+  return {
+    command,
+    ...(o.cwd !== undefined && { cwd: o.cwd }),
+    ...(o.envs !== undefined && { envs: o.envs }),
+    ...(o.timeoutMs !== undefined && { timeout_ms: o.timeoutMs }),
+    ...(o.uid !== undefined && { uid: o.uid }),
+    ...(o.gid !== undefined && { gid: o.gid }),
+    ...(background && { background: true }),
+  };
+}
+
+function parseObject(data: string): Record<string, unknown> | undefined {
+  try {
+    const v: unknown = JSON.parse(data);
+    return v !== null && typeof v === "object" && !Array.isArray(v) ? (v as Record<string, unknown>) : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+function asObject(v: unknown): Record<string, unknown> {
+  return v !== null && typeof v === "object" && !Array.isArray(v) ? (v as Record<string, unknown>) : {};
+}
+
+/** Failures below HTTP. undici's messages carry no request data (no token), so they are shown. */
+function transportError(operation: string, err: unknown, signal: AbortSignal): ServiceError {
+  if (err instanceof ServiceError) return err;
+  const e = signal.aborted && signal.reason instanceof Error ? signal.reason : err;
+  const code = (e as { code?: unknown } | null)?.code;
+  const detail = e instanceof Error && e.message !== "" ? e.message : "network error";
+  return new ServiceError({
+    operation,
+    message: `${operation}: cannot reach the service: ${detail}${typeof code === "string" ? ` (${code})` : ""}`,
+    retryable: true,
+    outcomeUnknown: true,
+    cause: err,
+  });
+}

@@ -1,0 +1,146 @@
+// `agent-operator exec` and `kubectl agentcompute exec`, run as a user runs them (child
+// processes: the real CLI, and the real kubectl finding the plugin on PATH) against a Sandbox
+// the operator made Ready on the real API server and the emulator: output streamed to the right
+// stream, the command's exit code, Ctrl-C killing the command in the VM (exit 130), and one
+// clear line with exit 1 (or 2 for usage) when there is nothing to run it in. No secret shown.
+import { spawn, type ChildProcess } from "node:child_process";
+import { chmodSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { delimiter, join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { testKubeconfig, waitFor } from "../support/kube.js";
+import { API_KEY, apply, useStack, waitForReady } from "../support/operator.js";
+
+const CLI = fileURLToPath(new URL("../../../src/cli.ts", import.meta.url));
+const PLUGIN = fileURLToPath(new URL("../../../src/kubectl-plugin.ts", import.meta.url));
+const TSX = fileURLToPath(new URL("../../../node_modules/tsx/dist/loader.mjs", import.meta.url));
+
+const t = useStack("exec");
+
+interface Result {
+  code: number | null;
+  stdout: string;
+  stderr: string;
+}
+
+/** Runs a process to its end; `onStdout` sees each chunk as it arrives. */
+function run(cmd: string, args: string[], opts: { env?: NodeJS.ProcessEnv; onStart?: (child: ChildProcess) => void; onStdout?: (text: string) => void } = {}): Promise<Result> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(cmd, args, { env: { ...process.env, ...opts.env }, stdio: ["ignore", "pipe", "pipe"] });
+    const out: string[] = [];
+    const err: string[] = [];
+    child.stdout.setEncoding("utf8").on("data", (s: string) => {
+      out.push(s);
+      opts.onStdout?.(s);
+    });
+    child.stderr.setEncoding("utf8").on("data", (s: string) => err.push(s));
+    child.on("error", reject);
+    child.on("close", (code) => resolve({ code, stdout: out.join(""), stderr: err.join("") }));
+    opts.onStart?.(child);
+  });
+}
+
+/** `agent-operator exec --kubeconfig <test> ...args` */
+const exec = (args: string[], opts: Parameters<typeof run>[2] = {}) =>
+  run(process.execPath, ["--import", "tsx", CLI, "exec", "--kubeconfig", testKubeconfig(), ...args], opts);
+
+let pluginDir: string;
+
+describe("agent-operator exec", () => {
+  beforeAll(async () => {
+    await apply(`apiVersion: agentcompute.dev/v1alpha1
+kind: Sandbox
+metadata: {name: box}
+spec: {tier: standard, ttlSeconds: 3600}`, t.namespace);
+    await waitForReady(t.stack, "sandboxes", "box", { timeoutMs: 60_000 });
+    // What `npm install -g` or a krew install leaves on PATH: an executable kubectl-agentcompute.
+    pluginDir = mkdtempSync(join(tmpdir(), "exec-e2e-plugin-"));
+    const shim = join(pluginDir, "kubectl-agentcompute");
+    writeFileSync(shim, `#!/bin/sh\nexec "${process.execPath}" --import "${TSX}" "${PLUGIN}" "$@"\n`);
+    chmodSync(shim, 0o755);
+  }, 120_000);
+
+  afterAll(() => {
+    if (pluginDir !== undefined) rmSync(pluginDir, { recursive: true, force: true });
+  });
+
+  it("streams stdout and stderr to their own streams and exits with the command's exit code", async () => {
+    const r = await exec(["-n", t.namespace, "box", "--", "echo to-stdout; echo to-stderr >&2; exit 3"]);
+    expect(r).toEqual({ code: 3, stdout: "to-stdout\n", stderr: "to-stderr\n" });
+
+    const argv = await exec(["-n", t.namespace, "sandbox/box", "--cwd", "/workspace", "-e", "WHO=the VM", "--", "sh", "-c", 'echo "$1 from $WHO"', "sh", "it's me"]);
+    expect(argv).toEqual({ code: 0, stdout: "it's me from the VM\n", stderr: "" });
+  });
+
+  it("runs as a kubectl plugin: kubectl agentcompute exec, with KUBECONFIG", async () => {
+    const env = { PATH: `${pluginDir}${delimiter}${process.env.PATH ?? ""}`, KUBECONFIG: testKubeconfig() };
+    const r = await run(process.env.KUBECTL ?? "kubectl", ["agentcompute", "exec", "-n", t.namespace, "box", "--", "echo via kubectl; echo oops >&2; exit 4"], { env });
+    expect(r).toEqual({ code: 4, stdout: "via kubectl\n", stderr: "oops\n" });
+
+    const help = await run(process.env.KUBECTL ?? "kubectl", ["agentcompute", "--help"], { env });
+    expect(help.code).toBe(0);
+    expect(help.stdout).toMatch(/exec .*\n.*plan .*\n.*logs .*not available yet/);
+    const logs = await run(process.env.KUBECTL ?? "kubectl", ["agentcompute", "logs", "box"], { env });
+    expect(logs).toMatchObject({ code: 1, stderr: "kubectl agentcompute logs: not available yet in this version\n" });
+  });
+
+  it("kills the command in the VM on Ctrl-C and exits 130", async () => {
+    const runtime = t.stack.emulator.runtimes.get(String((await t.stack.kube.get<{ status: { vmId: string } }>(`/apis/agentcompute.dev/v1alpha1/namespaces/${t.namespace}/sandboxes/box`)).status.vmId));
+    expect(runtime).toBeDefined();
+    let child: ChildProcess | undefined;
+    let seen = "";
+    const r = await exec(["-n", t.namespace, "box", "--", "echo started; sleep 300; echo never"], {
+      onStart: (c) => (child = c),
+      onStdout: (s) => {
+        seen += s;
+        if (seen.includes("started")) child?.kill("SIGINT");
+      },
+    });
+    expect(r.code).toBe(130);
+    expect(r.stdout).toBe("started\n");
+    // The command's shell and its sleep are gone from the VM.
+    const sleeping = [...(runtime?.commands.values() ?? [])].filter((c) => c.spec.command.includes("sleep 300"));
+    expect(sleeping).toHaveLength(1);
+    await waitFor(() => sleeping[0]?.running === false, { timeoutMs: 10_000, description: "the remote command to be killed" });
+    expect(sleeping[0]?.status().exit_code).toBe(137);
+  });
+
+  it("says in one line what is missing, with exit 1; usage errors exit 2; never a secret", async () => {
+    const missing = await exec(["-n", t.namespace, "nope", "--", "true"]);
+    expect(missing.code).toBe(1);
+    expect(missing.stdout).toBe("");
+    expect(missing.stderr).toBe(`agent-operator exec: Sandbox "nope" in namespace "${t.namespace}" not found (kubectl get sandboxes -n ${t.namespace})\n`);
+
+    await apply(`apiVersion: agentcompute.dev/v1alpha1
+kind: Sandbox
+metadata: {name: elsewhere}
+spec: {tier: standard, connectionRef: {name: absent}}`, t.namespace);
+    await waitForReady(t.stack, "sandboxes", "elsewhere", { status: "False", timeoutMs: 60_000 });
+    const notReady = await exec(["-n", t.namespace, "elsewhere", "--", "true"]);
+    expect(notReady.code).toBe(1);
+    expect(notReady.stderr).toMatch(new RegExp(`^agent-operator exec: Sandbox "elsewhere" in namespace "${t.namespace}" has no running VM: Ready=False \\(ConnectionNotFound: .*\\); wait for it: kubectl wait --for=condition=Ready sandbox/elsewhere -n ${t.namespace}\\n$`));
+
+    const usage = await exec(["-n", t.namespace, "box"]);
+    expect(usage.code).toBe(2);
+    expect(usage.stderr.split("\n")[0]).toBe("agent-operator exec: give the command after --, e.g. box -- ls");
+
+    for (const r of [missing, notReady, usage]) expect(r.stdout + r.stderr).not.toContain(API_KEY);
+  });
+
+  it("says so in one line when the service refuses the Connection's credentials", async () => {
+    // The service's key is rotated: the one in the Secret no longer works (the operator, with a
+    // token still valid, keeps the Connection Ready meanwhile).
+    t.stack.emulator.setOptions({ apiKey: "rotated-api-key-9b8e7f" });
+    try {
+      const r = await exec(["-n", t.namespace, "box", "--", "echo never"]);
+      expect(r.code).toBe(1);
+      expect(r.stdout).toBe("");
+      expect(r.stderr).toMatch(new RegExp(`^agent-operator exec: Connection "default" in namespace "${t.namespace}": token: credentials refused by the token service.*\\(HTTP 401\\); check the credentials in Secret "agentcompute-credentials"\\n$`));
+      expect(r.stderr).not.toContain(API_KEY);
+      expect(r.stderr).not.toContain("rotated-api-key-9b8e7f");
+    } finally {
+      t.stack.emulator.setOptions({ apiKey: API_KEY });
+    }
+  });
+});

@@ -1,0 +1,62 @@
+// `exec`'s command line: the Sandbox and the command as a user writes them, mistakes refused as
+// usage errors, several arguments arriving in the VM's shell exactly as given.
+import { execFileSync } from "node:child_process";
+import { describe, expect, it } from "vitest";
+import { UsageError, parseExecFlags, processExitCode, shellQuote } from "../../../src/commands/exec.js";
+
+describe("exec: parseExecFlags", () => {
+  it("takes flags, the Sandbox and the command after --", () => {
+    expect(parseExecFlags(["-n", "team-a", "--context", "dev", "box", "--cwd", "/workspace/x", "-e", "A=1", "-e", "B=x=y", "--timeout", "1m", "--", "ls", "-la"])).toEqual({
+      sandbox: "box",
+      command: "ls -la",
+      namespace: "team-a",
+      kubeconfig: undefined,
+      context: "dev",
+      options: { cwd: "/workspace/x", envs: { A: "1", B: "x=y" }, timeoutMs: 60_000 },
+    });
+  });
+
+  it("keeps one argument as a shell command line, and accepts sandbox/NAME", () => {
+    const f = parseExecFlags(["sandbox/box", "--", "echo a; exit 3"]);
+    expect(f).toMatchObject({ sandbox: "box", command: "echo a; exit 3", options: {} });
+  });
+
+  it("leaves flags after -- to the command", () => {
+    expect(parseExecFlags(["box", "--", "grep", "-n", "--", "x"])).toMatchObject({ command: "grep -n -- x", namespace: undefined });
+  });
+
+  it.each([
+    [[], /name the Sandbox/],
+    [["box"], /give the command after --/],
+    [["box", "--"], /empty/],
+    [["box", "other", "--", "ls"], /unexpected argument "other"/],
+    [["--bogus", "box", "--", "ls"], /bogus/],
+    [["box", "-e", "NOEQUALS", "--", "ls"], /--env: "NOEQUALS" is not KEY=VALUE/],
+    [["box", "--timeout", "soon", "--", "ls"], /--timeout/],
+  ])("refuses %j", (argv, message) => {
+    expect(() => parseExecFlags(argv)).toThrow(UsageError);
+    expect(() => parseExecFlags(argv)).toThrow(message);
+  });
+
+  it("answers --help", () => {
+    expect(parseExecFlags(["--help"])).toBe("help");
+  });
+});
+
+describe("exec: several arguments reach sh -c as given", () => {
+  it.each([["printf", "%s|", "two words", "it's", "$HOME", "*", "a\nb", ""]])("%j", (...args) => {
+    const line = args.map(shellQuote).join(" ");
+    expect(execFileSync("/bin/sh", ["-c", line], { encoding: "utf8" })).toBe(args.slice(2).map((a) => `${a}|`).join(""));
+  });
+});
+
+describe("exec: processExitCode", () => {
+  it("passes 0-255 through and never turns a failure into 0", () => {
+    expect(processExitCode(0)).toBe(0);
+    expect(processExitCode(3)).toBe(3);
+    expect(processExitCode(255)).toBe(255);
+    expect(processExitCode(256)).toBe(1);
+    expect(processExitCode(257)).toBe(1);
+    expect(processExitCode(-1)).toBe(255);
+  });
+});

@@ -1,0 +1,142 @@
+// AgentdClient against the emulator's agentd (real HTTP, through /compute/v1/vms/{id}/r/): a
+// command's output arrives while it runs, with its exit code at the end; background commands,
+// status and kill by id; a refused token is replaced once; errors name the call, never the token.
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { AgentdClient, toExecEvent, type ExecEvent } from "../../../src/service/agentd.js";
+import { ServiceError } from "../../../src/service/index.js";
+import { start, waitFor, type Harness } from "./helpers.js";
+
+let h: Harness;
+let vmId: string;
+const clients: AgentdClient[] = [];
+const dir = mkdtempSync(join(tmpdir(), "agentd-client-"));
+
+function vm(opts: Partial<ConstructorParameters<typeof AgentdClient>[0]> = {}): AgentdClient {
+  const c = new AgentdClient({ baseURL: h.emu.baseURL, vmId, accessToken: (r) => h.client.accessToken(r), ...opts });
+  clients.push(c);
+  return c;
+}
+
+async function collect(events: AsyncIterable<ExecEvent>): Promise<ExecEvent[]> {
+  const out: ExecEvent[] = [];
+  for await (const e of events) out.push(e);
+  return out;
+}
+
+const text = (events: ExecEvent[], type: "stdout" | "stderr") =>
+  events.map((e) => (e.type === type ? e.text : "")).join("");
+
+beforeAll(async () => {
+  h = await start();
+  vmId = (await h.client.vms.allocate({ tier: "standard" })).vm_id;
+});
+
+afterAll(async () => {
+  await Promise.all(clients.map((c) => c.close()));
+  await h.close();
+  rmSync(dir, { recursive: true, force: true });
+});
+
+describe("AgentdClient", () => {
+  it("streams a command's stdout and stderr and ends with its exit code", async () => {
+    const events = await collect(vm().runCommand('echo out; echo err >&2; printf "a\\nb\\n"; exit 3'));
+    expect(events[0]).toMatchObject({ type: "start", id: expect.any(String) });
+    expect(text(events, "stdout")).toBe("out\na\nb\n");
+    expect(text(events, "stderr")).toBe("err\n");
+    expect(events.at(-1)).toEqual({ type: "end", exitCode: 3 });
+  });
+
+  it("hands over output while the command still runs", async () => {
+    // The command waits for a file the test writes only once it has seen the first line.
+    const gate = join(dir, "gate");
+    const seen: ExecEvent[] = [];
+    for await (const e of vm().runCommand(`echo waiting; while [ ! -f ${gate} ]; do sleep 0.05; done; echo released`)) {
+      seen.push(e);
+      if (e.type === "stdout" && e.text.includes("waiting")) writeFileSync(gate, "");
+    }
+    expect(text(seen, "stdout")).toBe("waiting\nreleased\n");
+    expect(seen.at(-1)).toEqual({ type: "end", exitCode: 0 });
+  });
+
+  it("passes cwd, envs and timeout to the VM", async () => {
+    const c = vm();
+    await collect(c.runCommand("mkdir -p sub"));
+    const events = await collect(c.runCommand('echo "$GREETING"; basename "$PWD"', { envs: { GREETING: "hi there" }, cwd: "/workspace/sub" }));
+    expect(text(events, "stdout")).toBe("hi there\nsub\n");
+    const timed = await collect(c.runCommand("sleep 30", { timeoutMs: 200 }));
+    expect(timed.some((e) => e.type === "timeout")).toBe(true);
+    expect(timed.at(-1)).toEqual({ type: "end", exitCode: 124 });
+  });
+
+  it("starts a background command and follows it by id: status, then kill", async () => {
+    const c = vm();
+    const id = await c.startCommand("sleep 30");
+    expect(await c.commandStatus(id)).toMatchObject({ id, running: true });
+    expect(await c.killCommand(id)).toBe(true);
+    await waitFor(() => h.emu.runtimes.get(vmId)?.command(id)?.running === false);
+    expect(await c.commandStatus(id)).toMatchObject({ id, running: false, exitCode: 137 });
+    expect(await c.killCommand("no-such-command")).toBe(false);
+  });
+
+  it("stops reading when the caller breaks out, and the command can then be killed by its id", async () => {
+    const c = vm();
+    let id = "";
+    for await (const e of c.runCommand("echo started; sleep 30")) {
+      if (e.type === "start") id = e.id;
+      if (e.type === "stdout") break;
+    }
+    expect(await c.commandStatus(id)).toMatchObject({ running: true });
+    await c.killCommand(id);
+    await waitFor(() => h.emu.runtimes.get(vmId)?.command(id)?.running === false);
+  });
+
+  it("gets a new token once when the service refuses the one it has", async () => {
+    const asked: (string | undefined)[] = [];
+    const c = vm({
+      accessToken: async (refused) => {
+        asked.push(refused);
+        return refused === undefined ? "stale-token-value" : h.client.accessToken();
+      },
+    });
+    const events = await collect(c.runCommand("echo ok"));
+    expect(text(events, "stdout")).toBe("ok\n");
+    expect(asked).toEqual([undefined, "stale-token-value"]);
+  });
+
+  it("reports a refusal with the call and the service's message, never the token", async () => {
+    const token = "never-valid-token-5d1e";
+    const refused = await collect(vm({ accessToken: async () => token }).runCommand("true")).catch((e: unknown) => e);
+    expect(refused).toBeInstanceOf(ServiceError);
+    expect((refused as ServiceError).status).toBe(401);
+    expect((refused as ServiceError).message).toMatch(/^commands\.run: .*\(HTTP 401\)$/);
+    expect((refused as ServiceError).message).not.toContain(token);
+
+    const gone = await vm({ vmId: "00000000-0000-0000-0000-000000000000" }).commandStatus("x").catch((e: unknown) => e);
+    expect(gone).toBeInstanceOf(ServiceError);
+    expect((gone as ServiceError).status).toBe(404);
+    expect((gone as ServiceError).message).toContain("commands.status");
+  });
+
+  it("reports a service that cannot be reached", async () => {
+    const c = vm({ baseURL: "http://127.0.0.1:9" });
+    const err = await collect(c.runCommand("true")).catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(ServiceError);
+    expect((err as ServiceError).message).toMatch(/^commands\.run: cannot reach the service/);
+  });
+});
+
+describe("toExecEvent", () => {
+  it("reads the emulator's events and the names the official SDK uses", () => {
+    expect(toExecEvent("start", '{"id":"c1"}')).toEqual({ type: "start", id: "c1" });
+    expect(toExecEvent("start", '{"context_id":"k1"}')).toEqual({ type: "start", id: "k1" });
+    expect(toExecEvent("output", "line\n")).toEqual({ type: "stdout", text: "line\n" });
+    expect(toExecEvent("end", '{"exit_code":0}')).toEqual({ type: "end", exitCode: 0 });
+    expect(toExecEvent("done", "")).toEqual({ type: "end" });
+    expect(toExecEvent("end", '{"status":"error"}')).toEqual({ type: "end", status: "error" });
+    expect(toExecEvent("error", '{"name":"ValueError","value":"bad"}')).toEqual({ type: "error", name: "ValueError", value: "bad" });
+    expect(toExecEvent("progress", "50%")).toEqual({ type: "other", event: "progress", data: "50%" });
+  });
+});
