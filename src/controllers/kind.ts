@@ -9,6 +9,7 @@ import type { Connection, ObjectMeta } from "../api/index.js";
 import { ConnectionSecretWriter, type SecretObject } from "../managed/connection-secret.js";
 import type { Connector, ExternalClient, ManagedResource } from "../managed/external.js";
 import { ManagedReconciler } from "../managed/reconciler.js";
+import { ResourceMetrics } from "../managed/resource-metrics.js";
 import { StatusWriter } from "../managed/status-writer.js";
 import type { Controller, Request } from "../runtime/controller.js";
 import type { Informer } from "../runtime/informer.js";
@@ -66,6 +67,8 @@ export class OperatorContext implements KindContext {
   readonly status: StatusWriter;
   readonly secretWriter: ConnectionSecretWriter;
   readonly pool: ConnectionPool;
+  /** agentcompute_managed_resource_* of every managed kind (src/managed/resource-metrics.ts). */
+  readonly resourceMetrics: ResourceMetrics;
   /** The managed kinds' informers, for "who uses this Connection". */
   private readonly users: Array<{ kind: string; informer: Informer<ManagedResource> }> = [];
   private readonly onInventoryChange = new Map<InventoryKind, (namespace: string, connection: string, changed: Set<string>) => void>();
@@ -80,6 +83,7 @@ export class OperatorContext implements KindContext {
     this.store = new ObjectStore(this.secrets, this.configMaps);
     this.status = new StatusWriter(manager.client);
     this.secretWriter = new ConnectionSecretWriter(manager.client, this.secrets);
+    this.resourceMetrics = new ResourceMetrics(manager.metrics.registry);
     this.pool = new ConnectionPool({
       connections: this.connections,
       secrets: this.secrets,
@@ -130,6 +134,8 @@ export function setupManagedKind<R extends ManagedResource, Plan>(
   kind: ManagedKind<R, Plan>,
 ): Controller {
   const informer = ctx.informer<R>(kind.names);
+  // The gauges count this informer's cache; the reconciler reports its outcomes for drift.
+  const resourceMetrics = ctx.resourceMetrics.track(kind.names.kind, informer);
   const controller = ctx.manager.newController({
     name: kind.controller,
     concurrency: ctx.options.concurrency,
@@ -144,6 +150,7 @@ export function setupManagedKind<R extends ManagedResource, Plan>(
       syncPeriodMs: ctx.options.syncPeriodMs,
       secrets: kind.connectionSecret ? ctx.secretWriter : undefined,
       upkeepWhilePaused: kind.upkeepWhilePaused ?? false,
+      resourceMetrics,
     }),
   });
   controller.watch(informer, undefined, { filter: specOrMetaChanged });

@@ -17,6 +17,7 @@ import type { ConnectionSecretWriter } from "./connection-secret.js";
 import { StalledError, classify, type Failure } from "./errors.js";
 import type { ActionResult, Connector, ManagedResource, Observation, StatusOf } from "./external.js";
 import { managementOf, type Management } from "./management-policies.js";
+import type { ResourceMetricsRecorder } from "./resource-metrics.js";
 import { pollIntervalOf } from "./poll-interval.js";
 import { afterBackoff, jittered } from "./requeue.js";
 
@@ -46,6 +47,8 @@ export interface ManagedReconcilerOptions<R extends ManagedResource, Plan = unkn
    * resource is still observed and its client's `whilePaused` keeps it alive (renewals only).
    */
   upkeepWhilePaused?: boolean;
+  /** Per-resource metrics (drift_seconds): told of each drift put back and each success. */
+  resourceMetrics?: ResourceMetricsRecorder;
   now?: () => Date;
 }
 
@@ -121,6 +124,8 @@ export class ManagedReconciler<R extends ManagedResource, Plan = unknown> implem
         const claim = external.claim?.(cr);
         if (claim !== undefined) await this.writeStatus(cr, claim, []);
         action = await external.create(cr);
+        // A create of an object that existed (gone out of band) is drift put back; the first is not (no success before it).
+        this.opts.resourceMetrics?.drifted(cr, this.now());
         this.record(cr, action, "Created", `created the ${this.opts.kind.kind.toLowerCase()} in the service`);
       } else if (!observed.upToDate && observed.notReady === undefined && !management.update) {
         drift = observed.differences ?? [];
@@ -132,6 +137,8 @@ export class ManagedReconciler<R extends ManagedResource, Plan = unknown> implem
         const plan = observed.plan;
         if (plan === undefined) throw new Error(`${this.opts.kind.kind}: observe found a difference but made no plan`);
         action = await external.update(cr, { ...observed, plan });
+        // Renewals differ in nothing: only a difference put back is drift.
+        if ((observed.differences?.length ?? 0) > 0) this.opts.resourceMetrics?.drifted(cr, this.now());
         const drift = observed.differences?.length ? `: ${observed.differences.join(", ")}` : "";
         this.record(cr, action, "Updated", `updated the service object${drift}`);
       }
@@ -155,6 +162,7 @@ export class ManagedReconciler<R extends ManagedResource, Plan = unknown> implem
     );
     if (!management.update) conditions.push(this.driftCondition(cr, management, drift ?? []));
     await this.writeStatus(cr, { ...observed.status, ...action?.status } as Partial<StatusOf<R>>, conditions);
+    this.opts.resourceMetrics?.reconciled(cr, this.now());
     // What the action did supersedes what was observed before it (a renewal moves the next one).
     const scheduled = action !== undefined ? action.requeueAfterMs : observed.requeueAfterMs;
     const requeueAfterMs = Math.max(1, Math.min(this.jitteredSyncPeriod(cr), scheduled ?? Infinity));

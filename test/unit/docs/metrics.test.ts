@@ -4,6 +4,7 @@
 import { readFileSync } from "node:fs";
 import { beforeAll, describe, expect, it } from "vitest";
 import { UsageGauges } from "../../../src/controllers/usage-metrics.js";
+import { ResourceMetrics } from "../../../src/managed/resource-metrics.js";
 import { Metrics } from "../../../src/runtime/metrics.js";
 
 const read = (path: string) => readFileSync(new URL(`../../../${path}`, import.meta.url), "utf8");
@@ -19,6 +20,7 @@ let registered: Registered[];
 beforeAll(async () => {
   const metrics = new Metrics();
   new UsageGauges(metrics.registry);
+  new ResourceMetrics(metrics.registry);
   registered = await Promise.all(
     // The metric objects themselves (prom-client's types show only name and help): their
     // label names, and get() for the type.
@@ -119,6 +121,11 @@ describe("docs/dashboard.json", () => {
       "agentcompute_service_token_requests_total",
       "leader_election_master_status",
       "agentcompute_usage_vm_seconds",
+      "agentcompute_managed_resource_exists",
+      "agentcompute_managed_resource_ready",
+      "agentcompute_managed_resource_synced",
+      "agentcompute_managed_resource_first_time_to_readiness_seconds_bucket",
+      "agentcompute_managed_resource_drift_seconds_bucket",
     ]) {
       expect(used.has(required), required).toBe(true);
     }
