@@ -15,6 +15,7 @@ import { sandboxes, type SandboxPlan } from "../controllers/sandbox.js";
 import { skillName, skills, type SkillPlan } from "../controllers/skill.js";
 import type { SecretObject } from "../managed/connection-secret.js";
 import { NotReadyError, classify } from "../managed/errors.js";
+import { managementOf } from "../managed/management-policies.js";
 import type { ManagedResource, Observation } from "../managed/external.js";
 import type { Informer } from "../runtime/informer.js";
 import { resourcePath, type KubeClient } from "../runtime/kube-client.js";
@@ -297,7 +298,7 @@ async function planManaged(base: ResourcePlan, cr: Obj, l: Obj | undefined, kind
   const specChanges = diffFields(l === undefined ? undefined : withDefaults(cr.kind, l.spec), cr.spec, "spec");
   const notes = dependencyNotes(cr, deps);
   const paused = cr.metadata.annotations?.[Annotations.paused] === "true";
-  const result = await observeOne(base, cr, l, kind, deps, specChanges, notes);
+  const result = withinPolicies(cr, await observeOne(base, cr, l, kind, deps, specChanges, notes));
   if (paused && result.action !== "none") {
     return {
       ...result,
@@ -367,6 +368,22 @@ async function observeOne(
     return { ...base, action: "none", ...withId, notes };
   }
   return { ...base, ...withId, ...actionOf(cr, observed, handle, specChanges, notes) };
+}
+
+/**
+ * What spec.managementPolicies let through of the planned action (src/managed/reconciler.ts
+ * does the same): no create without Create, no update or replace without Update.
+ */
+function withinPolicies(cr: Obj, plan: ResourcePlan): ResourcePlan {
+  const management = managementOf(cr.spec);
+  if (plan.action === "create" && !management.create) {
+    return { ...plan, action: "none", reason: `ExternalNotFound: nothing to observe, and spec.managementPolicies ${management.stated} leaves out Create` };
+  }
+  if ((plan.action === "update" || plan.action === "replace") && !management.update) {
+    const what = plan.action === "update" ? "the differences" : "the replacement";
+    return { ...plan, action: "none", reason: `spec.managementPolicies ${management.stated} leaves out Update: ${what} would be reported (condition Drifted), not applied` };
+  }
+  return plan;
 }
 
 /** What an update of a service object that exists amounts to, kind by kind. */
@@ -468,7 +485,9 @@ function pruned(live: Live, planned: ManifestObject[], namespaces: string[], sel
         const status = o.status as Record<string, unknown> | undefined;
         const id = annotations[Annotations.externalId] ?? status?.agentId ?? status?.deploymentId ?? status?.vmId ?? status?.skillName;
         if (typeof id === "string") r.serviceId = id;
+        const management = managementOf(o.spec);
         if (o.spec.deletionPolicy === "Orphan") r.reason = "the service object is left in place (deletionPolicy: Orphan)";
+        else if (!management.delete) r.reason = `the service object is left in place (spec.managementPolicies ${management.stated} leaves out Delete)`;
         else if (names.kind === "Sandbox") r.reason = "its VM is released";
         else r.reason = "its service object is deleted";
         if (annotations[Annotations.paused] === "true") r.notes.push("paused: the deletion waits until the annotation is removed");

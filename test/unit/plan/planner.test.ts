@@ -174,4 +174,21 @@ describe("planner", () => {
     expect(p.resources).toEqual([expect.objectContaining({ kind: "Skill", name: "paused-skill", action: "none", serviceId: "paused-skill" })]);
     expect(p.changes).toBe(false);
   });
+  it("follows spec.managementPolicies: no create without Create, no update without Update", async () => {
+    const yaml = `apiVersion: agentcompute.dev/v1alpha1
+kind: Agent
+metadata: {name: drifted}
+spec: {image: "img:1", managementPolicies: [Observe, Create, Delete]}
+---
+apiVersion: agentcompute.dev/v1alpha1
+kind: Agent
+metadata: {name: imported}
+spec: {managementPolicies: [Observe]}`;
+    const p = await plan(reader, manifests(yaml), { prune: false });
+    expect(find(p, "Agent", "drifted").action).toBe("none");
+    expect(find(p, "Agent", "drifted").reason).toMatch(/leaves out Update: the differences would be reported \(condition Drifted\), not applied/);
+    expect(find(p, "Agent", "imported")).toMatchObject({ action: "none" });
+    expect(find(p, "Agent", "imported").reason).toMatch(/^ExternalNotFound: .*leaves out Create/);
+    expect(p.changes).toBe(false);
+  });
 });
