@@ -13,6 +13,13 @@
 //    QPS): a cold start of 10,000 resources records 10,000 "Created" events, and writing them
 //    all would compete with the status writes for the API server. Beyond `maxPending` waiting
 //    writes, new events are dropped (counted in agentcompute_events_total{result="dropped"});
+//  - similar Normal events of many objects (client-go's EventAggregator, across objects): of
+//    the reasons in `aggregateReasons` ("Created"), the first `aggregateAfter` (10) per
+//    namespace, kind and reason in the correlation window are written for their objects; the
+//    rest are counted into one Event on the namespace, "(combined from similar events)",
+//    written at most once per `aggregateFlushMs` (10 s). A cold start of 10,000 resources made
+//    one Created Event each: a third of its Kubernetes writes, for a fact each resource's status
+//    already tells. Warnings are never aggregated;
 //  - messages are scrubbed of anything that looks like a credential, and truncated to the
 //    API's 1 KiB note limit.
 // Both rate limits are the code base's one token bucket (src/lib/token-bucket.ts). The caches of
@@ -51,6 +58,12 @@ export interface EventRecorderOptions {
   /** Writes to the API server at once (default 4); beyond `maxPending` events are dropped (default 1000). */
   maxConcurrentWrites?: number;
   maxPending?: number;
+  /** Normal reasons aggregated across objects (default none; the manager passes ["Created"]). */
+  aggregateReasons?: readonly string[];
+  /** Similar events written for their own objects before aggregation starts (default 10). */
+  aggregateAfter?: number;
+  /** The aggregate Event is written at most this often (default 10 s). */
+  aggregateFlushMs?: number;
   /** Event writes (creates and patches) per second, and burst (defaults 10 and 100). */
   qps?: number;
   burst?: number;
@@ -67,6 +80,16 @@ interface Entry {
   created: boolean;
   writing: boolean;
   again: boolean;
+  /** An Event combining similar events of many objects: its message changes, and is patched too. */
+  combined?: boolean;
+  /** A combined Event's write is waiting for the flush timer. */
+  flushing?: boolean;
+}
+
+/** Similar events of one namespace, kind and reason in the correlation window. */
+interface Similar {
+  since: number;
+  count: number;
 }
 
 interface EventBody {
@@ -116,6 +139,10 @@ export class EventRecorder {
   private readonly log: Logger;
   private readonly entries = new Map<string, Entry>();
   private readonly buckets = new Map<string, TokenBucket>();
+  private readonly similar = new Map<string, Similar>();
+  /** Combined Events waiting for their flush timer; flush() and close() end the wait. */
+  private readonly combinedWaits = new Set<() => void>();
+  private readonly aggregated: ReadonlySet<string>;
   private readonly pending = new Set<Promise<void>>();
   private active = 0;
   private readonly slots: (() => void)[] = [];
@@ -126,6 +153,7 @@ export class EventRecorder {
   private readonly closing = new AbortController();
 
   constructor(opts: EventRecorderOptions) {
+    this.aggregated = new Set(opts.aggregateReasons ?? []);
     this.o = {
       reportingController: REPORTING_CONTROLLER,
       component: "agent-operator",
@@ -137,6 +165,9 @@ export class EventRecorder {
       maxPending: 1000,
       qps: 10,
       burst: 100,
+      aggregateReasons: [],
+      aggregateAfter: 10,
+      aggregateFlushMs: 10_000,
       ...opts,
     };
     this.now = opts.now ?? Date.now;
@@ -170,17 +201,22 @@ export class EventRecorder {
   close(): void {
     this.closed = true;
     this.closing.abort();
+    for (const now of [...this.combinedWaits]) now();
   }
 
   /** Wait for every write scheduled so far (tests, shutdown). */
   async flush(): Promise<void> {
-    while (this.pending.size > 0) await Promise.allSettled([...this.pending]);
+    while (this.pending.size > 0) {
+      for (const now of [...this.combinedWaits]) now();
+      await Promise.allSettled([...this.pending]);
+    }
   }
 
   private record(obj: KubeObject, type: EventType, reason: string, rawMessage: string, action?: string): void {
     if (this.closed) return;
     const now = this.now();
     const meta = obj.metadata;
+    if (type === "Normal" && this.aggregated.has(reason) && this.combine(obj, reason, rawMessage, now)) return;
     const objectKey = `${obj.kind ?? ""}/${meta.namespace ?? ""}/${meta.name ?? ""}/${meta.uid ?? ""}`;
     if (!this.allow(objectKey)) {
       this.o.metrics?.eventsTotal.inc({ type, result: "dropped" });
@@ -235,6 +271,79 @@ export class EventRecorder {
     this.schedule(entry);
   }
 
+  /**
+   * Counts a similar event; past `aggregateAfter` in the window, folds it into the namespace's
+   * combined Event (true: the caller writes nothing for the object itself).
+   */
+  private combine(obj: KubeObject, reason: string, rawMessage: string, now: number): boolean {
+    const namespace = obj.metadata.namespace || "default";
+    const kind = obj.kind ?? "object";
+    const key = `${namespace}|${kind}|${reason}`;
+    let similar = this.similar.get(key);
+    if (similar === undefined || now - similar.since > this.o.correlationWindowMs) {
+      similar = { since: now, count: 0 };
+      lruSet(this.similar, key, similar, this.o.cacheSize);
+    }
+    similar.count++;
+    if (similar.count <= this.o.aggregateAfter) return false;
+    const combinedKey = `combined|${key}`;
+    const ts = formatTime(new Date(now));
+    const folded = similar.count - this.o.aggregateAfter;
+    const message = truncate(
+      scrubSecrets(`(combined from similar events): ${reason} for ${folded} more ${kind} resources in ${this.o.correlationWindowMs / 60_000} min; the last, ${obj.metadata.name ?? ""}: ${rawMessage}`),
+      MAX_MESSAGE,
+    );
+    let entry = this.entries.get(combinedKey);
+    if (entry === undefined || now - entry.lastSeen > this.o.correlationWindowMs) {
+      const name = `${namespace}.${this.uniqueSuffix(now)}`;
+      const body: EventBody = {
+        apiVersion: "v1",
+        kind: "Event",
+        metadata: { name, namespace },
+        involvedObject: { apiVersion: "v1", kind: "Namespace", name: namespace },
+        reason,
+        message,
+        type: "Normal",
+        count: 1,
+        firstTimestamp: ts,
+        lastTimestamp: ts,
+        source: { component: this.o.component },
+        reportingComponent: this.o.reportingController,
+        reportingInstance: truncate(this.o.reportingInstance, 128),
+      };
+      entry = { name, namespace, body, count: 0, writtenCount: 0, lastSeen: now, created: false, writing: false, again: false, combined: true };
+      lruSet(this.entries, combinedKey, entry, this.o.cacheSize);
+    }
+    entry.count++;
+    entry.lastSeen = now;
+    entry.body.message = message;
+    entry.body.lastTimestamp = ts;
+    this.o.metrics?.eventsTotal.inc({ type: "Normal", result: "aggregated" });
+    this.scheduleCombined(entry);
+    return true;
+  }
+
+  /** A combined Event is written once per `aggregateFlushMs`, with everything folded meanwhile. */
+  private scheduleCombined(entry: Entry): void {
+    if (entry.flushing) return;
+    entry.flushing = true;
+    const p = new Promise<void>((resolve) => {
+      const now = (): void => {
+        clearTimeout(timer);
+        this.combinedWaits.delete(now);
+        resolve();
+      };
+      const timer = setTimeout(now, this.o.aggregateFlushMs);
+      timer.unref();
+      this.combinedWaits.add(now);
+    }).then(() => {
+      entry.flushing = false;
+      if (!this.closed) this.schedule(entry);
+    });
+    this.pending.add(p);
+    void p.finally(() => this.pending.delete(p));
+  }
+
   private schedule(entry: Entry): void {
     if (entry.writing) {
       entry.again = true; // coalesced into the write after the current one
@@ -261,12 +370,10 @@ export class EventRecorder {
     try {
       if (entry.created) {
         try {
-          await this.o.client.patch(
-            eventsPath(entry.namespace, entry.name),
-            { count, lastTimestamp: entry.body.lastTimestamp },
-            "merge",
-            { discardResult: true },
-          );
+          const patch = entry.combined
+            ? { count, lastTimestamp: entry.body.lastTimestamp, message: entry.body.message }
+            : { count, lastTimestamp: entry.body.lastTimestamp };
+          await this.o.client.patch(eventsPath(entry.namespace, entry.name), patch, "merge", { discardResult: true });
         } catch (err) {
           if (!isNotFound(err)) throw err;
           // The Event expired (the API server keeps them 1 h): start a new one.

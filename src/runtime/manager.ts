@@ -122,6 +122,9 @@ export class Manager {
       logger: this.logger,
       metrics: this.metrics,
       reportingInstance: this.identity,
+      // Routine Normal Events every resource makes once: beyond the first few per kind, one
+      // combined Event on the namespace (each resource's status says the same).
+      aggregateReasons: ["Created", "Started", "Completed"],
     });
     const { kubeRequests, kubeRequestDuration } = this.metrics;
     this.stopCountingRequests = this.client.onRequest((r) => {

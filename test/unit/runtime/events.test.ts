@@ -198,3 +198,44 @@ describe("scrubSecrets", () => {
     expect(client.creates.map((c) => c.body.reason)).not.toContain("Late");
   });
 });
+
+describe("EventRecorder: similar events of many objects", () => {
+  const agent = (i: number): KubeObject => ({
+    apiVersion: "agentcompute.dev/v1alpha1",
+    kind: "Agent",
+    metadata: { name: `ag-${i}`, namespace: "team-a", uid: `u-${i}` },
+  });
+
+  it("writes the first ones for their objects and folds the rest into one Event on the namespace", async () => {
+    const client = new RecordingClient();
+    const rec = new EventRecorder({
+      client: client as unknown as KubeClient,
+      logger: silentLogger(),
+      reportingInstance: "host_abcd",
+      aggregateReasons: ["Created"],
+      aggregateAfter: 3,
+      qps: 1000,
+      burst: 1000,
+    });
+    for (let i = 0; i < 50; i++) rec.normal(agent(i), "Created", `created agent ${i}`);
+    rec.warning(agent(40), "ServiceRejected", "refused"); // warnings are never folded
+    await rec.flush();
+    const onObjects = client.creates.filter((c) => (c.body.involvedObject as { kind: string }).kind === "Agent");
+    expect(onObjects.map((c) => c.body.reason)).toEqual(["Created", "Created", "Created", "ServiceRejected"]);
+    const combined = client.creates.filter((c) => (c.body.involvedObject as { kind: string }).kind === "Namespace");
+    expect(combined).toHaveLength(1);
+    expect(combined[0]?.body).toMatchObject({ reason: "Created", type: "Normal", involvedObject: { name: "team-a" } });
+    // One create for 47 folded events (they all arrived before the flush), with the count.
+    expect(combined[0]?.body.count).toBe(47);
+    expect(String(combined[0]?.body.message)).toMatch(/^\(combined from similar events\): Created for 47 more Agent resources .*ag-49: created agent 49$/);
+    expect(client.patches).toHaveLength(0);
+  });
+
+  it("folds nothing of a reason it is not told to", async () => {
+    const client = new RecordingClient();
+    const rec = new EventRecorder({ client: client as unknown as KubeClient, logger: silentLogger(), reportingInstance: "h", aggregateAfter: 1, qps: 1000, burst: 1000 });
+    for (let i = 0; i < 5; i++) rec.normal(agent(i), "Created", "created");
+    await rec.flush();
+    expect(client.creates).toHaveLength(5);
+  });
+});
