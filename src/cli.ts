@@ -9,6 +9,7 @@ type CommandModule = { main(argv: string[]): Promise<number> };
 const commands: Record<string, { summary: string; load: () => Promise<CommandModule> }> = {
   run: { summary: "run the operator against a cluster", load: () => import("./commands/run.js") },
   exec: { summary: "run a command in a Sandbox's VM, streaming its output", load: () => import("./commands/exec.js") },
+  logs: { summary: "print a SandboxRun's output; -f follows it until it ends", load: () => import("./commands/logs.js") },
   plan: { summary: "show what applying manifests would do in the service", load: () => import("./commands/plan.js") },
   emulator: {
     summary: "serve a local emulator of the Agent Registry and Compute Service",

@@ -9,18 +9,10 @@ const PROG = "kubectl agentcompute";
 
 type CommandModule = { main(argv: string[], prog?: string): Promise<number> };
 
-/** A command that is planned but not written yet: says so (exit 1) instead of "unknown command". */
-const notYet = (name: string) => async (): Promise<CommandModule> => ({
-  main: async () => {
-    console.error(`${PROG} ${name}: not available yet in this version`);
-    return 1;
-  },
-});
-
 const commands: Record<string, { summary: string; load: () => Promise<CommandModule> }> = {
   exec: { summary: "run a command in a Sandbox's VM, streaming its output", load: () => import("./commands/exec.js") },
   plan: { summary: "show what applying manifests would do in the service", load: () => import("./commands/plan.js") },
-  logs: { summary: "show logs (not available yet)", load: notYet("logs") },
+  logs: { summary: "print a SandboxRun's output; -f follows it until it ends", load: () => import("./commands/logs.js") },
 };
 
 function usage(): string {

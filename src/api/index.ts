@@ -4,6 +4,7 @@ import { agentDeploymentKind } from "./agent-deployment.js";
 import { agentKind } from "./agent.js";
 import { connectionKind } from "./connection.js";
 import type { KindDefinition } from "./kind.js";
+import { sandboxRunKind } from "./sandbox-run.js";
 import { sandboxKind } from "./sandbox.js";
 import { skillKind } from "./skill.js";
 
@@ -12,9 +13,10 @@ export type * from "./agent.js";
 export type * from "./agent-deployment.js";
 export type * from "./connection.js";
 export type * from "./sandbox.js";
+export type * from "./sandbox-run.js";
 export type * from "./skill.js";
 export type { KindDefinition, PrinterColumn } from "./kind.js";
-export { agentDeploymentKind, agentKind, connectionKind, sandboxKind, skillKind };
+export { agentDeploymentKind, agentKind, connectionKind, sandboxKind, sandboxRunKind, skillKind };
 
 export const allKinds: readonly KindDefinition[] = [
   connectionKind,
@@ -22,4 +24,5 @@ export const allKinds: readonly KindDefinition[] = [
   agentKind,
   agentDeploymentKind,
   sandboxKind,
+  sandboxRunKind,
 ];

@@ -43,6 +43,24 @@ export const ConditionType = {
   Drifted: "Drifted",
 } as const;
 
+/** A SandboxRun's own conditions, beside the kstatus three (as a Job's). */
+export const RunConditionType = {
+  Complete: "Complete",
+  Failed: "Failed",
+} as const;
+
+/** The phases of a SandboxRun. */
+export const RunPhase = {
+  Pending: "Pending",
+  Running: "Running",
+  Succeeded: "Succeeded",
+  Failed: "Failed",
+} as const;
+export type RunPhaseName = (typeof RunPhase)[keyof typeof RunPhase];
+
+/** Label on a SandboxRun's output ConfigMap: the run's name. */
+export const RUN_LABEL = `${GROUP}/sandboxrun`;
+
 /** A kind's name and plural: what the operator needs of a KindDefinition at run time. */
 export interface KindNames {
   kind: string;
@@ -55,4 +73,5 @@ export const kindNames = {
   agent: { kind: "Agent", plural: "agents" },
   agentDeployment: { kind: "AgentDeployment", plural: "agentdeployments" },
   sandbox: { kind: "Sandbox", plural: "sandboxes" },
+  sandboxRun: { kind: "SandboxRun", plural: "sandboxruns" },
 } as const satisfies Record<string, KindNames>;

@@ -11,13 +11,14 @@ import type { ConnectionPool } from "./connection-pool.js";
 import { setupConnection } from "./connection.js";
 import { OperatorContext, setupManagedKind, type KindContext, type ManagedKind, type OperatorOptions } from "./kind.js";
 import { sandboxes } from "./sandbox.js";
+import { setupSandboxRun } from "./sandbox-run.js";
 import { skills } from "./skill.js";
 
 export type { OperatorOptions };
 
 export interface Operator {
   pool: ConnectionPool;
-  controllers: Record<"connection" | "skill" | "agent" | "agentDeployment" | "sandbox", Controller>;
+  controllers: Record<"connection" | "skill" | "agent" | "agentDeployment" | "sandbox" | "sandboxRun", Controller>;
 }
 
 export function setupOperator(manager: Manager, opts: OperatorOptions): Operator {
@@ -33,6 +34,7 @@ export function setupOperator(manager: Manager, opts: OperatorOptions): Operator
       agent: managed(agents),
       agentDeployment: managed(agentDeployments),
       sandbox: managed(sandboxes),
+      sandboxRun: setupSandboxRun(ctx),
     },
   };
 }

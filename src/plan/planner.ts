@@ -95,7 +95,7 @@ class StaticInformer<T extends { metadata: { name?: string; namespace?: string }
 /** Common cluster-scoped kinds: they touch no namespace. */
 const CLUSTER_SCOPED = new Set(["Namespace", "ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition", "PersistentVolume", "StorageClass", "PriorityClass", "ValidatingWebhookConfiguration", "MutatingWebhookConfiguration"]);
 
-const ORDER = [kindNames.connection, kindNames.skill, kindNames.agent, kindNames.agentDeployment, kindNames.sandbox];
+const ORDER = [kindNames.connection, kindNames.skill, kindNames.agent, kindNames.agentDeployment, kindNames.sandbox, kindNames.sandboxRun];
 
 const collection = (names: KindNames, namespace: string) => resourcePath({ group: GROUP, version: VERSION, plural: names.plural, namespace });
 
@@ -263,6 +263,10 @@ export async function plan(reader: ClusterReader, manifests: ManifestObject[], o
         out.push(planConnection(base, m, l));
         continue;
       }
+      if (m.kind === kindNames.sandboxRun.kind) {
+        out.push(planRun(base, m, l));
+        continue;
+      }
       const obj = plannedObject(m, l);
       const kind = kinds[m.kind as keyof typeof kinds] as unknown as ManagedKind<Obj, unknown>;
       const actionOf = (k: string, ns: string, name: string) => out.find((r) => r.kind === k && r.namespace === ns && r.name === name)?.action;
@@ -280,6 +284,26 @@ function planConnection(base: ResourcePlan, m: ManifestObject, l: Obj | undefine
   if (l === undefined) return { ...base, action: "create", changes: diffFields(undefined, withDefaults(m.kind, m.spec), "spec"), notes };
   const changes = diffFields(withDefaults(m.kind, l.spec), withDefaults(m.kind, m.spec), "spec");
   return { ...base, action: changes.length > 0 ? "update" : "none", changes, notes: changes.length > 0 ? notes : [] };
+}
+
+/**
+ * A SandboxRun is a Job-like record, not a service object to keep in line: applying a new one
+ * runs its steps; its spec is immutable, so a changed one is refused by the API server.
+ */
+function planRun(base: ResourcePlan, m: ManifestObject, l: Obj | undefined): ResourcePlan {
+  const wanted = withDefaults(m.kind, m.spec);
+  if (l === undefined) {
+    return { ...base, action: "create", changes: diffFields(undefined, wanted, "spec"), notes: ["runs its steps in a sandbox VM once applied"] };
+  }
+  const changes = diffFields(withDefaults(m.kind, l.spec), wanted, "spec");
+  if (changes.length === 0) return { ...base, action: "none", changes: [], notes: [] };
+  return {
+    ...base,
+    action: "unknown",
+    reason: "a SandboxRun's spec is immutable: the API server refuses this change; delete the run and apply it again to run it anew",
+    changes,
+    notes: [],
+  };
 }
 
 interface Deps {
@@ -481,6 +505,8 @@ function pruned(live: Live, planned: ManifestObject[], namespaces: string[], sel
       const r: ResourcePlan = { kind: names.kind, namespace, name, action: "delete", changes: [], notes: [] };
       if (names.kind === "Connection") {
         r.notes.push("waits until no resource of the namespace uses it");
+      } else if (names.kind === kindNames.sandboxRun.kind) {
+        r.reason = "the run and its output ConfigMap go (a step still running is stopped)";
       } else {
         const status = o.status as Record<string, unknown> | undefined;
         const id = annotations[Annotations.externalId] ?? status?.agentId ?? status?.deploymentId ?? status?.vmId ?? status?.skillName;

@@ -71,29 +71,34 @@ The operator's rules against the Kubernetes API, and nothing more (no wildcards)
 ClusterRole's, or each watched namespace's Role's. docs/install.md#permissions says why each.
 */}}
 {{- define "agent-operator.rules" -}}
-# Informers (list + watch) over the five kinds, and a merge patch of metadata.finalizers
+# Informers (list + watch) over the six kinds, and a merge patch of metadata.finalizers
 # (agentcompute.dev/finalizer) on the resource itself.
 - apiGroups: [agentcompute.dev]
-  resources: [connections, skills, agents, agentdeployments, sandboxes]
+  resources: [connections, skills, agents, agentdeployments, sandboxes, sandboxruns]
   verbs: [list, watch, patch]
+# A finished SandboxRun is deleted after its ttlSecondsAfterFinished (as a Job is).
+- apiGroups: [agentcompute.dev]
+  resources: [sandboxruns]
+  verbs: [delete]
 # Status is written through the status subresource only (merge patch).
 - apiGroups: [agentcompute.dev]
-  resources: [connections/status, skills/status, agents/status, agentdeployments/status, sandboxes/status]
+  resources: [connections/status, skills/status, agents/status, agentdeployments/status, sandboxes/status, sandboxruns/status]
   verbs: [patch]
-# Connection Secrets carry an ownerReference with blockOwnerDeletion: true
-# (OwnerReferencesPermissionEnforcement).
+# Connection Secrets and SandboxRun output ConfigMaps carry an ownerReference with
+# blockOwnerDeletion: true (OwnerReferencesPermissionEnforcement).
 - apiGroups: [agentcompute.dev]
-  resources: [agentdeployments/finalizers, sandboxes/finalizers]
+  resources: [agentdeployments/finalizers, sandboxes/finalizers, sandboxruns/finalizers]
   verbs: [update]
 # Secrets: read for credentials, imagePullSecretRef and envFrom; write the connection Secrets
 # the operator owns (and only those).
 - apiGroups: [""]
   resources: [secrets]
   verbs: [list, watch, create, patch, delete]
-# ConfigMaps: a Skill's contentFrom / resourcesFrom.
+# ConfigMaps: a Skill's contentFrom / resourcesFrom, a SandboxRun's files; write the output
+# ConfigMap each SandboxRun owns.
 - apiGroups: [""]
   resources: [configmaps]
-  verbs: [list, watch]
+  verbs: [list, watch, create, patch]
 # Events about the resources: created, then their count patched when repeated.
 - apiGroups: [""]
   resources: [events]

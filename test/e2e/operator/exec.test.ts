@@ -80,9 +80,11 @@ spec: {tier: standard, ttlSeconds: 3600}`, t.namespace);
 
     const help = await run(process.env.KUBECTL ?? "kubectl", ["agentcompute", "--help"], { env });
     expect(help.code).toBe(0);
-    expect(help.stdout).toMatch(/exec .*\n.*plan .*\n.*logs .*not available yet/);
-    const logs = await run(process.env.KUBECTL ?? "kubectl", ["agentcompute", "logs", "box"], { env });
-    expect(logs).toMatchObject({ code: 1, stderr: "kubectl agentcompute logs: not available yet in this version\n" });
+    expect(help.stdout).toMatch(/exec .*\n.*plan .*\n.*logs .*SandboxRun/);
+    // logs through the plugin: a run that does not exist is exit 1, named with its namespace.
+    const logs = await run(process.env.KUBECTL ?? "kubectl", ["agentcompute", "logs", "-n", t.namespace, "no-such-run"], { env });
+    expect(logs.code).toBe(1);
+    expect(logs.stderr).toContain(`SandboxRun "no-such-run" not found in namespace "${t.namespace}"`);
   });
 
   it("kills the command in the VM on Ctrl-C and exits 130", async () => {

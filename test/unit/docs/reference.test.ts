@@ -112,7 +112,7 @@ describe("docs/reference/<kind>.md", () => {
 
   it("puts an index and one page per kind in docs/reference/", () => {
     const files = renderReference();
-    expect([...files.keys()].sort()).toEqual(["README.md", "agent.md", "agentdeployment.md", "connection.md", "sandbox.md", "skill.md"]);
+    expect([...files.keys()].sort()).toEqual(["README.md", "agent.md", "agentdeployment.md", "connection.md", "sandbox.md", "sandboxrun.md", "skill.md"]);
     for (const def of allKinds) expect(files.get("README.md")).toContain(`[${def.kind}](${def.kind.toLowerCase()}.md)`);
   });
 });

@@ -31,7 +31,7 @@ export function reasonsInSource(): Reasons {
   const events = new Set<string>();
   // src/service/errors.ts: refusalOf names the reasons of the service's refusals, which the
   // managed reconciler sets as they are (ServiceRejected, Unauthorized).
-  const files = [...sources(["src/managed/", "src/controllers/"]), { text: readRepoFile("src/service/errors.ts") }];
+  const files = [...sources(["src/managed/", "src/controllers/", "src/runs/"]), { text: readRepoFile("src/service/errors.ts") }];
   for (const { text } of files) {
     for (const m of text.matchAll(/(?:NotReadyError|StalledError)\(\s*"([A-Z]\w+)"/g)) conditions.add(m[1] ?? "");
     if (/extends (?:NotReadyError|StalledError)/.test(text)) {
@@ -44,6 +44,13 @@ export function reasonsInSource(): Reasons {
     for (const m of text.matchAll(/events\.(?:normal|warning)\(\s*\w+,\s*"([A-Z]\w+)"/g)) events.add(m[1] ?? "");
     for (const m of text.matchAll(/this\.record\([^)]*?"([A-Z]\w+)"/g)) events.add(m[1] ?? "");
   }
+  // A SandboxRun's reasons are named once, in RunReason (src/runs/machine.ts); those the
+  // controller records only as Events (events.warning(run, RunReason.X, ...)) are Event reasons.
+  const machine = readRepoFile("src/runs/machine.ts");
+  const runReasons = /export const RunReason = \{([\s\S]*?)\} as const;/.exec(machine)?.[1] ?? "";
+  const runController = readRepoFile("src/controllers/sandbox-run.ts");
+  const asEvents = new Set([...runController.matchAll(/events\.(?:normal|warning)\(\s*\w+,\s*RunReason\.(\w+)/g)].map((m) => m[1] ?? ""));
+  for (const m of runReasons.matchAll(/^\s+(\w+): "([A-Z]\w+)",/gm)) (asEvents.has(m[1] ?? "") ? events : conditions).add(m[2] ?? "");
   return { conditions, events };
 }
 

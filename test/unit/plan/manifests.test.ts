@@ -28,7 +28,7 @@ describe("manifest loading", () => {
   it("names the file and document of an unknown kind, a wrong version, bad YAML, a missing name, a duplicate", () => {
     const bad = (text: string) => () => parseSources([{ name: "f.yaml", text }], "ns");
     expect(bad(`${skill("a")}\n---\napiVersion: agentcompute.dev/v1alpha1\nkind: Agnet\nmetadata: {name: t}`)).toThrow(
-      'f.yaml: document 2: Agnet "t": unknown kind "Agnet" in agentcompute.dev/v1alpha1 (known: Connection, Skill, Agent, AgentDeployment, Sandbox)',
+      'f.yaml: document 2: Agnet "t": unknown kind "Agnet" in agentcompute.dev/v1alpha1 (known: Connection, Skill, Agent, AgentDeployment, Sandbox, SandboxRun)',
     );
     expect(bad("apiVersion: agentcompute.dev/v2\nkind: Skill\nmetadata: {name: t}")).toThrow('f.yaml: Skill "t": unknown apiVersion "agentcompute.dev/v2"');
     expect(bad("kind: Skill\nmetadata: {name: [oops")).toThrow(/^f\.yaml: not valid YAML: /);

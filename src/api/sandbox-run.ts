@@ -1,0 +1,182 @@
+// SandboxRun: work run to completion in a sandbox VM, as a Kubernetes Job runs Pods. Not a
+// managed object (nothing of it lives in the service but the commands it runs): the run
+// executes its steps in order in a Sandbox's VM (or a VM allocated for it from a template) and
+// reports each step's exit code and output. The spec is immutable once created, as a Job's is.
+import { SecretReference } from "./refs.js";
+import { RunPhase, kindNames } from "./names.js";
+import { StringEnum, StringMap, Type, type Static } from "./schema.js";
+import { statusSchema, type Resource } from "./common.js";
+import { readyColumns, type KindDefinition } from "./kind.js";
+import { SandboxSpecSchema } from "./sandbox.js";
+
+/** Languages a code step can be written in, and the interpreter that runs it in the VM. */
+export const RUN_LANGUAGES = ["python", "javascript"] as const;
+export type RunLanguage = (typeof RUN_LANGUAGES)[number];
+
+export const MAX_RUN_STEPS = 16;
+const MAX_SCRIPT = 65536;
+
+const KeySelector = (what: string) =>
+  Type.Object(
+    {
+      name: Type.String({ description: `Name of the ${what}, in the same namespace.`, minLength: 1, maxLength: 253 }),
+      key: Type.String({ description: `Key in the ${what}'s data.`, minLength: 1, maxLength: 253 }),
+    },
+    { description: `A key of a ${what} in the same namespace.` },
+  );
+
+export const RunStepSchema = Type.Object(
+  {
+    name: Type.String({
+      description: "Name of the step, unique in the run (a DNS label): its key in status and in the output ConfigMap.",
+      minLength: 1,
+      maxLength: 63,
+      pattern: "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$",
+    }),
+    command: Type.Optional(
+      Type.String({ description: "A shell command (/bin/sh -c), run in /workspace. Set command, or language and code.", minLength: 1, maxLength: MAX_SCRIPT }),
+    ),
+    language: Type.Optional(StringEnum(RUN_LANGUAGES, { description: "Language of code: python (python3) or javascript (node)." })),
+    code: Type.Optional(Type.String({ description: "Source code run by the language's interpreter, in /workspace.", minLength: 1, maxLength: MAX_SCRIPT })),
+  },
+  { description: "One step: a shell command, or code in a language. A step that exits non-zero fails the attempt." },
+);
+export type RunStep = Static<typeof RunStepSchema>;
+
+export const RunFileSchema = Type.Object(
+  {
+    path: Type.String({
+      description: "Where the file is written in the VM: a path under /workspace (absolute, or relative to it).",
+      minLength: 1,
+      maxLength: 1024,
+    }),
+    configMapKeyRef: Type.Optional(KeySelector("ConfigMap")),
+    secretKeyRef: Type.Optional(KeySelector("Secret")),
+  },
+  { description: "A file uploaded before the first step of every attempt, from one key of a ConfigMap or a Secret." },
+);
+export type RunFile = Static<typeof RunFileSchema>;
+
+export const SandboxRunSpecSchema = Type.Object(
+  {
+    sandboxRef: Type.Optional(
+      Type.Object(
+        { name: Type.String({ description: "Name of a Sandbox in the same namespace.", minLength: 1, maxLength: 253 }) },
+        { description: "The Sandbox whose VM runs the steps; the run waits until it is Ready. Set sandboxRef or sandboxTemplate." },
+      ),
+    ),
+    sandboxTemplate: Type.Optional(
+      Type.Object(SandboxSpecSchema.properties, {
+        description: "A Sandbox spec: a VM is allocated for this run and released when it ends. Set sandboxRef or sandboxTemplate.",
+      }),
+    ),
+    steps: Type.Array(RunStepSchema, {
+      description: "The steps, run one after the other; the run stops at the first that fails.",
+      minItems: 1,
+      maxItems: MAX_RUN_STEPS,
+      "x-kubernetes-list-type": "map",
+      "x-kubernetes-list-map-keys": ["name"],
+    }),
+    env: Type.Optional(StringMap("Environment variables of every step (plain values; secrets go in envFrom).", { maxProperties: 128 })),
+    envFrom: Type.Optional(
+      Type.Array(
+        Type.Object({
+          secretRef: SecretReference("Secret in the same namespace whose keys become environment variables of every step."),
+          prefix: Type.Optional(Type.String({ description: "Prefix added to every key.", maxLength: 253 })),
+        }),
+        { description: "Secrets whose data is added to env; their values never appear in status, Events or the output ConfigMap's metadata.", maxItems: 32 },
+      ),
+    ),
+    files: Type.Optional(
+      Type.Array(RunFileSchema, { description: "Files uploaded to the VM before the first step of every attempt.", maxItems: 32 }),
+    ),
+    backoffLimit: Type.Optional(
+      Type.Integer({ description: "How many times the whole run is tried again after a failed attempt (as a Job's).", default: 0, minimum: 0, maximum: 100 }),
+    ),
+    activeDeadlineSeconds: Type.Optional(
+      Type.Integer({
+        description: "The run fails with reason DeadlineExceeded (its running step killed) once it has been running this long, whatever attempt it is at.",
+        minimum: 1,
+      }),
+    ),
+    ttlSecondsAfterFinished: Type.Optional(
+      Type.Integer({ description: "The run (and its output ConfigMap) is deleted this long after it succeeded or failed.", minimum: 0 }),
+    ),
+  },
+  { description: "What to run and where. Immutable once created, as a Job's spec." },
+);
+export type SandboxRunSpec = Static<typeof SandboxRunSpecSchema>;
+
+export const RunStepStatusSchema = Type.Object(
+  {
+    name: Type.String({ description: "The step's name." }),
+    commandId: Type.Optional(Type.String({ description: "Id of the step's command in the VM (how a restarted operator follows it)." })),
+    startedAt: Type.Optional(Type.String({ description: "When the step was started.", format: "date-time" })),
+    finishedAt: Type.Optional(Type.String({ description: "When the step was seen to end.", format: "date-time" })),
+    exitCode: Type.Optional(Type.Integer({ description: "The step's exit code." })),
+    output: Type.Optional(Type.String({ description: "The last few KiB of the step's output (stdout and stderr); all of it is in the output ConfigMap." })),
+  },
+  { description: "A step of the current attempt." },
+);
+export type RunStepStatus = Static<typeof RunStepStatusSchema>;
+
+export const SandboxRunStatusSchema = statusSchema("Where the run stands: phase, attempts, and each step of the current attempt.", {
+  phase: Type.Optional(
+    StringEnum([RunPhase.Pending, RunPhase.Running, RunPhase.Succeeded, RunPhase.Failed] as const, {
+      description: "Pending (waiting for its Sandbox), Running, Succeeded or Failed.",
+    }),
+  ),
+  startTime: Type.Optional(Type.String({ description: "When the first step of the first attempt was started.", format: "date-time" })),
+  completionTime: Type.Optional(Type.String({ description: "When the run succeeded or failed.", format: "date-time" })),
+  attempts: Type.Optional(Type.Integer({ description: "Attempts started (1 + retries).", minimum: 0 })),
+  vmId: Type.Optional(Type.String({ description: "The VM the current attempt runs in." })),
+  vmReleased: Type.Optional(Type.Boolean({ description: "With sandboxTemplate: the run's VM was given back." })),
+  steps: Type.Optional(Type.Array(RunStepStatusSchema, { description: "The steps of the current attempt, in order, as far as it got.", maxItems: 16 })),
+  outputConfigMap: Type.Optional(Type.String({ description: "The ConfigMap (owned by the run) with each step's whole output, one key per step." })),
+});
+export type SandboxRunStatus = Static<typeof SandboxRunStatusSchema>;
+export type SandboxRun = Resource<SandboxRunSpec, SandboxRunStatus>;
+
+export const sandboxRunKind: KindDefinition = {
+  ...kindNames.sandboxRun,
+  singular: "sandboxrun",
+  shortNames: ["sbxrun"],
+  description:
+    "A SandboxRun runs steps (shell commands or code) to completion in a Sandbox's VM, like a Job: status reports each step's exit code and output, and Ready turns True once it has succeeded.",
+  spec: SandboxRunSpecSchema,
+  specValidations: [
+    {
+      rule: "self == oldSelf",
+      message: "spec is immutable once the SandboxRun is created (as a Job's); delete the SandboxRun and create it again to change it",
+      reason: "FieldValueForbidden",
+    },
+    {
+      rule: "has(self.sandboxRef) != has(self.sandboxTemplate)",
+      message: "set exactly one of spec.sandboxRef and spec.sandboxTemplate",
+    },
+    {
+      rule: "self.steps.all(s, has(s.command) != has(s.code) && has(s.code) == has(s.language))",
+      message: "each step sets either command, or both language and code",
+      fieldPath: ".steps",
+    },
+    {
+      rule: "!has(self.files) || self.files.all(f, has(f.configMapKeyRef) != has(f.secretKeyRef))",
+      message: "each file sets exactly one of configMapKeyRef and secretKeyRef",
+      fieldPath: ".files",
+    },
+  ],
+  status: SandboxRunStatusSchema,
+  printerColumns: [
+    { name: "Phase", type: "string", jsonPath: ".status.phase" },
+    { name: "Sandbox", type: "string", jsonPath: ".spec.sandboxRef.name", priority: 1 },
+    { name: "Attempts", type: "integer", jsonPath: ".status.attempts", priority: 1 },
+    {
+      name: "Completed",
+      type: "string",
+      jsonPath: ".status.completionTime",
+      description: "When the run succeeded or failed (RFC 3339, UTC).",
+      priority: 1,
+    },
+    ...readyColumns,
+  ],
+};

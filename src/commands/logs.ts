@@ -1,0 +1,147 @@
+// `agent-operator logs [-n ns] [-f] <sandboxrun>` (also `kubectl agentcompute logs`): the output
+// of a SandboxRun's steps, as `kubectl logs` prints a pod's. Read from the cluster only: each
+// ended step's whole output from the run's output ConfigMap (status holds only its tail). With
+// -f, follows the run while it runs: each step's output is printed as the step ends, until the
+// run has succeeded or failed. The steps' output goes to stdout as it is; a line naming each
+// step (and its exit code) goes to stderr, so that stdout can be piped.
+//
+// Exit codes: 0 printed (with -f: the run succeeded); 1 the run could not be read, or (with
+// -f) it failed; 2 usage error.
+import { setTimeout as sleep } from "node:timers/promises";
+import { parseArgs } from "node:util";
+import { GROUP, VERSION, kindNames } from "../api/names.js";
+import type { SandboxRun } from "../api/index.js";
+import { errorMessage } from "../lib/errors.js";
+import { KubeClient, configMapsPath, isNotFound, resourcePath } from "../runtime/kube-client.js";
+
+const help = (prog: string) => `usage: ${prog} [flags] <sandboxrun>
+
+Prints the output of a SandboxRun's steps (stdout and stderr of each, in order); a line naming
+each step and its exit code goes to stderr.
+
+flags:
+  -n, --namespace <ns>      namespace of the SandboxRun (default: the context's, else default)
+  -f, --follow              follow the run while it runs; exit when it has ended
+      --kubeconfig <path>   kubeconfig file (default: $KUBECONFIG, ~/.kube/config, in-cluster)
+      --context <name>      kubeconfig context (default: the current one)
+
+exit codes: 0 printed (with -f: the run succeeded); 1 error (with -f: the run failed); 2 usage error
+`;
+
+export interface LogsFlags {
+  run: string;
+  follow: boolean;
+  namespace?: string;
+  kubeconfig?: string;
+  context?: string;
+}
+
+export function parseLogsFlags(argv: string[]): LogsFlags | "help" {
+  const { values, positionals } = parseArgs({
+    args: argv,
+    strict: true,
+    allowPositionals: true,
+    options: {
+      help: { type: "boolean", short: "h" },
+      follow: { type: "boolean", short: "f", default: false },
+      namespace: { type: "string", short: "n" },
+      kubeconfig: { type: "string" },
+      context: { type: "string" },
+    },
+  });
+  if (values.help) return "help";
+  if (positionals.length !== 1) throw new Error(positionals.length === 0 ? "name the SandboxRun" : `unexpected argument "${positionals[1] ?? ""}"`);
+  return {
+    run: positionals[0]!.replace(/^(sandboxrun|sandboxruns|sbxrun)(\.agentcompute\.dev)?\//, ""),
+    follow: values.follow ?? false,
+    namespace: values.namespace,
+    kubeconfig: values.kubeconfig,
+    context: values.context,
+  };
+}
+
+export interface LogsIO {
+  out(text: string): void;
+  err(text: string): void;
+  /** Between two looks at a followed run (default 1 s). */
+  intervalMs?: number;
+}
+
+const defaultIO: LogsIO = {
+  out: (t) => process.stdout.write(t),
+  err: (t) => process.stderr.write(t),
+};
+
+export async function main(argv: string[], prog = "agent-operator logs", io: LogsIO = defaultIO): Promise<number> {
+  let flags: LogsFlags | "help";
+  try {
+    flags = parseLogsFlags(argv);
+  } catch (err) {
+    io.err(`${prog}: ${errorMessage(err)}\n\n${help(prog)}`);
+    return 2;
+  }
+  if (flags === "help") {
+    io.out(help(prog));
+    return 0;
+  }
+  let kube: KubeClient | undefined;
+  try {
+    kube = KubeClient.fromKubeconfig(flags.kubeconfig, { context: flags.context });
+    const namespace = flags.namespace ?? kube.currentNamespace() ?? "default";
+    return await printLogs(kube, namespace, flags.run, flags.follow, io);
+  } catch (err) {
+    io.err(`${prog}: ${errorMessage(err)}\n`);
+    return 1;
+  } finally {
+    await kube?.close();
+  }
+}
+
+/** Prints the run's ended steps; with `follow`, until the run ends. */
+export async function printLogs(kube: KubeClient, namespace: string, name: string, follow: boolean, io: LogsIO): Promise<number> {
+  const printed = new Set<string>();
+  for (;;) {
+    const run = await readRun(kube, namespace, name);
+    const st = run.status ?? {};
+    const attempt = st.attempts ?? 1;
+    const ended = (st.steps ?? []).filter((s) => s.finishedAt !== undefined);
+    if (ended.some((s) => !printed.has(`${attempt}/${s.name}`))) {
+      const data = st.outputConfigMap === undefined ? {} : await readData(kube, namespace, st.outputConfigMap);
+      for (const s of ended) {
+        const key = `${attempt}/${s.name}`;
+        if (printed.has(key)) continue;
+        printed.add(key);
+        const code = s.exitCode === undefined ? "no exit code" : `exit code ${s.exitCode}`;
+        io.err(`--- step "${s.name}" (attempt ${attempt}, ${code}) ---\n`);
+        io.out(data[s.name] ?? s.output ?? "");
+      }
+    }
+    const done = st.phase === "Succeeded" || st.phase === "Failed";
+    if (!follow) return 0;
+    if (done) {
+      if (st.phase === "Succeeded") return 0;
+      const ready = st.conditions?.find((c) => c.type === "Ready");
+      io.err(`sandboxrun/${name} failed: ${ready?.reason ?? "Failed"}${ready?.message ? `: ${ready.message}` : ""}\n`);
+      return 1;
+    }
+    await sleep(io.intervalMs ?? 1_000);
+  }
+}
+
+async function readRun(kube: KubeClient, namespace: string, name: string): Promise<SandboxRun> {
+  try {
+    return await kube.get<SandboxRun>(resourcePath({ group: GROUP, version: VERSION, plural: kindNames.sandboxRun.plural, namespace, name }));
+  } catch (err) {
+    if (isNotFound(err)) throw new Error(`SandboxRun "${name}" not found in namespace "${namespace}" (kubectl get sandboxruns -n ${namespace})`, { cause: err });
+    throw err;
+  }
+}
+
+async function readData(kube: KubeClient, namespace: string, name: string): Promise<Record<string, string>> {
+  try {
+    return (await kube.get<{ data?: Record<string, string> }>(configMapsPath(namespace, name))).data ?? {};
+  } catch (err) {
+    if (isNotFound(err)) return {};
+    throw err;
+  }
+}

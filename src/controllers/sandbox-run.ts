@@ -1,0 +1,547 @@
+// SandboxRun: steps run to completion in a Sandbox's VM, as a Job runs Pods. Its own reconciler
+// (not the managed one: nothing of a run is a service object to keep in line), on the shared
+// runtime: its informer, the status writer, Events, the Connection pool. What to do next is the
+// state machine's (src/runs/machine.ts); this file does it: starts and follows steps in the VM,
+// writes the output ConfigMap and status, deletes finished runs after their TTL.
+import { createHash } from "node:crypto";
+import type { Logger } from "pino";
+import { API_VERSION, FINALIZER, GROUP, RUN_LABEL, RunPhase, VERSION, kindNames, type RunPhaseName } from "../api/names.js";
+import type { Sandbox, SandboxRun, SandboxRunStatus, Skill } from "../api/index.js";
+import { errorMessage } from "../lib/errors.js";
+import { NotReadyError } from "../managed/errors.js";
+import { patchFinalizers } from "../managed/finalizers.js";
+import { afterBackoff } from "../managed/requeue.js";
+import type { StatusWriter } from "../managed/status-writer.js";
+import type { Controller, ReconcileContext, Reconciler, Request, Result } from "../runtime/controller.js";
+import type { EventRecorder } from "../runtime/events.js";
+import type { Informer } from "../runtime/informer.js";
+import { configMapsPath, isAlreadyExists, isNotFound, resourcePath, type KubeClient } from "../runtime/kube-client.js";
+import { formatTime } from "../runtime/status.js";
+import { attemptFailed, compareProgress, deadlineAt, expiresAt, isFinished, next, pollDelayMs, RunReason, runConditions, runningMessage, type Next, type SandboxState } from "../runs/machine.js";
+import { cap, lastLine, mask, perStepBudget, tail } from "../runs/output.js";
+import { runDir } from "../runs/script.js";
+import { observeStep, startStep } from "../runs/steps.js";
+import { ensureRunVM, releaseRunVMs, type AllocationDeps } from "../runs/template-vm.js";
+import { ForwardedVM, VMGoneError, type RunVM } from "../runs/vm.js";
+import type { ConnectionPool, ServiceHandle } from "./connection-pool.js";
+import { referrers, requestOf, specOrMetaChanged, type OperatorContext } from "./kind.js";
+import type { ObjectStore } from "./object-store.js";
+
+/** Index of runs by the Sandbox they name. */
+const SANDBOX_INDEX = "sandboxRef";
+
+export function setupSandboxRun(ctx: OperatorContext): Controller {
+  const runs = ctx.manager.informerFor<SandboxRun>(collection(kindNames.sandboxRun.plural));
+  const sandboxes = ctx.informer<Sandbox>(kindNames.sandbox);
+  const reconciler = new SandboxRunReconciler({
+    runs,
+    sandboxes,
+    kube: ctx.manager.client,
+    status: ctx.status,
+    events: ctx.manager.events,
+    pool: ctx.pool,
+    store: ctx.store,
+    sandboxDeps: { store: ctx.store, skills: ctx.informer<Skill>(kindNames.skill), now: () => ctx.now() },
+    log: ctx.manager.logger.child({ controller: "sandboxrun" }),
+  });
+  const controller = ctx.manager.newController({ name: "sandboxrun", concurrency: ctx.options.concurrency, reconciler });
+  controller.watch(runs, undefined, { filter: specOrMetaChanged });
+  runs.on("update", (r) => ctx.status.seen(r));
+  runs.on("delete", (r) => {
+    ctx.status.forget(r.metadata.uid);
+    reconciler.stopDeleted(r);
+  });
+  // A Sandbox that becomes Ready, changes VM or goes brings back the runs that name it.
+  const using = referrers(runs, SANDBOX_INDEX, (r) => [r.spec.sandboxRef?.name]);
+  controller.watch(sandboxes, (sb) => using(sb).map(requestOf), { filter: sandboxChanged });
+  const usingSecret = referrers(runs, "runSecret", (r) => [
+    ...(r.spec.envFrom ?? []).map((e) => e.secretRef.name),
+    ...(r.spec.files ?? []).map((f) => f.secretKeyRef?.name),
+  ]);
+  const usingConfigMap = referrers(runs, "runConfigMap", (r) => (r.spec.files ?? []).map((f) => f.configMapKeyRef?.name));
+  controller.watch(ctx.secrets, (s) => usingSecret(s).filter((r) => !isFinished(r.status)).map(requestOf));
+  controller.watch(ctx.configMaps, (c) => usingConfigMap(c).filter((r) => !isFinished(r.status)).map(requestOf));
+  return controller;
+}
+
+export interface SandboxRunReconcilerOptions {
+  runs: Informer<SandboxRun>;
+  sandboxes: Informer<Sandbox>;
+  kube: KubeClient;
+  status: StatusWriter;
+  events: EventRecorder;
+  pool: ConnectionPool;
+  store: ObjectStore;
+  /** What allocating a VM from a sandboxTemplate needs (as a Sandbox's allocation). */
+  sandboxDeps: AllocationDeps;
+  log: Logger;
+  now?: () => Date;
+  /** How a VM is reached (tests may point it elsewhere). */
+  vm?: (handle: ServiceHandle, vmId: string) => RunVM;
+}
+
+/** What a run sends to its VM: env and files, and the Secret values to mask in its output. */
+interface Inputs {
+  envs: Record<string, string>;
+  files: Array<{ path: string; content: string }>;
+  secrets: string[];
+}
+
+export class SandboxRunReconciler implements Reconciler {
+  private readonly now: () => Date;
+  /**
+   * The status last written per run (by uid), until the cache shows one as far along. A run
+   * writes status several times within the cache's lag (step started, ended, run finished), and
+   * the status writer's own memory lasts only until the cache shows any newer version; a pass
+   * computed from an older status would follow a step that has ended, in a VM given back.
+   */
+  private readonly written = new Map<string, SandboxRunStatus>();
+  private readonly vmOf: (handle: ServiceHandle, vmId: string) => RunVM;
+
+  constructor(private readonly o: SandboxRunReconcilerOptions) {
+    this.now = o.now ?? (() => new Date());
+    this.vmOf =
+      o.vm ??
+      ((handle, vmId) =>
+        new ForwardedVM({
+          baseURL: handle.connection.spec.baseURL,
+          vmId,
+          client: handle.client,
+          insecureSkipTLSVerify: handle.connection.spec.insecureSkipTLSVerify ?? false,
+        }));
+  }
+
+  async reconcile(req: Request, ctx: ReconcileContext): Promise<Result | void> {
+    const cached = this.o.runs.get(req.namespace, req.name);
+    if (cached === undefined) return;
+    if (cached.metadata.deletionTimestamp !== undefined) return this.finalize(cached);
+    let run = this.latest(this.o.status.fresh(cached));
+    const finalizers = run.metadata.finalizers ?? [];
+    // A run's own VM must be given back even if the run is deleted while it runs.
+    if (run.spec.sandboxTemplate !== undefined && !isFinished(run.status) && !finalizers.includes(FINALIZER)) {
+      const updated = await patchFinalizers(this.o.kube, this.path(run), run, [...finalizers, FINALIZER]);
+      if (updated === undefined) return;
+      run = this.latest(this.o.status.fresh(updated));
+    }
+    const st: SandboxRunStatus = structuredClone(run.status ?? {});
+    if (isFinished(st)) return this.afterFinish(run, st);
+    const pass = new Pass(this, run, st, ctx.log);
+    try {
+      return await pass.execute();
+    } finally {
+      await pass.close();
+    }
+  }
+
+  /** The run with the status this operator last wrote, if the cache is behind it. */
+  private latest(run: SandboxRun): SandboxRun {
+    const mine = this.written.get(run.metadata.uid);
+    if (mine === undefined) return run;
+    if (compareProgress(run.status ?? {}, mine) >= 0) {
+      this.written.delete(run.metadata.uid);
+      return run;
+    }
+    return { ...run, status: mine };
+  }
+
+  private remember(run: SandboxRun): void {
+    const status = this.o.status.fresh(run).status;
+    if (status !== undefined) this.written.set(run.metadata.uid, status);
+  }
+
+  /** A run deleted while a step ran: the step is killed (best effort: the run is gone). */
+  stopDeleted(run: SandboxRun): void {
+    this.written.delete(run.metadata.uid);
+    const st = run.status;
+    // A run's own VM was given back before its finalizer let it go.
+    if (isFinished(st) || !st?.vmId || run.spec.sandboxTemplate !== undefined) return;
+    const step = (st.steps ?? []).find((s) => s.finishedAt === undefined && s.commandId !== undefined);
+    if (step === undefined) return;
+    let vm: RunVM;
+    try {
+      vm = this.vmOf(this.handleOf(run, true), st.vmId);
+    } catch {
+      return;
+    }
+    void vm
+      .kill(step.commandId!)
+      .catch((err: unknown) => this.o.log.info({ namespace: run.metadata.namespace, name: run.metadata.name, err: errorMessage(err) }, "could not stop the step of a deleted run"))
+      .finally(() => void vm.close());
+  }
+
+  // ---------------------------------------------------------------------------------------
+  // What a pass uses
+
+  /** Where the run's Sandbox stands (for a sandboxTemplate, the run's own VM). */
+  sandboxState(run: SandboxRun, st: SandboxRunStatus): SandboxState {
+    if (run.spec.sandboxTemplate !== undefined) {
+      if (st.vmId) return { state: "ready", vmId: st.vmId };
+      return { state: "waiting", reason: RunReason.WaitingForSandbox, message: "a VM is being allocated for the run (spec.sandboxTemplate)" };
+    }
+    const name = run.spec.sandboxRef?.name;
+    if (name === undefined) return { state: "gone", message: "neither spec.sandboxRef nor spec.sandboxTemplate is set" };
+    const sb = this.o.sandboxes.get(run.metadata.namespace, name);
+    if (sb === undefined) return { state: "gone", message: `Sandbox "${name}" (spec.sandboxRef) not found` };
+    if (sb.metadata.deletionTimestamp !== undefined) return { state: "gone", message: `Sandbox "${name}" was deleted` };
+    const ready = sb.status?.conditions?.find((c) => c.type === "Ready");
+    const vmId = sb.status?.vmId;
+    if (ready?.status !== "True" || vmId === undefined || sb.status?.observedGeneration !== sb.metadata.generation) {
+      const why = ready?.message ? `: ${ready.message}` : "";
+      return { state: "waiting", reason: RunReason.WaitingForSandbox, message: `Sandbox "${name}" is not Ready yet${why}` };
+    }
+    return { state: "ready", vmId };
+  }
+
+  /** The service handle of the run's Connection (the Sandbox's). */
+  handleOf(run: SandboxRun, deleting = false): ServiceHandle {
+    const sb = run.spec.sandboxRef ? this.o.sandboxes.get(run.metadata.namespace, run.spec.sandboxRef.name) : undefined;
+    const ref = sb?.spec.connectionRef ?? run.spec.sandboxTemplate?.connectionRef;
+    return this.o.pool.forResource(run.metadata.namespace, ref, { deleting: deleting || sb?.metadata.deletionTimestamp !== undefined });
+  }
+
+  vm(handle: ServiceHandle, vmId: string): RunVM {
+    return this.vmOf(handle, vmId);
+  }
+
+  /** env, envFrom and files, read from the caches (a missing Secret or ConfigMap is waited for). */
+  inputs(run: SandboxRun): Inputs {
+    const ns = run.metadata.namespace;
+    const envs: Record<string, string> = {};
+    const secrets: string[] = [];
+    for (const [i, from] of (run.spec.envFrom ?? []).entries()) {
+      const data = this.o.store.secretData(ns, from.secretRef.name, `spec.envFrom[${i}].secretRef.name`);
+      for (const [k, v] of Object.entries(data)) {
+        envs[`${from.prefix ?? ""}${k}`] = v;
+        secrets.push(v);
+      }
+    }
+    Object.assign(envs, run.spec.env);
+    const files = (run.spec.files ?? []).map((f, i) => {
+      if (f.secretKeyRef !== undefined) {
+        const field = `spec.files[${i}].secretKeyRef`;
+        const key = f.secretKeyRef.key;
+        const content = this.o.store.secretKeys(ns, f.secretKeyRef.name, field, [key])[key] ?? "";
+        secrets.push(content);
+        return { path: f.path, content };
+      }
+      const ref = f.configMapKeyRef!;
+      const data = this.o.store.configMapData(ns, ref.name, `spec.files[${i}].configMapKeyRef`);
+      const content = data[ref.key];
+      if (content === undefined) throw new NotReadyError("ConfigMapKeyMissing", `ConfigMap "${ref.name}" (spec.files[${i}].configMapKeyRef) lacks the key "${ref.key}"`);
+      return { path: f.path, content };
+    });
+    return { envs, files, secrets };
+  }
+
+  get clock(): Date {
+    return this.now();
+  }
+
+  get events(): EventRecorder {
+    return this.o.events;
+  }
+
+  async writeStatus(run: SandboxRun, st: SandboxRunStatus, phase: RunPhaseName, reason: string, message: string): Promise<void> {
+    st.phase = phase;
+    // The conditions are the writer's to merge (st holds the ones it started from).
+    const { conditions: _c, observedGeneration: _g, ...observed } = st;
+    await this.o.status.write(this.path(run, "status"), run, observed, runConditions(phase, reason, message));
+    this.remember(run);
+  }
+
+  /**
+   * Writes the steps' output to the run's ConfigMap (created owned by the run): a merge of the
+   * given keys; `clear` names keys to remove (a new attempt's steps not run yet).
+   */
+  async writeOutput(run: SandboxRun, outputs: Map<string, string>, clear: string[]): Promise<string> {
+    const name = outputConfigMapName(run.metadata.name);
+    const path = configMapsPath(run.metadata.namespace, name);
+    const data: Record<string, string | null> = {};
+    for (const k of clear) data[k] = null;
+    for (const [k, v] of outputs) data[k] = v;
+    try {
+      await this.o.kube.patch(path, { data }, "merge", { discardResult: true });
+      return name;
+    } catch (err) {
+      if (!isNotFound(err)) throw err;
+    }
+    const created = Object.fromEntries([...outputs]);
+    try {
+      await this.o.kube.create(configMapsPath(run.metadata.namespace), {
+        apiVersion: "v1",
+        kind: "ConfigMap",
+        metadata: {
+          name,
+          namespace: run.metadata.namespace,
+          labels: { [RUN_LABEL]: labelValue(run.metadata.name) },
+          ownerReferences: [{ apiVersion: API_VERSION, kind: kindNames.sandboxRun.kind, name: run.metadata.name, uid: run.metadata.uid, controller: true, blockOwnerDeletion: true }],
+        },
+        data: created,
+      }, { discardResult: true });
+    } catch (err) {
+      if (!isAlreadyExists(err)) throw err;
+      await this.o.kube.patch(path, { data }, "merge", { discardResult: true });
+    }
+    return name;
+  }
+
+  private path(run: SandboxRun, subresource?: string): string {
+    return resourcePath({ group: GROUP, version: VERSION, plural: kindNames.sandboxRun.plural, namespace: run.metadata.namespace, name: run.metadata.name, subresource });
+  }
+
+  /** A VM allocated for the run from its template: allocated (or found by marker). */
+  allocate(run: SandboxRun): Promise<string> {
+    return ensureRunVM(run, this.handleOf(run), this.o.sandboxDeps);
+  }
+
+  /** A deleted run: its own VM given back, then its finalizer removed. */
+  private async finalize(run: SandboxRun): Promise<void> {
+    const finalizers = run.metadata.finalizers ?? [];
+    if (!finalizers.includes(FINALIZER)) return;
+    await releaseRunVMs(run, this.handleOf(run, true), run.status?.vmId);
+    await patchFinalizers(this.o.kube, this.path(run), run, finalizers.filter((f) => f !== FINALIZER));
+    this.o.status.forget(run.metadata.uid);
+  }
+
+  /**
+   * A finished run: its own VM given back (then its finalizer removed), and the run deleted
+   * once its ttlSecondsAfterFinished has passed.
+   */
+  async afterFinish(written: SandboxRun, st: SandboxRunStatus): Promise<Result | void> {
+    const run = this.latest(this.o.status.fresh(written)); // with the status this pass wrote, if it did
+    if (run.spec.sandboxTemplate !== undefined && run.status?.vmReleased !== true) {
+      await releaseRunVMs(run, this.handleOf(run, true), st.vmId);
+      await this.o.status.write(this.path(run, "status"), run, { vmReleased: true }, []);
+      this.remember(run);
+    }
+    const finalizers = run.metadata.finalizers ?? [];
+    if (finalizers.includes(FINALIZER)) {
+      const updated = await patchFinalizers(this.o.kube, this.path(run), run, finalizers.filter((f) => f !== FINALIZER));
+      if (updated === undefined) return;
+    }
+    const at = expiresAt(run.spec.ttlSecondsAfterFinished, st);
+    if (at === undefined) return;
+    const left = at - this.now().getTime();
+    if (left > 0) return { requeueAfterMs: left + 50 };
+    try {
+      await this.o.kube.delete(this.path(run), { preconditions: { uid: run.metadata.uid }, propagationPolicy: "Background" });
+    } catch (err) {
+      if (!isNotFound(err)) throw err;
+    }
+  }
+}
+
+/** One reconcile of a run that is not finished: decide, act, until it has to wait; then write. */
+class Pass {
+  private readonly outputs = new Map<string, string>();
+  private clearOutputs: string[] = [];
+  private readonly vms = new Map<string, RunVM>();
+  private handle: ServiceHandle | undefined;
+  private inputs: Inputs | undefined;
+  private readonly now: Date;
+
+  constructor(
+    private readonly r: SandboxRunReconciler,
+    private readonly run: SandboxRun,
+    private readonly st: SandboxRunStatus,
+    private readonly log: Logger,
+  ) {
+    this.now = r.clock;
+  }
+
+  async execute(): Promise<Result | void> {
+    const { run, st } = this;
+    // The deadline counts from when the operator took the run up, waiting included (a Job's startTime).
+    st.startTime ??= formatTime(this.now);
+    let forced: Next | undefined;
+    for (let guard = 0; guard < 4 * run.spec.steps.length + 8; guard++) {
+      try {
+        await this.ensureOwnVM();
+        const sandbox = this.r.sandboxState(run, st);
+        const n = forced ?? next({ spec: run.spec, status: st, sandbox, now: this.now });
+        forced = undefined;
+        switch (n.kind) {
+          case "finished":
+            return this.r.afterFinish(run, st);
+          case "wait":
+            await this.flush(RunPhase.Pending, n.reason, n.message);
+            return this.waitResult();
+          case "retry":
+            this.r.events.warning(run, RunReason.Retrying, n.message);
+            st.attempts = Math.max(1, st.attempts ?? 1) + 1;
+            st.steps = [];
+            // A run's own VM that is gone is replaced for the next attempt.
+            if (run.spec.sandboxTemplate !== undefined && n.reason === RunReason.VMLost) st.vmId = "";
+            this.clearOutputs = run.spec.steps.map((s) => s.name);
+            continue;
+          case "fail":
+            if (n.kill !== undefined) await this.kill(n.kill.vmId, n.kill.commandId);
+            return await this.finish(RunPhase.Failed, n.reason, n.message);
+          case "succeed": {
+            const count = run.spec.steps.length;
+            const attempts = st.attempts ?? 1;
+            return await this.finish(RunPhase.Succeeded, RunReason.Succeeded, `${count} step${count === 1 ? "" : "s"} succeeded${attempts > 1 ? ` in attempt ${attempts}` : ""}`);
+          }
+          case "start":
+            await this.start(n.attempt, n.index, n.vmId);
+            await this.flush(RunPhase.Running, RunReason.Running, runningMessage(run.spec, st));
+            return { requeueAfterMs: pollDelayMs(st, run.spec, this.now) };
+          case "follow": {
+            const ended = await this.follow(n.attempt, n.index, n.commandId, n.vmId);
+            if (ended === "running") {
+              await this.flush(RunPhase.Running, RunReason.Running, runningMessage(run.spec, st));
+              return { requeueAfterMs: pollDelayMs(st, run.spec, this.now) };
+            }
+            if (ended !== "ended") forced = ended;
+            continue;
+          }
+        }
+      } catch (err) {
+        if (err instanceof VMGoneError) {
+          forced = attemptFailed(run.spec, st, RunReason.VMLost, `the VM ${err.vmId} the attempt ran in is gone`);
+          const cur = (st.steps ?? []).find((s) => s.finishedAt === undefined);
+          if (cur !== undefined) cur.finishedAt = formatTime(this.now);
+          continue;
+        }
+        if (err instanceof NotReadyError) {
+          await this.flush(st.phase === RunPhase.Running ? RunPhase.Running : RunPhase.Pending, err.reason, err.message);
+          return this.waitResult();
+        }
+        throw err;
+      }
+    }
+    throw new Error("the run's state machine did not settle (a bug): retrying");
+  }
+
+  /** With a sandboxTemplate, the run's VM, allocated when there is none (and still time to run). */
+  private async ensureOwnVM(): Promise<void> {
+    const { run, st } = this;
+    if (run.spec.sandboxTemplate === undefined || st.vmId || isFinished(st)) return;
+    const deadline = deadlineAt(run.spec, st);
+    if (deadline !== undefined && this.now.getTime() >= deadline) return;
+    st.vmId = await this.r.allocate(run);
+    this.r.events.normal(run, "Allocated", `the run runs in VM ${st.vmId} (spec.sandboxTemplate)`);
+  }
+
+  async close(): Promise<void> {
+    await Promise.all([...this.vms.values()].map((vm) => vm.close().catch(() => undefined)));
+  }
+
+  private vm(vmId: string): RunVM {
+    let vm = this.vms.get(vmId);
+    if (vm === undefined) {
+      this.handle ??= this.r.handleOf(this.run);
+      vm = this.r.vm(this.handle, vmId);
+      this.vms.set(vmId, vm);
+    }
+    return vm;
+  }
+
+  private async start(attempt: number, index: number, vmId: string): Promise<void> {
+    const { run, st } = this;
+    const inputs = (this.inputs ??= this.r.inputs(run));
+    const vm = this.vm(vmId);
+    if (index === 0) for (const f of inputs.files) await vm.upload(f.path, f.content);
+    const deadline = deadlineAt(run.spec, st);
+    const timeoutMs = deadline === undefined ? undefined : Math.max(1_000, deadline - this.now.getTime());
+    const step = run.spec.steps[index]!;
+    const commandId = await startStep(vm, { runUid: run.metadata.uid, attempt, index }, step, {
+      ...(Object.keys(inputs.envs).length > 0 && { envs: inputs.envs }),
+      ...(timeoutMs !== undefined && { timeoutMs }),
+    });
+    st.attempts = attempt;
+    st.vmId = vmId;
+    st.steps = [...(st.steps ?? []).slice(0, index), { name: step.name, commandId, startedAt: formatTime(this.now) }];
+    if (index === 0) this.r.events.normal(run, "Started", `attempt ${attempt} started in VM ${vmId}`);
+  }
+
+  /** "ended" (recorded in status), "running", or what a lost step means for the attempt. */
+  private async follow(attempt: number, index: number, commandId: string, vmId: string): Promise<"ended" | "running" | Next> {
+    const { run, st } = this;
+    const obs = await observeStep(this.vm(vmId), { runUid: run.metadata.uid, attempt, index }, commandId);
+    const steps = st.steps!;
+    const step = steps[index]!;
+    if (obs.state === "running") return "running";
+    if (obs.state === "lost") {
+      steps[index] = { ...step, finishedAt: formatTime(this.now) };
+      return attemptFailed(run.spec, st, RunReason.CommandLost, `step "${step.name}": ${obs.message}`);
+    }
+    const secrets = (this.inputs ??= this.r.inputs(run)).secrets;
+    const output = mask(obs.output, secrets);
+    steps[index] = { ...step, exitCode: obs.exitCode, finishedAt: formatTime(this.now), output: tail(output) };
+    this.outputs.set(step.name, cap(output, perStepBudget(run.spec.steps.length)));
+    if (obs.exitCode !== 0) {
+      const line = lastLine(output);
+      this.failureDetail = line === undefined ? undefined : `: ${line}`;
+    }
+    return "ended";
+  }
+
+  private failureDetail: string | undefined;
+
+  private async kill(vmId: string, commandId: string): Promise<void> {
+    try {
+      await this.vm(vmId).kill(commandId);
+    } catch (err) {
+      // The deadline or the deletion stands either way; a step left running dies with its VM.
+      this.log.info({ err: errorMessage(err) }, "could not stop the running step");
+    }
+  }
+
+  private async finish(phase: RunPhaseName, reason: string, message: string): Promise<Result | void> {
+    const { run, st } = this;
+    st.completionTime = formatTime(this.now);
+    const full = this.failureDetail !== undefined && phase === RunPhase.Failed ? `${message}${this.failureDetail}` : message;
+    await this.flush(phase, reason, full);
+    if (phase === RunPhase.Failed) this.r.events.warning(run, reason, full);
+    else this.r.events.normal(run, "Completed", full);
+    // The markers are no longer needed once status says the run is over.
+    if (st.vmId !== undefined && this.handle !== undefined) {
+      await this.vm(st.vmId).removeDir(runDir(run.metadata.uid)).catch(() => undefined);
+    }
+    return this.r.afterFinish(run, st);
+  }
+
+  /** The output first (so status never names output that is not there), then status. */
+  private async flush(phase: RunPhaseName, reason: string, message: string): Promise<void> {
+    if (this.outputs.size > 0 || this.clearOutputs.length > 0) {
+      const clear = this.clearOutputs.filter((k) => !this.outputs.has(k));
+      this.st.outputConfigMap = await this.r.writeOutput(this.run, this.outputs, clear);
+      this.outputs.clear();
+      this.clearOutputs = [];
+    }
+    await this.r.writeStatus(this.run, this.st, phase, reason, message);
+  }
+
+  /** Waiting: the dependency's watch brings the run back; the deadline too, if it has one. */
+  private waitResult(): Result {
+    const deadline = deadlineAt(this.run.spec, this.st);
+    if (deadline === undefined) return afterBackoff();
+    return { requeueAfterMs: Math.max(50, Math.min(30_000, deadline - this.now.getTime() + 50)) };
+  }
+}
+
+/** The output ConfigMap's name: `<run>-output` (shortened with a hash if that is too long). */
+export function outputConfigMapName(run: string): string {
+  const name = `${run}-output`;
+  if (name.length <= 253) return name;
+  const hash = createHash("sha256").update(run).digest("hex").slice(0, 8);
+  return `${run.slice(0, 253 - 16)}-${hash}-output`;
+}
+
+/** A label value is at most 63 characters. */
+function labelValue(name: string): string {
+  if (name.length <= 63) return name;
+  return `${name.slice(0, 54)}-${createHash("sha256").update(name).digest("hex").slice(0, 8)}`;
+}
+
+function sandboxChanged(sb: Sandbox, old?: Sandbox): boolean {
+  if (old === undefined) return true;
+  const ready = (s: Sandbox) => s.status?.conditions?.find((c) => c.type === "Ready")?.status;
+  return sb.status?.vmId !== old.status?.vmId || ready(sb) !== ready(old) || sb.metadata.deletionTimestamp !== old.metadata.deletionTimestamp ||
+    sb.status?.observedGeneration !== old.status?.observedGeneration;
+}
+
+function collection(plural: string): string {
+  return resourcePath({ group: GROUP, version: VERSION, plural });
+}

@@ -1,0 +1,68 @@
+// The VM of a run with spec.sandboxTemplate: allocated for the run (carrying the run's uid as
+// its marker, as every object the operator creates does), given back when the run ends or is
+// deleted. A VM allocated just before a crash (its id never reached status) is found by its
+// marker and adopted rather than allocated again, and given back with the run.
+import { API_VERSION, kindNames } from "../api/names.js";
+import type { Sandbox, SandboxRun } from "../api/index.js";
+import type { ServiceHandle } from "../controllers/connection-pool.js";
+import { desiredAllocation, type SandboxDeps } from "../controllers/sandbox.js";
+import { isNotFound } from "../service/index.js";
+
+/** What allocating needs of a Sandbox's dependencies: the Secrets (envFrom) and Skills to wait for. */
+export type AllocationDeps = Pick<SandboxDeps, "store" | "skills" | "now">;
+
+/** Extra life given to a run's VM beyond activeDeadlineSeconds when the template sets no ttlSeconds. */
+const TTL_MARGIN_SECONDS = 300;
+
+function isLive(state: string | undefined): boolean {
+  return state !== "released" && state !== "expired" && state !== "terminated" && state !== "deleted";
+}
+
+/** The template as a Sandbox of the run's own metadata (its uid is the VM's marker). */
+function asSandbox(run: SandboxRun): Sandbox {
+  const template = run.spec.sandboxTemplate!;
+  // The run's VM is not renewed: it must live as long as the run may.
+  const ttlSeconds = template.ttlSeconds ?? (run.spec.activeDeadlineSeconds !== undefined ? run.spec.activeDeadlineSeconds + TTL_MARGIN_SECONDS : undefined);
+  return {
+    apiVersion: API_VERSION,
+    kind: kindNames.sandbox.kind,
+    metadata: run.metadata,
+    spec: { ...template, ...(ttlSeconds !== undefined && { ttlSeconds }) },
+  };
+}
+
+/** The run's live VM found by its marker, else a new one; its id. */
+export async function ensureRunVM(run: SandboxRun, handle: ServiceHandle, deps: AllocationDeps): Promise<string> {
+  await handle.vms.ensureFresh();
+  const own = handle.vms.findByMarker(run.metadata.uid).filter((v) => isLive(v.state));
+  if (own[0] !== undefined) return own[0].id;
+  const request = desiredAllocation(asSandbox(run), handle, deps);
+  try {
+    const vm = await handle.client.vms.allocate(request);
+    // Recorded in the snapshot, so a retry before status holds the id finds it by marker.
+    handle.vms.put({ id: vm.vm_id, state: vm.state, tier: vm.tier, ...(request.metadata && { metadata: request.metadata }), ...(vm.expires_at && { expires_at: vm.expires_at }) });
+    return vm.vm_id;
+  } catch (err) {
+    // An answer lost on the way back may still have allocated one: look again before retrying.
+    handle.vms.invalidate();
+    throw err;
+  }
+}
+
+/** Gives back `vmId` and any other VM carrying the run's marker (release or delete, per the template). */
+export async function releaseRunVMs(run: SandboxRun, handle: ServiceHandle, vmId: string | undefined): Promise<void> {
+  const template = run.spec.sandboxTemplate;
+  if (template === undefined) return;
+  await handle.vms.ensureFresh();
+  const ids = new Set<string>(handle.vms.findByMarker(run.metadata.uid).filter((v) => isLive(v.state)).map((v) => v.id));
+  if (vmId) ids.add(vmId);
+  for (const id of ids) {
+    try {
+      if ((template.onDelete ?? "Release") === "Delete") await handle.client.vms.delete(id);
+      else await handle.client.vms.release(id, template.recycle ?? false);
+    } catch (err) {
+      if (!isNotFound(err)) throw err;
+    }
+    handle.vms.remove(id);
+  }
+}

@@ -1,0 +1,285 @@
+// SandboxRun end to end: the real API server, the emulator (which really runs the commands),
+// the operator. A run is applied before its Sandbox and waits; then it runs its steps in the
+// Sandbox's VM and reports exit codes and output as a Job would.
+import { existsSync, readFileSync } from "node:fs";
+import { join } from "node:path";
+import { describe, expect, it } from "vitest";
+import { main as logs, type LogsIO } from "../../../src/commands/logs.js";
+import { kubectl, kubectlOk, testKubeconfig, waitFor } from "../support/kube.js";
+import { apply, condition, everythingSaid, getResource, useStack, waitForReady, type Resource } from "../support/operator.js";
+
+const t = useStack("sbxrun");
+const SECRET_VALUE = "run-secret-value-8d2f61";
+
+interface StepStatus {
+  name: string;
+  exitCode?: number;
+  startedAt?: string;
+  finishedAt?: string;
+  output?: string;
+  commandId?: string;
+}
+
+const steps = (r: Resource) => (r.status?.steps ?? []) as StepStatus[];
+const run = (name: string) => getResource(t.stack.kube, "sandboxruns", t.namespace, name);
+
+/** Waits until the run has finished (Succeeded or Failed). */
+function finished(name: string, timeoutMs = 60_000): Promise<Resource> {
+  return waitFor(
+    async () => {
+      const r = await run(name);
+      return r.status?.phase === "Succeeded" || r.status?.phase === "Failed" ? r : undefined;
+    },
+    { timeoutMs, description: `sandboxrun/${name} finished` },
+  );
+}
+
+async function configMap(name: string): Promise<{ data?: Record<string, string>; metadata: { ownerReferences?: Array<{ uid: string; kind: string }>; labels?: Record<string, string>; annotations?: Record<string, string> } }> {
+  return JSON.parse(await kubectlOk(["get", "configmap", name, "-o", "json"], { namespace: t.namespace })) as never;
+}
+
+async function sandboxVM(): Promise<string> {
+  const sb = await waitForReady(t.stack, "sandboxes", "box");
+  return sb.status?.vmId as string;
+}
+
+const runManifest = (name: string, spec: string) => `
+apiVersion: agentcompute.dev/v1alpha1
+kind: SandboxRun
+metadata: {name: ${name}}
+spec:
+  sandboxRef: {name: box}
+${spec}`;
+
+describe("SandboxRun", () => {
+  it("waits for its Sandbox, then runs a shell step and a python step, with outputs in status and the ConfigMap", async () => {
+    await apply(`
+apiVersion: v1
+kind: Secret
+metadata: {name: run-secrets}
+stringData: {TOKEN: ${SECRET_VALUE}}
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: run-input}
+data: {numbers.txt: "1 2 3"}
+---${runManifest("two-step", `
+  env: {MODE: nightly}
+  envFrom: [{secretRef: {name: run-secrets}}]
+  files: [{path: /workspace/data/numbers.txt, configMapKeyRef: {name: run-input, key: numbers.txt}}]
+  steps:
+    - name: list
+      command: 'echo "hello-$MODE"; cat data/numbers.txt; echo; echo "token=$TOKEN"'
+    - name: eval
+      language: python
+      code: |
+        nums = open("data/numbers.txt").read().split()
+        print(sum(range(10)) + sum(int(n) for n in nums))`)}`, t.namespace);
+    const waiting = await waitForReady(t.stack, "sandboxruns", "two-step", { status: "False", reason: "WaitingForSandbox" });
+    expect(waiting.status?.phase).toBe("Pending");
+
+    await apply(`
+apiVersion: agentcompute.dev/v1alpha1
+kind: Sandbox
+metadata: {name: box}
+spec: {tier: standard, ttlSeconds: 3600}`, t.namespace);
+    // What a user (and a pipeline) does: wait for Ready.
+    await kubectlOk(["wait", "--for=condition=Ready", "sandboxrun/two-step", "--timeout=60s"], { namespace: t.namespace });
+
+    const r = await run("two-step");
+    expect(r.status?.phase).toBe("Succeeded");
+    expect(condition(r, "Complete")?.status).toBe("True");
+    expect(condition(r, "Failed")?.status).toBe("False");
+    expect(condition(r, "Reconciling")?.status).toBe("False");
+    expect(condition(r, "Stalled")?.status).toBe("False");
+    expect(r.status?.attempts).toBe(1);
+    expect(r.status?.startTime).toBeTruthy();
+    expect(r.status?.completionTime).toBeTruthy();
+    const [list, evalStep] = steps(r);
+    expect(list).toMatchObject({ name: "list", exitCode: 0 });
+    expect(list?.output).toContain("hello-nightly\n1 2 3");
+    expect(evalStep).toMatchObject({ name: "eval", exitCode: 0, output: "51\n" });
+    expect(evalStep?.startedAt && evalStep.finishedAt).toBeTruthy();
+
+    const cm = await configMap(r.status?.outputConfigMap as string);
+    expect(cm.data?.["list"]).toContain("hello-nightly");
+    expect(cm.data?.["eval"]).toBe("51\n");
+    expect(cm.metadata.ownerReferences).toEqual([expect.objectContaining({ kind: "SandboxRun", uid: r.metadata.uid })]);
+
+    // The Secret's value was in the step's environment, and is masked wherever the run reports.
+    expect(list?.output).toContain("token=***");
+    expect(cm.data?.["list"]).toContain("token=***");
+    expect(await everythingSaid(t.stack)).not.toContain(SECRET_VALUE);
+    expect(JSON.stringify(cm)).not.toContain(SECRET_VALUE);
+
+    // Each step ran once.
+    const vmId = await sandboxVM();
+    expect(t.stack.emulator.runtimes.get(vmId)?.executions).toBe(2);
+  }, 120_000);
+
+  it("refuses a change of spec, naming the fix", async () => {
+    const res = await kubectl(["patch", "sandboxrun", "two-step", "--type=merge", "-p", '{"spec":{"backoffLimit":3}}'], { namespace: t.namespace });
+    expect(res.exitCode).not.toBe(0);
+    expect(res.stderr).toContain("spec is immutable");
+    expect(res.stderr).toContain("delete the SandboxRun and create it again");
+  });
+
+  it("fails at a failing command with its exit code and output, and runs no further step", async () => {
+    await apply(runManifest("fails", `
+  steps:
+    - {name: boom, command: 'echo "about to fail"; exit 3'}
+    - {name: never, command: 'touch never-ran'}`), t.namespace);
+    const r = await finished("fails");
+    expect(r.status?.phase).toBe("Failed");
+    const ready = condition(r, "Ready");
+    expect(ready).toMatchObject({ status: "False", reason: "StepFailed" });
+    expect(ready?.message).toContain('step "boom" failed with exit code 3');
+    expect(ready?.message).toContain("about to fail");
+    expect(condition(r, "Failed")).toMatchObject({ status: "True", reason: "StepFailed" });
+    expect(condition(r, "Stalled")?.status).toBe("True");
+    expect(steps(r)).toEqual([expect.objectContaining({ name: "boom", exitCode: 3 })]);
+    const workspace = t.stack.emulator.runtimes.get(await sandboxVM())?.workspace as string;
+    expect(existsSync(join(workspace, "never-ran"))).toBe(false);
+    const events = await kubectlOk(["get", "events", "--field-selector", "involvedObject.name=fails,reason=StepFailed", "-o", "json"], { namespace: t.namespace });
+    expect(events).toContain("exit code 3");
+    // kubectl wait on Ready gives up on a failed run (it never becomes Ready); on Failed it returns.
+    await kubectlOk(["wait", "--for=condition=Failed", "sandboxrun/fails", "--timeout=10s"], { namespace: t.namespace });
+  }, 90_000);
+
+  it("fails a step past activeDeadlineSeconds with DeadlineExceeded, and stops it", async () => {
+    await apply(runManifest("slow", `
+  activeDeadlineSeconds: 3
+  steps:
+    - {name: sleepy, command: 'sleep 60'}`), t.namespace);
+    const r = await finished("slow");
+    expect(r.status?.phase).toBe("Failed");
+    expect(condition(r, "Ready")).toMatchObject({ status: "False", reason: "DeadlineExceeded" });
+    expect(condition(r, "Failed")).toMatchObject({ status: "True", reason: "DeadlineExceeded" });
+    const commandId = steps(r)[0]?.commandId as string;
+    const rt = t.stack.emulator.runtimes.get(await sandboxVM());
+    await waitFor(() => rt?.command(commandId)?.running === false, { description: "the step's command stopped" });
+  }, 90_000);
+
+  it("with backoffLimit: 1 tries the whole run once more, then fails with BackoffLimitExceeded", async () => {
+    const rt = t.stack.emulator.runtimes.get(await sandboxVM())!;
+    const before = rt.executions;
+    await apply(runManifest("retried", `
+  backoffLimit: 1
+  steps:
+    - {name: flaky, command: 'echo ran >> retried-count.txt; exit 1'}`), t.namespace);
+    const r = await finished("retried");
+    expect(r.status?.phase).toBe("Failed");
+    expect(r.status?.attempts).toBe(2);
+    expect(condition(r, "Ready")).toMatchObject({ status: "False", reason: "BackoffLimitExceeded" });
+    expect(rt.executions - before).toBe(2);
+    expect(readFileSync(join(rt.workspace, "retried-count.txt"), "utf8")).toBe("ran\nran\n");
+    const events = await kubectlOk(["get", "events", "--field-selector", "involvedObject.name=retried,reason=Retrying", "-o", "json"], { namespace: t.namespace });
+    expect(events).toContain("attempt 1 failed");
+  }, 90_000);
+
+  it("agent-operator logs prints the steps' output; with -f it follows a run and exits with how it ended", async () => {
+    const capture = () => {
+      const o = { out: "", err: "" };
+      const io: LogsIO = { out: (x) => void (o.out += x), err: (x) => void (o.err += x), intervalMs: 100 };
+      return { o, io };
+    };
+    const args = (...rest: string[]) => ["-n", t.namespace, "--kubeconfig", testKubeconfig(), ...rest];
+    const done = capture();
+    expect(await logs(args("two-step"), "logs", done.io)).toBe(0);
+    expect(done.o.out).toContain("hello-nightly\n1 2 3");
+    expect(done.o.out.endsWith("51\n")).toBe(true);
+    expect(done.o.err).toContain('step "eval" (attempt 1, exit code 0)');
+
+    const failed = capture();
+    expect(await logs(args("-f", "sandboxrun/fails"), "logs", failed.io)).toBe(1);
+    expect(failed.o.out).toBe("about to fail\n");
+    expect(failed.o.err).toContain("failed: StepFailed");
+
+    await apply(runManifest("followed", `
+  steps:
+    - {name: one, command: 'echo one; sleep 1'}
+    - {name: two, command: 'echo two'}`), t.namespace);
+    const followed = capture();
+    expect(await logs(args("-f", "followed"), "logs", followed.io)).toBe(0);
+    expect(followed.o.out).toBe("one\ntwo\n");
+
+    const missing = capture();
+    expect(await logs(args("no-such-run"), "logs", missing.io)).toBe(1);
+    expect(missing.o.err).toContain('SandboxRun "no-such-run" not found');
+    expect(await logs([], "logs", capture().io)).toBe(2);
+  }, 90_000);
+
+  it("is followed to its end, not restarted, when the operator restarts during a step", async () => {
+    const rt = t.stack.emulator.runtimes.get(await sandboxVM())!;
+    const before = rt.executions;
+    await apply(runManifest("survives", `
+  steps:
+    - {name: long, command: 'echo started >> survives.txt; sleep 3; echo finished'}
+    - {name: after, command: 'echo after >> survives.txt'}`), t.namespace);
+    await waitFor(async () => steps(await run("survives"))[0]?.commandId, { description: "the first step's command id in status" });
+    await t.stack.restartOperator();
+    const r = await finished("survives");
+    expect(r.status?.phase).toBe("Succeeded");
+    expect(steps(r).map((s) => [s.name, s.exitCode, s.output])).toEqual([
+      ["long", 0, "finished\n"],
+      ["after", 0, ""],
+    ]);
+    expect(readFileSync(join(rt.workspace, "survives.txt"), "utf8")).toBe("started\nafter\n");
+    expect(rt.executions - before).toBe(2);
+  }, 90_000);
+
+  it("with a sandboxTemplate runs in a VM of its own, released when the run ends", async () => {
+    await apply(`
+apiVersion: agentcompute.dev/v1alpha1
+kind: SandboxRun
+metadata: {name: own-vm}
+spec:
+  sandboxTemplate: {tier: standard, env: {WHERE: own}}
+  steps:
+    - {name: where, command: 'echo "in $WHERE vm"'}`, t.namespace);
+    await kubectlOk(["wait", "--for=condition=Ready", "sandboxrun/own-vm", "--timeout=60s"], { namespace: t.namespace });
+    const r = await waitFor(async () => {
+      const x = await run("own-vm");
+      return x.status?.vmReleased === true ? x : undefined;
+    }, { description: "the run's VM released" });
+    const vmId = r.status?.vmId as string;
+    expect(vmId).not.toBe(await sandboxVM());
+    expect(steps(r)[0]).toMatchObject({ exitCode: 0, output: "in own vm\n" });
+    expect(t.stack.emulator.state.vms.get(vmId)?.state ?? "gone").not.toBe("allocated");
+    expect(t.stack.emulator.runtimes.get(vmId)).toBeUndefined();
+    expect(r.metadata).not.toHaveProperty("finalizers");
+  }, 90_000);
+
+  it("with a sandboxTemplate gives its VM back when deleted while running", async () => {
+    await apply(`
+apiVersion: agentcompute.dev/v1alpha1
+kind: SandboxRun
+metadata: {name: own-vm-deleted}
+spec:
+  sandboxTemplate: {tier: standard}
+  steps:
+    - {name: forever, command: 'sleep 300'}`, t.namespace);
+    const r = await waitFor(async () => {
+      const x = await run("own-vm-deleted");
+      return steps(x)[0]?.commandId !== undefined ? x : undefined;
+    }, { description: "the step running" });
+    const vmId = r.status?.vmId as string;
+    expect(t.stack.emulator.state.vms.get(vmId)?.state).toBe("allocated");
+    await kubectlOk(["delete", "sandboxrun", "own-vm-deleted", "--wait=true", "--timeout=30s"], { namespace: t.namespace });
+    expect(t.stack.emulator.state.vms.get(vmId)?.state ?? "gone").not.toBe("allocated");
+    expect(t.stack.emulator.runtimes.get(vmId)).toBeUndefined();
+  }, 90_000);
+
+  it("is deleted ttlSecondsAfterFinished after it ends", async () => {
+    await apply(runManifest("short-lived", `
+  ttlSecondsAfterFinished: 2
+  steps:
+    - {name: quick, command: 'echo done'}`), t.namespace);
+    const done = await finished("short-lived");
+    expect(done.status?.phase).toBe("Succeeded");
+    await waitFor(async () => (await kubectl(["get", "sandboxrun", "short-lived"], { namespace: t.namespace })).stderr.includes("NotFound") || undefined, {
+      timeoutMs: 30_000,
+      description: "sandboxrun/short-lived deleted",
+    });
+  }, 60_000);
+});
