@@ -4,10 +4,10 @@
 // service's rate limit sets). Benchmarks report; they never fail on timing.
 //
 //   npm run bench -- [--resources 10000] [--rate-limit 200] [--latency 20] [--out file.json]
-//                    [--scenario cold-start|steady|memory|renewals|latency]...
+//                    [--scenario cold-start|steady|memory|renewals|latency|runs]...
 //                    [--steady-minutes 10] [--sync-period 5m] [--renew-sandboxes 2000]
 //                    [--renew-ttl 60] [--renew-minutes 10] [--renew-error-rate 0.05]
-//                    [--renew-jitter 40] [--latency-samples 100] [--concurrency N] [--cpu-prof] [--heap-snapshot]
+//                    [--renew-jitter 40] [--latency-samples 100] [--runs 1000] [--run-sandboxes 50] [--concurrency N] [--cpu-prof] [--heap-snapshot]
 //                    [--node-options '...' (default: the Deployment's NODE_OPTIONS)]
 //
 // See docs/performance.md for what each scenario measures and the latest results.
@@ -21,10 +21,11 @@ import { log } from "../bench/lib/util.js";
 import { coldStart, type ColdStartResult } from "../bench/scenarios/cold-start.js";
 import { latency, type LatencyResult } from "../bench/scenarios/latency.js";
 import { renewals, type RenewalResult } from "../bench/scenarios/renewals.js";
+import { runs, type RunsResult } from "../bench/scenarios/runs.js";
 import { MANAGED_WRITE_RESOURCES, steadyState, type SteadyResult } from "../bench/scenarios/steady.js";
 import { waitNamespaceGone } from "../dev/namespaces.js";
 
-const SCENARIOS = ["cold-start", "steady", "memory", "renewals", "latency"] as const;
+const SCENARIOS = ["cold-start", "steady", "memory", "renewals", "latency", "runs"] as const;
 type Scenario = (typeof SCENARIOS)[number];
 
 function parse() {
@@ -44,6 +45,8 @@ function parse() {
       "renew-error-rate": { type: "string", default: "0.05" },
       "renew-jitter": { type: "string", default: "40" },
       "latency-samples": { type: "string", default: "100" },
+      runs: { type: "string", default: "1000" },
+      "run-sandboxes": { type: "string", default: "50" },
       concurrency: { type: "string" },
       "cpu-prof": { type: "boolean", default: false },
       "heap-snapshot": { type: "boolean", default: false },
@@ -83,6 +86,8 @@ function parse() {
     renewErrorRate: num("renew-error-rate", values["renew-error-rate"]),
     renewJitterMs: num("renew-jitter", values["renew-jitter"]),
     latencySamples: num("latency-samples", values["latency-samples"], 1),
+    runs: num("runs", values.runs, 1),
+    runSandboxes: num("run-sandboxes", values["run-sandboxes"], 1),
     concurrency: values.concurrency === undefined ? undefined : num("concurrency", values.concurrency, 1),
     cpuProf: values["cpu-prof"],
     heapSnapshot: values["heap-snapshot"],
@@ -108,6 +113,7 @@ async function main(): Promise<void> {
     steady?: SteadyResult;
     renewals?: RenewalResult;
     latency?: LatencyResult;
+    runs?: RunsResult;
     errors: Record<string, string>;
   } = {
     startedAt: startedAt.toISOString(),
@@ -200,6 +206,22 @@ async function main(): Promise<void> {
       log(`latency failed: ${String(err)}`);
     }
   }
+  if (wants("runs")) {
+    try {
+      result.runs = await runs(cluster, {
+        runs: a.runs,
+        sandboxes: a.runSandboxes,
+        rateLimit: a.rateLimit,
+        latencyMs: a.latencyMs,
+        syncPeriod: a.syncPeriod,
+        concurrency: a.concurrency,
+      });
+      save();
+    } catch (err) {
+      result.errors.runs = String(err);
+      log(`runs failed: ${String(err)}`);
+    }
+  }
   await cluster.close();
   result.finishedAt = new Date().toISOString();
   save();
@@ -215,6 +237,7 @@ function summary(r: {
   steady?: SteadyResult;
   renewals?: RenewalResult;
   latency?: LatencyResult;
+  runs?: RunsResult;
 }): Row[] {
   const rows: Row[] = [];
   const c = r.coldStart;
@@ -301,6 +324,21 @@ function summary(r: {
       target: "report",
       measured: `p50 ${l.totalMs.p50} ms, p99 ${l.totalMs.p99} ms; operator overhead p50 ${l.overheadMs.p50} ms, p99 ${l.overheadMs.p99} ms`,
       met: null,
+    });
+  }
+  const u = r.runs;
+  if (u) {
+    rows.push({
+      scenario: `6. SandboxRuns: ${u.runs} runs of one step over ${u.sandboxes} Sandboxes`,
+      target: "report",
+      measured: `${u.succeeded} Succeeded in ${u.seconds} s (${u.runsPerSecond}/s); apply -> Complete p50 ${u.applyToCompleteSeconds.p50} s, p99 ${u.applyToCompleteSeconds.p99} s`,
+      met: null,
+    });
+    rows.push({
+      scenario: "6. SandboxRuns: Kubernetes writes per run",
+      target: "<= 3",
+      measured: `${u.kube.perRun} (${Object.entries(u.kube.writesByResource).map(([k, v]) => `${k}: ${v}`).join(", ")}); ${u.service.perRun} service calls per run`,
+      met: u.kube.perRun <= 3,
     });
   }
   return rows;

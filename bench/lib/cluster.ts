@@ -18,6 +18,7 @@ export const KINDS = [
   { kind: "Agent", plural: "agents" },
   { kind: "AgentDeployment", plural: "agentdeployments" },
   { kind: "Sandbox", plural: "sandboxes" },
+  { kind: "SandboxRun", plural: "sandboxruns" },
 ] as const;
 export type Plural = (typeof KINDS)[number]["plural"] | "connections";
 
