@@ -251,19 +251,23 @@ export class SandboxRunReconciler implements Reconciler {
 
   /**
    * Writes the steps' output to the run's ConfigMap (created owned by the run): a merge of the
-   * given keys; `clear` names keys to remove (a new attempt's steps not run yet).
+   * given keys; `clear` names keys to remove (a new attempt's steps not run yet). `exists`:
+   * status already names the ConfigMap, so a patch is tried first; otherwise the create is (a
+   * 404 first would be a wasted write for every run: a one-step run writes its output once).
    */
-  async writeOutput(run: SandboxRun, outputs: Map<string, string>, clear: string[]): Promise<string> {
+  async writeOutput(run: SandboxRun, outputs: Map<string, string>, clear: string[], exists: boolean): Promise<string> {
     const name = outputConfigMapName(run.metadata.name);
     const path = configMapsPath(run.metadata.namespace, name);
     const data: Record<string, string | null> = {};
     for (const k of clear) data[k] = null;
     for (const [k, v] of outputs) data[k] = v;
-    try {
-      await this.o.kube.patch(path, { data }, "merge", { discardResult: true });
-      return name;
-    } catch (err) {
-      if (!isNotFound(err)) throw err;
+    if (exists) {
+      try {
+        await this.o.kube.patch(path, { data }, "merge", { discardResult: true });
+        return name;
+      } catch (err) {
+        if (!isNotFound(err)) throw err;
+      }
     }
     const created = Object.fromEntries([...outputs]);
     try {
@@ -506,7 +510,7 @@ class Pass {
   private async flush(phase: RunPhaseName, reason: string, message: string): Promise<void> {
     if (this.outputs.size > 0 || this.clearOutputs.length > 0) {
       const clear = this.clearOutputs.filter((k) => !this.outputs.has(k));
-      this.st.outputConfigMap = await this.r.writeOutput(this.run, this.outputs, clear);
+      this.st.outputConfigMap = await this.r.writeOutput(this.run, this.outputs, clear, this.st.outputConfigMap !== undefined);
       this.outputs.clear();
       this.clearOutputs = [];
     }
