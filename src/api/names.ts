@@ -27,6 +27,11 @@ export const Annotations = {
    * observed again, its service object read at least that often.
    */
   pollInterval: `${GROUP}/poll-interval`,
+  /**
+   * Written by the operator, not by people: a Skill's name in the service, claimed in the same
+   * write as the finalizer, before the create (a skill carries no marker of its own).
+   */
+  claimedName: `${GROUP}/claimed-name`,
 } as const;
 
 /** Crash-safety marker written into the `metadata` of every service object the operator creates. */

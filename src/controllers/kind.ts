@@ -4,7 +4,7 @@
 // setupManagedKind builds the rest the same way for every kind: the controller and its
 // ManagedReconciler, the one connector (the resource's Connection from the pool), the status
 // writer's cache hooks, the Connection watches and the inventory-change mapping.
-import { ConditionType, DEFAULT_CONNECTION, FINALIZER, GROUP, VERSION, kindNames, type KindNames } from "../api/names.js";
+import { Annotations, ConditionType, DEFAULT_CONNECTION, FINALIZER, GROUP, VERSION, kindNames, type KindNames } from "../api/names.js";
 import type { Connection, ObjectMeta } from "../api/index.js";
 import { ConnectionSecretWriter, type SecretObject } from "../managed/connection-secret.js";
 import type { Connector, ExternalClient, ManagedResource } from "../managed/external.js";
@@ -45,6 +45,8 @@ export interface ManagedKind<R extends ManagedResource, Plan> {
   inventory: InventoryKind;
   /** The resource's id in the service (status, or the adoption annotation), if it has one. */
   externalId(cr: R): string | undefined;
+  /** Annotations claimed before the create, with the finalizer (see ManagedReconcilerOptions.claim). */
+  claim?(cr: R): Record<string, string>;
   /** true: the kind writes credentials or endpoints to the resource's connection Secret. */
   connectionSecret: boolean;
   /**
@@ -146,6 +148,7 @@ export function setupManagedKind<R extends ManagedResource, Plan>(
       events: ctx.manager.events,
       connector: poolConnector(ctx.pool, kind),
       externalId: (cr) => kind.externalId(cr),
+      claim: kind.claim,
       status: ctx.status,
       syncPeriodMs: ctx.options.syncPeriodMs,
       secrets: kind.connectionSecret ? ctx.secretWriter : undefined,
@@ -237,7 +240,10 @@ export function specOrMetaChanged<T extends { metadata: ObjectMeta }>(obj: T, ol
   const m = obj.metadata;
   const o = old.metadata;
   if (m.deletionTimestamp !== o.deletionTimestamp) return true;
-  if (JSON.stringify(m.annotations ?? {}) !== JSON.stringify(o.annotations ?? {})) return true;
+  // The operator's own claim, written with the finalizer, is not news either.
+  const { [Annotations.claimedName]: _claimNow, ...annotations } = m.annotations ?? {};
+  const { [Annotations.claimedName]: _claimBefore, ...annotationsBefore } = o.annotations ?? {};
+  if (JSON.stringify(annotations) !== JSON.stringify(annotationsBefore)) return true;
   const now = m.finalizers ?? [];
   const before = o.finalizers ?? [];
   if (JSON.stringify(now) === JSON.stringify(before)) return false;

@@ -19,6 +19,14 @@ export function skillExternalId(cr: Skill): string | undefined {
   return cr.metadata.annotations?.[Annotations.externalId] ?? cr.status?.skillName;
 }
 
+/**
+ * Whether this resource claimed `name` before creating it: the annotation written with the
+ * finalizer, or (resources created before the annotation existed) status.skillName.
+ */
+function claimed(cr: Skill, name: string): boolean {
+  return cr.metadata.annotations?.[Annotations.claimedName] === name || cr.status?.skillName === name;
+}
+
 /** Skills: their key in the service is their name, so the name is claimed before the create. */
 export function skills(ctx: KindContext): ManagedKind<Skill, SkillPlan> {
   return {
@@ -26,6 +34,8 @@ export function skills(ctx: KindContext): ManagedKind<Skill, SkillPlan> {
     controller: "skill",
     inventory: "skills",
     externalId: skillExternalId,
+    // A skill carries no marker: its name is claimed before the create, with the finalizer.
+    claim: (cr) => ({ [Annotations.claimedName]: skillName(cr) }),
     connectionSecret: false,
     client: (handle) => new SkillClient(handle, ctx.store),
     watches(controller, own) {
@@ -82,7 +92,7 @@ class SkillClient implements ExternalClient<Skill, SkillPlan> {
     }
     const found = staleFor(cr, inventory, name) ? await this.read(name) : inventory.get(name);
     if (found === undefined) return { exists: false, upToDate: false };
-    if (cr.status?.skillName !== name && adopting !== name) throw nameTaken(name);
+    if (!claimed(cr, name) && adopting !== name) throw nameTaken(name);
     const differences = skillDifferences(found, desired);
     return { exists: true, upToDate: differences.length === 0, differences, status: statusOf(found), plan: desired };
   }
@@ -100,10 +110,6 @@ class SkillClient implements ExternalClient<Skill, SkillPlan> {
     }
   }
 
-  claim(cr: Skill): Partial<SkillStatus> {
-    return { skillName: skillName(cr) };
-  }
-
   async create(cr: Skill): Promise<ActionResult<SkillStatus>> {
     const desired = desiredSkill(cr, this.store);
     try {
@@ -113,7 +119,7 @@ class SkillClient implements ExternalClient<Skill, SkillPlan> {
     } catch (err) {
       if (isOutcomeUnknown(err)) this.handle.skills.invalidate();
       if (!isConflict(err)) throw err;
-      if (cr.status?.skillName !== desired.name) {
+      if (!claimed(cr, desired.name)) {
         this.handle.skills.invalidate();
         throw nameTaken(desired.name);
       }

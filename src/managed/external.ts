@@ -65,12 +65,6 @@ export interface ActionResult<Status> {
 export interface ExternalClient<R extends ManagedResource, Plan = unknown> {
   /** Reads the service object and compares it with the spec; changes nothing in the service. */
   observe(cr: R): Promise<Observation<StatusOf<R>, Plan>>;
-  /**
-   * Status to record BEFORE create, for kinds whose service objects carry no crash-safety
-   * marker (skills): it claims the name, so that after a crash between create and the status
-   * write the object is recognised as this resource's own.
-   */
-  claim?(cr: R): Partial<StatusOf<R>> | undefined;
   create(cr: R): Promise<ActionResult<StatusOf<R>>>;
   update(cr: R, observed: Planned<StatusOf<R>, Plan>): Promise<ActionResult<StatusOf<R>>>;
   /**

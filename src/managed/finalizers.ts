@@ -4,15 +4,20 @@
 import type { ObjectMeta } from "../api/index.js";
 import { isConflict, isNotFound, type KubeClient } from "../runtime/kube-client.js";
 
-/** Writes `finalizers`; returns the object as the API server answered, or undefined if it is gone. */
+/**
+ * Writes `finalizers` (and `annotations`, merged, when given: a claim riding on the same write);
+ * returns the object as the API server answered, or undefined if it is gone.
+ */
 export async function patchFinalizers<T extends { metadata: ObjectMeta }>(
   kube: KubeClient,
   path: string,
   obj: T,
-  finalizers: string[],
+  finalizers: string[] | undefined,
+  annotations?: Record<string, string>,
 ): Promise<T | undefined> {
   try {
-    const updated = await kube.patch<T>(path, { metadata: { finalizers, resourceVersion: obj.metadata.resourceVersion } }, "merge");
+    const metadata = { resourceVersion: obj.metadata.resourceVersion, ...(finalizers !== undefined && { finalizers }), ...(annotations !== undefined && { annotations }) };
+    const updated = await kube.patch<T>(path, { metadata }, "merge");
     delete (updated.metadata as { managedFields?: unknown }).managedFields;
     return updated;
   } catch (err) {

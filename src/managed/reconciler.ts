@@ -38,6 +38,12 @@ export interface ManagedReconcilerOptions<R extends ManagedResource, Plan = unkn
    * dependant at cold start, for a condition nobody had time to read.
    */
   dependencyGraceMs?: number;
+  /**
+   * Annotations that must be on the resource before its object is created, for kinds whose
+   * service objects carry no crash-safety marker (a Skill claims its name): written in the same
+   * patch as the finalizer, so a claim costs no write of its own.
+   */
+  claim?(cr: R): Record<string, string>;
   /** The resource's id in the service, if it has one (status field or adoption annotation). */
   externalId(cr: R): string | undefined;
   /** Writes connection details; absent for kinds that have none. */
@@ -76,7 +82,9 @@ export class ManagedReconciler<R extends ManagedResource, Plan = unknown> implem
       // Once per bad value: the Ready message carries it from now on.
       this.opts.events.warning(cr, "InvalidPollInterval", `${poll.message}; using --sync-period instead`);
     }
-    if (!(cr.metadata.finalizers ?? []).includes(FINALIZER)) {
+    // A kind that claims (a Skill its name) adds the finalizer after observing, with the claim
+    // in the same write: the claim must be made only for a name observe found free.
+    if (!hasFinalizer(cr) && this.opts.claim === undefined) {
       // Carry on with the object the API server answered (crossplane-runtime does the same):
       // waiting for it to come back through the informer would send it to the back of the
       // queue, and at cold start every resource would make one pass for the finalizer alone
@@ -94,6 +102,12 @@ export class ManagedReconciler<R extends ManagedResource, Plan = unknown> implem
     try {
       const external = await this.opts.connector.connect(cr, ctx);
       observed = await external.observe(cr);
+      if (!hasFinalizer(cr)) {
+        const claim = !observed.exists && management.create ? this.missingClaim(cr) : undefined;
+        const updated = await this.setFinalizers(cr, [...(cr.metadata.finalizers ?? []), FINALIZER], claim);
+        if (updated === undefined) return; // deleted meanwhile
+        cr = updated;
+      }
       // Only what this resource may have created is its to give back.
       const leftovers = management.create ? (observed.leftovers ?? []) : [];
       if (leftovers.length > 0) {
@@ -121,8 +135,13 @@ export class ManagedReconciler<R extends ManagedResource, Plan = unknown> implem
             `there is no service object to observe, and spec.managementPolicies ${management.stated} leaves out Create: set the annotation ${Annotations.externalId} to the id of the object to import, or add Create`,
           );
         }
-        const claim = external.claim?.(cr);
-        if (claim !== undefined) await this.writeStatus(cr, claim, []);
+        const claim = this.missingClaim(cr);
+        if (claim !== undefined) {
+          // The finalizer was added without it (by an older version, or the claim changed).
+          const claimed = await patchFinalizers(this.opts.kube, this.path(cr), cr, undefined, claim);
+          if (claimed === undefined) return; // deleted meanwhile
+          cr = { ...claimed, status: cr.status };
+        }
         action = await external.create(cr);
         // A create of an object that existed (gone out of band) is drift put back; the first is not (no success before it).
         this.opts.resourceMetrics?.drifted(cr, this.now());
@@ -313,8 +332,16 @@ export class ManagedReconciler<R extends ManagedResource, Plan = unknown> implem
   }
 
   /** Returns the object as the API server answered, or undefined if it is gone. */
-  private setFinalizers(cr: R, finalizers: string[]): Promise<R | undefined> {
-    return patchFinalizers(this.opts.kube, this.path(cr), cr, finalizers);
+  private setFinalizers(cr: R, finalizers: string[], annotations?: Record<string, string>): Promise<R | undefined> {
+    return patchFinalizers(this.opts.kube, this.path(cr), cr, finalizers, annotations);
+  }
+
+  /** The claim annotations the resource does not carry yet, if its kind claims anything. */
+  private missingClaim(cr: R): Record<string, string> | undefined {
+    const claim = this.opts.claim?.(cr);
+    if (claim === undefined) return undefined;
+    const have = cr.metadata.annotations ?? {};
+    return Object.entries(claim).every(([k, v]) => have[k] === v) ? undefined : claim;
   }
 
   private path(cr: R, subresource?: string): string {
@@ -372,6 +399,10 @@ function stalledAtThisGeneration(cr: ManagedResource): Condition | undefined {
 function withPollNote(cr: ManagedResource, message: string): string {
   const poll = pollIntervalOf(cr);
   return poll.kind === "invalid" ? `${message}; ${poll.message}; using --sync-period instead` : message;
+}
+
+function hasFinalizer(cr: ManagedResource): boolean {
+  return (cr.metadata.finalizers ?? []).includes(FINALIZER);
 }
 
 /** `agentcompute.dev/paused: "true"` (exactly "true", as crossplane.io/paused). */

@@ -189,6 +189,7 @@ export class World {
       events: this.recorder(),
       connector: poolConnector(this.pool, kind),
       externalId: (cr) => kind.externalId(cr),
+      claim: kind.claim,
       status: new StatusWriter(this.kube, () => new Date(this.clock.ms)),
       syncPeriodMs: 600_000,
       dependencyGraceMs: 0,
@@ -223,7 +224,7 @@ export class World {
 
   /** The two writes the reconcilers make: finalizers (metadata) and the status subresource. */
   private fakeKube(): KubeClient {
-    const patch = async (path: string, body: { metadata?: { finalizers?: string[] }; status?: Record<string, unknown> }) => {
+    const patch = async (path: string, body: { metadata?: { finalizers?: string[]; annotations?: Record<string, string> }; status?: Record<string, unknown> }) => {
       const m = /\/namespaces\/([^/]+)\/([^/]+)\/([^/]+)(\/status)?$/.exec(path);
       if (m === null) throw new Error(`unexpected path ${path}`);
       const [, , plural, name] = m as unknown as [string, string, string, string];
@@ -231,6 +232,7 @@ export class World {
       const next: Stored = { ...obj, metadata: { ...obj.metadata, resourceVersion: String(++uids) } };
       if (body.status !== undefined) next.status = { ...(obj.status as object), ...body.status };
       if (body.metadata?.finalizers !== undefined) next.metadata.finalizers = body.metadata.finalizers;
+      if (body.metadata?.annotations !== undefined) next.metadata.annotations = { ...obj.metadata.annotations, ...body.metadata.annotations };
       return this.byPlural(plural).set(next);
     };
     return { patch } as unknown as KubeClient;

@@ -22,13 +22,25 @@ describe("Skill", () => {
   const skill = () => w.get<Skill>("skills", "sk");
   const resync = () => w.handle().skills.invalidate();
 
-  it("claims the name in status before the create, so a create whose answer is lost stays its own", async () => {
+  it("claims the name with the finalizer, before the create, so a create whose answer is lost stays its own", async () => {
     apply({ content: "v1" });
     w.emu.injectFault({ method: "POST", path: "/compute/v1/skills", times: 1, action: { status: 400, body: { code: 400, error_code: "bad", message: "no" } } });
     await w.reconcile(kind(), "sk");
     expect(w.writes()).toEqual(["skills.create"]);
-    expect(skill().status?.skillName).toBe("sk");
+    expect(skill().metadata.annotations?.[Annotations.claimedName]).toBe("sk");
     expect(condition(skill(), "Stalled")).toMatchObject({ status: "True", reason: "ServiceRejected" });
+  });
+
+  it("after a create whose answer was lost (409 next time), the claim makes the skill its own", async () => {
+    apply({ content: "v1" });
+    w.emu.injectFault({ method: "POST", path: "/compute/v1/skills", times: 1, action: { drop: "after" } });
+    await w.reconcile(kind(), "sk").catch(() => undefined);
+    expect(skill().status?.skillName).toBeUndefined(); // no status written: the answer was lost
+    expect(w.emu.state.skills.get("sk")?.content).toBe("v1");
+    w.handle().skills.invalidate();
+    await w.reconcile(kind(), "sk");
+    expect(condition(skill(), "Ready")?.status).toBe("True");
+    expect(skill().status?.skillName).toBe("sk");
   });
 
   it("sends content, resources and a set description when they differ; leaves an unset description alone", async () => {
