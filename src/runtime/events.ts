@@ -300,7 +300,11 @@ export class EventRecorder {
         apiVersion: "v1",
         kind: "Event",
         metadata: { name, namespace },
-        involvedObject: { apiVersion: "v1", kind: "Namespace", name: namespace },
+        // The API server requires an Event's involvedObject.namespace to be its own namespace
+        // (a cluster-scoped object's Events would have to live in "default", out of the users'
+        // sight): the Namespace is named with its own name as namespace, so that
+        // `kubectl get events -n <ns>` lists it next to the resources' own.
+        involvedObject: { apiVersion: "v1", kind: "Namespace", name: namespace, namespace },
         reason,
         message,
         type: "Normal",

@@ -224,7 +224,7 @@ describe("EventRecorder: similar events of many objects", () => {
     expect(onObjects.map((c) => c.body.reason)).toEqual(["Created", "Created", "Created", "ServiceRejected"]);
     const combined = client.creates.filter((c) => (c.body.involvedObject as { kind: string }).kind === "Namespace");
     expect(combined).toHaveLength(1);
-    expect(combined[0]?.body).toMatchObject({ reason: "Created", type: "Normal", involvedObject: { name: "team-a" } });
+    expect(combined[0]?.body).toMatchObject({ reason: "Created", type: "Normal", involvedObject: { kind: "Namespace", name: "team-a", namespace: "team-a" } });
     // One create for 47 folded events (they all arrived before the flush), with the count.
     expect(combined[0]?.body.count).toBe(47);
     expect(String(combined[0]?.body.message)).toMatch(/^\(combined from similar events\): Created for 47 more Agent resources .*ag-49: created agent 49$/);
