@@ -258,6 +258,28 @@ function summary(r: {
       met: null,
     });
   }
+  if (c) {
+    // Issue 17: a resource's creation costs one call whatever the sync period (no GET of an
+    // object the operator just created), and at most 2 Kubernetes writes per resource beside
+    // connection Secrets (finalizer and status; Created Events folded).
+    const ops = c.service.byOperation;
+    const creates = ["agents.create", "skills.create", "deployments.deploy", "vms.allocate"].reduce((a, k) => a + (ops[k] ?? 0), 0);
+    const gets = Object.entries(ops).filter(([k]) => k.endsWith(".get")).reduce((a, [, v]) => a + v, 0);
+    rows.push({
+      scenario: "1. cold start: service calls to create a resource",
+      target: "1 each, no GET",
+      measured: `${creates} creates for ${c.resources} resources, ${gets} GETs of single objects`,
+      met: creates === c.resources && gets === 0,
+    });
+    const secrets = c.kube.writesByResource["secrets"] ?? 0;
+    const perResource = (c.kube.writes - secrets) / c.resources;
+    rows.push({
+      scenario: "1. cold start: Kubernetes writes per resource (connection Secrets aside)",
+      target: "<= 2.0",
+      measured: `${perResource.toFixed(2)} (${Object.entries(c.kube.writesByResource).map(([k, v]) => `${k}: ${v}`).join(", ")})`,
+      met: perResource <= 2.0,
+    });
+  }
   const s = r.steady;
   if (s) {
     const maxPasses = Math.max(...Object.values(s.service.lists).map((l) => l.passesPerSync));
@@ -297,6 +319,13 @@ function summary(r: {
       target: "about 1",
       measured: `${n.renewals.perVmPerWindow} (window ${n.windowSeconds} s; ${n.renewals.failed} failed attempts retried)`,
       met: n.renewals.perVmPerWindow >= 0.9 && n.renewals.perVmPerWindow <= 1.2,
+    });
+    const byResource = Object.entries(n.kube.writesByResource).map(([k, v]) => `${k}: ${v}`).join(", ");
+    rows.push({
+      scenario: "3. renewals: Kubernetes writes per renewal",
+      target: "<= 0.1",
+      measured: `${n.kube.writesPerRenewal} (${n.kube.writes} writes: ${byResource}; Sandbox status alone ${n.kube.statusWritesPerRenewal})`,
+      met: n.kube.writesPerRenewal <= 0.1,
     });
   }
   if (c) {

@@ -12,7 +12,9 @@ import { parseMetrics, type Sample } from "../../dev/prometheus.js";
 import { log, sleep, waitUntil } from "./util.js";
 
 const execFileAsync = promisify(execFile);
-export const CACHE = path.join(REPO_ROOT, ".cache", "bench");
+// BENCH_CACHE: another directory for the API server's data, the compiled operator and the logs,
+// so that two benchmarks on one machine do not stop each other's API server.
+export const CACHE = process.env.BENCH_CACHE ?? path.join(REPO_ROOT, ".cache", "bench");
 const DIST = path.join(CACHE, "dist");
 
 function newestMtime(dir: string): number {
@@ -30,7 +32,7 @@ export async function buildOperator(): Promise<string> {
   const stamp = path.join(DIST, ".stamp");
   const srcTime = newestMtime(path.join(REPO_ROOT, "src"));
   if (existsSync(stamp) && Number(readFileSync(stamp, "utf8")) === srcTime && existsSync(cli)) return cli;
-  log("compiling the operator (src/ -> .cache/bench/dist)");
+  log(`compiling the operator (src/ -> ${path.relative(REPO_ROOT, DIST)})`);
   const tsc = path.join(REPO_ROOT, "node_modules", "typescript", "bin", "tsc");
   await execFileAsync(process.execPath, [tsc, "-p", path.join(REPO_ROOT, "tsconfig.build.json"), "--outDir", DIST, "--sourceMap", "false"], { cwd: REPO_ROOT });
   writeFileSync(stamp, String(srcTime));

@@ -1,6 +1,7 @@
 // Scenario 3: S Sandboxes with a short TTL kept alive for M minutes while the service answers
 // with jittered latency and a share of errors (half 500, half dropped connections). Target:
-// zero expirations, and about one renewal per VM per renewal window (ttl - renewBefore).
+// zero expirations, about one renewal per VM per renewal window (ttl - renewBefore), and at
+// most 0.1 Kubernetes writes per renewal (status reports them every --sandbox-status-interval).
 import type { Cluster } from "../lib/cluster.js";
 import { by, delta, sum } from "../../dev/prometheus.js";
 import { sandbox } from "../lib/resources.js";
@@ -36,7 +37,8 @@ export interface RenewalResult {
   /** Seconds between a VM's renewals: how early before expiry they land (p50/p99 of the margin left). */
   marginLeftSeconds: { p1: number; p50: number; min: number };
   service: { calls: number; byOperation: Record<string, number>; byStatus: Record<string, number> };
-  kube: { writes: number; writesByResource: Record<string, number> };
+  /** Writes over the window; per renewal: all of them, and the Sandboxes' status alone. */
+  kube: { writes: number; writesByResource: Record<string, number>; writesPerRenewal: number; statusWritesPerRenewal: number };
   rssMB: number | null;
   peakRssMB: number | null;
 }
@@ -145,13 +147,19 @@ export async function renewals(cluster: Cluster, p: RenewalParams): Promise<Rene
       },
       marginLeftSeconds: { p1: round(percentile(margins, 1), 1), p50: round(percentile(margins, 50), 1), min: round(Math.min(...margins), 1) },
       service: { calls: after.service.total - before.service.total, byOperation: ops, byStatus: statuses },
-      kube: { writes: sum(d, "rest_client_requests_total", { method: (m) => m !== "GET" }), writesByResource },
+      kube: {
+        writes: sum(d, "rest_client_requests_total", { method: (m) => m !== "GET" }),
+        writesByResource,
+        writesPerRenewal: round(sum(d, "rest_client_requests_total", { method: (m) => m !== "GET" }) / Math.max(1, ok), 3),
+        statusWritesPerRenewal: round((writesByResource["sandboxes/status"] ?? 0) / Math.max(1, ok), 3),
+      },
       rssMB: proc ? round(proc.rssMB, 1) : null,
       peakRssMB: proc ? round(proc.peakMB, 1) : null,
     };
     log(
       `renewals: expirations ${expirations}; renewals ok ${ok}, failed ${failed}; per VM per window ${result.renewals.perVmPerWindow}; ` +
-        `margin left p1 ${result.marginLeftSeconds.p1} s, min ${result.marginLeftSeconds.min} s`,
+        `margin left p1 ${result.marginLeftSeconds.p1} s, min ${result.marginLeftSeconds.min} s; ` +
+        `Kubernetes writes per renewal ${result.kube.writesPerRenewal} (${JSON.stringify(writesByResource)})`,
     );
     return result;
   } finally {

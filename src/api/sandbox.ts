@@ -79,9 +79,44 @@ export const SandboxStatusSchema = statusSchema("Observed state of the sandbox V
   wsURL: Type.Optional(Type.String({ description: "WebSocket URL of the VM (also in the connection Secret)." })),
   configHash: Type.Optional(Type.String({ description: "Hash of the allocation options of the current VM." })),
   allocatedAt: Type.Optional(Type.String({ description: "When the current VM was allocated.", format: "date-time" })),
-  expiresAt: Type.Optional(Type.String({ description: "When the VM expires unless renewed.", format: "date-time" })),
-  lastRenewedAt: Type.Optional(Type.String({ description: "When the VM was last renewed.", format: "date-time" })),
-  renewals: Type.Optional(Type.Integer({ description: "Renewals of the current VM.", minimum: 0 })),
+  expiresAt: Type.Optional(
+    Type.String({
+      description:
+        "When the VM expires unless renewed, as of reportedAt. Renewals are not written one by one: while the VM is kept alive (renewEverySeconds above 0) this time moves on every renewEverySeconds and is written at the next report, so it may be in the past on a VM that is alive. The VM is being renewed while Ready is True and reportedAt is less than reportEverySeconds + renewEverySeconds old.",
+      format: "date-time",
+    }),
+  ),
+  lastRenewedAt: Type.Optional(
+    Type.String({ description: "When the VM was last renewed (or allocated), as of reportedAt.", format: "date-time" }),
+  ),
+  renewals: Type.Optional(
+    Type.Integer({
+      description:
+        "Renewals of the current VM, as of reportedAt. Counted by the operator and written at each report; after an operator restart, renewals its predecessor made since its last report are counted from how far the VM's expiry moved. The metric agentcompute_sandbox_renewals_total counts them as they happen.",
+      minimum: 0,
+    }),
+  ),
+  renewEverySeconds: Type.Optional(
+    Type.Integer({
+      description:
+        "Seconds between two renewals: ttlSeconds - renewBeforeSeconds (each lands up to 10 % of renewBeforeSeconds earlier, to spread renewals). 0: the VM is not renewed (keepAlive false, or managementPolicies without Create and Update).",
+      minimum: 0,
+    }),
+  ),
+  reportedAt: Type.Optional(
+    Type.String({
+      description:
+        "When the operator last wrote expiresAt, lastRenewedAt and renewals. It writes them for a new VM, and otherwise, once they changed, at the first renewal (or resync) at least reportEverySeconds after the previous report, never when nothing changed, so while the VM is renewed this is at most reportEverySeconds + renewEverySeconds old; older means the operator is not renewing it. Conditions, state and a failure are written as soon as they change.",
+      format: "date-time",
+    }),
+  ),
+  reportEverySeconds: Type.Optional(
+    Type.Integer({
+      description:
+        "The operator's status interval (agent-operator run --sandbox-status-interval, default 10m) in seconds: renewals are reported at most this often. 0: at every renewal.",
+      minimum: 0,
+    }),
+  ),
 });
 export type SandboxStatus = Static<typeof SandboxStatusSchema>;
 export type Sandbox = Resource<SandboxSpec, SandboxStatus>;
@@ -108,11 +143,27 @@ export const sandboxKind: KindDefinition = {
     { name: "State", type: "string", jsonPath: ".status.state" },
     // A time in the future: a `date` column renders an age, and kubectl prints <invalid> for one
     // still to come. The RFC 3339 time itself is what a person can read (docs/design.md).
+    // Renewals are reported every few minutes, not one by one: Expires is as of Reported, and
+    // the VM is renewed every "Renew Every" seconds meanwhile (docs/design.md, Sandbox).
     {
       name: "Expires",
       type: "string",
       jsonPath: ".status.expiresAt",
-      description: "When the VM expires unless renewed (RFC 3339, UTC).",
+      description: "When the VM expires unless renewed, as of Reported (RFC 3339, UTC); renewed every Renew Every seconds meanwhile.",
+      priority: 1,
+    },
+    {
+      name: "Renew Every (s)",
+      type: "integer",
+      jsonPath: ".status.renewEverySeconds",
+      description: "Seconds between two renewals (0: not renewed).",
+      priority: 1,
+    },
+    {
+      name: "Reported",
+      type: "string",
+      jsonPath: ".status.reportedAt",
+      description: "When the operator last reported the VM's expiry and renewals (RFC 3339, UTC).",
       priority: 1,
     },
     ...readyColumns,

@@ -15,7 +15,7 @@ import type { Controller, Request } from "../runtime/controller.js";
 import type { Informer } from "../runtime/informer.js";
 import { configMapsPath, resourcePath, secretsPath, type KubeObject } from "../runtime/kube-client.js";
 import type { Manager } from "../runtime/manager.js";
-import { serviceClientHooks } from "../runtime/metrics.js";
+import { serviceClientHooks, type Metrics } from "../runtime/metrics.js";
 import { ConnectionPool, type InventoryKind, type ServiceHandle } from "./connection-pool.js";
 import { ObjectStore, type ConfigMapObject } from "./object-store.js";
 
@@ -24,6 +24,12 @@ export interface OperatorOptions {
   syncPeriodMs: number;
   /** Workers per controller; default 8. */
   concurrency: number;
+  /**
+   * A Sandbox's status is written on a change a user must see, and otherwise at most this
+   * often, at a renewal (`--sandbox-status-interval`, 10 min in `agent-operator run`). Absent
+   * or 0: at every renewal.
+   */
+  sandboxStatusIntervalMs?: number;
 }
 
 /** What a kind's module may use to describe itself: the shared caches and a clock. */
@@ -34,6 +40,10 @@ export interface KindContext {
   readonly configMaps: Informer<ConfigMapObject>;
   readonly store: ObjectStore;
   now(): Date;
+  /** The operator's options a kind reads (absent in unit tests: the defaults apply). */
+  readonly options?: Pick<OperatorOptions, "sandboxStatusIntervalMs">;
+  /** The operator's metrics, for a kind's own series (absent in unit tests). */
+  readonly metrics?: Metrics;
 }
 
 /** What is particular to one managed kind; everything else is setupManagedKind's. */
@@ -71,6 +81,7 @@ export class OperatorContext implements KindContext {
   readonly pool: ConnectionPool;
   /** agentcompute_managed_resource_* of every managed kind (src/managed/resource-metrics.ts). */
   readonly resourceMetrics: ResourceMetrics;
+  readonly metrics: Metrics;
   /** The managed kinds' informers, for "who uses this Connection". */
   private readonly users: Array<{ kind: string; informer: Informer<ManagedResource> }> = [];
   private readonly onInventoryChange = new Map<InventoryKind, (namespace: string, connection: string, changed: Set<string>) => void>();
@@ -86,6 +97,7 @@ export class OperatorContext implements KindContext {
     this.status = new StatusWriter(manager.client);
     this.secretWriter = new ConnectionSecretWriter(manager.client, this.secrets);
     this.resourceMetrics = new ResourceMetrics(manager.metrics.registry);
+    this.metrics = manager.metrics;
     this.pool = new ConnectionPool({
       connections: this.connections,
       secrets: this.secrets,

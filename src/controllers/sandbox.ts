@@ -3,12 +3,20 @@
 // (jittered), so a cold-start backlog never delays it. A VM that disappears is replaced while
 // keepAlive is true; a change of tier, skills, env or secureRuntime replaces the VM (the new
 // one first, then the old one is released).
+//
+// A renewal is one service call and, in the steady state, no Kubernetes write: the renewals
+// are counted in memory and status reports them (expiresAt, lastRenewedAt, renewals,
+// reportedAt) at most every --sandbox-status-interval, as the kubelet reports node status
+// (KEP-589). Status also says the cadences (renewEverySeconds, reportEverySeconds), so a reader
+// can tell a VM that is alive from one that is not even when expiresAt is in the past.
 import { createHash } from "node:crypto";
 import { Annotations, ConditionType, MARKER_KEY, kindNames } from "../api/names.js";
 import type { Sandbox, SandboxStatus, Skill } from "../api/index.js";
 import { NotReadyError } from "../managed/errors.js";
 import type { ActionResult, ConnectionDetails, ExternalClient, Observation, Planned } from "../managed/external.js";
+import { managementOf } from "../managed/management-policies.js";
 import type { Informer } from "../runtime/informer.js";
+import type { Metrics } from "../runtime/metrics.js";
 import { formatTime } from "../runtime/status.js";
 import {
   isNotFound,
@@ -43,11 +51,28 @@ export function renewBeforeSeconds(cr: Sandbox): number {
   return Math.min(wanted, Math.max(1, ttl - 1));
 }
 
+/**
+ * Seconds between two renewals of a VM kept alive (a renewal lands up to 10 % of
+ * renewBeforeSeconds earlier, the jitter); 0 for one that is not renewed (keepAlive false, or
+ * management policies without Create and Update).
+ */
+export function renewEverySeconds(cr: Sandbox): number {
+  if (!(cr.spec.keepAlive ?? true) || !managementOf(cr.spec).upkeep) return 0;
+  return ttlSeconds(cr) - renewBeforeSeconds(cr);
+}
+
 /** Sandbox VMs; a Skill (by its name in the service) or an envFrom Secret changing brings them back. */
 export function sandboxes(ctx: KindContext): ManagedKind<Sandbox, SandboxPlan> {
   const skills = ctx.informer<Skill>(kindNames.skill);
   skills.addIndex(SKILL_NAME_INDEX, (s) => [`${s.metadata.namespace}/${skillName(s)}`]);
-  const deps: SandboxDeps = { store: ctx.store, skills, now: () => ctx.now() };
+  const deps: SandboxDeps = {
+    store: ctx.store,
+    skills,
+    now: () => ctx.now(),
+    statusIntervalMs: ctx.options?.sandboxStatusIntervalMs ?? 0,
+    tallies: new Map(),
+    metrics: ctx.metrics,
+  };
   return {
     names: kindNames.sandbox,
     controller: "sandbox",
@@ -62,6 +87,7 @@ export function sandboxes(ctx: KindContext): ManagedKind<Sandbox, SandboxPlan> {
       const usingSecret = referrers(own, "envFromSecret", (sb) => (sb.spec.envFrom ?? []).map((e) => e.secretRef.name));
       controller.watch(skills, (sk) => loading({ metadata: { namespace: sk.metadata.namespace, name: skillName(sk) } }).map(requestOf));
       controller.watch(ctx.secrets, (s) => usingSecret(s).map(requestOf));
+      own.on("delete", (sb) => deps.tallies.delete(sb.metadata.uid));
     },
   };
 }
@@ -71,10 +97,33 @@ export interface SandboxDeps {
   /** Indexed by SKILL_NAME_INDEX. */
   skills: Informer<Skill>;
   now(): Date;
+  /** Status reports renewals at most this often (ms); 0: at every renewal. */
+  statusIntervalMs: number;
+  /** Per Sandbox (uid): its VM's renewals as this process counted them, reported or not. */
+  tallies: Map<string, Tally>;
+  metrics?: Pick<Metrics, "sandboxRenewals" | "sandboxRenewalLateness">;
 }
 
-/** The allocation the spec asks for; waits for Skills managed here and for envFrom Secrets. */
-export function desiredAllocation(cr: Sandbox, handle: ServiceHandle, deps: SandboxDeps): AllocateVMRequest {
+/**
+ * What is known of a VM's renewals, whether status says it yet or not. The count is absolute,
+ * not "since the last report": a status write that fails is made good by the next report, and
+ * nothing is ever counted twice.
+ */
+export interface Tally {
+  vmId: string;
+  renewals: number;
+  lastRenewedAt: string | undefined;
+}
+
+/**
+ * The allocation the spec asks for; waits for Skills managed here and for envFrom Secrets.
+ * Reads only `store` and `skills` of the deps (a SandboxRun's template allocates with it too).
+ */
+export function desiredAllocation(
+  cr: Sandbox,
+  handle: ServiceHandle,
+  deps: Pick<SandboxDeps, "store" | "skills"> & Partial<SandboxDeps>,
+): AllocateVMRequest {
   const { spec, metadata } = cr;
   for (const name of spec.skills ?? []) {
     const skill = deps.skills.byIndex(SKILL_NAME_INDEX, `${metadata.namespace}/${name}`)[0];
@@ -175,6 +224,8 @@ class SandboxClient implements ExternalClient<Sandbox, SandboxPlan> {
     const jitterMs = Math.random() * renewBeforeSeconds(cr) * 100;
     const nextAt = keepAlive ? renewAt - jitterMs : expiresAt + 1000;
     const sameVM = cr.status?.vmId === found.id;
+    // A VM found another way than by status (adopted) is reported at once.
+    const report = this.report(cr, found, this.known(cr, found), now, !sameVM);
     // The VM record has no endpoint or ws_url: they came with the allocation and are in status.
     // A VM found another way (adopted after a crash, or by annotation) is asked for them once.
     const where = sameVM ? { endpoint: cr.status?.endpoint, ws_url: cr.status?.wsURL } : await this.whereIs(found.id);
@@ -191,6 +242,8 @@ class SandboxClient implements ExternalClient<Sandbox, SandboxPlan> {
         // resync after a cold start rewrites the status of every Sandbox for nothing.
         ...(sameVM && cr.status?.allocatedAt !== undefined ? { allocatedAt: cr.status.allocatedAt } : {}),
         ...(cr.status?.configHash ?? hash ? { configHash: cr.status?.configHash ?? hash } : {}),
+        ...this.cadence(cr),
+        ...report,
       },
       connectionDetails: detailsOf({ vm_id: found.id, token: found.token, ...where }),
       requeueAfterMs: Math.max(0, nextAt - now),
@@ -274,16 +327,20 @@ class SandboxClient implements ExternalClient<Sandbox, SandboxPlan> {
 
   private async renew(cr: Sandbox, current: AgentVM, opts: { replaceIfGone: boolean }): Promise<ActionResult<SandboxStatus>> {
     try {
+      const before = this.known(cr, current);
       const renewed = await this.handle.client.vms.renew(current.id, ttlSeconds(cr));
-      this.handle.vms.put({ ...current, ...renewed });
       const now = this.deps.now();
       const expiresAt = Date.parse(renewed.expires_at ?? "") || now.getTime() + ttlSeconds(cr) * 1000;
+      const vm: AgentVM = { ...current, ...renewed, expires_at: renewed.expires_at ?? formatTime(new Date(expiresAt)) };
+      this.handle.vms.put(vm);
+      const tally: Tally = { vmId: current.id, renewals: before.renewals + 1, lastRenewedAt: formatTime(now) };
+      this.deps.tallies.set(cr.metadata.uid, tally);
+      const dueAt = (Date.parse(current.expires_at ?? "") || now.getTime()) - renewBeforeSeconds(cr) * 1000;
+      this.deps.metrics?.sandboxRenewals.inc();
+      this.deps.metrics?.sandboxRenewalLateness.observe(Math.max(0, now.getTime() - dueAt) / 1000);
       return {
-        status: {
-          ...statusOf({ ...current, ...renewed }),
-          lastRenewedAt: formatTime(now),
-          renewals: (cr.status?.renewals ?? 0) + 1,
-        },
+        // No write unless a report is due: the renewal is in memory and in the metrics.
+        status: { state: vm.state, ...this.report(cr, vm, tally, now.getTime()) },
         requeueAfterMs: Math.max(0, expiresAt - renewBeforeSeconds(cr) * 1000 - now.getTime()),
         priority: true,
         // Routine: status.renewals and lastRenewedAt tell it. An Event per renewal was 2,000
@@ -304,6 +361,39 @@ class SandboxClient implements ExternalClient<Sandbox, SandboxPlan> {
         event: { reason: "VMReplaced", message: `VM ${current.id} was gone at renewal; allocated ${vm.vm_id}`, warning: true },
       };
     }
+  }
+
+  /** The renewals of `vm` this process counted, or, for one it has not renewed, what status says. */
+  private known(cr: Sandbox, vm: AgentVM): Tally {
+    const tally = this.deps.tallies.get(cr.metadata.uid);
+    if (tally?.vmId === vm.id) return tally;
+    if (cr.status?.vmId === vm.id) return recoveredTally(cr, vm);
+    return { vmId: vm.id, renewals: 0, lastRenewedAt: undefined };
+  }
+
+  /**
+   * The renewal fields, when a report is due: something in them changed since status last
+   * said it, and the last report is at least the status interval old (at once when `fresh`: a
+   * VM that status does not name yet). Otherwise nothing, so the status writer has nothing to
+   * write.
+   */
+  private report(cr: Sandbox, vm: AgentVM, tally: Tally, now: number, fresh = false): Partial<SandboxStatus> {
+    const said = cr.status;
+    const changed =
+      fresh ||
+      !sameInstant(said?.expiresAt, vm.expires_at) ||
+      said?.renewals !== tally.renewals ||
+      (tally.lastRenewedAt !== undefined && said?.lastRenewedAt !== tally.lastRenewedAt);
+    if (!changed) return {};
+    const last = Date.parse(said?.reportedAt ?? "");
+    const due = fresh || !Number.isFinite(last) || now < last || now - last >= this.deps.statusIntervalMs;
+    if (!due) return {};
+    return { expiresAt: vm.expires_at, lastRenewedAt: tally.lastRenewedAt, renewals: tally.renewals, reportedAt: formatTime(new Date(now)) };
+  }
+
+  /** The cadences a reader needs to judge expiresAt and reportedAt; they change only with the spec or the flag. */
+  private cadence(cr: Sandbox): Partial<SandboxStatus> {
+    return { renewEverySeconds: renewEverySeconds(cr), reportEverySeconds: Math.round(this.deps.statusIntervalMs / 1000) };
   }
 
   async cleanup(cr: Sandbox, leftovers: string[]): Promise<void> {
@@ -333,6 +423,8 @@ class SandboxClient implements ExternalClient<Sandbox, SandboxPlan> {
   private afterAllocate(cr: Sandbox, vm: Allocation, request: AllocateVMRequest): ActionResult<SandboxStatus> {
     const now = this.deps.now();
     const expiresAt = Date.parse(vm.expires_at ?? "") || now.getTime() + ttlSeconds(cr) * 1000;
+    // A new VM is news: reported at once, and counted from 0.
+    this.deps.tallies.set(cr.metadata.uid, { vmId: vm.vm_id, renewals: 0, lastRenewedAt: formatTime(now) });
     return {
       status: {
         ...statusOf(vmOf(vm, request, now)),
@@ -340,8 +432,11 @@ class SandboxClient implements ExternalClient<Sandbox, SandboxPlan> {
         wsURL: vm.ws_url,
         configHash: allocationHash(cr, request),
         allocatedAt: formatTime(now),
+        expiresAt: vm.expires_at ?? formatTime(new Date(expiresAt)),
         lastRenewedAt: formatTime(now),
         renewals: 0,
+        reportedAt: formatTime(now),
+        ...this.cadence(cr),
       },
       connectionDetails: detailsOf(vm),
       requeueAfterMs: Math.max(0, expiresAt - renewBeforeSeconds(cr) * 1000 - now.getTime()),
@@ -400,16 +495,46 @@ function vmOf(a: Allocation, req: AllocateVMRequest, now: Date): AgentVM {
   return vm;
 }
 
-/** What the VM record says; endpoint and ws_url are not in it (see observe). */
+/**
+ * What the VM record says, but its expiry (a report's business, see report()); endpoint and
+ * ws_url are not in it (see observe).
+ */
 function statusOf(vm: AgentVM): Partial<SandboxStatus> {
   return {
     vmId: vm.id,
     state: vm.state,
     tier: vm.tier,
     skillsLoaded: vm.skills,
-    expiresAt: vm.expires_at,
     ...(vm.allocated_at ? { allocatedAt: vm.allocated_at } : {}),
   };
+}
+
+/**
+ * The renewals of the VM status names, for a process that has not counted them itself (after
+ * a restart or a failover): status's count, plus the renewals made after its last report and
+ * lost with the process that made them. Only renewals move a VM's expiry, each by the time
+ * since the one before (renewEverySeconds less the jitter, 5 % of renewBeforeSeconds on
+ * average), so how far the VM's expiry moved past the reported one says how many there were.
+ */
+export function recoveredTally(cr: Sandbox, vm: AgentVM): Tally {
+  const said = cr.status;
+  const reported = Date.parse(said?.expiresAt ?? "");
+  const current = Date.parse(vm.expires_at ?? "");
+  const moved = current - reported;
+  if (!(moved >= 1000)) return { vmId: vm.id, renewals: said?.renewals ?? 0, lastRenewedAt: said?.lastRenewedAt };
+  const spacingMs = Math.max(1000, (ttlSeconds(cr) - renewBeforeSeconds(cr)) * 1000 - renewBeforeSeconds(cr) * 50);
+  const missed = Math.max(1, Math.round(moved / spacingMs));
+  // A renewal sets the expiry to its own time plus the TTL.
+  const lastRenewedAt = formatTime(new Date(current - (vm.ttl_seconds ?? ttlSeconds(cr)) * 1000));
+  return { vmId: vm.id, renewals: (said?.renewals ?? 0) + missed, lastRenewedAt };
+}
+
+/** The same instant, to the second: the service's list and its write answers may differ in precision. */
+function sameInstant(a: string | undefined, b: string | undefined): boolean {
+  if (a === b) return true;
+  const x = Date.parse(a ?? "");
+  const y = Date.parse(b ?? "");
+  return Number.isFinite(x) && Number.isFinite(y) && Math.abs(x - y) < 1000;
 }
 
 function detailsOf(vm: { vm_id: string; token?: string | undefined; endpoint?: string | undefined; ws_url?: string | undefined }): ConnectionDetails {

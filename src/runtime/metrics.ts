@@ -24,6 +24,9 @@ const RECONCILE_BUCKETS = [
   2.0, 2.5, 3.0, 3.5, 4.0, 4.5, 5, 6, 7, 8, 9, 10, 15, 20, 25, 30, 40, 50, 60,
 ];
 
+/** A renewal's lateness: on time (0, the usual), then up to a 10-minute renewal window. */
+const RENEWAL_LATENESS_BUCKETS = [0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600];
+
 /** client-go's rest_client_request_duration_seconds buckets. */
 const KUBE_BUCKETS = [0.005, 0.025, 0.1, 0.25, 0.5, 1, 2, 4, 8, 15, 30, 60];
 
@@ -70,6 +73,11 @@ export class Metrics {
   // Kubernetes API client (client-go's rest_client_requests_total, plus the resource)
   readonly kubeRequests: Counter<"method" | "resource" | "code">;
   readonly kubeRequestDuration: Histogram<"method" | "resource">;
+
+  // Sandbox TTL renewals (src/controllers/sandbox.ts): status says them only every
+  // --sandbox-status-interval, these series at once.
+  readonly sandboxRenewals: Counter;
+  readonly sandboxRenewalLateness: Histogram;
 
   // the service client's agentcompute_service_* (defined in src/service/metrics.ts)
   readonly service: ServiceMetrics;
@@ -218,6 +226,18 @@ export class Metrics {
       help: "Time until the Kubernetes API server's answer (headers; for watches, the stream opening), by method and resource",
       labelNames: ["method", "resource"],
       buckets: KUBE_BUCKETS,
+      registers,
+    });
+
+    this.sandboxRenewals = new Counter({
+      name: "agentcompute_sandbox_renewals_total",
+      help: "Sandbox VM TTL renewals the service accepted",
+      registers,
+    });
+    this.sandboxRenewalLateness = new Histogram({
+      name: "agentcompute_sandbox_renewal_lateness_seconds",
+      help: "How long after it was due (expiresAt - renewBeforeSeconds) a Sandbox VM was renewed; 0 when on time",
+      buckets: RENEWAL_LATENESS_BUCKETS,
       registers,
     });
 

@@ -35,6 +35,8 @@ export async function startOperator(opts: {
   logs: string[];
   syncPeriodMs?: number;
   concurrency?: number;
+  /** --sandbox-status-interval; absent: status reports every renewal. */
+  sandboxStatusIntervalMs?: number;
 }): Promise<OperatorProcess> {
   const kubeConfig = new KubeConfig();
   kubeConfig.loadFromFile(testKubeconfig());
@@ -60,6 +62,7 @@ export async function startOperator(opts: {
   const operator = setupOperator(manager, {
     syncPeriodMs: opts.syncPeriodMs ?? 600_000,
     concurrency: opts.concurrency ?? 4,
+    ...(opts.sandboxStatusIntervalMs !== undefined && { sandboxStatusIntervalMs: opts.sandboxStatusIntervalMs }),
   });
   await manager.start();
   return {
@@ -86,6 +89,8 @@ export interface Stack {
 export async function startStack(opts: {
   namespace: string;
   syncPeriodMs?: number;
+  /** --sandbox-status-interval of the operator; absent: status reports every renewal. */
+  sandboxStatusIntervalMs?: number;
   emulator?: EmulatorOptions;
   /** Create the Secret + Connection "default" pointing at the emulator (default true). */
   connection?: boolean;
@@ -101,10 +106,10 @@ export async function startStack(opts: {
     emulator,
     logs,
     kube: new KubeClient({ kubeConfig }),
-    operator: await startOperator({ namespace: opts.namespace, logs, syncPeriodMs: opts.syncPeriodMs }),
+    operator: await startOperator({ namespace: opts.namespace, logs, syncPeriodMs: opts.syncPeriodMs, sandboxStatusIntervalMs: opts.sandboxStatusIntervalMs }),
     async restartOperator() {
       await stack.operator.stop();
-      stack.operator = await startOperator({ namespace: opts.namespace, logs, syncPeriodMs: opts.syncPeriodMs });
+      stack.operator = await startOperator({ namespace: opts.namespace, logs, syncPeriodMs: opts.syncPeriodMs, sandboxStatusIntervalMs: opts.sandboxStatusIntervalMs });
     },
     async stop() {
       await stack.operator.stop();
