@@ -9,7 +9,7 @@ import type { EventRecorder } from "../runtime/events.js";
 import type { Informer } from "../runtime/informer.js";
 import type { KubeClient } from "../runtime/kube-client.js";
 import { resourcePath } from "../runtime/kube-client.js";
-import type { ReconcileContext, Reconciler, Request, Result } from "../runtime/controller.js";
+import { RetryNoLaterThan, type ReconcileContext, type Reconciler, type Request, type Result } from "../runtime/controller.js";
 import { PAUSED_REASON, kstatusConditions, pausedConditions, type StatedCondition } from "./conditions.js";
 import { patchFinalizers } from "./finalizers.js";
 import type { StatusWriter } from "./status-writer.js";
@@ -180,12 +180,20 @@ export class ManagedReconciler<R extends ManagedResource, Plan = unknown> implem
         : { state: "ready", reason: "Available", message: withPollNote(cr, availableMessage(management, drift)) },
     );
     if (!management.update) conditions.push(this.driftCondition(cr, management, drift ?? []));
-    await this.writeStatus(cr, { ...observed.status, ...action?.status } as Partial<StatusOf<R>>, conditions);
-    this.opts.resourceMetrics?.reconciled(cr, this.now());
     // What the action did supersedes what was observed before it (a renewal moves the next one).
     const scheduled = action !== undefined ? action.requeueAfterMs : observed.requeueAfterMs;
     const requeueAfterMs = Math.max(1, Math.min(this.jitteredSyncPeriod(cr), scheduled ?? Infinity));
     const priority = (action !== undefined ? action.priority : observed.priority) ?? false;
+    try {
+      await this.writeStatus(cr, { ...observed.status, ...action?.status } as Partial<StatusOf<R>>, conditions);
+    } catch (err) {
+      // The service side is done; only the report failed (API server down). The retry backs
+      // off as any error does, but never past what the service needs next: a growing backoff
+      // outliving a VM's renewal time would let it expire over a status write.
+      if (scheduled === undefined) throw err;
+      throw new RetryNoLaterThan(err, requeueAfterMs, priority);
+    }
+    this.opts.resourceMetrics?.reconciled(cr, this.now());
     return { requeueAfterMs, priority };
   }
 

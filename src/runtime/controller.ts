@@ -31,6 +31,21 @@ export interface Result {
   requeue?: boolean;
 }
 
+/**
+ * A failure whose retry must come no later than `ms` (the priority lane if `priority`) however
+ * far the key's backoff has grown: the work it reports is done, and something is due by then (a
+ * TTL renewal). The retry still counts as an error, and the backoff still grows.
+ */
+export class RetryNoLaterThan extends Error {
+  constructor(
+    cause: unknown,
+    readonly ms: number,
+    readonly priority: boolean,
+  ) {
+    super(cause instanceof Error ? cause.message : String(cause), { cause });
+  }
+}
+
 export interface ReconcileContext {
   /** Child logger with controller, namespace, name, reconcileID. */
   log: Logger;
@@ -234,6 +249,8 @@ export class Controller {
       this.metrics.reconcileTotal.inc({ controller: this.name, result: "error" });
       if (!(err instanceof Error)) this.metrics.reconcilePanics.inc({ controller: this.name });
       this.queue.addRateLimited(key, { priority });
+      // The earlier of the two wins (the queue keeps the earliest time asked for a key).
+      if (err instanceof RetryNoLaterThan) this.queue.addAfter(key, err.ms, { priority: err.priority });
       // The message only: never the object, whose spec may hold what it should not.
       log.error({ err: errorMessage(err, { labelNonError: true }), retries: retries + 1 }, "reconciler error");
     } finally {

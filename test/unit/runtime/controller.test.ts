@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { Controller, generationChanged, parseKey, requestKey, type ReconcileContext, type Request, type Result } from "../../../src/runtime/controller.js";
+import { Controller, RetryNoLaterThan, generationChanged, parseKey, requestKey, type ReconcileContext, type Request, type Result } from "../../../src/runtime/controller.js";
 import { silentLogger } from "../../../src/runtime/logging.js";
 import { Metrics } from "../../../src/runtime/metrics.js";
 import { ItemExponentialFailureRateLimiter } from "../../../src/runtime/workqueue.js";
@@ -104,6 +104,31 @@ describe("Controller", () => {
     await until(() => calls === 3);
     await until(() => c.queue.processingLen() === 0);
     expect(await metrics.registry.metrics()).toMatch(/controller_runtime_reconcile_panics_total\{controller="test"\} 2/);
+    await c.stop(1_000);
+  });
+
+  it("a failure that must be retried no later than a time is, however long the key's backoff has grown", async () => {
+    const metrics = new Metrics({ defaultMetrics: false });
+    const seen: boolean[] = [];
+    const c = new Controller({
+      name: "test",
+      // A backoff of an hour from the first failure: only the cap can bring the key back.
+      rateLimiter: new ItemExponentialFailureRateLimiter(3_600_000, 3_600_000),
+      reconciler: {
+        reconcile: async (_req, ctx) => {
+          seen.push(ctx.priority);
+          if (seen.length === 1) throw new RetryNoLaterThan(new Error("status write failed"), 20, true);
+        },
+      },
+      concurrency: 1,
+      logger: silentLogger(),
+      metrics,
+    });
+    await c.start();
+    c.enqueue({ namespace: "ns", name: "renew" });
+    await until(() => seen.length === 2);
+    expect(seen).toEqual([false, true]);
+    expect(await metrics.registry.metrics()).toMatch(/controller_runtime_reconcile_total\{controller="test",result="error"\} 1/);
     await c.stop(1_000);
   });
 
