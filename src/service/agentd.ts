@@ -155,7 +155,7 @@ export class AgentdClient {
       await this.json("commands.kill", "DELETE", `v1/commands/${encodeURIComponent(id)}`);
       return true;
     } catch (err) {
-      if (err instanceof ServiceError && err.status === 404 && err.errorCode === undefined) return false;
+      if (isAgentdNotFound(err)) return false;
       throw err;
     }
   }
@@ -186,6 +186,38 @@ export class AgentdClient {
     await this.json("code.contexts.delete", "DELETE", `v1/code/contexts/${encodeURIComponent(contextId)}`);
   }
 
+  /** A file's text; undefined when the VM has no such file (agentd's own 404). */
+  async downloadFile(path: string): Promise<string | undefined> {
+    try {
+      return (await this.call("files.download", "GET", `v1/files/download?path=${encodeURIComponent(path)}`)).text;
+    } catch (err) {
+      if (isAgentdNotFound(err)) return undefined;
+      throw err;
+    }
+  }
+
+  /** Writes a file (multipart: path, file), creating its directories. */
+  async uploadFile(path: string, content: string): Promise<void> {
+    const boundary = `----agent-operator-${Math.random().toString(36).slice(2)}${Date.now().toString(36)}`;
+    const name = path.split("/").pop() || "file";
+    const bytes = Buffer.concat([
+      Buffer.from(`--${boundary}\r\nContent-Disposition: form-data; name="path"\r\n\r\n${path}\r\n`),
+      Buffer.from(`--${boundary}\r\nContent-Disposition: form-data; name="file"; filename="${name.replace(/["\r\n]/g, "_")}"\r\nContent-Type: application/octet-stream\r\n\r\n`),
+      Buffer.from(content, "utf8"),
+      Buffer.from(`\r\n--${boundary}--\r\n`),
+    ]);
+    await this.call("files.upload", "POST", "v1/files/upload", new RawBody(bytes, `multipart/form-data; boundary=${boundary}`));
+  }
+
+  /** Removes a directory and what is in it (gone already: fine). */
+  async removeDirectory(path: string): Promise<void> {
+    try {
+      await this.call("directories.delete", "DELETE", "v1/directories", [path]);
+    } catch (err) {
+      if (!isAgentdNotFound(err)) throw err;
+    }
+  }
+
   close(): Promise<void> {
     return this.agent.close();
   }
@@ -194,17 +226,22 @@ export class AgentdClient {
 
   /** A plain call: JSON (or nothing) back. */
   private async json(operation: string, method: Method, path: string, body?: unknown): Promise<unknown> {
+    const { status, text } = await this.call(operation, method, path, body);
+    if (text.trim() === "") return undefined;
+    try {
+      return JSON.parse(text) as unknown;
+    } catch {
+      throw new ServiceError({ operation, status, message: `${operation}: the VM answered HTTP ${status} with a body that is not JSON`, retryable: false });
+    }
+  }
+
+  /** A plain call: the status and the body's text, within the timeout. */
+  private async call(operation: string, method: Method, path: string, body?: unknown): Promise<{ status: number; text: string }> {
     const ac = new AbortController();
     const timer = setTimeout(() => ac.abort(new Error(`no answer within ${this.timeoutMs} ms`)), this.timeoutMs);
     try {
       const res = await this.send(operation, method, path, body, ac.signal, this.timeoutMs);
-      const text = await res.body.text();
-      if (text.trim() === "") return undefined;
-      try {
-        return JSON.parse(text) as unknown;
-      } catch {
-        throw new ServiceError({ operation, status: res.statusCode, message: `${operation}: the VM answered HTTP ${res.statusCode} with a body that is not JSON`, retryable: false });
-      }
+      return { status: res.statusCode, text: await res.body.text() };
     } finally {
       clearTimeout(timer);
     }
@@ -234,9 +271,9 @@ export class AgentdClient {
             authorization: `Bearer ${token}`,
             accept: operation === "commands.run" || operation === "code.execute" ? "text/event-stream" : "application/json",
             "user-agent": "agent-operator/agentd-client",
-            ...(body !== undefined && { "content-type": "application/json" }),
+            ...(body !== undefined && { "content-type": body instanceof RawBody ? body.contentType : "application/json" }),
           },
-          body: body === undefined ? null : JSON.stringify(body),
+          body: body === undefined ? null : body instanceof RawBody ? body.bytes : JSON.stringify(body),
           signal,
           bodyTimeout,
         });
@@ -263,6 +300,22 @@ export class AgentdClient {
       });
     }
   }
+}
+
+/** A body sent as it is (a multipart upload), not as JSON. */
+class RawBody {
+  constructor(
+    readonly bytes: Buffer,
+    readonly contentType: string,
+  ) {}
+}
+
+/**
+ * A 404 of agentd itself (no such file, command or context), told apart from the compute API's
+ * own 404 (no such VM), which carries the service's error_code.
+ */
+export function isAgentdNotFound(err: unknown): boolean {
+  return err instanceof ServiceError && err.status === 404 && err.errorCode === undefined;
 }
 
 /** The events of one streamed answer, read as they come. */
