@@ -3,6 +3,7 @@
 // operator understands.
 import type { ObjectMeta as WireObjectMeta } from "../runtime/kube-client.js";
 import { DEFAULT_CONNECTION } from "./names.js";
+import { SecretReference } from "./refs.js";
 import { LocalObjectReference, StringEnum, Type, type Static, type TSchema, type ValidationRule } from "./schema.js";
 
 export {
@@ -149,6 +150,17 @@ export function requiredToCreate(field: string): ValidationRule {
     fieldPath: `.${field}`,
     reason: "FieldValueRequired",
   };
+}
+
+/** `envFrom`: Secrets whose keys become environment variables (a Sandbox's, a SandboxRun's). */
+export function EnvFromSecrets(secretRefDescription: string, description: string) {
+  return Type.Array(
+    Type.Object({
+      secretRef: SecretReference(secretRefDescription),
+      prefix: Type.Optional(Type.String({ description: "Prefix added to every key.", maxLength: 253 })),
+    }),
+    { description, maxItems: 32 },
+  );
 }
 
 export const WriteConnectionSecretTo = LocalObjectReference(

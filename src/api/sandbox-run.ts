@@ -2,10 +2,9 @@
 // managed object (nothing of it lives in the service but the commands it runs): the run
 // executes its steps in order in a Sandbox's VM (or a VM allocated for it from a template) and
 // reports each step's exit code and output. The spec is immutable once created, as a Job's is.
-import { SecretReference } from "./refs.js";
 import { RunPhase, kindNames } from "./names.js";
 import { StringEnum, StringMap, Type, type Static } from "./schema.js";
-import { statusSchema, type Resource } from "./common.js";
+import { EnvFromSecrets, statusSchema, type Resource } from "./common.js";
 import { readyColumns, type KindDefinition } from "./kind.js";
 import { SandboxSpecSchema } from "./sandbox.js";
 
@@ -79,12 +78,9 @@ export const SandboxRunSpecSchema = Type.Object(
     }),
     env: Type.Optional(StringMap("Environment variables of every step (plain values; secrets go in envFrom).", { maxProperties: 128 })),
     envFrom: Type.Optional(
-      Type.Array(
-        Type.Object({
-          secretRef: SecretReference("Secret in the same namespace whose keys become environment variables of every step."),
-          prefix: Type.Optional(Type.String({ description: "Prefix added to every key.", maxLength: 253 })),
-        }),
-        { description: "Secrets whose data is added to env; their values never appear in status, Events or the output ConfigMap's metadata.", maxItems: 32 },
+      EnvFromSecrets(
+        "Secret in the same namespace whose keys become environment variables of every step.",
+        "Secrets whose data is added to env; their values never appear in status, Events or the output ConfigMap's metadata.",
       ),
     ),
     files: Type.Optional(

@@ -1,7 +1,6 @@
-import { SecretReference } from "./refs.js";
 import { kindNames } from "./names.js";
 import { StringEnum, StringMap, Type, type Static } from "./schema.js";
-import { WriteConnectionSecretTo, managedSpecFields, managementPolicyRules, statusSchema, type Resource } from "./common.js";
+import { EnvFromSecrets, WriteConnectionSecretTo, managedSpecFields, managementPolicyRules, statusSchema, type Resource } from "./common.js";
 import { readyColumns, type KindDefinition } from "./kind.js";
 
 export const SandboxSpecSchema = Type.Object(
@@ -16,12 +15,9 @@ export const SandboxSpecSchema = Type.Object(
     ),
     env: Type.Optional(StringMap("Environment variables of the VM (plain values; secrets go in envFrom).")),
     envFrom: Type.Optional(
-      Type.Array(
-        Type.Object({
-          secretRef: SecretReference("Secret in the same namespace whose keys become environment variables."),
-          prefix: Type.Optional(Type.String({ description: "Prefix added to every key.", maxLength: 253 })),
-        }),
-        { description: "Secrets whose data is added to env; their values never appear in spec or status.", maxItems: 32 },
+      EnvFromSecrets(
+        "Secret in the same namespace whose keys become environment variables.",
+        "Secrets whose data is added to env; their values never appear in spec or status.",
       ),
     ),
     metadata: Type.Optional(
