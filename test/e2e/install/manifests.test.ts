@@ -22,15 +22,20 @@ const OPERATOR_VERBS: Record<string, string[]> = {
   "agentcompute.dev/agents": ["list", "watch", "patch"],
   "agentcompute.dev/agentdeployments": ["list", "watch", "patch"],
   "agentcompute.dev/sandboxes": ["list", "watch", "patch"],
+  // A finished SandboxRun is deleted after its ttlSecondsAfterFinished, as a Job is.
+  "agentcompute.dev/sandboxruns": ["list", "watch", "patch", "delete"],
   "agentcompute.dev/connections/status": ["patch"],
   "agentcompute.dev/skills/status": ["patch"],
   "agentcompute.dev/agents/status": ["patch"],
   "agentcompute.dev/agentdeployments/status": ["patch"],
   "agentcompute.dev/sandboxes/status": ["patch"],
+  "agentcompute.dev/sandboxruns/status": ["patch"],
   "agentcompute.dev/agentdeployments/finalizers": ["update"],
   "agentcompute.dev/sandboxes/finalizers": ["update"],
+  "agentcompute.dev/sandboxruns/finalizers": ["update"],
   "core/secrets": ["list", "watch", "create", "patch", "delete"],
-  "core/configmaps": ["list", "watch"],
+  // Read: Skill contentFrom, SandboxRun files; write: the output ConfigMaps runs own.
+  "core/configmaps": ["list", "watch", "create", "patch"],
   "core/events": ["create", "patch"],
 };
 
@@ -113,9 +118,9 @@ describe("manifests/ (the base)", () => {
     }
   });
 
-  it("includes the five CRDs from crds/", () => {
+  it("includes the six CRDs from crds/", () => {
     const crds = base.filter((o) => o.kind === "CustomResourceDefinition").map((o) => o.metadata.name).sort();
-    expect(crds).toEqual(["agentdeployments", "agents", "connections", "sandboxes", "skills"].map((p) => `${p}.agentcompute.dev`));
+    expect(crds).toEqual(["agentdeployments", "agents", "connections", "sandboxes", "sandboxruns", "skills"].map((p) => `${p}.agentcompute.dev`));
   });
 
   it("runs the image of this version, with flags `agent-operator run` accepts", () => {
