@@ -238,10 +238,11 @@ spec:
   steps:
     - {name: where, command: 'echo "in $WHERE vm"'}`, t.namespace);
     await kubectlOk(["wait", "--for=condition=Ready", "sandboxrun/own-vm", "--timeout=60s"], { namespace: t.namespace });
+    // The release is recorded in status first, then the finalizer that guarded it goes.
     const r = await waitFor(async () => {
       const x = await run("own-vm");
-      return x.status?.vmReleased === true ? x : undefined;
-    }, { description: "the run's VM released" });
+      return x.status?.vmReleased === true && !("finalizers" in x.metadata) ? x : undefined;
+    }, { description: "the run's VM released and its finalizer gone" });
     const vmId = r.status?.vmId as string;
     expect(vmId).not.toBe(await sandboxVM());
     expect(steps(r)[0]).toMatchObject({ exitCode: 0, output: "in own vm\n" });
