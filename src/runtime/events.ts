@@ -241,28 +241,8 @@ export class EventRecorder {
       }
       const namespace = meta.namespace || "default";
       const name = `${meta.name ?? "object"}.${this.uniqueSuffix(now)}`;
-      const body: EventBody = {
-        apiVersion: "v1",
-        kind: "Event",
-        metadata: { name, namespace },
-        involvedObject: {
-          apiVersion: obj.apiVersion,
-          kind: obj.kind,
-          name: meta.name,
-          namespace: meta.namespace,
-          uid: meta.uid,
-          resourceVersion: meta.resourceVersion,
-        },
-        reason,
-        message,
-        type,
-        count: 1,
-        firstTimestamp: ts,
-        lastTimestamp: ts,
-        source: { component: this.o.component },
-        reportingComponent: this.o.reportingController,
-        reportingInstance: truncate(this.o.reportingInstance, 128),
-      };
+      const involved = { apiVersion: obj.apiVersion, kind: obj.kind, name: meta.name, namespace: meta.namespace, uid: meta.uid, resourceVersion: meta.resourceVersion };
+      const body = this.newBody(namespace, name, involved, type, reason, message, ts);
       if (action) body.action = truncate(action, 128);
       entry = { name, namespace, body, count: 1, writtenCount: 0, lastSeen: now, created: false, writing: false, again: false };
       lruSet(this.entries, key, entry, this.o.cacheSize);
@@ -296,25 +276,12 @@ export class EventRecorder {
     let entry = this.entries.get(combinedKey);
     if (entry === undefined || now - entry.lastSeen > this.o.correlationWindowMs) {
       const name = `${namespace}.${this.uniqueSuffix(now)}`;
-      const body: EventBody = {
-        apiVersion: "v1",
-        kind: "Event",
-        metadata: { name, namespace },
-        // The API server requires an Event's involvedObject.namespace to be its own namespace
-        // (a cluster-scoped object's Events would have to live in "default", out of the users'
-        // sight): the Namespace is named with its own name as namespace, so that
-        // `kubectl get events -n <ns>` lists it next to the resources' own.
-        involvedObject: { apiVersion: "v1", kind: "Namespace", name: namespace, namespace },
-        reason,
-        message,
-        type: "Normal",
-        count: 1,
-        firstTimestamp: ts,
-        lastTimestamp: ts,
-        source: { component: this.o.component },
-        reportingComponent: this.o.reportingController,
-        reportingInstance: truncate(this.o.reportingInstance, 128),
-      };
+      // The API server requires an Event's involvedObject.namespace to be its own namespace
+      // (a cluster-scoped object's Events would have to live in "default", out of the users'
+      // sight): the Namespace is named with its own name as namespace, so that
+      // `kubectl get events -n <ns>` lists it next to the resources' own.
+      const involved = { apiVersion: "v1", kind: "Namespace", name: namespace, namespace };
+      const body = this.newBody(namespace, name, involved, "Normal", reason, message, ts);
       entry = { name, namespace, body, count: 0, writtenCount: 0, lastSeen: now, created: false, writing: false, again: false, combined: true };
       lruSet(this.entries, combinedKey, entry, this.o.cacheSize);
     }
@@ -346,6 +313,25 @@ export class EventRecorder {
     });
     this.pending.add(p);
     void p.finally(() => this.pending.delete(p));
+  }
+
+  /** A new core/v1 Event, counted once. */
+  private newBody(namespace: string, name: string, involvedObject: EventBody["involvedObject"], type: EventType, reason: string, message: string, ts: string): EventBody {
+    return {
+      apiVersion: "v1",
+      kind: "Event",
+      metadata: { name, namespace },
+      involvedObject,
+      reason,
+      message,
+      type,
+      count: 1,
+      firstTimestamp: ts,
+      lastTimestamp: ts,
+      source: { component: this.o.component },
+      reportingComponent: this.o.reportingController,
+      reportingInstance: truncate(this.o.reportingInstance, 128),
+    };
   }
 
   private schedule(entry: Entry): void {
