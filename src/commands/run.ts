@@ -7,6 +7,8 @@ import { KubeClient } from "../runtime/kube-client.js";
 import { createLogger } from "../runtime/logging.js";
 import { Manager } from "../runtime/manager.js";
 import { parseDuration } from "../lib/duration.js";
+import { setServiceReplica } from "../service/client.js";
+import { Sharding, replicaIdentity } from "../sharding/index.js";
 
 const HELP = `usage: agent-operator run [flags]
 
@@ -22,6 +24,7 @@ flags:
   --leader-elect                       elect a leader through a Lease so that only one replica acts
   --leader-election-namespace <ns>     namespace of the Lease (default: the pod's namespace)
   --leader-election-id <name>          name of the Lease (default agent-operator-leader)
+  --sharding                           active-active: every replica reconciles its share of the objects (implies --leader-elect; docs/sharding.md)
   --metrics-bind-address <addr>        Prometheus /metrics (default :8080; 0 disables)
   --health-probe-bind-address <addr>   /healthz and /readyz (default :8081; 0 disables)
   --graceful-shutdown-timeout <dur>    time in-flight reconciles get on SIGTERM (default 30s)
@@ -37,6 +40,7 @@ export interface RunFlags {
   leaderElect: boolean;
   leaderElectionNamespace?: string;
   leaderElectionId: string;
+  sharding: boolean;
   metricsBindAddress: string;
   healthProbeBindAddress: string;
   gracefulShutdownTimeoutMs: number;
@@ -60,6 +64,7 @@ export function parseRunFlags(argv: string[]): RunFlags | "help" {
       "leader-elect": { type: "boolean", default: false },
       "leader-election-namespace": { type: "string" },
       "leader-election-id": { type: "string", default: "agent-operator-leader" },
+      sharding: { type: "boolean", default: false },
       "metrics-bind-address": { type: "string", default: ":8080" },
       "health-probe-bind-address": { type: "string", default: ":8081" },
       "graceful-shutdown-timeout": { type: "string", default: "30s" },
@@ -89,6 +94,7 @@ export function parseRunFlags(argv: string[]): RunFlags | "help" {
     leaderElect: values["leader-elect"],
     leaderElectionNamespace: values["leader-election-namespace"],
     leaderElectionId: values["leader-election-id"],
+    sharding: values.sharding,
     metricsBindAddress: values["metrics-bind-address"],
     healthProbeBindAddress: values["health-probe-bind-address"],
     gracefulShutdownTimeoutMs: parseDuration(values["graceful-shutdown-timeout"], "--graceful-shutdown-timeout"),
@@ -109,31 +115,43 @@ export async function main(argv: string[]): Promise<number> {
     return 0;
   }
   const logger = createLogger({ level: flags.logLevel });
+  // Sharded mode: the replica's identity (POD_NAME, else hostname-pid) names its share, its
+  // member Lease and, in the User-Agent, its calls to the service.
+  const sharding = flags.sharding ? new Sharding({ identity: replicaIdentity(), leaseName: flags.leaderElectionId, logger }) : undefined;
+  if (sharding) setServiceReplica(sharding.identity);
+  const client = KubeClient.fromKubeconfig(flags.kubeconfig);
+  const leaseNamespace = flags.leaderElectionNamespace ?? client.currentNamespace() ?? "default";
   // The runtime's own kubeconfig loader (same resolution as kubectl: --kubeconfig, $KUBECONFIG,
   // ~/.kube/config, in-cluster): importing @kubernetes/client-node for it would cost ~60 MB of RSS.
   const manager = new Manager({
-    client: KubeClient.fromKubeconfig(flags.kubeconfig),
+    client,
     logger,
     namespaces: flags.namespaces,
     metricsBindAddress: flags.metricsBindAddress,
     healthProbeBindAddress: flags.healthProbeBindAddress,
     gracefulShutdownTimeoutMs: flags.gracefulShutdownTimeoutMs,
-    leaderElection: flags.leaderElect
+    leaderElection: flags.leaderElect || sharding
       ? { namespace: flags.leaderElectionNamespace, name: flags.leaderElectionId }
       : false,
+    ...sharding?.managerOptions(),
   });
+  sharding?.bind(manager);
   const operator = setupOperator(manager, {
     syncPeriodMs: flags.syncPeriodMs,
     concurrency: flags.concurrency,
     sandboxStatusIntervalMs: flags.sandboxStatusIntervalMs,
+    ...(sharding && { sharding: sharding.operatorOptions() }),
   });
+  sharding?.attach(manager, operator, leaseNamespace);
   await manager.start();
+  await sharding?.join();
   logger.info(
     {
       metrics: manager.metricsAddress()?.address,
       health: manager.healthAddress()?.address,
       namespaces: flags.namespaces.length > 0 ? flags.namespaces : "all",
       leaderElection: flags.leaderElect,
+      ...(sharding && { sharding: true, identity: sharding.identity }),
     },
     "operator started",
   );

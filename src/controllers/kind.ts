@@ -30,6 +30,19 @@ export interface OperatorOptions {
    * or 0: at every renewal.
    */
   sandboxStatusIntervalMs?: number;
+  /** Sharded mode (`--sharding`, src/sharding/); absent: every replica sees every object. */
+  sharding?: ShardingOptions;
+}
+
+/** What the controllers need to know of sharded mode. */
+export interface ShardingOptions {
+  /** The label selector of this replica's share: each managed kind's own informer uses it. */
+  ownSelector: string;
+  /**
+   * The resources (kind/name) that use a Connection, on every replica: the Connection
+   * controller runs on the leader only. Throws while not known.
+   */
+  usersOf(namespace: string, connection: string): string[];
 }
 
 /** What a kind's module may use to describe itself: the shared caches and a clock. */
@@ -119,8 +132,19 @@ export class OperatorContext implements KindContext {
     return this.manager.informerFor<T>(collection(names));
   }
 
+  /**
+   * A managed kind's own informer: in sharded mode, only this replica's share. Lookups of
+   * other kinds (informer()) see every object.
+   */
+  ownInformer<T extends ManagedResource>(names: KindNames): Informer<T> {
+    const sharding = this.options.sharding;
+    if (sharding === undefined) return this.informer<T>(names);
+    return this.manager.informerFor<T>(collection(names), { labelSelector: sharding.ownSelector });
+  }
+
   /** The resources (kind/name) of the namespace that use this Connection. */
   usersOf(namespace: string, connection: string): string[] {
+    if (this.options.sharding !== undefined) return this.options.sharding.usersOf(namespace, connection);
     return this.users.flatMap(({ kind, informer }) =>
       usingConnection(informer, namespace, connection).map((cr) => `${kind}/${cr.metadata.name}`),
     );
@@ -147,7 +171,7 @@ export function setupManagedKind<R extends ManagedResource, Plan>(
   connection: Controller,
   kind: ManagedKind<R, Plan>,
 ): Controller {
-  const informer = ctx.informer<R>(kind.names);
+  const informer = ctx.ownInformer<R>(kind.names);
   // The gauges count this informer's cache; the reconciler reports its outcomes for drift.
   const resourceMetrics = ctx.resourceMetrics.track(kind.names.kind, informer);
   const controller = ctx.manager.newController({

@@ -11,9 +11,14 @@
 // successor takes over at once) -> informers stop -> pending Events are flushed (bounded) ->
 // servers close. Losing the Lease ends the manager with reason "leadership-lost" (as
 // controller-runtime exits on lost leadership: a fresh process is the safe way back).
+//
+// Sharded mode (src/sharding/, `run --sharding`) uses a few options that are no-ops when unset:
+// leaderOnlyControllers (the others run on every replica without waiting for leadership), a
+// default label selector for some informers, a reconciler wrapper, and hooks while leading
+// and after the controllers stopped.
 import type { Logger } from "pino";
 import { errorMessage } from "../lib/errors.js";
-import { Controller, type ControllerOptions } from "./controller.js";
+import { Controller, type ControllerOptions, type Reconciler } from "./controller.js";
 import { EventRecorder } from "./events.js";
 import { Informer, type InformerOptions } from "./informer.js";
 import { KubeClient, type KubeObject } from "./kube-client.js";
@@ -54,6 +59,18 @@ export interface ManagerOptions {
   handleSignals?: boolean;
   /** Defaults for every informer the manager creates (watch timeouts, backoff). */
   informerDefaults?: Partial<Omit<InformerOptions, "path" | "logger" | "namespaces" | "labelSelector" | "fieldSelector" | "transform">>;
+  /**
+   * Active-active (sharded mode, src/sharding/): with leader election, every controller runs
+   * on every replica as soon as the caches are synced, except these, which run only while
+   * leading. Undefined (the default): every controller runs only while leading.
+   */
+  leaderOnlyControllers?: readonly string[];
+  /** Sharded mode: the label selector of an informer asked for without one (undefined: none). */
+  defaultLabelSelector?: (path: string) => string | undefined;
+  /** Sharded mode: wraps the reconciler of each controller newController() makes. */
+  wrapReconciler?: (controller: string, reconciler: Reconciler) => Reconciler;
+  /** Sharded mode: told of each controller newController() makes. */
+  onController?: (controller: Controller) => void;
 }
 
 export interface InformerForOptions {
@@ -109,6 +126,8 @@ export class Manager {
   private stopReason: StopReason = "stopped";
   private readonly signalHandlers: [NodeJS.Signals, () => void][] = [];
   private readonly stopCountingRequests: () => void;
+  private readonly leadingHooks: Array<(signal: AbortSignal) => void | Promise<void>> = [];
+  private readonly stoppedHooks: Array<() => Promise<void>> = [];
 
   constructor(opts: ManagerOptions = {}) {
     this.o = opts;
@@ -146,7 +165,8 @@ export class Manager {
    * controller that asks; with a namespace restriction, it lists/watches each namespace.
    */
   informerFor<T extends KubeObject>(path: string, opts: InformerForOptions = {}): Informer<T> {
-    const key = `${path}?l=${opts.labelSelector ?? ""}&f=${opts.fieldSelector ?? ""}`;
+    const labelSelector = opts.labelSelector ?? this.o.defaultLabelSelector?.(path);
+    const key = `${path}?l=${labelSelector ?? ""}&f=${opts.fieldSelector ?? ""}`;
     const existing = this.informers.get(key);
     if (existing) return existing as unknown as Informer<T>;
     const plural = path.slice(path.lastIndexOf("/") + 1);
@@ -154,7 +174,7 @@ export class Manager {
     const informer = new Informer<T>(this.client, {
       ...this.o.informerDefaults,
       path,
-      labelSelector: opts.labelSelector,
+      labelSelector,
       fieldSelector: opts.fieldSelector,
       namespaces: namespaced ? [...this.namespaces] : undefined,
       logger: this.logger,
@@ -169,14 +189,34 @@ export class Manager {
 
   /** Convenience: a Controller with the manager's logger and metrics, added to the manager. */
   newController(opts: Omit<ControllerOptions, "logger" | "metrics"> & Partial<Pick<ControllerOptions, "logger" | "metrics">>): Controller {
-    const c = new Controller({ logger: this.logger, metrics: this.metrics, ...opts });
+    const wrap = this.o.wrapReconciler;
+    const c = new Controller({ logger: this.logger, metrics: this.metrics, ...opts, ...(wrap && { reconciler: wrap(opts.name, opts.reconciler) }) });
     this.addController(c);
+    this.o.onController?.(c);
     return c;
   }
 
   addController(c: Controller): void {
     this.controllers.push(c);
-    if (this.state === "running" && this.leading) void c.start();
+    if (this.state === "running" && (this.leading || this.runsWithoutLeading(c))) void c.start();
+  }
+
+  /**
+   * Sharded mode: `fn` runs each time this replica starts leading, with a signal aborted when
+   * leading ends (the sharder's role).
+   */
+  whileLeading(fn: (signal: AbortSignal) => void | Promise<void>): void {
+    this.leadingHooks.push(fn);
+  }
+
+  /** Sharded mode: `fn` runs on stop, after the controllers stopped and before the Lease is released. */
+  onControllersStopped(fn: () => Promise<void>): void {
+    this.stoppedHooks.push(fn);
+  }
+
+  private runsWithoutLeading(c: Controller): boolean {
+    const only = this.o.leaderOnlyControllers;
+    return only !== undefined && !only.includes(c.name);
   }
 
   addHealthCheck(name: string, check: Check): void {
@@ -232,6 +272,9 @@ export class Manager {
       this.logger.info({ controllers: this.controllers.map((c) => c.name) }, "manager running");
       return;
     }
+    // Sharded mode: the replica's share starts now; only the leader-only controllers wait.
+    const always = this.controllers.filter((c) => this.runsWithoutLeading(c));
+    if (always.length > 0) await Promise.all(always.map((c) => c.start()));
     const cfg: LeaderElectionConfig = le === true ? {} : le;
     const namespace = cfg.namespace ?? this.client.currentNamespace() ?? "default";
     this.elector = new LeaderElector({
@@ -244,9 +287,14 @@ export class Manager {
       retryPeriodMs: cfg.retryPeriodMs,
       logger: this.logger,
       metrics: this.metrics,
-      onStartedLeading: async () => {
+      onStartedLeading: async (signal) => {
         this.leading = true;
         this.logger.info("leading: starting controllers");
+        for (const hook of this.leadingHooks) {
+          void Promise.resolve()
+            .then(() => hook(signal))
+            .catch((err: unknown) => this.logger.error({ err: errorMessage(err) }, "while-leading hook failed"));
+        }
         await Promise.all(this.controllers.map((c) => c.start()));
       },
       onStoppedLeading: () => {
@@ -276,6 +324,7 @@ export class Manager {
     this.logger.info({ reason: this.stopReason, graceMs: grace }, "manager stopping");
     const deadline = Date.now() + grace;
     await Promise.all(this.controllers.map((c) => c.stop(grace).catch(() => undefined)));
+    for (const hook of this.stoppedHooks) await hook().catch((err: unknown) => this.logger.warn({ err: errorMessage(err) }, "stop hook failed"));
     this.electionAbort.abort(new Error("manager stopping"));
     await this.electionDone?.catch(() => undefined);
     this.leading = false;

@@ -56,6 +56,16 @@ interface Endpoint {
 }
 
 const USER_AGENT = "agent-operator/service-client";
+let replicaSuffix = "";
+
+/**
+ * Sharded mode: every client made from now on says which replica it is in its User-Agent
+ * (`agent-operator/service-client (replica <id>)`), so the service's logs tell the replicas
+ * apart. One process is one replica, hence process-wide. Unset: the plain User-Agent.
+ */
+export function setServiceReplica(identity: string | undefined): void {
+  replicaSuffix = identity ? ` (replica ${identity.replace(/[^\x21-\x7e]/g, "-")})` : "";
+}
 
 export class ServiceClient {
   readonly agents: AgentsAPI = {
@@ -161,7 +171,7 @@ export class ServiceClient {
       hooks,
       log,
       secrets,
-      userAgent: USER_AGENT,
+      userAgent: USER_AGENT + replicaSuffix,
     });
     this.tokens = new TokenSource(() => this.requestToken(opts), opts.now ?? Date.now, log);
     this.requester.setTokenSource(this.tokens);

@@ -1,0 +1,54 @@
+// What the sharder does with one object, as a pure function of its labels, the owner the ring
+// wants and the live members (the sharder in src/sharding/sharder.ts applies it).
+//
+//   no owner                                -> assign the ring's owner
+//   owner not a live member (died, left)    -> assign the ring's owner at once: the old owner
+//                                              stopped working before its Lease expired
+//   owner is the ring's owner               -> nothing (or wait, if a drain is pending)
+//   owner live, but not the ring's owner    -> drain: ask the owner to let go; it removes both
+//                                              labels once no reconcile of the object runs,
+//                                              and the object is then unowned (first case)
+//   drain pending, owner live               -> wait for the owner's acknowledgement
+//
+// So an object is never owned by two replicas, and a live owner always finishes (and lets
+// go) before anyone else starts.
+import { DRAIN_LABEL, OWNER_LABEL } from "./labels.js";
+
+export type Decision =
+  | { action: "none" }
+  | { action: "wait"; owner: string }
+  | { action: "drain"; owner: string; to: string }
+  | { action: "assign"; to: string; from?: string };
+
+export function decide(labels: Readonly<Record<string, string>> | undefined, desired: string | undefined, live: ReadonlySet<string>): Decision {
+  if (desired === undefined) return { action: "none" }; // no members: nobody to give it to
+  const owner = labels?.[OWNER_LABEL] ?? "";
+  const draining = labels?.[DRAIN_LABEL] !== undefined;
+  if (owner === "") return { action: "assign", to: desired };
+  if (!live.has(owner)) return { action: "assign", to: desired, from: owner };
+  if (draining) return { action: "wait", owner };
+  if (owner === desired) return { action: "none" };
+  return { action: "drain", owner, to: desired };
+}
+
+/**
+ * The merge patch that carries out a decision, with the resourceVersion it was made on as a
+ * precondition: if the object changed meanwhile (the owner acknowledged a drain, say), the
+ * patch fails with 409 and the decision is made again on the newer object.
+ */
+export function patchFor(decision: Decision, resourceVersion: string | undefined): object | undefined {
+  const meta = (labels: Record<string, string | null>) => ({ metadata: { resourceVersion, labels } });
+  switch (decision.action) {
+    case "assign":
+      return meta({ [OWNER_LABEL]: decision.to, [DRAIN_LABEL]: null });
+    case "drain":
+      return meta({ [DRAIN_LABEL]: "true" });
+    default:
+      return undefined;
+  }
+}
+
+/** The owner's acknowledgement of a drain: both labels removed, on the version it saw. */
+export function releasePatch(resourceVersion: string | undefined): object {
+  return { metadata: { resourceVersion, labels: { [OWNER_LABEL]: null, [DRAIN_LABEL]: null } } };
+}

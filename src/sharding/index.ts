@@ -1,0 +1,174 @@
+// Sharded mode (`agent-operator run --sharding`, docs/sharding.md), put together:
+//
+//   every replica  - holds a member Lease (membership.ts), watches only the objects labelled
+//                    with its identity (replica.ts), runs the sharded kinds' controllers at
+//                    once, without waiting for leadership, and lets go of drained objects;
+//   the leader     - is also the sharder (sharder.ts): the ring over live members, the owner
+//                    labels, the moves; and runs the Connection controller, so that a
+//                    Connection's token and usage work happens once, not once per replica.
+import type { Logger } from "pino";
+import { DEFAULT_CONNECTION, GROUP, VERSION, kindNames, type KindNames } from "../api/names.js";
+import type { Connection } from "../api/index.js";
+import type { ServiceHandle } from "../controllers/connection-pool.js";
+import type { Operator } from "../controllers/index.js";
+import type { ShardingOptions } from "../controllers/kind.js";
+import { resourcePath } from "../runtime/kube-client.js";
+import type { Manager, ManagerOptions } from "../runtime/manager.js";
+import { labelValue, memberLeaseName } from "./labels.js";
+import { MemberLease, MemberSet, type MembershipTimings } from "./membership.js";
+import { ReplicaShard } from "./replica.js";
+import { Sharder, type ShardedKind } from "./sharder.js";
+
+export { replicaIdentity } from "./labels.js";
+
+const collection = (k: KindNames): string => resourcePath({ group: GROUP, version: VERSION, plural: k.plural });
+const sharded = (k: KindNames): ShardedKind => ({ kind: k.kind, plural: k.plural, path: collection(k) });
+
+/** The sharded kinds, by the name of their controller. */
+export const SHARDED_CONTROLLERS: ReadonlyMap<string, ShardedKind> = new Map([
+  ["skill", sharded(kindNames.skill)],
+  ["agent", sharded(kindNames.agent)],
+  ["agentdeployment", sharded(kindNames.agentDeployment)],
+  ["sandbox", sharded(kindNames.sandbox)],
+  ["sandboxrun", sharded(kindNames.sandboxRun)],
+]);
+
+/** Controllers that run on the leader only: a Connection's token and usage, once per Connection. */
+export const LEADER_ONLY_CONTROLLERS = ["connection"] as const;
+
+export interface ShardingConfig {
+  identity: string;
+  /** Name of the leader election Lease; also the ring's name and the member Leases' prefix. */
+  leaseName: string;
+  logger: Logger;
+  timings?: Partial<MembershipTimings>;
+}
+
+export class Sharding {
+  readonly identity: string;
+  readonly replica: ReplicaShard;
+  private sharder: Sharder | undefined;
+  private member: MemberLease | undefined;
+
+  constructor(private readonly cfg: ShardingConfig) {
+    this.identity = cfg.identity;
+    this.replica = new ReplicaShard({
+      identity: cfg.identity,
+      logger: cfg.logger,
+      controllers: SHARDED_CONTROLLERS,
+      selectedByDefault: new Set([collection(kindNames.sandboxRun)]),
+    });
+  }
+
+  /** The manager's options for sharded mode. */
+  managerOptions(): Pick<ManagerOptions, "identity" | "leaderOnlyControllers" | "defaultLabelSelector" | "wrapReconciler" | "onController"> {
+    return {
+      identity: this.identity,
+      leaderOnlyControllers: LEADER_ONLY_CONTROLLERS,
+      defaultLabelSelector: (path) => this.replica.defaultLabelSelector(path),
+      wrapReconciler: (name, r) => this.replica.wrap(name, r),
+      onController: (c) => this.replica.watch(c),
+    };
+  }
+
+  /** The operator's options for sharded mode (src/controllers/kind.ts). */
+  operatorOptions(): ShardingOptions {
+    return {
+      ownSelector: this.replica.selector,
+      usersOf: (namespace, connection) => {
+        if (this.sharder === undefined) throw new Error("not the sharder: the Connection's users are not known here");
+        return this.sharder.usersOf(namespace, connection);
+      },
+    };
+  }
+
+  /** Before the operator's controllers are set up. */
+  bind(manager: Manager): void {
+    this.replica.bind(manager);
+  }
+
+  /** After setupOperator: the sharder's role while leading, and leaving the ring on stop. */
+  attach(manager: Manager, operator: Operator, leaseNamespace: string): void {
+    const log = manager.logger;
+    const connections = manager.informerFor<Connection>(collection(kindNames.connection));
+    const ring = labelValue(this.cfg.leaseName);
+    manager.whileLeading(async (signal) => {
+      const sharder = new Sharder({
+        client: manager.client,
+        logger: log,
+        metrics: manager.metrics,
+        namespaces: manager.namespaces,
+        kinds: [...SHARDED_CONTROLLERS.values()],
+        // The last user of a deleting Connection going brings the Connection back (its
+        // controller runs here, on the leader, and sees every replica's objects through the sharder).
+        onDeleted: (_kind, obj) => {
+          const ns = obj.metadata.namespace ?? "";
+          const name = obj.spec?.connectionRef?.name ?? DEFAULT_CONNECTION;
+          if (connections.get(ns, name)?.metadata.deletionTimestamp !== undefined) operator.controllers.connection.enqueue({ namespace: ns, name });
+        },
+      });
+      const members = new MemberSet({
+        client: manager.client,
+        namespace: leaseNamespace,
+        ring,
+        logger: log,
+        metrics: manager.metrics,
+        leaseDurationMs: this.cfg.timings?.leaseDurationMs,
+        onChange: (m) => sharder.setMembers(m),
+      });
+      this.sharder = sharder;
+      const stop = async (): Promise<void> => {
+        this.sharder = undefined;
+        await members.stop();
+        await sharder.stop();
+      };
+      signal.addEventListener("abort", () => void stop(), { once: true });
+      await sharder.start();
+      await members.start();
+      log.info("sharder running");
+    });
+    this.member = new MemberLease({
+      client: manager.client,
+      namespace: leaseNamespace,
+      name: memberLeaseName(`${this.cfg.leaseName}-shard`, this.identity),
+      identity: this.identity,
+      ring,
+      logger: log,
+      ...this.cfg.timings,
+      onLost: () => {
+        void manager.stop("leadership-lost");
+        // The sharder hands the share over 5 s after the renew deadline: a reconcile still in
+        // flight by then (a hung service call) must not outlive this process's membership.
+        setTimeout(() => {
+          log.error("membership lost and the controllers did not stop within 3 s; exiting");
+          process.exit(1);
+        }, 3_000).unref();
+      },
+    });
+    const member = this.member;
+    // A moved-in object is looked up in its Connection's inventory of its kind.
+    const inventories: Record<string, keyof Pick<ServiceHandle, "skills" | "agents" | "deployments" | "vms">> = {
+      skills: "skills",
+      agents: "agents",
+      agentdeployments: "deployments",
+      sandboxes: "vms",
+    };
+    this.replica.setInventories((kind, obj) => {
+      const which = inventories[kind.plural];
+      if (which === undefined) return undefined;
+      const spec = (obj as { spec?: { connectionRef?: { name?: string } } }).spec;
+      try {
+        return operator.pool.forResource(obj.metadata.namespace ?? "", spec?.connectionRef, { deleting: true })[which];
+      } catch {
+        return undefined; // the Connection is not usable yet: the reconcile says why, and retries
+      }
+    });
+    // Leave the ring once the controllers have stopped: the share then moves without a drain.
+    manager.onControllersStopped(() => member.stop());
+  }
+
+  /** Joins the ring (after the caches synced, so the share lands in a warm replica). */
+  async join(): Promise<void> {
+    await this.member?.start();
+  }
+}

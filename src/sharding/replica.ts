@@ -1,0 +1,161 @@
+// The replica's side of sharding: its informers of the sharded kinds select its own share
+// (OWNER_LABEL=<identity>), and each sharded controller's reconciler is wrapped so that an
+// object marked for draining is let go instead of reconciled.
+//
+// Why in the reconciler: the work queue never hands one key to two workers, so when the
+// wrapper runs for a key, no reconcile of that object is in flight on this replica. The
+// acknowledgement (both labels removed, on the resourceVersion seen) is thus the promise that
+// this replica has stopped working on the object; from then on its cached copy carries the
+// drain label until the watch drops it, and every reconcile of it ends in the wrapper.
+import type { Logger } from "pino";
+import { errorMessage } from "../lib/errors.js";
+import type { Controller, ReconcileContext, Reconciler, Request, Result } from "../runtime/controller.js";
+import type { Informer } from "../runtime/informer.js";
+import { isConflict, isNotFound, type KubeClient, type KubeObject } from "../runtime/kube-client.js";
+import { releasePatch } from "./assignment.js";
+import { DRAIN_LABEL, OWNER_LABEL, ownerSelector } from "./labels.js";
+import type { ShardedKind } from "./sharder.js";
+
+type Labelled = KubeObject & { metadata: { labels?: Record<string, string>; finalizers?: string[] } };
+
+/** What the replica needs of an inventory (src/managed/inventory.ts). */
+export interface SnapshotSource {
+  /** How long ago the snapshot was read, for a key it does not track: the snapshot's age. */
+  ageOf(key: string): number;
+  refresh(): Promise<void>;
+}
+
+/**
+ * The inventory in which an object's service object is found by its crash-safety marker
+ * (undefined: none, or not reachable yet).
+ */
+export type InventoryLookup = (kind: ShardedKind, obj: Labelled) => SnapshotSource | undefined;
+
+export interface ReplicaShardOptions {
+  identity: string;
+  logger: Logger;
+  /** The sharded kinds, by the name of the controller that reconciles them. */
+  controllers: ReadonlyMap<string, ShardedKind>;
+  /**
+   * Collection paths whose informers select the share even when asked for without a selector
+   * (kinds nothing else looks up: SandboxRuns). The other kinds' lookups (a Sandbox's Skills,
+   * a deployment's Agent, a run's Sandbox) must see every object, so their controllers ask for
+   * the share explicitly (src/controllers/kind.ts).
+   */
+  selectedByDefault: ReadonlySet<string>;
+}
+
+/** What the replica side needs of the manager (bound after the manager exists). */
+export interface ReplicaManager {
+  readonly client: KubeClient;
+  informerFor<T extends KubeObject>(path: string, opts?: { labelSelector?: string }): Informer<T>;
+}
+
+export class ReplicaShard {
+  readonly selector: string;
+  private manager: ReplicaManager | undefined;
+  private inventoryOf: InventoryLookup | undefined;
+  /** Objects that arrived from another owner (`kind/ns/name` -> when), not yet reconciled here. */
+  private readonly arrived = new Map<string, number>();
+
+  constructor(private readonly o: ReplicaShardOptions) {
+    this.selector = ownerSelector(o.identity);
+  }
+
+  bind(manager: ReplicaManager): void {
+    this.manager = manager;
+  }
+
+  /** Where a moved-in object's service objects are looked up (the Connection pool's inventories). */
+  setInventories(lookup: InventoryLookup): void {
+    this.inventoryOf = lookup;
+  }
+
+  /** The manager's defaultLabelSelector. */
+  defaultLabelSelector(path: string): string | undefined {
+    return this.o.selectedByDefault.has(path) ? this.selector : undefined;
+  }
+
+  /** The manager's wrapReconciler. */
+  wrap(controller: string, inner: Reconciler): Reconciler {
+    const kind = this.o.controllers.get(controller);
+    if (kind === undefined) return inner;
+    return {
+      reconcile: (req, ctx) => this.reconcile(kind, inner, req, ctx),
+    };
+  }
+
+  /** The manager's onController: a drain label brings the object to the wrapper at once. */
+  watch(controller: Controller): void {
+    const kind = this.o.controllers.get(controller.name);
+    if (kind === undefined) return;
+    const own = this.own(kind);
+    const enqueue = (obj: Labelled): void => {
+      if (obj.metadata.labels?.[DRAIN_LABEL] !== undefined) {
+        controller.enqueue({ namespace: obj.metadata.namespace ?? "", name: obj.metadata.name ?? "" }, { priority: true });
+      }
+    };
+    own.on("add", (obj) => {
+      // Reconciled before (it has a finalizer): it comes from another owner, who may have
+      // created its service object just before letting go or dying.
+      if ((obj.metadata.finalizers ?? []).length > 0) this.arrived.set(arrivalKey(kind, obj), Date.now());
+      enqueue(obj);
+    });
+    own.on("update", enqueue);
+    own.on("delete", (obj) => this.arrived.delete(arrivalKey(kind, obj)));
+  }
+
+  private own(kind: ShardedKind): Informer<Labelled> {
+    if (this.manager === undefined) throw new Error("sharding: replica not bound to a manager");
+    return this.manager.informerFor<Labelled>(kind.path, { labelSelector: this.selector });
+  }
+
+  private async reconcile(kind: ShardedKind, inner: Reconciler, req: Request, ctx: ReconcileContext): Promise<Result | void> {
+    const obj = this.own(kind).get(req.namespace, req.name);
+    if (obj === undefined) return inner.reconcile(req, ctx); // gone: the reconciler forgets it
+    const labels = obj.metadata.labels ?? {};
+    // The selector guarantees the owner; an object of another owner is never worked on.
+    if (labels[OWNER_LABEL] !== this.o.identity) return;
+    if (labels[DRAIN_LABEL] !== undefined) return this.release(kind, obj, req, ctx.log);
+    await this.freshSinceArrival(kind, obj);
+    return inner.reconcile(req, ctx);
+  }
+
+  /**
+   * An object that came from another owner is first reconciled against an inventory read
+   * after it arrived: the previous owner may have created its service object just before it
+   * let go (or died), after this replica last read the service, and a snapshot without it
+   * would make this replica create a second one. One read serves a whole batch of arrivals.
+   */
+  private async freshSinceArrival(kind: ShardedKind, obj: Labelled): Promise<void> {
+    const key = arrivalKey(kind, obj);
+    const arrivedAt = this.arrived.get(key);
+    if (arrivedAt === undefined) return;
+    const inventory = this.inventoryOf?.(kind, obj);
+    if (inventory !== undefined) {
+      // refresh() joins a read in flight, which may have started before the arrival: then once more.
+      for (let i = 0; i < 3 && Date.now() - inventory.ageOf("") <= arrivedAt; i++) await inventory.refresh();
+    }
+    this.arrived.delete(key);
+  }
+
+  private async release(kind: ShardedKind, obj: Labelled, req: Request, log: Logger): Promise<Result | void> {
+    const base = kind.path.slice(0, kind.path.lastIndexOf("/"));
+    const path = `${base}/namespaces/${encodeURIComponent(req.namespace)}/${kind.plural}/${encodeURIComponent(req.name)}`;
+    try {
+      await this.manager!.client.patch(path, releasePatch(obj.metadata.resourceVersion), "merge", { discardResult: true });
+      log.info({ kind: kind.kind }, "released to another shard");
+    } catch (err) {
+      if (isNotFound(err)) return;
+      // A newer version exists: already released (the watch has not caught up), or changed
+      // meanwhile; either way this replica does nothing with it and looks again later.
+      if (isConflict(err)) return { requeue: true };
+      log.warn({ err: errorMessage(err), kind: kind.kind }, "could not release the object to another shard");
+      throw err;
+    }
+  }
+}
+
+function arrivalKey(kind: ShardedKind, obj: Labelled): string {
+  return `${kind.plural}/${obj.metadata.namespace ?? ""}/${obj.metadata.name ?? ""}`;
+}

@@ -1,0 +1,173 @@
+// The sharder: the elected leader's role in sharded mode. It watches every sharded object
+// (all namespaces the operator watches, cached as metadata and the connectionRef only), keeps
+// the ring of live members, and labels each object with its owner, moving objects with the
+// drain handshake of src/sharding/assignment.ts. One Controller per kind gives it a work
+// queue with dedup, retries and backoff; a membership change enqueues everything.
+import type { Logger } from "pino";
+import { DEFAULT_CONNECTION } from "../api/names.js";
+import { errorMessage } from "../lib/errors.js";
+import { Controller, type Request, type Result } from "../runtime/controller.js";
+import { Informer } from "../runtime/informer.js";
+import { isConflict, isNotFound, type KubeClient, type KubeObject } from "../runtime/kube-client.js";
+import type { Metrics } from "../runtime/metrics.js";
+import { decide, patchFor } from "./assignment.js";
+import { OWNER_LABEL } from "./labels.js";
+import { Ring, objectKey } from "./ring.js";
+
+/** A sharded kind: its plural and cluster-wide collection path. */
+export interface ShardedKind {
+  kind: string;
+  plural: string;
+  path: string;
+}
+
+/** What the sharder keeps of an object. */
+export interface ShardedObject extends KubeObject {
+  metadata: KubeObject["metadata"] & { labels?: Record<string, string>; deletionTimestamp?: string };
+  spec?: { connectionRef?: { name?: string } };
+}
+
+export interface SharderOptions {
+  client: KubeClient;
+  logger: Logger;
+  metrics: Metrics;
+  namespaces: readonly string[];
+  kinds: readonly ShardedKind[];
+  /** Workers per kind (default 4). */
+  concurrency?: number;
+  /** An object of `kind` was deleted (the Connection controller waits for its users). */
+  onDeleted?(kind: ShardedKind, obj: ShardedObject): void;
+}
+
+/** Keep the metadata that matters and the connectionRef: a few hundred bytes per object. */
+function slim(o: ShardedObject): ShardedObject {
+  const m = o.metadata;
+  return {
+    apiVersion: o.apiVersion,
+    kind: o.kind,
+    metadata: {
+      name: m.name,
+      namespace: m.namespace,
+      uid: m.uid,
+      resourceVersion: m.resourceVersion,
+      ...(m.labels !== undefined && { labels: m.labels }),
+      ...(m.deletionTimestamp !== undefined && { deletionTimestamp: m.deletionTimestamp }),
+    },
+    ...(o.spec?.connectionRef !== undefined && { spec: { connectionRef: o.spec.connectionRef } }),
+  };
+}
+
+export class Sharder {
+  private readonly log: Logger;
+  private readonly parts: Array<{ kind: ShardedKind; informer: Informer<ShardedObject>; controller: Controller }> = [];
+  private ring: Ring = new Ring([]);
+  private live: ReadonlySet<string> = new Set();
+  private synced = false;
+
+  constructor(private readonly o: SharderOptions) {
+    this.log = o.logger.child({ role: "sharder" });
+    for (const kind of o.kinds) {
+      const informer = new Informer<ShardedObject>(o.client, {
+        path: kind.path,
+        namespaces: o.namespaces.length > 0 ? [...o.namespaces] : undefined,
+        logger: o.logger,
+        metrics: o.metrics,
+        transform: slim,
+      });
+      const controller = new Controller({
+        name: `sharder-${kind.plural}`,
+        concurrency: o.concurrency ?? 4,
+        logger: o.logger,
+        metrics: o.metrics,
+        reconciler: { reconcile: (req) => this.place(kind, informer, req) },
+      });
+      // New objects, and label changes (an owner's acknowledgement); status writes are not news.
+      controller.watch(informer, undefined, {
+        filter: (obj, old, event) =>
+          event === "add" || (event === "update" && JSON.stringify(obj.metadata.labels ?? {}) !== JSON.stringify(old?.metadata.labels ?? {})),
+      });
+      informer.on("delete", (obj) => o.onDeleted?.(kind, obj));
+      this.parts.push({ kind, informer, controller });
+    }
+  }
+
+  /** Caches synced, then workers; resolves once placing has begun. */
+  async start(): Promise<void> {
+    await Promise.all(this.parts.map((p) => p.informer.start()));
+    this.synced = true;
+    await Promise.all(this.parts.map((p) => p.controller.start()));
+    this.enqueueAll();
+    this.log.info({ kinds: this.parts.map((p) => p.kind.plural) }, "sharder started");
+  }
+
+  async stop(): Promise<void> {
+    this.synced = false;
+    await Promise.all(this.parts.map((p) => p.controller.stop(5_000).catch(() => undefined)));
+    await Promise.all(this.parts.map((p) => p.informer.stop().catch(() => undefined)));
+  }
+
+  /** The live members changed: a new ring, and every object looked at again. */
+  setMembers(members: readonly string[]): void {
+    this.ring = new Ring(members);
+    this.live = new Set(members);
+    this.enqueueAll();
+  }
+
+  /**
+   * Resources (kind/name) of the namespace that use a Connection, over all replicas (the
+   * Connection controller runs on the leader only). Throws until the caches are synced, so
+   * that a Connection is never released for lack of knowing its users.
+   */
+  usersOf(namespace: string, connection: string): string[] {
+    if (!this.synced || !this.parts.every((p) => p.informer.hasSynced())) {
+      throw new Error("the sharder's caches are not synced yet; the Connection's users are not known");
+    }
+    const out: string[] = [];
+    for (const { kind, informer } of this.parts) {
+      if (kind.plural === "sandboxruns") continue; // SandboxRuns do not hold a Connection's deletion
+      for (const obj of informer.list(namespace)) {
+        if ((obj.spec?.connectionRef?.name ?? DEFAULT_CONNECTION) === connection) out.push(`${kind.kind}/${obj.metadata.name ?? ""}`);
+      }
+    }
+    return out;
+  }
+
+  /** Every object's owner as the sharder's cache knows it (for metrics and tests). */
+  shares(): Map<string, number> {
+    const out = new Map<string, number>();
+    for (const { informer } of this.parts) {
+      for (const obj of informer.list()) {
+        const owner = obj.metadata.labels?.[OWNER_LABEL] ?? "";
+        out.set(owner, (out.get(owner) ?? 0) + 1);
+      }
+    }
+    return out;
+  }
+
+  private enqueueAll(): void {
+    if (!this.synced) return;
+    for (const { informer, controller } of this.parts) {
+      for (const obj of informer.list()) controller.enqueue({ namespace: obj.metadata.namespace ?? "", name: obj.metadata.name ?? "" });
+    }
+  }
+
+  private async place(kind: ShardedKind, informer: Informer<ShardedObject>, req: Request): Promise<Result | void> {
+    const obj = informer.get(req.namespace, req.name);
+    if (obj === undefined) return;
+    const desired = this.ring.owner(objectKey(kind.plural, req.namespace, req.name));
+    const decision = decide(obj.metadata.labels, desired, this.live);
+    const patch = patchFor(decision, obj.metadata.resourceVersion);
+    if (patch === undefined) return;
+    const path = `${kind.path.slice(0, kind.path.lastIndexOf("/"))}/namespaces/${encodeURIComponent(req.namespace)}/${kind.plural}/${encodeURIComponent(req.name)}`;
+    try {
+      await this.o.client.patch(path, patch, "merge", { discardResult: true });
+      this.log.debug({ kind: kind.kind, namespace: req.namespace, name: req.name, ...decision }, "shard placement");
+    } catch (err) {
+      if (isNotFound(err)) return;
+      // Changed meanwhile (acknowledged, or written by its owner): decide again on the newer object.
+      if (isConflict(err)) return { requeue: true };
+      this.log.warn({ err: errorMessage(err), kind: kind.kind, namespace: req.namespace, name: req.name }, "shard placement failed");
+      throw err;
+    }
+  }
+}

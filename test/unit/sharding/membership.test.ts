@@ -1,0 +1,57 @@
+import { describe, expect, it } from "vitest";
+import type { Lease } from "../../../src/runtime/leader-election.js";
+import { labelValue, memberLeaseName, replicaIdentity } from "../../../src/sharding/labels.js";
+import { liveMembers, observeLease } from "../../../src/sharding/membership.js";
+
+const lease = (holder: string, renewTime: string, durationS = 15): Lease => ({
+  metadata: { name: `l-${holder}` },
+  spec: { holderIdentity: holder, renewTime, leaseDurationSeconds: durationS },
+});
+
+describe("member liveness", () => {
+  const t0 = Date.parse("2026-01-01T00:00:00Z");
+
+  it("counts a lease duration from the renewal the sharder saw, on its own clock", () => {
+    const first = observeLease(undefined, lease("a", new Date(t0).toISOString()), t0, 15_000)!;
+    expect(liveMembers([first], t0 + 14_000)).toEqual(["a"]);
+    expect(liveMembers([first], t0 + 15_000)).toEqual([]);
+    // A renewal seen later (whatever its renewTime says) extends from when it was seen.
+    const renewed = observeLease(first, lease("a", "1999-01-01T00:00:00Z"), t0 + 10_000, 15_000)!;
+    expect(liveMembers([renewed], t0 + 24_000)).toEqual(["a"]);
+    // Seeing the same record again does not extend it.
+    expect(observeLease(renewed, lease("a", "1999-01-01T00:00:00Z"), t0 + 20_000, 15_000)).toBe(renewed);
+  });
+
+  it("believes an old renewTime of a lease seen for the first time (a new sharder after a failover)", () => {
+    const stale = observeLease(undefined, lease("dead", new Date(t0 - 20_000).toISOString()), t0, 15_000)!;
+    expect(liveMembers([stale], t0)).toEqual([]);
+    // ...but never a renewTime in its future.
+    const ahead = observeLease(undefined, lease("b", new Date(t0 + 60_000).toISOString()), t0, 15_000)!;
+    expect(ahead.expiresAt).toBe(t0 + 15_000);
+  });
+
+  it("ignores a lease without a holder", () => {
+    expect(observeLease(undefined, { metadata: {}, spec: { holderIdentity: null } }, t0, 15_000)).toBeUndefined();
+  });
+});
+
+describe("replica identity", () => {
+  it("is POD_NAME, else hostname and pid", () => {
+    expect(replicaIdentity({ POD_NAME: "agent-operator-7c9f-abcde" }, "h", 1)).toBe("agent-operator-7c9f-abcde");
+    expect(replicaIdentity({}, "build-box", 4242)).toBe("build-box-4242");
+    expect(replicaIdentity({}, "build-box", 4242)).not.toBe(replicaIdentity({}, "build-box", 4243));
+  });
+
+  it("is always a valid label value, distinct inputs staying distinct", () => {
+    const valid = /^[A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?$/;
+    const long = "x".repeat(80);
+    for (const s of ["host.example.com-1", "_odd_", "a/b:c", long, `${long}y`, "---"]) expect(labelValue(s)).toMatch(valid);
+    expect(labelValue(long)).not.toBe(labelValue(`${long}y`));
+    expect(labelValue("a/b")).not.toBe(labelValue("a:b"));
+  });
+
+  it("names a Lease per replica, lower case", () => {
+    expect(memberLeaseName("op-shard", "Pod-A")).toMatch(/^op-shard-pod-a-[0-9a-f]{6}$/);
+    expect(memberLeaseName("op-shard", "pod-a")).toBe("op-shard-pod-a");
+  });
+});
