@@ -250,9 +250,17 @@ describe("three sharded replicas", () => {
       description: "the replicas to be creating",
     });
 
+    // Every replica has a share (the sharder may first have seen fewer members, and moved
+    // objects to the late one since: on a loaded machine that can take a few seconds).
+    const shares = await waitFor(
+      async () => {
+        const current = owners(await listManaged(ns.name));
+        return NAMES.every((n) => (current.get(n) ?? 0) > 0) ? current : undefined;
+      },
+      { timeoutMs: 60_000, intervalMs: 500, description: "every replica to own a share" },
+    );
     // Kill the replica that is not the leader and owns the most (the sharder stays up).
     const leaders = await Promise.all(replicas.map((r) => r.metric("leader_election_master_status", { name: lease })));
-    const shares = owners(await listManaged(ns.name));
     const victim = replicas
       .filter((_, i) => leaders[i] !== 1)
       .sort((a, b) => (shares.get(b.name) ?? 0) - (shares.get(a.name) ?? 0))[0]!;
