@@ -62,6 +62,8 @@ export interface RequestLogEntry {
   status: number | "dropped";
   /** Stable name of the operation, e.g. "agents.create", "vms.renew", "token". */
   operation: string;
+  /** The client's User-Agent header, when it sent one (who made the call: a replica names itself there). */
+  userAgent?: string;
 }
 
 export type FaultAction =

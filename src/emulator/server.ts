@@ -192,7 +192,8 @@ export async function startEmulator(input: EmulatorOptions = {}): Promise<Emulat
     const family = familyOf(path);
     const match = router.match(method, path);
     const operation = match.kind === "ok" ? match.route.operation : `route.${match.kind}`;
-    const record = (status: number | "dropped"): void => log.add({ time: arrival, method, path, query, status, operation });
+    const userAgent = req.headers["user-agent"];
+    const record = (status: number | "dropped"): void => log.add({ time: arrival, method, path, query, status, operation, ...(userAgent !== undefined && { userAgent }) });
     const drop = (): void => {
       req.socket.destroy();
       record("dropped");

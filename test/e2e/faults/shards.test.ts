@@ -37,7 +37,15 @@ const RUNS = 20;
 
 interface RunResource {
   metadata: { name: string; uid: string; labels?: Record<string, string> };
-  status?: { phase?: string };
+  status?: { phase?: string; conditions?: Array<{ type: string; reason?: string; message?: string }> };
+}
+
+/** A run's phase, and for an unplanned end why (so that a failure says what went wrong). */
+function outcome(run: RunResource | undefined, expected: string): string | undefined {
+  const phase = run?.status?.phase;
+  if (phase === expected) return phase;
+  const ready = run?.status?.conditions?.find((c) => c.type === "Ready");
+  return `${phase}: ${ready?.reason ?? ""} ${ready?.message ?? ""}`;
 }
 
 // ---------------------------------------------------------------------------------------
@@ -292,6 +300,9 @@ describe("three sharded replicas", () => {
     const writers = new Set(requests.filter((r) => r.object !== undefined).map((r) => r.replica));
     for (const n of NAMES) expect(writers).toContain(n);
     expect(writers).not.toContain("?");
+    // The emulator's own request log names the caller too.
+    const creators = new Set(emulator.requests.filter((r) => r.operation === "agents.create").map((r) => /\(replica ([^)]+)\)/.exec(r.userAgent ?? "")?.[1]));
+    expect([...creators].every((c) => c !== undefined && NAMES.includes(c))).toBe(true);
 
     // SandboxRuns in ten of the Sandboxes; while their steps run, a fourth replica joins:
     // objects (runs in flight among them) move to it through the drain handshake.
@@ -330,7 +341,12 @@ describe("three sharded replicas", () => {
     );
     // Each run ended as planned, with one live owner, every planned step run exactly once.
     const runByName = new Map(runs.map((r) => [r.metadata.name, r]));
-    expect(plans.map((p) => ({ name: p.name, phase: runByName.get(p.name)?.status?.phase }))).toEqual(plans.map((p) => ({ name: p.name, phase: p.expected.phase })));
+    for (const p of plans.filter((p) => runByName.get(p.name)?.status?.phase !== p.expected.phase)) {
+      // What the replicas said about an unplanned end, for whoever reads the failure.
+      const said = replicas.flatMap((r) => r.logs.filter((l) => l.includes(`"${p.name}"`)).map((l) => `${r.name}: ${l}`));
+      console.log(`${p.name} ended ${outcome(runByName.get(p.name), p.expected.phase)}; the replicas said:\n${said.slice(-40).join("\n")}`);
+    }
+    expect(plans.map((p) => ({ name: p.name, phase: outcome(runByName.get(p.name), p.expected.phase) }))).toEqual(plans.map((p) => ({ name: p.name, phase: p.expected.phase })));
     for (const r of runs) expect(live, `SandboxRun/${r.metadata.name}`).toContain(r.metadata.labels?.[OWNER_LABEL]);
     const records = executionRecords(emulator);
     const stepProblems: string[] = [];
