@@ -149,7 +149,13 @@ export class SandboxRunReconciler implements Reconciler {
     if (status !== undefined) this.written.set(run.metadata.uid, status);
   }
 
-  /** A run deleted while a step ran: the step is killed (best effort: the run is gone). */
+  /**
+   * A run that left the cache while a step ran: if it was deleted, the step is killed (best
+   * effort: the run is gone). Leaving the cache is not always a deletion: in sharded mode a
+   * run moved to another replica leaves this one's label-selected watch the same way, and its
+   * step must go on. So the API server is asked first; only a run that is not there (or is
+   * being deleted) has its step stopped.
+   */
   stopDeleted(run: SandboxRun): void {
     this.written.delete(run.metadata.uid);
     const st = run.status;
@@ -157,17 +163,32 @@ export class SandboxRunReconciler implements Reconciler {
     if (isFinished(st) || !st?.vmId || run.spec.sandboxTemplate !== undefined) return;
     const step = (st.steps ?? []).find((s) => s.finishedAt === undefined && s.commandId !== undefined);
     if (step === undefined) return;
-    let vm: RunVM;
-    try {
-      vm = this.vmOf(this.handleOf(run, true), st.vmId);
-    } catch {
-      return;
-    }
-    void vm
-      .kill(step.commandId!)
-      .catch((err: unknown) => this.o.log.info({ namespace: run.metadata.namespace, name: run.metadata.name, err: errorMessage(err) }, "could not stop the step of a deleted run"))
-      .finally(() => void vm.close());
+    const log = { namespace: run.metadata.namespace, name: run.metadata.name };
+    void this.deleted(run)
+      .then(async (gone) => {
+        if (!gone) return;
+        const vm = this.vmOf(this.handleOf(run, true), st.vmId!);
+        try {
+          await vm.kill(step.commandId!);
+        } finally {
+          await vm.close();
+        }
+      })
+      .catch((err: unknown) => this.o.log.info({ ...log, err: errorMessage(err) }, "could not stop the step of a deleted run"));
   }
+
+  /**
+   * Whether the run is really gone (or going), not only out of this replica's cache. A list
+   * by name, not a GET: the operator's role reads runs with list and watch only.
+   */
+  private async deleted(run: SandboxRun): Promise<boolean> {
+    const ns = run.metadata.namespace;
+    const path = resourcePath({ group: GROUP, version: VERSION, plural: kindNames.sandboxRun.plural, namespace: ns });
+    const found = await this.o.kube.list<SandboxRun>(path, { fieldSelector: `metadata.name=${run.metadata.name}` });
+    const now = found.items.find((r) => r.metadata.uid === run.metadata.uid);
+    return now === undefined || now.metadata.deletionTimestamp !== undefined;
+  }
+
 
   // ---------------------------------------------------------------------------------------
   // What a pass uses

@@ -160,6 +160,21 @@ spec: {tier: standard, ttlSeconds: 3600}`, t.namespace);
     await waitFor(() => rt?.command(commandId)?.running === false, { description: "the step's command stopped" });
   }, 90_000);
 
+  it("stops its running step in the Sandbox's VM when it is deleted", async () => {
+    await apply(runManifest("deleted-mid-step", `
+  steps:
+    - {name: forever, command: 'sleep 300'}`), t.namespace);
+    const r = await waitFor(async () => {
+      const x = await run("deleted-mid-step");
+      return steps(x)[0]?.commandId !== undefined ? x : undefined;
+    }, { description: "the step running" });
+    const rt = t.stack.emulator.runtimes.get(await sandboxVM());
+    const commandId = steps(r)[0]!.commandId!;
+    expect(rt?.command(commandId)?.running).toBe(true);
+    await kubectlOk(["delete", "sandboxrun", "deleted-mid-step", "--wait=true", "--timeout=30s"], { namespace: t.namespace });
+    await waitFor(() => rt?.command(commandId)?.running === false, { description: "the deleted run's step stopped" });
+  }, 90_000);
+
   it("with backoffLimit: 1 tries the whole run once more, then fails with BackoffLimitExceeded", async () => {
     const rt = t.stack.emulator.runtimes.get(await sandboxVM())!;
     const before = rt.executions;
