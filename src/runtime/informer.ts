@@ -385,7 +385,7 @@ export class Informer<T extends KubeObject> {
       if (m.size === 0) this.store.delete(ns);
     }
     r.resourceVersion = rv;
-    this.metrics?.informerObjects.set({ resource: this.path }, this.count);
+    this.metrics?.informerObjects.set({ resource: this.path, selector: this.opts.labelSelector ?? "" }, this.count);
     if (r.synced && (deletes.length > 0 || updates.length > 0 || adds.length > 0)) {
       this.log.info(
         { added: adds.length, updated: updates.length, deleted: deletes.length, namespace: r.namespace },
@@ -484,7 +484,7 @@ export class Informer<T extends KubeObject> {
     if (old !== undefined && old.metadata.resourceVersion === obj.metadata.resourceVersion) return;
     this.setObject(m, ns, name, obj, old);
     if (old === undefined) {
-      this.metrics?.informerObjects.set({ resource: this.path }, this.count);
+      this.metrics?.informerObjects.set({ resource: this.path, selector: this.opts.labelSelector ?? "" }, this.count);
       this.emitAdd(obj);
     } else {
       this.emitUpdate(obj, old);
@@ -499,7 +499,7 @@ export class Informer<T extends KubeObject> {
     if (m && old !== undefined) {
       this.deleteObject(m, ns, name, old);
       if (m.size === 0) this.store.delete(ns);
-      this.metrics?.informerObjects.set({ resource: this.path }, this.count);
+      this.metrics?.informerObjects.set({ resource: this.path, selector: this.opts.labelSelector ?? "" }, this.count);
     }
     // Emit even for an object we did not hold: a delete is always safe to pass on.
     this.emitDelete(obj);

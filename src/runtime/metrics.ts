@@ -65,7 +65,8 @@ export class Metrics {
   // informers (label: resource = collection path)
   readonly informerWatchRestarts: Counter<"resource" | "reason">;
   readonly informerRelists: Counter<"resource">;
-  readonly informerObjects: Gauge<"resource">;
+  /** By selector too: a sharded replica holds its own share and, for lookups, every object of a kind. */
+  readonly informerObjects: Gauge<"resource" | "selector">;
 
   // events
   readonly eventsTotal: Counter<"type" | "result">;
@@ -202,8 +203,8 @@ export class Metrics {
     });
     this.informerObjects = new Gauge({
       name: "agentcompute_informer_objects",
-      help: "Objects held in an informer's cache",
-      labelNames: ["resource"],
+      help: "Objects held in an informer's cache (selector: its label selector, empty for all)",
+      labelNames: ["resource", "selector"],
       registers,
     });
 

@@ -87,7 +87,7 @@ describe("Informer (real kube-apiserver)", () => {
     await poll(() => inf.get(ns, "b") === undefined, 30_000, "delete of b");
     expect(rec.deletes).toContain("b");
     expect(inf.size()).toBe(3);
-    expect(await metrics.registry.metrics()).toMatch(/agentcompute_informer_objects\{resource="[^"]+"\} 3/);
+    expect(await metrics.registry.metrics()).toMatch(/agentcompute_informer_objects\{resource="[^"]+",selector=""\} 3/);
   });
 
   it("survives a cut connection and still sees later changes", async () => {
