@@ -18,6 +18,7 @@ import type { Manager } from "../runtime/manager.js";
 import { serviceClientHooks, type Metrics } from "../runtime/metrics.js";
 import { ConnectionPool, type InventoryKind, type ServiceHandle } from "./connection-pool.js";
 import { ObjectStore, type ConfigMapObject } from "./object-store.js";
+import { REFERENCE_VIEW } from "./reference-view.js";
 
 export interface OperatorOptions {
   /** Every resource is observed again this often (jittered); default 10 min. */
@@ -128,7 +129,13 @@ export class OperatorContext implements KindContext {
     return new Date();
   }
 
+  /**
+   * The informer other kinds look a kind's resources up in. In sharded mode it holds every
+   * resource of the kind, each as its reference view (./reference-view.ts: what lookups read);
+   * otherwise it is the kind's own informer.
+   */
   informer<T extends ManagedResource>(names: KindNames): Informer<T> {
+    if (this.options.sharding !== undefined) return this.manager.informerFor<T>(collection(names), { view: REFERENCE_VIEW });
     return this.manager.informerFor<T>(collection(names));
   }
 

@@ -82,6 +82,11 @@ export interface InformerForOptions {
    * name a namespace.
    */
   namespaced?: boolean;
+  /**
+   * A projection of each object, cached instead of the object (the informer's transform):
+   * informers of one path with different views are different caches, told apart by name.
+   */
+  view?: { name: string; transform: (obj: KubeObject) => KubeObject };
 }
 
 export type StopReason = "signal" | "stopped" | "leadership-lost" | "error";
@@ -166,7 +171,7 @@ export class Manager {
    */
   informerFor<T extends KubeObject>(path: string, opts: InformerForOptions = {}): Informer<T> {
     const labelSelector = opts.labelSelector ?? this.o.defaultLabelSelector?.(path);
-    const key = `${path}?l=${labelSelector ?? ""}&f=${opts.fieldSelector ?? ""}`;
+    const key = `${path}?l=${labelSelector ?? ""}&f=${opts.fieldSelector ?? ""}&v=${opts.view?.name ?? ""}`;
     const existing = this.informers.get(key);
     if (existing) return existing as unknown as Informer<T>;
     const plural = path.slice(path.lastIndexOf("/") + 1);
@@ -176,6 +181,8 @@ export class Manager {
       path,
       labelSelector,
       fieldSelector: opts.fieldSelector,
+      // A view caches a projection its readers still type as T: they read only what it keeps.
+      ...(opts.view && { transform: opts.view.transform as unknown as (obj: T) => T }),
       namespaces: namespaced ? [...this.namespaces] : undefined,
       logger: this.logger,
       metrics: this.metrics,

@@ -7,6 +7,7 @@
 // acknowledgement (both labels removed, on the resourceVersion seen) is thus the promise that
 // this replica has stopped working on the object; from then on its cached copy carries the
 // drain label until the watch drops it, and every reconcile of it ends in the wrapper.
+import { setTimeout as sleep } from "node:timers/promises";
 import type { Logger } from "pino";
 import { errorMessage } from "../lib/errors.js";
 import type { Controller, ReconcileContext, Reconciler, Request, Result } from "../runtime/controller.js";
@@ -15,6 +16,11 @@ import { isConflict, isNotFound, type KubeClient, type KubeObject } from "../run
 import { releasePatch } from "./assignment.js";
 import { DRAIN_LABEL, OWNER_LABEL, ownerSelector } from "./labels.js";
 import type { ShardedKind } from "./sharder.js";
+
+/** How long an arrival waits for others before its inventory is read (one read serves them all). */
+const ARRIVAL_GATHER_MS = 250;
+/** At most one read of an inventory per this interval for arrivals. */
+const ARRIVAL_READ_INTERVAL_MS = 1_000;
 
 type Labelled = KubeObject & { metadata: { labels?: Record<string, string>; finalizers?: string[] } };
 
@@ -57,6 +63,8 @@ export class ReplicaShard {
   private inventoryOf: InventoryLookup | undefined;
   /** Objects that arrived from another owner (`kind/ns/name` -> when), not yet reconciled here. */
   private readonly arrived = new Map<string, number>();
+  /** When a read of each inventory last started for arrivals. */
+  private readonly lastArrivalRead = new WeakMap<SnapshotSource, number>();
 
   constructor(private readonly o: ReplicaShardOptions) {
     this.selector = ownerSelector(o.identity);
@@ -134,10 +142,20 @@ export class ReplicaShard {
     const inventory = this.inventoryOf?.(kind, obj);
     if (inventory !== undefined) {
       // refresh() joins a read in flight, which may have started before the arrival: then once more.
-      for (let i = 0; i < 3 && Date.now() - inventory.ageOf("") <= arrivedAt; i++) await inventory.refresh();
+      for (let i = 0; i < 3 && Date.now() - inventory.ageOf("") <= arrivedAt; i++) {
+        // Objects arrive in batches that trickle in (a takeover, a join): each read of the
+        // inventory (every page of it) waits a moment for the rest of its batch, and reads
+        // for arrivals start at most once a second, rather than back to back.
+        const at = Math.max(arrivedAt + ARRIVAL_GATHER_MS, (this.lastArrivalRead.get(inventory) ?? 0) + ARRIVAL_READ_INTERVAL_MS);
+        if (at > Date.now()) await sleep(at - Date.now());
+        if (Date.now() - inventory.ageOf("") > arrivedAt) break; // read meanwhile, after the arrival
+        this.lastArrivalRead.set(inventory, Date.now());
+        await inventory.refresh();
+      }
     }
     this.arrived.delete(key);
   }
+
 
   private async release(kind: ShardedKind, obj: Labelled, req: Request, log: Logger): Promise<Result | void> {
     const base = kind.path.slice(0, kind.path.lastIndexOf("/"));
