@@ -58,6 +58,14 @@ app.kubernetes.io/component: controller
 {{- end }}
 {{- end }}
 
+{{/*
+"true" when the operator runs with leader election: leaderElection.enabled, or sharding.enabled
+(`--sharding` implies `--leader-elect`: the leader is the sharder), else empty.
+*/}}
+{{- define "agent-operator.leaderElection" -}}
+{{- if or .Values.leaderElection.enabled .Values.sharding.enabled }}true{{ end }}
+{{- end }}
+
 {{- define "agent-operator.image" -}}
 {{- if .Values.image.digest }}
 {{- printf "%s@%s" .Values.image.repository .Values.image.digest }}

@@ -1,8 +1,9 @@
 // The Helm chart (charts/agent-operator), with a real helm built from tools/helm (dev/helm.ts):
-// it lints; it renders the same objects as manifests/ and as the single-namespace overlay; and
-// `helm install` onto the real API server gives a ServiceAccount with which the operator makes
-// a Connection and a Skill Ready, never refused, before `helm upgrade` narrows it to one
-// namespace and `helm uninstall` removes everything but the CRDs.
+// it lints; it renders the same objects as manifests/ and as the single-namespace and sharded
+// overlays; and `helm install` onto the real API server gives a ServiceAccount with which the
+// operator makes a Connection and a Skill Ready, never refused, before `helm upgrade` narrows it
+// to one namespace, then switches it to sharded mode, and `helm uninstall` removes everything
+// but the CRDs.
 import { readdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -18,6 +19,7 @@ import {
   OPERATOR_NAMESPACE,
   REPO_ROOT,
   canI,
+  findObject,
   kustomize,
   parseObjects,
   refusedLines,
@@ -26,9 +28,11 @@ import {
   tearDownInstalled,
   type KubeObject,
   type OperatorUnderTest,
+  type PolicyRule,
 } from "./support.js";
 
 const OVERLAY_DIR = join(MANIFESTS_DIR, "overlays", "single-namespace");
+const SHARDED_DIR = join(MANIFESTS_DIR, "overlays", "sharded");
 const version = (JSON.parse(readFileSync(join(REPO_ROOT, "package.json"), "utf8")) as { version: string }).version;
 
 /**
@@ -80,6 +84,28 @@ function expectSameObjects(chart: KubeObject[], kustomized: KubeObject[]): void 
   }
 }
 
+interface EnvVar {
+  name: string;
+  value?: string;
+  valueFrom?: { fieldRef?: { fieldPath: string } };
+}
+type Deployment = KubeObject & {
+  spec: { replicas: number; template: { spec: { serviceAccountName: string; containers: Array<{ args: string[]; env: EnvVar[] }> } } };
+};
+type Role = KubeObject & { rules: PolicyRule[] };
+type RoleBinding = KubeObject & {
+  roleRef: { kind: string; name: string };
+  subjects: Array<{ kind: string; name: string; namespace?: string }>;
+};
+
+/** The operator's container of the (one) Deployment among `objects`. */
+function operatorContainer(objects: KubeObject[]): { replicas: number; args: string[]; env: EnvVar[] } {
+  const d = objects.find((o) => o.kind === "Deployment") as Deployment | undefined;
+  const c = d?.spec.template.spec.containers[0];
+  if (d === undefined || c === undefined) throw new Error("no Deployment with a container among the objects");
+  return { replicas: d.spec.replicas, args: c.args, env: c.env };
+}
+
 /**
  * `kubectl auth can-i` as a kubeconfig's user, until it gives `want`: the API server's RBAC
  * authorizer sees new or deleted bindings through its informers, a moment after helm wrote them.
@@ -109,9 +135,14 @@ describe("charts/agent-operator", () => {
     }
   });
 
-  it("is linted clean by helm lint --strict, with default values, watchNamespaces and a ServiceMonitor", async () => {
+  it("is linted clean by helm lint --strict, with default values, watchNamespaces, a ServiceMonitor and sharding", async () => {
     expect(await helmOk(["version", "--short"])).toMatch(new RegExp(`^${helmVersion().replaceAll(".", "\\.")}\\b`));
-    for (const set of [[], ["--set", "watchNamespaces={agents,team-b}"], ["--set", "metrics.serviceMonitor.enabled=true"]]) {
+    for (const set of [
+      [],
+      ["--set", "watchNamespaces={agents,team-b}"],
+      ["--set", "metrics.serviceMonitor.enabled=true"],
+      ["--set", "sharding.enabled=true", "--set", "replicaCount=3"],
+    ]) {
       const res = await helm(["lint", "--strict", CHART_DIR, ...set]);
       expect(res.exitCode, `helm lint ${set.join(" ")}:\n${res.stdout}${res.stderr}`).toBe(0);
       expect(res.stdout).toContain("0 chart(s) failed");
@@ -126,6 +157,71 @@ describe("charts/agent-operator", () => {
   it("renders with watchNamespaces the objects of manifests/overlays/single-namespace", async () => {
     const [chart, kustomized] = await Promise.all([template("--set", "watchNamespaces={agents}"), kustomize(OVERLAY_DIR)]);
     expectSameObjects(chart, kustomized);
+  });
+
+  it("renders with sharding.enabled the objects of manifests/overlays/sharded, and without it none of them", async () => {
+    const [chart, kustomized, plain] = await Promise.all([
+      template("--set", "sharding.enabled=true", "--set", "replicaCount=3"),
+      kustomize(SHARDED_DIR),
+      template(),
+    ]);
+    expectSameObjects(chart, kustomized);
+
+    // What makes it sharded, spelled out (the comparison above would also pass if the overlay lost it).
+    const c = operatorContainer(chart);
+    expect(c.replicas).toBe(3);
+    expect(c.args).toEqual(expect.arrayContaining(["--sharding", "--leader-elect", "--leader-election-namespace=$(POD_NAMESPACE)"]));
+    expect(c.env).toContainEqual({ name: "POD_NAME", valueFrom: { fieldRef: { fieldPath: "metadata.name" } } });
+    const role = findObject(chart, "Role", "agent-operator-shard-members", OPERATOR_NAMESPACE) as Role;
+    expect(role.rules).toEqual([{ apiGroups: ["coordination.k8s.io"], resources: ["leases"], verbs: ["list", "watch", "patch", "delete"] }]);
+    expect(role.rules).toEqual((findObject(kustomized, "Role", "agent-operator-shard-members") as Role).rules);
+    const binding = findObject(chart, "RoleBinding", "agent-operator-shard-members", OPERATOR_NAMESPACE) as RoleBinding;
+    expect(binding.roleRef).toMatchObject({ kind: "Role", name: role.metadata.name });
+    const sa = findObject(chart, "ServiceAccount", "agent-operator", OPERATOR_NAMESPACE);
+    expect(binding.subjects).toEqual([{ kind: "ServiceAccount", name: sa.metadata.name, namespace: OPERATOR_NAMESPACE }]);
+    findObject(chart, "Role", "agent-operator-leader-election", OPERATOR_NAMESPACE);
+
+    // The default rendering has none of it.
+    const d = operatorContainer(plain);
+    expect(d.args).not.toContain("--sharding");
+    expect(d.env.map((e) => e.name)).not.toContain("POD_NAME");
+    expect(plain.filter((o) => o.metadata.name.endsWith("-shard-members"))).toEqual([]);
+  });
+
+  it("names the sharded mode's objects after the release, and implies leader election with it", async () => {
+    // Leader election off in the values: --sharding turns it on in the operator, so its Role and
+    // flags are rendered all the same, and three replicas are accepted.
+    const objects = parseObjects(
+      await helmOk([
+        "template", "team", CHART_DIR, "--namespace", "ops",
+        "--set", "sharding.enabled=true",
+        "--set", "replicaCount=3",
+        "--set", "leaderElection.enabled=false",
+        "--set", "serviceAccount.name=operator",
+      ]),
+    );
+    const c = operatorContainer(objects);
+    expect(c.args).toEqual(expect.arrayContaining(["--sharding", "--leader-elect"]));
+    findObject(objects, "Role", "team-agent-operator-leader-election", "ops");
+    findObject(objects, "Role", "team-agent-operator-shard-members", "ops");
+    const binding = findObject(objects, "RoleBinding", "team-agent-operator-shard-members", "ops") as RoleBinding;
+    expect(binding.roleRef.name).toBe("team-agent-operator-shard-members");
+    expect(binding.subjects).toEqual([{ kind: "ServiceAccount", name: "operator", namespace: "ops" }]);
+
+    // One replica with sharding is rendered, but the NOTES say it does nothing. (`helm template`
+    // leaves NOTES.txt out; a client-side dry run of `helm install` renders it, and asks the API
+    // server only for its version.)
+    const notes = async (replicas: number) =>
+      helmOk(
+        ["install", "team", CHART_DIR, "--namespace", "ops", "--dry-run=client", "--set", "sharding.enabled=true", "--set", `replicaCount=${replicas}`],
+        { kubeconfig: testKubeconfig() },
+      );
+    const single = await notes(1);
+    expect(single).toContain("sharding with one replica does nothing");
+    expect(single).toMatch(/^ {2}replicas: 1$/m);
+    const three = await notes(3);
+    expect(three).not.toContain("does nothing");
+    expect(three).toContain("each of the 3 replicas reconciles its own share");
   });
 
   it("applies the values it documents", async () => {
@@ -273,6 +369,38 @@ spec: {content: "# More notes"}`, ns.name);
     await kubectlOk(["delete", "skill/notes", "skill/more-notes", "--wait=true", "--timeout=30s"], { namespace: ns.name });
     expect(emulator?.state.skills.get("notes")).toBeUndefined();
     expect(refusedLines(op?.logs ?? [])).toEqual([]);
+  });
+
+  it("switches to sharded mode with helm upgrade --set sharding.enabled=true, its member Leases allowed in the release namespace only", async () => {
+    const res = await helm(
+      ["upgrade", release, CHART_DIR, "--namespace", releaseNs.name, "--reuse-values", "--set", "sharding.enabled=true", "--set", "replicaCount=3"],
+      { kubeconfig },
+    );
+    expect(res.exitCode, res.stderr).toBe(0);
+    expect(res.stderr).not.toMatch(/PodSecurity|would violate/i);
+    expect(res.stdout).toContain("each of the 3 replicas reconciles its own share");
+    expect(await instanceObjects("roles,rolebindings", true)).toEqual([
+      `Role/${fullname}-leader-election`,
+      `Role/${fullname}-shard-members`,
+      `RoleBinding/${fullname}-leader-election`,
+      `RoleBinding/${fullname}-shard-members`,
+    ]);
+    const stored = JSON.parse(await kubectlOk(["get", "deployment", fullname, "-n", releaseNs.name, "-o", "json"])) as Deployment;
+    const c = operatorContainer([stored]);
+    expect(c.replicas).toBe(3);
+    expect(c.args).toEqual(expect.arrayContaining(["--sharding", "--leader-elect", `--namespace=${ns.name}`]));
+    // The API server defaults the fieldRef's apiVersion (v1).
+    expect(c.env.find((e) => e.name === "POD_NAME")?.valueFrom?.fieldRef).toMatchObject({ fieldPath: "metadata.name" });
+
+    // What a replica does with member Leases (docs/sharding.md), as the chart's ServiceAccount:
+    // create and renew its own, the sharder lists and watches them, a stopping replica deletes
+    // its own. In the release namespace only.
+    const sa = await serviceAccountCredentials({ namespace: releaseNs.name, name: fullname });
+    for (const verb of ["get", "create", "update", "patch", "list", "watch", "delete"]) {
+      await expectCan(sa.path, [verb, "leases.coordination.k8s.io", "-n", releaseNs.name], true);
+      await expectCan(sa.path, [verb, "leases.coordination.k8s.io", "-n", ns.name], false);
+    }
+    await expectCan(sa.path, ["list", "leases.coordination.k8s.io", "-A"], false);
   });
 
   it("removes everything but the CRDs with helm uninstall", async () => {
