@@ -4,10 +4,11 @@
 // service's rate limit sets). Benchmarks report; they never fail on timing.
 //
 //   npm run bench -- [--resources 10000] [--rate-limit 200] [--latency 20] [--out file.json]
-//                    [--scenario cold-start|steady|memory|renewals|latency|runs]...
+//                    [--scenario cold-start|steady|memory|renewals|latency|runs|shards]...
 //                    [--steady-minutes 10] [--sync-period 5m] [--renew-sandboxes 2000]
 //                    [--renew-ttl 60] [--renew-minutes 10] [--renew-error-rate 0.05]
 //                    [--renew-jitter 40] [--latency-samples 100] [--runs 1000] [--run-sandboxes 50] [--concurrency N] [--cpu-prof] [--heap-snapshot]
+//                    [--shard-resources 6000] [--shard-sandboxes 2000] [--shard-ttl 60] [--shard-replicas 3] [--shard-baseline true|false]
 //                    [--node-options '...' (default: the Deployment's NODE_OPTIONS)]
 //
 // See docs/performance.md for what each scenario measures and the latest results.
@@ -22,10 +23,11 @@ import { coldStart, type ColdStartResult } from "../bench/scenarios/cold-start.j
 import { latency, type LatencyResult } from "../bench/scenarios/latency.js";
 import { renewals, type RenewalResult } from "../bench/scenarios/renewals.js";
 import { runs, type RunsResult } from "../bench/scenarios/runs.js";
+import { shards, type ShardsResult } from "../bench/scenarios/shards.js";
 import { MANAGED_WRITE_RESOURCES, steadyState, type SteadyResult } from "../bench/scenarios/steady.js";
 import { waitNamespaceGone } from "../dev/namespaces.js";
 
-const SCENARIOS = ["cold-start", "steady", "memory", "renewals", "latency", "runs"] as const;
+const SCENARIOS = ["cold-start", "steady", "memory", "renewals", "latency", "runs", "shards"] as const;
 type Scenario = (typeof SCENARIOS)[number];
 
 function parse() {
@@ -47,6 +49,11 @@ function parse() {
       "latency-samples": { type: "string", default: "100" },
       runs: { type: "string", default: "1000" },
       "run-sandboxes": { type: "string", default: "50" },
+      "shard-resources": { type: "string", default: "6000" },
+      "shard-sandboxes": { type: "string", default: "2000" },
+      "shard-ttl": { type: "string", default: "60" },
+      "shard-replicas": { type: "string", default: "3" },
+      "shard-baseline": { type: "string", default: "true" },
       concurrency: { type: "string" },
       "cpu-prof": { type: "boolean", default: false },
       "heap-snapshot": { type: "boolean", default: false },
@@ -70,6 +77,8 @@ function parse() {
   const syncPeriod = values["sync-period"];
   const m = /^(\d+(?:\.\d+)?)(s|m)$/.exec(syncPeriod);
   if (!m) throw new Error(`--sync-period: "${syncPeriod}" must look like 5m or 90s`);
+  const shardBaseline = values["shard-baseline"];
+  if (shardBaseline !== "true" && shardBaseline !== "false") throw new Error(`--shard-baseline: "${shardBaseline}" must be true or false`);
   return {
     resources: num("resources", values.resources, 1),
     rateLimit: num("rate-limit", values["rate-limit"], 0.01),
@@ -88,6 +97,11 @@ function parse() {
     latencySamples: num("latency-samples", values["latency-samples"], 1),
     runs: num("runs", values.runs, 1),
     runSandboxes: num("run-sandboxes", values["run-sandboxes"], 1),
+    shardResources: num("shard-resources", values["shard-resources"], 1),
+    shardSandboxes: num("shard-sandboxes", values["shard-sandboxes"]),
+    shardTTL: num("shard-ttl", values["shard-ttl"], 2),
+    shardReplicas: num("shard-replicas", values["shard-replicas"], 1),
+    shardBaseline: shardBaseline === "true",
     concurrency: values.concurrency === undefined ? undefined : num("concurrency", values.concurrency, 1),
     cpuProf: values["cpu-prof"],
     heapSnapshot: values["heap-snapshot"],
@@ -114,6 +128,7 @@ async function main(): Promise<void> {
     renewals?: RenewalResult;
     latency?: LatencyResult;
     runs?: RunsResult;
+    shards?: ShardsResult;
     errors: Record<string, string>;
   } = {
     startedAt: startedAt.toISOString(),
@@ -222,6 +237,26 @@ async function main(): Promise<void> {
       log(`runs failed: ${String(err)}`);
     }
   }
+  if (wants("shards")) {
+    try {
+      result.shards = await shards(cluster, {
+        resources: a.shardResources,
+        sandboxes: a.shardSandboxes,
+        ttlSeconds: a.shardTTL,
+        replicas: a.shardReplicas,
+        baseline: a.shardBaseline,
+        rateLimit: a.rateLimit,
+        latencyMs: a.latencyMs,
+        syncPeriod: a.syncPeriod,
+        concurrency: a.concurrency,
+        nodeOptions: a.nodeOptions,
+      });
+      save();
+    } catch (err) {
+      result.errors.shards = String(err);
+      log(`shards failed: ${String(err)}`);
+    }
+  }
   await cluster.close();
   result.finishedAt = new Date().toISOString();
   save();
@@ -238,6 +273,7 @@ function summary(r: {
   renewals?: RenewalResult;
   latency?: LatencyResult;
   runs?: RunsResult;
+  shards?: ShardsResult;
 }): Row[] {
   const rows: Row[] = [];
   const c = r.coldStart;
@@ -370,6 +406,98 @@ function summary(r: {
       met: u.kube.perRun <= 3,
     });
   }
+  if (r.shards) rows.push(...shardRows(r.shards));
+  return rows;
+}
+
+/** Scenario 7's rows: correctness of a failover (expirations, duplicates, shares) and each replica's cost against one unsharded operator. */
+function shardRows(h: ShardsResult): Row[] {
+  const s = h.sharded;
+  const b = h.baseline;
+  const rows: Row[] = [];
+  const names = Object.keys(s.replicas);
+  const shares = (m: Record<string, number>): string =>
+    [...names, ...Object.keys(m).filter((k) => !names.includes(k))].map((n) => `${n || "not labelled yet"} ${m[n] ?? 0}`).join(", ");
+  const total = (m: Record<string, number>): number => Object.values(m).reduce((a, v) => a + v, 0);
+  const dup = (d: Record<string, number>): string => Object.entries(d).map(([k, v]) => `${k} ${v >= 0 ? "+" : ""}${v}`).join(", ");
+  const mb = (v: number | null | undefined): string => (v === null || v === undefined ? "-" : `${Math.round(v)} MB`);
+  const pct = (v: number): string => `${Math.round(v * 100)} %`;
+  const title = `7. shards: ${h.replicas} replicas, ${h.resources} resources (${h.mix.sandboxes} Sandboxes, TTL ${h.ttlSeconds} s)`;
+  rows.push({
+    scenario: `${title}, one SIGKILLed at half Ready`,
+    target: "0 expirations",
+    measured:
+      `${s.expirations} expirations; all Ready ${s.readySeconds === null ? `NOT reached (${JSON.stringify(s.notReady)})` : `after ${s.readySeconds} s`}` +
+      `${b ? ` (one unsharded operator: ${b.readySeconds ?? "-"} s, ${b.expirations} expirations)` : ""}; ran ${s.afterKillSeconds ?? "-"} s after the kill`,
+    met: s.expirations === 0 && s.readySeconds !== null,
+  });
+  rows.push({
+    scenario: "7. shards: duplicate creates (successful creates minus resources)",
+    target: "0",
+    measured: `${total(s.duplicates)} (${dup(s.duplicates)})`,
+    met: Object.values(s.duplicates).every((v) => v === 0),
+  });
+  const before = s.sharesBeforeKill;
+  rows.push({
+    scenario: "7. shards: objects per replica (owner label)",
+    target: "every replica a share",
+    measured:
+      `before the kill: ${shares(before)}; killed ${s.victim ?? "none"} (leader ${s.leader ?? "?"}) at ${s.kill?.ready ?? "-"} Ready; ` +
+      `at the end: ${shares(s.sharesAtEnd)}${s.drainsPendingAtEnd > 0 ? `; ${s.drainsPendingAtEnd} drains pending` : ""}; ` +
+      `every object labelled ${s.allLabelledSeconds === null ? "never" : `${s.allLabelledSeconds} s`} after the first create`,
+    // At the end every object is owned by a live replica (the killed one owns nothing), none is left draining.
+    met:
+      names.every((n) => (before[n] ?? 0) > 0) &&
+      Object.keys(s.sharesAtEnd).every((o) => o !== "" && o !== s.victim) &&
+      s.drainsPendingAtEnd === 0,
+  });
+  rows.push({
+    scenario: "7. shards: SIGKILL -> no object labelled for the dead replica",
+    target: "report (lease 15 s + reaction)",
+    measured:
+      `${s.takeoverSeconds === null ? "never" : `${s.takeoverSeconds} s`}; service list calls after the kill (the new owners' inventory reads): ` +
+      `${Object.entries(s.serviceAfterKill).filter(([k]) => k.endsWith(".list")).map(([k, v]) => `${k} ${v}`).join(", ") || "none"}` +
+      (b ? ` (one unsharded operator, whole run: ${Object.entries(b.service.byOperation).filter(([k]) => k.endsWith(".list")).reduce((a, [, v]) => a + v, 0)})` : ""),
+    met: null,
+  });
+  const base = b?.process;
+  rows.push({
+    scenario: "7. shards: peak RSS per replica",
+    target: b ? "<= 40 % of one operator's" : "report",
+    measured:
+      names.map((n) => `${n} ${mb(s.replicas[n]?.peakRssMB)}${base?.peakRssMB ? ` (${pct((s.replicas[n]?.peakRssMB ?? 0) / base.peakRssMB)})` : ""}`).join(", ") +
+      (base ? `; one unsharded operator ${mb(base.peakRssMB)}` : ""),
+    met: base?.peakRssMB ? names.every((n) => (s.replicas[n]?.peakRssMB ?? Infinity) <= 0.4 * (base.peakRssMB ?? 0)) : null,
+  });
+  // Node's own RSS (~120 MB: the runtime, the code, the caches' fixed part) is there in every
+  // replica whatever its share; what sharding divides is what the objects add on top.
+  const above = (c: { peakRssMB: number | null; idleRssMB: number | null } | undefined): number | null =>
+    c?.peakRssMB === null || c?.peakRssMB === undefined || c.idleRssMB === null ? null : c.peakRssMB - c.idleRssMB;
+  const baseAbove = above(base);
+  rows.push({
+    scenario: "7. shards: peak RSS above idle (RSS once started, before any object) per replica",
+    target: b ? "<= 40 % of one operator's" : "report",
+    measured:
+      names.map((n) => `${n} ${mb(above(s.replicas[n]))} (idle ${mb(s.replicas[n]?.idleRssMB)})${baseAbove ? `: ${pct((above(s.replicas[n]) ?? 0) / baseAbove)}` : ""}`).join(", ") +
+      (base ? `; one unsharded operator ${mb(baseAbove)} (idle ${mb(base.idleRssMB)})` : ""),
+    met: baseAbove ? names.every((n) => (above(s.replicas[n]) ?? Infinity) <= 0.4 * baseAbove) : null,
+  });
+  const cpu = names.map((n) => s.replicas[n]?.cpuSeconds ?? 0);
+  rows.push({
+    scenario: "7. shards: CPU seconds per replica (spawn to end; the killed one to its kill)",
+    target: "report",
+    measured: `${names.map((n) => `${n} ${s.replicas[n]?.cpuSeconds ?? "-"}`).join(", ")}; total ${Math.round(cpu.reduce((a, v) => a + v, 0) * 10) / 10}${base ? `; one unsharded operator ${base.cpuSeconds ?? "-"}` : ""}`,
+    met: null,
+  });
+  rows.push({
+    scenario: "7. shards: Kubernetes writes and service calls, all replicas",
+    target: "report",
+    measured:
+      `${s.kube.writes} Kubernetes writes (${Object.entries(s.kube.writesByResource).map(([k, v]) => `${k}: ${v}`).join(", ")}); ` +
+      `${s.service.calls} service calls (429: ${s.service.throttled429}), ${s.service.tokenRequests} token requests` +
+      (b ? `; one unsharded operator: ${b.kube.writes} writes, ${b.service.calls} service calls (429: ${b.service.throttled429})` : ""),
+    met: null,
+  });
   return rows;
 }
 

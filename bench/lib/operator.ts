@@ -86,6 +86,10 @@ export interface OperatorOptions {
   logLevel?: string;
   /** Where the operator's log goes. */
   logFile: string;
+  /** More `run` flags (e.g. the shards scenario's --sharding and its Lease). */
+  extraArgs?: string[];
+  /** More environment for the process (e.g. POD_NAME, a sharded replica's identity). */
+  env?: Record<string, string>;
 }
 
 export interface MemorySample {
@@ -152,11 +156,12 @@ export class OperatorProcess {
       "5s",
     ];
     if (o.concurrency !== undefined) args.push("--concurrency", String(o.concurrency));
+    args.push(...(o.extraArgs ?? []));
     mkdirSync(path.dirname(o.logFile), { recursive: true });
     const out = createWriteStream(o.logFile, { flags: "a" });
     const child = spawn(process.execPath, args, {
       cwd: REPO_ROOT,
-      stdio: ["ignore", "pipe", "pipe"], env: { ...process.env, NODE_ENV: "production", NODE_OPTIONS: o.nodeOptions ?? deployedNodeOptions() },
+      stdio: ["ignore", "pipe", "pipe"], env: { ...process.env, NODE_ENV: "production", NODE_OPTIONS: o.nodeOptions ?? deployedNodeOptions(), ...o.env },
     });
     child.stdout?.pipe(out);
     child.stderr?.pipe(out);
@@ -214,6 +219,20 @@ export class OperatorProcess {
       // no log yet
     }
     return undefined;
+  }
+
+  /** Whether the process is still running. */
+  alive(): boolean {
+    return this.child.exitCode === null && this.child.signalCode === null;
+  }
+
+  /** SIGKILL (a crash, for the failover scenarios); resolves once the process is gone. */
+  async kill(): Promise<void> {
+    if (this.sampler) clearInterval(this.sampler);
+    this.sampler = undefined;
+    if (!this.alive()) return;
+    this.child.kill("SIGKILL");
+    await this.exited;
   }
 
   /** SIGTERM, then SIGKILL after `graceMs`. Resolves with the exit code. */

@@ -3,7 +3,9 @@
 // zero expirations, about one renewal per VM per renewal window (ttl - renewBefore), and at
 // most 0.1 Kubernetes writes per renewal (status reports them every --sandbox-status-interval).
 import type { Cluster } from "../lib/cluster.js";
+import { availableParallelism } from "node:os";
 import { by, delta, sum } from "../../dev/prometheus.js";
+import { cpuWindow, type CpuShare } from "../lib/cpu.js";
 import { sandbox } from "../lib/resources.js";
 import { Stack } from "../lib/stack.js";
 import { log, percentile, round, sleep } from "../lib/util.js";
@@ -41,6 +43,10 @@ export interface RenewalResult {
   kube: { writes: number; writesByResource: Record<string, number>; writesPerRenewal: number; statusWritesPerRenewal: number };
   rssMB: number | null;
   peakRssMB: number | null;
+  /** CPU seconds over the renewal window (the operator's: the cost of keeping VMs alive, for sizing). */
+  cpu: CpuShare;
+  /** The operator's CPU milliseconds per renewal attempt over the window. */
+  operatorCpuMsPerRenewal: number;
 }
 
 export async function renewals(cluster: Cluster, p: RenewalParams): Promise<RenewalResult> {
@@ -75,6 +81,7 @@ export async function renewals(cluster: Cluster, p: RenewalParams): Promise<Rene
     const logStart = stack.emulator.requests.length;
     const expiredBefore = stack.emulator.state.usage.filter((u) => u.reason === "expired").length;
     const windowStart = Date.now();
+    const cpu = cpuWindow({ apiserver: cluster.pid, operator: op.pid }, availableParallelism());
     const end = performance.now() + p.minutes * 60_000;
     while (performance.now() < end) {
       await sleep(Math.min(60_000, end - performance.now()));
@@ -83,6 +90,7 @@ export async function renewals(cluster: Cluster, p: RenewalParams): Promise<Rene
       log(`renewals: ${((Date.now() - windowStart) / 60_000).toFixed(1)} min: renew calls ${s.byOperation["vms.renew"] ?? 0}, expirations ${expired}`);
     }
     const windowMs = Date.now() - windowStart;
+    const cpuShare = cpu.finish();
     const after = await stack.snapshot();
     const usage = stack.emulator.state.usage;
     const expirations = usage.filter((u) => u.reason === "expired").length;
@@ -155,11 +163,14 @@ export async function renewals(cluster: Cluster, p: RenewalParams): Promise<Rene
       },
       rssMB: proc ? round(proc.rssMB, 1) : null,
       peakRssMB: proc ? round(proc.peakMB, 1) : null,
+      cpu: cpuShare,
+      operatorCpuMsPerRenewal: round(((cpuShare.seconds["operator"] ?? 0) * 1000) / Math.max(1, ok + failed), 2),
     };
     log(
       `renewals: expirations ${expirations}; renewals ok ${ok}, failed ${failed}; per VM per window ${result.renewals.perVmPerWindow}; ` +
         `margin left p1 ${result.marginLeftSeconds.p1} s, min ${result.marginLeftSeconds.min} s; ` +
-        `Kubernetes writes per renewal ${result.kube.writesPerRenewal} (${JSON.stringify(writesByResource)})`,
+        `Kubernetes writes per renewal ${result.kube.writesPerRenewal} (${JSON.stringify(writesByResource)}); ` +
+        `operator CPU ${cpuShare.seconds["operator"]} s over the window (${result.operatorCpuMsPerRenewal} ms per renewal)`,
     );
     return result;
   } finally {

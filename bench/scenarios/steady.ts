@@ -1,7 +1,9 @@
 // Scenario 2: after the cold start, nothing changes for M minutes. Target: zero writes to the
 // service and to the Kubernetes API; the only reads are the inventories' bulk lists on the
 // sync period (at most one pass over the list pages per kind per sync), no GET per object.
+import { availableParallelism } from "node:os";
 import { PAGE_SIZE } from "../../src/service/client.js";
+import { cpuWindow, type CpuShare } from "../lib/cpu.js";
 import { by, delta, sum } from "../../dev/prometheus.js";
 import type { Mix } from "../lib/resources.js";
 import type { Stack } from "../lib/stack.js";
@@ -33,6 +35,8 @@ export interface SteadyResult {
   reconciles: Record<string, number>;
   rssMB: number | null;
   peakRssMB: number | null;
+  /** CPU seconds over the quiet minutes: what holding the resources costs (the sizing guide's steady CPU). */
+  cpu: CpuShare;
 }
 
 const READ = new Set(["GET"]);
@@ -45,6 +49,7 @@ export async function steadyState(stack: Stack, mix: Mix, o: { minutes: number; 
   log(`steady: operator ${settle.settled ? "settled" : "did NOT settle"} after ${(settle.ms / 1000).toFixed(0)} s; measuring ${o.minutes} min`);
   const before = await stack.snapshot();
   const logEntriesBefore = stack.emulator.requests.length;
+  const cpu = cpuWindow({ apiserver: stack.o.cluster.pid, ...(stack.operator && { operator: stack.operator.pid }) }, availableParallelism());
   const end = performance.now() + o.minutes * 60_000;
   while (performance.now() < end) {
     await sleep(Math.min(60_000, end - performance.now()));
@@ -52,6 +57,7 @@ export async function steadyState(stack: Stack, mix: Mix, o: { minutes: number; 
     log(`steady: ${((o.minutes * 60_000 - (end - performance.now())) / 60_000).toFixed(1)} min: service calls ${s.total - before.service.total}`);
   }
   const after = await stack.snapshot();
+  const cpuShare = cpu.finish();
   const d = delta(before.metrics, after.metrics);
   const ops: Record<string, number> = {};
   for (const [k, v] of Object.entries(after.service.byOperation)) {
@@ -107,10 +113,11 @@ export async function steadyState(stack: Stack, mix: Mix, o: { minutes: number; 
     reconciles: Object.fromEntries(Object.entries(by(d, "controller_runtime_reconcile_total", "result")).filter(([, n]) => n > 0)),
     rssMB: proc ? round(proc.rssMB, 1) : null,
     peakRssMB: proc ? round(proc.peakMB, 1) : null,
+    cpu: cpuShare,
   };
   log(
     `steady: service writes ${result.service.writes}, reads ${result.service.reads} (single GETs ${singleGets}); kube writes ${result.kube.writes} ` +
-      `(${JSON.stringify(kubeWritesByResource)}); lists ${JSON.stringify(lists)}`,
+      `(${JSON.stringify(kubeWritesByResource)}); lists ${JSON.stringify(lists)}; CPU s ${JSON.stringify(cpuShare.seconds)}`,
   );
   return result;
 }
