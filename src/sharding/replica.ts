@@ -98,15 +98,19 @@ export class ReplicaShard {
     const kind = this.o.controllers.get(controller.name);
     if (kind === undefined) return;
     const own = this.own(kind);
+    const request = (obj: Labelled): Request => ({ namespace: obj.metadata.namespace ?? "", name: obj.metadata.name ?? "" });
     const enqueue = (obj: Labelled): void => {
-      if (obj.metadata.labels?.[DRAIN_LABEL] !== undefined) {
-        controller.enqueue({ namespace: obj.metadata.namespace ?? "", name: obj.metadata.name ?? "" }, { priority: true });
-      }
+      if (obj.metadata.labels?.[DRAIN_LABEL] !== undefined) controller.enqueue(request(obj), { priority: true });
     };
     own.on("add", (obj) => {
       // Reconciled before (it has a finalizer): it comes from another owner, who may have
-      // created its service object just before letting go or dying.
-      if ((obj.metadata.finalizers ?? []).length > 0) this.arrived.set(arrivalKey(kind, obj), Date.now());
+      // created its service object just before letting go or dying. It goes ahead of this
+      // replica's backlog: nobody has worked on it since it left, and a Sandbox's renewal may
+      // be due.
+      if ((obj.metadata.finalizers ?? []).length > 0) {
+        this.arrived.set(arrivalKey(kind, obj), Date.now());
+        controller.enqueue(request(obj), { priority: true });
+      }
       enqueue(obj);
     });
     own.on("update", enqueue);

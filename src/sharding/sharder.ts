@@ -148,10 +148,19 @@ export class Sharder {
     return out;
   }
 
+  /**
+   * Every object is looked at again. Those of a replica that is gone go first (the priority
+   * lane): nobody works on them until they move, and a Sandbox among them has a renewal coming,
+   * while a cold start may have thousands of new objects waiting to be placed.
+   */
   private enqueueAll(): void {
     if (!this.synced) return;
     for (const { informer, controller } of this.parts) {
-      for (const obj of informer.list()) controller.enqueue({ namespace: obj.metadata.namespace ?? "", name: obj.metadata.name ?? "" });
+      for (const obj of informer.list()) {
+        const owner = obj.metadata.labels?.[OWNER_LABEL];
+        const orphaned = owner !== undefined && !this.live.has(owner);
+        controller.enqueue({ namespace: obj.metadata.namespace ?? "", name: obj.metadata.name ?? "" }, { priority: orphaned });
+      }
     }
   }
 
