@@ -44,7 +44,28 @@ interface Entry {
 export class ConnectionPool {
   private readonly entries = new Map<string, Entry>();
 
+  /** This process's share of each Connection's rate (sharded mode: 1 / the live replicas). */
+  private rateShare = 1;
+
   constructor(private readonly opts: ConnectionPoolOptions) {}
+
+  /**
+   * Sharded mode: the replicas share a Connection's `rateLimit`, each taking `share` of it
+   * (qps and burst), so that together they ask the service for what the Connection says.
+   */
+  setRateShare(share: number): void {
+    if (!(share > 0 && share <= 1) || share === this.rateShare) return;
+    this.rateShare = share;
+    for (const { handle } of this.entries.values()) handle.client.setRateLimit(this.rateOf(handle.connection));
+  }
+
+  private rateOf(connection: Connection): { qps: number; burst: number } {
+    const r = connection.spec.rateLimit;
+    return {
+      qps: (r?.qps ?? DEFAULTS.qps) * this.rateShare,
+      burst: Math.max(1, Math.floor((r?.burst ?? DEFAULTS.burst) * this.rateShare)),
+    };
+  }
 
   /**
    * The client of a Connection, built if needed. Throws NotReadyError with a reason a person
@@ -139,7 +160,7 @@ export class ConnectionPool {
       ...(spec.registryURL !== undefined && { registryURL: spec.registryURL }),
       authURL: spec.authURL,
       credentials,
-      rateLimit: { qps: spec.rateLimit?.qps ?? DEFAULTS.qps, burst: spec.rateLimit?.burst ?? DEFAULTS.burst },
+      rateLimit: this.rateOf(connection),
       timeoutMs: spec.timeoutSeconds !== undefined ? spec.timeoutSeconds * 1000 : DEFAULTS.timeoutMs,
       insecureSkipTLSVerify: spec.insecureSkipTLSVerify ?? false,
       logger: this.opts.logger.child({ connection: key }),

@@ -28,9 +28,9 @@ export interface TokenBucketOptions {
 }
 
 export class TokenBucket {
-  private readonly rate: number;
+  private rate: number;
   private readonly perMs: number;
-  private readonly burst: number;
+  private burst: number;
   private readonly now: () => number;
   private tokens: number;
   /** Tokens are counted up to here; in the future while held (nothing refills before it). */
@@ -81,6 +81,15 @@ export class TokenBucket {
     this.refill();
     this.tokens = 0;
     this.last = Math.max(this.last, at);
+  }
+
+  /** A new rate and burst from now on (what was earned so far is kept, up to the new burst). */
+  setRate(rate: number, burst: number): void {
+    if (!(rate > 0) || !(burst >= 0)) throw new RangeError(`token bucket: rate must be > 0 and burst >= 0, got ${rate}, burst ${burst}`);
+    this.refill();
+    this.rate = rate;
+    this.burst = burst;
+    this.tokens = Math.min(this.tokens, burst);
   }
 
   /** Counts the tokens earned since `last`; time only moves forward (a clock that steps back refills nothing). */

@@ -11,7 +11,7 @@ import { OPERATIONS, REGISTRY, decodeJson, dedupe, pathOf, queryString } from ".
 import type { AgentsAPI, ArgsOf, DeploymentsAPI, OperationName, OperationSpec, ResultOf, SkillsAPI, UsageAPI, VMsAPI } from "./operations.js";
 import { DEFAULTS, resolveRetry } from "./options.js";
 import type { ServiceClientHooks, ServiceClientOptions } from "./options.js";
-import { ClientRateLimiter } from "./rate-limit.js";
+import { ClientRateLimiter, type RateLimitOptions } from "./rate-limit.js";
 import { Requester } from "./request.js";
 import { TokenSource, parseTokenResponse } from "./token.js";
 import type { IssuedToken } from "./token.js";
@@ -132,6 +132,7 @@ export class ServiceClient {
 
   private readonly transport: HttpTransport;
   private readonly requester: Requester;
+  private readonly limiter: ClientRateLimiter;
   private readonly tokens: TokenSource;
   private readonly service: Endpoint;
   private readonly registry: Endpoint;
@@ -164,9 +165,10 @@ export class ServiceClient {
       caCert: opts.caCert,
     });
     const hooks: ServiceClientHooks = opts.hooks ?? {};
+    this.limiter = new ClientRateLimiter(opts.rateLimit ?? { qps: DEFAULTS.qps, burst: DEFAULTS.burst });
     this.requester = new Requester({
       transport: this.transport,
-      limiter: new ClientRateLimiter(opts.rateLimit ?? { qps: DEFAULTS.qps, burst: DEFAULTS.burst }),
+      limiter: this.limiter,
       retry: resolveRetry(opts.retry),
       hooks,
       log,
@@ -195,6 +197,11 @@ export class ServiceClient {
   accessToken(refused?: string): Promise<string> {
     if (refused !== undefined) this.tokens.invalidate(refused);
     return this.tokens.get();
+  }
+
+  /** A new client-side rate from now on (sharded mode: this replica's share of the Connection's). */
+  setRateLimit(rateLimit: RateLimitOptions): void {
+    this.limiter.setRate(rateLimit);
   }
 
   /** Closes the connection pool; calls waiting in the rate limiter or a backoff fail at once. */

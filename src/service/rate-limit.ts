@@ -15,6 +15,11 @@ export interface RateLimitOptions {
   burst: number;
 }
 
+function validate(opts: RateLimitOptions): void {
+  if (!(opts.qps > 0)) throw new RangeError(`rateLimit.qps must be > 0, got ${opts.qps}`);
+  if (!(opts.burst >= 1)) throw new RangeError(`rateLimit.burst must be >= 1, got ${opts.burst}`);
+}
+
 type Waiter = { resolve: (waitedMs: number) => void; reject: (e: Error) => void; since: number };
 
 export class ClientRateLimiter {
@@ -26,10 +31,17 @@ export class ClientRateLimiter {
   private closed = false;
 
   constructor(opts: RateLimitOptions, clock: () => number = () => performance.now()) {
-    if (!(opts.qps > 0)) throw new RangeError(`rateLimit.qps must be > 0, got ${opts.qps}`);
-    if (!(opts.burst >= 1)) throw new RangeError(`rateLimit.burst must be >= 1, got ${opts.burst}`);
+    validate(opts);
     this.clock = clock;
     this.bucket = new TokenBucket({ rate: opts.qps, burst: Math.floor(opts.burst), now: clock });
+  }
+
+  /** A new rate from now on (sharded mode: this replica's share of the Connection's rate). */
+  setRate(opts: RateLimitOptions): void {
+    validate(opts);
+    this.bucket.setRate(opts.qps, Math.floor(opts.burst));
+    // The waiters' timer was set at the old rate: look again now.
+    this.drain();
   }
 
   /**

@@ -7,6 +7,7 @@
 //                    labels, the moves; and runs the Connection controller, so that a
 //                    Connection's token and usage work happens once, not once per replica.
 import type { Logger } from "pino";
+import { Gauge } from "prom-client";
 import { DEFAULT_CONNECTION, GROUP, VERSION, kindNames, type KindNames } from "../api/names.js";
 import type { Connection } from "../api/index.js";
 import type { ServiceHandle } from "../controllers/connection-pool.js";
@@ -49,6 +50,7 @@ export class Sharding {
   readonly replica: ReplicaShard;
   private sharder: Sharder | undefined;
   private member: MemberLease | undefined;
+  private peers: MemberSet | undefined;
 
   constructor(private readonly cfg: ShardingConfig) {
     this.identity = cfg.identity;
@@ -146,6 +148,26 @@ export class Sharding {
       },
     });
     const member = this.member;
+    const membersGauge = new Gauge({
+      name: "agentcompute_shard_members",
+      help: "Live replicas of the shard ring as this replica sees them; it takes 1/this of each Connection's rateLimit",
+      registers: [manager.metrics.registry],
+    });
+    // A Connection's rateLimit is what the service allows all replicas together: each takes
+    // its share, 1 / the live members, as their number changes.
+    this.peers = new MemberSet({
+      client: manager.client,
+      namespace: leaseNamespace,
+      ring,
+      logger: log,
+      leaseDurationMs: this.cfg.timings?.leaseDurationMs,
+      logChanges: false,
+      onChange: (m) => {
+        membersGauge.set(m.length);
+        operator.pool.setRateShare(1 / Math.max(1, m.length));
+      },
+    });
+    const peers = this.peers;
     // A moved-in object is looked up in its Connection's inventory of its kind.
     const inventories: Record<string, keyof Pick<ServiceHandle, "skills" | "agents" | "deployments" | "vms">> = {
       skills: "skills",
@@ -164,11 +186,15 @@ export class Sharding {
       }
     });
     // Leave the ring once the controllers have stopped: the share then moves without a drain.
-    manager.onControllersStopped(() => member.stop());
+    manager.onControllersStopped(async () => {
+      await peers.stop();
+      await member.stop();
+    });
   }
 
   /** Joins the ring (after the caches synced, so the share lands in a warm replica). */
   async join(): Promise<void> {
     await this.member?.start();
+    await this.peers?.start();
   }
 }

@@ -211,9 +211,14 @@ export interface MemberSetOptions {
   leaseDurationMs?: number;
   /** The live members changed (sorted identities). */
   onChange(members: string[]): void;
+  /** Log each change at info (default true; the sharder's view does, a replica's own count does not). */
+  logChanges?: boolean;
 }
 
-/** The sharder's view of the ring's members: a watch of the member Leases and a clock. */
+/**
+ * The ring's live members: a watch of the member Leases and a clock. The sharder's view; every
+ * replica also keeps one to know its share of a Connection's rate.
+ */
 export class MemberSet {
   private readonly informer: Informer<Lease & { metadata: { name: string; namespace: string } }>;
   private readonly records = new Map<string, MemberRecord>();
@@ -268,7 +273,7 @@ export class MemberSet {
     const joined = live.filter((m) => !this.current.includes(m));
     const left = this.current.filter((m) => !live.includes(m));
     this.current = live;
-    this.o.logger.info({ members: live, joined, left }, "shard ring members changed");
+    if (this.o.logChanges ?? true) this.o.logger.info({ members: live, joined, left }, "shard ring members changed");
     this.o.onChange(live);
   }
 }

@@ -250,6 +250,11 @@ describe("three sharded replicas", () => {
       },
       { timeoutMs: 60_000, description: "three member Leases" },
     );
+    // Each replica sees the three, and so takes a third of the Connection's rateLimit.
+    await waitFor(async () => (await Promise.all(replicas.map((r) => r.metric("agentcompute_shard_members")))).every((n) => n === 3), {
+      timeoutMs: 30_000,
+      description: "every replica to count three members",
+    });
 
     const manifests = mixedManifests(MIX).replaceAll("ttlSeconds: 3600", `ttlSeconds: ${TTL_S}`);
     const applied = createAll(manifests, ns.name);

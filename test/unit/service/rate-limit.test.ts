@@ -23,6 +23,22 @@ describe("ClientRateLimiter", () => {
     expect(b.tryTake()).toBe(false);
   });
 
+  it("setRate() changes qps and burst from then on (a sharded replica's share of the Connection's rate)", () => {
+    let t = 0;
+    const b = new ClientRateLimiter({ qps: 30, burst: 30 }, () => t);
+    while (b.tryTake());
+    b.setRate({ qps: 10, burst: 3 }); // one of three replicas
+    t += 1000; // one second at 10 qps, capped at the new burst of 3
+    let taken = 0;
+    while (b.tryTake()) taken++;
+    expect(taken).toBe(3);
+    t += 200; // 200 ms at 10 qps = 2 tokens (at the old 30 qps it would be 6)
+    taken = 0;
+    while (b.tryTake()) taken++;
+    expect(taken).toBe(2);
+    expect(() => b.setRate({ qps: 0, burst: 1 })).toThrow(/qps must be > 0/);
+  });
+
   it("serves waiters FIFO and lets nobody jump the queue", async () => {
     const b = new ClientRateLimiter({ qps: 200, burst: 1 });
     expect(b.tryTake()).toBe(true);
