@@ -193,70 +193,57 @@ async function main(): Promise<void> {
       await waitNamespaceGone(cluster.kube, stack.namespace, { timeoutMs: 180_000, intervalMs: 1000 });
     }
   }
-  if (wants("renewals")) {
+  /** Runs a scenario if asked for; its failure is recorded and the others still run. */
+  const scenario = async (name: Scenario, run: () => Promise<void>): Promise<void> => {
+    if (!wants(name)) return;
     try {
-      result.renewals = await renewals(cluster, {
-        sandboxes: a.renewSandboxes,
-        ttlSeconds: a.renewTTL,
-        minutes: a.renewMinutes,
-        rateLimit: a.rateLimit,
-        latencyMs: a.latencyMs,
-        jitterMs: a.renewJitterMs,
-        errorRate: a.renewErrorRate,
-        syncPeriod: a.syncPeriod,
-        concurrency: a.concurrency,
-      });
+      await run();
       save();
     } catch (err) {
-      result.errors.renewals = String(err);
-      log(`renewals failed: ${String(err)}`);
+      result.errors[name] = String(err);
+      log(`${name} failed: ${String(err)}`);
     }
-  }
-  if (wants("latency")) {
-    try {
-      result.latency = await latency(cluster, { samples: a.latencySamples, rateLimit: a.rateLimit, latencyMs: a.latencyMs, syncPeriod: a.syncPeriod });
-      save();
-    } catch (err) {
-      result.errors.latency = String(err);
-      log(`latency failed: ${String(err)}`);
-    }
-  }
-  if (wants("runs")) {
-    try {
-      result.runs = await runs(cluster, {
-        runs: a.runs,
-        sandboxes: a.runSandboxes,
-        rateLimit: a.rateLimit,
-        latencyMs: a.latencyMs,
-        syncPeriod: a.syncPeriod,
-        concurrency: a.concurrency,
-      });
-      save();
-    } catch (err) {
-      result.errors.runs = String(err);
-      log(`runs failed: ${String(err)}`);
-    }
-  }
-  if (wants("shards")) {
-    try {
-      result.shards = await shards(cluster, {
-        resources: a.shardResources,
-        sandboxes: a.shardSandboxes,
-        ttlSeconds: a.shardTTL,
-        replicas: a.shardReplicas,
-        baseline: a.shardBaseline,
-        rateLimit: a.rateLimit,
-        latencyMs: a.latencyMs,
-        syncPeriod: a.syncPeriod,
-        concurrency: a.concurrency,
-        nodeOptions: a.nodeOptions,
-      });
-      save();
-    } catch (err) {
-      result.errors.shards = String(err);
-      log(`shards failed: ${String(err)}`);
-    }
-  }
+  };
+  await scenario("renewals", async () => {
+    result.renewals = await renewals(cluster, {
+      sandboxes: a.renewSandboxes,
+      ttlSeconds: a.renewTTL,
+      minutes: a.renewMinutes,
+      rateLimit: a.rateLimit,
+      latencyMs: a.latencyMs,
+      jitterMs: a.renewJitterMs,
+      errorRate: a.renewErrorRate,
+      syncPeriod: a.syncPeriod,
+      concurrency: a.concurrency,
+    });
+  });
+  await scenario("latency", async () => {
+    result.latency = await latency(cluster, { samples: a.latencySamples, rateLimit: a.rateLimit, latencyMs: a.latencyMs, syncPeriod: a.syncPeriod });
+  });
+  await scenario("runs", async () => {
+    result.runs = await runs(cluster, {
+      runs: a.runs,
+      sandboxes: a.runSandboxes,
+      rateLimit: a.rateLimit,
+      latencyMs: a.latencyMs,
+      syncPeriod: a.syncPeriod,
+      concurrency: a.concurrency,
+    });
+  });
+  await scenario("shards", async () => {
+    result.shards = await shards(cluster, {
+      resources: a.shardResources,
+      sandboxes: a.shardSandboxes,
+      ttlSeconds: a.shardTTL,
+      replicas: a.shardReplicas,
+      baseline: a.shardBaseline,
+      rateLimit: a.rateLimit,
+      latencyMs: a.latencyMs,
+      syncPeriod: a.syncPeriod,
+      concurrency: a.concurrency,
+      nodeOptions: a.nodeOptions,
+    });
+  });
   await cluster.close();
   result.finishedAt = new Date().toISOString();
   save();
