@@ -193,6 +193,8 @@ async function main(): Promise<void> {
       await waitNamespaceGone(cluster.kube, stack.namespace, { timeoutMs: 180_000, intervalMs: 1000 });
     }
   }
+  /** The service and operator settings every later scenario takes from the flags. */
+  const service = { rateLimit: a.rateLimit, latencyMs: a.latencyMs, syncPeriod: a.syncPeriod, concurrency: a.concurrency };
   /** Runs a scenario if asked for; its failure is recorded and the others still run. */
   const scenario = async (name: Scenario, run: () => Promise<void>): Promise<void> => {
     if (!wants(name)) return;
@@ -206,29 +208,19 @@ async function main(): Promise<void> {
   };
   await scenario("renewals", async () => {
     result.renewals = await renewals(cluster, {
+      ...service,
       sandboxes: a.renewSandboxes,
       ttlSeconds: a.renewTTL,
       minutes: a.renewMinutes,
-      rateLimit: a.rateLimit,
-      latencyMs: a.latencyMs,
       jitterMs: a.renewJitterMs,
       errorRate: a.renewErrorRate,
-      syncPeriod: a.syncPeriod,
-      concurrency: a.concurrency,
     });
   });
   await scenario("latency", async () => {
     result.latency = await latency(cluster, { samples: a.latencySamples, rateLimit: a.rateLimit, latencyMs: a.latencyMs, syncPeriod: a.syncPeriod });
   });
   await scenario("runs", async () => {
-    result.runs = await runs(cluster, {
-      runs: a.runs,
-      sandboxes: a.runSandboxes,
-      rateLimit: a.rateLimit,
-      latencyMs: a.latencyMs,
-      syncPeriod: a.syncPeriod,
-      concurrency: a.concurrency,
-    });
+    result.runs = await runs(cluster, { ...service, runs: a.runs, sandboxes: a.runSandboxes });
   });
   await scenario("shards", async () => {
     result.shards = await shards(cluster, {
@@ -237,10 +229,7 @@ async function main(): Promise<void> {
       ttlSeconds: a.shardTTL,
       replicas: a.shardReplicas,
       baseline: a.shardBaseline,
-      rateLimit: a.rateLimit,
-      latencyMs: a.latencyMs,
-      syncPeriod: a.syncPeriod,
-      concurrency: a.concurrency,
+      ...service,
       nodeOptions: a.nodeOptions,
     });
   });
