@@ -94,6 +94,28 @@ export class Sharding {
     const log = manager.logger;
     const connections = manager.informerFor<Connection>(collection(kindNames.connection));
     const ring = labelValue(this.cfg.leaseName);
+    const membersGauge = new Gauge({
+      name: "agentcompute_shard_members",
+      help: "Live replicas of the shard ring as this replica sees them; it takes 1/this of each Connection's rateLimit",
+      registers: [manager.metrics.registry],
+    });
+    // One view of the live members per replica. A Connection's rateLimit is what the service
+    // allows all replicas together: each takes its share, 1 / the live members. On the leader
+    // the same view is the sharder's ring.
+    const peers = new MemberSet({
+      client: manager.client,
+      namespace: leaseNamespace,
+      ring,
+      logger: log,
+      metrics: manager.metrics,
+      leaseDurationMs: this.cfg.timings?.leaseDurationMs,
+      onChange: (m) => {
+        membersGauge.set(m.length);
+        operator.pool.setRateShare(1 / Math.max(1, m.length));
+        this.sharder?.setMembers(m);
+      },
+    });
+    this.peers = peers;
     manager.whileLeading(async (signal) => {
       const sharder = new Sharder({
         client: manager.client,
@@ -109,24 +131,15 @@ export class Sharding {
           if (connections.get(ns, name)?.metadata.deletionTimestamp !== undefined) operator.controllers.connection.enqueue({ namespace: ns, name });
         },
       });
-      const members = new MemberSet({
-        client: manager.client,
-        namespace: leaseNamespace,
-        ring,
-        logger: log,
-        metrics: manager.metrics,
-        leaseDurationMs: this.cfg.timings?.leaseDurationMs,
-        onChange: (m) => sharder.setMembers(m),
-      });
+      // The ring is this replica's view of the members (below), from now on and as it changes.
+      sharder.setMembers(peers.members());
       this.sharder = sharder;
       const stop = async (): Promise<void> => {
         this.sharder = undefined;
-        await members.stop();
         await sharder.stop();
       };
       signal.addEventListener("abort", () => void stop(), { once: true });
       await sharder.start();
-      await members.start();
       log.info("sharder running");
     });
     this.member = new MemberLease({
@@ -148,26 +161,6 @@ export class Sharding {
       },
     });
     const member = this.member;
-    const membersGauge = new Gauge({
-      name: "agentcompute_shard_members",
-      help: "Live replicas of the shard ring as this replica sees them; it takes 1/this of each Connection's rateLimit",
-      registers: [manager.metrics.registry],
-    });
-    // A Connection's rateLimit is what the service allows all replicas together: each takes
-    // its share, 1 / the live members, as their number changes.
-    this.peers = new MemberSet({
-      client: manager.client,
-      namespace: leaseNamespace,
-      ring,
-      logger: log,
-      leaseDurationMs: this.cfg.timings?.leaseDurationMs,
-      logChanges: false,
-      onChange: (m) => {
-        membersGauge.set(m.length);
-        operator.pool.setRateShare(1 / Math.max(1, m.length));
-      },
-    });
-    const peers = this.peers;
     // A moved-in object is looked up in its Connection's inventory of its kind.
     const inventories: Record<string, keyof Pick<ServiceHandle, "skills" | "agents" | "deployments" | "vms">> = {
       skills: "skills",

@@ -211,13 +211,11 @@ export interface MemberSetOptions {
   leaseDurationMs?: number;
   /** The live members changed (sorted identities). */
   onChange(members: string[]): void;
-  /** Log each change at info (default true; the sharder's view does, a replica's own count does not). */
-  logChanges?: boolean;
 }
 
 /**
- * The ring's live members: a watch of the member Leases and a clock. The sharder's view; every
- * replica also keeps one to know its share of a Connection's rate.
+ * The ring's live members: a watch of the member Leases and a clock. Every replica keeps one
+ * (its share of a Connection's rate); the leader's is also the sharder's ring.
  */
 export class MemberSet {
   private readonly informer: Informer<Lease & { metadata: { name: string; namespace: string } }>;
@@ -273,7 +271,7 @@ export class MemberSet {
     const joined = live.filter((m) => !this.current.includes(m));
     const left = this.current.filter((m) => !live.includes(m));
     this.current = live;
-    if (this.o.logChanges ?? true) this.o.logger.info({ members: live, joined, left }, "shard ring members changed");
+    this.o.logger.info({ members: live, joined, left }, "shard ring members changed");
     this.o.onChange(live);
   }
 }
