@@ -23,8 +23,10 @@ afterEach(() => {
 });
 
 function start(args: string[]): Running {
-  // Own process group: npx does not pass signals on, so tests signal the whole group.
-  const child = spawn("npx", ["tsx", "src/cli.ts", "emulator", ...args], { cwd: ROOT, detached: true, stdio: ["ignore", "pipe", "pipe"] });
+  // The emulator is this child itself (no npx or tsx launcher in between), so its exit is the
+  // emulator's own exit, after it has closed and saved. Own process group, so that a test's
+  // afterEach can stop anything it left behind.
+  const child = spawn(process.execPath, ["--import", "tsx", "src/cli.ts", "emulator", ...args], { cwd: ROOT, detached: true, stdio: ["ignore", "pipe", "pipe"] });
   let out = "";
   let err = "";
   child.stderr!.on("data", (d: Buffer) => (err += d.toString()));
@@ -88,14 +90,8 @@ describe("agent-operator emulator (CLI)", () => {
       });
       expect(created.status).toBe(201);
       stop(r, "SIGTERM");
-      await r.exited;
-      // npx itself may exit before the emulator under it has finished closing: wait for the file.
-      let text = "";
-      for (let i = 0; i < 100 && text === ""; i++) {
-        text = await readFile(stateFile, "utf8").catch(() => "");
-        if (text === "") await new Promise((resolve) => setTimeout(resolve, 50));
-      }
-      const saved = JSON.parse(text) as { skills: { name: string }[] };
+      expect(await r.exited).toBe(0);
+      const saved = JSON.parse(await readFile(stateFile, "utf8")) as { skills: { name: string }[] };
       expect(saved.skills.map((s) => s.name)).toEqual(["from-cli"]);
     } finally {
       await rm(dir, { recursive: true, force: true });
