@@ -6,8 +6,12 @@
 // had left there: namespaces stuck Terminating with thousands of objects in them, which the
 // API server's namespace controller keeps working on, on the same two cores.
 import path from "node:path";
+import YAML from "yaml";
 import { installCrds } from "../../dev/crds.js";
 import { kubeDown, kubeUp } from "../../dev/kube-apiserver.js";
+import { apply, kubectlOk } from "../../dev/kubectl.js";
+import { REPO_ROOT } from "../../dev/paths.js";
+import { writeServiceAccountKubeconfig } from "../../dev/service-account.js";
 import { GROUP, VERSION } from "../../src/api/index.js";
 import { KubeClient, resourcePath } from "../../src/runtime/kube-client.js";
 import { CACHE } from "./operator.js";
@@ -23,7 +27,14 @@ export const KINDS = [
 export type Plural = (typeof KINDS)[number]["plural"] | "connections";
 
 export interface Cluster {
+  /** The admin's: the benchmark's own client and kubectl. */
   kubeconfig: string;
+  /**
+   * The operator's, as in a cluster: its ServiceAccount's token and the manifests' RBAC (sharded
+   * mode's included), so authentication and authorization cost what they cost in production
+   * (a client certificate is verified on every request; a token's check is cached).
+   */
+  operator: { kubeconfig: string; namespace: string };
   server: string;
   /** The benchmark's own client (the operator has its own, in its own process). */
   kube: KubeClient;
@@ -45,8 +56,10 @@ export async function connectCluster(): Promise<Cluster> {
   const up = await kubeUp({ stateDir: BENCH_KUBE_STATE_DIR, fresh: true, log: kubeLog, apiserverArgs: ["--profiling=true"] });
   const kube = KubeClient.fromKubeconfig(up.kubeconfig, { userAgent: "agent-operator-bench" });
   await installCrds({ kubeconfig: up.kubeconfig });
+  const operator = await installOperatorIdentity(up.kubeconfig, up.paths.dataDir);
   return {
     kubeconfig: up.kubeconfig,
+    operator,
     server: up.server,
     pid: up.pid,
     kube,
@@ -55,6 +68,25 @@ export async function connectCluster(): Promise<Cluster> {
       await kubeDown({ stateDir: BENCH_KUBE_STATE_DIR, log: kubeLog });
     },
   };
+}
+
+/** The RBAC kinds of the manifests: what the operator may do, without its Deployment. */
+const IDENTITY_KINDS = new Set(["Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"]);
+
+/** Applies the sharded overlay's identity and RBAC, and writes the ServiceAccount's kubeconfig. */
+async function installOperatorIdentity(adminKubeconfig: string, dataDir: string): Promise<Cluster["operator"]> {
+  const rendered = await kubectlOk(["kustomize", path.join(REPO_ROOT, "manifests", "overlays", "sharded")], { kubeconfig: adminKubeconfig });
+  type Obj = { kind: string; metadata: { name: string; namespace?: string } };
+  const objects = YAML.parseAllDocuments(rendered)
+    .map((d) => d.toJS() as Obj | null)
+    .filter((o): o is Obj => o !== null && IDENTITY_KINDS.has(o.kind));
+  const account = objects.find((o) => o.kind === "ServiceAccount");
+  if (account?.metadata.namespace === undefined) throw new Error("manifests/overlays/sharded renders no namespaced ServiceAccount");
+  await apply(objects.map((o) => YAML.stringify(o)).join("---\n"), { kubeconfig: adminKubeconfig });
+  // With the API server's data, removed with it. The token lasts longer than a full `npm run bench`.
+  const kubeconfig = path.join(dataDir, "operator.kubeconfig");
+  await writeServiceAccountKubeconfig({ adminKubeconfig, namespace: account.metadata.namespace, name: account.metadata.name, duration: "48h", file: kubeconfig });
+  return { kubeconfig, namespace: account.metadata.namespace };
 }
 
 /** Label of the benchmark's namespaces. */

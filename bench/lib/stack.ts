@@ -71,7 +71,7 @@ export class Stack {
 
   async startOperator(): Promise<OperatorProcess> {
     this.operator = await OperatorProcess.start({
-      kubeconfig: this.o.cluster.kubeconfig,
+      kubeconfig: this.o.cluster.operator.kubeconfig,
       namespace: this.namespace,
       syncPeriod: this.o.syncPeriod,
       concurrency: this.o.concurrency,

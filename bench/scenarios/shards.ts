@@ -264,13 +264,14 @@ async function runSharded(cluster: Cluster, p: ShardsParams, mix: Mix): Promise<
     for (const name of names) {
       // One at a time: on two cores, N compiling and syncing processes at once only slow each other.
       const op = await OperatorProcess.start({
-        kubeconfig: cluster.kubeconfig,
+        kubeconfig: cluster.operator.kubeconfig,
         namespace: ns,
         syncPeriod: p.syncPeriod,
         concurrency: p.concurrency,
         nodeOptions: p.nodeOptions,
         logFile: path.join(CACHE, "logs", `${ns}-${name}.log`),
-        extraArgs: ["--sharding", "--leader-election-namespace", ns, "--leader-election-id", lease],
+        // The Leases live where the manifests' Roles allow them: the operator's own namespace.
+        extraArgs: ["--sharding", "--leader-election-namespace", cluster.operator.namespace, "--leader-election-id", lease],
         env: { POD_NAME: name },
       });
       replicas.push({ name, op, idleRssMB: null });
@@ -278,7 +279,7 @@ async function runSharded(cluster: Cluster, p: ShardsParams, mix: Mix): Promise<
     await waitUntil(
       async () => {
         const leases = await cluster.kube.list<{ spec?: { holderIdentity?: string } }>(
-          resourcePath({ group: "coordination.k8s.io", version: "v1", plural: "leases", namespace: ns }),
+          resourcePath({ group: "coordination.k8s.io", version: "v1", plural: "leases", namespace: cluster.operator.namespace }),
           { labelSelector: `${MEMBER_LABEL}=${lease}` },
         );
         const holders = new Set(leases.items.map((l) => l.spec?.holderIdentity));

@@ -1,7 +1,7 @@
 // Helpers for the install suites: apply manifests/ as a user would, act as the operator's
 // ServiceAccount (a real token from the TokenRequest API, so RBAC decides every request),
 // and run the operator in-process under that identity.
-import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Writable } from "node:stream";
@@ -14,7 +14,8 @@ import { createLogger } from "../../../src/runtime/logging.js";
 import { Manager } from "../../../src/runtime/manager.js";
 import { waitCrdsEstablished } from "../../../dev/crds.js";
 import { REPO_ROOT } from "../../../dev/paths.js";
-import { kubectl, kubectlOk, loadKubeConfig, testKubeconfig, uniqueName, waitFor } from "../support/kube.js";
+import { writeServiceAccountKubeconfig } from "../../../dev/service-account.js";
+import { kubectl, kubectlOk, testKubeconfig, uniqueName, waitFor } from "../support/kube.js";
 
 export { REPO_ROOT };
 export const MANIFESTS_DIR = join(REPO_ROOT, "manifests");
@@ -93,33 +94,23 @@ export async function serviceAccountCredentials(
 ): Promise<ServiceAccountCredentials> {
   const namespace = opts.namespace ?? OPERATOR_NAMESPACE;
   const name = opts.name ?? SERVICE_ACCOUNT;
-  const token = (await kubectlOk(["create", "token", name, "--duration", opts.duration ?? "10m"], { namespace })).trim();
-  const admin = loadKubeConfig();
-  const cluster = admin.getCurrentCluster();
-  if (!cluster) throw new Error("the admin kubeconfig has no current cluster");
-  const kubeConfig = new KubeConfig();
-  kubeConfig.loadFromOptions({
-    clusters: [
-      {
-        name: "test",
-        server: cluster.server,
-        caData: cluster.caData,
-        caFile: cluster.caFile,
-        skipTLSVerify: cluster.skipTLSVerify,
-        tlsServerName: cluster.tlsServerName,
-      },
-    ],
-    users: [{ name, token }],
-    contexts: [{ name, cluster: "test", user: name, namespace }],
-    currentContext: name,
-  });
   let dir = opts.dir;
   if (dir === undefined) {
     dir = mkdtempSync(join(tmpdir(), "agent-operator-sa-"));
     ownDirs.push(dir);
   }
   const path = join(dir, `${name}.kubeconfig`);
-  writeFileSync(path, kubeConfig.exportConfig(), { mode: 0o644 });
+  // 0644: the image suite, run as root, runs the operator as the image's own user.
+  const { token } = await writeServiceAccountKubeconfig({
+    adminKubeconfig: testKubeconfig(),
+    namespace,
+    name,
+    duration: opts.duration ?? "10m",
+    file: path,
+    mode: 0o644,
+  });
+  const kubeConfig = new KubeConfig();
+  kubeConfig.loadFromFile(path);
   return { kubeConfig, path, token };
 }
 
