@@ -15,7 +15,7 @@
 import { mkdirSync, writeFileSync } from "node:fs";
 import path from "node:path";
 import { parseArgs } from "node:util";
-import { connectCluster } from "../bench/lib/cluster.js";
+import { OPERATOR_IDENTITIES, connectCluster } from "../bench/lib/cluster.js";
 import { CACHE } from "../bench/lib/operator.js";
 import { gitCommit, machine, markdownTable, textTable, type Row } from "../bench/lib/report.js";
 import { log } from "../bench/lib/util.js";
@@ -58,6 +58,7 @@ function parse() {
       "cpu-prof": { type: "boolean", default: false },
       "heap-snapshot": { type: "boolean", default: false },
       "node-options": { type: "string" },
+      "operator-identity": { type: "string", default: "serviceaccount" },
       help: { type: "boolean", short: "h" },
     },
   });
@@ -77,6 +78,9 @@ function parse() {
   const syncPeriod = values["sync-period"];
   const m = /^(\d+(?:\.\d+)?)(s|m)$/.exec(syncPeriod);
   if (!m) throw new Error(`--sync-period: "${syncPeriod}" must look like 5m or 90s`);
+  const identity = values["operator-identity"];
+  const operatorIdentity = OPERATOR_IDENTITIES.find((i) => i === identity);
+  if (operatorIdentity === undefined) throw new Error(`--operator-identity: "${identity}" must be one of ${OPERATOR_IDENTITIES.join(", ")}`);
   const shardBaseline = values["shard-baseline"];
   if (shardBaseline !== "true" && shardBaseline !== "false") throw new Error(`--shard-baseline: "${shardBaseline}" must be true or false`);
   return {
@@ -106,6 +110,7 @@ function parse() {
     cpuProf: values["cpu-prof"],
     heapSnapshot: values["heap-snapshot"],
     nodeOptions: values["node-options"],
+    operatorIdentity,
   };
 }
 
@@ -138,7 +143,7 @@ async function main(): Promise<void> {
     summary: [],
     errors: {},
   };
-  const cluster = await connectCluster();
+  const cluster = await connectCluster({ identity: a.operatorIdentity });
   let chartSvg: string | undefined;
   const wants = (s: Scenario) => a.scenarios.has(s);
   mkdirSync(path.dirname(out), { recursive: true });

@@ -47,7 +47,13 @@ export interface Cluster {
 /** The benchmark's own API server state, apart from the developers' (.cache/kube). */
 export const BENCH_KUBE_STATE_DIR = path.join(CACHE, "kube");
 
-export async function connectCluster(): Promise<Cluster> {
+export const OPERATOR_IDENTITIES = ["serviceaccount", "admin"] as const;
+
+/**
+ * identity "admin": the operator uses the admin kubeconfig instead of its ServiceAccount (to
+ * measure what token authentication and RBAC cost against a client certificate).
+ */
+export async function connectCluster(opts: { identity?: (typeof OPERATOR_IDENTITIES)[number] } = {}): Promise<Cluster> {
   const kubeLog = (l: string): void => log(`kube: ${l}`);
   // An instance left running by an interrupted run is stopped: every run starts on empty data.
   await kubeDown({ stateDir: BENCH_KUBE_STATE_DIR, log: kubeLog });
@@ -59,7 +65,8 @@ export async function connectCluster(): Promise<Cluster> {
   const operator = await installOperatorIdentity(up.kubeconfig, up.paths.dataDir);
   return {
     kubeconfig: up.kubeconfig,
-    operator,
+    // The Roles stay installed either way: sharded mode's Leases live in their namespace.
+    operator: opts.identity === "admin" ? { ...operator, kubeconfig: up.kubeconfig } : operator,
     server: up.server,
     pid: up.pid,
     kube,
