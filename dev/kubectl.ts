@@ -1,5 +1,6 @@
 // The one kubectl runner of the developer tooling: tests, the benchmark and `npm start` run
 // kubectl through it. `$KUBECTL` names another binary.
+import { parseAllDocuments } from "yaml";
 import { okOrThrow, runTool, type ToolResult } from "./process.js";
 
 export interface KubectlOptions {
@@ -37,4 +38,16 @@ export async function kubectlOk(args: readonly string[], opts: KubectlOptions = 
 /** `kubectl apply -f -` of a manifest (YAML or JSON, one or more documents); returns stdout. */
 export async function apply(manifest: string, opts: Omit<KubectlOptions, "input"> = {}): Promise<string> {
   return kubectlOk(["apply", "-f", "-"], { ...opts, input: manifest });
+}
+
+/** The objects of a multi-document YAML stream (kubectl's or helm's output), empty documents dropped. */
+export function parseObjects<T = unknown>(yamlText: string): T[] {
+  return parseAllDocuments(yamlText)
+    .map((d) => d.toJS() as T | null)
+    .filter((o): o is T => o !== null);
+}
+
+/** `kubectl kustomize <dir>` parsed into objects (what `kubectl apply -k <dir>` would send). */
+export async function kustomize<T = unknown>(dir: string, opts: Omit<KubectlOptions, "input"> = {}): Promise<T[]> {
+  return parseObjects<T>(await kubectlOk(["kustomize", dir], opts));
 }

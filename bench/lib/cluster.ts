@@ -9,7 +9,7 @@ import path from "node:path";
 import YAML from "yaml";
 import { installCrds } from "../../dev/crds.js";
 import { kubeDown, kubeUp } from "../../dev/kube-apiserver.js";
-import { apply, kubectlOk } from "../../dev/kubectl.js";
+import { apply, kustomize } from "../../dev/kubectl.js";
 import { REPO_ROOT } from "../../dev/paths.js";
 import { writeServiceAccountKubeconfig } from "../../dev/service-account.js";
 import { GROUP, VERSION } from "../../src/api/index.js";
@@ -82,11 +82,9 @@ const IDENTITY_KINDS = new Set(["Namespace", "ServiceAccount", "ClusterRole", "C
 
 /** Applies the sharded overlay's identity and RBAC, and writes the ServiceAccount's kubeconfig. */
 async function installOperatorIdentity(adminKubeconfig: string, dataDir: string): Promise<Cluster["operator"]> {
-  const rendered = await kubectlOk(["kustomize", path.join(REPO_ROOT, "manifests", "overlays", "sharded")], { kubeconfig: adminKubeconfig });
   type Obj = { kind: string; metadata: { name: string; namespace?: string } };
-  const objects = YAML.parseAllDocuments(rendered)
-    .map((d) => d.toJS() as Obj | null)
-    .filter((o): o is Obj => o !== null && IDENTITY_KINDS.has(o.kind));
+  const rendered = await kustomize<Obj>(path.join(REPO_ROOT, "manifests", "overlays", "sharded"));
+  const objects = rendered.filter((o) => IDENTITY_KINDS.has(o.kind));
   const account = objects.find((o) => o.kind === "ServiceAccount");
   if (account?.metadata.namespace === undefined) throw new Error("manifests/overlays/sharded renders no namespaced ServiceAccount");
   await apply(objects.map((o) => YAML.stringify(o)).join("---\n"), { kubeconfig: adminKubeconfig });

@@ -7,12 +7,12 @@ import { join } from "node:path";
 import { Writable } from "node:stream";
 import { KubeConfig } from "@kubernetes/client-node";
 import { afterAll } from "vitest";
-import { parseAllDocuments } from "yaml";
 import { setupOperator, type Operator } from "../../../src/controllers/index.js";
 import { KubeClient } from "../../../src/runtime/kube-client.js";
 import { createLogger } from "../../../src/runtime/logging.js";
 import { Manager } from "../../../src/runtime/manager.js";
 import { waitCrdsEstablished } from "../../../dev/crds.js";
+import { kustomize as kustomizeObjects, parseObjects as parseYamlObjects } from "../../../dev/kubectl.js";
 import { REPO_ROOT } from "../../../dev/paths.js";
 import { writeServiceAccountKubeconfig } from "../../../dev/service-account.js";
 import { kubectl, kubectlOk, testKubeconfig, uniqueName, waitFor } from "../support/kube.js";
@@ -40,13 +40,11 @@ export interface PolicyRule {
 
 /** `kubectl kustomize <dir>` parsed into objects (what `kubectl apply -k <dir>` would send). */
 export async function kustomize(dir: string): Promise<KubeObject[]> {
-  return parseObjects(await kubectlOk(["kustomize", dir]));
+  return kustomizeObjects<KubeObject>(dir, { kubeconfig: testKubeconfig() });
 }
 
 export function parseObjects(yamlText: string): KubeObject[] {
-  return parseAllDocuments(yamlText)
-    .map((d) => d.toJS() as KubeObject | null)
-    .filter((o): o is KubeObject => o !== null);
+  return parseYamlObjects<KubeObject>(yamlText);
 }
 
 export function findObject(objects: KubeObject[], kind: string, name: string, namespace?: string): KubeObject {
