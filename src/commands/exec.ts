@@ -17,10 +17,11 @@ import { errorMessage } from "../lib/errors.js";
 import type { SecretObject } from "../managed/connection-secret.js";
 import { NotReadyError } from "../managed/errors.js";
 import type { Informer } from "../runtime/informer.js";
-import { KubeApiError, KubeClient, resourcePath, secretsPath } from "../runtime/kube-client.js";
+import { KubeApiError, resourcePath, secretsPath, type KubeClient } from "../runtime/kube-client.js";
 import { silentLogger } from "../runtime/logging.js";
 import { AgentdClient, type CommandOptions, type ExecStream } from "../service/agentd.js";
 import { isAuthError, type ServiceClient } from "../service/index.js";
+import { kubeClientOf, kubeFlagOptions, kubeFlagsHelp, kubeFlagsOf, namespaceOf, type KubeFlags } from "./kube-flags.js";
 
 const help = (prog: string) => `usage: ${prog} [flags] <sandbox> -- <command> [args...]
 
@@ -33,9 +34,7 @@ examples:
   ${prog} -n team-a box -- 'make test 2>&1 | tail -n 20'
 
 flags:
-  -n, --namespace <ns>      namespace of the Sandbox (default: the context's, else default)
-      --kubeconfig <path>   kubeconfig file (default: $KUBECONFIG, ~/.kube/config, in-cluster)
-      --context <name>      kubeconfig context (default: the current one)
+${kubeFlagsHelp("namespace of the Sandbox", 28)}
       --cwd <dir>           working directory in the VM
   -e, --env <KEY=VALUE>     environment variable for the command; repeatable
       --timeout <duration>  kill the command after this long, e.g. 30s, 10m (exit code 124)
@@ -43,13 +42,10 @@ flags:
 exit codes: the command's; 1 if it could not be run; 2 usage error; 130 interrupted (Ctrl-C)
 `;
 
-export interface ExecFlags {
+export interface ExecFlags extends KubeFlags {
   sandbox: string;
   /** The command line given to sh -c in the VM. */
   command: string;
-  namespace?: string;
-  kubeconfig?: string;
-  context?: string;
   options: CommandOptions;
 }
 
@@ -97,9 +93,7 @@ export function parseExecFlags(argv: string[]): ExecFlags | "help" {
   return {
     sandbox,
     command: after.length === 1 ? after[0]! : after.map(shellQuote).join(" "),
-    namespace: values.namespace,
-    kubeconfig: values.kubeconfig,
-    context: values.context,
+    ...kubeFlagsOf(values),
     options,
   };
 }
@@ -111,9 +105,7 @@ function parse(args: string[]) {
     allowPositionals: true,
     options: {
       help: { type: "boolean", short: "h" },
-      namespace: { type: "string", short: "n" },
-      kubeconfig: { type: "string" },
-      context: { type: "string" },
+      ...kubeFlagOptions,
       cwd: { type: "string" },
       env: { type: "string", short: "e", multiple: true },
       timeout: { type: "string" },
@@ -153,9 +145,8 @@ export async function main(argv: string[], prog = "agent-operator exec"): Promis
   let kube: KubeClient | undefined;
   let target: Target | undefined;
   try {
-    kube = KubeClient.fromKubeconfig(flags.kubeconfig, { context: flags.context });
-    const namespace = flags.namespace ?? kube.currentNamespace() ?? "default";
-    target = await resolve(kube, namespace, flags.sandbox);
+    kube = kubeClientOf(flags);
+    target = await resolve(kube, namespaceOf(flags, kube), flags.sandbox);
     return await runStreaming(target, flags.command, flags.options, prog);
   } catch (err) {
     console.error(`${prog}: ${errorMessage(err)}`);

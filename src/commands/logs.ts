@@ -12,7 +12,8 @@ import { parseArgs } from "node:util";
 import { GROUP, VERSION, kindNames } from "../api/names.js";
 import type { SandboxRun } from "../api/index.js";
 import { errorMessage } from "../lib/errors.js";
-import { KubeClient, configMapsPath, isNotFound, resourcePath } from "../runtime/kube-client.js";
+import { configMapsPath, isNotFound, resourcePath, type KubeClient } from "../runtime/kube-client.js";
+import { kubeClientOf, kubeFlagOptions, kubeFlagsHelp, kubeFlagsOf, namespaceOf, type KubeFlags } from "./kube-flags.js";
 
 const help = (prog: string) => `usage: ${prog} [flags] <sandboxrun>
 
@@ -20,20 +21,15 @@ Prints the output of a SandboxRun's steps (stdout and stderr of each, in order);
 each step and its exit code goes to stderr.
 
 flags:
-  -n, --namespace <ns>      namespace of the SandboxRun (default: the context's, else default)
   -f, --follow              follow the run while it runs; exit when it has ended
-      --kubeconfig <path>   kubeconfig file (default: $KUBECONFIG, ~/.kube/config, in-cluster)
-      --context <name>      kubeconfig context (default: the current one)
+${kubeFlagsHelp("namespace of the SandboxRun", 28)}
 
 exit codes: 0 printed (with -f: the run succeeded); 1 error (with -f: the run failed); 2 usage error
 `;
 
-export interface LogsFlags {
+export interface LogsFlags extends KubeFlags {
   run: string;
   follow: boolean;
-  namespace?: string;
-  kubeconfig?: string;
-  context?: string;
 }
 
 export function parseLogsFlags(argv: string[]): LogsFlags | "help" {
@@ -44,9 +40,7 @@ export function parseLogsFlags(argv: string[]): LogsFlags | "help" {
     options: {
       help: { type: "boolean", short: "h" },
       follow: { type: "boolean", short: "f", default: false },
-      namespace: { type: "string", short: "n" },
-      kubeconfig: { type: "string" },
-      context: { type: "string" },
+      ...kubeFlagOptions,
     },
   });
   if (values.help) return "help";
@@ -54,9 +48,7 @@ export function parseLogsFlags(argv: string[]): LogsFlags | "help" {
   return {
     run: positionals[0]!.replace(/^(sandboxrun|sandboxruns|sbxrun)(\.agentcompute\.dev)?\//, ""),
     follow: values.follow ?? false,
-    namespace: values.namespace,
-    kubeconfig: values.kubeconfig,
-    context: values.context,
+    ...kubeFlagsOf(values),
   };
 }
 
@@ -86,9 +78,8 @@ export async function main(argv: string[], prog = "agent-operator logs", io: Log
   }
   let kube: KubeClient | undefined;
   try {
-    kube = KubeClient.fromKubeconfig(flags.kubeconfig, { context: flags.context });
-    const namespace = flags.namespace ?? kube.currentNamespace() ?? "default";
-    return await printLogs(kube, namespace, flags.run, flags.follow, io);
+    kube = kubeClientOf(flags);
+    return await printLogs(kube, namespaceOf(flags, kube), flags.run, flags.follow, io);
   } catch (err) {
     io.err(`${prog}: ${errorMessage(err)}\n`);
     return 1;

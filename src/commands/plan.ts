@@ -4,12 +4,13 @@
 // `terraform plan -detailed-exitcode`: 0 no changes, 1 error, 2 changes.
 import { parseArgs } from "node:util";
 import { errorMessage } from "../lib/errors.js";
-import { KubeClient } from "../runtime/kube-client.js";
+import type { KubeClient } from "../runtime/kube-client.js";
 import { ManifestError, parseSources, readSources, renderKustomization, type Source } from "../plan/manifests.js";
 import { exitCodeOf } from "../plan/model.js";
 import { kubeReader, plan } from "../plan/planner.js";
 import { render } from "../plan/render.js";
 import { parseSelector, type LabelMatcher } from "../plan/selector.js";
+import { kubeClientOf, kubeFlagOptions, kubeFlagsHelp, kubeFlagsOf, namespaceOf, type KubeFlags } from "./kube-flags.js";
 
 const HELP = `usage: agent-operator plan (-f FILENAME | -k DIRECTORY) [flags]
 
@@ -21,9 +22,7 @@ flags:
   -f, --filename <path>      a manifest file, a directory of them, or - for stdin; repeatable
   -R, --recursive            with -f DIRECTORY, read its sub-directories too
   -k, --kustomize <dir>      a kustomization, rendered with \`kubectl kustomize\`
-  -n, --namespace <ns>       namespace of manifests that name none (default: the context's, else default)
-      --kubeconfig <path>    kubeconfig file (default: $KUBECONFIG, ~/.kube/config, in-cluster)
-      --context <name>       kubeconfig context (default: the current one)
+${kubeFlagsHelp("namespace of manifests that name none", 29)}
       --prune                also plan the deletion of resources of our kinds the manifests drop
                              (in the namespaces they touch, applied with kubectl apply), as
                              \`kubectl apply --prune\`
@@ -33,13 +32,10 @@ flags:
 exit codes: 0 no changes, 2 changes (or something that cannot be planned), 1 error
 `;
 
-export interface PlanFlags {
+export interface PlanFlags extends KubeFlags {
   filenames: string[];
   recursive: boolean;
   kustomize?: string;
-  namespace?: string;
-  kubeconfig?: string;
-  context?: string;
   prune: boolean;
   selector?: LabelMatcher;
   output: "text" | "json" | "markdown";
@@ -56,9 +52,7 @@ export function parsePlanFlags(argv: string[]): PlanFlags | "help" {
       filename: { type: "string", short: "f", multiple: true },
       recursive: { type: "boolean", short: "R", default: false },
       kustomize: { type: "string", short: "k" },
-      namespace: { type: "string", short: "n" },
-      kubeconfig: { type: "string" },
-      context: { type: "string" },
+      ...kubeFlagOptions,
       prune: { type: "boolean", default: false },
       selector: { type: "string", short: "l" },
       output: { type: "string", short: "o", default: "text" },
@@ -75,9 +69,7 @@ export function parsePlanFlags(argv: string[]): PlanFlags | "help" {
     filenames,
     recursive: values.recursive,
     kustomize: values.kustomize,
-    namespace: values.namespace,
-    kubeconfig: values.kubeconfig,
-    context: values.context,
+    ...kubeFlagsOf(values),
     prune: values.prune,
     selector: values.selector !== undefined ? parseSelector(values.selector) : undefined,
     output,
@@ -102,11 +94,11 @@ export async function main(argv: string[]): Promise<number> {
     // Bad manifests are reported even when the cluster cannot be reached.
     let kubeError: unknown;
     try {
-      kube = KubeClient.fromKubeconfig(flags.kubeconfig, { context: flags.context });
+      kube = kubeClientOf(flags);
     } catch (err) {
       kubeError = err;
     }
-    const manifests = parseSources(sources, flags.namespace ?? kube?.currentNamespace() ?? "default");
+    const manifests = parseSources(sources, namespaceOf(flags, kube));
     if (kube === undefined) throw kubeError;
     const result = await plan(kubeReader(kube), manifests, { prune: flags.prune, selector: flags.selector });
     process.stdout.write(render(result, flags.output));
