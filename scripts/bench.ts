@@ -17,6 +17,7 @@ import path from "node:path";
 import { parseArgs } from "node:util";
 import { OPERATOR_IDENTITIES, connectCluster } from "../bench/lib/cluster.js";
 import { CACHE } from "../bench/lib/operator.js";
+import type { MarginSummary } from "../bench/lib/margins.js";
 import { gitCommit, machine, markdownTable, textTable, type Row } from "../bench/lib/report.js";
 import { log } from "../bench/lib/util.js";
 import { coldStart, type ColdStartResult } from "../bench/scenarios/cold-start.js";
@@ -436,9 +437,16 @@ function shardRows(h: ShardsResult): Row[] {
     scenario: "7. shards: SIGKILL -> no object labelled for the dead replica",
     target: "report (lease 15 s + reaction)",
     measured:
-      `${s.takeoverSeconds === null ? "never" : `${s.takeoverSeconds} s`}; service list calls after the kill (the new owners' inventory reads): ` +
+      `${s.takeoverSeconds === null ? "never" : `${s.takeoverSeconds} s`} (by kind: ${Object.entries(s.takeoverSecondsByKind).map(([k, v]) => `${k} ${v} s`).join(", ") || "-"}); service list calls after the kill (the new owners' inventory reads): ` +
       `${Object.entries(s.serviceAfterKill).filter(([k]) => k.endsWith(".list")).map(([k, v]) => `${k} ${v}`).join(", ") || "none"}` +
       (b ? ` (one unsharded operator, whole run: ${Object.entries(b.service.byOperation).filter(([k]) => k.endsWith(".list")).reduce((a, [, v]) => a + v, 0)})` : ""),
+    met: null,
+  });
+  const margin = (m: MarginSummary): string => (m.renewals === 0 ? "no renewal" : `min ${m.min} s, p1 ${m.p1} s, median ${m.p50} s over ${m.renewals} renewals`);
+  rows.push({
+    scenario: "7. shards: time a VM had left when renewed",
+    target: "report (> 0: none expired)",
+    measured: `in the TTL after the kill: ${margin(s.renewalMarginSeconds.afterKill)}; the whole run: ${margin(s.renewalMarginSeconds.all)}`,
     met: null,
   });
   const base = b?.process;

@@ -8,7 +8,8 @@ import { by, delta, sum } from "../../dev/prometheus.js";
 import { cpuWindow, type CpuShare } from "../lib/cpu.js";
 import { sandbox } from "../lib/resources.js";
 import { Stack } from "../lib/stack.js";
-import { log, percentile, round, sleep } from "../lib/util.js";
+import { renewalMargins, summarize } from "../lib/margins.js";
+import { log, round, sleep } from "../lib/util.js";
 
 export interface RenewalParams {
   sandboxes: number;
@@ -95,7 +96,7 @@ export async function renewals(cluster: Cluster, p: RenewalParams): Promise<Rene
     const usage = stack.emulator.state.usage;
     const expirations = usage.filter((u) => u.reason === "expired").length;
     const entries = stack.emulator.requests.slice(logStart);
-    const okByVm = new Map<string, number[]>();
+    const okByVm = new Map<string, number>();
     let ok = 0;
     let failed = 0;
     for (const e of entries) {
@@ -103,20 +104,13 @@ export async function renewals(cluster: Cluster, p: RenewalParams): Promise<Rene
       if (e.status === 200) {
         ok++;
         const id = e.path.split("/")[4] ?? "";
-        let list = okByVm.get(id);
-        if (!list) okByVm.set(id, (list = []));
-        list.push(e.time);
+        okByVm.set(id, (okByVm.get(id) ?? 0) + 1);
       } else failed++;
     }
     const renewBefore = Math.min(Math.max(30, Math.floor(p.ttlSeconds / 5)), p.ttlSeconds - 1);
     const windowSeconds = p.ttlSeconds - renewBefore;
-    // A renewal at time t extends the VM to t + ttl; the next one lands at t2: margin = t + ttl - t2.
-    const margins: number[] = [];
-    for (const times of okByVm.values()) {
-      times.sort((a, b) => a - b);
-      for (let i = 1; i < times.length; i++) margins.push(((times[i - 1] as number) + p.ttlSeconds * 1000 - (times[i] as number)) / 1000);
-    }
-    const perVm = [...okByVm.values()].map((t) => t.length);
+    const margins = summarize(renewalMargins(entries, p.ttlSeconds));
+    const perVm = [...okByVm.values()];
     const expectedPerVm = windowMs / 1000 / windowSeconds;
     const d = delta(before.metrics, after.metrics);
     const writesByResource = by(d, "rest_client_requests_total", "resource", { method: (m) => m !== "GET" });
@@ -153,7 +147,7 @@ export async function renewals(cluster: Cluster, p: RenewalParams): Promise<Rene
         perVmMin: perVm.length === p.sandboxes ? Math.min(...perVm) : 0,
         perVmMax: Math.max(0, ...perVm),
       },
-      marginLeftSeconds: { p1: round(percentile(margins, 1), 1), p50: round(percentile(margins, 50), 1), min: round(Math.min(...margins), 1) },
+      marginLeftSeconds: { p1: margins.p1 ?? Number.NaN, p50: margins.p50 ?? Number.NaN, min: margins.min ?? Number.NaN },
       service: { calls: after.service.total - before.service.total, byOperation: ops, byStatus: statuses },
       kube: {
         writes: sum(d, "rest_client_requests_total", { method: (m) => m !== "GET" }),

@@ -16,6 +16,7 @@ import { DRAIN_LABEL, MEMBER_LABEL, OWNER_LABEL } from "../../src/sharding/label
 import { processCpuSeconds } from "../lib/cpu.js";
 import { crPath, type Cluster, type Plural } from "../lib/cluster.js";
 import { CACHE, OperatorProcess } from "../lib/operator.js";
+import { renewalMargins, summarize, type MarginSummary } from "../lib/margins.js";
 import { agent, deployment, sandbox, skill, type Manifest, type Mix } from "../lib/resources.js";
 import { Stack } from "../lib/stack.js";
 import { errorMessage, log, round, sleep, waitUntil } from "../lib/util.js";
@@ -71,12 +72,20 @@ export interface ShardedRun extends ShardsRun {
   drainsPendingAtEnd: number;
   /** Seconds from the SIGKILL until no object was labelled for the dead replica any more. */
   takeoverSeconds: number | null;
+  /** The same, per kind (Sandboxes are the ones with renewals due). */
+  takeoverSecondsByKind: Record<string, number>;
   /** Seconds from the first create until every object carried an owner label (the sharder's placement of new objects). */
   allLabelledSeconds: number | null;
   /** Seconds of the run after the kill (at least TTL + 30). */
   afterKillSeconds: number | null;
   /** Service calls after the kill, by operation (the new owners' inventory reads of moved objects show as lists). */
   serviceAfterKill: Record<string, number>;
+  /**
+   * Seconds a VM had left when it was renewed: over the run, and for the renewals in the TTL
+   * after the kill (every VM's first renewal after it, the dead replica's by their new owners).
+   * The expiration count says whether a takeover was in time; this says by how much.
+   */
+  renewalMarginSeconds: { all: MarginSummary; afterKill: MarginSummary };
   replicas: Record<string, ProcessCost & { killed: boolean }>;
 }
 
@@ -119,19 +128,25 @@ interface Labelled {
   metadata: { labels?: Record<string, string> };
 }
 
-/** Objects of the managed kinds matching a label selector, by owner label ("" for none). */
-async function owners(cluster: Cluster, namespace: string, labelSelector?: string): Promise<{ byOwner: Record<string, number>; drains: number }> {
+/** Objects of the managed kinds matching a label selector, by owner label ("" for none) and by kind. */
+async function owners(
+  cluster: Cluster,
+  namespace: string,
+  labelSelector?: string,
+): Promise<{ byOwner: Record<string, number>; byPlural: Record<string, number>; drains: number }> {
   const byOwner: Record<string, number> = {};
+  const byPlural: Record<string, number> = {};
   let drains = 0;
   const lists = await Promise.all(PLURALS.map((p) => cluster.kube.list<Labelled>(crPath(p, namespace), { labelSelector })));
-  for (const list of lists) {
+  for (const [i, list] of lists.entries()) {
+    byPlural[PLURALS[i] as string] = list.items.length;
     for (const o of list.items) {
       const owner = o.metadata.labels?.[OWNER_LABEL] ?? "";
       byOwner[owner] = (byOwner[owner] ?? 0) + 1;
       if (o.metadata.labels?.[DRAIN_LABEL] !== undefined) drains++;
     }
   }
-  return { byOwner, drains };
+  return { byOwner, byPlural, drains };
 }
 
 function successfulCreates(stack: Stack): Record<string, number> {
@@ -304,12 +319,15 @@ async function runSharded(cluster: Cluster, p: ShardsParams, mix: Mix): Promise<
       victim?: Replica;
       kill: ShardedRun["kill"];
       killedAt?: number;
+      /** The kill on the wall clock, which is the emulator's. */
+      killedAtMs?: number;
       statsAtKill?: Record<string, number>;
       takeoverSeconds: number | null;
+      takeoverByKind: Record<string, number>;
       allLabelledSeconds: number | null;
       labelCheckAt: number;
       killTried: boolean;
-    } = { sharesBeforeKill: {}, kill: null, takeoverSeconds: null, allLabelledSeconds: null, labelCheckAt: 0, killTried: false };
+    } = { sharesBeforeKill: {}, kill: null, takeoverSeconds: null, takeoverByKind: {}, allLabelledSeconds: null, labelCheckAt: 0, killTried: false };
     const half = Math.ceil(p.resources / 2);
     const onTick = async (): Promise<void> => {
       // Every 2 s until none is left: is any object still without an owner label? (one item per kind is enough to say)
@@ -331,6 +349,7 @@ async function runSharded(cluster: Cluster, p: ShardsParams, mix: Mix): Promise<
         k.victim.final = { cost: cost(k.victim.op, metrics, k.victim.idleRssMB), metrics };
         await k.victim.op.kill();
         k.killedAt = performance.now();
+        k.killedAtMs = Date.now();
         k.statsAtKill = stack.emulator.stats().byOperation;
         const creates = Object.values(successfulCreates(stack)).reduce((a, v) => a + v, 0);
         k.kill = { ready: stack.tracker.ready, creates, atSeconds: round((k.killedAt - t0) / 1000, 1) };
@@ -340,6 +359,8 @@ async function runSharded(cluster: Cluster, p: ShardsParams, mix: Mix): Promise<
       if (k.killedAt !== undefined && k.victim !== undefined && k.takeoverSeconds === null) {
         // A dead owner's objects are relabelled at once (no drain, no unlabelled step in between).
         const dead = await owners(cluster, ns, `${OWNER_LABEL}=${k.victim.name}`);
+        const since = round((performance.now() - k.killedAt) / 1000, 1);
+        for (const [plural, n] of Object.entries(dead.byPlural)) if (n === 0) k.takeoverByKind[plural] ??= since;
         if (Object.values(dead.byOwner).reduce((a, v) => a + v, 0) === 0) {
           k.takeoverSeconds = round((performance.now() - k.killedAt) / 1000, 1);
           log(`shards: every object of ${k.victim.name} has a live owner ${k.takeoverSeconds} s after the kill`);
@@ -378,6 +399,10 @@ async function runSharded(cluster: Cluster, p: ShardsParams, mix: Mix): Promise<
     if (k.statsAtKill !== undefined) {
       for (const [op, n] of Object.entries(run.service.byOperation)) if (n > (k.statsAtKill[op] ?? 0)) serviceAfterKill[op] = n - (k.statsAtKill[op] ?? 0);
     }
+    const allocatedAt = new Map([...stack.emulator.state.vms.values()].map((vm) => [vm.id, vm.allocatedAt]));
+    const margins = renewalMargins(stack.emulator.requests, p.ttlSeconds, allocatedAt);
+    const killedAtMs = k.killedAtMs;
+    const afterKill = killedAtMs === undefined ? [] : margins.filter((m) => m.at >= killedAtMs && m.at < killedAtMs + p.ttlSeconds * 1000);
     const result: ShardedRun = {
       ...run,
       lease,
@@ -388,14 +413,17 @@ async function runSharded(cluster: Cluster, p: ShardsParams, mix: Mix): Promise<
       sharesAtEnd: end.byOwner,
       drainsPendingAtEnd: end.drains,
       takeoverSeconds: k.takeoverSeconds,
+      takeoverSecondsByKind: k.takeoverByKind,
       allLabelledSeconds: k.allLabelledSeconds,
       afterKillSeconds,
       serviceAfterKill,
+      renewalMarginSeconds: { all: summarize(margins), afterKill: summarize(afterKill) },
       replicas: replicaCosts,
     };
     log(
       `shards: ${readySeconds === null ? "NOT all Ready" : `all Ready after ${readySeconds.toFixed(1)} s`}; expirations ${run.expirations}; duplicates ${JSON.stringify(run.duplicates)}; ` +
         `shares at end ${JSON.stringify(end.byOwner)}; takeover ${k.takeoverSeconds ?? "-"} s; ` +
+        `renewal margin after the kill: min ${result.renewalMarginSeconds.afterKill.min ?? "-"} s, p1 ${result.renewalMarginSeconds.afterKill.p1 ?? "-"} s; ` +
         `peak RSS ${replicas.map((r) => `${r.name} ${replicaCosts[r.name]?.peakRssMB} MB`).join(", ")}; ${run.kube.writes} Kubernetes writes, ${run.service.calls} service calls (429: ${run.service.throttled429})`,
     );
     return result;
