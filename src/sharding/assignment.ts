@@ -48,6 +48,32 @@ export function patchFor(decision: Decision, resourceVersion: string | undefined
   }
 }
 
+/** What the order of placement needs to know of an object. */
+export interface Placeable {
+  labels: Readonly<Record<string, string>> | undefined;
+  /** It has something in the service that stops without its owner: a VM, whose renewals are due. */
+  running: boolean;
+}
+
+/**
+ * The order in which objects are looked at after a membership change, and which go on the
+ * priority lane: the objects of an owner that is gone first (nobody works on them until they
+ * move, while a cold start may have thousands of new objects waiting to be placed), and among
+ * them those with a running VM (a VM's renewals stop until it moves; one not allocated yet
+ * can wait), then everything else, in the given order.
+ */
+export function placementOrder<T extends Placeable>(objects: Iterable<T>, live: ReadonlySet<string>): Array<{ obj: T; priority: boolean }> {
+  const running: T[] = [];
+  const orphaned: T[] = [];
+  const rest: T[] = [];
+  for (const obj of objects) {
+    const owner = obj.labels?.[OWNER_LABEL];
+    if (owner === undefined || live.has(owner)) rest.push(obj);
+    else (obj.running ? running : orphaned).push(obj);
+  }
+  return [...running.map((obj) => ({ obj, priority: true })), ...orphaned.map((obj) => ({ obj, priority: true })), ...rest.map((obj) => ({ obj, priority: false }))];
+}
+
 /** The owner's acknowledgement of a drain: both labels removed, on the version it saw. */
 export function releasePatch(resourceVersion: string | undefined): object {
   return { metadata: { resourceVersion, labels: { [OWNER_LABEL]: null, [DRAIN_LABEL]: null } } };

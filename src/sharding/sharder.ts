@@ -10,7 +10,7 @@ import { Controller, type Request, type Result } from "../runtime/controller.js"
 import { Informer } from "../runtime/informer.js";
 import { isConflict, isNotFound, type KubeClient, type KubeObject } from "../runtime/kube-client.js";
 import type { Metrics } from "../runtime/metrics.js";
-import { decide, patchFor } from "./assignment.js";
+import { decide, patchFor, placementOrder } from "./assignment.js";
 import { OWNER_LABEL } from "./labels.js";
 import { Ring, objectKey } from "./ring.js";
 
@@ -25,6 +25,8 @@ export interface ShardedKind {
 export interface ShardedObject extends KubeObject {
   metadata: KubeObject["metadata"] & { labels?: Record<string, string>; deletionTimestamp?: string };
   spec?: { connectionRef?: { name?: string } };
+  /** A Sandbox's VM: renewals are due while it runs, so its moves go first. */
+  status?: { vmId?: string };
 }
 
 export interface SharderOptions {
@@ -43,7 +45,7 @@ export interface SharderOptions {
   onDeleted?(kind: ShardedKind, obj: ShardedObject): void;
 }
 
-/** Keep the metadata that matters and the connectionRef: a few hundred bytes per object. */
+/** Keep the metadata that matters, the connectionRef and a VM's id: a few hundred bytes per object. */
 function slim(o: ShardedObject): ShardedObject {
   const m = o.metadata;
   return {
@@ -58,6 +60,7 @@ function slim(o: ShardedObject): ShardedObject {
       ...(m.deletionTimestamp !== undefined && { deletionTimestamp: m.deletionTimestamp }),
     },
     ...(o.spec?.connectionRef !== undefined && { spec: { connectionRef: o.spec.connectionRef } }),
+    ...(o.status?.vmId !== undefined && { status: { vmId: o.status.vmId } }),
   };
 }
 
@@ -148,18 +151,13 @@ export class Sharder {
     return out;
   }
 
-  /**
-   * Every object is looked at again. Those of a replica that is gone go first (the priority
-   * lane): nobody works on them until they move, and a Sandbox among them has a renewal coming,
-   * while a cold start may have thousands of new objects waiting to be placed.
-   */
+  /** Every object is looked at again, those of a replica that is gone first (placementOrder). */
   private enqueueAll(): void {
     if (!this.synced) return;
     for (const { informer, controller } of this.parts) {
-      for (const obj of informer.list()) {
-        const owner = obj.metadata.labels?.[OWNER_LABEL];
-        const orphaned = owner !== undefined && !this.live.has(owner);
-        controller.enqueue({ namespace: obj.metadata.namespace ?? "", name: obj.metadata.name ?? "" }, { priority: orphaned });
+      const objects = informer.list().map((obj) => ({ obj, labels: obj.metadata.labels, running: obj.status?.vmId !== undefined }));
+      for (const { obj, priority } of placementOrder(objects, this.live)) {
+        controller.enqueue({ namespace: obj.obj.metadata.namespace ?? "", name: obj.obj.metadata.name ?? "" }, { priority });
       }
     }
   }

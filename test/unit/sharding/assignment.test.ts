@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { decide, patchFor, releasePatch } from "../../../src/sharding/assignment.js";
+import { decide, patchFor, placementOrder, releasePatch } from "../../../src/sharding/assignment.js";
 import { DRAIN_LABEL, OWNER_LABEL } from "../../../src/sharding/labels.js";
 
 const live = new Set(["a", "b", "c"]);
@@ -44,5 +44,28 @@ describe("patches", () => {
 
   it("the owner's acknowledgement removes both labels", () => {
     expect(releasePatch("7")).toEqual({ metadata: { resourceVersion: "7", labels: { [OWNER_LABEL]: null, [DRAIN_LABEL]: null } } });
+  });
+});
+
+describe("placementOrder", () => {
+  const obj = (name: string, owner: string | undefined, running = false) => ({ name, labels: owner === undefined ? undefined : owned(owner), running });
+
+  it("puts a gone owner's objects on the priority lane, those with a running VM first, and keeps the given order otherwise", () => {
+    const order = placementOrder(
+      [obj("new", undefined), obj("orphan", "gone"), obj("kept", "a", true), obj("vm-1", "gone", true), obj("vm-2", "left", true), obj("new-2", undefined)],
+      live,
+    );
+    expect(order.map((o) => [o.obj.name, o.priority])).toEqual([
+      ["vm-1", true],
+      ["vm-2", true],
+      ["orphan", true],
+      ["new", false],
+      ["kept", false],
+      ["new-2", false],
+    ]);
+  });
+
+  it("has no priority lane while every owner is live", () => {
+    expect(placementOrder([obj("x", "a", true), obj("y", "b")], live).every((o) => !o.priority)).toBe(true);
   });
 });
