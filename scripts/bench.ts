@@ -8,7 +8,7 @@
 //                    [--steady-minutes 10] [--sync-period 5m] [--renew-sandboxes 2000]
 //                    [--renew-ttl 60] [--renew-minutes 10] [--renew-error-rate 0.05]
 //                    [--renew-jitter 40] [--latency-samples 100] [--runs 1000] [--run-sandboxes 50] [--concurrency N] [--cpu-prof] [--heap-snapshot]
-//                    [--shard-resources 6000] [--shard-sandboxes 2000] [--shard-ttl 60] [--shard-replicas 3] [--shard-baseline true|false]
+//                    [--shard-resources 6000] [--shard-sandboxes 2000] [--shard-ttl 60] [--shard-replicas 3] [--shard-kill-at 50] [--shard-baseline true|false]
 //                    [--node-options '...' (default: the Deployment's NODE_OPTIONS)]
 //
 // See docs/performance.md for what each scenario measures and the latest results.
@@ -54,6 +54,7 @@ function parse() {
       "shard-sandboxes": { type: "string", default: "2000" },
       "shard-ttl": { type: "string", default: "60" },
       "shard-replicas": { type: "string", default: "3" },
+      "shard-kill-at": { type: "string", default: "50" },
       "shard-baseline": { type: "string", default: "true" },
       concurrency: { type: "string" },
       "cpu-prof": { type: "boolean", default: false },
@@ -70,6 +71,11 @@ function parse() {
   const num = (name: string, v: string, min = 0): number => {
     const n = Number(v);
     if (!Number.isFinite(n) || n < min) throw new Error(`--${name}: "${v}" is not a number >= ${min}`);
+    return n;
+  };
+  const percent = (name: string, v: string): number => {
+    const n = num(name, v);
+    if (n <= 0 || n > 100) throw new Error(`--${name}: "${v}" must be a percentage above 0 and at most 100`);
     return n;
   };
   const scenarios = (values.scenario ?? [...SCENARIOS]).map((s) => {
@@ -106,6 +112,7 @@ function parse() {
     shardSandboxes: num("shard-sandboxes", values["shard-sandboxes"]),
     shardTTL: num("shard-ttl", values["shard-ttl"], 2),
     shardReplicas: num("shard-replicas", values["shard-replicas"], 1),
+    shardKillAt: percent("shard-kill-at", values["shard-kill-at"]),
     shardBaseline: shardBaseline === "true",
     concurrency: values.concurrency === undefined ? undefined : num("concurrency", values.concurrency, 1),
     cpuProf: values["cpu-prof"],
@@ -234,6 +241,7 @@ async function main(): Promise<void> {
       sandboxes: a.shardSandboxes,
       ttlSeconds: a.shardTTL,
       replicas: a.shardReplicas,
+      killAtReadyPercent: a.shardKillAt,
       baseline: a.shardBaseline,
       ...service,
       nodeOptions: a.nodeOptions,
@@ -406,7 +414,7 @@ function shardRows(h: ShardsResult): Row[] {
   const pct = (v: number): string => `${Math.round(v * 100)} %`;
   const title = `7. shards: ${h.replicas} replicas, ${h.resources} resources (${h.mix.sandboxes} Sandboxes, TTL ${h.ttlSeconds} s)`;
   rows.push({
-    scenario: `${title}, one SIGKILLed at half Ready`,
+    scenario: `${title}, one SIGKILLed ${h.killAtReadyPercent >= 100 ? "once all are Ready" : `at ${h.killAtReadyPercent} % Ready`}`,
     target: "0 expirations",
     measured:
       `${s.expirations} expirations; all Ready ${s.readySeconds === null ? `NOT reached (${JSON.stringify(s.notReady)})` : `after ${s.readySeconds} s`}` +

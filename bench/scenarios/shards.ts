@@ -1,7 +1,8 @@
 // Scenario 7: sharded mode (`run --sharding`, docs/sharding.md). N replicas (each its own
 // process and POD_NAME, one leader election id) share R resources: S Sandboxes with a short
-// TTL and the rest in the cold-start mix. When about half are Ready the replica that is not
-// the leader and owns the most is SIGKILLed; the run goes on until everything is Ready and at
+// TTL and the rest in the cold-start mix. When a given share are Ready (half by default: in the
+// middle of the cold start; 100 %: a quiet failover) the replica that is not the leader and
+// owns the most is SIGKILLed; the run goes on until everything is Ready and at
 // least TTL + 30 s have passed since the kill, so that a VM whose renewals the dead replica
 // missed would have expired. Reported: expirations and duplicate creates (both should be 0),
 // each replica's share before the kill and at the end, how long the dead replica's objects
@@ -27,6 +28,8 @@ export interface ShardsParams {
   sandboxes: number;
   ttlSeconds: number;
   replicas: number;
+  /** The percentage of resources Ready at which a replica is killed (100: once all are Ready). */
+  killAtReadyPercent: number;
   /** Run one unsharded operator over the same load first. */
   baseline: boolean;
   rateLimit: number;
@@ -94,6 +97,7 @@ export interface ShardsResult {
   mix: Mix;
   ttlSeconds: number;
   replicas: number;
+  killAtReadyPercent: number;
   baseline?: ShardsRun & { process: ProcessCost };
   baselineError?: string;
   sharded: ShardedRun;
@@ -328,7 +332,7 @@ async function runSharded(cluster: Cluster, p: ShardsParams, mix: Mix): Promise<
       labelCheckAt: number;
       killTried: boolean;
     } = { sharesBeforeKill: {}, kill: null, takeoverSeconds: null, takeoverByKind: {}, allLabelledSeconds: null, labelCheckAt: 0, killTried: false };
-    const half = Math.ceil(p.resources / 2);
+    const killAt = Math.ceil((p.resources * p.killAtReadyPercent) / 100);
     const onTick = async (): Promise<void> => {
       // Every 2 s until none is left: is any object still without an owner label? (one item per kind is enough to say)
       if (k.allLabelledSeconds === null && performance.now() - k.labelCheckAt >= 2000 && stack.tracker.total >= p.resources) {
@@ -339,7 +343,7 @@ async function runSharded(cluster: Cluster, p: ShardsParams, mix: Mix): Promise<
           log(`shards: every object has an owner label ${k.allLabelledSeconds} s after the first create`);
         }
       }
-      if (!k.killTried && p.replicas >= 2 && stack.tracker.ready >= half) {
+      if (!k.killTried && p.replicas >= 2 && stack.tracker.ready >= killAt) {
         k.killTried = true;
         k.sharesBeforeKill = (await owners(cluster, ns)).byOwner;
         k.leader = await leaderOf(replicas, lease);
@@ -437,7 +441,13 @@ async function runSharded(cluster: Cluster, p: ShardsParams, mix: Mix): Promise<
 export async function shards(cluster: Cluster, p: ShardsParams): Promise<ShardsResult> {
   const mix = shardMix(p.resources, p.sandboxes);
   log(`shards: ${p.resources} resources (${JSON.stringify(mix)}), Sandbox TTL ${p.ttlSeconds} s, ${p.replicas} replicas, ${availableParallelism()} cores`);
-  const result: Omit<ShardsResult, "sharded"> = { resources: p.resources, mix, ttlSeconds: p.ttlSeconds, replicas: p.replicas };
+  const result: Omit<ShardsResult, "sharded"> = {
+    resources: p.resources,
+    mix,
+    ttlSeconds: p.ttlSeconds,
+    replicas: p.replicas,
+    killAtReadyPercent: p.killAtReadyPercent,
+  };
   if (p.baseline) {
     try {
       result.baseline = await runBaseline(cluster, p, mix);
