@@ -19,6 +19,11 @@ export interface MarginSummary {
   p50: number | null;
 }
 
+/** The VM a renewal call was for: /compute/v1/vms/{id}/renew. */
+export function renewedVm(entry: RequestLogEntry): string {
+  return entry.path.split("/")[4] ?? "";
+}
+
 /**
  * The margin of every successful renewal in `entries`. `start` gives each VM's allocation time,
  * so that a VM's first renewal has a margin too; without it the first renewal only starts the count.
@@ -28,8 +33,7 @@ export function renewalMargins(entries: readonly RequestLogEntry[], ttlSeconds: 
   const out: Margin[] = [];
   const sorted = entries.filter((e) => e.operation === "vms.renew" && e.status === 200).sort((a, b) => a.time - b.time);
   for (const e of sorted) {
-    // /compute/v1/vms/{id}/renew
-    const vm = e.path.split("/")[4] ?? "";
+    const vm = renewedVm(e);
     const previous = last.get(vm);
     if (previous !== undefined) out.push({ at: e.time, vm, seconds: (previous + ttlSeconds * 1000 - e.time) / 1000 });
     last.set(vm, e.time);

@@ -8,7 +8,7 @@ import { by, delta, sum } from "../../dev/prometheus.js";
 import { cpuWindow, type CpuShare } from "../lib/cpu.js";
 import { sandbox } from "../lib/resources.js";
 import { Stack } from "../lib/stack.js";
-import { renewalMargins, summarize } from "../lib/margins.js";
+import { renewalMargins, renewedVm, summarize } from "../lib/margins.js";
 import { log, round, sleep } from "../lib/util.js";
 
 export interface RenewalParams {
@@ -103,7 +103,7 @@ export async function renewals(cluster: Cluster, p: RenewalParams): Promise<Rene
       if (e.operation !== "vms.renew") continue;
       if (e.status === 200) {
         ok++;
-        const id = e.path.split("/")[4] ?? "";
+        const id = renewedVm(e);
         okByVm.set(id, (okByVm.get(id) ?? 0) + 1);
       } else failed++;
     }

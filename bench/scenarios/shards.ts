@@ -366,7 +366,7 @@ async function runSharded(cluster: Cluster, p: ShardsParams, mix: Mix): Promise<
         const since = round((performance.now() - k.killedAt) / 1000, 1);
         for (const [plural, n] of Object.entries(dead.byPlural)) if (n === 0) k.takeoverByKind[plural] ??= since;
         if (Object.values(dead.byOwner).reduce((a, v) => a + v, 0) === 0) {
-          k.takeoverSeconds = round((performance.now() - k.killedAt) / 1000, 1);
+          k.takeoverSeconds = since;
           log(`shards: every object of ${k.victim.name} has a live owner ${k.takeoverSeconds} s after the kill`);
         }
       }

@@ -155,10 +155,12 @@ export class Sharder {
   private enqueueAll(): void {
     if (!this.synced) return;
     for (const { informer, controller } of this.parts) {
-      const objects = informer.list().map((obj) => ({ obj, labels: obj.metadata.labels, running: obj.status?.vmId !== undefined }));
-      for (const { obj, priority } of placementOrder(objects, this.live)) {
-        controller.enqueue({ namespace: obj.obj.metadata.namespace ?? "", name: obj.obj.metadata.name ?? "" }, { priority });
-      }
+      const objects = informer.list().map((o) => ({
+        request: { namespace: o.metadata.namespace ?? "", name: o.metadata.name ?? "" },
+        labels: o.metadata.labels,
+        running: o.status?.vmId !== undefined,
+      }));
+      for (const { obj, priority } of placementOrder(objects, this.live)) controller.enqueue(obj.request, { priority });
     }
   }
 
