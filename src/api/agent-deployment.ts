@@ -24,7 +24,7 @@ export const AgentDeploymentSpecSchema = Type.Object(
     ),
     env: Type.Optional(StringMap("Environment variables of the deployment. Put secrets in a Sandbox envFrom Secret, not here.")),
     metadata: Type.Optional(
-      StringMap("Free key/value metadata of the deployment. The key agentcompute.dev/uid is reserved for the operator."),
+      StringMap("Free key/value metadata of the deployment. The keys agentcompute.dev/uid and agentcompute.dev/options-hash are reserved for the operator."),
     ),
     options: Type.Optional(
       FreeFormObject("Further deploy options passed to the service unchanged (e.g. name, endpoint_name)."),

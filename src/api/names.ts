@@ -37,6 +37,16 @@ export const Annotations = {
 /** Crash-safety marker written into the `metadata` of every service object the operator creates. */
 export const MARKER_KEY = `${GROUP}/uid`;
 
+/**
+ * Written into a VM's `metadata` next to the marker: the configHash of the spec it was
+ * allocated for, so that a VM adopted after a lost status write (a crash, a shard moved
+ * mid-replacement) is compared with the spec it was made from, not taken for an old one.
+ */
+export const CONFIG_HASH_KEY = `${GROUP}/config-hash`;
+
+/** The same for a deployment: the optionsHash of the spec it was deployed from. */
+export const OPTIONS_HASH_KEY = `${GROUP}/options-hash`;
+
 /** Name of the Connection a resource uses when spec.connectionRef is not set. */
 export const DEFAULT_CONNECTION = "default";
 

@@ -21,7 +21,7 @@ export const SandboxSpecSchema = Type.Object(
       ),
     ),
     metadata: Type.Optional(
-      StringMap("Free key/value metadata of the VM. The key agentcompute.dev/uid is reserved for the operator."),
+      StringMap("Free key/value metadata of the VM. The keys agentcompute.dev/uid and agentcompute.dev/config-hash are reserved for the operator."),
     ),
     orgId: Type.Optional(Type.String({ description: "Organisation of the VM. Defaults to the Connection's orgId.", maxLength: 253 })),
     secureRuntime: Type.Optional(

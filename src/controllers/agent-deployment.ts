@@ -10,7 +10,7 @@
 // a change made outside the operator moves the second.
 import { createHash } from "node:crypto";
 import stableStringify from "safe-stable-stringify";
-import { Annotations, ConditionType, MARKER_KEY, kindNames } from "../api/names.js";
+import { Annotations, ConditionType, MARKER_KEY, OPTIONS_HASH_KEY, kindNames } from "../api/names.js";
 import type { Agent, AgentDeployment, AgentDeploymentStatus } from "../api/index.js";
 import { NotReadyError } from "../managed/errors.js";
 import { errorMessage } from "../lib/errors.js";
@@ -93,7 +93,11 @@ class DeploymentClient implements ExternalClient<AgentDeployment, DeploymentPlan
     if (found === undefined) return { exists: false, upToDate: false };
     // Resolved only now: deleting a deployment, or one that is gone, must not wait for its Agent.
     const target = targetOf(cr, this.agents);
-    const plan = { ...planFor(cr, found, target), deployment: found, target };
+    // A deployment adopted (after a lost status write) says which options it was deployed
+    // with, if we deployed it: compared with those, not with the lost one's.
+    const recorded = cr.status?.deploymentId === found.id ? undefined : found.metadata?.[OPTIONS_HASH_KEY];
+    const applied = recorded === undefined ? cr : { ...cr, status: { ...cr.status, optionsHash: recorded, configHash: found.config_hash } };
+    const plan = { ...planFor(applied, found, target), deployment: found, target };
     const upToDate = plan.action === "none";
     return {
       exists: true,
@@ -103,8 +107,8 @@ class DeploymentClient implements ExternalClient<AgentDeployment, DeploymentPlan
         ...statusOf(found),
         // Both hashes are what we applied and what the service said then; a drifted config_hash
         // must not be recorded before it is put back, or the drift would be forgotten.
-        optionsHash: cr.status?.optionsHash ?? optionsHash(cr),
-        configHash: cr.status?.configHash ?? found.config_hash,
+        optionsHash: applied.status?.optionsHash ?? optionsHash(cr),
+        configHash: applied.status?.configHash ?? found.config_hash,
         // The agent revision is only recorded once it is what runs.
         agentRevision: upToDate ? target.revision : cr.status?.agentRevision,
         redeployAt: cr.status?.redeployAt ?? cr.metadata.annotations?.[Annotations.redeployAt],
@@ -180,7 +184,9 @@ class DeploymentClient implements ExternalClient<AgentDeployment, DeploymentPlan
 
   private async deploy(cr: AgentDeployment, target: Target): Promise<Deployment> {
     try {
-      let deployed = await this.handle.client.deployments.deploy(target.agentId, desiredOptions(cr));
+      const options = desiredOptions(cr);
+      options.metadata = { ...options.metadata, [OPTIONS_HASH_KEY]: optionsHash(cr) };
+      let deployed = await this.handle.client.deployments.deploy(target.agentId, options);
       this.handle.deployments.put(deployed);
       if (cr.spec.suspend) {
         deployed = await this.handle.client.deployments.stop(deployed.id);

@@ -10,7 +10,7 @@
 // (KEP-589). Status also says the cadences (renewEverySeconds, reportEverySeconds), so a reader
 // can tell a VM that is alive from one that is not even when expiresAt is in the past.
 import { createHash } from "node:crypto";
-import { Annotations, ConditionType, MARKER_KEY, kindNames } from "../api/names.js";
+import { Annotations, CONFIG_HASH_KEY, ConditionType, MARKER_KEY, kindNames } from "../api/names.js";
 import type { Sandbox, SandboxStatus, Skill } from "../api/index.js";
 import { NotReadyError } from "../managed/errors.js";
 import type { ActionResult, ConnectionDetails, ExternalClient, Observation, Planned } from "../managed/external.js";
@@ -162,6 +162,7 @@ export function desiredAllocation(
   // it) may still hold `false`: that asked for nothing, so it is sent as nothing.
   const secureRuntime: unknown = spec.secureRuntime;
   if (typeof secureRuntime === "string" && secureRuntime !== "") req.secure_runtime = secureRuntime;
+  req.metadata = { ...req.metadata, [CONFIG_HASH_KEY]: allocationHash(cr, req) };
   return req;
 }
 
@@ -224,6 +225,8 @@ class SandboxClient implements ExternalClient<Sandbox, SandboxPlan> {
     const jitterMs = Math.random() * renewBeforeSeconds(cr) * 100;
     const nextAt = keepAlive ? renewAt - jitterMs : expiresAt + 1000;
     const sameVM = cr.status?.vmId === found.id;
+    // A VM adopted (after a lost status write) says which spec it was made for, if we made it.
+    const configHash = (sameVM ? undefined : found.metadata?.[CONFIG_HASH_KEY]) ?? cr.status?.configHash ?? hash;
     // A VM found another way than by status (adopted) is reported at once.
     const report = this.report(cr, found, this.known(cr, found), now, !sameVM);
     // The VM record has no endpoint or ws_url: they came with the allocation and are in status.
@@ -241,7 +244,7 @@ class SandboxClient implements ExternalClient<Sandbox, SandboxPlan> {
         // the service's list says the same instant in milliseconds: keep ours, or the first
         // resync after a cold start rewrites the status of every Sandbox for nothing.
         ...(sameVM && cr.status?.allocatedAt !== undefined ? { allocatedAt: cr.status.allocatedAt } : {}),
-        ...(cr.status?.configHash ?? hash ? { configHash: cr.status?.configHash ?? hash } : {}),
+        ...(configHash !== undefined ? { configHash } : {}),
         ...this.cadence(cr),
         ...report,
       },

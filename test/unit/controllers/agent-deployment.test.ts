@@ -142,6 +142,23 @@ describe("AgentDeployment against the service", () => {
     expect(w.events.at(-1)).toMatchObject({ reason: "Replaced", message: expect.stringContaining("changed outside the operator") });
   });
 
+  it("adopts the deployment a crash left mid-replacement, and keeps it: it says which options it was deployed with", async () => {
+    apply();
+    await w.reconcile(kind(), "d");
+    const lost = deployment().status;
+    apply({ tier: "large" });
+    await w.reconcile(kind(), "d");
+    const replacement = deployment().status?.deploymentId as string;
+    // The process died before that status write landed: the next one finds the old deployment gone.
+    w.setStatus("agentdeployments", "d", { ...lost });
+    resync();
+    w.calls();
+    await w.reconcile(kind(), "d");
+    await w.reconcile(kind(), "d");
+    expect(w.writes()).toEqual([]);
+    expect(deployment().status?.deploymentId).toBe(replacement);
+  });
+
   it("stops on suspend and starts again on resume", async () => {
     apply();
     await w.reconcile(kind(), "d");

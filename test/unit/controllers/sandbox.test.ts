@@ -68,6 +68,24 @@ describe("Sandbox", () => {
     expect(w.events.at(-1)).toMatchObject({ type: "Normal", reason: "Replaced" });
   });
 
+  it("adopts the VM a crash left mid-replacement, and keeps it: the VM says which spec it was made for", async () => {
+    apply({});
+    await w.reconcile(kind(), "sb");
+    const lost = sandbox().status;
+    apply({ tier: "large" });
+    await w.reconcile(kind(), "sb");
+    const replacement = sandbox().status?.vmId as string;
+    // The process died before that status write landed: the next one finds the old VM gone.
+    w.setStatus("sandboxes", "sb", { ...lost });
+    resync();
+    w.calls();
+    await w.reconcile(kind(), "sb");
+    await w.reconcile(kind(), "sb");
+    expect(w.writes()).toEqual([]);
+    expect(sandbox().status?.vmId).toBe(replacement);
+    expect(live(replacement)).toBe(true);
+  });
+
   it("keepAlive false: a VM that ran out is reported Expired, neither renewed nor replaced", async () => {
     apply({ keepAlive: false });
     await w.reconcile(kind(), "sb");
