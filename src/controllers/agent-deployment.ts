@@ -98,6 +98,9 @@ class DeploymentClient implements ExternalClient<AgentDeployment, DeploymentPlan
     const recorded = cr.status?.deploymentId === found.id ? undefined : found.metadata?.[OPTIONS_HASH_KEY];
     const applied = recorded === undefined ? cr : { ...cr, status: { ...cr.status, optionsHash: recorded, configHash: found.config_hash } };
     const plan = { ...planFor(applied, found, target), deployment: found, target };
+    // Moved in from another owner (sharding), which may have replaced the deployment just before
+    // it let go, status unwritten: a replacement is planned on a snapshot read since.
+    if (plan.action === "replace" && (await this.handle.deployments.readSinceArrival(cr.metadata.uid))) return this.observe(cr);
     const upToDate = plan.action === "none";
     return {
       exists: true,

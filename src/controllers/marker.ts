@@ -68,8 +68,15 @@ export async function findOwn<T extends Dated & { id: string }>(
   };
 
   await inventory.ensureFresh();
-  if (id === undefined) return newestMarked();
-  const cached = inventory.get(id);
+  const uid = cr.metadata.uid;
+  // A resource moved in from another owner (sharding) is looked up by marker, or missed, only
+  // on a snapshot read since: its previous owner may have created the object just before it let go.
+  if (id === undefined) {
+    await inventory.readSinceArrival(uid);
+    return newestMarked();
+  }
+  let cached = inventory.get(id);
+  if (cached === undefined && (await inventory.readSinceArrival(uid))) cached = inventory.get(id);
   if (usable(cached) && !staleFor(cr, inventory, id)) return keeping(cached);
   try {
     const got = await opts.get(id);
@@ -79,7 +86,9 @@ export async function findOwn<T extends Dated & { id: string }>(
     if (!isNotFound(err)) throw err;
     inventory.remove(id);
   }
-  return annotated || !opts.adoptAfterLoss ? { found: undefined, leftovers: [] } : newestMarked();
+  if (annotated || !opts.adoptAfterLoss) return { found: undefined, leftovers: [] };
+  await inventory.readSinceArrival(uid);
+  return newestMarked();
 }
 
 /**

@@ -219,6 +219,9 @@ class SandboxClient implements ExternalClient<Sandbox, SandboxPlan> {
     const request = this.desiredIfReady(cr);
     const hash = request === undefined ? undefined : allocationHash(cr, request);
     const renewal = renewalOf(cr, found, { now, renewAt, request, hash });
+    // Moved in from another owner (sharding), which may have replaced the VM just before it let
+    // go, status unwritten: a replacement is planned on a snapshot read since, or it would be a second.
+    if (renewal.action === "replace" && (await this.handle.vms.readSinceArrival(cr.metadata.uid))) return this.observe(cr);
     const upToDate = renewal.action === "none";
     // Jitter the renewal earlier (never later) by up to 10 % of the window, so thousands of
     // VMs allocated together do not renew in the same second.
@@ -356,6 +359,12 @@ class SandboxClient implements ExternalClient<Sandbox, SandboxPlan> {
       // (not while paused: the replacement waits for the resume).
       this.handle.vms.remove(current.id);
       if (!opts.replaceIfGone) return { event: null };
+      // Released by a previous owner that had allocated its replacement (sharding: it let go
+      // before status said so): observe again now and adopt that one rather than allocate a third.
+      await this.handle.vms.readSinceArrival(cr.metadata.uid);
+      if (this.handle.vms.findByMarker(cr.metadata.uid).some((vm) => vm.id !== current.id && isLive(vm.state))) {
+        return { event: null, requeueAfterMs: 0, priority: true };
+      }
       if (!(cr.spec.keepAlive ?? true)) return { status: { state: "expired" } };
       const request = this.desired(cr);
       const vm = await this.allocate(request);

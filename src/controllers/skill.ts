@@ -90,7 +90,9 @@ class SkillClient implements ExternalClient<Skill, SkillPlan> {
         `annotation ${Annotations.externalId}: "${adopting}" differs from the skill name "${name}"; a skill's id is its name`,
       );
     }
-    const found = staleFor(cr, inventory, name) ? await this.read(name) : inventory.get(name);
+    let found = staleFor(cr, inventory, name) ? await this.read(name) : inventory.get(name);
+    // Moved in from another owner (sharding), which may have created it after this snapshot: read since.
+    if (found === undefined && (await inventory.readSinceArrival(cr.metadata.uid))) found = inventory.get(name);
     if (found === undefined) return { exists: false, upToDate: false };
     if (!claimed(cr, name) && adopting !== name) throw nameTaken(name);
     const differences = skillDifferences(found, desired);

@@ -2,6 +2,7 @@
 // endpoints. Observing 10,000 resources one GET at a time would cost 10,000 calls per sync
 // period; the inventory costs one list page per hundred objects, and it is also how objects
 // created by an earlier (crashed) process are found again: by the crash-safety marker.
+import { setTimeout as sleep } from "node:timers/promises";
 
 export interface InventoryOptions<T> {
   /** Reads every object of the kind (all pages). */
@@ -17,7 +18,15 @@ export interface InventoryOptions<T> {
   /** Compares two versions of an object; the default compares their JSON. */
   equal?(a: T, b: T): boolean;
   now?: () => number;
+  /** How long a read for arrivals waits for more of them (a takeover's objects trickle in): 250 ms. */
+  arrivalGatherMs?: number;
+  /** At most one read for arrivals per this interval: 1 s. */
+  arrivalReadIntervalMs?: number;
 }
+
+/** Defaults of the arrival pacing (see InventoryOptions). */
+const ARRIVAL_GATHER_MS = 250;
+const ARRIVAL_READ_INTERVAL_MS = 1_000;
 
 export class Inventory<T> {
   private byKey = new Map<string, T>();
@@ -29,6 +38,13 @@ export class Inventory<T> {
   private inFlight: Promise<void> | undefined;
   /** Writes recorded while a read is in flight: the read may have started before them. */
   private writesDuringLoad: Array<{ key: string; obj: T | undefined }> | undefined;
+  /**
+   * Resources that came from another owner (sharding), by CR uid: when. Until a read started
+   * after then, the snapshot may lack what the previous owner created just before it let go.
+   */
+  private arrivals = new Map<string, number>();
+  /** When the last read for arrivals started. */
+  private lastArrivalRead = -Infinity;
   private readonly now: () => number;
 
   constructor(private readonly opts: InventoryOptions<T>) {
@@ -65,6 +81,44 @@ export class Inventory<T> {
 
   get(key: string): T | undefined {
     return this.byKey.get(key);
+  }
+
+  /**
+   * The resource `uid` came to this process from another owner at `at` (a shard moved). Its
+   * previous owner may have created a service object for it after this snapshot was read, and
+   * died before its status said so: until the snapshot is read again, a lookup of it by marker
+   * must wait (readSinceArrival). Lookups by id need not: an id in status names an object that
+   * existed, and a stale snapshot only lags.
+   */
+  arrived(uid: string, at: number = this.now()): void {
+    if (at < this.refreshedAt) return;
+    this.arrivals.set(uid, Math.max(at, this.arrivals.get(uid) ?? -Infinity));
+  }
+
+  /**
+   * Before anything that would create a service object for `uid` on what the snapshot lacks (a
+   * lookup by marker, a miss, a replacement): waits for a read started after its arrival, if
+   * it arrived since the last one. Objects arrive in batches that trickle in (a takeover, a
+   * join): a read waits a moment for the rest of its batch, and reads for arrivals start at
+   * most once a second, so one read serves them all. Resolves true when the snapshot was read
+   * meanwhile (what the caller looked at before may be outdated), false when it was current.
+   */
+  async readSinceArrival(uid: string): Promise<boolean> {
+    if (!this.arrivals.has(uid)) return false;
+    const gather = this.opts.arrivalGatherMs ?? ARRIVAL_GATHER_MS;
+    const interval = this.opts.arrivalReadIntervalMs ?? ARRIVAL_READ_INTERVAL_MS;
+    // A read in flight may have started before the arrival: then once more.
+    for (let i = 0; i < 3; i++) {
+      const at = this.arrivals.get(uid);
+      if (at === undefined || this.refreshedAt > at) break;
+      const when = Math.max(at + gather, this.lastArrivalRead + interval);
+      if (when > this.now()) await sleep(when - this.now());
+      if (this.refreshedAt > at) break; // read meanwhile, after the arrival
+      this.lastArrivalRead = this.now();
+      await this.refresh();
+    }
+    this.arrivals.delete(uid);
+    return true;
   }
 
   /** Every object carrying this resource's marker, oldest snapshot order first. */
@@ -148,8 +202,9 @@ export class Inventory<T> {
       else this.index(key, obj);
     }
     this.refreshedAt = startedAt;
-    // Sightings older than the list say nothing more than it does.
+    // Sightings older than the list say nothing more than it does; arrivals before it are read.
     for (const [key, at] of this.seenAt) if (at <= startedAt) this.seenAt.delete(key);
+    for (const [uid, at] of this.arrivals) if (at < startedAt) this.arrivals.delete(uid);
     if (!this.opts.onChange) return;
     const equal = this.opts.equal ?? ((a: T, b: T) => JSON.stringify(a) === JSON.stringify(b));
     const changed: string[] = [];

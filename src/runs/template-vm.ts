@@ -34,6 +34,8 @@ function asSandbox(run: SandboxRun): Sandbox {
 /** The run's live VM found by its marker, else a new one; its id. */
 export async function ensureRunVM(run: SandboxRun, handle: ServiceHandle, deps: AllocationDeps): Promise<string> {
   await handle.vms.ensureFresh();
+  // Moved in from another owner (sharding), which may have allocated it after this snapshot: read since.
+  await handle.vms.readSinceArrival(run.metadata.uid);
   const own = handle.vms.findByMarker(run.metadata.uid).filter((v) => isLive(v.state));
   if (own[0] !== undefined) return own[0].id;
   const request = desiredAllocation(asSandbox(run), handle, deps);
@@ -54,6 +56,7 @@ export async function releaseRunVMs(run: SandboxRun, handle: ServiceHandle, vmId
   const template = run.spec.sandboxTemplate;
   if (template === undefined) return;
   await handle.vms.ensureFresh();
+  await handle.vms.readSinceArrival(run.metadata.uid);
   const ids = new Set<string>(handle.vms.findByMarker(run.metadata.uid).filter((v) => isLive(v.state)).map((v) => v.id));
   if (vmId) ids.add(vmId);
   for (const id of ids) {

@@ -161,19 +161,23 @@ export class Sharding {
       },
     });
     const member = this.member;
-    // A moved-in object is looked up in its Connection's inventory of its kind.
+    // A moved-in object is looked up in its Connection's inventory of its kind; a run with a
+    // template in the VM inventory (its VM carries the run's marker). A run on a Sandbox has none.
     const inventories: Record<string, keyof Pick<ServiceHandle, "skills" | "agents" | "deployments" | "vms">> = {
       skills: "skills",
       agents: "agents",
       agentdeployments: "deployments",
       sandboxes: "vms",
+      sandboxruns: "vms",
     };
     this.replica.setInventories((kind, obj) => {
       const which = inventories[kind.plural];
-      if (which === undefined) return undefined;
-      const spec = (obj as { spec?: { connectionRef?: { name?: string } } }).spec;
+      const spec = (obj as { spec?: { connectionRef?: { name?: string }; sandboxTemplate?: { connectionRef?: { name?: string } } } }).spec;
+      const template = kind.plural === kindNames.sandboxRun.plural;
+      if (which === undefined || (template && spec?.sandboxTemplate === undefined)) return null;
+      const ref = template ? spec?.sandboxTemplate?.connectionRef : spec?.connectionRef;
       try {
-        return operator.pool.forResource(obj.metadata.namespace ?? "", spec?.connectionRef, { deleting: true })[which];
+        return operator.pool.forResource(obj.metadata.namespace ?? "", ref, { deleting: true })[which];
       } catch {
         return undefined; // the Connection is not usable yet: the reconcile says why, and retries
       }

@@ -7,7 +7,6 @@
 // acknowledgement (both labels removed, on the resourceVersion seen) is thus the promise that
 // this replica has stopped working on the object; from then on its cached copy carries the
 // drain label until the watch drops it, and every reconcile of it ends in the wrapper.
-import { setTimeout as sleep } from "node:timers/promises";
 import type { Logger } from "pino";
 import { errorMessage } from "../lib/errors.js";
 import type { Controller, ReconcileContext, Reconciler, Request, Result } from "../runtime/controller.js";
@@ -17,25 +16,19 @@ import { releasePatch } from "./assignment.js";
 import { DRAIN_LABEL, OWNER_LABEL, ownerSelector } from "./labels.js";
 import type { ShardedKind } from "./sharder.js";
 
-/** How long an arrival waits for others before its inventory is read (one read serves them all). */
-const ARRIVAL_GATHER_MS = 250;
-/** At most one read of an inventory per this interval for arrivals. */
-const ARRIVAL_READ_INTERVAL_MS = 1_000;
-
 type Labelled = KubeObject & { metadata: { labels?: Record<string, string>; finalizers?: string[] } };
 
-/** What the replica needs of an inventory (src/managed/inventory.ts). */
-export interface SnapshotSource {
-  /** How long ago the snapshot was read, for a key it does not track: the snapshot's age. */
-  ageOf(key: string): number;
-  refresh(): Promise<void>;
+/** What the replica needs of an inventory (src/managed/inventory.ts): to be told of an arrival. */
+export interface ArrivalSink {
+  arrived(uid: string, at: number): void;
 }
 
 /**
- * The inventory in which an object's service object is found by its crash-safety marker
- * (undefined: none, or not reachable yet).
+ * The inventory in which an object's service objects are found by its crash-safety marker:
+ * null when it has none (a run on a Sandbox allocates nothing), undefined when it cannot be
+ * reached yet (its Connection is not usable).
  */
-export type InventoryLookup = (kind: ShardedKind, obj: Labelled) => SnapshotSource | undefined;
+export type InventoryLookup = (kind: ShardedKind, obj: Labelled) => ArrivalSink | null | undefined;
 
 export interface ReplicaShardOptions {
   identity: string;
@@ -63,8 +56,6 @@ export class ReplicaShard {
   private inventoryOf: InventoryLookup | undefined;
   /** Objects that arrived from another owner (`kind/ns/name` -> when), not yet reconciled here. */
   private readonly arrived = new Map<string, number>();
-  /** When a read of each inventory last started for arrivals. */
-  private readonly lastArrivalRead = new WeakMap<SnapshotSource, number>();
 
   constructor(private readonly o: ReplicaShardOptions) {
     this.selector = ownerSelector(o.identity);
@@ -129,37 +120,26 @@ export class ReplicaShard {
     // The selector guarantees the owner; an object of another owner is never worked on.
     if (labels[OWNER_LABEL] !== this.o.identity) return;
     if (labels[DRAIN_LABEL] !== undefined) return this.release(kind, obj, req, ctx.log);
-    await this.freshSinceArrival(kind, obj);
+    this.tellArrival(kind, obj);
     return inner.reconcile(req, ctx);
   }
 
   /**
-   * An object that came from another owner is first reconciled against an inventory read
-   * after it arrived: the previous owner may have created its service object just before it
-   * let go (or died), after this replica last read the service, and a snapshot without it
-   * would make this replica create a second one. One read serves a whole batch of arrivals.
+   * An object that came from another owner: its previous owner may have created a service
+   * object for it just before it let go (or died), after this replica last read the service.
+   * Its inventory is told, and makes every lookup of it that could lead to a second one (by
+   * marker, a miss, a replacement) wait for a read since. Lookups by the id in its status do
+   * not wait: after a takeover most objects need no read at all.
    */
-  private async freshSinceArrival(kind: ShardedKind, obj: Labelled): Promise<void> {
+  private tellArrival(kind: ShardedKind, obj: Labelled): void {
     const key = arrivalKey(kind, obj);
     const arrivedAt = this.arrived.get(key);
     if (arrivedAt === undefined) return;
     const inventory = this.inventoryOf?.(kind, obj);
-    if (inventory !== undefined) {
-      // refresh() joins a read in flight, which may have started before the arrival: then once more.
-      for (let i = 0; i < 3 && Date.now() - inventory.ageOf("") <= arrivedAt; i++) {
-        // Objects arrive in batches that trickle in (a takeover, a join): each read of the
-        // inventory (every page of it) waits a moment for the rest of its batch, and reads
-        // for arrivals start at most once a second, rather than back to back.
-        const at = Math.max(arrivedAt + ARRIVAL_GATHER_MS, (this.lastArrivalRead.get(inventory) ?? 0) + ARRIVAL_READ_INTERVAL_MS);
-        if (at > Date.now()) await sleep(at - Date.now());
-        if (Date.now() - inventory.ageOf("") > arrivedAt) break; // read meanwhile, after the arrival
-        this.lastArrivalRead.set(inventory, Date.now());
-        await inventory.refresh();
-      }
-    }
+    if (inventory === undefined) return; // not reachable yet: told on a later pass
+    if (inventory !== null && obj.metadata.uid !== undefined) inventory.arrived(obj.metadata.uid, arrivedAt);
     this.arrived.delete(key);
   }
-
 
   private async release(kind: ShardedKind, obj: Labelled, req: Request, log: Logger): Promise<Result | void> {
     const base = kind.path.slice(0, kind.path.lastIndexOf("/"));

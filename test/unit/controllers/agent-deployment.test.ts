@@ -2,9 +2,9 @@
 // action (replace, stop, redeploy) or none. The plan table, then the same decisions end to end
 // against the emulator: which calls are made, and what status records.
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
-import { Annotations, MARKER_KEY } from "../../../src/api/names.js";
+import { Annotations, MARKER_KEY, OPTIONS_HASH_KEY } from "../../../src/api/names.js";
 import type { Agent, AgentDeployment } from "../../../src/api/index.js";
-import { agentDeployments, optionsHash, planFor, type Target } from "../../../src/controllers/agent-deployment.js";
+import { agentDeployments, desiredOptions, optionsHash, planFor, type Target } from "../../../src/controllers/agent-deployment.js";
 import type { Deployment } from "../../../src/service/index.js";
 import { condition, ORG, World } from "./helpers.js";
 
@@ -157,6 +157,23 @@ describe("AgentDeployment against the service", () => {
     await w.reconcile(kind(), "d");
     expect(w.writes()).toEqual([]);
     expect(deployment().status?.deploymentId).toBe(replacement);
+  });
+
+  it("moved in from another owner mid-replacement (sharding): adopts the deployment it made for the spec, and keeps it", async () => {
+    apply();
+    await w.reconcile(kind(), "d");
+    const first = deployment().status?.deploymentId as string;
+    const cr = apply({ tier: "large" });
+    // The previous owner replaced it for the new tier and let go before writing status.
+    w.emu.state.deleteDeployment(first);
+    const options = desiredOptions(cr);
+    const replacement = w.emu.state.deploy(agentId, { ...options, metadata: { ...options.metadata, [OPTIONS_HASH_KEY]: optionsHash(cr) } });
+    w.calls();
+    w.handle().deployments.arrived(cr.metadata.uid, Date.now());
+    await w.reconcile(kind(), "d");
+    await w.reconcile(kind(), "d");
+    expect(w.writes()).toEqual([]);
+    expect(deployment().status).toMatchObject({ deploymentId: replacement.id, optionsHash: optionsHash(cr) });
   });
 
   it("stops on suspend and starts again on resume", async () => {

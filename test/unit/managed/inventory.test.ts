@@ -7,7 +7,10 @@ interface Obj {
   v?: number;
 }
 
-function inventory(list: () => Promise<Obj[]>, opts: { maxAgeMs?: number; onChange?: (keys: string[]) => void; now?: () => number } = {}) {
+function inventory(
+  list: () => Promise<Obj[]>,
+  opts: { maxAgeMs?: number; onChange?: (keys: string[]) => void; now?: () => number; arrivalGatherMs?: number } = {},
+) {
   return new Inventory<Obj>({
     list,
     keyOf: (o) => o.id,
@@ -15,6 +18,8 @@ function inventory(list: () => Promise<Obj[]>, opts: { maxAgeMs?: number; onChan
     maxAgeMs: opts.maxAgeMs ?? 1000,
     onChange: opts.onChange,
     now: opts.now,
+    arrivalGatherMs: opts.arrivalGatherMs ?? 0,
+    arrivalReadIntervalMs: 0,
   });
 }
 
@@ -97,5 +102,49 @@ describe("Inventory", () => {
     ];
     await inv.refresh();
     expect(changes).toEqual([["b", "c"]]);
+  });
+
+  describe("resources that arrived from another owner", () => {
+    it("have their lookups wait for one read that serves the whole batch; others never wait", async () => {
+      let calls = 0;
+      const items: Obj[] = [{ id: "a", uid: "u1" }];
+      const inv = inventory(async () => (calls++, [...items]), { arrivalGatherMs: 50 });
+      await inv.refresh();
+      // Created by the previous owner after this read, just before it let go.
+      items.push({ id: "b", uid: "u2" });
+      inv.arrived("u1");
+      const first = inv.readSinceArrival("u1");
+      inv.arrived("u2"); // the same batch, a moment later
+      expect(await inv.readSinceArrival("stayed")).toBe(false);
+      expect(await Promise.all([first, inv.readSinceArrival("u2")])).toEqual([true, true]);
+      expect(calls).toBe(2);
+      expect(inv.findByMarker("u2").map((o) => o.id)).toEqual(["b"]);
+      expect(await inv.readSinceArrival("u1")).toBe(false); // read since: no more waiting
+      expect(calls).toBe(2);
+    });
+
+    it("need no read of their own when one started after they arrived", async () => {
+      let calls = 0;
+      const inv = inventory(async () => (calls++, []));
+      inv.arrived("u1", Date.now() - 1);
+      await inv.refresh(); // a resync
+      inv.arrived("u2", Date.now() - 60_000); // arrived before the last read
+      expect(await inv.readSinceArrival("u1")).toBe(false);
+      expect(await inv.readSinceArrival("u2")).toBe(false);
+      expect(calls).toBe(1);
+    });
+
+    it("are read again when the read in flight at their arrival started before it", async () => {
+      let calls = 0;
+      let release!: (items: Obj[]) => void;
+      const inv = inventory(() => (calls++ === 0 ? new Promise<Obj[]>((r) => (release = r)) : Promise.resolve([{ id: "late", uid: "u1" }])));
+      const loading = inv.refresh();
+      inv.arrived("u1", Date.now() + 1); // after that read started
+      release([]);
+      await loading;
+      expect(await inv.readSinceArrival("u1")).toBe(true);
+      expect(calls).toBe(2);
+      expect(inv.findByMarker("u1")).toHaveLength(1);
+    });
   });
 });
