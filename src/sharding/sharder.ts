@@ -13,6 +13,7 @@ import type { Metrics } from "../runtime/metrics.js";
 import { decide, patchFor, placementOrder } from "./assignment.js";
 import { OWNER_LABEL } from "./labels.js";
 import { Ring, objectKey } from "./ring.js";
+import { UrgentMoves } from "./urgent.js";
 
 /** A sharded kind: its plural and cluster-wide collection path. */
 export interface ShardedKind {
@@ -70,6 +71,8 @@ export class Sharder {
   private ring: Ring = new Ring([]);
   private live: ReadonlySet<string> = new Set();
   private synced = false;
+  /** A dead replica's objects with a running VM: placed before anything of any other kind. */
+  private readonly urgent = new UrgentMoves();
 
   constructor(private readonly o: SharderOptions) {
     this.log = o.logger.child({ role: "sharder" });
@@ -109,6 +112,7 @@ export class Sharder {
 
   async stop(): Promise<void> {
     this.synced = false;
+    this.urgent.set([]); // nothing waits on moves that will not be made here
     await Promise.all(this.parts.map((p) => p.controller.stop(5_000).catch(() => undefined)));
     await Promise.all(this.parts.map((p) => p.informer.stop().catch(() => undefined)));
   }
@@ -151,20 +155,38 @@ export class Sharder {
     return out;
   }
 
-  /** Every object is looked at again, those of a replica that is gone first (placementOrder). */
+  /**
+   * Every object is looked at again, those of a replica that is gone first (placementOrder),
+   * and of those the ones with a running VM before anything of any kind (UrgentMoves).
+   */
   private enqueueAll(): void {
     if (!this.synced) return;
-    for (const { informer, controller } of this.parts) {
+    const urgent: string[] = [];
+    const queues = this.parts.map(({ kind, informer, controller }) => {
       const objects = informer.list().map((o) => ({
         request: { namespace: o.metadata.namespace ?? "", name: o.metadata.name ?? "" },
         labels: o.metadata.labels,
         running: o.status?.vmId !== undefined,
       }));
-      for (const { obj, priority } of placementOrder(objects, this.live)) controller.enqueue(obj.request, { priority });
-    }
+      const order = placementOrder(objects, this.live);
+      for (const { obj, priority } of order) if (priority && obj.running) urgent.push(objectKey(kind.plural, obj.request.namespace, obj.request.name));
+      return { controller, order };
+    });
+    this.urgent.set(urgent);
+    for (const { controller, order } of queues) for (const { obj, priority } of order) controller.enqueue(obj.request, { priority });
   }
 
   private async place(kind: ShardedKind, informer: Informer<ShardedObject>, req: Request): Promise<Result | void> {
+    const key = objectKey(kind.plural, req.namespace, req.name);
+    await this.urgent.before(key);
+    try {
+      return await this.placeNow(kind, informer, req);
+    } finally {
+      this.urgent.done(key);
+    }
+  }
+
+  private async placeNow(kind: ShardedKind, informer: Informer<ShardedObject>, req: Request): Promise<Result | void> {
     const obj = informer.get(req.namespace, req.name);
     if (obj === undefined) return;
     const desired = this.ring.owner(objectKey(kind.plural, req.namespace, req.name));

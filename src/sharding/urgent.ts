@@ -1,0 +1,49 @@
+// The moves that keep a VM alive go before all others, across kinds. A dead replica's Sandbox
+// has a running VM whose renewals stop until the Sandbox moves; its Agents, Skills and
+// deployments lose nothing by waiting a few seconds. The sharder has one work queue (and its
+// workers) per kind, and every kind's PATCHes share one API server: without this, a dead
+// replica's Sandboxes moved at the pace of a fraction of the PATCHes, and on a busy 2-core
+// host the last of them moved after the 30 s renewal window (bench: shards, quiet failover).
+
+/** How long another move waits at most: an urgent move that keeps failing must not hold up the rest. */
+const MAX_WAIT_MS = 10_000;
+
+export class UrgentMoves {
+  private pending = new Set<string>();
+  private waiters: Array<() => void> = [];
+
+  constructor(private readonly maxWaitMs = MAX_WAIT_MS) {}
+
+  /** The moves to make first, replacing the previous ones (a membership change looks at everything again). */
+  set(keys: Iterable<string>): void {
+    this.pending = new Set(keys);
+    if (this.pending.size === 0) this.release();
+  }
+
+  /** The move of `key` was looked at (placed, found placed, gone, or failed: retried as any other). */
+  done(key: string): void {
+    if (this.pending.delete(key) && this.pending.size === 0) this.release();
+  }
+
+  /** Resolves when `key` may be placed: at once if it is urgent or nothing is, else when no urgent move is left. */
+  async before(key: string): Promise<void> {
+    if (this.pending.size === 0 || this.pending.has(key)) return;
+    let timer: NodeJS.Timeout | undefined;
+    await new Promise<void>((resolve) => {
+      this.waiters.push(resolve);
+      timer = setTimeout(resolve, this.maxWaitMs);
+      timer.unref();
+    });
+    clearTimeout(timer);
+  }
+
+  get size(): number {
+    return this.pending.size;
+  }
+
+  private release(): void {
+    const waiters = this.waiters;
+    this.waiters = [];
+    for (const resolve of waiters) resolve();
+  }
+}

@@ -1,0 +1,43 @@
+import { describe, expect, it } from "vitest";
+import { UrgentMoves } from "../../../src/sharding/urgent.js";
+
+/** Whether the promise settled within a turn of the event loop. */
+async function settled(p: Promise<void>): Promise<boolean> {
+  let done = false;
+  void p.then(() => (done = true));
+  await new Promise((r) => setImmediate(r));
+  return done;
+}
+
+describe("UrgentMoves", () => {
+  it("lets the urgent moves go at once and holds the others until the last urgent one is done", async () => {
+    const moves = new UrgentMoves(60_000);
+    moves.set(["sandboxes/ns/a", "sandboxes/ns/b"]);
+    expect(await settled(moves.before("sandboxes/ns/a"))).toBe(true);
+    const agent = moves.before("agents/ns/x");
+    const idle = moves.before("sandboxes/ns/no-vm");
+    expect(await settled(agent)).toBe(false);
+    moves.done("sandboxes/ns/a");
+    expect(await settled(agent)).toBe(false);
+    moves.done("sandboxes/ns/b");
+    expect(await settled(agent)).toBe(true);
+    expect(await settled(idle)).toBe(true);
+    expect(await settled(moves.before("agents/ns/y"))).toBe(true);
+  });
+
+  it("holds nothing when no move is urgent, or once the urgent ones are called off", async () => {
+    const moves = new UrgentMoves(60_000);
+    expect(await settled(moves.before("agents/ns/x"))).toBe(true);
+    moves.set(["sandboxes/ns/a"]);
+    const agent = moves.before("agents/ns/x");
+    moves.set([]); // a new membership: nothing of a dead replica left
+    expect(await settled(agent)).toBe(true);
+  });
+
+  it("lets the others go after its longest wait when an urgent move is never done", async () => {
+    const moves = new UrgentMoves(20);
+    moves.set(["sandboxes/ns/stuck"]);
+    await moves.before("agents/ns/x"); // resolves after 20 ms: the test would time out otherwise
+    expect(moves.size).toBe(1);
+  });
+});
