@@ -4,7 +4,7 @@
 // drain handshake of src/sharding/assignment.ts. One Controller per kind gives it a work
 // queue with dedup, retries and backoff; a membership change enqueues everything.
 import type { Logger } from "pino";
-import { DEFAULT_CONNECTION } from "../api/names.js";
+import { DEFAULT_CONNECTION, kindNames } from "../api/names.js";
 import { errorMessage } from "../lib/errors.js";
 import { Controller, type Request, type Result } from "../runtime/controller.js";
 import { Informer } from "../runtime/informer.js";
@@ -166,7 +166,8 @@ export class Sharder {
       const objects = informer.list().map((o) => ({
         request: { namespace: o.metadata.namespace ?? "", name: o.metadata.name ?? "" },
         labels: o.metadata.labels,
-        running: o.status?.vmId !== undefined,
+        // A Sandbox's VM: renewed by its owner only. (A run's VM lives as long as the run may.)
+        running: kind.plural === kindNames.sandbox.plural && o.status?.vmId !== undefined,
       }));
       const order = placementOrder(objects, this.live);
       for (const { obj, priority } of order) if (priority && obj.running) urgent.push(objectKey(kind.plural, obj.request.namespace, obj.request.name));
