@@ -117,7 +117,7 @@ export class Inventory<T> {
       this.lastArrivalRead = this.now();
       await this.refresh();
     }
-    this.arrivals.delete(uid);
+    // Each read dropped the arrivals before it; one left is newer (it moved away and back).
     return true;
   }
 

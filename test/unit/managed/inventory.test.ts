@@ -140,9 +140,10 @@ describe("Inventory", () => {
       const inv = inventory(() => (calls++ === 0 ? new Promise<Obj[]>((r) => (release = r)) : Promise.resolve([{ id: "late", uid: "u1" }])));
       const loading = inv.refresh();
       inv.arrived("u1", Date.now() + 1); // after that read started
+      const waiting = inv.readSinceArrival("u1"); // joins it, then reads again
       release([]);
       await loading;
-      expect(await inv.readSinceArrival("u1")).toBe(true);
+      expect(await waiting).toBe(true);
       expect(calls).toBe(2);
       expect(inv.findByMarker("u1")).toHaveLength(1);
     });
