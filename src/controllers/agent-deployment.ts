@@ -20,7 +20,7 @@ import { formatTime } from "../runtime/status.js";
 import { isNotFound, isOutcomeUnknown, type Deployment, type DeployOptions } from "../service/index.js";
 import type { ServiceHandle } from "./connection-pool.js";
 import { referrers, requestOf, type KindContext, type ManagedKind } from "./kind.js";
-import { findOwn, removeObject } from "./marker.js";
+import { findOwn, madeFor, removeObject } from "./marker.js";
 
 export function deploymentExternalId(cr: AgentDeployment): string | undefined {
   return cr.metadata.annotations?.[Annotations.externalId] ?? cr.status?.deploymentId;
@@ -95,7 +95,7 @@ class DeploymentClient implements ExternalClient<AgentDeployment, DeploymentPlan
     const target = targetOf(cr, this.agents);
     // A deployment adopted (after a lost status write) says which options it was deployed
     // with, if we deployed it: compared with those, not with the lost one's.
-    const recorded = cr.status?.deploymentId === found.id ? undefined : found.metadata?.[OPTIONS_HASH_KEY];
+    const recorded = cr.status?.deploymentId === found.id ? undefined : madeFor(cr, found, OPTIONS_HASH_KEY);
     const applied = recorded === undefined ? cr : { ...cr, status: { ...cr.status, optionsHash: recorded, configHash: found.config_hash } };
     const plan = { ...planFor(applied, found, target), deployment: found, target };
     // Moved in from another owner (sharding), which may have replaced the deployment just before

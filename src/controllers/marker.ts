@@ -1,7 +1,7 @@
 // Finding a resource's service object by id or by the crash-safety marker (agentcompute.dev/uid
 // in the object's metadata), the duplicates a crash or a lost answer left next to it, and
 // removing one.
-import { Annotations } from "../api/names.js";
+import { Annotations, MARKER_KEY } from "../api/names.js";
 import type { ManagedResource } from "../managed/external.js";
 import type { Inventory } from "../managed/inventory.js";
 import { pollIntervalMs } from "../managed/poll-interval.js";
@@ -89,6 +89,16 @@ export async function findOwn<T extends Dated & { id: string }>(
   if (annotated || !opts.adoptAfterLoss) return { found: undefined, leftovers: [] };
   await inventory.readSinceArrival(uid);
   return newestMarked();
+}
+
+/**
+ * The hash of the spec a service object was made for (`key` in its metadata:
+ * agentcompute.dev/config-hash, options-hash), when this very resource made it (its marker).
+ * An object made for another resource (imported with the adoption annotation) says nothing
+ * about this one's spec: undefined.
+ */
+export function madeFor(cr: ManagedResource, obj: { metadata?: Record<string, string> }, key: string): string | undefined {
+  return obj.metadata?.[MARKER_KEY] === cr.metadata.uid ? obj.metadata[key] : undefined;
 }
 
 /**

@@ -27,7 +27,7 @@ import {
 } from "../service/index.js";
 import type { ServiceHandle } from "./connection-pool.js";
 import { referrers, requestOf, type KindContext, type ManagedKind } from "./kind.js";
-import { findOwn, removeObject } from "./marker.js";
+import { findOwn, madeFor, removeObject } from "./marker.js";
 import type { ObjectStore } from "./object-store.js";
 import { skillName } from "./skill.js";
 
@@ -199,25 +199,26 @@ class SandboxClient implements ExternalClient<Sandbox, SandboxPlan> {
     if (!keepAlive && cr.status?.state === "expired" && id !== undefined) {
       return { exists: true, upToDate: true, notReady: expiredCondition(id), status: { state: "expired" } };
     }
-    const { found, leftovers } = await findOwn(cr, id, {
+    const named = await findOwn(cr, id, {
       inventory: this.handle.vms,
       get: (vmId) => this.handle.client.vms.get(vmId),
       // A snapshot that has run out counts as gone.
       usable: (vm) => isLive(vm.state) && !(Date.parse(vm.expires_at ?? "") <= this.deps.now().getTime()),
       adoptAfterLoss: true,
     });
-    if (found === undefined) {
+    if (named.found === undefined) {
       if (id !== undefined && !keepAlive) {
         // It ran out and the user asked us not to keep it: report, do not replace.
         return { exists: true, upToDate: true, notReady: expiredCondition(id), status: { state: "expired" } };
       }
       return { exists: false, upToDate: false };
     }
+    const request = this.desiredIfReady(cr);
+    const hash = request === undefined ? undefined : allocationHash(cr, request);
+    const { found, leftovers } = this.replacementMadeAlready(cr, named.found, named.leftovers, hash);
     const now = this.deps.now().getTime();
     const expiresAt = Date.parse(found.expires_at ?? "") || now;
     const renewAt = expiresAt - renewBeforeSeconds(cr) * 1000;
-    const request = this.desiredIfReady(cr);
-    const hash = request === undefined ? undefined : allocationHash(cr, request);
     const renewal = renewalOf(cr, found, { now, renewAt, request, hash });
     // Moved in from another owner (sharding), which may have replaced the VM just before it let
     // go, status unwritten: a replacement is planned on a snapshot read since, or it would be a second.
@@ -229,7 +230,7 @@ class SandboxClient implements ExternalClient<Sandbox, SandboxPlan> {
     const nextAt = keepAlive ? renewAt - jitterMs : expiresAt + 1000;
     const sameVM = cr.status?.vmId === found.id;
     // A VM adopted (after a lost status write) says which spec it was made for, if we made it.
-    const configHash = (sameVM ? undefined : found.metadata?.[CONFIG_HASH_KEY]) ?? cr.status?.configHash ?? hash;
+    const configHash = (sameVM ? undefined : madeFor(cr, found, CONFIG_HASH_KEY)) ?? cr.status?.configHash ?? hash;
     // A VM found another way than by status (adopted) is reported at once.
     const report = this.report(cr, found, this.known(cr, found), now, !sameVM);
     // The VM record has no endpoint or ws_url: they came with the allocation and are in status.
@@ -257,6 +258,20 @@ class SandboxClient implements ExternalClient<Sandbox, SandboxPlan> {
       plan: { ...renewal, vm: found },
       leftovers,
     };
+  }
+
+  /**
+   * The VM status names is due for replacement (its spec changed), and the replacement exists
+   * already: the process (or a previous owner, sharding) died between allocating it and giving
+   * the old one back. That one is adopted and the old one goes with the leftovers, rather than a
+   * third allocated.
+   */
+  private replacementMadeAlready(cr: Sandbox, named: AgentVM, leftovers: string[], hash: string | undefined): { found: AgentVM; leftovers: string[] } {
+    const recorded = cr.status?.configHash;
+    if (hash === undefined || recorded === undefined || recorded === hash || cr.status?.vmId !== named.id) return { found: named, leftovers };
+    const made = leftovers.map((id) => this.handle.vms.get(id)).find((vm) => vm !== undefined && madeFor(cr, vm, CONFIG_HASH_KEY) === hash);
+    if (made === undefined) return { found: named, leftovers };
+    return { found: made, leftovers: [...leftovers.filter((id) => id !== made.id), named.id] };
   }
 
   /** GET /vms/{id}/endpoint: a map of strings whose keys are not published; endpoint and ws_url are read if there. */
@@ -359,8 +374,9 @@ class SandboxClient implements ExternalClient<Sandbox, SandboxPlan> {
       // (not while paused: the replacement waits for the resume).
       this.handle.vms.remove(current.id);
       if (!opts.replaceIfGone) return { event: null };
-      // Released by a previous owner that had allocated its replacement (sharding: it let go
-      // before status said so): observe again now and adopt that one rather than allocate a third.
+      // Released by a previous process (or owner, sharding) that had allocated its replacement
+      // and died before status said so: observe again now and adopt that one rather than
+      // allocate a third. The read waits only for a Sandbox that moved in since the last one.
       await this.handle.vms.readSinceArrival(cr.metadata.uid);
       if (this.handle.vms.findByMarker(cr.metadata.uid).some((vm) => vm.id !== current.id && isLive(vm.state))) {
         return { event: null, requeueAfterMs: 0, priority: true };

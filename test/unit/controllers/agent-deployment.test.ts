@@ -3,7 +3,7 @@
 // against the emulator: which calls are made, and what status records.
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { Annotations, MARKER_KEY, OPTIONS_HASH_KEY } from "../../../src/api/names.js";
-import type { Agent, AgentDeployment } from "../../../src/api/index.js";
+import type { Agent, AgentDeployment, AgentDeploymentStatus } from "../../../src/api/index.js";
 import { agentDeployments, desiredOptions, optionsHash, planFor, type Target } from "../../../src/controllers/agent-deployment.js";
 import type { Deployment } from "../../../src/service/index.js";
 import { condition, ORG, World } from "./helpers.js";
@@ -145,18 +145,23 @@ describe("AgentDeployment against the service", () => {
   it("adopts the deployment a crash left mid-replacement, and keeps it: it says which options it was deployed with", async () => {
     apply();
     await w.reconcile(kind(), "d");
-    const lost = deployment().status;
     apply({ tier: "large" });
-    await w.reconcile(kind(), "d");
-    const replacement = deployment().status?.deploymentId as string;
-    // The process died before that status write landed: the next one finds the old deployment gone.
-    w.setStatus("agentdeployments", "d", { ...lost });
+    const lost = await w.losingStatus<AgentDeploymentStatus>("agentdeployments", "d", () => w.reconcile(kind(), "d"));
     resync();
     w.calls();
     await w.reconcile(kind(), "d");
     await w.reconcile(kind(), "d");
     expect(w.writes()).toEqual([]);
-    expect(deployment().status?.deploymentId).toBe(replacement);
+    expect(deployment().status?.deploymentId).toBe(lost.deploymentId);
+  });
+
+  it("keeps a deployment imported with the adoption annotation, even one another resource deployed with other options", async () => {
+    const other = w.emu.state.deploy(agentId, { tier: "standard", metadata: { [MARKER_KEY]: "uid-of-another-deployment", [OPTIONS_HASH_KEY]: "0123456789abcdef" } });
+    apply({}, { [Annotations.externalId]: other.id });
+    await w.reconcile(kind(), "d");
+    await w.reconcile(kind(), "d");
+    expect(w.writes()).toEqual([]);
+    expect(deployment().status?.deploymentId).toBe(other.id);
   });
 
   it("moved in from another owner mid-replacement (sharding): adopts the deployment it made for the spec, and keeps it", async () => {

@@ -175,6 +175,18 @@ export class World {
     this.byPlural(plural).set({ ...obj, status: { ...(obj.status as object), ...status }, metadata: { ...obj.metadata, resourceVersion: String(++uids) } });
   }
 
+  /**
+   * Runs `act` (a reconcile), then puts the resource's status back as it was before: the
+   * process died before its status write landed. Returns the status that was lost.
+   */
+  async losingStatus<S>(plural: string, name: string, act: () => Promise<unknown>): Promise<S> {
+    const before = this.get<Stored>(plural, name).status;
+    await act();
+    const obj = this.get<Stored>(plural, name);
+    this.byPlural(plural).set({ ...obj, status: before, metadata: { ...obj.metadata, resourceVersion: String(++uids) } });
+    return obj.status as S;
+  }
+
   /** The ServiceHandle of the default Connection (real client, real inventories). */
   handle(): ServiceHandle {
     return this.pool.forResource(NS, undefined);

@@ -1,9 +1,10 @@
 // Sandbox: when a VM is renewed, replaced or left to expire, and what happens to VMs a lost
-// allocation left behind: observe only reports them; the reconcile gives them back.
+// allocation left behind: observe only reports them; the reconcile gives them back. Then a
+// Sandbox moved in from another replica (sharding).
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
-import { MARKER_KEY } from "../../../src/api/names.js";
-import type { Sandbox } from "../../../src/api/index.js";
-import { sandboxes } from "../../../src/controllers/sandbox.js";
+import { Annotations, CONFIG_HASH_KEY, MARKER_KEY } from "../../../src/api/names.js";
+import type { Sandbox, SandboxStatus } from "../../../src/api/index.js";
+import { allocationHash, sandboxes } from "../../../src/controllers/sandbox.js";
 import { condition, ORG, World } from "./helpers.js";
 
 let w: World;
@@ -71,19 +72,30 @@ describe("Sandbox", () => {
   it("adopts the VM a crash left mid-replacement, and keeps it: the VM says which spec it was made for", async () => {
     apply({});
     await w.reconcile(kind(), "sb");
-    const lost = sandbox().status;
     apply({ tier: "large" });
-    await w.reconcile(kind(), "sb");
-    const replacement = sandbox().status?.vmId as string;
-    // The process died before that status write landed: the next one finds the old VM gone.
-    w.setStatus("sandboxes", "sb", { ...lost });
+    const lost = await w.losingStatus<SandboxStatus>("sandboxes", "sb", () => w.reconcile(kind(), "sb"));
     resync();
     w.calls();
     await w.reconcile(kind(), "sb");
     await w.reconcile(kind(), "sb");
     expect(w.writes()).toEqual([]);
-    expect(sandbox().status?.vmId).toBe(replacement);
-    expect(live(replacement)).toBe(true);
+    expect(sandbox().status?.vmId).toBe(lost.vmId);
+    expect(live(lost.vmId as string)).toBe(true);
+  });
+
+  it("keeps a VM imported with the adoption annotation, even one another resource made for another spec", async () => {
+    const other = w.emu.state.allocateVM({
+      tier: "large",
+      ttl_seconds: 600,
+      org_id: ORG,
+      metadata: { [MARKER_KEY]: "uid-of-another-sandbox", [CONFIG_HASH_KEY]: "0123456789abcdef" },
+    });
+    w.apply<Sandbox>("sandboxes", { metadata: { name: "sb", annotations: { [Annotations.externalId]: other.vm_id } }, spec: { tier: "large", ttlSeconds: 600 } });
+    await w.reconcile(kind(), "sb");
+    await w.reconcile(kind(), "sb");
+    expect(w.writes()).toEqual([]);
+    expect(sandbox().status?.vmId).toBe(other.vm_id);
+    expect(live(other.vm_id)).toBe(true);
   });
 
   it("keepAlive false: a VM that ran out is reported Expired, neither renewed nor replaced", async () => {
@@ -141,5 +153,97 @@ describe("Sandbox", () => {
     expect(sandbox().status?.vmId).toBe(newer.vm_id);
     expect(live(older.vm_id)).toBe(false);
     expect(live(newer.vm_id)).toBe(true);
+  });
+});
+
+/** The VMs the service keeps alive for the Sandbox (carrying its marker). */
+const liveVMs = () => [...w.emu.state.vms.values()].filter((vm) => vm.metadata?.[MARKER_KEY] === sandbox().metadata.uid && vm.state === "allocated").map((vm) => vm.id);
+/** What the previous owner did after this replica's last read: a VM allocated for the Sandbox as it is now. */
+const allocatedByPreviousOwner = (tier = "standard") => {
+  const request = { tier, ttl_seconds: 600, org_id: ORG };
+  const metadata = { [MARKER_KEY]: sandbox().metadata.uid, [CONFIG_HASH_KEY]: allocationHash(sandbox(), request) };
+  return w.emu.state.allocateVM({ ...request, metadata }).vm_id;
+};
+/** The Sandbox arrives here now. */
+const arrives = () => w.handle().vms.arrived(sandbox().metadata.uid, Date.now());
+
+// Moved in from another replica (sharding): its previous owner may have allocated a VM for it
+// just before it let go or died, with status never saying so, after this replica last read the
+// service. What it costs (nothing, when the snapshot holds the VM status names) and that it
+// never allocates a second VM next to the one the previous owner left.
+describe("a Sandbox moved in from another owner", () => {
+  it("is renewed without reading the service's list when the snapshot holds the VM its status names", async () => {
+    apply({});
+    await w.reconcile(kind(), "sb");
+    w.calls();
+    arrives();
+    w.advance(481_000); // the renewal is due
+    await w.reconcile(kind(), "sb");
+    expect(w.calls()).toEqual(["vms.renew"]);
+    expect(sandbox().status?.renewals).toBe(1);
+  });
+
+  it("adopts the VM its previous owner allocated before status named one, after a read since it arrived", async () => {
+    apply({});
+    await w.handle().vms.refresh(); // this replica's last read
+    const left = allocatedByPreviousOwner();
+    arrives();
+    await w.reconcile(kind(), "sb");
+    expect(w.writes()).toEqual([]);
+    expect(sandbox().status?.vmId).toBe(left);
+    expect(liveVMs()).toEqual([left]);
+  });
+
+  it("adopts the replacement its previous owner made for a changed spec instead of replacing again", async () => {
+    apply({});
+    await w.reconcile(kind(), "sb");
+    const first = sandbox().status?.vmId as string;
+    // The previous owner replaced the VM for the new tier and let go before writing status.
+    apply({ tier: "large" });
+    const replacement = allocatedByPreviousOwner("large");
+    w.emu.state.releaseVM(first);
+    w.calls();
+    arrives();
+    await w.reconcile(kind(), "sb");
+    expect(w.writes()).toEqual([]);
+    expect(sandbox().status?.vmId).toBe(replacement);
+    expect(liveVMs()).toEqual([replacement]);
+    // It was made for this spec: the next pass keeps it.
+    await w.reconcile(kind(), "sb");
+    expect(w.writes()).toEqual([]);
+    expect(sandbox().status?.vmId).toBe(replacement);
+  });
+
+  it("adopts the replacement its previous owner made before it gave the old VM back, and gives that one back", async () => {
+    apply({});
+    await w.reconcile(kind(), "sb");
+    const first = sandbox().status?.vmId as string;
+    apply({ tier: "large" });
+    const replacement = allocatedByPreviousOwner("large");
+    w.calls();
+    arrives();
+    await w.reconcile(kind(), "sb");
+    expect(w.writes()).toEqual(["vms.release"]);
+    expect(sandbox().status?.vmId).toBe(replacement);
+    expect(liveVMs()).toEqual([replacement]);
+    expect(live(first)).toBe(false);
+  });
+
+  it("adopts the VM its previous owner allocated when the one status names is gone at renewal", async () => {
+    apply({});
+    await w.reconcile(kind(), "sb");
+    const first = sandbox().status?.vmId as string;
+    w.advance(481_000);
+    // The previous owner found the VM gone, allocated another, and let go before writing status.
+    w.emu.state.releaseVM(first);
+    const replacement = allocatedByPreviousOwner();
+    w.calls();
+    arrives();
+    // The renewal finds the VM gone; the pass after adopts the replacement.
+    await w.reconcile(kind(), "sb");
+    await w.reconcile(kind(), "sb");
+    expect(w.writes()).toEqual(["vms.renew"]);
+    expect(sandbox().status?.vmId).toBe(replacement);
+    expect(liveVMs()).toEqual([replacement]);
   });
 });
