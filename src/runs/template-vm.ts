@@ -31,13 +31,20 @@ function asSandbox(run: SandboxRun): Sandbox {
   };
 }
 
+/**
+ * The live VMs carrying the run's marker. A run moved in from another owner (sharding) is
+ * looked up on a snapshot read since: that owner may have allocated its VM just before.
+ */
+async function liveVMsOf(run: SandboxRun, handle: ServiceHandle): Promise<string[]> {
+  await handle.vms.ensureFresh();
+  await handle.vms.readSinceArrival(run.metadata.uid);
+  return handle.vms.findByMarker(run.metadata.uid).filter((v) => isLive(v.state)).map((v) => v.id);
+}
+
 /** The run's live VM found by its marker, else a new one; its id. */
 export async function ensureRunVM(run: SandboxRun, handle: ServiceHandle, deps: AllocationDeps): Promise<string> {
-  await handle.vms.ensureFresh();
-  // Moved in from another owner (sharding), which may have allocated it after this snapshot: read since.
-  await handle.vms.readSinceArrival(run.metadata.uid);
-  const own = handle.vms.findByMarker(run.metadata.uid).filter((v) => isLive(v.state));
-  if (own[0] !== undefined) return own[0].id;
+  const [own] = await liveVMsOf(run, handle);
+  if (own !== undefined) return own;
   const request = desiredAllocation(asSandbox(run), handle, deps);
   try {
     const vm = await handle.client.vms.allocate(request);
@@ -55,9 +62,7 @@ export async function ensureRunVM(run: SandboxRun, handle: ServiceHandle, deps: 
 export async function releaseRunVMs(run: SandboxRun, handle: ServiceHandle, vmId: string | undefined): Promise<void> {
   const template = run.spec.sandboxTemplate;
   if (template === undefined) return;
-  await handle.vms.ensureFresh();
-  await handle.vms.readSinceArrival(run.metadata.uid);
-  const ids = new Set<string>(handle.vms.findByMarker(run.metadata.uid).filter((v) => isLive(v.state)).map((v) => v.id));
+  const ids = new Set(await liveVMsOf(run, handle));
   if (vmId) ids.add(vmId);
   for (const id of ids) {
     try {
