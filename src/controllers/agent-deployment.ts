@@ -99,7 +99,8 @@ class DeploymentClient implements ExternalClient<AgentDeployment, DeploymentPlan
     const applied = recorded === undefined ? cr : { ...cr, status: { ...cr.status, optionsHash: recorded, configHash: found.config_hash } };
     const plan = { ...planFor(applied, found, target), deployment: found, target };
     // Moved in from another owner (sharding), which may have replaced the deployment just before
-    // it let go, status unwritten: a replacement is planned on a snapshot read since.
+    // it let go, status unwritten: a replacement is planned on a snapshot read since. (No await
+    // between findOwn's look at the snapshot and this check: see the same check in sandbox.ts.)
     if (plan.action === "replace" && (await this.handle.deployments.readSinceArrival(cr.metadata.uid))) return this.observe(cr);
     const upToDate = plan.action === "none";
     return {

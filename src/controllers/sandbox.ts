@@ -222,6 +222,8 @@ class SandboxClient implements ExternalClient<Sandbox, SandboxPlan> {
     const renewal = renewalOf(cr, found, { now, renewAt, request, hash });
     // Moved in from another owner (sharding), which may have replaced the VM just before it let
     // go, status unwritten: a replacement is planned on a snapshot read since, or it would be a second.
+    // Nothing from findOwn's last look at the snapshot to here awaits I/O, so no read can land
+    // in between and leave this check passing on a plan made on the older snapshot: keep it so.
     if (renewal.action === "replace" && (await this.handle.vms.readSinceArrival(cr.metadata.uid))) return this.observe(cr);
     const upToDate = renewal.action === "none";
     // Jitter the renewal earlier (never later) by up to 10 % of the window, so thousands of

@@ -37,6 +37,37 @@ export const SHARDED_CONTROLLERS: ReadonlyMap<string, ShardedKind> = new Map([
 /** Controllers that run on the leader only: a Connection's token and usage, once per Connection. */
 export const LEADER_ONLY_CONTROLLERS = ["connection"] as const;
 
+/** A Connection's inventories, by the name its ServiceHandle gives them. */
+export type InventoryName = keyof Pick<ServiceHandle, "skills" | "agents" | "deployments" | "vms">;
+
+const INVENTORY_OF: Readonly<Record<string, InventoryName>> = {
+  [kindNames.skill.plural]: "skills",
+  [kindNames.agent.plural]: "agents",
+  [kindNames.agentDeployment.plural]: "deployments",
+  [kindNames.sandbox.plural]: "vms",
+  // A run with a template: its VM carries the run's marker.
+  [kindNames.sandboxRun.plural]: "vms",
+};
+
+/** What a sharded kind's spec says of its Connection (a run's, of its template's). */
+export interface ConnectionRefs {
+  connectionRef?: { name?: string };
+  sandboxTemplate?: { connectionRef?: { name?: string } };
+}
+
+/**
+ * Where a moved-in object's service objects are found by its marker: which inventory, of the
+ * Connection it names (a run's is its template's). null when it has none: a run on a Sandbox
+ * allocates nothing, and a kind that is not sharded moves nowhere.
+ */
+export function arrivalInventory(plural: string, spec: ConnectionRefs | undefined): { inventory: InventoryName; connectionRef: { name?: string } | undefined } | null {
+  const inventory = INVENTORY_OF[plural];
+  if (inventory === undefined) return null;
+  if (plural !== kindNames.sandboxRun.plural) return { inventory, connectionRef: spec?.connectionRef };
+  const template = spec?.sandboxTemplate;
+  return template === undefined ? null : { inventory, connectionRef: template.connectionRef };
+}
+
 export interface ShardingConfig {
   identity: string;
   /** Name of the leader election Lease; also the ring's name and the member Leases' prefix. */
@@ -161,23 +192,11 @@ export class Sharding {
       },
     });
     const member = this.member;
-    // A moved-in object is looked up in its Connection's inventory of its kind; a run with a
-    // template in the VM inventory (its VM carries the run's marker). A run on a Sandbox has none.
-    const inventories: Record<string, keyof Pick<ServiceHandle, "skills" | "agents" | "deployments" | "vms">> = {
-      skills: "skills",
-      agents: "agents",
-      agentdeployments: "deployments",
-      sandboxes: "vms",
-      sandboxruns: "vms",
-    };
     this.replica.setInventories((kind, obj) => {
-      const which = inventories[kind.plural];
-      const spec = (obj as { spec?: { connectionRef?: { name?: string }; sandboxTemplate?: { connectionRef?: { name?: string } } } }).spec;
-      const template = kind.plural === kindNames.sandboxRun.plural;
-      if (which === undefined || (template && spec?.sandboxTemplate === undefined)) return null;
-      const ref = template ? spec?.sandboxTemplate?.connectionRef : spec?.connectionRef;
+      const where = arrivalInventory(kind.plural, (obj as { spec?: ConnectionRefs }).spec);
+      if (where === null) return null;
       try {
-        return operator.pool.forResource(obj.metadata.namespace ?? "", ref, { deleting: true })[which];
+        return operator.pool.forResource(obj.metadata.namespace ?? "", where.connectionRef, { deleting: true })[where.inventory];
       } catch {
         return undefined; // the Connection is not usable yet: the reconcile says why, and retries
       }

@@ -1,0 +1,208 @@
+// The replica's side of a move: an object that arrives from another owner tells its inventory
+// (so that lookups that could make a second service object wait for a read since), once, on
+// the reconcile that works on it; and which inventory that is, for each sharded kind.
+import { describe, expect, it } from "vitest";
+import { kindNames } from "../../../src/api/names.js";
+import type { Controller, ReconcileContext, Reconciler, Request } from "../../../src/runtime/controller.js";
+import type { Informer } from "../../../src/runtime/informer.js";
+import type { KubeClient, KubeObject } from "../../../src/runtime/kube-client.js";
+import { silentLogger } from "../../../src/runtime/logging.js";
+import { SHARDED_CONTROLLERS, arrivalInventory } from "../../../src/sharding/index.js";
+import { OWNER_LABEL } from "../../../src/sharding/labels.js";
+import { ReplicaShard, type ArrivalSink } from "../../../src/sharding/replica.js";
+
+const ME = "replica-a";
+const NS = "team-a";
+
+type Obj = KubeObject & { metadata: { labels?: Record<string, string>; finalizers?: string[] } };
+
+/** The replica's own informer of one kind: what the watch delivered, and its handlers. */
+class Share {
+  readonly objects = new Map<string, Obj>();
+  private readonly handlers = new Map<string, Array<(obj: Obj) => void>>();
+
+  get(namespace: string | undefined, name: string): Obj | undefined {
+    return this.objects.get(`${namespace ?? ""}/${name}`);
+  }
+
+  on(event: string, handler: (obj: Obj) => void): () => void {
+    this.handlers.set(event, [...(this.handlers.get(event) ?? []), handler]);
+    return () => undefined;
+  }
+
+  /** The watch delivers an object labelled for this replica. */
+  add(obj: Obj): void {
+    this.objects.set(`${obj.metadata.namespace ?? ""}/${obj.metadata.name ?? ""}`, obj);
+    for (const h of this.handlers.get("add") ?? []) h(obj);
+  }
+
+  delete(obj: Obj): void {
+    this.objects.delete(`${obj.metadata.namespace ?? ""}/${obj.metadata.name ?? ""}`);
+    for (const h of this.handlers.get("delete") ?? []) h(obj);
+  }
+}
+
+class Sink implements ArrivalSink {
+  readonly told: Array<{ uid: string; at: number }> = [];
+  arrived(uid: string, at: number): void {
+    this.told.push({ uid, at });
+  }
+}
+
+function sandbox(name: string, opts: { finalizers?: string[]; owner?: string } = {}): Obj {
+  return {
+    apiVersion: "agentcompute.dev/v1alpha1",
+    kind: "Sandbox",
+    metadata: {
+      name,
+      namespace: NS,
+      uid: `uid-${name}`,
+      resourceVersion: "7",
+      labels: { [OWNER_LABEL]: opts.owner ?? ME },
+      finalizers: opts.finalizers ?? [],
+    },
+  };
+}
+
+const ctx = (): ReconcileContext => ({ log: silentLogger(), reconcileId: "r", signal: new AbortController().signal, priority: true, retries: 0 });
+const req = (obj: Obj): Request => ({ namespace: obj.metadata.namespace ?? "", name: obj.metadata.name ?? "" });
+
+/** A replica with its Sandbox controller wired: what it enqueued, what it reconciled, where it looks up inventories. */
+function replica(inventory: () => ArrivalSink | null | undefined) {
+  const share = new Share();
+  const shard = new ReplicaShard({ identity: ME, logger: silentLogger(), controllers: SHARDED_CONTROLLERS, selectedByDefault: new Set() });
+  shard.bind({
+    client: {} as KubeClient, // only a release (a drain label) writes, and no test here drains
+    informerFor: <T extends KubeObject>() => share as unknown as Informer<T>,
+  });
+  const lookups: string[] = [];
+  shard.setInventories((kind, obj) => {
+    lookups.push(`${kind.plural}/${obj.metadata.name ?? ""}`);
+    return inventory();
+  });
+  const enqueued: Array<{ name: string; priority: boolean }> = [];
+  const controller = {
+    name: "sandbox",
+    enqueue: (r: Request, o: { priority?: boolean } = {}) => enqueued.push({ name: r.name, priority: o.priority ?? false }),
+  };
+  shard.watch(controller as unknown as Controller);
+  const reconciled: string[] = [];
+  const inner: Reconciler = {
+    reconcile: (r) => {
+      reconciled.push(r.name);
+      return Promise.resolve();
+    },
+  };
+  const reconciler = shard.wrap("sandbox", inner);
+  return { share, enqueued, reconciled, lookups, reconcile: (obj: Obj) => reconciler.reconcile(req(obj), ctx()) };
+}
+
+describe("ReplicaShard: objects that arrive from another owner", () => {
+  it("tells the object's inventory once, with when it arrived, and puts it ahead of the backlog", async () => {
+    const sink = new Sink();
+    const r = replica(() => sink);
+    const moved = sandbox("moved", { finalizers: ["agentcompute.dev/finalizer"] });
+    const before = Date.now();
+    r.share.add(moved);
+    const after = Date.now();
+    expect(r.enqueued).toEqual([{ name: "moved", priority: true }]);
+    expect(sink.told).toEqual([]); // told when worked on, not when the watch delivers it
+
+    await r.reconcile(moved);
+    expect(r.reconciled).toEqual(["moved"]);
+    expect(sink.told).toHaveLength(1);
+    expect(sink.told[0]!.uid).toBe("uid-moved");
+    expect(sink.told[0]!.at).toBeGreaterThanOrEqual(before);
+    expect(sink.told[0]!.at).toBeLessThanOrEqual(after);
+
+    await r.reconcile(moved);
+    expect(r.reconciled).toEqual(["moved", "moved"]);
+    expect(sink.told).toHaveLength(1);
+  });
+
+  it("does not tell anything of a new object (no finalizer yet: nobody can have made its service object)", async () => {
+    const sink = new Sink();
+    const r = replica(() => sink);
+    const fresh = sandbox("fresh");
+    r.share.add(fresh);
+    await r.reconcile(fresh);
+    expect(r.reconciled).toEqual(["fresh"]);
+    expect(r.enqueued).toEqual([]); // the controller's own watch enqueues it, in its turn
+    expect(r.lookups).toEqual([]);
+    expect(sink.told).toEqual([]);
+  });
+
+  it("tells the inventory on a later reconcile when its Connection cannot be reached yet, with the first arrival time", async () => {
+    const sink = new Sink();
+    let reachable = false;
+    const r = replica(() => (reachable ? sink : undefined));
+    const moved = sandbox("waiting", { finalizers: ["agentcompute.dev/finalizer"] });
+    const before = Date.now();
+    r.share.add(moved);
+    await r.reconcile(moved);
+    expect(r.reconciled).toEqual(["waiting"]); // the reconcile says why the Connection is not usable
+    expect(sink.told).toEqual([]);
+
+    reachable = true;
+    await new Promise((resolve) => setTimeout(resolve, 20));
+    await r.reconcile(moved);
+    expect(sink.told).toHaveLength(1);
+    expect(sink.told[0]!.at).toBeGreaterThanOrEqual(before);
+    expect(sink.told[0]!.at).toBeLessThan(Date.now() - 10);
+    await r.reconcile(moved);
+    expect(sink.told).toHaveLength(1);
+    expect(r.lookups).toEqual(["sandboxes/waiting", "sandboxes/waiting"]);
+  });
+
+  it("forgets an arrival with no inventory (null), and one deleted before it was worked on", async () => {
+    const r = replica(() => null);
+    const moved = sandbox("no-inventory", { finalizers: ["agentcompute.dev/finalizer"] });
+    r.share.add(moved);
+    await r.reconcile(moved);
+    await r.reconcile(moved);
+    expect(r.lookups).toEqual(["sandboxes/no-inventory"]);
+
+    const sink = new Sink();
+    const r2 = replica(() => sink);
+    const gone = sandbox("gone", { finalizers: ["agentcompute.dev/finalizer"] });
+    r2.share.add(gone);
+    r2.share.delete(gone);
+    r2.share.add({ ...gone, metadata: { ...gone.metadata, finalizers: [] } }); // made again, new
+    await r2.reconcile(gone);
+    expect(sink.told).toEqual([]);
+  });
+
+  it("never works on an object its cache holds for another owner", async () => {
+    const sink = new Sink();
+    const r = replica(() => sink);
+    const other = sandbox("other", { finalizers: ["agentcompute.dev/finalizer"], owner: "replica-b" });
+    r.share.add(other);
+    await r.reconcile(other);
+    expect(r.reconciled).toEqual([]);
+    expect(sink.told).toEqual([]);
+  });
+});
+
+describe("arrivalInventory: where a moved-in object's service objects are found", () => {
+  const ref = { name: "prod" };
+  it("maps each sharded kind to its Connection's inventory of that kind", () => {
+    expect(arrivalInventory(kindNames.skill.plural, { connectionRef: ref })).toEqual({ inventory: "skills", connectionRef: ref });
+    expect(arrivalInventory(kindNames.agent.plural, {})).toEqual({ inventory: "agents", connectionRef: undefined });
+    expect(arrivalInventory(kindNames.agentDeployment.plural, { connectionRef: ref })).toEqual({ inventory: "deployments", connectionRef: ref });
+    expect(arrivalInventory(kindNames.sandbox.plural, { connectionRef: ref })).toEqual({ inventory: "vms", connectionRef: ref });
+  });
+
+  it("looks a run with a template up among the VMs of its template's Connection; a run on a Sandbox has none", () => {
+    expect(arrivalInventory(kindNames.sandboxRun.plural, { sandboxTemplate: { connectionRef: ref } })).toEqual({ inventory: "vms", connectionRef: ref });
+    expect(arrivalInventory(kindNames.sandboxRun.plural, { sandboxTemplate: {} })).toEqual({ inventory: "vms", connectionRef: undefined });
+    expect(arrivalInventory(kindNames.sandboxRun.plural, {})).toBeNull();
+  });
+
+  it("covers every sharded kind, and nothing else", () => {
+    for (const kind of SHARDED_CONTROLLERS.values()) {
+      const where = arrivalInventory(kind.plural, { sandboxTemplate: {} });
+      expect(where, kind.plural).not.toBeNull();
+    }
+    expect(arrivalInventory(kindNames.connection.plural, {})).toBeNull();
+  });
+});
