@@ -450,6 +450,18 @@ function shardRows(h: ShardsResult): Row[] {
       (b ? ` (one unsharded operator, whole run: ${Object.entries(b.service.byOperation).filter(([k]) => k.endsWith(".list")).reduce((a, [, v]) => a + v, 0)})` : ""),
     met: null,
   });
+  const tc = s.takeoverCpu;
+  if (tc !== null) {
+    const api = tc.seconds["kube-apiserver"] ?? Number.NaN;
+    rows.push({
+      scenario: "7. shards: CPU seconds from the kill to the last move",
+      target: "report",
+      measured:
+        `${Object.entries(tc.seconds).map(([k, v]) => `${k} ${v}`).join(", ")} in ${tc.wallSeconds} s: the cores ${pct(tc.machineUtilisation)} busy ` +
+        `(the lease's wait included); the API server ${Math.round((api / Math.max(1, tc.moved)) * 10_000) / 10} ms per moved object (${tc.moved})`,
+      met: null,
+    });
+  }
   const margin = (m: MarginSummary): string => (m.renewals === 0 ? "no renewal" : `min ${m.min} s, p1 ${m.p1} s, median ${m.p50} s over ${m.renewals} renewals`);
   rows.push({
     scenario: "7. shards: time a VM had left when renewed",

@@ -14,7 +14,7 @@ import { by, sum, type Sample } from "../../dev/prometheus.js";
 import { waitNamespaceGone } from "../../dev/namespaces.js";
 import { resourcePath } from "../../src/runtime/kube-client.js";
 import { DRAIN_LABEL, MEMBER_LABEL, OWNER_LABEL } from "../../src/sharding/labels.js";
-import { processCpuSeconds } from "../lib/cpu.js";
+import { cpuWindow, processCpuSeconds, type CpuShare } from "../lib/cpu.js";
 import { crPath, type Cluster, type Plural } from "../lib/cluster.js";
 import { CACHE, OperatorProcess } from "../lib/operator.js";
 import { renewalMargins, summarize, type MarginSummary } from "../lib/margins.js";
@@ -77,6 +77,12 @@ export interface ShardedRun extends ShardsRun {
   takeoverSeconds: number | null;
   /** The same, per kind (Sandboxes are the ones with renewals due). */
   takeoverSecondsByKind: Record<string, number>;
+  /**
+   * CPU from the kill to the last move, per process (the API server, the live replicas, the
+   * benchmark), and the dead replica's objects it moved: whether the takeover waits for the
+   * lease or for the cores, and what a move costs.
+   */
+  takeoverCpu: (CpuShare & { moved: number }) | null;
   /** Seconds from the first create until every object carried an owner label (the sharder's placement of new objects). */
   allLabelledSeconds: number | null;
   /** Seconds of the run after the kill (at least TTL + 30). */
@@ -132,16 +138,12 @@ interface Labelled {
   metadata: { labels?: Record<string, string> };
 }
 
-/** Objects of the managed kinds matching a label selector, by owner label ("" for none) and by kind. */
-async function owners(
-  cluster: Cluster,
-  namespace: string,
-  labelSelector?: string,
-): Promise<{ byOwner: Record<string, number>; byPlural: Record<string, number>; drains: number }> {
+/** The managed kinds' objects, by owner label ("" for none) and by kind. */
+async function owners(cluster: Cluster, namespace: string): Promise<{ byOwner: Record<string, number>; byPlural: Record<string, number>; drains: number }> {
   const byOwner: Record<string, number> = {};
   const byPlural: Record<string, number> = {};
   let drains = 0;
-  const lists = await Promise.all(PLURALS.map((p) => cluster.kube.list<Labelled>(crPath(p, namespace), { labelSelector })));
+  const lists = await Promise.all(PLURALS.map((p) => cluster.kube.list<Labelled>(crPath(p, namespace))));
   for (const [i, list] of lists.entries()) {
     byPlural[PLURALS[i] as string] = list.items.length;
     for (const o of list.items) {
@@ -151,6 +153,16 @@ async function owners(
     }
   }
   return { byOwner, byPlural, drains };
+}
+
+/**
+ * Which kinds still have an object matching `labelSelector`: one item per kind is enough to
+ * say, and is what the probe of a takeover asks every tick. Listing the dead replica's whole
+ * share instead (thousands of objects a second) took API server CPU from the moves it measures.
+ */
+async function anyLeft(cluster: Cluster, namespace: string, labelSelector: string): Promise<Record<string, boolean>> {
+  const lists = await Promise.all(PLURALS.map((p) => cluster.kube.list<Labelled>(crPath(p, namespace), { labelSelector, limit: 1 })));
+  return Object.fromEntries(lists.map((l, i) => [PLURALS[i] as string, l.items.length > 0]));
 }
 
 function successfulCreates(stack: Stack): Record<string, number> {
@@ -326,12 +338,14 @@ async function runSharded(cluster: Cluster, p: ShardsParams, mix: Mix): Promise<
       /** The kill on the wall clock, which is the emulator's. */
       killedAtMs?: number;
       statsAtKill?: Record<string, number>;
+      cpu?: { finish(): CpuShare };
+      takeoverCpu: ShardedRun["takeoverCpu"];
       takeoverSeconds: number | null;
       takeoverByKind: Record<string, number>;
       allLabelledSeconds: number | null;
       labelCheckAt: number;
       killTried: boolean;
-    } = { sharesBeforeKill: {}, kill: null, takeoverSeconds: null, takeoverByKind: {}, allLabelledSeconds: null, labelCheckAt: 0, killTried: false };
+    } = { sharesBeforeKill: {}, kill: null, takeoverCpu: null, takeoverSeconds: null, takeoverByKind: {}, allLabelledSeconds: null, labelCheckAt: 0, killTried: false };
     const killAt = Math.ceil((p.resources * p.killAtReadyPercent) / 100);
     const onTick = async (): Promise<void> => {
       // Every 2 s until none is left: is any object still without an owner label? (one item per kind is enough to say)
@@ -351,6 +365,8 @@ async function runSharded(cluster: Cluster, p: ShardsParams, mix: Mix): Promise<
         if (k.victim === undefined) return log("shards: no live replica besides the leader; nothing killed");
         const metrics = await k.victim.op.scrape().catch(() => [] as Sample[]);
         k.victim.final = { cost: cost(k.victim.op, metrics, k.victim.idleRssMB), metrics };
+        const survivors = replicas.filter((r) => r !== k.victim && r.op.alive());
+        k.cpu = cpuWindow({ "kube-apiserver": cluster.pid, ...Object.fromEntries(survivors.map((r) => [r.name, r.op.pid])) }, availableParallelism());
         await k.victim.op.kill();
         k.killedAt = performance.now();
         k.killedAtMs = Date.now();
@@ -362,11 +378,12 @@ async function runSharded(cluster: Cluster, p: ShardsParams, mix: Mix): Promise<
       }
       if (k.killedAt !== undefined && k.victim !== undefined && k.takeoverSeconds === null) {
         // A dead owner's objects are relabelled at once (no drain, no unlabelled step in between).
-        const dead = await owners(cluster, ns, `${OWNER_LABEL}=${k.victim.name}`);
+        const left = await anyLeft(cluster, ns, `${OWNER_LABEL}=${k.victim.name}`);
         const since = round((performance.now() - k.killedAt) / 1000, 1);
-        for (const [plural, n] of Object.entries(dead.byPlural)) if (n === 0) k.takeoverByKind[plural] ??= since;
-        if (Object.values(dead.byOwner).reduce((a, v) => a + v, 0) === 0) {
+        for (const [plural, any] of Object.entries(left)) if (!any) k.takeoverByKind[plural] ??= since;
+        if (Object.values(left).every((any) => !any)) {
           k.takeoverSeconds = since;
+          if (k.cpu !== undefined) k.takeoverCpu = { ...k.cpu.finish(), moved: k.sharesBeforeKill[k.victim.name] ?? 0 };
           log(`shards: every object of ${k.victim.name} has a live owner ${k.takeoverSeconds} s after the kill`);
         }
       }
@@ -418,6 +435,7 @@ async function runSharded(cluster: Cluster, p: ShardsParams, mix: Mix): Promise<
       drainsPendingAtEnd: end.drains,
       takeoverSeconds: k.takeoverSeconds,
       takeoverSecondsByKind: k.takeoverByKind,
+      takeoverCpu: k.takeoverCpu,
       allLabelledSeconds: k.allLabelledSeconds,
       afterKillSeconds,
       serviceAfterKill,
