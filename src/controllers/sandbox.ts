@@ -269,8 +269,7 @@ class SandboxClient implements ExternalClient<Sandbox, SandboxPlan> {
    * third allocated.
    */
   private replacementMadeAlready(cr: Sandbox, named: AgentVM, leftovers: string[], hash: string | undefined): { found: AgentVM; leftovers: string[] } {
-    const recorded = cr.status?.configHash;
-    if (hash === undefined || recorded === undefined || recorded === hash || cr.status?.vmId !== named.id) return { found: named, leftovers };
+    if (hash === undefined || !madeForOtherSpec(cr, named, hash)) return { found: named, leftovers };
     const made = leftovers.map((id) => this.handle.vms.get(id)).find((vm) => vm !== undefined && madeFor(cr, vm, CONFIG_HASH_KEY) === hash);
     if (made === undefined) return { found: named, leftovers };
     return { found: made, leftovers: [...leftovers.filter((id) => id !== made.id), named.id] };
@@ -493,12 +492,20 @@ export function renewalOf(
   vm: AgentVM,
   at: { now: number; renewAt: number; request: AllocateVMRequest | undefined; hash: string | undefined },
 ): Renewal {
-  const recorded = cr.status?.configHash;
-  if (at.request !== undefined && recorded !== undefined && recorded !== at.hash && cr.status?.vmId === vm.id) {
+  if (at.request !== undefined && at.hash !== undefined && madeForOtherSpec(cr, vm, at.hash)) {
     return { action: "replace", why: "tier, skills, env or secureRuntime changed", request: at.request };
   }
   if ((cr.spec.keepAlive ?? true) && at.now >= at.renewAt) return { action: "renew" };
   return { action: "none" };
+}
+
+/**
+ * `vm` is the one status names, and status says it was allocated for another spec than the one
+ * hashed now: it is to be replaced.
+ */
+function madeForOtherSpec(cr: Sandbox, vm: AgentVM, hash: string): boolean {
+  const recorded = cr.status?.configHash;
+  return recorded !== undefined && recorded !== hash && cr.status?.vmId === vm.id;
 }
 
 function isLive(state: string | undefined): boolean {
