@@ -105,8 +105,12 @@ export class Sharder {
   async start(): Promise<void> {
     await Promise.all(this.parts.map((p) => p.informer.start()));
     this.synced = true;
-    await Promise.all(this.parts.map((p) => p.controller.start()));
+    // The caches' first adds queued every object as it came. The order of placement (a gone
+    // replica's running VMs first, and the other moves held until they are done) is settled
+    // before a worker takes any key: a new leader's sharder, when the old leader was killed
+    // with its share, would otherwise place that share in any order.
     this.enqueueAll();
+    await Promise.all(this.parts.map((p) => p.controller.start()));
     this.log.info({ kinds: this.parts.map((p) => p.kind.plural) }, "sharder started");
   }
 

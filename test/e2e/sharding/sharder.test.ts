@@ -1,0 +1,147 @@
+// The sharder on a real API server: when a replica is gone, its Sandboxes with a running VM
+// (status.vmId) are moved before anything else of its share, of any kind. Their renewals stop
+// until they move; the rest loses nothing by waiting (src/sharding/urgent.ts). What is
+// asserted is the order of the moves' PATCHes as the API server answered them.
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { GROUP, VERSION, kindNames } from "../../../src/api/names.js";
+import { resourcePath, type KubeClient, type KubeObject } from "../../../src/runtime/kube-client.js";
+import { Metrics } from "../../../src/runtime/metrics.js";
+import { SHARDED_CONTROLLERS } from "../../../src/sharding/index.js";
+import { OWNER_LABEL } from "../../../src/sharding/labels.js";
+import { Sharder } from "../../../src/sharding/sharder.js";
+import { installCRDs } from "../support/operator.js";
+import { clientFor, createNamespace, deleteNamespace, poll, testLogger } from "../runtime/support.js";
+
+const DEAD = "replica-dead";
+const LIVE = ["replica-a", "replica-b"];
+const EACH = 4;
+
+type Labelled = KubeObject & { metadata: { name?: string; labels?: Record<string, string>; resourceVersion?: string } };
+
+const path = (plural: string, namespace: string, name?: string, subresource?: string): string =>
+  resourcePath({ group: GROUP, version: VERSION, plural, namespace, ...(name !== undefined && { name }), ...(subresource !== undefined && { subresource }) });
+
+/** Skills, Agents, Sandboxes with a VM and Sandboxes without one yet; labelled for `owner` if given. */
+function objects(namespace: string, owner?: string): Array<{ plural: string; body: object; vmId?: string }> {
+  const metadata = (name: string) => ({ name, namespace, ...(owner !== undefined && { labels: { [OWNER_LABEL]: owner } }) });
+  const out: Array<{ plural: string; body: object; vmId?: string }> = [];
+  for (let i = 0; i < EACH; i++) {
+    out.push({ plural: kindNames.skill.plural, body: { apiVersion: `${GROUP}/${VERSION}`, kind: "Skill", metadata: metadata(`sk-${i}`), spec: { description: "d", content: "# c\n" } } });
+    out.push({ plural: kindNames.agent.plural, body: { apiVersion: `${GROUP}/${VERSION}`, kind: "Agent", metadata: metadata(`ag-${i}`), spec: { image: "ghcr.io/acme/a:1.0.0" } } });
+    out.push({ plural: kindNames.sandbox.plural, body: { apiVersion: `${GROUP}/${VERSION}`, kind: "Sandbox", metadata: metadata(`sbx-running-${i}`), spec: { tier: "standard" } }, vmId: `vm-${i}` });
+    out.push({ plural: kindNames.sandbox.plural, body: { apiVersion: `${GROUP}/${VERSION}`, kind: "Sandbox", metadata: metadata(`sbx-new-${i}`), spec: { tier: "standard" } } });
+  }
+  return out;
+}
+
+type Move = { at: "sent" | "answered"; object: string };
+
+/** A Sharder over `namespace` whose PATCHes are recorded as they are sent and as they are answered. */
+function recordingSharder(namespace: string): { sharder: Sharder; moves: Move[]; close(): Promise<void> } {
+  const client = clientFor();
+  const moves: Move[] = [];
+  const patch = client.patch.bind(client) as (p: string, b: unknown, t: "merge", o: { discardResult: true }) => Promise<void>;
+  client.patch = (async (p: string, body: unknown, type: "merge", opts: { discardResult: true }) => {
+    const object = p.split("/").slice(-2).join("/"); // plural/name
+    moves.push({ at: "sent", object });
+    await patch(p, body, type, opts);
+    moves.push({ at: "answered", object });
+  }) as KubeClient["patch"];
+  const sharder = new Sharder({ client, logger: testLogger(), metrics: new Metrics({ defaultMetrics: false }), namespaces: [namespace], kinds: [...SHARDED_CONTROLLERS.values()] });
+  return {
+    sharder,
+    moves,
+    close: async () => {
+      await sharder.stop();
+      await client.close();
+    },
+  };
+}
+
+const running = (object: string): boolean => object.startsWith(`${kindNames.sandbox.plural}/sbx-running-`);
+
+/** Every move of a Sandbox with a VM was answered before any other move was sent. */
+function expectRunningFirst(moves: Move[], objects: readonly string[]): void {
+  const answered = moves.filter((m) => m.at === "answered");
+  expect(new Set(answered.map((m) => m.object))).toEqual(new Set(objects));
+  const lastRunningAnswered = moves.findLastIndex((m) => m.at === "answered" && running(m.object));
+  const firstOtherSent = moves.findIndex((m) => m.at === "sent" && !running(m.object));
+  expect(lastRunningAnswered, JSON.stringify(moves)).toBeGreaterThanOrEqual(0);
+  expect(lastRunningAnswered, JSON.stringify(moves)).toBeLessThan(firstOtherSent);
+}
+
+async function createAll(admin: KubeClient, namespace: string, owner?: string): Promise<string[]> {
+  const names: string[] = [];
+  for (const o of objects(namespace, owner)) {
+    const name = (o.body as { metadata: { name: string } }).metadata.name;
+    await admin.create(path(o.plural, namespace), o.body, { discardResult: true });
+    if (o.vmId !== undefined) await admin.patch(path(o.plural, namespace, name, "status"), { status: { vmId: o.vmId, state: "running" } }, "merge", { discardResult: true });
+    names.push(`${o.plural}/${name}`);
+  }
+  return names;
+}
+
+async function ownersOf(admin: KubeClient, namespace: string): Promise<Map<string, string | undefined>> {
+  const out = new Map<string, string | undefined>();
+  for (const plural of [kindNames.skill.plural, kindNames.agent.plural, kindNames.sandbox.plural]) {
+    for (const o of (await admin.list<Labelled>(path(plural, namespace))).items) out.set(`${plural}/${o.metadata.name ?? ""}`, o.metadata.labels?.[OWNER_LABEL]);
+  }
+  return out;
+}
+
+describe("Sharder (real API server): a gone replica's Sandboxes with a running VM move first", () => {
+  let admin: KubeClient;
+  const namespaces: string[] = [];
+  const namespace = async (): Promise<string> => {
+    const ns = await createNamespace(admin, "sharder");
+    namespaces.push(ns);
+    return ns;
+  };
+
+  beforeAll(async () => {
+    await installCRDs();
+    admin = clientFor();
+  });
+  afterAll(async () => {
+    for (const ns of namespaces) await deleteNamespace(admin, ns);
+    await admin.close();
+  });
+
+  it("when the sharder starts with the share of a replica that is gone (a new leader after the old one was killed)", async () => {
+    const ns = await namespace();
+    const all = await createAll(admin, ns, DEAD);
+    const r = recordingSharder(ns);
+    try {
+      r.sharder.setMembers(LIVE);
+      await r.sharder.start();
+      await poll(() => LIVE.reduce((n, m) => n + (r.sharder.shares().get(m) ?? 0), 0) === all.length, 60_000, "every object moved to a live replica");
+    } finally {
+      await r.close();
+    }
+    expectRunningFirst(r.moves, all);
+    for (const [object, owner] of await ownersOf(admin, ns)) expect(LIVE, object).toContain(owner);
+  });
+
+  it("when a member goes while the sharder runs", async () => {
+    const ns = await namespace();
+    const all = await createAll(admin, ns);
+    const r = recordingSharder(ns);
+    try {
+      r.sharder.setMembers(LIVE);
+      await r.sharder.start();
+      await poll(() => LIVE.reduce((n, m) => n + (r.sharder.shares().get(m) ?? 0), 0) === all.length, 60_000, "every object placed");
+      // The member to lose: one whose share holds a running Sandbox and something else.
+      const placed = await ownersOf(admin, ns);
+      const shareOf = (m: string): string[] => [...placed].filter(([, owner]) => owner === m).map(([o]) => o);
+      const gone = LIVE.find((m) => shareOf(m).some(running) && shareOf(m).some((o) => !running(o)));
+      expect(gone, JSON.stringify([...placed])).toBeDefined();
+      const stays = LIVE.filter((m) => m !== gone);
+      r.moves.length = 0;
+      r.sharder.setMembers(stays);
+      await poll(async () => [...(await ownersOf(admin, ns)).values()].every((o) => o !== undefined && stays.includes(o)), 60_000, "the gone member's share moved");
+      expectRunningFirst(r.moves, shareOf(gone!));
+    } finally {
+      await r.close();
+    }
+  });
+});
