@@ -64,6 +64,7 @@ const running = (object: string): boolean => object.startsWith(`${kindNames.sand
 function expectRunningFirst(moves: Move[], objects: readonly string[]): void {
   const answered = moves.filter((m) => m.at === "answered");
   expect(new Set(answered.map((m) => m.object))).toEqual(new Set(objects));
+  expect(moves.filter((m) => m.at === "sent"), "one PATCH per move").toHaveLength(objects.length);
   const lastRunningAnswered = moves.findLastIndex((m) => m.at === "answered" && running(m.object));
   const firstOtherSent = moves.findIndex((m) => m.at === "sent" && !running(m.object));
   expect(lastRunningAnswered, JSON.stringify(moves)).toBeGreaterThanOrEqual(0);
