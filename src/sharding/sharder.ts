@@ -183,11 +183,11 @@ export class Sharder {
 
   private async place(kind: ShardedKind, informer: Informer<ShardedObject>, req: Request): Promise<Result | void> {
     const key = objectKey(kind.plural, req.namespace, req.name);
-    await this.urgent.before(key);
+    const epoch = await this.urgent.before(key);
     try {
       return await this.placeNow(kind, informer, req);
     } finally {
-      this.urgent.done(key);
+      this.urgent.done(key, epoch);
     }
   }
 

@@ -13,6 +13,8 @@ const MAX_WAIT_MS = 10_000;
 
 export class UrgentMoves {
   private pending = new Set<string>();
+  /** Which set() the pending keys are of: a move looked at under an older one does not count. */
+  private epoch = 0;
   private waiters: Array<() => void> = [];
   private deadline: NodeJS.Timeout | undefined;
 
@@ -21,23 +23,37 @@ export class UrgentMoves {
   /** The moves to make first, replacing the previous ones (a membership change looks at everything again). */
   set(keys: Iterable<string>): void {
     this.pending = new Set(keys);
+    this.epoch++;
     clearTimeout(this.deadline);
-    if (this.pending.size === 0) return this.release();
+    // Every waiter looks again: a move held under the previous set may be urgent now (a second
+    // replica died while the first one's moves waited), and must not wait out the deadline.
+    this.release();
+    if (this.pending.size === 0) return;
     // One deadline for every waiter: a second membership change while moves wait (a rolling
     // restart) must not make each of them wait its own full time in turn.
     this.deadline = setTimeout(() => this.set([]), this.maxWaitMs);
     this.deadline.unref();
   }
 
-  /** The move of `key` was looked at (placed, found placed, gone, or failed: retried as any other). */
-  done(key: string): void {
+  /**
+   * The move of `key` was looked at (placed, found placed, gone, or failed: retried as any
+   * other), under the set of `epoch` (what before() returned). One looked at under an earlier
+   * set decided on the older membership: it is looked at again, and counts then.
+   */
+  done(key: string, epoch: number): void {
+    if (epoch !== this.epoch) return;
     if (this.pending.delete(key) && this.pending.size === 0) this.set([]);
   }
 
-  /** Resolves when `key` may be placed: at once if it is urgent or nothing is, else when no urgent move is left. */
-  async before(key: string): Promise<void> {
-    if (this.pending.size === 0 || this.pending.has(key)) return;
-    await new Promise<void>((resolve) => this.waiters.push(resolve));
+  /**
+   * Resolves when `key` may be placed: at once if it is urgent or nothing is, else when no
+   * urgent move is left; with the epoch to hand to done().
+   */
+  async before(key: string): Promise<number> {
+    while (this.pending.size > 0 && !this.pending.has(key)) {
+      await new Promise<void>((resolve) => this.waiters.push(resolve));
+    }
+    return this.epoch;
   }
 
   get size(): number {

@@ -2,7 +2,7 @@ import { describe, expect, it } from "vitest";
 import { UrgentMoves } from "../../../src/sharding/urgent.js";
 
 /** Whether the promise settled within a turn of the event loop. */
-async function settled(p: Promise<void>): Promise<boolean> {
+async function settled(p: Promise<unknown>): Promise<boolean> {
   let done = false;
   void p.then(() => (done = true));
   await new Promise((r) => setImmediate(r));
@@ -13,13 +13,14 @@ describe("UrgentMoves", () => {
   it("lets the urgent moves go at once and holds the others until the last urgent one is done", async () => {
     const moves = new UrgentMoves(60_000);
     moves.set(["sandboxes/ns/a", "sandboxes/ns/b"]);
-    expect(await settled(moves.before("sandboxes/ns/a"))).toBe(true);
+    const a = moves.before("sandboxes/ns/a");
+    expect(await settled(a)).toBe(true);
     const agent = moves.before("agents/ns/x");
     const idle = moves.before("sandboxes/ns/no-vm");
     expect(await settled(agent)).toBe(false);
-    moves.done("sandboxes/ns/a");
+    moves.done("sandboxes/ns/a", await a);
     expect(await settled(agent)).toBe(false);
-    moves.done("sandboxes/ns/b");
+    moves.done("sandboxes/ns/b", await moves.before("sandboxes/ns/b"));
     expect(await settled(agent)).toBe(true);
     expect(await settled(idle)).toBe(true);
     expect(await settled(moves.before("agents/ns/y"))).toBe(true);
@@ -31,6 +32,30 @@ describe("UrgentMoves", () => {
     moves.set(["sandboxes/ns/a"]);
     const agent = moves.before("agents/ns/x");
     moves.set([]); // a new membership: nothing of a dead replica left
+    expect(await settled(agent)).toBe(true);
+  });
+
+  it("lets a held move go at once when a later set makes it urgent (a second replica died meanwhile)", async () => {
+    const moves = new UrgentMoves(60_000);
+    moves.set(["sandboxes/ns/of-first"]);
+    const held = moves.before("sandboxes/ns/of-second");
+    const agent = moves.before("agents/ns/x");
+    expect(await settled(held)).toBe(false);
+    moves.set(["sandboxes/ns/of-first", "sandboxes/ns/of-second"]);
+    expect(await settled(held)).toBe(true);
+    expect(await settled(agent)).toBe(false);
+  });
+
+  it("does not count a move looked at under an earlier set: it decided on the older membership", async () => {
+    const moves = new UrgentMoves(60_000);
+    moves.set(["sandboxes/ns/a"]);
+    const before = await moves.before("sandboxes/ns/a");
+    moves.set(["sandboxes/ns/a"]); // membership changed while the move was being made
+    const agent = moves.before("agents/ns/x");
+    moves.done("sandboxes/ns/a", before);
+    expect(await settled(agent)).toBe(false);
+    expect(moves.size).toBe(1);
+    moves.done("sandboxes/ns/a", await moves.before("sandboxes/ns/a"));
     expect(await settled(agent)).toBe(true);
   });
 
