@@ -104,8 +104,11 @@ describe("Sharder (real API server): a gone replica's Sandboxes with a running V
     admin = clientFor();
   });
   afterAll(async () => {
-    for (const ns of namespaces) await deleteNamespace(admin, ns);
-    await admin.close();
+    try {
+      await Promise.allSettled(namespaces.map((ns) => deleteNamespace(admin, ns)));
+    } finally {
+      await admin.close();
+    }
   });
 
   it("when the sharder starts with the share of a replica that is gone (a new leader after the old one was killed)", async () => {
@@ -131,6 +134,8 @@ describe("Sharder (real API server): a gone replica's Sandboxes with a running V
       r.sharder.setMembers(LIVE);
       await r.sharder.start();
       await poll(() => LIVE.reduce((n, m) => n + (r.sharder.shares().get(m) ?? 0), 0) === all.length, 60_000, "every object placed");
+      // The watch may show a label before its PATCH is answered: wait for the answers too.
+      await poll(() => r.moves.filter((m) => m.at === "answered").length === all.length, 30_000, "every placement answered");
       // The member to lose: one whose share holds a running Sandbox and something else.
       const placed = await ownersOf(admin, ns);
       const shareOf = (m: string): string[] => [...placed].filter(([, owner]) => owner === m).map(([o]) => o);
@@ -144,5 +149,5 @@ describe("Sharder (real API server): a gone replica's Sandboxes with a running V
     } finally {
       await r.close();
     }
-  });
+  }, 180_000);
 });
