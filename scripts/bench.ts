@@ -164,7 +164,7 @@ async function main(): Promise<void> {
       `# Benchmark ${result.startedAt}`,
       "",
       `${result.machine.nproc} CPUs (${result.machine.cpuModel}), ${result.machine.memoryGB} GB, Node ${result.machine.node}, ${result.machine.os}; ` +
-        `load average at start ${result.machine.loadAverageAtStart.join(" ")}; calibration ${result.machine.calibrationMs} ms (lower is faster); commit ${result.git.commit.slice(0, 12)}${result.git.dirty ? " (src modified)" : ""}`,
+        `load average at start ${result.machine.loadAverageAtStart.join(" ")}; calibration ${result.machine.calibrationMs} ms (lower is faster); commit ${result.git.commit.slice(0, 12)}${result.git.dirty ? " (tree modified)" : ""}`,
       "",
       `Parameters: ${a.resources} resources, rate limit ${a.rateLimit}/s, latency ${a.latencyMs} ms, sync period ${a.syncPeriod}.`,
       "",

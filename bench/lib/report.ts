@@ -65,7 +65,8 @@ export function machine(): Machine {
 export function gitCommit(): { commit: string; dirty: boolean } {
   try {
     const commit = execFileSync("git", ["rev-parse", "HEAD"], { cwd: REPO_ROOT, encoding: "utf8" }).trim();
-    const dirty = execFileSync("git", ["status", "--porcelain", "--", "src"], { cwd: REPO_ROOT, encoding: "utf8" }).trim() !== "";
+    // What a run executes: the operator (src), the benchmark itself (bench, scripts) and the dev tooling it starts.
+    const dirty = execFileSync("git", ["status", "--porcelain", "--", "src", "bench/lib", "bench/scenarios", "scripts", "dev"], { cwd: REPO_ROOT, encoding: "utf8" }).trim() !== "";
     return { commit, dirty };
   } catch {
     return { commit: "unknown", dirty: false };
