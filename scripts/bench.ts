@@ -8,7 +8,7 @@
 //                    [--steady-minutes 10] [--sync-period 5m] [--renew-sandboxes 2000]
 //                    [--renew-ttl 60] [--renew-minutes 10] [--renew-error-rate 0.05]
 //                    [--renew-jitter 40] [--latency-samples 100] [--runs 1000] [--run-sandboxes 50] [--concurrency N] [--cpu-prof] [--heap-snapshot]
-//                    [--shard-resources 6000] [--shard-sandboxes 2000] [--shard-ttl 60] [--shard-replicas 3] [--shard-kill-at 50] [--shard-baseline true|false]
+//                    [--shard-resources 6000] [--shard-sandboxes 2000] [--shard-ttl 60] [--shard-replicas 3] [--shard-kill-at 50] [--shard-kill member|leader] [--shard-baseline true|false]
 //                    [--node-options '...' (default: the Deployment's NODE_OPTIONS)]
 //
 // See docs/performance.md for what each scenario measures and the latest results.
@@ -24,7 +24,7 @@ import { coldStart, type ColdStartResult } from "../bench/scenarios/cold-start.j
 import { latency, type LatencyResult } from "../bench/scenarios/latency.js";
 import { renewals, type RenewalResult } from "../bench/scenarios/renewals.js";
 import { runs, type RunsResult } from "../bench/scenarios/runs.js";
-import { shards, type ShardsResult } from "../bench/scenarios/shards.js";
+import { SHARD_KILLS, shards, type ShardsResult } from "../bench/scenarios/shards.js";
 import { MANAGED_WRITE_RESOURCES, steadyState, type SteadyResult } from "../bench/scenarios/steady.js";
 import { waitNamespaceGone } from "../dev/namespaces.js";
 
@@ -55,6 +55,7 @@ function parse() {
       "shard-ttl": { type: "string", default: "60" },
       "shard-replicas": { type: "string", default: "3" },
       "shard-kill-at": { type: "string", default: "50" },
+      "shard-kill": { type: "string", default: "member" },
       "shard-baseline": { type: "string", default: "true" },
       concurrency: { type: "string" },
       "cpu-prof": { type: "boolean", default: false },
@@ -88,6 +89,8 @@ function parse() {
   const identity = values["operator-identity"];
   const operatorIdentity = OPERATOR_IDENTITIES.find((i) => i === identity);
   if (operatorIdentity === undefined) throw new Error(`--operator-identity: "${identity}" must be one of ${OPERATOR_IDENTITIES.join(", ")}`);
+  const shardKill = SHARD_KILLS.find((k) => k === values["shard-kill"]);
+  if (shardKill === undefined) throw new Error(`--shard-kill: "${values["shard-kill"]}" must be one of ${SHARD_KILLS.join(", ")}`);
   const shardBaseline = values["shard-baseline"];
   if (shardBaseline !== "true" && shardBaseline !== "false") throw new Error(`--shard-baseline: "${shardBaseline}" must be true or false`);
   return {
@@ -113,6 +116,7 @@ function parse() {
     shardTTL: num("shard-ttl", values["shard-ttl"], 2),
     shardReplicas: num("shard-replicas", values["shard-replicas"], 1),
     shardKillAt: percent("shard-kill-at", values["shard-kill-at"]),
+    shardKill,
     shardBaseline: shardBaseline === "true",
     concurrency: values.concurrency === undefined ? undefined : num("concurrency", values.concurrency, 1),
     cpuProf: values["cpu-prof"],
@@ -242,6 +246,7 @@ async function main(): Promise<void> {
       ttlSeconds: a.shardTTL,
       replicas: a.shardReplicas,
       killAtReadyPercent: a.shardKillAt,
+      kill: a.shardKill,
       baseline: a.shardBaseline,
       ...service,
       nodeOptions: a.nodeOptions,
@@ -414,7 +419,7 @@ function shardRows(h: ShardsResult): Row[] {
   const pct = (v: number): string => `${Math.round(v * 100)} %`;
   const title = `7. shards: ${h.replicas} replicas, ${h.resources} resources (${h.mix.sandboxes} Sandboxes, TTL ${h.ttlSeconds} s)`;
   rows.push({
-    scenario: `${title}, one SIGKILLed ${h.killAtReadyPercent >= 100 ? "once all are Ready" : `at ${h.killAtReadyPercent} % Ready`}`,
+    scenario: `${title}, ${h.kill === "leader" ? "the leader" : "one"} SIGKILLed ${h.killAtReadyPercent >= 100 ? "once all are Ready" : `at ${h.killAtReadyPercent} % Ready`}`,
     target: "0 expirations",
     measured:
       `${s.expirations} expirations; all Ready ${s.readySeconds === null ? `NOT reached (${JSON.stringify(s.notReady)})` : `after ${s.readySeconds} s`}` +

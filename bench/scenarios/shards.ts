@@ -22,6 +22,9 @@ import { agent, deployment, sandbox, skill, type Manifest, type Mix } from "../l
 import { Stack } from "../lib/stack.js";
 import { errorMessage, log, round, sleep, waitUntil } from "../lib/util.js";
 
+export const SHARD_KILLS = ["member", "leader"] as const;
+export type ShardKill = (typeof SHARD_KILLS)[number];
+
 export interface ShardsParams {
   /** All resources, Sandboxes included. */
   resources: number;
@@ -30,6 +33,11 @@ export interface ShardsParams {
   replicas: number;
   /** The percentage of resources Ready at which a replica is killed (100: once all are Ready). */
   killAtReadyPercent: number;
+  /**
+   * Which replica is killed: "member", the one that is not the leader and owns the most (its
+   * share moves on the running sharder), or "leader" (a new leader's sharder starts and moves it).
+   */
+  kill: ShardKill;
   /** Run one unsharded operator over the same load first. */
   baseline: boolean;
   rateLimit: number;
@@ -104,6 +112,7 @@ export interface ShardsResult {
   ttlSeconds: number;
   replicas: number;
   killAtReadyPercent: number;
+  kill: ShardKill;
   baseline?: ShardsRun & { process: ProcessCost };
   baselineError?: string;
   sharded: ShardedRun;
@@ -361,8 +370,11 @@ async function runSharded(cluster: Cluster, p: ShardsParams, mix: Mix): Promise<
         k.killTried = true;
         k.sharesBeforeKill = (await owners(cluster, ns)).byOwner;
         k.leader = await leaderOf(replicas, lease);
-        k.victim = replicas.filter((r) => r !== k.leader && r.op.alive()).sort((a, b) => (k.sharesBeforeKill[b.name] ?? 0) - (k.sharesBeforeKill[a.name] ?? 0))[0];
-        if (k.victim === undefined) return log("shards: no live replica besides the leader; nothing killed");
+        k.victim =
+          p.kill === "leader"
+            ? k.leader
+            : replicas.filter((r) => r !== k.leader && r.op.alive()).sort((a, b) => (k.sharesBeforeKill[b.name] ?? 0) - (k.sharesBeforeKill[a.name] ?? 0))[0];
+        if (k.victim === undefined) return log(`shards: no live replica to kill (${p.kill === "leader" ? "no leader found" : "none besides the leader"}); nothing killed`);
         const metrics = await k.victim.op.scrape().catch(() => [] as Sample[]);
         k.victim.final = { cost: cost(k.victim.op, metrics, k.victim.idleRssMB), metrics };
         const survivors = replicas.filter((r) => r !== k.victim && r.op.alive());
@@ -465,6 +477,7 @@ export async function shards(cluster: Cluster, p: ShardsParams): Promise<ShardsR
     ttlSeconds: p.ttlSeconds,
     replicas: p.replicas,
     killAtReadyPercent: p.killAtReadyPercent,
+    kill: p.kill,
   };
   if (p.baseline) {
     try {
