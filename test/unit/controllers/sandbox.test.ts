@@ -166,6 +166,17 @@ const allocatedByPreviousOwner = (tier = "standard") => {
 };
 /** The Sandbox arrives here now. */
 const arrives = () => w.handle().vms.arrived(sandbox().metadata.uid, Date.now());
+/**
+ * Status names a VM of the first spec; the spec changed to tier "large", and the previous owner
+ * allocated the replacement for it and let go before status said so.
+ */
+const replacedByPreviousOwner = async (): Promise<{ first: string; replacement: string }> => {
+  apply({});
+  await w.reconcile(kind(), "sb");
+  const first = sandbox().status?.vmId as string;
+  apply({ tier: "large" });
+  return { first, replacement: allocatedByPreviousOwner("large") };
+};
 
 // Moved in from another replica (sharding): its previous owner may have allocated a VM for it
 // just before it let go or died, with status never saying so, after this replica last read the
@@ -195,13 +206,8 @@ describe("a Sandbox moved in from another owner", () => {
   });
 
   it("adopts the replacement its previous owner made for a changed spec instead of replacing again", async () => {
-    apply({});
-    await w.reconcile(kind(), "sb");
-    const first = sandbox().status?.vmId as string;
-    // The previous owner replaced the VM for the new tier and let go before writing status.
-    apply({ tier: "large" });
-    const replacement = allocatedByPreviousOwner("large");
-    w.emu.state.releaseVM(first);
+    const { first, replacement } = await replacedByPreviousOwner();
+    w.emu.state.releaseVM(first); // and gave the old VM back
     w.calls();
     arrives();
     await w.reconcile(kind(), "sb");
@@ -215,11 +221,7 @@ describe("a Sandbox moved in from another owner", () => {
   });
 
   it("adopts the replacement its previous owner made before it gave the old VM back, and gives that one back", async () => {
-    apply({});
-    await w.reconcile(kind(), "sb");
-    const first = sandbox().status?.vmId as string;
-    apply({ tier: "large" });
-    const replacement = allocatedByPreviousOwner("large");
+    const { first, replacement } = await replacedByPreviousOwner();
     w.calls();
     arrives();
     await w.reconcile(kind(), "sb");
