@@ -166,8 +166,9 @@ async function owners(cluster: Cluster, namespace: string): Promise<{ byOwner: R
 
 /**
  * Which kinds still have an object matching `labelSelector`: one item per kind is enough to
- * say, and is what the probe of a takeover asks every tick. Listing the dead replica's whole
- * share instead (thousands of objects a second) took API server CPU from the moves it measures.
+ * say. The probes that ask every tick (anything unplaced? anything the dead replica still
+ * owns?) use it; listing the dead replica's whole share instead (thousands of objects a
+ * second) took API server CPU from the moves it measures.
  */
 async function anyLeft(cluster: Cluster, namespace: string, labelSelector: string): Promise<Record<string, boolean>> {
   const lists = await Promise.all(PLURALS.map((p) => cluster.kube.list<Labelled>(crPath(p, namespace), { labelSelector, limit: 1 })));
@@ -360,8 +361,7 @@ async function runSharded(cluster: Cluster, p: ShardsParams, mix: Mix): Promise<
       // Every 2 s until none is left: is any object still without an owner label? (one item per kind is enough to say)
       if (k.allLabelledSeconds === null && performance.now() - k.labelCheckAt >= 2000 && stack.tracker.total >= p.resources) {
         k.labelCheckAt = performance.now();
-        const lists = await Promise.all(PLURALS.map((pl) => cluster.kube.list<Labelled>(crPath(pl, ns), { labelSelector: `!${OWNER_LABEL}`, limit: 1 })));
-        if (lists.every((l) => l.items.length === 0)) {
+        if (Object.values(await anyLeft(cluster, ns, `!${OWNER_LABEL}`)).every((any) => !any)) {
           k.allLabelledSeconds = round((performance.now() - t0) / 1000, 1);
           log(`shards: every object has an owner label ${k.allLabelledSeconds} s after the first create`);
         }
