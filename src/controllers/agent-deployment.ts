@@ -12,6 +12,7 @@ import { createHash } from "node:crypto";
 import stableStringify from "safe-stable-stringify";
 import { Annotations, ConditionType, MARKER_KEY, OPTIONS_HASH_KEY, kindNames } from "../api/names.js";
 import type { Agent, AgentDeployment, AgentDeploymentStatus } from "../api/index.js";
+import { notReportedYet } from "../managed/conditions.js";
 import { NotReadyError } from "../managed/errors.js";
 import { errorMessage } from "../lib/errors.js";
 import type { ActionResult, ConnectionDetails, ExternalClient, Observation, Planned } from "../managed/external.js";
@@ -61,7 +62,8 @@ export function targetOf(cr: AgentDeployment, agents: Informer<Agent>): Target {
   const ready = agent.status?.conditions?.find((c) => c.type === ConditionType.Ready);
   const synced = agent.status?.observedGeneration === agent.metadata.generation && ready?.status === "True";
   if (agent.status?.agentId === undefined || (!synced && cr.status?.deploymentId === undefined)) {
-    throw new NotReadyError("WaitingForAgent", `Agent "${name}" has no id in the registry yet`);
+    const trouble = ready?.status === "False" ? `; the Agent is not Ready (${ready.reason ?? "no reason given"})` : "";
+    throw new NotReadyError("WaitingForAgent", `Agent "${name}" has no id in the registry yet${trouble}`, notReportedYet(agent));
   }
   // While the Agent is being updated, keep running the revision we have; roll out once it is synced.
   return { agentId: agent.status.agentId, revision: synced ? agent.status.revision : cr.status?.agentRevision };

@@ -7,6 +7,7 @@ import type { Logger } from "pino";
 import { ConditionType, DEFAULT_CONNECTION, MARKER_KEY } from "../api/names.js";
 import type { Connection } from "../api/index.js";
 import { Inventory } from "../managed/inventory.js";
+import { notReportedYet } from "../managed/conditions.js";
 import { NotReadyError } from "../managed/errors.js";
 import type { Informer } from "../runtime/informer.js";
 import type { SecretObject } from "../managed/connection-secret.js";
@@ -112,7 +113,7 @@ export class ConnectionPool {
     const ready = connection.status?.conditions?.find((c) => c.type === ConditionType.Ready);
     if (ready?.status !== "True" || connection.status?.observedGeneration !== connection.metadata.generation) {
       const why = ready?.message ? `: ${ready.message}` : "";
-      throw new NotReadyError("ConnectionNotReady", `Connection "${name}" is not Ready${why}`);
+      throw new NotReadyError("ConnectionNotReady", `Connection "${name}" is not Ready${why}`, notReportedYet(connection));
     }
     return this.clientFor(connection);
   }

@@ -6,7 +6,7 @@ import { ConditionType, FINALIZER, GROUP, VERSION, kindNames } from "../api/name
 import type { Connection, ConnectionStatus } from "../api/index.js";
 import { errorMessage } from "../lib/errors.js";
 import { kstatusConditions } from "../managed/conditions.js";
-import { NotReadyError, type Failure } from "../managed/errors.js";
+import { NotReadyError, classify, type Failure } from "../managed/errors.js";
 import { patchFinalizers } from "../managed/finalizers.js";
 import { afterBackoff, jittered } from "../managed/requeue.js";
 import type { StatusWriter } from "../managed/status-writer.js";
@@ -204,7 +204,7 @@ export function summarise(records: UsageRecord[]) {
 
 /** A Connection's own sorting of failures: what the token service and TLS say is about the Connection. */
 function describe(err: unknown, conn: Connection): Failure {
-  if (err instanceof NotReadyError) return { kind: "notReady", reason: err.reason, message: err.message };
+  if (err instanceof NotReadyError) return classify(err);
   if (err instanceof ServiceError) {
     if (err.operation === "token" && (err.status === 400 || err.status === 401 || err.status === 403)) {
       return {

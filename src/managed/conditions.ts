@@ -52,3 +52,19 @@ export function pausedConditions({ inSync, message, keepStalled }: { inSync: boo
   if (!keepStalled) out.push({ type: ConditionType.Stalled, status: "False", reason: PAUSED_REASON, message: undefined });
   return out;
 }
+
+/**
+ * A dependency (an Agent, a Skill, a Connection) its controller has not reported on yet: no
+ * Ready condition, or Ready=True for an older generation. It is being created or updated and
+ * nothing is known to be wrong, so a dependant waiting on it says nothing for longer (see
+ * ManagedReconcilerOptions.progressingGraceMs); once it reports trouble, its Ready=False
+ * says so, and the dependant reports its wait after the usual grace.
+ */
+export function notReportedYet(dependency: {
+  metadata: { generation?: number };
+  status?: { observedGeneration?: number; conditions?: ReadonlyArray<{ type: string; status: string }> };
+}): boolean {
+  const ready = dependency.status?.conditions?.find((c) => c.type === ConditionType.Ready);
+  if (ready === undefined) return true;
+  return ready.status === "True" && dependency.status?.observedGeneration !== dependency.metadata.generation;
+}

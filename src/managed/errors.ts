@@ -11,6 +11,11 @@ export class NotReadyError extends Error {
   constructor(
     readonly reason: string,
     message: string,
+    /**
+     * The dependency exists and its controller has not reported on it yet (see
+     * `notReportedYet`): it is being created or updated, and nothing is known to be wrong.
+     */
+    readonly dependencyProgressing = false,
   ) {
     super(message);
     this.name = "NotReadyError";
@@ -32,13 +37,15 @@ export class StalledError extends Error {
 }
 
 export type Failure =
-  | { kind: "notReady"; reason: string; message: string }
+  | { kind: "notReady"; reason: string; message: string; dependencyProgressing: boolean }
   | { kind: "stalled"; reason: string; message: string }
   | { kind: "transient"; reason: string; message: string };
 
 /** Sorts any thrown value into what the user should see and whether retrying can help. */
 export function classify(err: unknown): Failure {
-  if (err instanceof NotReadyError) return { kind: "notReady", reason: err.reason, message: err.message };
+  if (err instanceof NotReadyError) {
+    return { kind: "notReady", reason: err.reason, message: err.message, dependencyProgressing: err.dependencyProgressing };
+  }
   if (err instanceof StalledError) return { kind: "stalled", reason: err.reason, message: err.message };
   // ServiceRejected (400/413/422: the same spec gets the same answer) stalls; Unauthorized
   // (401/403) is retried, since credentials and permissions change outside the resource.

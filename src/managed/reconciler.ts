@@ -39,6 +39,14 @@ export interface ManagedReconcilerOptions<R extends ManagedResource, Plan = unkn
    */
   dependencyGraceMs?: number;
   /**
+   * The grace for a dependency that exists and has not been reported on yet (`notReportedYet`:
+   * an Agent still queued behind thousands of others at cold start, or on a replica that is
+   * taking over a dead one's share). Default 2 minutes: longer than a 10,000-resource cold
+   * start at 200 calls/s takes to create everything, short enough that a dependency whose
+   * controller never gets to it is still reported.
+   */
+  progressingGraceMs?: number;
+  /**
    * Annotations that must be on the resource before its object is created, for kinds whose
    * service objects carry no crash-safety marker (a Skill claims its name): written in the same
    * patch as the finalizer, so a claim costs no write of its own.
@@ -204,7 +212,7 @@ export class ManagedReconciler<R extends ManagedResource, Plan = unknown> implem
       const now = this.now().getTime();
       const since = this.waitingSince.get(cr.metadata.uid) ?? now;
       this.waitingSince.set(cr.metadata.uid, since);
-      const graceMs = this.opts.dependencyGraceMs ?? 5_000;
+      const graceMs = failure.dependencyProgressing ? (this.opts.progressingGraceMs ?? 120_000) : (this.opts.dependencyGraceMs ?? 5_000);
       // Just resumed: the Ready condition still says paused, which would be wrong to leave.
       const reported = (previousReady?.status === "False" && previousReady.reason === failure.reason) || previousReady?.reason === PAUSED_REASON;
       if (!reported && now - since < graceMs) {

@@ -121,6 +121,30 @@ describe("AgentDeployment against the service", () => {
     expect(condition(deployment(), "Ready")).toMatchObject({ status: "False", reason: "WaitingForAgent" });
   });
 
+  it("says nothing while its Agent is still being created (no status yet): that wait is normal in a large apply", async () => {
+    w.apply<Agent>("agents", { metadata: { name: "new" }, spec: { image: "registry.example/new:1" } });
+    w.apply<AgentDeployment>("agentdeployments", { metadata: { name: "d" }, spec: { agentRef: { name: "new" }, tier: "standard" } });
+    await w.reconcile(kind(), "d");
+    expect(w.writes()).toEqual([]);
+    expect(deployment().status).toBeUndefined();
+    expect(w.events).toEqual([]);
+  });
+
+  it("reports at once, naming the Agent's reason, when its Agent is in trouble", async () => {
+    w.setStatus("agents", "a", {
+      agentId: undefined,
+      conditions: [{ type: "Ready", status: "False", reason: "ConnectionNotReady", lastTransitionTime: "2030-01-01T00:00:00Z" }],
+    });
+    apply();
+    await w.reconcile(kind(), "d");
+    expect(condition(deployment(), "Ready")).toMatchObject({
+      status: "False",
+      reason: "WaitingForAgent",
+      message: 'Agent "a" has no id in the registry yet; the Agent is not Ready (ConnectionNotReady)',
+    });
+    expect(w.events).toMatchObject([{ type: "Warning", reason: "WaitingForAgent" }]);
+  });
+
   it("adopts a deployment carrying its marker with no optionsHash, records the hash, and leaves it running", async () => {
     const cr = apply();
     const existing = w.emu.state.deploy(agentId, { tier: "standard", metadata: { [MARKER_KEY]: cr.metadata.uid } });

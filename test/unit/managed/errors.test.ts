@@ -18,7 +18,8 @@ describe("classify", () => {
   });
 
   it("keeps the reasons of NotReady and Stalled errors", () => {
-    expect(classify(new NotReadyError("WaitingForAgent", "m"))).toEqual({ kind: "notReady", reason: "WaitingForAgent", message: "m" });
+    expect(classify(new NotReadyError("WaitingForAgent", "m"))).toEqual({ kind: "notReady", reason: "WaitingForAgent", message: "m", dependencyProgressing: false });
+    expect(classify(new NotReadyError("WaitingForAgent", "m", true))).toMatchObject({ kind: "notReady", dependencyProgressing: true });
     expect(classify(new StalledError("NameTaken", "m"))).toEqual({ kind: "stalled", reason: "NameTaken", message: "m" });
   });
 });

@@ -1,6 +1,7 @@
 // The generic reconciler: a resource that waits for a dependency is reported (status and a
-// Warning Event) only once the wait has lasted the grace period; update gets the plan observe
-// made; leftovers observe reports are given back on every reconcile that finds them.
+// Warning Event) only once the wait has lasted the grace period (a longer one while the
+// dependency is still being created); update gets the plan observe made; leftovers observe
+// reports are given back on every reconcile that finds them.
 import { describe, expect, it } from "vitest";
 import { FINALIZER, sandboxKind, skillKind, type ManagedStatusBase } from "../../../src/api/index.js";
 import { NotReadyError } from "../../../src/managed/errors.js";
@@ -13,7 +14,7 @@ import type { Informer } from "../../../src/runtime/informer.js";
 import type { KubeClient } from "../../../src/runtime/kube-client.js";
 import { silentLogger } from "../../../src/runtime/logging.js";
 
-function setup(opts: { graceMs: number }) {
+function setup(opts: { graceMs: number; progressingGraceMs?: number }) {
   let clock = 1_000_000;
   const cr: ManagedResource = {
     apiVersion: "agentcompute.dev/v1alpha1",
@@ -31,9 +32,11 @@ function setup(opts: { graceMs: number }) {
   const warnings: string[] = [];
   const events = { warning: (_o: unknown, reason: string) => warnings.push(reason), normal: () => undefined } as unknown as EventRecorder;
   let dependencyReady = false;
+  // The Agent exists and its controller has not reported on it yet (notReportedYet).
+  let dependencyProgressing = false;
   const connector: Connector<ManagedResource> = {
     async connect() {
-      if (!dependencyReady) throw new NotReadyError("WaitingForAgent", 'Agent "a" has no id in the registry yet');
+      if (!dependencyReady) throw new NotReadyError("WaitingForAgent", 'Agent "a" has no id in the registry yet', dependencyProgressing);
       return {
         observe: async () => ({ exists: true, upToDate: true }),
         create: async () => ({}),
@@ -52,6 +55,7 @@ function setup(opts: { graceMs: number }) {
     syncPeriodMs: 600_000,
     externalId: () => undefined,
     dependencyGraceMs: opts.graceMs,
+    progressingGraceMs: opts.progressingGraceMs,
     now: () => new Date(clock),
   });
   const ctx = { log: silentLogger(), reconcileId: "r", signal: new AbortController().signal, priority: false, retries: 0 } as ReconcileContext;
@@ -59,6 +63,7 @@ function setup(opts: { graceMs: number }) {
     run: () => reconciler.reconcile({ namespace: "ns", name: "s" }, ctx),
     advance: (ms: number) => (clock += ms),
     ready: () => (dependencyReady = true),
+    progressing: (yes: boolean) => (dependencyProgressing = yes),
     patches,
     warnings,
   };
@@ -85,6 +90,29 @@ describe("ManagedReconciler: waiting for a dependency", () => {
     expect(await t.run()).toEqual({ requeue: true });
     expect(t.patches).toHaveLength(1);
     expect(JSON.stringify(t.patches[0])).toContain("WaitingForAgent");
+    expect(t.warnings).toEqual(["WaitingForAgent"]);
+  });
+
+  it("waits longer, still without a word, while the dependency is being created; reported once that grace is over too", async () => {
+    const t = setup({ graceMs: 5_000, progressingGraceMs: 60_000 });
+    t.progressing(true);
+    expect(await t.run()).toEqual({ requeueAfterMs: 60_000 });
+    t.advance(30_000);
+    expect(await t.run()).toEqual({ requeueAfterMs: 30_000 });
+    expect(t.patches).toEqual([]);
+    expect(t.warnings).toEqual([]);
+    t.advance(30_000);
+    expect(await t.run()).toEqual({ requeue: true });
+    expect(t.warnings).toEqual(["WaitingForAgent"]);
+  });
+
+  it("reports as soon as a dependency being created reports trouble, once the usual grace is over", async () => {
+    const t = setup({ graceMs: 5_000, progressingGraceMs: 60_000 });
+    t.progressing(true);
+    await t.run();
+    t.advance(10_000);
+    t.progressing(false); // the Agent now says Ready=False
+    expect(await t.run()).toEqual({ requeue: true });
     expect(t.warnings).toEqual(["WaitingForAgent"]);
   });
 
