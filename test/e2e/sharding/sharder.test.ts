@@ -1,7 +1,8 @@
 // The sharder on a real API server: when a replica is gone, its Sandboxes with a running VM
-// (status.vmId) are moved before anything else of its share, of any kind. Their renewals stop
-// until they move; the rest loses nothing by waiting (src/sharding/urgent.ts). What is
-// asserted is the order of the moves' PATCHes as the API server answered them.
+// (status.vmId) are moved before anything else of its share, of any kind, and a new leader's
+// sharder does not wait for the other kinds' caches to move them. Their renewals stop until
+// they move; the rest loses nothing by waiting (src/sharding/urgent.ts). What is asserted is
+// the order of the moves' PATCHes as the API server answered them.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { GROUP, VERSION, kindNames } from "../../../src/api/names.js";
 import { resourcePath, type KubeClient, type KubeObject } from "../../../src/runtime/kube-client.js";
@@ -36,10 +37,21 @@ function objects(namespace: string, owner?: string): Array<{ plural: string; bod
 
 type Move = { at: "sent" | "answered"; object: string };
 
-/** A Sharder over `namespace` whose PATCHes are recorded as they are sent and as they are answered. */
-function recordingSharder(namespace: string): { sharder: Sharder; moves: Move[]; close(): Promise<void> } {
+/**
+ * A Sharder over `namespace` whose PATCHes are recorded as they are sent and as they are
+ * answered. With `holdLists`, the LISTs of every kind but the Sandboxes are answered only once
+ * it resolves.
+ */
+function recordingSharder(namespace: string, holdLists?: Promise<void>): { sharder: Sharder; moves: Move[]; close(): Promise<void> } {
   const client = clientFor();
   const moves: Move[] = [];
+  if (holdLists !== undefined) {
+    const list = client.list.bind(client);
+    client.list = (async (p: string, opts?: Parameters<KubeClient["list"]>[1]) => {
+      if (!p.includes(`/${kindNames.sandbox.plural}`)) await holdLists;
+      return list(p, opts);
+    }) as KubeClient["list"];
+  }
   const patch = client.patch.bind(client) as (p: string, b: unknown, t: "merge", o: { discardResult: true }) => Promise<void>;
   client.patch = (async (p: string, body: unknown, type: "merge", opts: { discardResult: true }) => {
     const object = p.split("/").slice(-2).join("/"); // plural/name
@@ -124,6 +136,26 @@ describe("Sharder (real API server): a gone replica's Sandboxes with a running V
     }
     expectRunningFirst(r.moves, all);
     for (const [object, owner] of await ownersOf(admin, ns)) expect(LIVE, object).toContain(owner);
+  });
+
+  it("a new leader's sharder moves the gone replica's running Sandboxes before the other kinds are even listed", async () => {
+    const ns = await namespace();
+    const all = await createAll(admin, ns, DEAD);
+    let release: () => void = () => undefined;
+    const r = recordingSharder(ns, new Promise<void>((resolve) => (release = resolve)));
+    try {
+      r.sharder.setMembers(LIVE);
+      const started = r.sharder.start();
+      // Only the Sandboxes' list is answered: their running VMs' renewals wait for nothing else.
+      await poll(() => r.moves.filter((m) => m.at === "answered" && running(m.object)).length === EACH, 30_000, "the running Sandboxes moved");
+      release();
+      await started;
+      await poll(() => LIVE.reduce((n, m) => n + (r.sharder.shares().get(m) ?? 0), 0) === all.length, 60_000, "every object moved to a live replica");
+    } finally {
+      release();
+      await r.close();
+    }
+    expectRunningFirst(r.moves, all);
   });
 
   it("when a member goes while the sharder runs", async () => {
