@@ -86,6 +86,7 @@ export class Sharder {
   private synced = false;
   /** A dead replica's objects with a running VM: placed before anything of any other kind. */
   private readonly urgent = new UrgentMoves();
+  private urgentSince: { at: number; count: number } | undefined;
 
   constructor(private readonly o: SharderOptions) {
     this.log = o.logger.child({ role: "sharder" });
@@ -140,6 +141,7 @@ export class Sharder {
    * with its share, would otherwise place that share in any order.
    */
   private async startPlacing(parts: readonly Part[]): Promise<void> {
+    this.log.info({ kinds: parts.map((p) => p.kind.plural) }, "cache synced; placing");
     for (const p of parts) this.placing.add(p);
     this.enqueue(parts);
     await Promise.all(parts.map((p) => p.controller.start()));
@@ -210,7 +212,12 @@ export class Sharder {
       for (const { obj, priority } of order) if (priority && obj.running) urgent.push(objectKey(kind.plural, obj.request.namespace, obj.request.name));
       return { controller, order };
     });
-    if (parts.some((p) => hasRunningVMs(p.kind))) this.urgent.set(urgent);
+    if (parts.some((p) => hasRunningVMs(p.kind))) {
+      this.urgent.set(urgent);
+      // A failover's critical path, in the log: how many VMs wait for a move, and (place) how long they waited.
+      this.urgentSince = urgent.length > 0 ? { at: Date.now(), count: urgent.length } : undefined;
+      if (urgent.length > 0) this.log.info({ sandboxes: urgent.length }, "moving the Sandboxes with a running VM of gone replicas first");
+    }
     for (const { controller, order } of queues) for (const { obj, priority } of order) controller.enqueue(obj.request, { priority });
   }
 
@@ -221,6 +228,10 @@ export class Sharder {
       return await this.placeNow(kind, informer, req);
     } finally {
       this.urgent.done(key, epoch);
+      if (this.urgentSince !== undefined && this.urgent.size === 0) {
+        this.log.info({ sandboxes: this.urgentSince.count, ms: Date.now() - this.urgentSince.at }, "the Sandboxes with a running VM have moved (or their 10 s head start is over)");
+        this.urgentSince = undefined;
+      }
     }
   }
 
