@@ -120,7 +120,8 @@ export class Sharder {
    * soon as their own cache is in, while the other kinds are still being listed: a new
    * leader's sharder starts with the share of the old leader when that was killed, and those
    * running VMs' renewals wait for their moves, which need nothing but the Sandboxes and the
-   * ring (set before start). Listing everything first cost ~3 s of a failover's ~8 s margin.
+   * ring (set before start). Where the other kinds hold more objects than the Sandboxes,
+   * their lists would otherwise hold those moves up.
    */
   async start(): Promise<void> {
     const lists = this.parts.map((p) => p.informer.start());
