@@ -105,8 +105,11 @@ export class OperatorContext implements KindContext {
     readonly options: OperatorOptions,
   ) {
     this.connections = manager.informerFor<Connection>(collection(kindNames.connection));
-    this.secrets = manager.informerFor<SecretObject>(secretsPath());
-    this.configMaps = manager.informerFor<ConfigMapObject>(configMapsPath());
+    // Not ours, and not bounded in size: a namespace may hold hundreds of large Secrets (Helm
+    // keeps each release in one). Listed in pages, so a start holds one page's text at a
+    // time, not the whole collection's; the API server reads these pages from etcd.
+    this.secrets = manager.informerFor<SecretObject>(secretsPath(), { pageSize: 500 });
+    this.configMaps = manager.informerFor<ConfigMapObject>(configMapsPath(), { pageSize: 500 });
     this.store = new ObjectStore(this.secrets, this.configMaps);
     this.status = new StatusWriter(manager.client);
     this.secretWriter = new ConnectionSecretWriter(manager.client, this.secrets);

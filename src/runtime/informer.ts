@@ -50,7 +50,8 @@ export interface InformerOptions<T = KubeObject> {
    * limit, and every continuation, to etcd: 2,000 Sandboxes in pages of 500 cost it 4 times
    * the CPU of one list (705 ms against 173 ms, 1.32), and a new leader's sharder lists
    * every sharded object before a failover's moves. client-go's reflector gets the same from
-   * the cache (its first list asks for resourceVersion "0", where the limit is ignored).
+   * the cache (its first list asks for resourceVersion "0", where the limit is ignored). Set
+   * it for collections of unbounded size (Secrets), where one list's text would be too big.
    */
   pageSize?: number;
   metrics?: Metrics;

@@ -87,6 +87,8 @@ export interface InformerForOptions {
    * informers of one path with different views are different caches, told apart by name.
    */
   view?: { name: string; transform: (obj: KubeObject) => KubeObject };
+  /** The informer's list page size (InformerOptions.pageSize); default: one list. */
+  pageSize?: number;
 }
 
 export type StopReason = "signal" | "stopped" | "leadership-lost" | "error";
@@ -181,6 +183,7 @@ export class Manager {
       path,
       labelSelector,
       fieldSelector: opts.fieldSelector,
+      ...(opts.pageSize !== undefined && { pageSize: opts.pageSize }),
       // A view caches a projection its readers still type as T: they read only what it keeps.
       ...(opts.view && { transform: opts.view.transform as unknown as (obj: T) => T }),
       namespaces: namespaced ? [...this.namespaces] : undefined,
