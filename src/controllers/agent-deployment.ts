@@ -62,8 +62,10 @@ export function targetOf(cr: AgentDeployment, agents: Informer<Agent>): Target {
   const ready = agent.status?.conditions?.find((c) => c.type === ConditionType.Ready);
   const synced = agent.status?.observedGeneration === agent.metadata.generation && ready?.status === "True";
   if (agent.status?.agentId === undefined || (!synced && cr.status?.deploymentId === undefined)) {
+    // A first deploy also waits for an Agent being updated: it deploys the latest spec.
+    const what = agent.status?.agentId === undefined ? "has no id in the registry yet" : "is not Ready for its latest spec yet";
     const trouble = ready?.status === "False" ? `; the Agent is not Ready (${ready.reason ?? "no reason given"})` : "";
-    throw new NotReadyError("WaitingForAgent", `Agent "${name}" has no id in the registry yet${trouble}`, notReportedYet(agent));
+    throw new NotReadyError("WaitingForAgent", `Agent "${name}" ${what}${trouble}`, notReportedYet(agent));
   }
   // While the Agent is being updated, keep running the revision we have; roll out once it is synced.
   return { agentId: agent.status.agentId, revision: synced ? agent.status.revision : cr.status?.agentRevision };

@@ -39,9 +39,9 @@ export interface ManagedReconcilerOptions<R extends ManagedResource, Plan = unkn
    */
   dependencyGraceMs?: number;
   /**
-   * The grace for a dependency that exists and has not been reported on yet (`notReportedYet`:
-   * an Agent still queued behind thousands of others at cold start, or on a replica that is
-   * taking over a dead one's share). Default 2 minutes: about what a 10,000-resource cold
+   * The grace, for a resource with no Ready condition yet, of a wait for a dependency that
+   * exists and has not been reported on yet (`notReportedYet`: an Agent still queued behind
+   * thousands of others at cold start, or on a replica that is taking over a dead one's share). Default 2 minutes: about what a 10,000-resource cold
    * start at 200 calls/s takes on a busy 2-core machine, short enough that a dependency whose
    * controller never gets to it is still reported.
    */
@@ -212,7 +212,11 @@ export class ManagedReconciler<R extends ManagedResource, Plan = unknown> implem
       const now = this.now().getTime();
       const since = this.waitingSince.get(cr.metadata.uid) ?? now;
       this.waitingSince.set(cr.metadata.uid, since);
-      const graceMs = failure.dependencyProgressing ? (this.opts.progressingGraceMs ?? 120_000) : (this.opts.dependencyGraceMs ?? 5_000);
+      // The longer grace is for a resource never reported on (a cold start): one that shows a
+      // Ready condition must not keep showing it for minutes while it cannot be reconciled.
+      const firstWait = previousReady === undefined;
+      const graceMs =
+        failure.dependencyProgressing && firstWait ? (this.opts.progressingGraceMs ?? 120_000) : (this.opts.dependencyGraceMs ?? 5_000);
       // Just resumed: the Ready condition still says paused, which would be wrong to leave.
       const reported = (previousReady?.status === "False" && previousReady.reason === failure.reason) || previousReady?.reason === PAUSED_REASON;
       if (!reported && now - since < graceMs) {

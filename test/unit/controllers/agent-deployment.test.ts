@@ -145,6 +145,18 @@ describe("AgentDeployment against the service", () => {
     expect(w.events).toMatchObject([{ type: "Warning", reason: "WaitingForAgent" }]);
   });
 
+  it("a first deploy waits for an Agent being updated, and says so", async () => {
+    w.apply<Agent>("agents", { metadata: { name: "a" }, spec: { image: "registry.example/a:2" } }); // a new generation, not synced yet
+    w.setStatus("agents", "a", { conditions: [{ type: "Ready", status: "False", reason: "ServiceUnavailable", lastTransitionTime: "2030-01-01T00:00:00Z" }] });
+    apply();
+    await w.reconcile(kind(), "d");
+    expect(w.writes()).toEqual([]);
+    expect(condition(deployment(), "Ready")).toMatchObject({
+      reason: "WaitingForAgent",
+      message: 'Agent "a" is not Ready for its latest spec yet; the Agent is not Ready (ServiceUnavailable)',
+    });
+  });
+
   it("adopts a deployment carrying its marker with no optionsHash, records the hash, and leaves it running", async () => {
     const cr = apply();
     const existing = w.emu.state.deploy(agentId, { tier: "standard", metadata: { [MARKER_KEY]: cr.metadata.uid } });

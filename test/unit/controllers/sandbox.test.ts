@@ -3,7 +3,7 @@
 // Sandbox moved in from another replica (sharding).
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { Annotations, CONFIG_HASH_KEY, MARKER_KEY } from "../../../src/api/names.js";
-import type { Sandbox, SandboxStatus } from "../../../src/api/index.js";
+import type { Sandbox, SandboxStatus, Skill } from "../../../src/api/index.js";
 import { allocationHash, sandboxes } from "../../../src/controllers/sandbox.js";
 import { condition, ORG, World } from "./helpers.js";
 
@@ -33,6 +33,23 @@ describe("Sandbox", () => {
     expect(live(vmId)).toBe(true);
     expect(sandbox().status).toMatchObject({ renewals: 0, state: "allocated" });
     expect(condition(sandbox(), "Ready")).toMatchObject({ status: "True", reason: "Available" });
+  });
+
+  it("waits without a word for a Skill still being created; names the Skill's reason once it reports trouble", async () => {
+    w.apply<Skill>("skills", { metadata: { name: "sk" }, spec: { content: "# c" } });
+    apply({ skills: ["sk"] });
+    await w.reconcile(kind(), "sb");
+    expect(w.writes()).toEqual([]);
+    expect(sandbox().status).toBeUndefined();
+    expect(w.events).toEqual([]);
+
+    w.setStatus("skills", "sk", { conditions: [{ type: "Ready", status: "False", reason: "ConnectionNotReady", lastTransitionTime: "2030-01-01T00:00:00Z" }] });
+    await w.reconcile(kind(), "sb");
+    expect(condition(sandbox(), "Ready")).toMatchObject({
+      status: "False",
+      reason: "WaitingForSkill",
+      message: 'Skill "sk" is not Ready yet (ConnectionNotReady) (spec.skills)',
+    });
   });
 
   it("renews only once the renewal is due, and observe alone never renews", async () => {

@@ -14,13 +14,14 @@ import type { Informer } from "../../../src/runtime/informer.js";
 import type { KubeClient } from "../../../src/runtime/kube-client.js";
 import { silentLogger } from "../../../src/runtime/logging.js";
 
-function setup(opts: { graceMs: number; progressingGraceMs?: number }) {
+function setup(opts: { graceMs: number; progressingGraceMs?: number; status?: ManagedStatusBase }) {
   let clock = 1_000_000;
   const cr: ManagedResource = {
     apiVersion: "agentcompute.dev/v1alpha1",
     kind: "Skill",
     metadata: { name: "s", namespace: "ns", uid: "u1", resourceVersion: "1", generation: 1, finalizers: [FINALIZER] },
     spec: {},
+    ...(opts.status !== undefined && { status: opts.status }),
   } as ManagedResource;
   const patches: unknown[] = [];
   const kube = {
@@ -112,6 +113,16 @@ describe("ManagedReconciler: waiting for a dependency", () => {
     await t.run();
     t.advance(10_000);
     t.progressing(false); // the Agent now says Ready=False
+    expect(await t.run()).toEqual({ requeue: true });
+    expect(t.warnings).toEqual(["WaitingForAgent"]);
+  });
+
+  it("gives a resource that already shows a Ready condition the usual grace only: it must not show Ready=True for minutes", async () => {
+    const ready = { type: "Ready", status: "True" as const, reason: "Available", observedGeneration: 1, lastTransitionTime: "2030-01-01T00:00:00Z" };
+    const t = setup({ graceMs: 5_000, progressingGraceMs: 60_000, status: { conditions: [ready] } });
+    t.progressing(true); // its Connection was edited and not looked at yet
+    expect(await t.run()).toEqual({ requeueAfterMs: 5_000 });
+    t.advance(5_000);
     expect(await t.run()).toEqual({ requeue: true });
     expect(t.warnings).toEqual(["WaitingForAgent"]);
   });
