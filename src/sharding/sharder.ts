@@ -1,8 +1,9 @@
 // The sharder: the elected leader's role in sharded mode. It watches every sharded object
-// (all namespaces the operator watches, cached as metadata and the connectionRef only), keeps
-// the ring of live members, and labels each object with its owner, moving objects with the
-// drain handshake of src/sharding/assignment.ts. One Controller per kind gives it a work
-// queue with dedup, retries and backoff; a membership change enqueues everything.
+// (all namespaces the operator watches, cached as metadata, the connectionRef and a VM's id),
+// keeps the ring of live members, and labels each object with its owner, moving objects with
+// the drain handshake of src/sharding/assignment.ts. One Controller per kind gives it a work
+// queue with dedup, retries and backoff. It places the Sandboxes once their own list is in and
+// the other kinds once every list is; a membership change enqueues everything being placed.
 import type { Logger } from "pino";
 import { DEFAULT_CONNECTION, kindNames } from "../api/names.js";
 import { errorMessage } from "../lib/errors.js";
@@ -124,12 +125,12 @@ export class Sharder {
    * their lists would otherwise hold those moves up.
    */
   async start(): Promise<void> {
-    const lists = this.parts.map((p) => p.informer.start());
+    const lists = new Map(this.parts.map((p) => [p, p.informer.start()]));
     const first = this.parts.filter((p) => hasRunningVMs(p.kind));
     const rest = this.parts.filter((p) => !first.includes(p));
-    await Promise.all(first.map((p) => p.informer.start()));
+    await Promise.all(first.map((p) => lists.get(p)));
     await this.startPlacing(first);
-    await Promise.all(lists);
+    await Promise.all(lists.values());
     this.synced = true;
     await this.startPlacing(rest);
     this.log.info({ kinds: this.parts.map((p) => p.kind.plural) }, "sharder started");
@@ -142,6 +143,7 @@ export class Sharder {
    * with its share, would otherwise place that share in any order.
    */
   private async startPlacing(parts: readonly Part[]): Promise<void> {
+    if (parts.length === 0) return;
     this.log.info({ kinds: parts.map((p) => p.kind.plural) }, "cache synced; placing");
     for (const p of parts) this.placing.add(p);
     this.enqueue(parts);
@@ -151,6 +153,7 @@ export class Sharder {
   async stop(): Promise<void> {
     this.synced = false;
     this.placing.clear();
+    this.urgentSince = undefined;
     this.urgent.set([]); // nothing waits on moves that will not be made here
     await Promise.all(this.parts.map((p) => p.controller.stop(5_000).catch(() => undefined)));
     await Promise.all(this.parts.map((p) => p.informer.stop().catch(() => undefined)));
