@@ -141,8 +141,8 @@ export function desiredAllocation(
     }
     const ready = skill.status?.conditions?.find((c) => c.type === ConditionType.Ready);
     if (ready?.status !== "True") {
-      const trouble = ready?.status === "False" ? ` (${ready.reason ?? "no reason given"})` : "";
-      throw new NotReadyError("WaitingForSkill", `Skill "${skill.metadata.name}" is not Ready yet${trouble} (spec.skills)`, notReportedYet(skill));
+      const trouble = ready?.status === "False" ? `: ${ready.reason ?? "no reason given"}` : "";
+      throw new NotReadyError("WaitingForSkill", `Skill "${skill.metadata.name}" (spec.skills) is not Ready yet${trouble}`, notReportedYet(skill));
     }
   }
   const env: Record<string, string> = {};

@@ -41,9 +41,10 @@ export interface ManagedReconcilerOptions<R extends ManagedResource, Plan = unkn
   /**
    * The grace, for a resource with no Ready condition yet, of a wait for a dependency that
    * exists and has not been reported on yet (`notReportedYet`: an Agent still queued behind
-   * thousands of others at cold start, or on a replica that is taking over a dead one's share). Default 2 minutes: about what a 10,000-resource cold
-   * start at 200 calls/s takes on a busy 2-core machine, short enough that a dependency whose
-   * controller never gets to it is still reported.
+   * thousands of others at cold start, or on a replica that is taking over a dead one's
+   * share). Default 2 minutes: about what a 10,000-resource cold start at 200 calls/s takes
+   * on a busy 2-core machine, short enough that a dependency whose controller never gets to
+   * it is still reported.
    */
   progressingGraceMs?: number;
   /**

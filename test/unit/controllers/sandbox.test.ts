@@ -48,7 +48,7 @@ describe("Sandbox", () => {
     expect(condition(sandbox(), "Ready")).toMatchObject({
       status: "False",
       reason: "WaitingForSkill",
-      message: 'Skill "sk" is not Ready yet (ConnectionNotReady) (spec.skills)',
+      message: 'Skill "sk" (spec.skills) is not Ready yet: ConnectionNotReady',
     });
   });
 
