@@ -12,7 +12,7 @@ import { createHash } from "node:crypto";
 import stableStringify from "safe-stable-stringify";
 import { Annotations, ConditionType, MARKER_KEY, OPTIONS_HASH_KEY, kindNames } from "../api/names.js";
 import type { Agent, AgentDeployment, AgentDeploymentStatus } from "../api/index.js";
-import { notReportedYet } from "../managed/conditions.js";
+import { notReportedYet, troubleOf } from "../managed/conditions.js";
 import { NotReadyError } from "../managed/errors.js";
 import { errorMessage } from "../lib/errors.js";
 import type { ActionResult, ConnectionDetails, ExternalClient, Observation, Planned } from "../managed/external.js";
@@ -64,8 +64,9 @@ export function targetOf(cr: AgentDeployment, agents: Informer<Agent>): Target {
   if (agent.status?.agentId === undefined || (!synced && cr.status?.deploymentId === undefined)) {
     // A first deploy also waits for an Agent being updated: it deploys the latest spec.
     const what = agent.status?.agentId === undefined ? "has no id in the registry yet" : "is not Ready for its latest spec yet";
-    const trouble = ready?.status === "False" ? `; the Agent is not Ready (${ready.reason ?? "no reason given"})` : "";
-    throw new NotReadyError("WaitingForAgent", `Agent "${name}" ${what}${trouble}`, notReportedYet(agent));
+    const trouble = troubleOf(agent);
+    const why = trouble === undefined ? "" : `; the Agent is not Ready (${trouble})`;
+    throw new NotReadyError("WaitingForAgent", `Agent "${name}" ${what}${why}`, notReportedYet(agent));
   }
   // While the Agent is being updated, keep running the revision we have; roll out once it is synced.
   return { agentId: agent.status.agentId, revision: synced ? agent.status.revision : cr.status?.agentRevision };

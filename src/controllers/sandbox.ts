@@ -12,7 +12,7 @@
 import { createHash } from "node:crypto";
 import { Annotations, CONFIG_HASH_KEY, ConditionType, MARKER_KEY, kindNames } from "../api/names.js";
 import type { Sandbox, SandboxStatus, Skill } from "../api/index.js";
-import { notReportedYet } from "../managed/conditions.js";
+import { notReportedYet, troubleOf } from "../managed/conditions.js";
 import { NotReadyError } from "../managed/errors.js";
 import type { ActionResult, ConnectionDetails, ExternalClient, Observation, Planned } from "../managed/external.js";
 import { managementOf } from "../managed/management-policies.js";
@@ -141,8 +141,9 @@ export function desiredAllocation(
     }
     const ready = skill.status?.conditions?.find((c) => c.type === ConditionType.Ready);
     if (ready?.status !== "True") {
-      const trouble = ready?.status === "False" ? `: ${ready.reason ?? "no reason given"}` : "";
-      throw new NotReadyError("WaitingForSkill", `Skill "${skill.metadata.name}" (spec.skills) is not Ready yet${trouble}`, notReportedYet(skill));
+      const trouble = troubleOf(skill);
+      const why = trouble === undefined ? "" : `: ${trouble}`;
+      throw new NotReadyError("WaitingForSkill", `Skill "${skill.metadata.name}" (spec.skills) is not Ready yet${why}`, notReportedYet(skill));
     }
   }
   const env: Record<string, string> = {};

@@ -60,11 +60,22 @@ export function pausedConditions({ inSync, message, keepStalled }: { inSync: boo
  * ManagedReconcilerOptions.progressingGraceMs); once it reports trouble, its Ready=False
  * says so, and the dependant reports its wait after the usual grace.
  */
-export function notReportedYet(dependency: {
-  metadata: { generation?: number };
-  status?: { observedGeneration?: number; conditions?: ReadonlyArray<{ type: string; status: string }> };
-}): boolean {
-  const ready = dependency.status?.conditions?.find((c) => c.type === ConditionType.Ready);
+export function notReportedYet(dependency: Dependency): boolean {
+  const ready = readyOf(dependency);
   if (ready === undefined) return true;
   return ready.status === "True" && dependency.status?.observedGeneration !== dependency.metadata.generation;
 }
+
+/** The reason a dependency's Ready=False gives, for a dependant's wait message; undefined unless it says False. */
+export function troubleOf(dependency: Dependency): string | undefined {
+  const ready = readyOf(dependency);
+  return ready?.status === "False" ? (ready.reason ?? "no reason given") : undefined;
+}
+
+/** What notReportedYet and troubleOf read of a dependency. */
+interface Dependency {
+  metadata: { generation?: number };
+  status?: { observedGeneration?: number; conditions?: ReadonlyArray<{ type: string; status: string; reason?: string }> };
+}
+
+const readyOf = (dependency: Dependency) => dependency.status?.conditions?.find((c) => c.type === ConditionType.Ready);
