@@ -79,12 +79,13 @@ const hasRunningVMs = (kind: ShardedKind): boolean => kind.plural === kindNames.
 export class Sharder {
   private readonly log: Logger;
   private readonly parts: Part[] = [];
-  /** The parts whose workers have started: a membership change looks at their objects again. */
+  /**
+   * The parts whose caches are in and whose workers have started: a membership change looks
+   * at their objects again, and once it holds every part the Connections' users are known.
+   */
   private readonly placing = new Set<Part>();
   private ring: Ring = new Ring([]);
   private live: ReadonlySet<string> = new Set();
-  /** Every kind's cache is in (usersOf answers only then). */
-  private synced = false;
   /** A dead replica's objects with a running VM: placed before anything of any other kind. */
   private readonly urgent = new UrgentMoves();
   private urgentSince: { at: number; count: number } | undefined;
@@ -131,7 +132,6 @@ export class Sharder {
     await Promise.all(first.map((p) => lists.get(p)));
     await this.startPlacing(first);
     await Promise.all(lists.values());
-    this.synced = true;
     await this.startPlacing(rest);
     this.log.info({ kinds: this.parts.map((p) => p.kind.plural) }, "sharder started");
   }
@@ -151,7 +151,6 @@ export class Sharder {
   }
 
   async stop(): Promise<void> {
-    this.synced = false;
     this.placing.clear();
     this.urgentSince = undefined;
     this.urgent.set([]); // nothing waits on moves that will not be made here
@@ -172,7 +171,7 @@ export class Sharder {
    * that a Connection is never released for lack of knowing its users.
    */
   usersOf(namespace: string, connection: string): string[] {
-    if (!this.synced || !this.parts.every((p) => p.informer.hasSynced())) {
+    if (this.placing.size < this.parts.length) {
       throw new Error("the sharder's caches are not synced yet; the Connection's users are not known");
     }
     const out: string[] = [];
