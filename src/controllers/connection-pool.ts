@@ -97,25 +97,43 @@ export class ConnectionPool {
         `Connection "${name}" not found in namespace "${namespace}"; create it or set spec.connectionRef.name`,
       );
     }
-    if (opts.deleting) {
-      // Cleaning up must work while everything is being deleted at once: the Connection may be
-      // deleting too (it waits for its users), and its Secret may be gone already, in which
-      // case the client built before serves.
-      const key = `${namespace}/${name}`;
-      try {
-        return this.clientFor(connection);
-      } catch (err) {
-        const existing = this.entries.get(key);
-        if (existing !== undefined) return existing.handle;
-        throw err;
-      }
-    }
+    // Cleaning up must work while everything is being deleted at once: the Connection may be
+    // deleting too (it waits for its users), and its Secret may be gone already.
+    if (opts.deleting) return this.evenIfNotReady(connection);
     const ready = connection.status?.conditions?.find((c) => c.type === ConditionType.Ready);
     if (ready?.status !== "True" || connection.status?.observedGeneration !== connection.metadata.generation) {
       const why = ready?.message ? `: ${ready.message}` : "";
       throw new NotReadyError("ConnectionNotReady", `Connection "${name}" is not Ready${why}`, notReportedYet(connection));
     }
     return this.clientFor(connection);
+  }
+
+  /**
+   * For keeping alive what exists (a Sandbox's VM renewed) while `forResource` refuses the
+   * Connection: an edit its controller has not checked yet (sharded, a leader failover can make
+   * that 20 s), a failed check (the usage endpoint down), its Secret gone. None of those must
+   * cost a user their VM, and a renewal changes nothing the check is there to guard. Undefined
+   * if there is no client to be had (no Connection; no Secret and no client built before).
+   */
+  forUpkeep(namespace: string, connectionRef: { name?: string } | undefined): ServiceHandle | undefined {
+    const connection = this.opts.connections.get(namespace, connectionRef?.name ?? DEFAULT_CONNECTION);
+    if (connection === undefined) return undefined;
+    try {
+      return this.evenIfNotReady(connection);
+    } catch {
+      return undefined;
+    }
+  }
+
+  /** The client of the Connection's spec and Secret; the one built before if they cannot make one. */
+  private evenIfNotReady(connection: Connection): ServiceHandle {
+    try {
+      return this.clientFor(connection);
+    } catch (err) {
+      const existing = this.entries.get(`${connection.metadata.namespace}/${connection.metadata.name}`);
+      if (existing !== undefined) return existing.handle;
+      throw err;
+    }
   }
 
   /** Drops the client of a deleted Connection. */

@@ -233,6 +233,10 @@ export function poolConnector<R extends ManagedResource, Plan>(pool: ConnectionP
       const deleting = cr.metadata.deletionTimestamp !== undefined;
       return kind.client(pool.forResource(cr.metadata.namespace, cr.spec.connectionRef, { deleting }));
     },
+    connectForUpkeep(cr) {
+      const handle = pool.forUpkeep(cr.metadata.namespace, cr.spec.connectionRef);
+      return handle === undefined ? undefined : kind.client(handle);
+    },
   };
 }
 

@@ -89,6 +89,11 @@ export type StatusOf<R> = R extends Resource<unknown, infer S> ? S : never;
 export interface Connector<R extends ManagedResource, Plan = unknown> {
   /** Resolves the resource's Connection; throws NotReadyError while it is missing or not Ready. */
   connect(cr: R, ctx: ReconcileContext): Promise<ExternalClient<R, Plan>>;
+  /**
+   * A client for upkeep only (`whilePaused`: a VM's renewal) when `connect` refused because
+   * the Connection is not Ready; undefined when there is none to be had.
+   */
+  connectForUpkeep?(cr: R): ExternalClient<R, Plan> | undefined;
 }
 
 export type { Connection };

@@ -15,7 +15,7 @@ import { patchFinalizers } from "./finalizers.js";
 import type { StatusWriter } from "./status-writer.js";
 import type { ConnectionSecretWriter } from "./connection-secret.js";
 import { StalledError, classify, type Failure } from "./errors.js";
-import type { ActionResult, Connector, ManagedResource, Observation, StatusOf } from "./external.js";
+import type { ActionResult, Connector, ExternalClient, ManagedResource, Observation, StatusOf } from "./external.js";
 import { managementOf, type Management } from "./management-policies.js";
 import type { ResourceMetricsRecorder } from "./resource-metrics.js";
 import { pollIntervalOf } from "./poll-interval.js";
@@ -108,8 +108,10 @@ export class ManagedReconciler<R extends ManagedResource, Plan = unknown> implem
     let action: ActionResult<StatusOf<R>> | undefined;
     /** Fields that differ from the spec and stay so: managementPolicies leaves out Update. */
     let drift: string[] | undefined;
+    let connected = false;
     try {
       const external = await this.opts.connector.connect(cr, ctx);
+      connected = true;
       observed = await external.observe(cr);
       if (!hasFinalizer(cr)) {
         const claim = !observed.exists && management.create ? this.missingClaim(cr) : undefined;
@@ -178,7 +180,10 @@ export class ManagedReconciler<R extends ManagedResource, Plan = unknown> implem
       if (err instanceof AdoptionTargetMissing) {
         return this.fail(cr, { kind: "stalled", reason: "ExternalNotFound", message: err.message }, ctx);
       }
-      return this.fail(cr, classify(err), ctx, err);
+      const failure = classify(err);
+      // No client for changes (the Connection is not Ready): what exists is still kept alive.
+      const kept = !connected && failure.kind === "notReady" ? await this.upkeep(cr, async () => this.opts.connector.connectForUpkeep?.(cr)) : undefined;
+      return this.fail(cr, failure, ctx, err, kept);
     }
 
     this.waitingSince.delete(cr.metadata.uid);
@@ -206,7 +211,8 @@ export class ManagedReconciler<R extends ManagedResource, Plan = unknown> implem
     return { requeueAfterMs, priority };
   }
 
-  private async fail(cr: R, failure: Failure, ctx: ReconcileContext, err?: unknown): Promise<Result> {
+  /** `kept`: the upkeep done meanwhile (a VM renewed while its Connection is not Ready). */
+  private async fail(cr: R, failure: Failure, ctx: ReconcileContext, err?: unknown, kept?: Upkeep<StatusOf<R>>): Promise<Result> {
     const stalled = failure.kind === "stalled";
     const previousReady = findCondition(cr, ConditionType.Ready);
     if (failure.kind === "notReady") {
@@ -221,15 +227,18 @@ export class ManagedReconciler<R extends ManagedResource, Plan = unknown> implem
       // Just resumed: the Ready condition still says paused, which would be wrong to leave.
       const reported = (previousReady?.status === "False" && previousReady.reason === failure.reason) || previousReady?.reason === PAUSED_REASON;
       if (!reported && now - since < graceMs) {
-        // Not reported yet: come back when the grace is over, or sooner when the dependency's
-        // watch brings the resource back.
+        // Not reported yet: come back when the grace is over (or for the next renewal, if
+        // sooner), or sooner still when the dependency's watch brings the resource back.
         ctx.log.debug({ reason: failure.reason }, `${failure.message} (not reported yet)`);
-        return { requeueAfterMs: Math.max(1, since + graceMs - now) };
+        const graceLeft = Math.max(1, since + graceMs - now);
+        const next = kept?.next;
+        return next !== undefined && next.ms < graceLeft ? { requeueAfterMs: next.ms, priority: next.priority } : { requeueAfterMs: graceLeft };
       }
     } else {
       this.waitingSince.delete(cr.metadata.uid);
     }
-    await this.writeStatus(cr, {}, kstatusConditions({ state: stalled ? "stalled" : "reconciling", reason: failure.reason, message: withPollNote(cr, failure.message) }));
+    const message = withPollNote(cr, failure.message) + upkeepNote(kept);
+    await this.writeStatus(cr, kept?.status ?? {}, kstatusConditions({ state: stalled ? "stalled" : "reconciling", reason: failure.reason, message }));
     if (previousReady?.reason !== failure.reason) {
       this.opts.events.warning(cr, failure.reason, failure.message);
     }
@@ -242,7 +251,7 @@ export class ManagedReconciler<R extends ManagedResource, Plan = unknown> implem
     if (failure.kind === "notReady") {
       // Waiting is not an error: back off per object without an error log on every retry.
       ctx.log.debug({ reason: failure.reason }, failure.message);
-      return afterBackoff();
+      return afterBackoff(kept?.next);
     }
     // Transient: rethrow so the queue backs off per object and the error is counted and logged.
     throw err instanceof Error ? err : new Error(failure.message);
@@ -262,37 +271,48 @@ export class ManagedReconciler<R extends ManagedResource, Plan = unknown> implem
       this.opts.events.normal(cr, "Paused", `annotation ${Annotations.paused}: "true": no change is made in the service until it is removed`);
     }
     const deleting = cr.metadata.deletionTimestamp !== undefined;
-    const managing = (cr.metadata.finalizers ?? []).includes(FINALIZER);
-    let status: Partial<StatusOf<R>> = {};
-    let result: Result | void = undefined;
-    let trouble: { failure: Failure; err: unknown } | undefined;
-    if (this.opts.upkeepWhilePaused && managing && managementOf(cr.spec).upkeep) {
-      try {
-        const external = await this.opts.connector.connect(cr, ctx);
-        if (external.whilePaused === undefined) throw new Error(`${this.opts.kind.kind}: upkeepWhilePaused is set but the client has no whilePaused`);
-        const observed = await external.observe(cr);
-        const action = await external.whilePaused(cr, observed);
-        status = { ...observed.status, ...action?.status } as Partial<StatusOf<R>>;
-        const scheduled = action !== undefined ? action.requeueAfterMs : observed.requeueAfterMs;
-        if (scheduled !== undefined) {
-          result = { requeueAfterMs: Math.max(1, scheduled), priority: (action !== undefined ? action.priority : observed.priority) ?? false };
-        }
-      } catch (err) {
-        trouble = { failure: classify(err), err };
-      }
-    }
+    // Upkeep needs a client, not a Ready Connection; `connect` still says why there is none.
+    const kept = await this.upkeep(cr, async () => this.opts.connector.connectForUpkeep?.(cr) ?? this.opts.connector.connect(cr, ctx));
+    const trouble = kept?.trouble;
     // Ready=True only while nothing waits to be applied: it was Ready for this very generation.
     const inSync = !deleting && previousReady?.status === "True" && previousReady.observedGeneration === cr.metadata.generation;
     const upkeep = this.opts.upkeepWhilePaused ? " (its VM is still renewed)" : "";
     const waiting = deleting ? "; deletion waits, with the finalizer kept, until" : "; changes made meanwhile are applied when";
     const problem = trouble ? `; cannot keep it alive: ${trouble.failure.reason}: ${trouble.failure.message}` : "";
     const message = `paused by the annotation ${Annotations.paused}: "true": the operator makes no change in the service${upkeep}${waiting} the annotation is removed${problem}`;
-    await this.writeStatus(cr, status, pausedConditions({ inSync, message, keepStalled: stalledAtThisGeneration(cr) !== undefined }));
+    await this.writeStatus(cr, kept?.status ?? {}, pausedConditions({ inSync, message, keepStalled: stalledAtThisGeneration(cr) !== undefined }));
     if (trouble !== undefined) {
       if (trouble.failure.kind === "transient") throw trouble.err instanceof Error ? trouble.err : new Error(trouble.failure.message);
       return afterBackoff();
     }
-    return result;
+    return kept?.next !== undefined ? { requeueAfterMs: kept.next.ms, priority: kept.next.priority } : undefined;
+  }
+
+  /**
+   * Upkeep and nothing else, for a kind whose service objects die unless written to
+   * (`upkeepWhilePaused`): observe, and keep the object alive if that is due (`whilePaused`: a
+   * VM's renewal). For when nothing else may be done: paused, or no client for changes (the
+   * Connection is not Ready). Undefined if there is nothing to keep: another kind, a resource
+   * that made nothing yet (no finalizer), policies without upkeep, no client.
+   */
+  private async upkeep(cr: R, connect: () => Promise<ExternalClient<R, Plan> | undefined>): Promise<Upkeep<StatusOf<R>> | undefined> {
+    if (!this.opts.upkeepWhilePaused || !hasFinalizer(cr) || !managementOf(cr.spec).upkeep) return undefined;
+    try {
+      const external = await connect();
+      if (external === undefined) return undefined;
+      if (external.whilePaused === undefined) throw new Error(`${this.opts.kind.kind}: upkeepWhilePaused is set but the client has no whilePaused`);
+      const observed = await external.observe(cr);
+      const action = await external.whilePaused(cr, observed);
+      const scheduled = action !== undefined ? action.requeueAfterMs : observed.requeueAfterMs;
+      const priority = (action !== undefined ? action.priority : observed.priority) ?? false;
+      return {
+        exists: observed.exists,
+        status: { ...observed.status, ...action?.status } as Partial<StatusOf<R>>,
+        ...(scheduled !== undefined && { next: { ms: Math.max(1, scheduled), priority } }),
+      };
+    } catch (err) {
+      return { exists: true, status: {}, trouble: { failure: classify(err), err } };
+    }
   }
 
   private async finalize(cr: R, ctx: ReconcileContext): Promise<Result | void> {
@@ -381,6 +401,21 @@ export class ManagedReconciler<R extends ManagedResource, Plan = unknown> implem
     const poll = pollIntervalOf(cr);
     return jittered(poll.kind === "set" ? poll.ms : this.opts.syncPeriodMs);
   }
+}
+
+/** What upkeep alone did: the status to report, when it is due next, or why it could not. */
+interface Upkeep<S> {
+  /** There is a service object to keep alive. */
+  exists: boolean;
+  status: Partial<S>;
+  next?: { ms: number; priority: boolean };
+  trouble?: { failure: Failure; err: unknown };
+}
+
+/** What a resource that cannot be reconciled says of its upkeep (its VM still renewed, or why not). */
+function upkeepNote(kept: Upkeep<unknown> | undefined): string {
+  if (kept?.trouble !== undefined) return `; cannot keep its VM alive meanwhile: ${kept.trouble.failure.reason}: ${kept.trouble.failure.message}`;
+  return kept?.exists ? "; its VM is still renewed meanwhile" : "";
 }
 
 class AdoptionTargetMissing extends Error {

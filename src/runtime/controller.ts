@@ -4,7 +4,7 @@
 // Reconciler. The queue guarantees one key is never reconciled by two workers at once. The
 // outcome decides what happens to the key, as in controller-runtime's reconcileHandler:
 //   throw            -> addRateLimited (per-key exponential backoff), result="error"
-//   {requeue: true}  -> addRateLimited, result="requeue"
+//   {requeue: true}  -> addRateLimited (and addAfter(requeueNoLaterThanMs), the earlier wins), result="requeue"
 //   {requeueAfterMs} -> forget + addAfter (priority lane if `priority`), result="requeue_after"
 //   otherwise        -> forget, result="success"
 // A throw of a non-Error (a "panic") is caught like any other error and counted in
@@ -25,10 +25,15 @@ export interface Request {
 export interface Result {
   /** Reconcile again after this delay (the key's failure count is reset). */
   requeueAfterMs?: number;
-  /** With requeueAfterMs: the requeue goes to the priority lane (TTL renewals). */
+  /** With requeueAfterMs or requeueNoLaterThanMs: the requeue goes to the priority lane (TTL renewals). */
   priority?: boolean;
   /** Reconcile again with rate-limited backoff, without it counting as an error. */
   requeue?: boolean;
+  /**
+   * With requeue: however far the backoff has grown, come back no later than this (on the
+   * priority lane if `priority`): a wait for a dependency must not outlast a TTL renewal.
+   */
+  requeueNoLaterThanMs?: number;
 }
 
 /**
@@ -239,6 +244,8 @@ export class Controller {
         this.metrics.reconcileTotal.inc({ controller: this.name, result: "requeue_after" });
       } else if (result && result.requeue) {
         this.queue.addRateLimited(key, { priority: result.priority });
+        // The earlier of the two wins (the queue keeps the earliest time asked for a key).
+        if (result.requeueNoLaterThanMs !== undefined) this.queue.addAfter(key, result.requeueNoLaterThanMs, { priority: result.priority });
         this.metrics.reconcileTotal.inc({ controller: this.name, result: "requeue" });
       } else {
         this.queue.forget(key);

@@ -7,7 +7,7 @@ import type { Agent, Sandbox, Skill } from "../../../src/api/index.js";
 import { agents } from "../../../src/controllers/agent.js";
 import { sandboxes } from "../../../src/controllers/sandbox.js";
 import { skills } from "../../../src/controllers/skill.js";
-import { condition, World } from "./helpers.js";
+import { condition, NS, World } from "./helpers.js";
 
 let w: World;
 beforeEach(async () => {
@@ -131,6 +131,22 @@ describe("paused Sandbox", () => {
     await w.reconcile(kind(), "sb");
     expect(w.writes()).toEqual(["vms.allocate", "vms.release"]);
     expect(reasons()).toEqual(["Created", "Paused", "Resumed", "Replaced"]);
+  });
+
+  it("keeps renewing its VM while its Connection is not Ready and its Secret is gone", async () => {
+    apply({});
+    await w.reconcile(kind(), "sb");
+    apply({}, PAUSED);
+    w.setStatus("connections", "default", {
+      conditions: [{ type: "Ready", status: "False", reason: "ServiceUnavailable", message: "usage: 503", lastTransitionTime: "2030-01-01T00:00:00Z" }],
+    });
+    w.secrets.delete(NS, "creds");
+    w.advance(481_000);
+    w.calls();
+    await w.reconcile(kind(), "sb");
+    expect(w.writes()).toEqual(["vms.renew"]);
+    expect(sandbox().status?.renewals).toBe(1);
+    expect(condition(sandbox(), "Ready")?.message).not.toContain("cannot keep it alive");
   });
 
   it("does not replace a VM that is gone while paused, and does once resumed", async () => {

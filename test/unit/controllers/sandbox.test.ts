@@ -3,9 +3,9 @@
 // Sandbox moved in from another replica (sharding).
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { Annotations, CONFIG_HASH_KEY, MARKER_KEY } from "../../../src/api/names.js";
-import type { Sandbox, SandboxStatus, Skill } from "../../../src/api/index.js";
+import type { Connection, Sandbox, SandboxStatus, Skill } from "../../../src/api/index.js";
 import { allocationHash, sandboxes } from "../../../src/controllers/sandbox.js";
-import { condition, ORG, World } from "./helpers.js";
+import { condition, NS, ORG, World } from "./helpers.js";
 
 let w: World;
 beforeEach(async () => {
@@ -264,5 +264,71 @@ describe("a Sandbox moved in from another owner", () => {
     expect(w.writes()).toEqual(["vms.renew"]);
     expect(sandbox().status?.vmId).toBe(replacement);
     expect(liveVMs()).toEqual([replacement]);
+  });
+});
+
+// The Connection is what every change goes through, and it is checked by its own controller
+// (on the leader only, sharded). While it cannot be used (an edit not checked yet, a failed
+// check, its Secret gone), nothing is created, replaced or changed; but a running VM must not
+// run out over it: its renewals go on through the client built for the Connection.
+describe("a Sandbox whose Connection cannot be used", () => {
+  const connection = () => w.get<Connection>("connections", "default");
+  /** kubectl apply of a new Connection spec that its controller has not checked yet. */
+  const editConnection = () =>
+    w.apply<Connection>("connections", { metadata: { name: "default" }, spec: { ...connection().spec, rateLimit: { qps: 40, burst: 80 } } });
+
+  const connectionFailing = () =>
+    w.setStatus("connections", "default", {
+      conditions: [{ type: "Ready", status: "False", reason: "ServiceUnavailable", message: "usage: 503", lastTransitionTime: "2030-01-01T00:00:00Z" }],
+    });
+
+  it("keeps renewing its VM while an edit of the Connection is not checked yet, and changes nothing else", async () => {
+    apply({});
+    await w.reconcile(kind(), "sb");
+    const vmId = sandbox().status?.vmId as string;
+    editConnection();
+    apply({ tier: "large" }); // a replacement, which must wait for the Connection
+    w.advance(481_000); // the renewal is due
+    w.calls();
+    const result = await w.reconcile(kind(), "sb");
+    expect(w.writes()).toEqual(["vms.renew"]);
+    expect(live(vmId)).toBe(true);
+    expect(w.emu.state.vms.get(vmId)?.expiresAt).toBe(w.clock.ms + 600_000);
+    expect(condition(sandbox(), "Ready")).toMatchObject({ status: "False", reason: "ConnectionNotReady" });
+    expect(condition(sandbox(), "Ready")?.message).toContain("its VM is still renewed");
+    // Waiting for the Connection backs off, but never past the next renewal.
+    expect(result).toMatchObject({ requeue: true, requeueNoLaterThanMs: 480_000, priority: true });
+
+    // Checked: the replacement the spec asks for goes ahead.
+    w.setStatus("connections", "default", { observedGeneration: 2 });
+    await w.reconcile(kind(), "sb");
+    expect(w.writes()).toEqual(["vms.allocate", "vms.release"]);
+    expect(condition(sandbox(), "Ready")).toMatchObject({ status: "True" });
+  });
+
+  it("keeps renewing its VM while the Connection is not Ready, and through the client built before once its Secret is gone", async () => {
+    apply({});
+    await w.reconcile(kind(), "sb");
+    const vmId = sandbox().status?.vmId as string;
+    connectionFailing();
+    w.secrets.delete(NS, "creds");
+    w.advance(481_000);
+    w.calls();
+    await w.reconcile(kind(), "sb");
+    expect(w.writes()).toEqual(["vms.renew"]);
+    expect(w.emu.state.vms.get(vmId)?.expiresAt).toBe(w.clock.ms + 600_000);
+    expect(sandbox().status?.renewals).toBe(1);
+    expect(condition(sandbox(), "Ready")).toMatchObject({ status: "False", reason: "ConnectionNotReady" });
+  });
+
+  it("allocates nothing for a Sandbox without a VM", async () => {
+    connectionFailing();
+    apply({});
+    const result = await w.reconcile(kind(), "sb");
+    expect(w.writes()).toEqual([]);
+    expect(sandbox().status?.vmId).toBeUndefined();
+    expect(condition(sandbox(), "Ready")).toMatchObject({ status: "False", reason: "ConnectionNotReady" });
+    expect(condition(sandbox(), "Ready")?.message).not.toContain("renewed");
+    expect(result).toEqual({ requeue: true });
   });
 });

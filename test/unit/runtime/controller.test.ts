@@ -132,6 +132,32 @@ describe("Controller", () => {
     await c.stop(1_000);
   });
 
+  it("a wait for a dependency backs off, but comes back no later than the time it says, without counting as an error", async () => {
+    const metrics = new Metrics({ defaultMetrics: false });
+    const seen: boolean[] = [];
+    const c = new Controller({
+      name: "test",
+      rateLimiter: new ItemExponentialFailureRateLimiter(3_600_000, 3_600_000),
+      reconciler: {
+        reconcile: async (_req, ctx) => {
+          seen.push(ctx.priority);
+          if (seen.length === 1) return { requeue: true, requeueNoLaterThanMs: 20, priority: true };
+        },
+      },
+      concurrency: 1,
+      logger: silentLogger(),
+      metrics,
+    });
+    await c.start();
+    c.enqueue({ namespace: "ns", name: "renew" });
+    await until(() => seen.length === 2);
+    expect(seen).toEqual([false, true]);
+    const text = await metrics.registry.metrics();
+    expect(text).toMatch(/controller_runtime_reconcile_total\{controller="test",result="requeue"\} 1/);
+    expect(text).toMatch(/controller_runtime_reconcile_errors_total\{controller="test"\} 0/);
+    await c.stop(1_000);
+  });
+
   it("requeueAfter re-runs the key later; priority goes to the priority lane", async () => {
     const seen: { name: string; priority: boolean }[] = [];
     let first = true;
