@@ -74,10 +74,11 @@ export interface ManagedKind<R extends ManagedResource, Plan> {
   /** true: the kind writes credentials or endpoints to the resource's connection Secret. */
   connectionSecret: boolean;
   /**
-   * true: the service objects die unless written to (a VM's TTL), so a paused resource is
-   * still observed and kept alive by the client's whilePaused (renewals only).
+   * true: the service objects die unless written to (a VM's TTL), so they are kept alive by
+   * the client's `upkeep` (renewals only) when nothing else may be done: paused, managed without
+   * Update, the Connection not Ready.
    */
-  upkeepWhilePaused?: boolean;
+  needsUpkeep?: boolean;
   /** The client for the resources of one Connection. It holds nothing between calls. */
   client(handle: ServiceHandle): ExternalClient<R, Plan>;
   /** Indices, and watches of what the kind depends on (beyond itself and its Connection). */
@@ -198,7 +199,7 @@ export function setupManagedKind<R extends ManagedResource, Plan>(
       status: ctx.status,
       syncPeriodMs: ctx.options.syncPeriodMs,
       secrets: kind.connectionSecret ? ctx.secretWriter : undefined,
-      upkeepWhilePaused: kind.upkeepWhilePaused ?? false,
+      needsUpkeep: kind.needsUpkeep ?? false,
       resourceMetrics,
     }),
   });

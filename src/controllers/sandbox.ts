@@ -81,7 +81,7 @@ export function sandboxes(ctx: KindContext): ManagedKind<Sandbox, SandboxPlan> {
     externalId: sandboxExternalId,
     connectionSecret: true,
     // Pausing must not lose a VM: a paused Sandbox is still renewed.
-    upkeepWhilePaused: true,
+    needsUpkeep: true,
     client: (handle) => new SandboxClient(handle, deps),
     watches(controller, own) {
       const loading = referrers(own, "skill", (sb) => sb.spec.skills ?? []);
@@ -337,11 +337,12 @@ class SandboxClient implements ExternalClient<Sandbox, SandboxPlan> {
   }
 
   /**
-   * Paused (agentcompute.dev/paused): the renewal and nothing else. A replacement the spec asks
-   * for waits for the resume, but the running VM is renewed when it is due, whatever the plan:
-   * losing the VM is what pausing must never cause. A VM gone meanwhile is not replaced.
+   * When nothing else may be done (paused, no Update, the Connection not Ready): the renewal
+   * and nothing else. A replacement the spec asks for waits, but the running VM is renewed when
+   * it is due, whatever the plan: losing the VM is what none of those must cause. A VM gone
+   * meanwhile is not replaced.
    */
-  async whilePaused(cr: Sandbox, observed: Observation<SandboxStatus, SandboxPlan>): Promise<ActionResult<SandboxStatus> | undefined> {
+  async upkeep(cr: Sandbox, observed: Observation<SandboxStatus, SandboxPlan>): Promise<ActionResult<SandboxStatus> | undefined> {
     const vm = observed.plan?.vm;
     if (!observed.exists || observed.notReady !== undefined || vm === undefined || !(cr.spec.keepAlive ?? true)) return undefined;
     const now = this.deps.now().getTime();

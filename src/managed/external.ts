@@ -68,12 +68,12 @@ export interface ExternalClient<R extends ManagedResource, Plan = unknown> {
   create(cr: R): Promise<ActionResult<StatusOf<R>>>;
   update(cr: R, observed: Planned<StatusOf<R>, Plan>): Promise<ActionResult<StatusOf<R>>>;
   /**
-   * For kinds whose service objects die unless written to (a VM's TTL): what to do for a
-   * paused resource (`agentcompute.dev/paused: "true"`) after observing it. Only upkeep that
-   * keeps what exists alive (a renewal); never a create, update, replace or delete. Needed when
-   * the kind sets `upkeepWhilePaused`.
+   * For kinds whose service objects die unless written to (a VM's TTL): what to do after
+   * observing when nothing else may be done (paused, `managementPolicies` without Update, the
+   * Connection not Ready). Only upkeep that keeps what exists alive (a renewal); never a create,
+   * update, replace or delete. Needed when the kind sets `needsUpkeep`.
    */
-  whilePaused?(cr: R, observed: Observation<StatusOf<R>, Plan>): Promise<ActionResult<StatusOf<R>> | undefined>;
+  upkeep?(cr: R, observed: Observation<StatusOf<R>, Plan>): Promise<ActionResult<StatusOf<R>> | undefined>;
   /** Gives back the leftovers observe reported (a 404 is success); needed if observe reports any. */
   cleanup?(cr: R, leftovers: string[]): Promise<void>;
   /** Deletes (or releases) the service object; a 404 is success. */
@@ -90,8 +90,8 @@ export interface Connector<R extends ManagedResource, Plan = unknown> {
   /** Resolves the resource's Connection; throws NotReadyError while it is missing or not Ready. */
   connect(cr: R, ctx: ReconcileContext): Promise<ExternalClient<R, Plan>>;
   /**
-   * A client for upkeep only (`whilePaused`: a VM's renewal) when `connect` refused because
-   * the Connection is not Ready; undefined when there is none to be had.
+   * A client for the client's `upkeep` only (a VM's renewal) when `connect` refused because the
+   * Connection is not Ready; undefined when there is none to be had.
    */
   connectForUpkeep?(cr: R): ExternalClient<R, Plan> | undefined;
 }

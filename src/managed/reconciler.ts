@@ -58,10 +58,11 @@ export interface ManagedReconcilerOptions<R extends ManagedResource, Plan = unkn
   /** Writes connection details; absent for kinds that have none. */
   secrets?: ConnectionSecretWriter;
   /**
-   * The kind's service objects die unless written to (a Sandbox's VM and its TTL): a paused
-   * resource is still observed and its client's `whilePaused` keeps it alive (renewals only).
+   * The kind's service objects die unless written to (a Sandbox's VM and its TTL): when nothing
+   * else may be done (paused, no Update, the Connection not Ready), the resource is still
+   * observed and its client's `upkeep` keeps it alive (renewals only).
    */
-  upkeepWhilePaused?: boolean;
+  needsUpkeep?: boolean;
   /** Per-resource metrics (drift_seconds): told of each drift put back and each success. */
   resourceMetrics?: ResourceMetricsRecorder;
   now?: () => Date;
@@ -160,8 +161,8 @@ export class ManagedReconciler<R extends ManagedResource, Plan = unknown> implem
       } else if (!observed.upToDate && observed.notReady === undefined && !management.update) {
         drift = observed.differences ?? [];
         // Keeping the object alive (a due renewal) is not an update; the spec's changes wait.
-        if (management.upkeep && this.opts.upkeepWhilePaused && external.whilePaused !== undefined) {
-          action = await external.whilePaused(cr, observed);
+        if (management.upkeep && this.opts.needsUpkeep && external.upkeep !== undefined) {
+          action = await external.upkeep(cr, observed);
         }
       } else if (!observed.upToDate && observed.notReady === undefined) {
         const plan = observed.plan;
@@ -182,7 +183,7 @@ export class ManagedReconciler<R extends ManagedResource, Plan = unknown> implem
       }
       const failure = classify(err);
       // No client for changes (the Connection is not Ready): what exists is still kept alive.
-      const kept = !connected && failure.kind === "notReady" ? await this.upkeep(cr, async () => this.opts.connector.connectForUpkeep?.(cr)) : undefined;
+      const kept = !connected && failure.kind === "notReady" ? await this.upkeepOnly(cr, async () => this.opts.connector.connectForUpkeep?.(cr)) : undefined;
       return this.fail(cr, failure, ctx, err, kept);
     }
 
@@ -260,7 +261,7 @@ export class ManagedReconciler<R extends ManagedResource, Plan = unknown> implem
   /**
    * `agentcompute.dev/paused: "true"`: no create, update, replace or delete in the service,
    * and deletion waits with the finalizer kept (crossplane-runtime's pause). Reads may go on,
-   * and a kind with `upkeepWhilePaused` (Sandbox) keeps its object alive: a paused Sandbox's
+   * and a kind with `needsUpkeep` (Sandbox) keeps its object alive: a paused Sandbox's
    * VM is renewed, since letting it run out would lose it. The conditions say paused (reason
    * ReconcilePaused), with one `Paused` Event when it starts; `Resumed` when it ends.
    */
@@ -272,11 +273,11 @@ export class ManagedReconciler<R extends ManagedResource, Plan = unknown> implem
     }
     const deleting = cr.metadata.deletionTimestamp !== undefined;
     // Upkeep needs a client, not a Ready Connection; `connect` still says why there is none.
-    const kept = await this.upkeep(cr, async () => this.opts.connector.connectForUpkeep?.(cr) ?? this.opts.connector.connect(cr, ctx));
+    const kept = await this.upkeepOnly(cr, async () => this.opts.connector.connectForUpkeep?.(cr) ?? this.opts.connector.connect(cr, ctx));
     const trouble = kept?.trouble;
     // Ready=True only while nothing waits to be applied: it was Ready for this very generation.
     const inSync = !deleting && previousReady?.status === "True" && previousReady.observedGeneration === cr.metadata.generation;
-    const upkeep = this.opts.upkeepWhilePaused ? " (its VM is still renewed)" : "";
+    const upkeep = this.opts.needsUpkeep ? " (its VM is still renewed)" : "";
     const waiting = deleting ? "; deletion waits, with the finalizer kept, until" : "; changes made meanwhile are applied when";
     const problem = trouble ? `; cannot keep it alive: ${trouble.failure.reason}: ${trouble.failure.message}` : "";
     const message = `paused by the annotation ${Annotations.paused}: "true": the operator makes no change in the service${upkeep}${waiting} the annotation is removed${problem}`;
@@ -290,19 +291,19 @@ export class ManagedReconciler<R extends ManagedResource, Plan = unknown> implem
 
   /**
    * Upkeep and nothing else, for a kind whose service objects die unless written to
-   * (`upkeepWhilePaused`): observe, and keep the object alive if that is due (`whilePaused`: a
+   * (`needsUpkeep`): observe, and keep the object alive if that is due (`upkeep`: a
    * VM's renewal). For when nothing else may be done: paused, or no client for changes (the
    * Connection is not Ready). Undefined if there is nothing to keep: another kind, a resource
    * that made nothing yet (no finalizer), policies without upkeep, no client.
    */
-  private async upkeep(cr: R, connect: () => Promise<ExternalClient<R, Plan> | undefined>): Promise<Upkeep<StatusOf<R>> | undefined> {
-    if (!this.opts.upkeepWhilePaused || !hasFinalizer(cr) || !managementOf(cr.spec).upkeep) return undefined;
+  private async upkeepOnly(cr: R, connect: () => Promise<ExternalClient<R, Plan> | undefined>): Promise<Upkeep<StatusOf<R>> | undefined> {
+    if (!this.opts.needsUpkeep || !hasFinalizer(cr) || !managementOf(cr.spec).upkeep) return undefined;
     try {
       const external = await connect();
       if (external === undefined) return undefined;
-      if (external.whilePaused === undefined) throw new Error(`${this.opts.kind.kind}: upkeepWhilePaused is set but the client has no whilePaused`);
+      if (external.upkeep === undefined) throw new Error(`${this.opts.kind.kind}: needsUpkeep is set but the client has no upkeep`);
       const observed = await external.observe(cr);
-      const action = await external.whilePaused(cr, observed);
+      const action = await external.upkeep(cr, observed);
       const scheduled = action !== undefined ? action.requeueAfterMs : observed.requeueAfterMs;
       const priority = (action !== undefined ? action.priority : observed.priority) ?? false;
       return {

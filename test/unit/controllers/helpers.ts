@@ -205,7 +205,7 @@ export class World {
       status: new StatusWriter(this.kube, () => new Date(this.clock.ms)),
       syncPeriodMs: 600_000,
       dependencyGraceMs: 0,
-      upkeepWhilePaused: kind.upkeepWhilePaused ?? false,
+      needsUpkeep: kind.needsUpkeep ?? false,
       now: () => new Date(this.clock.ms),
     });
     return reconciler.reconcile({ namespace: NS, name }, reconcileContext());
