@@ -12,6 +12,11 @@
 //  - leaseTransitions increments whenever the holder changes;
 //  - on shutdown (ReleaseOnCancel) the leader clears holderIdentity, so a successor takes
 //    over at its next retry instead of waiting for the lease to expire.
+//
+// One deliberate difference: a candidate whose observed lease runs out before its next retry
+// looks again at that moment, not up to a retry period (2.4 s) later. Once a leader dies,
+// nobody leads until a candidate looks; client-go's spread of 0-2.4 s after expiry was most of
+// the spread of a sharded failover (docs/performance.md, "A new leader's start").
 import type { Logger } from "pino";
 import { randomBytes } from "node:crypto";
 import { hostname } from "node:os";
@@ -75,6 +80,8 @@ export class LeaderElector {
   /** local monotonic-ish clock (Date.now) when `observed` last changed */
   private observedTime = 0;
   private observedRaw = "";
+  /** When the lease another holds runs out on our clock, unless it changes before (0: not held). */
+  private heldUntil = 0;
   private leading = false;
   private reportedLeader = "";
   private leadingAbort: AbortController | undefined;
@@ -150,7 +157,9 @@ export class LeaderElector {
         this.log.info("acquired leader lease");
         return true;
       }
-      if (!(await this.wait(jitter(this.o.retryPeriodMs), signal))) return false;
+      const untilExpiry = this.heldUntil - Date.now();
+      const delay = jitter(this.o.retryPeriodMs);
+      if (!(await this.wait(untilExpiry >= 0 && untilExpiry < delay ? untilExpiry + 1 : delay, signal))) return false;
     }
     return false;
   }
@@ -215,6 +224,7 @@ export class LeaderElector {
     const holder = spec.holderIdentity ?? "";
     const observedDurationMs = (spec.leaseDurationSeconds ?? leaseDurationSeconds) * 1000;
     const held = holder !== "" && holder !== this.identity && this.observedTime + observedDurationMs > Date.now();
+    this.heldUntil = held ? this.observedTime + observedDurationMs : 0;
     if (held) return false;
     const iAmHolder = holder === this.identity && this.leading;
     const next: Lease = {

@@ -19,7 +19,7 @@ interface Candidate {
   metrics: Metrics;
 }
 
-function candidate(client: KubeClient, namespace: string, name: string, identity: string, releaseOnCancel = true): Candidate {
+function candidate(client: KubeClient, namespace: string, name: string, identity: string, releaseOnCancel = true, timings = TIMINGS): Candidate {
   const metrics = new Metrics({ defaultMetrics: false });
   const c = { leading: false, started: 0, stopped: 0, metrics } as Candidate;
   c.abort = new AbortController();
@@ -28,7 +28,7 @@ function candidate(client: KubeClient, namespace: string, name: string, identity
     namespace,
     name,
     identity,
-    ...TIMINGS,
+    ...timings,
     releaseOnCancel,
     logger: testLogger(),
     metrics,
@@ -121,6 +121,29 @@ describe("LeaderElector (real Lease)", () => {
       a.abort.abort();
       await a.run;
       await throughProxy.close();
+    }
+  });
+
+  it("a candidate looks again the moment the lease it watches runs out, not a retry period later", async () => {
+    // The Lease of a leader that died: 2 s, never renewed again.
+    await client.create<Lease>(leasesPath(ns), {
+      apiVersion: "coordination.k8s.io/v1",
+      kind: "Lease",
+      metadata: { name: "le-dead", namespace: ns },
+      spec: { holderIdentity: "cand-dead", leaseDurationSeconds: 2, renewTime: new Date().toISOString().replace("Z", "000Z") },
+    });
+    // A retry period of 8 s: a candidate that only looked every retry period would take the
+    // lease 8 s after its first look at the earliest.
+    const b = candidate(client, ns, "le-dead", "cand-b", true, { leaseDurationMs: 15_000, renewDeadlineMs: 10_000, retryPeriodMs: 8_000 });
+    try {
+      const firstLook = Date.now();
+      await poll(() => b.leading, 60_000, "b to take the lease");
+      expect(Date.now() - firstLook).toBeLessThan(6_000);
+      const lease = await client.get<Lease>(leasesPath(ns, "le-dead"));
+      expect(lease.spec).toMatchObject({ holderIdentity: "cand-b", leaseTransitions: 1 });
+    } finally {
+      b.abort.abort();
+      await b.run;
     }
   });
 });
