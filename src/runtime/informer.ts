@@ -124,6 +124,11 @@ export class Informer<T extends KubeObject> {
   private started: Promise<void> | undefined;
   private syncWaiters: { resolve: () => void; reject: (e: Error) => void }[] = [];
 
+  /** The list page size it was made with (undefined: one list). */
+  get pageSize(): number | undefined {
+    return this.opts.pageSize;
+  }
+
   constructor(client: KubeClient, opts: InformerOptions<T>) {
     this.client = client;
     this.opts = opts;

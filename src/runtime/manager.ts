@@ -87,7 +87,11 @@ export interface InformerForOptions {
    * informers of one path with different views are different caches, told apart by name.
    */
   view?: { name: string; transform: (obj: KubeObject) => KubeObject };
-  /** The informer's list page size (InformerOptions.pageSize); default: one list. */
+  /**
+   * The informer's list page size (InformerOptions.pageSize); default: the manager's
+   * informerDefaults, else one list. The informer of a key is made once: asking for it again
+   * with another page size throws.
+   */
   pageSize?: number;
 }
 
@@ -174,8 +178,15 @@ export class Manager {
   informerFor<T extends KubeObject>(path: string, opts: InformerForOptions = {}): Informer<T> {
     const labelSelector = opts.labelSelector ?? this.o.defaultLabelSelector?.(path);
     const key = `${path}?l=${labelSelector ?? ""}&f=${opts.fieldSelector ?? ""}&v=${opts.view?.name ?? ""}`;
+    const pageSize = opts.pageSize ?? this.o.informerDefaults?.pageSize;
     const existing = this.informers.get(key);
-    if (existing) return existing as unknown as Informer<T>;
+    if (existing) {
+      // One cache per key: a second caller cannot have another page size, and must not think it has.
+      if (existing.pageSize !== pageSize) {
+        throw new Error(`informer for ${key} already lists with page size ${existing.pageSize ?? "none"}; asked for ${pageSize ?? "none"}`);
+      }
+      return existing as unknown as Informer<T>;
+    }
     const plural = path.slice(path.lastIndexOf("/") + 1);
     const namespaced = opts.namespaced ?? (!CLUSTER_SCOPED.has(plural) && !path.includes("/namespaces/"));
     const informer = new Informer<T>(this.client, {
@@ -183,7 +194,7 @@ export class Manager {
       path,
       labelSelector,
       fieldSelector: opts.fieldSelector,
-      ...(opts.pageSize !== undefined && { pageSize: opts.pageSize }),
+      ...(pageSize !== undefined && { pageSize }),
       // A view caches a projection its readers still type as T: they read only what it keeps.
       ...(opts.view && { transform: opts.view.transform as unknown as (obj: T) => T }),
       namespaces: namespaced ? [...this.namespaces] : undefined,

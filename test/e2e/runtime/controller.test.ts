@@ -132,6 +132,8 @@ describe("Controller, EventRecorder, Manager (real kube-apiserver)", () => {
     });
     const inf = mgr.informerFor<Widget>(path());
     expect(mgr.informerFor<Widget>(path())).toBe(inf); // shared
+    // ... and made once: a second caller cannot list it in pages of its own.
+    expect(() => mgr.informerFor<Widget>(path(), { pageSize: 500 })).toThrow(/already lists with page size none; asked for 500/);
     const c = mgr.newController({
       name: "managed-widgets",
       concurrency: 2,
