@@ -181,6 +181,11 @@ export function allocationHash(cr: Sandbox, req: AllocateVMRequest): string {
     .slice(0, 16);
 }
 
+/** The allocationHash desiredAllocation put in the request's metadata (not computed twice). */
+function hashOf(request: AllocateVMRequest): string | undefined {
+  return request.metadata?.[CONFIG_HASH_KEY];
+}
+
 /** What to do about a live VM. A replacement carries the allocation it was compared with. */
 export type Renewal =
   | { action: "none" }
@@ -217,7 +222,7 @@ class SandboxClient implements ExternalClient<Sandbox, SandboxPlan> {
       return { exists: false, upToDate: false };
     }
     const request = this.desiredIfReady(cr);
-    const hash = request === undefined ? undefined : allocationHash(cr, request);
+    const hash = request === undefined ? undefined : hashOf(request);
     const { found, leftovers } = this.replacementMadeAlready(cr, named.found, named.leftovers, hash);
     const now = this.deps.now().getTime();
     const expiresAt = Date.parse(found.expires_at ?? "") || now;
@@ -463,7 +468,7 @@ class SandboxClient implements ExternalClient<Sandbox, SandboxPlan> {
         ...statusOf(vmOf(vm, request, now)),
         endpoint: vm.endpoint,
         wsURL: vm.ws_url,
-        configHash: allocationHash(cr, request),
+        configHash: hashOf(request),
         allocatedAt: formatTime(now),
         expiresAt: vm.expires_at ?? formatTime(new Date(expiresAt)),
         lastRenewedAt: formatTime(now),

@@ -47,8 +47,11 @@ export interface SharderOptions {
   onDeleted?(kind: ShardedKind, obj: ShardedObject): void;
 }
 
-/** Keep the metadata that matters, the connectionRef and a VM's id: a few hundred bytes per object. */
-function slim(o: ShardedObject): ShardedObject {
+/**
+ * Keep the metadata that matters, the connectionRef and (`keepVM`: a Sandbox) the VM's id: a
+ * few hundred bytes per object.
+ */
+function slim(o: ShardedObject, keepVM: boolean): ShardedObject {
   const m = o.metadata;
   return {
     apiVersion: o.apiVersion,
@@ -62,7 +65,7 @@ function slim(o: ShardedObject): ShardedObject {
       ...(m.deletionTimestamp !== undefined && { deletionTimestamp: m.deletionTimestamp }),
     },
     ...(o.spec?.connectionRef !== undefined && { spec: { connectionRef: o.spec.connectionRef } }),
-    ...(o.status?.vmId !== undefined && { status: { vmId: o.status.vmId } }),
+    ...(keepVM && o.status?.vmId !== undefined && { status: { vmId: o.status.vmId } }),
   };
 }
 
@@ -98,7 +101,7 @@ export class Sharder {
         namespaces: o.namespaces.length > 0 ? [...o.namespaces] : undefined,
         logger: o.logger,
         metrics: o.metrics,
-        transform: slim,
+        transform: (o) => slim(o, hasRunningVMs(kind)),
       });
       const controller = new Controller({
         name: `sharder-${kind.plural}`,
