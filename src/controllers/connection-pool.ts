@@ -40,6 +40,12 @@ export interface ConnectionPoolOptions {
 interface Entry {
   fingerprint: string;
   handle: ServiceHandle;
+  /**
+   * The client before this one, kept while it is the last whose credentials the token service
+   * accepted and this one's have not been (a rotated Secret not checked yet, or refused): it
+   * serves upkeep if this one's credentials are refused.
+   */
+  accepted?: ServiceHandle;
 }
 
 export class ConnectionPool {
@@ -57,7 +63,9 @@ export class ConnectionPool {
   setRateShare(share: number): void {
     if (!(share > 0 && share <= 1) || share === this.rateShare) return;
     this.rateShare = share;
-    for (const { handle } of this.entries.values()) handle.client.setRateLimit(this.rateOf(handle.connection));
+    for (const { handle, accepted } of this.entries.values()) {
+      for (const h of [handle, accepted]) h?.client.setRateLimit(this.rateOf(h.connection));
+    }
   }
 
   private rateOf(connection: Connection): { qps: number; burst: number } {
@@ -77,10 +85,21 @@ export class ConnectionPool {
     const credentials = this.credentialsOf(connection);
     const fingerprint = fingerprintOf(connection, credentials);
     const existing = this.entries.get(key);
-    if (existing?.fingerprint === fingerprint) return existing.handle;
-    if (existing) void existing.handle.client.close();
+    if (existing?.fingerprint === fingerprint) {
+      if (existing.accepted !== undefined && existing.handle.client.credentials() === "accepted") {
+        void existing.accepted.client.close();
+        delete existing.accepted;
+      }
+      return existing.handle;
+    }
     const handle = this.build(key, connection, credentials);
-    this.entries.set(key, { fingerprint, handle });
+    const entry: Entry = { fingerprint, handle };
+    if (existing) {
+      const accepted = existing.handle.client.credentials() === "accepted" ? existing.handle : existing.accepted;
+      for (const old of [existing.handle, existing.accepted]) if (old !== undefined && old !== accepted) void old.client.close();
+      if (accepted !== undefined) entry.accepted = accepted;
+    }
+    this.entries.set(key, entry);
     return handle;
   }
 
@@ -118,11 +137,16 @@ export class ConnectionPool {
   forUpkeep(namespace: string, connectionRef: { name?: string } | undefined): ServiceHandle | undefined {
     const connection = this.opts.connections.get(namespace, connectionRef?.name ?? DEFAULT_CONNECTION);
     if (connection === undefined) return undefined;
+    let handle: ServiceHandle;
     try {
-      return this.evenIfNotReady(connection);
+      handle = this.evenIfNotReady(connection);
     } catch {
       return undefined;
     }
+    // New credentials the token service refused (a rotation gone wrong): the ones it last
+    // accepted keep the VMs alive until the Secret is fixed or the service refuses them too.
+    if (handle.client.credentials() !== "refused") return handle;
+    return this.entries.get(handle.key)?.accepted ?? handle;
   }
 
   /** The client of the Connection's spec and Secret; the one built before if they cannot make one. */
@@ -140,12 +164,12 @@ export class ConnectionPool {
   forget(namespace: string, name: string): void {
     const key = `${namespace}/${name}`;
     const entry = this.entries.get(key);
-    if (entry) void entry.handle.client.close();
+    if (entry) for (const h of [entry.handle, entry.accepted]) void h?.client.close();
     this.entries.delete(key);
   }
 
   async close(): Promise<void> {
-    await Promise.all([...this.entries.values()].map((e) => e.handle.client.close()));
+    await Promise.all([...this.entries.values()].flatMap((e) => [e.handle, e.accepted]).map((h) => h?.client.close()));
     this.entries.clear();
   }
 

@@ -5,7 +5,7 @@
 // them together, pages through lists, and talks to the token service.
 
 import pino from "pino";
-import { ServiceError } from "./errors.js";
+import { ServiceError, isAuthError } from "./errors.js";
 import { HttpTransport } from "./http.js";
 import { OPERATIONS, REGISTRY, decodeJson, dedupe, pathOf, queryString } from "./operations.js";
 import type { AgentsAPI, ArgsOf, DeploymentsAPI, OperationName, OperationSpec, ResultOf, SkillsAPI, UsageAPI, VMsAPI } from "./operations.js";
@@ -15,7 +15,10 @@ import { ClientRateLimiter, type RateLimitOptions } from "./rate-limit.js";
 import { Requester } from "./request.js";
 import { TokenSource, parseTokenResponse } from "./token.js";
 import type { IssuedToken } from "./token.js";
-import type { AccessClient, Agent } from "./types.js";
+import type { AccessClient, Agent, Credentials } from "./types.js";
+
+/** What the token service said of a client's credentials (`ServiceClient.credentials()`). */
+export type CredentialsVerdict = "accepted" | "refused" | "unknown";
 
 export type { AgentsAPI, DeploymentsAPI, SkillsAPI, UsageAPI, VMsAPI } from "./operations.js";
 export type { ServiceClientHooks, ServiceClientOptions } from "./options.js";
@@ -138,6 +141,7 @@ export class ServiceClient {
   private readonly registry: Endpoint;
   private readonly auth: Endpoint;
   private closed = false;
+  private verdict: CredentialsVerdict = "unknown";
 
   constructor(opts: ServiceClientOptions) {
     this.service = endpoint(opts.baseURL, "baseURL");
@@ -199,6 +203,15 @@ export class ServiceClient {
     return this.tokens.get();
   }
 
+  /**
+   * What the token service last said of this client's credentials: "accepted" (it issued a
+   * token), "refused" (401/403, or 400 from the token endpoint), "unknown" (not asked yet, or
+   * no answer). A token obtained before a refusal may still be in use until it expires.
+   */
+  credentials(): CredentialsVerdict {
+    return this.verdict;
+  }
+
   /** A new client-side rate from now on (sharded mode: this replica's share of the Connection's). */
   setRateLimit(rateLimit: RateLimitOptions): void {
     this.limiter.setRate(rateLimit);
@@ -238,7 +251,17 @@ export class ServiceClient {
 
   /** The token endpoint: API key in a header, or client credentials in a JSON body. */
   private async requestToken(opts: ServiceClientOptions): Promise<IssuedToken> {
-    const creds = opts.credentials;
+    try {
+      const t = await this.fetchToken(opts.credentials);
+      this.verdict = "accepted";
+      return t;
+    } catch (err) {
+      if (isAuthError(err)) this.verdict = "refused";
+      throw err;
+    }
+  }
+
+  private async fetchToken(creds: Credentials): Promise<IssuedToken> {
     const res = await this.requester.call({
       operation: "token",
       method: "POST",

@@ -321,6 +321,25 @@ describe("a Sandbox whose Connection cannot be used", () => {
     expect(condition(sandbox(), "Ready")).toMatchObject({ status: "False", reason: "ConnectionNotReady" });
   });
 
+  it("keeps renewing its VM with the credentials last accepted when those of a rotated Secret are refused", async () => {
+    apply({});
+    await w.reconcile(kind(), "sb");
+    const vmId = sandbox().status?.vmId as string;
+    // The Secret is rotated to a key the token service refuses, and the Connection says so.
+    w.secrets.set({ metadata: { name: "creds", namespace: NS }, data: { apiKey: Buffer.from("a-mistyped-key").toString("base64") } });
+    await expect(w.pool.clientFor(connection()).client.authenticate()).rejects.toThrow(/credentials refused/);
+    w.setStatus("connections", "default", {
+      conditions: [{ type: "Ready", status: "False", reason: "Unauthorized", message: "credentials refused by the token service", lastTransitionTime: "2030-01-01T00:00:00Z" }],
+    });
+    w.advance(481_000);
+    w.calls();
+    await w.reconcile(kind(), "sb");
+    expect(w.writes()).toEqual(["vms.renew"]);
+    expect(w.emu.state.vms.get(vmId)?.expiresAt).toBe(w.clock.ms + 600_000);
+    expect(condition(sandbox(), "Ready")?.message).toContain("its VM is still renewed");
+    expect(condition(sandbox(), "Ready")?.message).not.toContain("a-mistyped-key");
+  });
+
   it("allocates nothing for a Sandbox without a VM", async () => {
     connectionFailing();
     apply({});
