@@ -110,6 +110,8 @@ export class ManagedReconciler<R extends ManagedResource, Plan = unknown> implem
     /** Fields that differ from the spec and stay so: managementPolicies leaves out Update. */
     let drift: string[] | undefined;
     let connected = false;
+    /** Upkeep done although the reconcile fails (a VM renewed while its spec cannot be applied). */
+    let kept: Upkeep<StatusOf<R>> | undefined;
     try {
       const external = await this.opts.connector.connect(cr, ctx);
       connected = true;
@@ -133,7 +135,9 @@ export class ManagedReconciler<R extends ManagedResource, Plan = unknown> implem
       const stalled = stalledAtThisGeneration(cr);
       if (needsWrite && stalled) {
         // The service refused this spec; asking again with the same spec would only be refused
-        // again (and write to the service on every resync). Wait for the user's change.
+        // again (and write to the service on every resync). Wait for the user's change, and
+        // keep what runs alive meanwhile: a refused tier must not cost the VM of the old one.
+        if (this.upkeepAllowed(cr)) kept = await this.keepAlive(cr, external, observed);
         throw new StalledError(stalled.reason ?? "Stalled", stalled.message ?? "waiting for a change of the spec");
       }
       if (!observed.exists) {
@@ -183,7 +187,7 @@ export class ManagedReconciler<R extends ManagedResource, Plan = unknown> implem
       }
       const failure = classify(err);
       // No client for changes (the Connection is not Ready): what exists is still kept alive.
-      const kept = !connected && failure.kind === "notReady" ? await this.upkeepOnly(cr, async () => this.opts.connector.connectForUpkeep?.(cr)) : undefined;
+      if (!connected && failure.kind === "notReady") kept = await this.upkeepOnly(cr, async () => this.opts.connector.connectForUpkeep?.(cr));
       return this.fail(cr, failure, ctx, err, kept);
     }
 
@@ -231,9 +235,7 @@ export class ManagedReconciler<R extends ManagedResource, Plan = unknown> implem
         // Not reported yet: come back when the grace is over (or for the next renewal, if
         // sooner), or sooner still when the dependency's watch brings the resource back.
         ctx.log.debug({ reason: failure.reason }, `${failure.message} (not reported yet)`);
-        const graceLeft = Math.max(1, since + graceMs - now);
-        const next = kept?.next;
-        return next !== undefined && next.ms < graceLeft ? { requeueAfterMs: next.ms, priority: next.priority } : { requeueAfterMs: graceLeft };
+        return soonest(Math.max(1, since + graceMs - now), kept);
       }
     } else {
       this.waitingSince.delete(cr.metadata.uid);
@@ -247,7 +249,7 @@ export class ManagedReconciler<R extends ManagedResource, Plan = unknown> implem
       // Nothing changes until the user edits the spec (which triggers a reconcile); still look
       // again on the sync period in case the service's answer changes.
       ctx.log.info({ reason: failure.reason }, failure.message);
-      return { requeueAfterMs: this.jitteredSyncPeriod(cr) };
+      return soonest(this.jitteredSyncPeriod(cr), kept);
     }
     if (failure.kind === "notReady") {
       // Waiting is not an error: back off per object without an error log on every retry.
@@ -297,12 +299,25 @@ export class ManagedReconciler<R extends ManagedResource, Plan = unknown> implem
    * that made nothing yet (no finalizer), policies without upkeep, no client.
    */
   private async upkeepOnly(cr: R, connect: () => Promise<ExternalClient<R, Plan> | undefined>): Promise<Upkeep<StatusOf<R>> | undefined> {
-    if (!this.opts.needsUpkeep || !hasFinalizer(cr) || !managementOf(cr.spec).upkeep) return undefined;
+    if (!this.upkeepAllowed(cr)) return undefined;
     try {
       const external = await connect();
       if (external === undefined) return undefined;
+      return await this.keepAlive(cr, external, await external.observe(cr));
+    } catch (err) {
+      return { exists: true, status: {}, trouble: { failure: classify(err), err } };
+    }
+  }
+
+  /** The kind keeps its objects alive, the resource made one, and its policies allow upkeep. */
+  private upkeepAllowed(cr: R): boolean {
+    return this.opts.needsUpkeep === true && hasFinalizer(cr) && managementOf(cr.spec).upkeep;
+  }
+
+  /** The client's upkeep after an observation; its failure is reported, not thrown. */
+  private async keepAlive(cr: R, external: ExternalClient<R, Plan>, observed: Observation<StatusOf<R>, Plan>): Promise<Upkeep<StatusOf<R>>> {
+    try {
       if (external.upkeep === undefined) throw new Error(`${this.opts.kind.kind}: needsUpkeep is set but the client has no upkeep`);
-      const observed = await external.observe(cr);
       const action = await external.upkeep(cr, observed);
       const scheduled = action !== undefined ? action.requeueAfterMs : observed.requeueAfterMs;
       const priority = (action !== undefined ? action.priority : observed.priority) ?? false;
@@ -312,7 +327,7 @@ export class ManagedReconciler<R extends ManagedResource, Plan = unknown> implem
         ...(scheduled !== undefined && { next: { ms: Math.max(1, scheduled), priority } }),
       };
     } catch (err) {
-      return { exists: true, status: {}, trouble: { failure: classify(err), err } };
+      return { exists: observed.exists, status: {}, trouble: { failure: classify(err), err } };
     }
   }
 
@@ -411,6 +426,12 @@ interface Upkeep<S> {
   status: Partial<S>;
   next?: { ms: number; priority: boolean };
   trouble?: { failure: Failure; err: unknown };
+}
+
+/** Come back after `ms`, or for the upkeep due sooner (a renewal, on its lane). */
+function soonest(ms: number, kept: Upkeep<unknown> | undefined): Result {
+  const next = kept?.next;
+  return next !== undefined && next.ms < ms ? { requeueAfterMs: next.ms, priority: next.priority } : { requeueAfterMs: ms };
 }
 
 /** What a resource that cannot be reconciled says of its upkeep (its VM still renewed, or why not). */

@@ -86,6 +86,31 @@ describe("Sandbox", () => {
     expect(w.events.at(-1)).toMatchObject({ type: "Normal", reason: "Replaced" });
   });
 
+  it("keeps renewing its VM while the service refuses the replacement a spec change asks for", async () => {
+    apply({});
+    await w.reconcile(kind(), "sb");
+    const vmId = sandbox().status?.vmId as string;
+    apply({ tier: "unknown-tier" }); // the service refuses to allocate it
+    w.calls();
+    await w.reconcile(kind(), "sb");
+    expect(w.writes()).toEqual(["vms.allocate"]);
+    expect(condition(sandbox(), "Stalled")).toMatchObject({ status: "True", reason: "ServiceRejected" });
+
+    // Until the user fixes the spec, asking again is pointless; but the running VM is renewed.
+    w.advance(481_000);
+    const result = await w.reconcile(kind(), "sb");
+    expect(w.writes()).toEqual(["vms.renew"]);
+    expect(w.emu.state.vms.get(vmId)?.expiresAt).toBe(w.clock.ms + 600_000);
+    expect(condition(sandbox(), "Stalled")).toMatchObject({ status: "True", reason: "ServiceRejected" });
+    expect(condition(sandbox(), "Ready")?.message).toContain("its VM is still renewed");
+    expect(result).toMatchObject({ requeueAfterMs: expect.any(Number), priority: true });
+    expect((result as { requeueAfterMs: number }).requeueAfterMs).toBeLessThanOrEqual(480_000);
+
+    apply({ tier: "large" }); // fixed: replaced at once
+    await w.reconcile(kind(), "sb");
+    expect(w.writes()).toEqual(["vms.allocate", "vms.release"]);
+  });
+
   it("adopts the VM a crash left mid-replacement, and keeps it: the VM says which spec it was made for", async () => {
     apply({});
     await w.reconcile(kind(), "sb");
