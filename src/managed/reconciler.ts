@@ -115,7 +115,20 @@ export class ManagedReconciler<R extends ManagedResource, Plan = unknown> implem
     try {
       const external = await this.opts.connector.connect(cr, ctx);
       connected = true;
-      observed = await external.observe(cr);
+      const seen = (observed = await external.observe(cr));
+      /**
+       * Runs a change; if it fails, what runs is still kept alive before the failure is
+       * reported: a replacement that cannot be allocated (a pool exhausted, refused) must not
+       * cost the VM it was to replace.
+       */
+      const changing = async <T>(change: () => Promise<T>): Promise<T> => {
+        try {
+          return await change();
+        } catch (err) {
+          if (this.upkeepAllowed(cr) && seen.exists) kept = await this.keepAlive(cr, external, seen);
+          throw err;
+        }
+      };
       if (!hasFinalizer(cr)) {
         const claim = !observed.exists && management.create ? this.missingClaim(cr) : undefined;
         const updated = await this.setFinalizers(cr, [...(cr.metadata.finalizers ?? []), FINALIZER], claim);
@@ -128,7 +141,7 @@ export class ManagedReconciler<R extends ManagedResource, Plan = unknown> implem
         // Before anything else, and whether or not the rest is up to date (or stalled): what a
         // lost create left behind costs the user until it is given back.
         if (external.cleanup === undefined) throw new Error(`${this.opts.kind.kind}: leftovers found but the client cannot give them back`);
-        await external.cleanup(cr, leftovers);
+        await changing(async () => external.cleanup?.(cr, leftovers));
         ctx.log.info({ leftovers }, "gave back service objects that carried this resource's marker next to the one it uses");
       }
       const needsWrite = !observed.exists || (!observed.upToDate && observed.notReady === undefined);
@@ -171,9 +184,11 @@ export class ManagedReconciler<R extends ManagedResource, Plan = unknown> implem
       } else if (!observed.upToDate && observed.notReady === undefined) {
         const plan = observed.plan;
         if (plan === undefined) throw new Error(`${this.opts.kind.kind}: observe found a difference but made no plan`);
-        action = await external.update(cr, { ...observed, plan });
-        // Renewals differ in nothing: only a difference put back is drift.
-        if ((observed.differences?.length ?? 0) > 0) this.opts.resourceMetrics?.drifted(cr, this.now());
+        // Renewals differ in nothing: only a difference put back is drift (and a change).
+        const differs = (observed.differences?.length ?? 0) > 0;
+        const update = () => external.update(cr, { ...seen, plan });
+        action = differs ? await changing(update) : await update();
+        if (differs) this.opts.resourceMetrics?.drifted(cr, this.now());
         const drift = observed.differences?.length ? `: ${observed.differences.join(", ")}` : "";
         this.record(cr, action, "Updated", `updated the service object${drift}`);
       }
@@ -256,8 +271,10 @@ export class ManagedReconciler<R extends ManagedResource, Plan = unknown> implem
       ctx.log.debug({ reason: failure.reason }, failure.message);
       return afterBackoff(kept?.next);
     }
-    // Transient: rethrow so the queue backs off per object and the error is counted and logged.
-    throw err instanceof Error ? err : new Error(failure.message);
+    // Transient: rethrow so the queue backs off per object and the error is counted and logged,
+    // but comes back no later than the upkeep due meanwhile (the next renewal).
+    const error = err instanceof Error ? err : new Error(failure.message);
+    throw kept?.next !== undefined ? new RetryNoLaterThan(error, kept.next.ms, kept.next.priority) : error;
   }
 
   /**

@@ -5,6 +5,7 @@ import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { Annotations, CONFIG_HASH_KEY, MARKER_KEY } from "../../../src/api/names.js";
 import type { Connection, Sandbox, SandboxStatus, Skill } from "../../../src/api/index.js";
 import { allocationHash, sandboxes } from "../../../src/controllers/sandbox.js";
+import { RetryNoLaterThan } from "../../../src/runtime/controller.js";
 import { condition, NS, ORG, World } from "./helpers.js";
 
 let w: World;
@@ -109,6 +110,30 @@ describe("Sandbox", () => {
     apply({ tier: "large" }); // fixed: replaced at once
     await w.reconcile(kind(), "sb");
     expect(w.writes()).toEqual(["vms.allocate", "vms.release"]);
+  });
+
+  it("keeps renewing its VM while the replacement a spec change asks for cannot be allocated, and retries no later than the next renewal", async () => {
+    apply({});
+    await w.reconcile(kind(), "sb");
+    const vmId = sandbox().status?.vmId as string;
+    w.emu.injectFault({
+      method: "POST",
+      path: "/compute/v1/vms/allocate",
+      times: 1_000,
+      action: { status: 503, body: { code: 503, error_code: "pool_exhausted", message: "no VMs available, retry shortly" } },
+    });
+    apply({ tier: "large" });
+    w.advance(481_000); // and the running VM's renewal is due
+    w.calls();
+    const failed = await w.reconcile(kind(), "sb").then(
+      () => undefined,
+      (err: unknown) => err,
+    );
+    expect(failed).toBeInstanceOf(RetryNoLaterThan);
+    expect((failed as RetryNoLaterThan).ms).toBeLessThanOrEqual(480_000);
+    expect(w.writes().filter((op) => op === "vms.renew")).toEqual(["vms.renew"]);
+    expect(w.emu.state.vms.get(vmId)?.expiresAt).toBe(w.clock.ms + 600_000);
+    expect(condition(sandbox(), "Ready")?.message).toContain("its VM is still renewed");
   });
 
   it("adopts the VM a crash left mid-replacement, and keeps it: the VM says which spec it was made for", async () => {
