@@ -48,8 +48,16 @@ interface Entry {
   accepted?: ServiceHandle;
 }
 
+/**
+ * How long a replaced client stays open: a call begun on it (a renewal through the client
+ * upkeep was given) ends rather than fails with "client closed".
+ */
+const RETIRE_AFTER_MS = 60_000;
+
 export class ConnectionPool {
   private readonly entries = new Map<string, Entry>();
+  /** Replaced clients waiting to be closed (RETIRE_AFTER_MS), and their timers. */
+  private readonly retiring = new Map<ServiceHandle, NodeJS.Timeout>();
 
   /** This process's share of each Connection's rate (sharded mode: 1 / the live replicas). */
   private rateShare = 1;
@@ -87,7 +95,7 @@ export class ConnectionPool {
     const existing = this.entries.get(key);
     if (existing?.fingerprint === fingerprint) {
       if (existing.accepted !== undefined && existing.handle.client.credentials() === "accepted") {
-        void existing.accepted.client.close();
+        this.retire(existing.accepted);
         delete existing.accepted;
       }
       return existing.handle;
@@ -96,11 +104,21 @@ export class ConnectionPool {
     const entry: Entry = { fingerprint, handle };
     if (existing) {
       const accepted = existing.handle.client.credentials() === "accepted" ? existing.handle : existing.accepted;
-      for (const old of [existing.handle, existing.accepted]) if (old !== undefined && old !== accepted) void old.client.close();
+      for (const old of [existing.handle, existing.accepted]) if (old !== undefined && old !== accepted) this.retire(old);
       if (accepted !== undefined) entry.accepted = accepted;
     }
     this.entries.set(key, entry);
     return handle;
+  }
+
+  /** Closes a replaced client once the calls begun on it have had time to end. */
+  private retire(handle: ServiceHandle): void {
+    const timer = setTimeout(() => {
+      this.retiring.delete(handle);
+      void handle.client.close();
+    }, RETIRE_AFTER_MS);
+    timer.unref();
+    this.retiring.set(handle, timer);
   }
 
   /**
@@ -132,7 +150,8 @@ export class ConnectionPool {
    * Connection: an edit its controller has not checked yet (sharded, a leader failover can make
    * that 20 s), a failed check (the usage endpoint down), its Secret gone. None of those must
    * cost a user their VM, and a renewal changes nothing the check is there to guard. Undefined
-   * if there is no client to be had (no Connection; no Secret and no client built before).
+   * if there is no client to be had (no Connection; no Secret and no client built before;
+   * credentials refused and none accepted before).
    */
   forUpkeep(namespace: string, connectionRef: { name?: string } | undefined): ServiceHandle | undefined {
     const connection = this.opts.connections.get(namespace, connectionRef?.name ?? DEFAULT_CONNECTION);
@@ -145,8 +164,10 @@ export class ConnectionPool {
     }
     // New credentials the token service refused (a rotation gone wrong): the ones it last
     // accepted keep the VMs alive until the Secret is fixed or the service refuses them too.
+    // With none, there is nothing to try: every attempt would be one more refused token request.
     if (handle.client.credentials() !== "refused") return handle;
-    return this.entries.get(handle.key)?.accepted ?? handle;
+    const accepted = this.entries.get(handle.key)?.accepted;
+    return accepted?.client.credentials() === "accepted" ? accepted : undefined;
   }
 
   /** The client of the Connection's spec and Secret; the one built before if they cannot make one. */
@@ -169,8 +190,11 @@ export class ConnectionPool {
   }
 
   async close(): Promise<void> {
-    await Promise.all([...this.entries.values()].flatMap((e) => [e.handle, e.accepted]).map((h) => h?.client.close()));
+    for (const timer of this.retiring.values()) clearTimeout(timer);
+    const all = [...this.entries.values()].flatMap((e) => [e.handle, e.accepted]).concat([...this.retiring.keys()]);
+    this.retiring.clear();
     this.entries.clear();
+    await Promise.all(all.map((h) => h?.client.close()));
   }
 
   private credentialsOf(connection: Connection): Credentials {

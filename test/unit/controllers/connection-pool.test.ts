@@ -1,0 +1,62 @@
+// The Connection pool's clients across a credentials rotation: upkeep (a VM's renewal) goes
+// through the client whose credentials the token service last accepted while the new ones are
+// refused, and a replaced client is not closed under a call begun on it.
+import { afterEach, beforeEach, describe, expect, it } from "vitest";
+import type { Connection } from "../../../src/api/index.js";
+import { NS, World } from "./helpers.js";
+
+let w: World;
+beforeEach(async () => {
+  w = await World.start();
+});
+afterEach(async () => {
+  await w.close();
+});
+
+const connection = () => w.get<Connection>("connections", "default");
+const rotate = (apiKey: string) =>
+  w.secrets.set({ metadata: { name: "creds", namespace: NS }, data: { apiKey: Buffer.from(apiKey).toString("base64") } });
+const currentKey = () => Buffer.from(w.secrets.get(NS, "creds")?.data?.["apiKey"] ?? "", "base64").toString("utf8");
+
+describe("ConnectionPool", () => {
+  it("serves upkeep through the client last accepted while the new credentials are refused, and drops it once new ones are accepted", async () => {
+    const good = currentKey();
+    const first = w.pool.forResource(NS, undefined);
+    await first.client.authenticate();
+    expect(first.client.credentials()).toBe("accepted");
+
+    rotate("a-mistyped-key");
+    const refused = w.pool.clientFor(connection());
+    expect(refused).not.toBe(first);
+    await expect(refused.client.authenticate()).rejects.toThrow(/credentials refused/);
+    expect(refused.client.credentials()).toBe("refused");
+    expect(w.pool.forUpkeep(NS, undefined)).toBe(first);
+    // Replaced, not closed: a call on it still goes through.
+    await expect(first.client.vms.listAll()).resolves.toEqual([]);
+
+    rotate(good); // fixed: a new client, whose credentials are accepted
+    const fixed = w.pool.clientFor(connection());
+    await fixed.client.authenticate();
+    expect(w.pool.clientFor(connection())).toBe(fixed);
+    expect(w.pool.forUpkeep(NS, undefined)).toBe(fixed);
+    // The first is let go, but not closed under a call begun on it (it closes a minute later).
+    await expect(first.client.vms.listAll()).resolves.toEqual([]);
+  });
+
+  it("has no client for upkeep when the credentials are refused and none were accepted before", async () => {
+    rotate("a-mistyped-key");
+    await expect(w.pool.clientFor(connection()).client.authenticate()).rejects.toThrow(/credentials refused/);
+    expect(w.pool.forUpkeep(NS, undefined)).toBeUndefined();
+  });
+
+  it("closes every client of a Connection it forgets, the one kept for upkeep too", async () => {
+    const first = w.pool.forResource(NS, undefined);
+    await first.client.authenticate();
+    rotate("a-mistyped-key");
+    const refused = w.pool.clientFor(connection());
+    await expect(refused.client.authenticate()).rejects.toThrow();
+    w.pool.forget(NS, "default");
+    await expect(first.client.vms.listAll()).rejects.toThrow(/service client closed/);
+    await expect(refused.client.vms.listAll()).rejects.toThrow(/service client closed/);
+  });
+});
