@@ -16,6 +16,7 @@ import { notReportedYet, troubleOf } from "../managed/conditions.js";
 import { NotReadyError } from "../managed/errors.js";
 import type { ActionResult, ConnectionDetails, ExternalClient, Observation, Planned } from "../managed/external.js";
 import { managementOf } from "../managed/management-policies.js";
+import { RetryNoLaterThan } from "../runtime/controller.js";
 import type { Informer } from "../runtime/informer.js";
 import type { Metrics } from "../runtime/metrics.js";
 import { formatTime } from "../runtime/status.js";
@@ -181,6 +182,17 @@ export function allocationHash(cr: Sandbox, req: AllocateVMRequest): string {
     .slice(0, 16);
 }
 
+/**
+ * A renewal that failed is retried well before the VM runs out, however far the work queue's
+ * backoff has grown (it grows through a long outage, or a wait for the Connection): at most a
+ * quarter of the time the VM has left, at least a second, on the priority lane. A VM that ran
+ * out is past helping: its error backs off as any other.
+ */
+function retryWhileAlive(err: unknown, vm: AgentVM, now: number): unknown {
+  const left = (Date.parse(vm.expires_at ?? "") || now) - now;
+  return left > 0 ? new RetryNoLaterThan(err, Math.max(1_000, Math.floor(left / 4)), true) : err;
+}
+
 /** The allocationHash desiredAllocation put in the request's metadata (not computed twice). */
 function hashOf(request: AllocateVMRequest): string | undefined {
   return request.metadata?.[CONFIG_HASH_KEY];
@@ -205,7 +217,7 @@ class SandboxClient implements ExternalClient<Sandbox, SandboxPlan> {
     const keepAlive = cr.spec.keepAlive ?? true;
     const id = sandboxExternalId(cr);
     if (!keepAlive && cr.status?.state === "expired" && id !== undefined) {
-      return { exists: true, upToDate: true, notReady: expiredCondition(id), status: { state: "expired" } };
+      return { exists: true, upToDate: true, notReady: expiredCondition(id), status: { state: "expired" }, keptAlive: false };
     }
     const named = await findOwn(cr, id, {
       inventory: this.handle.vms,
@@ -217,7 +229,7 @@ class SandboxClient implements ExternalClient<Sandbox, SandboxPlan> {
     if (named.found === undefined) {
       if (id !== undefined && !keepAlive) {
         // It ran out and the user asked us not to keep it: report, do not replace.
-        return { exists: true, upToDate: true, notReady: expiredCondition(id), status: { state: "expired" } };
+        return { exists: true, upToDate: true, notReady: expiredCondition(id), status: { state: "expired" }, keptAlive: false };
       }
       return { exists: false, upToDate: false };
     }
@@ -249,6 +261,7 @@ class SandboxClient implements ExternalClient<Sandbox, SandboxPlan> {
     return {
       exists: true,
       upToDate,
+      keptAlive: keepAlive,
       differences: renewal.action === "replace" ? [renewal.why] : [],
       status: {
         ...statusOf(found),
@@ -379,7 +392,7 @@ class SandboxClient implements ExternalClient<Sandbox, SandboxPlan> {
         event: null,
       };
     } catch (err) {
-      if (!isNotFound(err)) throw err;
+      if (!isNotFound(err)) throw retryWhileAlive(err, current, this.deps.now().getTime());
       // Gone between the snapshot and the renewal: replace it now rather than on the next pass
       // (not while paused: the replacement waits for the resume).
       this.handle.vms.remove(current.id);

@@ -1,6 +1,7 @@
 // How a reconcile can fail, as the generic reconciler sees it. Kind clients throw these (or
 // let ServiceErrors through); the reconciler turns them into conditions, events and requeues.
 import { errorMessage } from "../lib/errors.js";
+import { RetryNoLaterThan } from "../runtime/controller.js";
 import { ServiceError, refusalOf } from "../service/index.js";
 
 /**
@@ -43,6 +44,8 @@ export type Failure =
 
 /** Sorts any thrown value into what the user should see and whether retrying can help. */
 export function classify(err: unknown): Failure {
+  // Says when to retry, not what went wrong: the cause does.
+  if (err instanceof RetryNoLaterThan) return classify(err.cause);
   if (err instanceof NotReadyError) {
     return { kind: "notReady", reason: err.reason, message: err.message, dependencyProgressing: err.dependencyProgressing };
   }

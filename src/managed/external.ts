@@ -31,6 +31,12 @@ export interface Observation<Status, Plan = unknown> {
   differences?: string[];
   /** The object exists but cannot be used and the operator will not fix it (e.g. an expired VM with keepAlive false). */
   notReady?: { reason: string; message: string };
+  /**
+   * For kinds with upkeep: the object is one the client keeps alive (a VM renewed before it
+   * runs out; not one with keepAlive false, nor one that ran out). Default: `exists`. What a
+   * resource that cannot be reconciled says it still does.
+   */
+  keptAlive?: boolean;
   /** Come back sooner than the sync period (e.g. the next TTL renewal), on the priority lane if `priority`. */
   requeueAfterMs?: number;
   priority?: boolean;

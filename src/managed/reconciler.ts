@@ -256,6 +256,7 @@ export class ManagedReconciler<R extends ManagedResource, Plan = unknown> implem
       this.waitingSince.delete(cr.metadata.uid);
     }
     const message = withPollNote(cr, failure.message) + upkeepNote(kept);
+    if (kept?.trouble !== undefined) logTrouble(ctx, kept.trouble);
     await this.writeStatus(cr, kept?.status ?? {}, kstatusConditions({ state: stalled ? "stalled" : "reconciling", reason: failure.reason, message }));
     if (previousReady?.reason !== failure.reason) {
       this.opts.events.warning(cr, failure.reason, failure.message);
@@ -273,8 +274,7 @@ export class ManagedReconciler<R extends ManagedResource, Plan = unknown> implem
     }
     // Transient: rethrow so the queue backs off per object and the error is counted and logged,
     // but comes back no later than the upkeep due meanwhile (the next renewal).
-    const error = err instanceof Error ? err : new Error(failure.message);
-    throw kept?.next !== undefined ? new RetryNoLaterThan(error, kept.next.ms, kept.next.priority) : error;
+    throw noLaterThanUpkeep(err instanceof Error ? err : new Error(failure.message), kept);
   }
 
   /**
@@ -296,14 +296,15 @@ export class ManagedReconciler<R extends ManagedResource, Plan = unknown> implem
     const trouble = kept?.trouble;
     // Ready=True only while nothing waits to be applied: it was Ready for this very generation.
     const inSync = !deleting && previousReady?.status === "True" && previousReady.observedGeneration === cr.metadata.generation;
-    const upkeep = this.opts.needsUpkeep ? " (its VM is still renewed)" : "";
+    const upkeep = kept?.keeping || trouble?.exists ? " (its VM is still renewed)" : "";
     const waiting = deleting ? "; deletion waits, with the finalizer kept, until" : "; changes made meanwhile are applied when";
-    const problem = trouble ? `; cannot keep it alive: ${trouble.failure.reason}: ${trouble.failure.message}` : "";
+    const problem = trouble?.exists ? `; cannot keep it alive: ${trouble.failure.reason}: ${trouble.failure.message}` : "";
     const message = `paused by the annotation ${Annotations.paused}: "true": the operator makes no change in the service${upkeep}${waiting} the annotation is removed${problem}`;
     await this.writeStatus(cr, kept?.status ?? {}, pausedConditions({ inSync, message, keepStalled: stalledAtThisGeneration(cr) !== undefined }));
     if (trouble !== undefined) {
-      if (trouble.failure.kind === "transient") throw trouble.err instanceof Error ? trouble.err : new Error(trouble.failure.message);
-      return afterBackoff();
+      logTrouble(ctx, trouble);
+      if (trouble.failure.kind === "transient") throw noLaterThanUpkeep(trouble.err instanceof Error ? trouble.err : new Error(trouble.failure.message), kept);
+      return afterBackoff(kept?.next);
     }
     return kept?.next !== undefined ? { requeueAfterMs: kept.next.ms, priority: kept.next.priority } : undefined;
   }
@@ -322,7 +323,9 @@ export class ManagedReconciler<R extends ManagedResource, Plan = unknown> implem
       if (external === undefined) return undefined;
       return await this.keepAlive(cr, external, await external.observe(cr));
     } catch (err) {
-      return { exists: true, status: {}, trouble: { failure: classify(err), err } };
+      // Nothing says when the object runs out: look again soon if there is one.
+      const exists = this.opts.externalId(cr) !== undefined;
+      return { keeping: false, status: {}, trouble: { exists, failure: classify(err), err }, ...(exists && { next: { ms: UPKEEP_RETRY_MS, priority: true } }) };
     }
   }
 
@@ -339,12 +342,14 @@ export class ManagedReconciler<R extends ManagedResource, Plan = unknown> implem
       const scheduled = action !== undefined ? action.requeueAfterMs : observed.requeueAfterMs;
       const priority = (action !== undefined ? action.priority : observed.priority) ?? false;
       return {
-        exists: observed.exists,
+        keeping: observed.keptAlive ?? observed.exists,
         status: { ...observed.status, ...action?.status } as Partial<StatusOf<R>>,
         ...(scheduled !== undefined && { next: { ms: Math.max(1, scheduled), priority } }),
       };
     } catch (err) {
-      return { exists: observed.exists, status: {}, trouble: { failure: classify(err), err } };
+      // The client says when to try again (a renewal: well before the VM runs out), or soon.
+      const next = err instanceof RetryNoLaterThan ? { ms: err.ms, priority: err.priority } : { ms: UPKEEP_RETRY_MS, priority: true };
+      return { keeping: false, status: {}, trouble: { exists: observed.exists, failure: classify(err), err }, ...(observed.exists && { next }) };
     }
   }
 
@@ -438,12 +443,20 @@ export class ManagedReconciler<R extends ManagedResource, Plan = unknown> implem
 
 /** What upkeep alone did: the status to report, when it is due next, or why it could not. */
 interface Upkeep<S> {
-  /** There is a service object to keep alive. */
-  exists: boolean;
+  /** There is a service object the client keeps alive (a VM renewed before it runs out). */
+  keeping: boolean;
   status: Partial<S>;
+  /** When to come back at the latest: the next renewal, or a retry of a failed one. */
   next?: { ms: number; priority: boolean };
-  trouble?: { failure: Failure; err: unknown };
+  /** The upkeep failed; `exists`: on a service object that is there to keep. */
+  trouble?: { exists: boolean; failure: Failure; err: unknown };
 }
+
+/**
+ * How soon upkeep that failed is tried again when its client says nothing about when: inside
+ * the shortest default renewal window (30 s) twice over, whatever the work queue's backoff.
+ */
+const UPKEEP_RETRY_MS = 10_000;
 
 /** Come back after `ms`, or for the upkeep due sooner (a renewal, on its lane). */
 function soonest(ms: number, kept: Upkeep<unknown> | undefined): Result {
@@ -451,10 +464,21 @@ function soonest(ms: number, kept: Upkeep<unknown> | undefined): Result {
   return next !== undefined && next.ms < ms ? { requeueAfterMs: next.ms, priority: next.priority } : { requeueAfterMs: ms };
 }
 
+/** An error to rethrow: retried with backoff, but no later than the upkeep due meanwhile. */
+function noLaterThanUpkeep(error: Error, kept: Upkeep<unknown> | undefined): Error {
+  return kept?.next !== undefined ? new RetryNoLaterThan(error, kept.next.ms, kept.next.priority) : error;
+}
+
+/** Upkeep that failed on an object there to keep is news: the VM may run out over it. */
+function logTrouble(ctx: ReconcileContext, trouble: NonNullable<Upkeep<unknown>["trouble"]>): void {
+  if (trouble.exists) ctx.log.warn({ reason: trouble.failure.reason }, `cannot keep the service object alive: ${trouble.failure.message}`);
+}
+
 /** What a resource that cannot be reconciled says of its upkeep (its VM still renewed, or why not). */
 function upkeepNote(kept: Upkeep<unknown> | undefined): string {
-  if (kept?.trouble !== undefined) return `; cannot keep its VM alive meanwhile: ${kept.trouble.failure.reason}: ${kept.trouble.failure.message}`;
-  return kept?.exists ? "; its VM is still renewed meanwhile" : "";
+  const trouble = kept?.trouble;
+  if (trouble !== undefined) return trouble.exists ? `; cannot keep its VM alive meanwhile: ${trouble.failure.reason}: ${trouble.failure.message}` : "";
+  return kept?.keeping ? "; its VM is still renewed meanwhile" : "";
 }
 
 class AdoptionTargetMissing extends Error {

@@ -71,6 +71,26 @@ describe("Sandbox", () => {
     expect(Date.parse(sandbox().status?.expiresAt ?? "")).toBe(w.clock.ms + 600_000);
   });
 
+  it("retries a renewal the service failed no later than a quarter of the time the VM has left", async () => {
+    apply({});
+    await w.reconcile(kind(), "sb");
+    const vmId = sandbox().status?.vmId as string;
+    w.emu.injectFault({
+      method: "POST",
+      path: `/compute/v1/vms/${vmId}/renew`,
+      times: 1_000,
+      action: { status: 503, body: { code: 503, error_code: "unavailable", message: "try again" } },
+    });
+    w.advance(481_000); // due; 119 s left
+    const failed: unknown = await w.reconcile(kind(), "sb").then(
+      () => undefined,
+      (err: unknown) => err,
+    );
+    expect(failed).toBeInstanceOf(RetryNoLaterThan);
+    expect(failed).toMatchObject({ ms: 29_750, priority: true });
+    expect(condition(sandbox(), "Ready")).toMatchObject({ status: "False", reason: "ServiceUnavailable" });
+  });
+
   it("replaces the VM when the tier changes: the new one first, then the old one released", async () => {
     apply({});
     await w.reconcile(kind(), "sb");
@@ -387,7 +407,34 @@ describe("a Sandbox whose Connection cannot be used", () => {
     expect(w.writes()).toEqual(["vms.renew"]);
     expect(w.emu.state.vms.get(vmId)?.expiresAt).toBe(w.clock.ms + 600_000);
     expect(condition(sandbox(), "Ready")?.message).toContain("its VM is still renewed");
-    expect(condition(sandbox(), "Ready")?.message).not.toContain("a-mistyped-key");
+  });
+
+  it("retries a renewal that failed well before the VM runs out, however long the wait for the Connection has backed off", async () => {
+    apply({});
+    await w.reconcile(kind(), "sb");
+    const vmId = sandbox().status?.vmId as string;
+    connectionFailing();
+    w.emu.injectFault({
+      method: "POST",
+      path: `/compute/v1/vms/${vmId}/renew`,
+      times: 1_000,
+      action: { status: 503, body: { code: 503, error_code: "unavailable", message: "try again" } },
+    });
+    w.advance(481_000); // due; 119 s left
+    const result = await w.reconcile(kind(), "sb");
+    expect(condition(sandbox(), "Ready")?.message).toMatch(/cannot keep its VM alive meanwhile: ServiceUnavailable/);
+    // A quarter of what the VM has left, on the priority lane; the backoff may be far longer by now.
+    expect(result).toEqual({ requeue: true, requeueNoLaterThanMs: 29_750, priority: true });
+    expect(w.emu.state.vms.get(vmId)?.state).toBe("allocated");
+  });
+
+  it("says nothing of renewals for a VM it does not keep alive (keepAlive false)", async () => {
+    apply({ keepAlive: false });
+    await w.reconcile(kind(), "sb");
+    connectionFailing();
+    await w.reconcile(kind(), "sb");
+    expect(condition(sandbox(), "Ready")).toMatchObject({ status: "False", reason: "ConnectionNotReady" });
+    expect(condition(sandbox(), "Ready")?.message).not.toContain("renewed");
   });
 
   it("allocates nothing for a Sandbox without a VM", async () => {
