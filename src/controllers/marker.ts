@@ -67,7 +67,15 @@ export async function findOwn<T extends Dated & { id: string }>(
     return { found: keep, leftovers: candidates.filter((o) => o !== keep).map((o) => o.id) };
   };
 
-  await inventory.ensureFresh();
+  // A list that cannot be read (a service struggling with thousands of objects) must not stop
+  // the upkeep of the one status names: that one is asked for by itself below.
+  const listed = await inventory.ensureFresh().then(
+    () => true,
+    (err: unknown) => {
+      if (id === undefined) throw err;
+      return false;
+    },
+  );
   const uid = cr.metadata.uid;
   // A resource moved in from another owner (sharding) is looked up by marker, or missed, only
   // on a snapshot read since: its previous owner may have created the object just before it let go.
@@ -77,7 +85,7 @@ export async function findOwn<T extends Dated & { id: string }>(
   }
   let cached = inventory.get(id);
   if (cached === undefined && (await inventory.readSinceArrival(uid))) cached = inventory.get(id);
-  if (usable(cached) && !staleFor(cr, inventory, id)) return keeping(cached);
+  if (listed && usable(cached) && !staleFor(cr, inventory, id)) return keeping(cached);
   try {
     const got = await opts.get(id);
     inventory.put(got);

@@ -213,9 +213,15 @@ class SandboxClient implements ExternalClient<Sandbox, SandboxPlan> {
   ) {}
 
   async observe(cr: Sandbox): Promise<Observation<SandboxStatus, SandboxPlan>> {
-    if ((cr.spec.skills ?? []).length > 0) await this.handle.skills.ensureFresh();
     const keepAlive = cr.spec.keepAlive ?? true;
     const id = sandboxExternalId(cr);
+    if ((cr.spec.skills ?? []).length > 0) {
+      // Only for what a new VM would load (is an unmanaged skill in the service?). A VM that
+      // runs is renewed on the last snapshot rather than lost to a registry that cannot be read.
+      await this.handle.skills.ensureFresh().catch((err: unknown) => {
+        if (id === undefined) throw err;
+      });
+    }
     if (!keepAlive && cr.status?.state === "expired" && id !== undefined) {
       return { exists: true, upToDate: true, notReady: expiredCondition(id), status: { state: "expired" }, keptAlive: false };
     }

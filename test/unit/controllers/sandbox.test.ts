@@ -91,6 +91,43 @@ describe("Sandbox", () => {
     expect(condition(sandbox(), "Ready")).toMatchObject({ status: "False", reason: "ServiceUnavailable" });
   });
 
+  it("renews its VM while the service's list of skills cannot be read", async () => {
+    w.emu.state.createSkill({ name: "shared", content: "# made outside the cluster" });
+    apply({ skills: ["shared"] });
+    await w.reconcile(kind(), "sb");
+    const vmId = sandbox().status?.vmId as string;
+    w.emu.injectFault({
+      method: "GET",
+      path: "/compute/v1/skills",
+      times: 1_000,
+      action: { status: 503, body: { code: 503, error_code: "unavailable", message: "try again" } },
+    });
+    w.advance(481_000); // due
+    w.handle().skills.invalidate(); // and the skills snapshot is past the sync period
+    w.calls();
+    await w.reconcile(kind(), "sb");
+    expect(w.writes()).toEqual(["vms.renew"]);
+    expect(w.emu.state.vms.get(vmId)?.expiresAt).toBe(w.clock.ms + 600_000);
+  });
+
+  it("renews its VM, looked up by its id, while the service's list of VMs cannot be read", async () => {
+    apply({});
+    await w.reconcile(kind(), "sb");
+    const vmId = sandbox().status?.vmId as string;
+    w.emu.injectFault({
+      method: "GET",
+      path: "/compute/v1/vms",
+      times: 1_000,
+      action: { status: 503, body: { code: 503, error_code: "unavailable", message: "try again" } },
+    });
+    w.advance(481_000); // due
+    resync(); // and the snapshot is past the sync period
+    w.calls();
+    await w.reconcile(kind(), "sb");
+    expect(w.writes()).toEqual(["vms.renew"]);
+    expect(w.emu.state.vms.get(vmId)?.expiresAt).toBe(w.clock.ms + 600_000);
+  });
+
   it("replaces the VM when the tier changes: the new one first, then the old one released", async () => {
     apply({});
     await w.reconcile(kind(), "sb");
