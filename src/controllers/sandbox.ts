@@ -54,6 +54,21 @@ export function renewBeforeSeconds(cr: Sandbox): number {
 }
 
 /**
+ * When `vm`'s renewal is due: renewBeforeSeconds before it runs out, less a jitter of up to
+ * 10 % of that window, so thousands of VMs allocated together do not renew in the same second.
+ * The jitter comes from the VM's id and expiry (to the second: the list and the write answers
+ * differ in precision), not from Math.random: every pass must compute the same time, or a pass
+ * woken for a renewal drew another and found it not due (and came back 1 ms later, over and
+ * over, until the unjittered time).
+ */
+export function renewAtOf(cr: Sandbox, vm: Pick<AgentVM, "id" | "expires_at">, now: number): number {
+  const expiresAt = Date.parse(vm.expires_at ?? "") || now;
+  const windowMs = renewBeforeSeconds(cr) * 1000;
+  const seed = createHash("sha1").update(`${vm.id}@${Math.floor(expiresAt / 1000)}`).digest();
+  return expiresAt - windowMs - Math.floor((seed.readUInt32BE(0) / 0x1_0000_0000) * (windowMs / 10));
+}
+
+/**
  * Seconds between two renewals of a VM kept alive (a renewal lands up to 10 % of
  * renewBeforeSeconds earlier, the jitter); 0 for one that is not renewed (keepAlive false, or
  * management policies without Create and Update).
@@ -244,7 +259,7 @@ class SandboxClient implements ExternalClient<Sandbox, SandboxPlan> {
     const { found, leftovers } = this.replacementMadeAlready(cr, named.found, named.leftovers, hash);
     const now = this.deps.now().getTime();
     const expiresAt = Date.parse(found.expires_at ?? "") || now;
-    const renewAt = expiresAt - renewBeforeSeconds(cr) * 1000;
+    const renewAt = renewAtOf(cr, found, now);
     const renewal = renewalOf(cr, found, { now, renewAt, request, hash });
     // Moved in from another owner (sharding), which may have replaced the VM just before it let
     // go, status unwritten: a replacement is planned on a snapshot read since, or it would be a second.
@@ -252,10 +267,7 @@ class SandboxClient implements ExternalClient<Sandbox, SandboxPlan> {
     // in between and leave this check passing on a plan made on the older snapshot: keep it so.
     if (renewal.action === "replace" && (await this.handle.vms.readSinceArrival(cr.metadata.uid))) return this.observe(cr);
     const upToDate = renewal.action === "none";
-    // Jitter the renewal earlier (never later) by up to 10 % of the window, so thousands of
-    // VMs allocated together do not renew in the same second.
-    const jitterMs = Math.random() * renewBeforeSeconds(cr) * 100;
-    const nextAt = keepAlive ? renewAt - jitterMs : expiresAt + 1000;
+    const nextAt = keepAlive ? renewAt : expiresAt + 1000;
     const sameVM = cr.status?.vmId === found.id;
     // A VM adopted (after a lost status write) says which spec it was made for, if we made it.
     const configHash = (sameVM ? undefined : madeFor(cr, found, CONFIG_HASH_KEY)) ?? cr.status?.configHash ?? hash;
@@ -370,8 +382,7 @@ class SandboxClient implements ExternalClient<Sandbox, SandboxPlan> {
     const vm = observed.plan?.vm;
     if (!observed.exists || observed.notReady !== undefined || vm === undefined || !(cr.spec.keepAlive ?? true)) return undefined;
     const now = this.deps.now().getTime();
-    const expiresAt = Date.parse(vm.expires_at ?? "") || now;
-    if (now < expiresAt - renewBeforeSeconds(cr) * 1000) return undefined; // observe scheduled the renewal
+    if (now < renewAtOf(cr, vm, now)) return undefined; // observe scheduled the renewal
     return this.renew(cr, vm, { replaceIfGone: false });
   }
 
@@ -385,13 +396,13 @@ class SandboxClient implements ExternalClient<Sandbox, SandboxPlan> {
       this.handle.vms.put(vm);
       const tally: Tally = { vmId: current.id, renewals: before.renewals + 1, lastRenewedAt: formatTime(now) };
       this.deps.tallies.set(cr.metadata.uid, tally);
-      const dueAt = (Date.parse(current.expires_at ?? "") || now.getTime()) - renewBeforeSeconds(cr) * 1000;
+      const dueAt = renewAtOf(cr, current, now.getTime());
       this.deps.metrics?.sandboxRenewals.inc();
       this.deps.metrics?.sandboxRenewalLateness.observe(Math.max(0, now.getTime() - dueAt) / 1000);
       return {
         // No write unless a report is due: the renewal is in memory and in the metrics.
         status: { state: vm.state, ...this.report(cr, vm, tally, now.getTime()) },
-        requeueAfterMs: Math.max(0, expiresAt - renewBeforeSeconds(cr) * 1000 - now.getTime()),
+        requeueAfterMs: Math.max(0, renewAtOf(cr, vm, now.getTime()) - now.getTime()),
         priority: true,
         // Routine: status.renewals and lastRenewedAt tell it. An Event per renewal was 2,000
         // Sandboxes x 2 a minute, all of the Event rate limit, and warnings were dropped.
@@ -496,7 +507,7 @@ class SandboxClient implements ExternalClient<Sandbox, SandboxPlan> {
         ...this.cadence(cr),
       },
       connectionDetails: detailsOf(vm),
-      requeueAfterMs: Math.max(0, expiresAt - renewBeforeSeconds(cr) * 1000 - now.getTime()),
+      requeueAfterMs: Math.max(0, renewAtOf(cr, { id: vm.vm_id, expires_at: formatTime(new Date(expiresAt)) }, now.getTime()) - now.getTime()),
       priority: true,
     };
   }

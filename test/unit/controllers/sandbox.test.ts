@@ -27,8 +27,12 @@ const resync = () => w.handle().vms.invalidate();
 describe("Sandbox", () => {
   it("allocates one VM and comes back, on the priority lane, when the renewal is due", async () => {
     apply({});
-    // ttl 600 s, renewBefore a fifth of it: due 480 s after the allocation.
-    expect(await w.reconcile(kind(), "sb")).toEqual({ requeueAfterMs: 480_000, priority: true });
+    // ttl 600 s, renewBefore a fifth of it: due 480 s after the allocation, less a jitter of
+    // up to a tenth of the 120 s window.
+    const result = await w.reconcile(kind(), "sb");
+    expect(result).toMatchObject({ priority: true });
+    expect((result as { requeueAfterMs: number }).requeueAfterMs).toBeGreaterThan(468_000);
+    expect((result as { requeueAfterMs: number }).requeueAfterMs).toBeLessThanOrEqual(480_000);
     expect(w.writes()).toEqual(["vms.allocate"]);
     const vmId = sandbox().status?.vmId as string;
     expect(live(vmId)).toBe(true);
@@ -126,6 +130,20 @@ describe("Sandbox", () => {
     await w.reconcile(kind(), "sb");
     expect(w.writes()).toEqual(["vms.renew"]);
     expect(w.emu.state.vms.get(vmId)?.expiresAt).toBe(w.clock.ms + 600_000);
+  });
+
+  it("finds the renewal due when it wakes at the time it asked for, whichever pass asked", async () => {
+    apply({});
+    await w.reconcile(kind(), "sb");
+    w.advance(60_000);
+    // A pass that only observes (a resync) asks to come back for the renewal...
+    const { requeueAfterMs } = (await w.reconcile(kind(), "sb")) as { requeueAfterMs: number };
+    w.calls();
+    w.advance(requeueAfterMs);
+    // ...and then renews, rather than finding it not due yet and asking again a moment later.
+    const after = (await w.reconcile(kind(), "sb")) as { requeueAfterMs: number };
+    expect(w.writes()).toEqual(["vms.renew"]);
+    expect(after.requeueAfterMs).toBeGreaterThan(400_000);
   });
 
   it("replaces the VM when the tier changes: the new one first, then the old one released", async () => {
@@ -404,7 +422,9 @@ describe("a Sandbox whose Connection cannot be used", () => {
     expect(condition(sandbox(), "Ready")).toMatchObject({ status: "False", reason: "ConnectionNotReady" });
     expect(condition(sandbox(), "Ready")?.message).toContain("its VM is still renewed");
     // Waiting for the Connection backs off, but never past the next renewal.
-    expect(result).toMatchObject({ requeue: true, requeueNoLaterThanMs: 480_000, priority: true });
+    expect(result).toMatchObject({ requeue: true, priority: true });
+    expect((result as { requeueNoLaterThanMs: number }).requeueNoLaterThanMs).toBeGreaterThan(468_000);
+    expect((result as { requeueNoLaterThanMs: number }).requeueNoLaterThanMs).toBeLessThanOrEqual(480_000);
 
     // Checked: the replacement the spec asks for goes ahead.
     w.setStatus("connections", "default", { observedGeneration: 2 });
