@@ -50,9 +50,10 @@ interface Entry {
 
 /**
  * How long a replaced client stays open: a call begun on it (a renewal through the client
- * upkeep was given) ends rather than fails with "client closed".
+ * upkeep was given) ends rather than fails with "client closed". One call may take 4 attempts
+ * of the 30 s timeout and up to 30 s between them (DEFAULTS), and wait for the rate limiter.
  */
-const RETIRE_AFTER_MS = 60_000;
+const RETIRE_AFTER_MS = 5 * 60_000;
 
 export class ConnectionPool {
   private readonly entries = new Map<string, Entry>();

@@ -79,6 +79,8 @@ export interface ManagedKind<R extends ManagedResource, Plan> {
    * Update, the Connection not Ready.
    */
   needsUpkeep?: boolean;
+  /** With `needsUpkeep`: the resource names an object its upkeep keeps alive (ManagedReconcilerOptions.keepsAlive). */
+  keepsAlive?(cr: R): boolean;
   /** The client for the resources of one Connection. It holds nothing between calls. */
   client(handle: ServiceHandle): ExternalClient<R, Plan>;
   /** Indices, and watches of what the kind depends on (beyond itself and its Connection). */
@@ -200,6 +202,7 @@ export function setupManagedKind<R extends ManagedResource, Plan>(
       syncPeriodMs: ctx.options.syncPeriodMs,
       secrets: kind.connectionSecret ? ctx.secretWriter : undefined,
       needsUpkeep: kind.needsUpkeep ?? false,
+      ...(kind.keepsAlive && { keepsAlive: (cr: R) => kind.keepsAlive?.(cr) ?? false }),
       resourceMetrics,
     }),
   });

@@ -13,7 +13,7 @@ import { createHash } from "node:crypto";
 import { Annotations, CONFIG_HASH_KEY, ConditionType, MARKER_KEY, kindNames } from "../api/names.js";
 import type { Sandbox, SandboxStatus, Skill } from "../api/index.js";
 import { notReportedYet, troubleOf } from "../managed/conditions.js";
-import { NotReadyError } from "../managed/errors.js";
+import { NotReadyError, StalledError } from "../managed/errors.js";
 import type { ActionResult, ConnectionDetails, ExternalClient, Observation, Planned } from "../managed/external.js";
 import { managementOf } from "../managed/management-policies.js";
 import { RetryNoLaterThan } from "../runtime/controller.js";
@@ -98,6 +98,7 @@ export function sandboxes(ctx: KindContext): ManagedKind<Sandbox, SandboxPlan> {
     connectionSecret: true,
     // Pausing must not lose a VM: a paused Sandbox is still renewed.
     needsUpkeep: true,
+    keepsAlive: (cr) => (cr.spec.keepAlive ?? true) && sandboxExternalId(cr) !== undefined && cr.status?.state !== "expired",
     client: (handle) => new SandboxClient(handle, deps),
     watches(controller, own) {
       const loading = referrers(own, "skill", (sb) => sb.spec.skills ?? []);
@@ -203,8 +204,8 @@ export function allocationHash(cr: Sandbox, req: AllocateVMRequest): string {
  * quarter of the time the VM has left, at least a second, on the priority lane. A VM that ran
  * out is past helping: its error backs off as any other.
  */
-function retryWhileAlive(err: unknown, vm: AgentVM, now: number): unknown {
-  const left = (Date.parse(vm.expires_at ?? "") || now) - now;
+function retryWhileAlive(err: unknown, expiresAt: number, now: number): unknown {
+  const left = expiresAt - now;
   return left > 0 ? new RetryNoLaterThan(err, Math.max(1_000, Math.floor(left / 4)), true) : err;
 }
 
@@ -228,6 +229,28 @@ class SandboxClient implements ExternalClient<Sandbox, SandboxPlan> {
   ) {}
 
   async observe(cr: Sandbox): Promise<Observation<SandboxStatus, SandboxPlan>> {
+    try {
+      return await this.look(cr);
+    } catch (err) {
+      // A read that failed (the service struggling) must not leave a running VM to the work
+      // queue's backoff, which may have grown past its expiry: retry before it runs out.
+      if (err instanceof NotReadyError || err instanceof StalledError || !(cr.spec.keepAlive ?? true)) throw err;
+      throw retryWhileAlive(err, this.expiryOf(cr), this.deps.now().getTime());
+    }
+  }
+
+  /**
+   * When the VM status names runs out, as far as this process knows: status's `expiresAt`, or
+   * later by a renewal made since and not reported yet (status is written only every few minutes).
+   */
+  private expiryOf(cr: Sandbox): number {
+    const said = Date.parse(cr.status?.expiresAt ?? "");
+    const tally = this.deps.tallies.get(cr.metadata.uid);
+    const renewed = tally?.vmId === cr.status?.vmId ? Date.parse(tally?.lastRenewedAt ?? "") + ttlSeconds(cr) * 1000 : NaN;
+    return Math.max(Number.isFinite(said) ? said : -Infinity, Number.isFinite(renewed) ? renewed : -Infinity);
+  }
+
+  private async look(cr: Sandbox): Promise<Observation<SandboxStatus, SandboxPlan>> {
     const keepAlive = cr.spec.keepAlive ?? true;
     const id = sandboxExternalId(cr);
     if ((cr.spec.skills ?? []).length > 0) {
@@ -265,7 +288,7 @@ class SandboxClient implements ExternalClient<Sandbox, SandboxPlan> {
     // go, status unwritten: a replacement is planned on a snapshot read since, or it would be a second.
     // Nothing from findOwn's last look at the snapshot to here awaits I/O, so no read can land
     // in between and leave this check passing on a plan made on the older snapshot: keep it so.
-    if (renewal.action === "replace" && (await this.handle.vms.readSinceArrival(cr.metadata.uid))) return this.observe(cr);
+    if (renewal.action === "replace" && (await this.handle.vms.readSinceArrival(cr.metadata.uid))) return this.look(cr);
     const upToDate = renewal.action === "none";
     const nextAt = keepAlive ? renewAt : expiresAt + 1000;
     const sameVM = cr.status?.vmId === found.id;
@@ -409,11 +432,13 @@ class SandboxClient implements ExternalClient<Sandbox, SandboxPlan> {
         event: null,
       };
     } catch (err) {
-      if (!isNotFound(err)) throw retryWhileAlive(err, current, this.deps.now().getTime());
+      if (!isNotFound(err)) throw retryWhileAlive(err, Date.parse(current.expires_at ?? ""), this.deps.now().getTime());
       // Gone between the snapshot and the renewal: replace it now rather than on the next pass
       // (not while paused: the replacement waits for the resume).
       this.handle.vms.remove(current.id);
-      if (!opts.replaceIfGone) return { event: null };
+      // Not replaced now (paused, or no client for changes): the next pass, at once, finds it
+      // gone and says so, rather than keep saying it is renewed.
+      if (!opts.replaceIfGone) return { event: null, requeueAfterMs: 0, priority: true };
       // Released by a previous process (or owner, sharding) that had allocated its replacement
       // and died before status said so: observe again now and adopt that one rather than
       // allocate a third. The read waits only for a Sandbox that moved in since the last one.

@@ -59,10 +59,17 @@ export interface ManagedReconcilerOptions<R extends ManagedResource, Plan = unkn
   secrets?: ConnectionSecretWriter;
   /**
    * The kind's service objects die unless written to (a Sandbox's VM and its TTL): when nothing
-   * else may be done (paused, no Update, the Connection not Ready), the resource is still
-   * observed and its client's `upkeep` keeps it alive (renewals only).
+   * else may be done (paused, no Update, the Connection not Ready, a refused spec, a change that
+   * failed), the resource is still observed and its client's `upkeep` keeps it alive (renewals
+   * only).
    */
   needsUpkeep?: boolean;
+  /**
+   * With `needsUpkeep`: whether the resource names a service object its upkeep keeps alive (a
+   * Sandbox's VM with keepAlive, not reported expired), for when it cannot be observed.
+   * Default: it has an external id.
+   */
+  keepsAlive?(cr: R): boolean;
   /** Per-resource metrics (drift_seconds): told of each drift put back and each success. */
   resourceMetrics?: ResourceMetricsRecorder;
   now?: () => Date;
@@ -194,7 +201,14 @@ export class ManagedReconciler<R extends ManagedResource, Plan = unknown> implem
       }
       const details = { ...observed.connectionDetails, ...action?.connectionDetails };
       if (this.opts.secrets && Object.keys(details).length > 0) {
-        await this.opts.secrets.ensure(cr, this.opts.kind.kind, details);
+        try {
+          await this.opts.secrets.ensure(cr, this.opts.kind.kind, details);
+        } catch (err) {
+          // The service side is done (a renewal, an allocation): status still says so, and what
+          // it needs next (the renewal) does not wait out the Secret's backoff.
+          kept = outcome(seen, action, this.keeping(seen));
+          throw err;
+        }
       }
     } catch (err) {
       if (err instanceof AdoptionTargetMissing) {
@@ -235,6 +249,7 @@ export class ManagedReconciler<R extends ManagedResource, Plan = unknown> implem
   private async fail(cr: R, failure: Failure, ctx: ReconcileContext, err?: unknown, kept?: Upkeep<StatusOf<R>>): Promise<Result> {
     const stalled = failure.kind === "stalled";
     const previousReady = findCondition(cr, ConditionType.Ready);
+    if (kept?.trouble !== undefined) logTrouble(ctx, kept.trouble);
     if (failure.kind === "notReady") {
       const now = this.now().getTime();
       const since = this.waitingSince.get(cr.metadata.uid) ?? now;
@@ -256,7 +271,6 @@ export class ManagedReconciler<R extends ManagedResource, Plan = unknown> implem
       this.waitingSince.delete(cr.metadata.uid);
     }
     const message = withPollNote(cr, failure.message) + upkeepNote(kept);
-    if (kept?.trouble !== undefined) logTrouble(ctx, kept.trouble);
     await this.writeStatus(cr, kept?.status ?? {}, kstatusConditions({ state: stalled ? "stalled" : "reconciling", reason: failure.reason, message }));
     if (previousReady?.reason !== failure.reason) {
       this.opts.events.warning(cr, failure.reason, failure.message);
@@ -293,12 +307,13 @@ export class ManagedReconciler<R extends ManagedResource, Plan = unknown> implem
     const deleting = cr.metadata.deletionTimestamp !== undefined;
     // Upkeep needs a client, not a Ready Connection; `connect` still says why there is none.
     const kept = await this.upkeepOnly(cr, async () => this.opts.connector.connectForUpkeep?.(cr) ?? this.opts.connector.connect(cr, ctx));
-    const trouble = kept?.trouble;
+    // Trouble matters only for an object there to keep: without one, nothing waits on it.
+    const trouble = kept?.trouble?.exists ? kept.trouble : undefined;
     // Ready=True only while nothing waits to be applied: it was Ready for this very generation.
     const inSync = !deleting && previousReady?.status === "True" && previousReady.observedGeneration === cr.metadata.generation;
-    const upkeep = kept?.keeping || trouble?.exists ? " (its VM is still renewed)" : "";
+    const upkeep = kept?.keeping && trouble === undefined ? " (its VM is still renewed)" : "";
     const waiting = deleting ? "; deletion waits, with the finalizer kept, until" : "; changes made meanwhile are applied when";
-    const problem = trouble?.exists ? `; cannot keep it alive: ${trouble.failure.reason}: ${trouble.failure.message}` : "";
+    const problem = trouble ? `; cannot keep its VM alive: ${trouble.failure.reason}: ${trouble.failure.message}` : "";
     const message = `paused by the annotation ${Annotations.paused}: "true": the operator makes no change in the service${upkeep}${waiting} the annotation is removed${problem}`;
     await this.writeStatus(cr, kept?.status ?? {}, pausedConditions({ inSync, message, keepStalled: stalledAtThisGeneration(cr) !== undefined }));
     if (trouble !== undefined) {
@@ -323,10 +338,16 @@ export class ManagedReconciler<R extends ManagedResource, Plan = unknown> implem
       if (external === undefined) return undefined;
       return await this.keepAlive(cr, external, await external.observe(cr));
     } catch (err) {
-      // Nothing says when the object runs out: look again soon if there is one.
-      const exists = this.opts.externalId(cr) !== undefined;
-      return { keeping: false, status: {}, trouble: { exists, failure: classify(err), err }, ...(exists && { next: { ms: UPKEEP_RETRY_MS, priority: true } }) };
+      // The kind's client says when to try again (a VM's read: before it runs out); else the backoff.
+      const exists = this.opts.keepsAlive?.(cr) ?? this.opts.externalId(cr) !== undefined;
+      const next = err instanceof RetryNoLaterThan ? { next: { ms: err.ms, priority: err.priority } } : {};
+      return { keeping: false, status: {}, trouble: { exists, failure: classify(err), err }, ...(exists && next) };
     }
+  }
+
+  /** The observed object is one this kind keeps alive (a VM renewed), as the messages may say. */
+  private keeping(observed: Observation<StatusOf<R>, Plan>): boolean {
+    return this.opts.needsUpkeep === true && (observed.keptAlive ?? observed.exists);
   }
 
   /** The kind keeps its objects alive, the resource made one, and its policies allow upkeep. */
@@ -338,14 +359,7 @@ export class ManagedReconciler<R extends ManagedResource, Plan = unknown> implem
   private async keepAlive(cr: R, external: ExternalClient<R, Plan>, observed: Observation<StatusOf<R>, Plan>): Promise<Upkeep<StatusOf<R>>> {
     try {
       if (external.upkeep === undefined) throw new Error(`${this.opts.kind.kind}: needsUpkeep is set but the client has no upkeep`);
-      const action = await external.upkeep(cr, observed);
-      const scheduled = action !== undefined ? action.requeueAfterMs : observed.requeueAfterMs;
-      const priority = (action !== undefined ? action.priority : observed.priority) ?? false;
-      return {
-        keeping: observed.keptAlive ?? observed.exists,
-        status: { ...observed.status, ...action?.status } as Partial<StatusOf<R>>,
-        ...(scheduled !== undefined && { next: { ms: Math.max(1, scheduled), priority } }),
-      };
+      return outcome(observed, await external.upkeep(cr, observed), this.keeping(observed));
     } catch (err) {
       // The client says when to try again (a renewal: well before the VM runs out), or soon.
       const next = err instanceof RetryNoLaterThan ? { ms: err.ms, priority: err.priority } : { ms: UPKEEP_RETRY_MS, priority: true };
@@ -458,6 +472,17 @@ interface Upkeep<S> {
  */
 const UPKEEP_RETRY_MS = 10_000;
 
+/** What an observation and the action after it leave to report, and when to come back. */
+function outcome<S>(observed: Observation<S, unknown>, action: ActionResult<S> | undefined, keeping: boolean): Upkeep<S> {
+  const scheduled = action !== undefined ? action.requeueAfterMs : observed.requeueAfterMs;
+  const priority = (action !== undefined ? action.priority : observed.priority) ?? false;
+  return {
+    keeping,
+    status: { ...observed.status, ...action?.status },
+    ...(scheduled !== undefined && { next: { ms: Math.max(1, scheduled), priority } }),
+  };
+}
+
 /** Come back after `ms`, or for the upkeep due sooner (a renewal, on its lane). */
 function soonest(ms: number, kept: Upkeep<unknown> | undefined): Result {
   const next = kept?.next;
@@ -466,7 +491,9 @@ function soonest(ms: number, kept: Upkeep<unknown> | undefined): Result {
 
 /** An error to rethrow: retried with backoff, but no later than the upkeep due meanwhile. */
 function noLaterThanUpkeep(error: Error, kept: Upkeep<unknown> | undefined): Error {
-  return kept?.next !== undefined ? new RetryNoLaterThan(error, kept.next.ms, kept.next.priority) : error;
+  const next = kept?.next;
+  if (next === undefined || (error instanceof RetryNoLaterThan && error.ms <= next.ms)) return error;
+  return new RetryNoLaterThan(error, next.ms, next.priority);
 }
 
 /** Upkeep that failed on an object there to keep is news: the VM may run out over it. */

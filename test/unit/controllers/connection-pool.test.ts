@@ -39,7 +39,7 @@ describe("ConnectionPool", () => {
     await fixed.client.authenticate();
     expect(w.pool.clientFor(connection())).toBe(fixed);
     expect(w.pool.forUpkeep(NS, undefined)).toBe(fixed);
-    // The first is let go, but not closed under a call begun on it (it closes a minute later).
+    // The first is let go, but not closed under a call begun on it (it closes 5 minutes later).
     await expect(first.client.vms.listAll()).resolves.toEqual([]);
   });
 

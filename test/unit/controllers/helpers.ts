@@ -206,6 +206,7 @@ export class World {
       syncPeriodMs: 600_000,
       dependencyGraceMs: 0,
       needsUpkeep: kind.needsUpkeep ?? false,
+      ...(kind.keepsAlive && { keepsAlive: (cr: R) => kind.keepsAlive?.(cr) ?? false }),
       now: () => new Date(this.clock.ms),
     });
     return reconciler.reconcile({ namespace: NS, name }, reconcileContext());

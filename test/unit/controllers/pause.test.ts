@@ -149,6 +149,16 @@ describe("paused Sandbox", () => {
     expect(condition(sandbox(), "Ready")?.message).not.toContain("cannot keep it alive");
   });
 
+  it("says neither that a VM with keepAlive false is renewed nor that it cannot be, when its Connection is gone", async () => {
+    apply({ keepAlive: false });
+    await w.reconcile(kind(), "sb");
+    apply({ keepAlive: false }, PAUSED);
+    w.informer({ kind: "connections", plural: "connections" }).delete(NS, "default");
+    const result = await w.reconcile(kind(), "sb");
+    expect(condition(sandbox(), "Ready")?.message).not.toMatch(/renewed|keep its VM alive/);
+    expect(result).toBeUndefined();
+  });
+
   it("does not replace a VM that is gone while paused, and does once resumed", async () => {
     apply({});
     await w.reconcile(kind(), "sb");

@@ -146,6 +146,22 @@ describe("Sandbox", () => {
     expect(after.requeueAfterMs).toBeGreaterThan(400_000);
   });
 
+  it("retries a read of its VM that failed before the VM runs out, however long the backoff has grown", async () => {
+    apply({});
+    await w.reconcile(kind(), "sb");
+    for (const path of ["/compute/v1/vms", new RegExp("^/compute/v1/vms/[^/]+$")]) {
+      w.emu.injectFault({ method: "GET", path, times: 1_000, action: { status: 503, body: { code: 503, error_code: "unavailable", message: "try again" } } });
+    }
+    w.advance(481_000); // due; 119 s left
+    resync();
+    const failed: unknown = await w.reconcile(kind(), "sb").then(
+      () => undefined,
+      (err: unknown) => err,
+    );
+    expect(failed).toBeInstanceOf(RetryNoLaterThan);
+    expect(failed).toMatchObject({ ms: 29_750, priority: true });
+  });
+
   it("replaces the VM when the tier changes: the new one first, then the old one released", async () => {
     apply({});
     await w.reconcile(kind(), "sb");
