@@ -23,6 +23,15 @@ const sandbox = (name = "sb") => w.get<Sandbox>("sandboxes", name);
 const live = (id: string) => w.emu.state.vms.get(id)?.state === "allocated";
 /** As after a sync period: the next observe reads the service's list again. */
 const resync = () => w.handle().vms.invalidate();
+/** The service answers 503 to every `method` on `path` from now on. */
+const unavailable = (method: string, path: string | RegExp, errorCode = "unavailable") =>
+  w.emu.injectFault({ method, path, times: 1_000, action: { status: 503, body: { code: 503, error_code: errorCode, message: "try again" } } });
+/** The error a reconcile threw (undefined if it did not). */
+const reconcileError = (): Promise<unknown> =>
+  w.reconcile(kind(), "sb").then(
+    () => undefined,
+    (err: unknown) => err,
+  );
 
 describe("Sandbox", () => {
   it("allocates one VM and comes back, on the priority lane, when the renewal is due", async () => {
@@ -79,17 +88,9 @@ describe("Sandbox", () => {
     apply({});
     await w.reconcile(kind(), "sb");
     const vmId = sandbox().status?.vmId as string;
-    w.emu.injectFault({
-      method: "POST",
-      path: `/compute/v1/vms/${vmId}/renew`,
-      times: 1_000,
-      action: { status: 503, body: { code: 503, error_code: "unavailable", message: "try again" } },
-    });
+    unavailable("POST", `/compute/v1/vms/${vmId}/renew`);
     w.advance(481_000); // due; 119 s left
-    const failed: unknown = await w.reconcile(kind(), "sb").then(
-      () => undefined,
-      (err: unknown) => err,
-    );
+    const failed: unknown = await reconcileError();
     expect(failed).toBeInstanceOf(RetryNoLaterThan);
     expect(failed).toMatchObject({ ms: 29_750, priority: true });
     expect(condition(sandbox(), "Ready")).toMatchObject({ status: "False", reason: "ServiceUnavailable" });
@@ -100,12 +101,7 @@ describe("Sandbox", () => {
     apply({ skills: ["shared"] });
     await w.reconcile(kind(), "sb");
     const vmId = sandbox().status?.vmId as string;
-    w.emu.injectFault({
-      method: "GET",
-      path: "/compute/v1/skills",
-      times: 1_000,
-      action: { status: 503, body: { code: 503, error_code: "unavailable", message: "try again" } },
-    });
+    unavailable("GET", "/compute/v1/skills");
     w.advance(481_000); // due
     w.handle().skills.invalidate(); // and the skills snapshot is past the sync period
     w.calls();
@@ -118,12 +114,7 @@ describe("Sandbox", () => {
     apply({});
     await w.reconcile(kind(), "sb");
     const vmId = sandbox().status?.vmId as string;
-    w.emu.injectFault({
-      method: "GET",
-      path: "/compute/v1/vms",
-      times: 1_000,
-      action: { status: 503, body: { code: 503, error_code: "unavailable", message: "try again" } },
-    });
+    unavailable("GET", "/compute/v1/vms");
     w.advance(481_000); // due
     resync(); // and the snapshot is past the sync period
     w.calls();
@@ -149,15 +140,11 @@ describe("Sandbox", () => {
   it("retries a read of its VM that failed before the VM runs out, however long the backoff has grown", async () => {
     apply({});
     await w.reconcile(kind(), "sb");
-    for (const path of ["/compute/v1/vms", new RegExp("^/compute/v1/vms/[^/]+$")]) {
-      w.emu.injectFault({ method: "GET", path, times: 1_000, action: { status: 503, body: { code: 503, error_code: "unavailable", message: "try again" } } });
-    }
+    unavailable("GET", "/compute/v1/vms");
+    unavailable("GET", /^\/compute\/v1\/vms\/[^/]+$/);
     w.advance(481_000); // due; 119 s left
     resync();
-    const failed: unknown = await w.reconcile(kind(), "sb").then(
-      () => undefined,
-      (err: unknown) => err,
-    );
+    const failed: unknown = await reconcileError();
     expect(failed).toBeInstanceOf(RetryNoLaterThan);
     expect(failed).toMatchObject({ ms: 29_750, priority: true });
   });
@@ -207,19 +194,11 @@ describe("Sandbox", () => {
     apply({});
     await w.reconcile(kind(), "sb");
     const vmId = sandbox().status?.vmId as string;
-    w.emu.injectFault({
-      method: "POST",
-      path: "/compute/v1/vms/allocate",
-      times: 1_000,
-      action: { status: 503, body: { code: 503, error_code: "pool_exhausted", message: "no VMs available, retry shortly" } },
-    });
+    unavailable("POST", "/compute/v1/vms/allocate", "pool_exhausted");
     apply({ tier: "large" });
     w.advance(481_000); // and the running VM's renewal is due
     w.calls();
-    const failed = await w.reconcile(kind(), "sb").then(
-      () => undefined,
-      (err: unknown) => err,
-    );
+    const failed = await reconcileError();
     expect(failed).toBeInstanceOf(RetryNoLaterThan);
     expect((failed as RetryNoLaterThan).ms).toBeLessThanOrEqual(480_000);
     expect(w.writes().filter((op) => op === "vms.renew")).toEqual(["vms.renew"]);
@@ -487,12 +466,7 @@ describe("a Sandbox whose Connection cannot be used", () => {
     await w.reconcile(kind(), "sb");
     const vmId = sandbox().status?.vmId as string;
     connectionFailing();
-    w.emu.injectFault({
-      method: "POST",
-      path: `/compute/v1/vms/${vmId}/renew`,
-      times: 1_000,
-      action: { status: 503, body: { code: 503, error_code: "unavailable", message: "try again" } },
-    });
+    unavailable("POST", `/compute/v1/vms/${vmId}/renew`);
     w.advance(481_000); // due; 119 s left
     const result = await w.reconcile(kind(), "sb");
     expect(condition(sandbox(), "Ready")?.message).toMatch(/cannot keep its VM alive meanwhile: ServiceUnavailable/);
