@@ -26,6 +26,12 @@ export interface Found<T> {
   found: T | undefined;
   /** Ids of the other usable objects carrying the resource's marker, to be given back. */
   leftovers: string[];
+  /**
+   * With `byIdWhenListFails`: the list could not be read, so `found` came from a GET of the id
+   * status names, and nothing else is known (no leftovers). Plan nothing that a marker lookup
+   * must guard (a create, a replacement): only the upkeep of `found`.
+   */
+  listFailed?: boolean;
 }
 
 export interface FindOptions<T> {
@@ -41,6 +47,12 @@ export interface FindOptions<T> {
    * adoption annotation names the object: that names one.
    */
   adoptAfterLoss: boolean;
+  /**
+   * When the list cannot be read, GET the object status names rather than fail, so that it is
+   * still kept alive (a VM's renewal must not wait for a list of thousands). Only for a caller
+   * that then plans nothing but upkeep when `listFailed` (see Found).
+   */
+  byIdWhenListFails?: boolean;
 }
 
 /**
@@ -67,15 +79,20 @@ export async function findOwn<T extends Dated & { id: string }>(
     return { found: keep, leftovers: candidates.filter((o) => o !== keep).map((o) => o.id) };
   };
 
-  // A list that cannot be read (a service struggling with thousands of objects) must not stop
-  // the upkeep of the one status names: that one is asked for by itself below.
-  const listed = await inventory.ensureFresh().then(
-    () => true,
-    (err: unknown) => {
-      if (id === undefined) throw err;
-      return false;
-    },
-  );
+  try {
+    await inventory.ensureFresh();
+  } catch (err) {
+    // A list that cannot be read (a service struggling with thousands of objects) must not stop
+    // the upkeep of the one status names: that one is asked for by itself. Nothing else: on the
+    // old snapshot a marker lookup would miss what a lost create made, and make a second.
+    if (id === undefined || !opts.byIdWhenListFails) throw err;
+    const got = await opts.get(id).catch((e: unknown) => {
+      throw isNotFound(e) ? err : e;
+    });
+    if (!usable(got)) throw err;
+    inventory.put(got);
+    return { found: got, leftovers: [], listFailed: true };
+  }
   const uid = cr.metadata.uid;
   // A resource moved in from another owner (sharding) is looked up by marker, or missed, only
   // on a snapshot read since: its previous owner may have created the object just before it let go.
@@ -85,7 +102,7 @@ export async function findOwn<T extends Dated & { id: string }>(
   }
   let cached = inventory.get(id);
   if (cached === undefined && (await inventory.readSinceArrival(uid))) cached = inventory.get(id);
-  if (listed && usable(cached) && !staleFor(cr, inventory, id)) return keeping(cached);
+  if (usable(cached) && !staleFor(cr, inventory, id)) return keeping(cached);
   try {
     const got = await opts.get(id);
     inventory.put(got);

@@ -64,8 +64,11 @@ export function renewBeforeSeconds(cr: Sandbox): number {
 export function renewAtOf(cr: Sandbox, vm: Pick<AgentVM, "id" | "expires_at">, now: number): number {
   const expiresAt = Date.parse(vm.expires_at ?? "") || now;
   const windowMs = renewBeforeSeconds(cr) * 1000;
+  // Never more than a tenth of the time between renewals either: a window close to the TTL
+  // (short TTLs) would otherwise make the next renewal due the moment one is made.
+  const jitterMaxMs = Math.min(windowMs, ttlSeconds(cr) * 1000 - windowMs) / 10;
   const seed = createHash("sha1").update(`${vm.id}@${Math.floor(expiresAt / 1000)}`).digest();
-  return expiresAt - windowMs - Math.floor((seed.readUInt32BE(0) / 0x1_0000_0000) * (windowMs / 10));
+  return expiresAt - windowMs - Math.floor((seed.readUInt32BE(0) / 0x1_0000_0000) * jitterMaxMs);
 }
 
 /**
@@ -269,6 +272,7 @@ class SandboxClient implements ExternalClient<Sandbox, SandboxPlan> {
       // A snapshot that has run out counts as gone.
       usable: (vm) => isLive(vm.state) && !(Date.parse(vm.expires_at ?? "") <= this.deps.now().getTime()),
       adoptAfterLoss: true,
+      byIdWhenListFails: true,
     });
     if (named.found === undefined) {
       if (id !== undefined && !keepAlive) {
@@ -277,7 +281,8 @@ class SandboxClient implements ExternalClient<Sandbox, SandboxPlan> {
       }
       return { exists: false, upToDate: false };
     }
-    const request = this.desiredIfReady(cr);
+    // Without the list, a replacement cannot be checked against one already made: renew only.
+    const request = named.listFailed ? undefined : this.desiredIfReady(cr);
     const hash = request === undefined ? undefined : hashOf(request);
     const { found, leftovers } = this.replacementMadeAlready(cr, named.found, named.leftovers, hash);
     const now = this.deps.now().getTime();

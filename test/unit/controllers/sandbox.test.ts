@@ -123,6 +123,39 @@ describe("Sandbox", () => {
     expect(w.emu.state.vms.get(vmId)?.expiresAt).toBe(w.clock.ms + 600_000);
   });
 
+  it("creates nothing while the list of VMs cannot be read: a lost allocation may have left one the old snapshot lacks", async () => {
+    apply({});
+    await w.reconcile(kind(), "sb");
+    w.emu.state.releaseVM(sandbox().status?.vmId as string);
+    const left = allocatedByPreviousOwner(); // an allocation whose answer was lost
+    unavailable("GET", "/compute/v1/vms");
+    resync();
+    w.calls();
+    expect(await reconcileError()).toBeDefined();
+    expect(w.writes()).toEqual([]);
+    expect(liveVMs()).toEqual([left]);
+  });
+
+  it("plans no replacement while the list of VMs cannot be read, and renews the VM it has", async () => {
+    const { first, replacement } = await replacedByPreviousOwner();
+    unavailable("GET", "/compute/v1/vms");
+    w.advance(481_000);
+    resync();
+    w.calls();
+    await w.reconcile(kind(), "sb");
+    expect(w.writes()).toEqual(["vms.renew"]);
+    expect(liveVMs().sort()).toEqual([first, replacement].sort());
+  });
+
+  it("with a short TTL, comes back for the next renewal no sooner than 90 % of the time between renewals", async () => {
+    apply({ ttlSeconds: 20 }); // renewBefore 19 s: a renewal every second
+    for (let i = 0; i < 5; i++) {
+      const { requeueAfterMs } = (await w.reconcile(kind(), "sb")) as { requeueAfterMs: number };
+      expect(requeueAfterMs).toBeGreaterThanOrEqual(900);
+      w.advance(requeueAfterMs);
+    }
+  });
+
   it("finds the renewal due when it wakes at the time it asked for, whichever pass asked", async () => {
     apply({});
     await w.reconcile(kind(), "sb");
