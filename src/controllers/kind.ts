@@ -76,7 +76,7 @@ export interface ManagedKind<R extends ManagedResource, Plan> {
   /**
    * true: the service objects die unless written to (a VM's TTL), so they are kept alive by
    * the client's `upkeep` (renewals only) when nothing else may be done: paused, managed without
-   * Update, the Connection not Ready.
+   * Update, the Connection not Ready, a spec the service refused, a change that failed.
    */
   needsUpkeep?: boolean;
   /** With `needsUpkeep`: the resource names an object its upkeep keeps alive (ManagedReconcilerOptions.keepsAlive). */
@@ -202,7 +202,7 @@ export function setupManagedKind<R extends ManagedResource, Plan>(
       syncPeriodMs: ctx.options.syncPeriodMs,
       secrets: kind.connectionSecret ? ctx.secretWriter : undefined,
       needsUpkeep: kind.needsUpkeep ?? false,
-      ...(kind.keepsAlive && { keepsAlive: (cr: R) => kind.keepsAlive?.(cr) ?? false }),
+      ...(kind.keepsAlive && { keepsAlive: kind.keepsAlive }),
       resourceMetrics,
     }),
   });

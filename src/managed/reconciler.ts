@@ -245,7 +245,7 @@ export class ManagedReconciler<R extends ManagedResource, Plan = unknown> implem
     return { requeueAfterMs, priority };
   }
 
-  /** `kept`: the upkeep done meanwhile (a VM renewed while its Connection is not Ready). */
+  /** `kept`: the upkeep done although the spec could not be applied (a VM renewed meanwhile). */
   private async fail(cr: R, failure: Failure, ctx: ReconcileContext, err?: unknown, kept?: Upkeep<StatusOf<R>>): Promise<Result> {
     const stalled = failure.kind === "stalled";
     const previousReady = findCondition(cr, ConditionType.Ready);

@@ -206,7 +206,7 @@ export class World {
       syncPeriodMs: 600_000,
       dependencyGraceMs: 0,
       needsUpkeep: kind.needsUpkeep ?? false,
-      ...(kind.keepsAlive && { keepsAlive: (cr: R) => kind.keepsAlive?.(cr) ?? false }),
+      ...(kind.keepsAlive && { keepsAlive: kind.keepsAlive }),
       now: () => new Date(this.clock.ms),
     });
     return reconciler.reconcile({ namespace: NS, name }, reconcileContext());
