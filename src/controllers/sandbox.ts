@@ -61,13 +61,12 @@ export function renewBeforeSeconds(cr: Sandbox): number {
  * woken for a renewal drew another and found it not due (and came back 1 ms later, over and
  * over, until the unjittered time).
  */
-export function renewAtOf(cr: Sandbox, vm: Pick<AgentVM, "id" | "expires_at">, now: number): number {
-  const expiresAt = Date.parse(vm.expires_at ?? "") || now;
+export function renewAtOf(cr: Sandbox, vmId: string, expiresAt: number): number {
   const windowMs = renewBeforeSeconds(cr) * 1000;
   // Never more than a tenth of the time between renewals either: a window close to the TTL
   // (short TTLs) would otherwise make the next renewal due the moment one is made.
   const jitterMaxMs = Math.min(windowMs, ttlSeconds(cr) * 1000 - windowMs) / 10;
-  const seed = createHash("sha1").update(`${vm.id}@${Math.floor(expiresAt / 1000)}`).digest();
+  const seed = createHash("sha1").update(`${vmId}@${Math.floor(expiresAt / 1000)}`).digest();
   return expiresAt - windowMs - Math.floor((seed.readUInt32BE(0) / 0x1_0000_0000) * jitterMaxMs);
 }
 
@@ -247,10 +246,9 @@ class SandboxClient implements ExternalClient<Sandbox, SandboxPlan> {
    * later by a renewal made since and not reported yet (status is written only every few minutes).
    */
   private expiryOf(cr: Sandbox): number {
-    const said = Date.parse(cr.status?.expiresAt ?? "");
     const tally = this.deps.tallies.get(cr.metadata.uid);
     const renewed = tally?.vmId === cr.status?.vmId ? Date.parse(tally?.lastRenewedAt ?? "") + ttlSeconds(cr) * 1000 : NaN;
-    return Math.max(Number.isFinite(said) ? said : -Infinity, Number.isFinite(renewed) ? renewed : -Infinity);
+    return Math.max(...[Date.parse(cr.status?.expiresAt ?? ""), renewed].filter(Number.isFinite), -Infinity);
   }
 
   private async look(cr: Sandbox): Promise<Observation<SandboxStatus, SandboxPlan>> {
@@ -287,7 +285,7 @@ class SandboxClient implements ExternalClient<Sandbox, SandboxPlan> {
     const { found, leftovers } = this.replacementMadeAlready(cr, named.found, named.leftovers, hash);
     const now = this.deps.now().getTime();
     const expiresAt = Date.parse(found.expires_at ?? "") || now;
-    const renewAt = renewAtOf(cr, found, now);
+    const renewAt = renewAtOf(cr, found.id, expiresAt);
     const renewal = renewalOf(cr, found, { now, renewAt, request, hash });
     // Moved in from another owner (sharding), which may have replaced the VM just before it let
     // go, status unwritten: a replacement is planned on a snapshot read since, or it would be a second.
@@ -410,7 +408,7 @@ class SandboxClient implements ExternalClient<Sandbox, SandboxPlan> {
     const vm = observed.plan?.vm;
     if (!observed.exists || observed.notReady !== undefined || vm === undefined || !(cr.spec.keepAlive ?? true)) return undefined;
     const now = this.deps.now().getTime();
-    if (now < renewAtOf(cr, vm, now)) return undefined; // observe scheduled the renewal
+    if (now < renewAtOf(cr, vm.id, Date.parse(vm.expires_at ?? "") || now)) return undefined; // observe scheduled the renewal
     return this.renew(cr, vm, { replaceIfGone: false });
   }
 
@@ -424,13 +422,13 @@ class SandboxClient implements ExternalClient<Sandbox, SandboxPlan> {
       this.handle.vms.put(vm);
       const tally: Tally = { vmId: current.id, renewals: before.renewals + 1, lastRenewedAt: formatTime(now) };
       this.deps.tallies.set(cr.metadata.uid, tally);
-      const dueAt = renewAtOf(cr, current, now.getTime());
+      const dueAt = renewAtOf(cr, current.id, Date.parse(current.expires_at ?? "") || now.getTime());
       this.deps.metrics?.sandboxRenewals.inc();
       this.deps.metrics?.sandboxRenewalLateness.observe(Math.max(0, now.getTime() - dueAt) / 1000);
       return {
         // No write unless a report is due: the renewal is in memory and in the metrics.
         status: { state: vm.state, ...this.report(cr, vm, tally, now.getTime()) },
-        requeueAfterMs: Math.max(0, renewAtOf(cr, vm, now.getTime()) - now.getTime()),
+        requeueAfterMs: Math.max(0, renewAtOf(cr, vm.id, expiresAt) - now.getTime()),
         priority: true,
         // Routine: status.renewals and lastRenewedAt tell it. An Event per renewal was 2,000
         // Sandboxes x 2 a minute, all of the Event rate limit, and warnings were dropped.
@@ -537,7 +535,7 @@ class SandboxClient implements ExternalClient<Sandbox, SandboxPlan> {
         ...this.cadence(cr),
       },
       connectionDetails: detailsOf(vm),
-      requeueAfterMs: Math.max(0, renewAtOf(cr, { id: vm.vm_id, expires_at: formatTime(new Date(expiresAt)) }, now.getTime()) - now.getTime()),
+      requeueAfterMs: Math.max(0, renewAtOf(cr, vm.vm_id, expiresAt) - now.getTime()),
       priority: true,
     };
   }

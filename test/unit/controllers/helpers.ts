@@ -175,6 +175,13 @@ export class World {
     this.byPlural(plural).set({ ...obj, status: { ...(obj.status as object), ...status }, metadata: { ...obj.metadata, resourceVersion: String(++uids) } });
   }
 
+  /** The default Connection's controller reports it not Ready (Ready=False) for its generation. */
+  connectionNotReady(reason: string, message: string): void {
+    this.setStatus("connections", "default", {
+      conditions: [{ type: "Ready", status: "False", reason, message, lastTransitionTime: "2030-01-01T00:00:00Z" }],
+    });
+  }
+
   /**
    * Runs `act` (a reconcile), then puts the resource's status back as it was before: the
    * process died before its status write landed. Returns the status that was lost.

@@ -137,9 +137,7 @@ describe("paused Sandbox", () => {
     apply({});
     await w.reconcile(kind(), "sb");
     apply({}, PAUSED);
-    w.setStatus("connections", "default", {
-      conditions: [{ type: "Ready", status: "False", reason: "ServiceUnavailable", message: "usage: 503", lastTransitionTime: "2030-01-01T00:00:00Z" }],
-    });
+    w.connectionNotReady("ServiceUnavailable", "usage: 503");
     w.secrets.delete(NS, "creds");
     w.advance(481_000);
     w.calls();

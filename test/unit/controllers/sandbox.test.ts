@@ -430,10 +430,7 @@ describe("a Sandbox whose Connection cannot be used", () => {
   const editConnection = () =>
     w.apply<Connection>("connections", { metadata: { name: "default" }, spec: { ...connection().spec, rateLimit: { qps: 40, burst: 80 } } });
 
-  const connectionFailing = () =>
-    w.setStatus("connections", "default", {
-      conditions: [{ type: "Ready", status: "False", reason: "ServiceUnavailable", message: "usage: 503", lastTransitionTime: "2030-01-01T00:00:00Z" }],
-    });
+  const connectionFailing = () => w.connectionNotReady("ServiceUnavailable", "usage: 503");
 
   it("keeps renewing its VM while an edit of the Connection is not checked yet, and changes nothing else", async () => {
     apply({});
@@ -483,9 +480,7 @@ describe("a Sandbox whose Connection cannot be used", () => {
     // The Secret is rotated to a key the token service refuses, and the Connection says so.
     w.secrets.set({ metadata: { name: "creds", namespace: NS }, data: { apiKey: Buffer.from("a-mistyped-key").toString("base64") } });
     await expect(w.pool.clientFor(connection()).client.authenticate()).rejects.toThrow(/credentials refused/);
-    w.setStatus("connections", "default", {
-      conditions: [{ type: "Ready", status: "False", reason: "Unauthorized", message: "credentials refused by the token service", lastTransitionTime: "2030-01-01T00:00:00Z" }],
-    });
+    w.connectionNotReady("Unauthorized", "credentials refused by the token service");
     w.advance(481_000);
     w.calls();
     await w.reconcile(kind(), "sb");
