@@ -16,6 +16,7 @@ import { notReportedYet, troubleOf } from "../managed/conditions.js";
 import { NotReadyError, StalledError } from "../managed/errors.js";
 import type { ActionResult, ConnectionDetails, ExternalClient, Observation, Planned } from "../managed/external.js";
 import { managementOf } from "../managed/management-policies.js";
+import { errorMessage } from "../lib/errors.js";
 import { RetryNoLaterThan } from "../runtime/controller.js";
 import type { Informer } from "../runtime/informer.js";
 import type { Metrics } from "../runtime/metrics.js";
@@ -211,6 +212,9 @@ function retryWhileAlive(err: unknown, expiresAt: number, now: number): unknown 
   return left > 0 ? new RetryNoLaterThan(err, Math.max(1_000, Math.floor(left / 4)), true) : err;
 }
 
+/** How soon an old VM whose release failed after its replacement was allocated is given back again. */
+const LEFTOVER_RETRY_MS = 5_000;
+
 /** The allocationHash desiredAllocation put in the request's metadata (not computed twice). */
 function hashOf(request: AllocateVMRequest): string | undefined {
   return request.metadata?.[CONFIG_HASH_KEY];
@@ -388,11 +392,24 @@ class SandboxClient implements ExternalClient<Sandbox, SandboxPlan> {
     const current = plan.vm;
     if (plan.action === "replace") {
       const vm = await this.allocate(plan.request);
-      await this.giveBack(cr, current.id);
-      return {
-        ...this.afterAllocate(cr, vm, plan.request),
-        event: { reason: "Replaced", message: `${plan.why}: allocated ${vm.vm_id}, released ${current.id}` },
-      };
+      const replaced = this.afterAllocate(cr, vm, plan.request);
+      try {
+        await this.giveBack(cr, current.id);
+      } catch (err) {
+        // The replacement runs: status must name it now, or the old VM (the one status names)
+        // would be the one kept alive. The old one carries the marker, so the next pass finds it
+        // a leftover and gives it back; that pass comes soon, not at the new VM's renewal.
+        return {
+          ...replaced,
+          requeueAfterMs: LEFTOVER_RETRY_MS,
+          event: {
+            reason: "Replaced",
+            message: `${plan.why}: allocated ${vm.vm_id}; releasing ${current.id} failed (${errorMessage(err)}), it is retried`,
+            warning: true,
+          },
+        };
+      }
+      return { ...replaced, event: { reason: "Replaced", message: `${plan.why}: allocated ${vm.vm_id}, released ${current.id}` } };
     }
     if (plan.action !== "renew") return {};
     return this.renew(cr, current, { replaceIfGone: true });

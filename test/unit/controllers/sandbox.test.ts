@@ -239,6 +239,31 @@ describe("Sandbox", () => {
     expect(condition(sandbox(), "Ready")?.message).toContain("its VM is still renewed");
   });
 
+  it("names the replacement in status when the old VM cannot be released, renews only the new one, and gives the old one back soon", async () => {
+    apply({});
+    await w.reconcile(kind(), "sb");
+    const old = sandbox().status?.vmId as string;
+    unavailable("POST", `/compute/v1/vms/${old}/release`);
+    apply({ tier: "large" });
+    w.advance(481_000); // the old VM's renewal is due too
+    w.calls();
+    const result = await w.reconcile(kind(), "sb");
+    const replacement = sandbox().status?.vmId as string;
+    expect(replacement).not.toBe(old);
+    expect(w.emu.state.vms.get(replacement)?.tier).toBe("large");
+    expect(w.writes().filter((op) => op !== "vms.release")).toEqual(["vms.allocate"]); // the old VM is not renewed
+    expect(w.events.at(-1)).toMatchObject({ type: "Warning", reason: "Replaced", message: expect.stringContaining(`releasing ${old} failed`) });
+    expect(result).toMatchObject({ requeueAfterMs: 5_000 });
+    expect(live(old)).toBe(true);
+
+    w.emu.clearFaults();
+    w.calls();
+    await w.reconcile(kind(), "sb");
+    expect(w.writes()).toEqual(["vms.release"]);
+    expect(live(old)).toBe(false);
+    expect(sandbox().status?.vmId).toBe(replacement);
+  });
+
   it("adopts the VM a crash left mid-replacement, and keeps it: the VM says which spec it was made for", async () => {
     apply({});
     await w.reconcile(kind(), "sb");
