@@ -129,12 +129,7 @@ export class ConnectionPool {
   forResource(namespace: string, connectionRef: { name?: string } | undefined, opts: { deleting?: boolean } = {}): ServiceHandle {
     const name = connectionRef?.name ?? DEFAULT_CONNECTION;
     const connection = this.opts.connections.get(namespace, name);
-    if (connection === undefined) {
-      throw new NotReadyError(
-        "ConnectionNotFound",
-        `Connection "${name}" not found in namespace "${namespace}"; create it or set spec.connectionRef.name`,
-      );
-    }
+    if (connection === undefined) throw connectionNotFound(namespace, name);
     // Cleaning up must work while everything is being deleted at once: the Connection may be
     // deleting too (it waits for its users), and its Secret may be gone already.
     if (opts.deleting) return this.evenIfNotReady(connection);
@@ -150,25 +145,26 @@ export class ConnectionPool {
    * For keeping alive what exists (a Sandbox's VM renewed) while `forResource` refuses the
    * Connection: an edit its controller has not checked yet (sharded, a leader failover can make
    * that 20 s), a failed check (the usage endpoint down), its Secret gone. None of those must
-   * cost a user their VM, and a renewal changes nothing the check is there to guard. Undefined
-   * if there is no client to be had (no Connection; no Secret and no client built before;
-   * credentials refused and none accepted before).
+   * cost a user their VM, and a renewal changes nothing the check is there to guard. Throws
+   * NotReadyError saying why when there is no client to be had (no Connection; no Secret and no
+   * client built before; credentials refused and none accepted before).
    */
-  forUpkeep(namespace: string, connectionRef: { name?: string } | undefined): ServiceHandle | undefined {
-    const connection = this.opts.connections.get(namespace, connectionRef?.name ?? DEFAULT_CONNECTION);
-    if (connection === undefined) return undefined;
-    let handle: ServiceHandle;
-    try {
-      handle = this.evenIfNotReady(connection);
-    } catch {
-      return undefined;
-    }
+  forUpkeep(namespace: string, connectionRef: { name?: string } | undefined): ServiceHandle {
+    const name = connectionRef?.name ?? DEFAULT_CONNECTION;
+    const connection = this.opts.connections.get(namespace, name);
+    if (connection === undefined) throw connectionNotFound(namespace, name);
+    const handle = this.evenIfNotReady(connection);
     // New credentials the token service refused (a rotation gone wrong): the ones it last
     // accepted keep the VMs alive until the Secret is fixed or the service refuses them too.
-    // With none, there is nothing to try: every attempt would be one more refused token request.
+    // With none, there is nothing to try: every attempt would be one more refused token request
+    // (the Connection may still say Ready: its controller has not looked since).
     if (handle.client.credentials() !== "refused") return handle;
     const accepted = this.entries.get(handle.key)?.accepted;
-    return accepted?.client.credentials() === "accepted" ? accepted : undefined;
+    if (accepted?.client.credentials() === "accepted") return accepted;
+    throw new NotReadyError(
+      "CredentialsRefused",
+      `the token service refuses the credentials of Connection "${name}" (Secret "${connection.spec.credentials.secretRef.name}"), and none it accepted before are at hand; fix the Secret`,
+    );
   }
 
   /** The client of the Connection's spec and Secret; the one built before if they cannot make one. */
@@ -264,6 +260,10 @@ export class ConnectionPool {
       skills: inventory<Skill>("skills", () => client.skills.list(), (s) => s.name, () => undefined),
     };
   }
+}
+
+function connectionNotFound(namespace: string, name: string): NotReadyError {
+  return new NotReadyError("ConnectionNotFound", `Connection "${name}" not found in namespace "${namespace}"; create it or set spec.connectionRef.name`);
 }
 
 /**

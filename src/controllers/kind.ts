@@ -238,8 +238,7 @@ export function poolConnector<R extends ManagedResource, Plan>(pool: ConnectionP
       return kind.client(pool.forResource(cr.metadata.namespace, cr.spec.connectionRef, { deleting }));
     },
     connectForUpkeep(cr) {
-      const handle = pool.forUpkeep(cr.metadata.namespace, cr.spec.connectionRef);
-      return handle === undefined ? undefined : kind.client(handle);
+      return kind.client(pool.forUpkeep(cr.metadata.namespace, cr.spec.connectionRef));
     },
   };
 }

@@ -96,10 +96,10 @@ export interface Connector<R extends ManagedResource, Plan = unknown> {
   /** Resolves the resource's Connection; throws NotReadyError while it is missing or not Ready. */
   connect(cr: R, ctx: ReconcileContext): Promise<ExternalClient<R, Plan>>;
   /**
-   * A client for the client's `upkeep` only (a VM's renewal) when `connect` refused because the
-   * Connection is not Ready; undefined when there is none to be had.
+   * A client for the client's `upkeep` only (a VM's renewal), also when `connect` refuses
+   * because the Connection is not Ready; throws NotReadyError saying why there is none.
    */
-  connectForUpkeep?(cr: R): ExternalClient<R, Plan> | undefined;
+  connectForUpkeep?(cr: R): ExternalClient<R, Plan>;
 }
 
 export type { Connection };

@@ -216,7 +216,8 @@ export class ManagedReconciler<R extends ManagedResource, Plan = unknown> implem
       }
       const failure = classify(err);
       // No client for changes (the Connection is not Ready): what exists is still kept alive.
-      if (!connected && failure.kind === "notReady") kept = await this.upkeepOnly(cr, async () => this.opts.connector.connectForUpkeep?.(cr));
+      const forUpkeep = this.opts.connector.connectForUpkeep?.bind(this.opts.connector);
+      if (!connected && failure.kind === "notReady" && forUpkeep !== undefined) kept = await this.upkeepOnly(cr, async () => forUpkeep(cr));
       return this.fail(cr, failure, ctx, err, kept);
     }
 
@@ -270,7 +271,7 @@ export class ManagedReconciler<R extends ManagedResource, Plan = unknown> implem
     } else {
       this.waitingSince.delete(cr.metadata.uid);
     }
-    const message = withPollNote(cr, failure.message) + upkeepNote(kept);
+    const message = withPollNote(cr, failure.message) + upkeepNote(kept, failure);
     await this.writeStatus(cr, kept?.status ?? {}, kstatusConditions({ state: stalled ? "stalled" : "reconciling", reason: failure.reason, message }));
     if (previousReady?.reason !== failure.reason) {
       this.opts.events.warning(cr, failure.reason, failure.message);
@@ -305,8 +306,9 @@ export class ManagedReconciler<R extends ManagedResource, Plan = unknown> implem
       this.opts.events.normal(cr, "Paused", `annotation ${Annotations.paused}: "true": no change is made in the service until it is removed`);
     }
     const deleting = cr.metadata.deletionTimestamp !== undefined;
-    // Upkeep needs a client, not a Ready Connection; `connect` still says why there is none.
-    const kept = await this.upkeepOnly(cr, async () => this.opts.connector.connectForUpkeep?.(cr) ?? this.opts.connector.connect(cr, ctx));
+    // Upkeep needs a client, not a Ready Connection.
+    const { connector } = this.opts;
+    const kept = await this.upkeepOnly(cr, async () => (connector.connectForUpkeep ? connector.connectForUpkeep(cr) : connector.connect(cr, ctx)));
     // Trouble matters only for an object there to keep: without one, nothing waits on it.
     const trouble = kept?.trouble?.exists ? kept.trouble : undefined;
     // Ready=True only while nothing waits to be applied: it was Ready for this very generation.
@@ -331,11 +333,10 @@ export class ManagedReconciler<R extends ManagedResource, Plan = unknown> implem
    * Connection is not Ready). Undefined if there is nothing to keep: another kind, a resource
    * that made nothing yet (no finalizer), policies without upkeep, no client.
    */
-  private async upkeepOnly(cr: R, connect: () => Promise<ExternalClient<R, Plan> | undefined>): Promise<Upkeep<StatusOf<R>> | undefined> {
+  private async upkeepOnly(cr: R, connect: () => Promise<ExternalClient<R, Plan>>): Promise<Upkeep<StatusOf<R>> | undefined> {
     if (!this.upkeepAllowed(cr)) return undefined;
     try {
       const external = await connect();
-      if (external === undefined) return undefined;
       return await this.keepAlive(cr, external, await external.observe(cr));
     } catch (err) {
       // The kind's client says when to try again (a VM's read: before it runs out); else the backoff.
@@ -501,10 +502,17 @@ function logTrouble(ctx: ReconcileContext, trouble: NonNullable<Upkeep<unknown>[
   if (trouble.exists) ctx.log.warn({ reason: trouble.failure.reason }, `cannot keep the service object alive: ${trouble.failure.message}`);
 }
 
-/** What a resource that cannot be reconciled says of its upkeep (its VM still renewed, or why not). */
-function upkeepNote(kept: Upkeep<unknown> | undefined): string {
+/**
+ * What a resource that cannot be reconciled says of its upkeep (its VM still renewed, or why
+ * not: said once when it is the very failure reported, e.g. no Connection at all).
+ */
+function upkeepNote(kept: Upkeep<unknown> | undefined, failure: Failure): string {
   const trouble = kept?.trouble;
-  if (trouble !== undefined) return trouble.exists ? `; cannot keep its VM alive meanwhile: ${trouble.failure.reason}: ${trouble.failure.message}` : "";
+  if (trouble !== undefined) {
+    if (!trouble.exists) return "";
+    const same = trouble.failure.reason === failure.reason && trouble.failure.message === failure.message;
+    return same ? "; its VM cannot be kept alive meanwhile" : `; cannot keep its VM alive meanwhile: ${trouble.failure.reason}: ${trouble.failure.message}`;
+  }
   return kept?.keeping ? "; its VM is still renewed meanwhile" : "";
 }
 

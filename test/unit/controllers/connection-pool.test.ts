@@ -43,10 +43,11 @@ describe("ConnectionPool", () => {
     await expect(first.client.vms.listAll()).resolves.toEqual([]);
   });
 
-  it("has no client for upkeep when the credentials are refused and none were accepted before", async () => {
+  it("has no client for upkeep when the credentials are refused and none were accepted before, and says so", async () => {
     rotate("a-mistyped-key");
     await expect(w.pool.clientFor(connection()).client.authenticate()).rejects.toThrow(/credentials refused/);
-    expect(w.pool.forUpkeep(NS, undefined)).toBeUndefined();
+    expect(() => w.pool.forUpkeep(NS, undefined)).toThrow(/refuses the credentials of Connection "default" \(Secret "creds"\).*fix the Secret/);
+    expect(() => w.pool.forUpkeep(NS, { name: "other" })).toThrow(/Connection "other" not found/);
   });
 
   it("closes every client of a Connection it forgets, the one kept for upkeep too", async () => {

@@ -3,7 +3,7 @@
 // meanwhile applied once on resume, and a paused Sandbox's VM still renewed.
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { Annotations, FINALIZER } from "../../../src/api/names.js";
-import type { Agent, Sandbox, Skill } from "../../../src/api/index.js";
+import type { Agent, Connection, Sandbox, Skill } from "../../../src/api/index.js";
 import { agents } from "../../../src/controllers/agent.js";
 import { sandboxes } from "../../../src/controllers/sandbox.js";
 import { skills } from "../../../src/controllers/skill.js";
@@ -145,6 +145,22 @@ describe("paused Sandbox", () => {
     expect(w.writes()).toEqual(["vms.renew"]);
     expect(sandbox().status?.renewals).toBe(1);
     expect(condition(sandbox(), "Ready")?.message).not.toContain("cannot keep it alive");
+  });
+
+  it("asks nothing of the service with credentials it refused, none accepted before, and says its VM cannot be kept alive", async () => {
+    apply({});
+    await w.reconcile(kind(), "sb");
+    apply({}, PAUSED);
+    // A process that never had a client accepted (restarted since): the Secret's key is refused,
+    // and the Connection still says Ready (its controller has not looked since).
+    w.pool.forget(NS, "default");
+    w.secrets.set({ metadata: { name: "creds", namespace: NS }, data: { apiKey: Buffer.from("a-mistyped-key").toString("base64") } });
+    await expect(w.pool.clientFor(w.get<Connection>("connections", "default")).client.authenticate()).rejects.toThrow(/credentials refused/);
+    w.advance(481_000);
+    const before = w.emu.requests.length;
+    await expect(w.reconcile(kind(), "sb")).resolves.toMatchObject({ requeue: true });
+    expect(w.emu.requests.slice(before)).toEqual([]); // not one more refused token request
+    expect(condition(sandbox(), "Ready")?.message).toMatch(/cannot keep its VM alive: CredentialsRefused: the token service refuses/);
   });
 
   it("says neither that a VM with keepAlive false is renewed nor that it cannot be, when its Connection is gone", async () => {

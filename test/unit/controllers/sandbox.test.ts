@@ -528,6 +528,17 @@ describe("a Sandbox whose Connection cannot be used", () => {
     expect(w.emu.state.vms.get(vmId)?.state).toBe("allocated");
   });
 
+  it("says its VM cannot be kept alive when its Connection is gone, without saying why twice", async () => {
+    apply({});
+    await w.reconcile(kind(), "sb");
+    w.informer({ kind: "connections", plural: "connections" }).delete(NS, "default");
+    w.events.length = 0;
+    await w.reconcile(kind(), "sb");
+    const ready = condition(sandbox(), "Ready");
+    expect(ready).toMatchObject({ status: "False", reason: "ConnectionNotFound" });
+    expect(ready?.message).toBe(`Connection "default" not found in namespace "${NS}"; create it or set spec.connectionRef.name; its VM cannot be kept alive meanwhile`);
+  });
+
   it("says nothing of renewals for a VM it does not keep alive (keepAlive false)", async () => {
     apply({ keepAlive: false });
     await w.reconcile(kind(), "sb");
