@@ -5,7 +5,7 @@
 // logged, what the service holds, the resource's status and its Events.
 import { kindNames, type KindNames } from "../../../src/api/names.js";
 import type { Connection } from "../../../src/api/index.js";
-import type { SecretObject } from "../../../src/managed/connection-secret.js";
+import { ConnectionSecretWriter, type SecretObject } from "../../../src/managed/connection-secret.js";
 import type { ManagedResource } from "../../../src/managed/external.js";
 import { ManagedReconciler } from "../../../src/managed/reconciler.js";
 import { StatusWriter } from "../../../src/managed/status-writer.js";
@@ -16,7 +16,7 @@ import { startEmulator, type Emulator } from "../../../src/emulator/index.js";
 import type { ReconcileContext, Result } from "../../../src/runtime/controller.js";
 import type { EventRecorder } from "../../../src/runtime/events.js";
 import type { Informer } from "../../../src/runtime/informer.js";
-import type { KubeClient } from "../../../src/runtime/kube-client.js";
+import { secretsPath, type KubeClient } from "../../../src/runtime/kube-client.js";
 import { silentLogger } from "../../../src/runtime/logging.js";
 
 export const NS = "team-a";
@@ -95,6 +95,8 @@ export class World {
   readonly ctx: KindContext;
   readonly pool: ConnectionPool;
   readonly kube: KubeClient;
+  /** Set: every write of a Secret fails with it (the API server refusing, or down). */
+  secretWriteError: Error | undefined;
   private constructor(
     readonly emu: Emulator,
     readonly clock: { ms: number },
@@ -213,6 +215,7 @@ export class World {
       syncPeriodMs: 600_000,
       dependencyGraceMs: 0,
       needsUpkeep: kind.needsUpkeep ?? false,
+      ...(kind.connectionSecret && { secrets: new ConnectionSecretWriter(this.kube, this.secrets.as<SecretObject>()) }),
       ...(kind.keepsAlive && { keepsAlive: kind.keepsAlive }),
       now: () => new Date(this.clock.ms),
     });
@@ -242,9 +245,25 @@ export class World {
     return this.informer({ kind: plural, plural });
   }
 
-  /** The two writes the reconcilers make: finalizers (metadata) and the status subresource. */
+  /**
+   * The writes the reconcilers make: finalizers (metadata), the status subresource, and
+   * connection Secrets (created, then merged into).
+   */
   private fakeKube(): KubeClient {
-    const patch = async (path: string, body: { metadata?: { finalizers?: string[]; annotations?: Record<string, string> }; status?: Record<string, unknown> }) => {
+    const secret = (path: string, write: (name: string) => SecretObject) => {
+      if (this.secretWriteError !== undefined) throw this.secretWriteError;
+      const name = /\/secrets\/([^/]+)$/.exec(path)?.[1];
+      return this.secrets.set(write(name ?? ""));
+    };
+    const create = async (path: string, body: SecretObject) => secret(path, () => body);
+    const patch = async (path: string, body: { data?: Record<string, string>; metadata?: { finalizers?: string[]; annotations?: Record<string, string> }; status?: Record<string, unknown> }) => {
+      if (path.startsWith(`${secretsPath(NS)}/`)) {
+        return secret(path, (name) => {
+          const obj = this.secrets.get(NS, name);
+          if (obj === undefined) throw new Error(`secret ${name} not found`);
+          return { ...obj, data: { ...obj.data, ...body.data } };
+        });
+      }
       const m = /\/namespaces\/([^/]+)\/([^/]+)\/([^/]+)(\/status)?$/.exec(path);
       if (m === null) throw new Error(`unexpected path ${path}`);
       const [, , plural, name] = m as unknown as [string, string, string, string];
@@ -255,7 +274,7 @@ export class World {
       if (body.metadata?.annotations !== undefined) next.metadata.annotations = { ...obj.metadata.annotations, ...body.metadata.annotations };
       return this.byPlural(plural).set(next);
     };
-    return { patch } as unknown as KubeClient;
+    return { patch, create } as unknown as KubeClient;
   }
 }
 

@@ -239,6 +239,28 @@ describe("Sandbox", () => {
     expect(condition(sandbox(), "Ready")?.message).toContain("its VM is still renewed");
   });
 
+  it("records the VM it allocated when its connection Secret cannot be written, and writes the Secret on the retry, no later than the renewal", async () => {
+    apply({});
+    w.secretWriteError = new Error("secrets: the API server answered 503");
+    const failed = await reconcileError();
+    // Status names the VM made (no second one on the retry), and the retry comes before the renewal.
+    const vmId = sandbox().status?.vmId as string;
+    expect(live(vmId)).toBe(true);
+    expect(failed).toBeInstanceOf(RetryNoLaterThan);
+    expect((failed as RetryNoLaterThan).ms).toBeLessThanOrEqual(480_000);
+    expect(condition(sandbox(), "Ready")).toMatchObject({ status: "False", reason: "ReconcileError" });
+    expect(w.secrets.get(NS, "sb-agentcompute")).toBeUndefined();
+
+    w.secretWriteError = undefined;
+    w.calls();
+    await w.reconcile(kind(), "sb");
+    expect(w.writes()).toEqual([]);
+    expect(sandbox().status?.vmId).toBe(vmId);
+    const data = w.secrets.get(NS, "sb-agentcompute")?.data ?? {};
+    expect(Buffer.from(data["vmId"] ?? "", "base64").toString()).toBe(vmId);
+    expect(condition(sandbox(), "Ready")).toMatchObject({ status: "True" });
+  });
+
   it("names the replacement in status when the old VM cannot be released, renews only the new one, and gives the old one back soon", async () => {
     apply({});
     await w.reconcile(kind(), "sb");
