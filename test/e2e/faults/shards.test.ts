@@ -209,10 +209,15 @@ function successfulCreates(): Record<string, number> {
   return out;
 }
 
+/** The replica a resource's owner label names ("" for none). */
+function ownerOf(r: ListedResource): string {
+  return (r.metadata as { labels?: Record<string, string> }).labels?.[OWNER_LABEL] ?? "";
+}
+
 function owners(resources: ListedResource[]): Map<string, number> {
   const out = new Map<string, number>();
   for (const r of resources) {
-    const owner = (r.metadata as { labels?: Record<string, string> }).labels?.[OWNER_LABEL] ?? "";
+    const owner = ownerOf(r);
     out.set(owner, (out.get(owner) ?? 0) + 1);
   }
   return out;
@@ -265,13 +270,15 @@ describe("three sharded replicas", () => {
 
     // Every replica has a share (the sharder may first have seen fewer members, and moved
     // objects to the late one since: on a loaded machine that can take a few seconds).
-    const shares = await waitFor(
+    const listed = await waitFor(
       async () => {
-        const current = owners(await listManaged(ns.name));
-        return NAMES.every((n) => (current.get(n) ?? 0) > 0) ? current : undefined;
+        const resources = await listManaged(ns.name);
+        const current = owners(resources);
+        return NAMES.every((n) => (current.get(n) ?? 0) > 0) ? resources : undefined;
       },
       { timeoutMs: 60_000, intervalMs: 500, description: "every replica to own a share" },
     );
+    const shares = owners(listed);
     // Kill the replica that is not the leader and owns the most (the sharder stays up).
     const leaders = await Promise.all(replicas.map((r) => r.metric("leader_election_master_status", { name: lease })));
     const victim = replicas
@@ -283,7 +290,10 @@ describe("three sharded replicas", () => {
     await victim.exited;
     const killedAt = Date.now();
     const createsAtKill = Object.values(successfulCreates()).reduce((a, b) => a + b, 0);
-    expect(createsAtKill).toBeLessThan(TOTAL);
+    // Killed mid-work: creates still to make, or (on a machine slow to settle the shares, every
+    // create made by then) Sandboxes whose VMs it was renewing every 15 s.
+    const victimSandboxes = listed.filter((r) => r.kind === "Sandbox" && ownerOf(r) === victim.name).length;
+    expect(createsAtKill < TOTAL || victimSandboxes > 0, `${createsAtKill}/${TOTAL} creates, ${victimSandboxes} Sandboxes of ${victim.name}`).toBe(true);
     const survivors = replicas.filter((r) => r !== victim).map((r) => r.name);
 
     await applied;
