@@ -9,6 +9,7 @@ import type { EventRecorder } from "../runtime/events.js";
 import type { Informer } from "../runtime/informer.js";
 import type { KubeClient } from "../runtime/kube-client.js";
 import { resourcePath } from "../runtime/kube-client.js";
+import { errorMessage } from "../lib/errors.js";
 import { RetryNoLaterThan, type ReconcileContext, type Reconciler, type Request, type Result } from "../runtime/controller.js";
 import { PAUSED_REASON, kstatusConditions, pausedConditions, type StatedCondition } from "./conditions.js";
 import { patchFinalizers } from "./finalizers.js";
@@ -272,7 +273,7 @@ export class ManagedReconciler<R extends ManagedResource, Plan = unknown> implem
       this.waitingSince.delete(cr.metadata.uid);
     }
     const message = withPollNote(cr, failure.message) + upkeepNote(kept, failure);
-    await this.writeStatus(cr, kept?.status ?? {}, kstatusConditions({ state: stalled ? "stalled" : "reconciling", reason: failure.reason, message }));
+    await this.writeStatusBeforeUpkeep(cr, kept, kept?.status ?? {}, kstatusConditions({ state: stalled ? "stalled" : "reconciling", reason: failure.reason, message }));
     if (previousReady?.reason !== failure.reason) {
       this.opts.events.warning(cr, failure.reason, failure.message);
     }
@@ -317,7 +318,7 @@ export class ManagedReconciler<R extends ManagedResource, Plan = unknown> implem
     const waiting = deleting ? "; deletion waits, with the finalizer kept, until" : "; changes made meanwhile are applied when";
     const problem = trouble ? `; cannot keep its VM alive: ${trouble.failure.reason}: ${trouble.failure.message}` : "";
     const message = `paused by the annotation ${Annotations.paused}: "true": the operator makes no change in the service${upkeep}${waiting} the annotation is removed${problem}`;
-    await this.writeStatus(cr, kept?.status ?? {}, pausedConditions({ inSync, message, keepStalled: stalledAtThisGeneration(cr) !== undefined }));
+    await this.writeStatusBeforeUpkeep(cr, kept, kept?.status ?? {}, pausedConditions({ inSync, message, keepStalled: stalledAtThisGeneration(cr) !== undefined }));
     if (trouble !== undefined) {
       logTrouble(ctx, trouble);
       if (trouble.failure.kind === "transient") throw noLaterThanUpkeep(trouble.err instanceof Error ? trouble.err : new Error(trouble.failure.message), kept);
@@ -423,6 +424,18 @@ export class ManagedReconciler<R extends ManagedResource, Plan = unknown> implem
 
   private async writeStatus(cr: R, observed: Partial<StatusOf<R>>, conditions: StatedCondition[]): Promise<void> {
     await this.opts.status.write(this.path(cr, "status"), cr, observed, conditions);
+  }
+
+  /**
+   * A status write after upkeep (paused, or the spec not applied): if it fails (the API server
+   * down), the retry backs off as any error does, but no later than the upkeep due meanwhile.
+   */
+  private async writeStatusBeforeUpkeep(cr: R, kept: Upkeep<StatusOf<R>> | undefined, observed: Partial<StatusOf<R>>, conditions: StatedCondition[]): Promise<void> {
+    try {
+      await this.writeStatus(cr, observed, conditions);
+    } catch (err) {
+      throw noLaterThanUpkeep(err instanceof Error ? err : new Error(errorMessage(err)), kept);
+    }
   }
 
   /** Returns the object as the API server answered, or undefined if it is gone. */

@@ -95,8 +95,8 @@ export class World {
   readonly ctx: KindContext;
   readonly pool: ConnectionPool;
   readonly kube: KubeClient;
-  /** Set: every write of a Secret fails with it (the API server refusing, or down). */
-  secretWriteError: Error | undefined;
+  /** Set: every write to a path it matches (e.g. /\/secrets\//, /\/status$/) fails with `error` (the API server refusing, or down). */
+  writeFault: { path: RegExp; error: Error } | undefined;
   private constructor(
     readonly emu: Emulator,
     readonly clock: { ms: number },
@@ -250,13 +250,19 @@ export class World {
    * connection Secrets (created, then merged into).
    */
   private fakeKube(): KubeClient {
+    const failing = (path: string) => {
+      if (this.writeFault?.path.test(path)) throw this.writeFault.error;
+    };
     const secret = (path: string, write: (name: string) => SecretObject) => {
-      if (this.secretWriteError !== undefined) throw this.secretWriteError;
       const name = /\/secrets\/([^/]+)$/.exec(path)?.[1];
       return this.secrets.set(write(name ?? ""));
     };
-    const create = async (path: string, body: SecretObject) => secret(path, () => body);
+    const create = async (path: string, body: SecretObject) => {
+      failing(path);
+      return secret(path, () => body);
+    };
     const patch = async (path: string, body: { data?: Record<string, string>; metadata?: { finalizers?: string[]; annotations?: Record<string, string> }; status?: Record<string, unknown> }) => {
+      failing(path);
       if (path.startsWith(`${secretsPath(NS)}/`)) {
         return secret(path, (name) => {
           const obj = this.secrets.get(NS, name);

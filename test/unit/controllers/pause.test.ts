@@ -7,6 +7,7 @@ import type { Agent, Connection, Sandbox, Skill } from "../../../src/api/index.j
 import { agents } from "../../../src/controllers/agent.js";
 import { sandboxes } from "../../../src/controllers/sandbox.js";
 import { skills } from "../../../src/controllers/skill.js";
+import { RetryNoLaterThan } from "../../../src/runtime/controller.js";
 import { condition, NS, World } from "./helpers.js";
 
 let w: World;
@@ -145,6 +146,17 @@ describe("paused Sandbox", () => {
     expect(w.writes()).toEqual(["vms.renew"]);
     expect(sandbox().status?.renewals).toBe(1);
     expect(condition(sandbox(), "Ready")?.message).not.toContain("cannot keep it alive");
+  });
+
+  it("retries a status write that failed no later than the next renewal, however long the backoff has grown", async () => {
+    apply({});
+    await w.reconcile(kind(), "sb");
+    apply({}, PAUSED);
+    w.writeFault = { path: /\/status$/, error: new Error("the API server answered 503") };
+    const failed = await w.reconcile(kind(), "sb").then(() => undefined, (err: unknown) => err);
+    expect(failed).toBeInstanceOf(RetryNoLaterThan);
+    expect(failed).toMatchObject({ priority: true });
+    expect((failed as RetryNoLaterThan).ms).toBeLessThanOrEqual(480_000);
   });
 
   it("asks nothing of the service with credentials it refused, none accepted before, and says its VM cannot be kept alive", async () => {

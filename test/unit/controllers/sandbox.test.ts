@@ -241,7 +241,7 @@ describe("Sandbox", () => {
 
   it("records the VM it allocated when its connection Secret cannot be written, and writes the Secret on the retry, no later than the renewal", async () => {
     apply({});
-    w.secretWriteError = new Error("secrets: the API server answered 503");
+    w.writeFault = { path: /\/secrets/, error: new Error("secrets: the API server answered 503") };
     const failed = await reconcileError();
     // Status names the VM made (no second one on the retry), and the retry comes before the renewal.
     const vmId = sandbox().status?.vmId as string;
@@ -251,7 +251,7 @@ describe("Sandbox", () => {
     expect(condition(sandbox(), "Ready")).toMatchObject({ status: "False", reason: "ReconcileError" });
     expect(w.secrets.get(NS, "sb-agentcompute")).toBeUndefined();
 
-    w.secretWriteError = undefined;
+    w.writeFault = undefined;
     w.calls();
     await w.reconcile(kind(), "sb");
     expect(w.writes()).toEqual([]);
@@ -548,6 +548,16 @@ describe("a Sandbox whose Connection cannot be used", () => {
     // A quarter of what the VM has left, on the priority lane; the backoff may be far longer by now.
     expect(result).toEqual({ requeue: true, requeueNoLaterThanMs: 29_750, priority: true });
     expect(w.emu.state.vms.get(vmId)?.state).toBe("allocated");
+  });
+
+  it("retries a status write that failed while the Connection is not Ready no later than the next renewal", async () => {
+    apply({});
+    await w.reconcile(kind(), "sb");
+    connectionFailing();
+    w.writeFault = { path: /\/status$/, error: new Error("the API server answered 503") };
+    const failed = await reconcileError();
+    expect(failed).toBeInstanceOf(RetryNoLaterThan);
+    expect((failed as RetryNoLaterThan).ms).toBeLessThanOrEqual(480_000);
   });
 
   it("says its VM cannot be kept alive when its Connection is gone, without saying why twice", async () => {
