@@ -33,7 +33,11 @@ export const SandboxSpecSchema = Type.Object(
       }),
     ),
     ttlSeconds: Type.Optional(
-      Type.Integer({ description: "Time-to-live asked for at allocation and at each renewal.", default: 3600, minimum: 1 }),
+      Type.Integer({
+        description: "Time-to-live asked for at allocation and at each renewal. At least 2: a renewal must land before the VM runs out, at least a second after the one before.",
+        default: 3600,
+        minimum: 2,
+      }),
     ),
     renewBeforeSeconds: Type.Optional(
       Type.Integer({

@@ -56,9 +56,9 @@ const refused: Refused[] = [
     says: [/spec\.tier/, /Required value/],
   },
   {
-    what: "a value out of range (spec.ttlSeconds 0)",
-    manifest: `kind: Sandbox\nmetadata: {name: zero-ttl}\nspec: {tier: standard, ttlSeconds: 0}`,
-    says: [/spec\.ttlSeconds/, /greater than or equal to 1/],
+    what: "a value out of range (spec.ttlSeconds 1: no time left to renew in)",
+    manifest: `kind: Sandbox\nmetadata: {name: one-second-ttl}\nspec: {tier: standard, ttlSeconds: 1}`,
+    says: [/spec\.ttlSeconds/, /greater than or equal to 2/],
   },
   {
     what: "a value outside an enum (spec.onDelete)",
