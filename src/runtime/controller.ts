@@ -187,7 +187,8 @@ export class Controller {
    * Stop taking work and wait for in-flight reconciles, at most `graceMs`; then abort their
    * signal and return (they are abandoned, not awaited further).
    */
-  async stop(graceMs = 30_000): Promise<void> {
+  /** Stops the workers; "drained" if every reconcile in flight ended within `graceMs`. */
+  async stop(graceMs = 30_000): Promise<"drained" | "timeout"> {
     for (const u of this.unsubscribers.splice(0)) u();
     const drained = this.queue.shutDownWithDrain();
     let timer: NodeJS.Timeout | undefined;
@@ -204,6 +205,7 @@ export class Controller {
     }
     this.metrics.activeWorkers.set({ controller: this.name }, 0);
     this.log.info("workers stopped");
+    return outcome;
   }
 
   private async worker(): Promise<void> {

@@ -138,7 +138,7 @@ export class Manager {
   private readonly signalHandlers: [NodeJS.Signals, () => void][] = [];
   private readonly stopCountingRequests: () => void;
   private readonly leadingHooks: Array<(signal: AbortSignal) => void | Promise<void>> = [];
-  private readonly stoppedHooks: Array<() => Promise<void>> = [];
+  private readonly stoppedHooks: Array<(drained: boolean) => Promise<void>> = [];
 
   constructor(opts: ManagerOptions = {}) {
     this.o = opts;
@@ -230,8 +230,11 @@ export class Manager {
     this.leadingHooks.push(fn);
   }
 
-  /** Sharded mode: `fn` runs on stop, after the controllers stopped and before the Lease is released. */
-  onControllersStopped(fn: () => Promise<void>): void {
+  /**
+   * Sharded mode: `fn` runs on stop, after the controllers stopped and before the Lease is
+   * released; `drained`: no reconcile outlived the grace period (none may still be writing).
+   */
+  onControllersStopped(fn: (drained: boolean) => Promise<void>): void {
     this.stoppedHooks.push(fn);
   }
 
@@ -344,8 +347,9 @@ export class Manager {
     const grace = this.o.gracefulShutdownTimeoutMs ?? 30_000;
     this.logger.info({ reason: this.stopReason, graceMs: grace }, "manager stopping");
     const deadline = Date.now() + grace;
-    await Promise.all(this.controllers.map((c) => c.stop(grace).catch(() => undefined)));
-    for (const hook of this.stoppedHooks) await hook().catch((err: unknown) => this.logger.warn({ err: errorMessage(err) }, "stop hook failed"));
+    const outcomes = await Promise.all(this.controllers.map((c) => c.stop(grace).catch(() => "timeout" as const)));
+    const drained = outcomes.every((o) => o === "drained");
+    for (const hook of this.stoppedHooks) await hook(drained).catch((err: unknown) => this.logger.warn({ err: errorMessage(err) }, "stop hook failed"));
     this.electionAbort.abort(new Error("manager stopping"));
     await this.electionDone?.catch(() => undefined);
     this.leading = false;

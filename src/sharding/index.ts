@@ -82,6 +82,8 @@ export class Sharding {
   private sharder: Sharder | undefined;
   private member: MemberLease | undefined;
   private peers: MemberSet | undefined;
+  /** This replica leads (runs the sharder), and so fences the member Leases that expire. */
+  private leading = false;
 
   constructor(private readonly cfg: ShardingConfig) {
     this.identity = cfg.identity;
@@ -90,6 +92,7 @@ export class Sharding {
       logger: cfg.logger,
       controllers: SHARDED_CONTROLLERS,
       selectedByDefault: new Set([collection(kindNames.sandboxRun)]),
+      mayWork: () => this.member?.mayWork() ?? false,
     });
   }
 
@@ -140,6 +143,7 @@ export class Sharding {
       logger: log,
       metrics: manager.metrics,
       leaseDurationMs: this.cfg.timings?.leaseDurationMs,
+      fencing: () => this.leading,
       onChange: (m) => {
         membersGauge.set(m.length);
         operator.pool.setRateShare(1 / Math.max(1, m.length));
@@ -165,7 +169,9 @@ export class Sharding {
       // The ring is this replica's view of the members (below), from now on and as it changes.
       sharder.setMembers(peers.members());
       this.sharder = sharder;
+      this.leading = true;
       const stop = async (): Promise<void> => {
+        this.leading = false;
         this.sharder = undefined;
         await sharder.stop();
       };
@@ -181,6 +187,7 @@ export class Sharding {
       ring,
       logger: log,
       ...this.cfg.timings,
+      ownsObjects: (signal) => this.ownsObjects(manager, signal),
       onLost: () => {
         void manager.stop("leadership-lost");
         // The sharder hands the share over 5 s after the renew deadline: a reconcile still in
@@ -202,10 +209,25 @@ export class Sharding {
       }
     });
     // Leave the ring once the controllers have stopped: the share then moves without a drain.
-    manager.onControllersStopped(async () => {
+    // Not while a reconcile that outlived the grace period may still write: the Lease then
+    // expires, and is fenced, as a killed replica's.
+    manager.onControllersStopped(async (drained) => {
       await peers.stop();
-      await member.stop();
+      await member.stop({ leave: drained });
     });
+  }
+
+  /** Whether any sharded object still carries this replica's owner label (one object asked for, per kind and namespace). */
+  private async ownsObjects(manager: Manager, signal: AbortSignal): Promise<boolean> {
+    const namespaces = manager.namespaces.length > 0 ? manager.namespaces : [undefined];
+    for (const { plural } of SHARDED_CONTROLLERS.values()) {
+      for (const namespace of namespaces) {
+        const path = resourcePath({ group: GROUP, version: VERSION, plural, namespace });
+        const list = await manager.client.list(path, { labelSelector: this.replica.selector, limit: 1, signal });
+        if (list.items.length > 0) return true;
+      }
+    }
+    return false;
   }
 
   /** Joins the ring (after the caches synced, so the share lands in a warm replica). */

@@ -7,11 +7,21 @@
 // the sharder, counting a lease duration from the last renewal it saw, hands its share to
 // others. So a share never has two workers, and a SIGKILLed replica's share moves one lease
 // duration after its last renewal.
+//
+// Timing alone is not trusted with that promise: a sharder that stalled (or whose watch fell
+// behind) may see a live member's Lease as expired, and a replica that was stopped (SIGSTOP, a
+// frozen VM) may wake up still believing it is a member. So the sharder *fences* a Lease
+// before it counts its member gone: it writes the Lease's holder empty, on the version it saw.
+// If the member renewed meanwhile, that write fails and the member stays. A member renews on
+// the version it wrote last, so once fenced its next renewal fails and it stops; it does no
+// work unless a renewal sent less than the renew deadline ago succeeded (`mayWork`); and a
+// restarted process of the same identity takes a fenced Lease back only once nothing carries
+// its owner label any more (the sharder has moved the share of the process before).
 import type { Logger } from "pino";
 import { setTimeout as sleep } from "node:timers/promises";
 import { errorMessage } from "../lib/errors.js";
 import { Informer } from "../runtime/informer.js";
-import { isAlreadyExists, isNotFound, leasesPath, type KubeClient } from "../runtime/kube-client.js";
+import { isAlreadyExists, isConflict, isNotFound, leasesPath, type KubeClient } from "../runtime/kube-client.js";
 import type { Lease } from "../runtime/leader-election.js";
 import type { Metrics } from "../runtime/metrics.js";
 import { MEMBER_LABEL } from "./labels.js";
@@ -37,9 +47,17 @@ export interface MemberLeaseOptions extends Partial<MembershipTimings> {
   /** The ring's name (MEMBER_LABEL's value): one ring per operator Deployment. */
   ring: string;
   logger: Logger;
-  /** Membership is lost (not renewed within the deadline, or the Lease was deleted): stop working. */
+  /** Membership is lost (not renewed within the deadline, the Lease deleted or fenced): stop working. */
   onLost(reason: string): void;
+  /**
+   * Whether any object still carries this replica's owner label. A fenced Lease (an earlier
+   * process of this identity counted gone) is taken back only once this says no. Default: no.
+   */
+  ownsObjects?(signal: AbortSignal): Promise<boolean>;
 }
+
+/** The Lease is fenced and the share of the process before is still being moved. */
+class ShareStillMoving extends Error {}
 
 /** This replica's own Lease: created on start, renewed every retry period, deleted on stop. */
 export class MemberLease {
@@ -48,6 +66,10 @@ export class MemberLease {
   private readonly abort = new AbortController();
   private loop: Promise<void> | undefined;
   private lost = false;
+  /** The resourceVersion of this replica's last write of the Lease: renewals are made on it. */
+  private version: string | undefined;
+  /** performance.now() until which this replica may work: a successful write's sending + the renew deadline. */
+  private validUntil = -Infinity;
 
   constructor(private readonly o: MemberLeaseOptions) {
     this.t = {
@@ -61,24 +83,49 @@ export class MemberLease {
 
   /** Takes the Lease (retrying until it is written or stop() is called). */
   async start(): Promise<void> {
+    let waitingForShare = false;
     while (!this.abort.signal.aborted) {
       try {
         await this.take();
         this.log.info({ identity: this.o.identity }, "joined the shard ring");
         break;
       } catch (err) {
-        this.log.warn({ err: errorMessage(err) }, "could not write the member Lease; retrying");
+        if (err instanceof ShareStillMoving) {
+          if (!waitingForShare) this.log.info({ identity: this.o.identity }, "the member Lease was fenced (an earlier process of this identity was counted gone): joining once its share has moved");
+          waitingForShare = true;
+        } else {
+          this.log.warn({ err: errorMessage(err) }, "could not write the member Lease; retrying");
+        }
         if (!(await this.wait(this.t.retryPeriodMs))) return;
       }
     }
     this.loop = this.renewLoop();
   }
 
-  /** Leaves the ring: the Lease is deleted, so the sharder moves the share at once. */
-  async stop(): Promise<void> {
+  /**
+   * Whether this replica may work on its share now: a write of its Lease sent less than the
+   * renew deadline ago succeeded. False before it joined, once it lost, and after a stall (a
+   * process stopped for longer than that wakes up with its work queue's timers due before its
+   * renewal has been tried).
+   */
+  mayWork(): boolean {
+    return !this.lost && performance.now() < this.validUntil;
+  }
+
+  /**
+   * Leaves the ring. `leave`: the Lease is deleted, so the sharder moves the share at once;
+   * only when no reconcile is in flight any more. Otherwise it is left to expire (and be
+   * fenced): a reconcile that outlived the grace period may still be writing.
+   */
+  async stop(opts: { leave?: boolean } = {}): Promise<void> {
     this.abort.abort(new Error("member lease stopping"));
+    this.validUntil = -Infinity;
     await this.loop;
     if (this.lost) return;
+    if (opts.leave === false) {
+      this.log.warn("reconciles still in flight: the member Lease is left to expire rather than deleted");
+      return;
+    }
     try {
       await this.o.client.delete(leasesPath(this.o.namespace, this.o.name), { signal: AbortSignal.timeout(this.t.renewDeadlineMs) });
       this.log.info("left the shard ring");
@@ -109,29 +156,36 @@ export class MemberLease {
 
   private async take(): Promise<void> {
     const signal = AbortSignal.any([this.abort.signal, AbortSignal.timeout(this.t.renewDeadlineMs)]);
+    const sentAt = performance.now();
+    let written: Lease;
     try {
-      await this.o.client.create(leasesPath(this.o.namespace), this.lease(Date.now()), { signal, discardResult: true });
+      written = await this.o.client.create<Lease>(leasesPath(this.o.namespace), this.lease(Date.now()), { signal });
     } catch (err) {
       if (!isAlreadyExists(err)) throw err;
-      // Left behind by an earlier process of the same identity (a restarted container).
+      // Left behind by an earlier process of the same identity (a restarted container). Taken
+      // on the version read: if the sharder fences it meanwhile, one of the two writes fails.
       const current = await this.o.client.get<Lease>(leasesPath(this.o.namespace, this.o.name), { signal });
-      await this.o.client.replace(leasesPath(this.o.namespace, this.o.name), this.lease(Date.now(), current), { signal, discardResult: true });
+      if ((current.spec?.holderIdentity ?? "") !== this.o.identity && (await this.o.ownsObjects?.(signal))) throw new ShareStillMoving();
+      written = await this.o.client.replace<Lease>(leasesPath(this.o.namespace, this.o.name), this.lease(Date.now(), current), { signal });
     }
+    this.version = written.metadata.resourceVersion;
+    this.validUntil = sentAt + this.t.renewDeadlineMs;
   }
 
   private async renewLoop(): Promise<void> {
-    let renewedAt = Date.now();
     while (await this.wait(this.t.retryPeriodMs)) {
-      const deadline = renewedAt + this.t.renewDeadlineMs;
+      const sentAt = performance.now();
+      const signal = AbortSignal.any([this.abort.signal, AbortSignal.timeout(Math.max(1, Math.min(this.t.retryPeriodMs * 2, this.validUntil - sentAt)))]);
       try {
-        const signal = AbortSignal.any([this.abort.signal, AbortSignal.timeout(Math.max(1, Math.min(this.t.retryPeriodMs * 2, deadline - Date.now())))]);
-        await this.o.client.patch(
+        // On the version this replica wrote last: a fenced Lease is not renewed, it is lost.
+        const renewed = await this.o.client.patch<Lease>(
           leasesPath(this.o.namespace, this.o.name),
-          { spec: { holderIdentity: this.o.identity, renewTime: microTime(Date.now()) } },
+          { metadata: { resourceVersion: this.version }, spec: { holderIdentity: this.o.identity, renewTime: microTime(Date.now()) } },
           "merge",
-          { signal, discardResult: true },
+          { signal },
         );
-        renewedAt = Date.now();
+        this.version = renewed.metadata.resourceVersion;
+        this.validUntil = sentAt + this.t.renewDeadlineMs;
         continue;
       } catch (err) {
         if (this.abort.signal.aborted) return;
@@ -139,10 +193,28 @@ export class MemberLease {
           // Deleted by someone: the sharder may already have moved the share away.
           return this.lose("the member Lease was deleted");
         }
-        this.log.warn({ err: errorMessage(err) }, "error renewing the member Lease");
+        if (isConflict(err) && (await this.fenced(signal))) {
+          return this.lose("the member Lease was fenced: the sharder counted this replica gone and is moving its share");
+        }
+        if (!isConflict(err)) this.log.warn({ err: errorMessage(err) }, "error renewing the member Lease");
       }
-      if (Date.now() >= deadline) return this.lose(`the member Lease was not renewed for ${this.t.renewDeadlineMs} ms`);
+      if (performance.now() >= this.validUntil) return this.lose(`the member Lease was not renewed for ${this.t.renewDeadlineMs} ms`);
     }
+  }
+
+  /**
+   * After a renewal refused for its version: whether someone else wrote the Lease (fenced).
+   * Not if it still names this replica (a renewal whose answer was lost): its version is taken.
+   */
+  private async fenced(signal: AbortSignal): Promise<boolean> {
+    try {
+      const current = await this.o.client.get<Lease>(leasesPath(this.o.namespace, this.o.name), { signal });
+      if ((current.spec?.holderIdentity ?? "") !== this.o.identity) return true;
+      this.version = current.metadata.resourceVersion;
+    } catch (err) {
+      if (!this.abort.signal.aborted) this.log.warn({ err: errorMessage(err) }, "could not read the member Lease after a refused renewal");
+    }
+    return false;
   }
 
   private lose(reason: string): void {
@@ -164,6 +236,9 @@ export class MemberLease {
     }
   }
 }
+
+/** How soon a fence that could not be written (the API server down) is tried again. */
+const FENCE_RETRY_MS = 1_000;
 
 /** What the sharder knows of one member Lease. */
 export interface MemberRecord {
@@ -209,6 +284,12 @@ export interface MemberSetOptions {
   logger: Logger;
   metrics?: Metrics;
   leaseDurationMs?: number;
+  /**
+   * Whether this replica confirms a departure before counting it (the sharder's, on the
+   * leader): an expired Lease counts as gone only once it is fenced (its holder written empty
+   * on the version seen). Elsewhere (a replica's share of the rate) expiry is enough.
+   */
+  fencing?(): boolean;
   /** The live members changed (sorted identities). */
   onChange(members: string[]): void;
 }
@@ -220,6 +301,11 @@ export interface MemberSetOptions {
 export class MemberSet {
   private readonly informer: Informer<Lease & { metadata: { name: string; namespace: string } }>;
   private readonly records = new Map<string, MemberRecord>();
+  /** Each member Lease's resourceVersion as last seen: a fence is written on it. */
+  private readonly versions = new Map<string, string | undefined>();
+  /** Member Leases with a fence being written or tried last (when), to try again at most once a second. */
+  private readonly fencing = new Set<string>();
+  private readonly fenceTried = new Map<string, number>();
   private current: string[] = [];
   private timer: NodeJS.Timeout | undefined;
 
@@ -235,6 +321,8 @@ export class MemberSet {
     this.informer.on("update", seen);
     this.informer.on("delete", (l) => {
       this.records.delete(l.metadata.name ?? "");
+      this.versions.delete(l.metadata.name ?? "");
+      this.fenceTried.delete(l.metadata.name ?? "");
       this.evaluate();
     });
   }
@@ -261,17 +349,61 @@ export class MemberSet {
     const next = observeLease(this.records.get(name), lease, Date.now(), this.o.leaseDurationMs ?? DEFAULT_TIMINGS.leaseDurationMs);
     if (next === undefined) this.records.delete(name);
     else this.records.set(name, next);
+    this.versions.set(name, lease.metadata.resourceVersion);
     this.evaluate();
   }
 
   private evaluate(): void {
     if (!this.informer.hasSynced()) return;
-    const live = liveMembers(this.records.values(), Date.now());
+    const now = Date.now();
+    // Where departures are confirmed, an expired record still counts until its fence is written.
+    const fencing = this.o.fencing?.() ?? false;
+    const counted = [...this.records.entries()].map(([name, r]) => {
+      if (r.expiresAt > now || !fencing) return r;
+      this.fence(name, r);
+      return { ...r, expiresAt: Infinity };
+    });
+    const live = liveMembers(counted, now);
     if (live.length === this.current.length && live.every((m, i) => m === this.current[i])) return;
     const joined = live.filter((m) => !this.current.includes(m));
     const left = this.current.filter((m) => !live.includes(m));
     this.current = live;
     this.o.logger.info({ members: live, joined, left }, "shard ring members changed");
     this.o.onChange(live);
+  }
+
+  /**
+   * Writes the holder of an expired member Lease empty, on the version last seen. Written: its
+   * member is gone (its renewals now fail, and it stops). Refused (409): it renewed since, and
+   * what the API server holds now is taken in. A Lease deleted meanwhile is gone as well.
+   */
+  private fence(name: string, record: MemberRecord): void {
+    if (this.fencing.has(name) || Date.now() - (this.fenceTried.get(name) ?? -Infinity) < FENCE_RETRY_MS) return;
+    this.fencing.add(name);
+    this.fenceTried.set(name, Date.now());
+    const path = leasesPath(this.o.namespace, name);
+    const gone = (how: string): void => {
+      if (this.records.get(name) === record) this.records.delete(name);
+      this.o.logger.info({ member: record.holder }, how);
+    };
+    this.o.client
+      .patch(path, { metadata: { resourceVersion: this.versions.get(name) }, spec: { holderIdentity: "" } }, "merge", { discardResult: true })
+      .then(
+        () => gone("member Lease expired: fenced it, so its share moves (its replica, if it still runs, stops at its next renewal)"),
+        async (err: unknown) => {
+          if (isNotFound(err)) return gone("member Lease deleted");
+          if (!isConflict(err)) return this.o.logger.warn({ err: errorMessage(err), member: record.holder }, "could not fence an expired member Lease; its share waits");
+          this.o.logger.info({ member: record.holder }, "an expired member Lease changed since it was seen: renewed, not gone");
+          this.seen(await this.o.client.get<Lease>(path));
+        },
+      )
+      .catch((err: unknown) => {
+        if (isNotFound(err)) gone("member Lease deleted");
+        else this.o.logger.warn({ err: errorMessage(err), member: record.holder }, "could not read a member Lease after a refused fence");
+      })
+      .finally(() => {
+        this.fencing.delete(name);
+        this.evaluate();
+      });
   }
 }

@@ -42,7 +42,12 @@ export interface ReplicaShardOptions {
    * the share explicitly (src/controllers/kind.ts).
    */
   selectedByDefault: ReadonlySet<string>;
+  /** Whether this replica's membership is current (its Lease renewed within the deadline); default yes. */
+  mayWork?(): boolean;
 }
+
+/** How soon an object is looked at again when this replica may not work yet (not joined, or its renewal in doubt). */
+const NOT_A_MEMBER_RETRY_MS = 250;
 
 /** What the replica side needs of the manager (bound after the manager exists). */
 export interface ReplicaManager {
@@ -120,6 +125,9 @@ export class ReplicaShard {
     // The selector guarantees the owner; an object of another owner is never worked on.
     if (labels[OWNER_LABEL] !== this.o.identity) return;
     if (labels[DRAIN_LABEL] !== undefined) return this.release(kind, obj, req, ctx.log);
+    // Not joined yet, or its membership in doubt (a renewal overdue: after a stall, the queue's
+    // timers fire before the renewal is tried): the share may be someone else's by now.
+    if (this.o.mayWork?.() === false) return { requeueAfterMs: NOT_A_MEMBER_RETRY_MS, priority: ctx.priority };
     this.tellArrival(kind, obj);
     return inner.reconcile(req, ctx);
   }

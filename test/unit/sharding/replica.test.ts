@@ -68,9 +68,9 @@ const ctx = (): ReconcileContext => ({ log: silentLogger(), reconcileId: "r", si
 const req = (obj: Obj): Request => ({ namespace: obj.metadata.namespace ?? "", name: obj.metadata.name ?? "" });
 
 /** A replica with its Sandbox controller wired: what it enqueued, what it reconciled, where it looks up inventories. */
-function replica(inventory: () => ArrivalSink | null | undefined) {
+function replica(inventory: () => ArrivalSink | null | undefined, mayWork?: () => boolean) {
   const share = new Share();
-  const shard = new ReplicaShard({ identity: ME, logger: silentLogger(), controllers: SHARDED_CONTROLLERS, selectedByDefault: new Set() });
+  const shard = new ReplicaShard({ identity: ME, logger: silentLogger(), controllers: SHARDED_CONTROLLERS, selectedByDefault: new Set(), ...(mayWork && { mayWork }) });
   shard.bind({
     client: {} as KubeClient, // only a release (a drain label) writes, and no test here drains
     informerFor: <T extends KubeObject>() => share as unknown as Informer<T>,
@@ -180,6 +180,24 @@ describe("ReplicaShard: objects that arrive from another owner", () => {
     await r.reconcile(other);
     expect(r.reconciled).toEqual([]);
     expect(sink.told).toEqual([]);
+  });
+});
+
+describe("ReplicaShard: a membership that is not current", () => {
+  it("puts its objects back instead of working on them, and works on them once it is current again", async () => {
+    let member = false; // not joined yet, or a renewal overdue
+    const sink = new Sink();
+    const r = replica(() => sink, () => member);
+    const mine = sandbox("mine", { finalizers: ["agentcompute.dev/finalizer"] });
+    r.share.add(mine);
+    expect(await r.reconcile(mine)).toEqual({ requeueAfterMs: 250, priority: true });
+    expect(r.reconciled).toEqual([]);
+    expect(sink.told).toEqual([]);
+
+    member = true;
+    await r.reconcile(mine);
+    expect(r.reconciled).toEqual(["mine"]);
+    expect(sink.told).toHaveLength(1);
   });
 });
 

@@ -1,0 +1,178 @@
+// Membership on a real API server: timing is not trusted alone to keep two replicas off one
+// object. The sharder fences an expired member Lease before it counts the member gone (a
+// renewal it had not seen makes the fence fail); a fenced member stops at its next renewal; a
+// member does no work once a renewal is overdue (a stalled process); and a restarted process of
+// the same identity takes a fenced Lease back only once nothing carries its owner label.
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { GROUP, VERSION, kindNames } from "../../../src/api/names.js";
+import { leasesPath, resourcePath, type KubeClient } from "../../../src/runtime/kube-client.js";
+import type { Lease } from "../../../src/runtime/leader-election.js";
+import { OWNER_LABEL, ownerSelector } from "../../../src/sharding/labels.js";
+import { MemberLease, MemberSet } from "../../../src/sharding/membership.js";
+import { installCRDs } from "../support/operator.js";
+import { clientFor, createNamespace, deleteNamespace, poll, proxiedClient, testLogger } from "../runtime/support.js";
+
+const RING = "ring-test";
+/** Short timings, in the ratios of the defaults (15 s / 10 s / 2 s). */
+const TIMINGS = { leaseDurationMs: 3_000, renewDeadlineMs: 2_000, retryPeriodMs: 400 };
+
+let admin: KubeClient;
+const namespaces: string[] = [];
+beforeAll(async () => {
+  await installCRDs();
+  admin = clientFor();
+});
+afterAll(async () => {
+  try {
+    await Promise.allSettled(namespaces.map((ns) => deleteNamespace(admin, ns)));
+  } finally {
+    await admin.close();
+  }
+});
+
+async function namespace(): Promise<string> {
+  const ns = await createNamespace(admin, "membership");
+  namespaces.push(ns);
+  return ns;
+}
+
+function member(ns: string, identity: string, lost: string[] = [], client = admin): MemberLease {
+  return new MemberLease({
+    client,
+    namespace: ns,
+    name: `m-${identity}`,
+    identity,
+    ring: RING,
+    logger: testLogger(),
+    ...TIMINGS,
+    onLost: (reason) => lost.push(reason),
+    ownsObjects: async (signal) =>
+      (await client.list(resourcePath({ group: GROUP, version: VERSION, plural: kindNames.sandbox.plural, namespace: ns }), { labelSelector: ownerSelector(identity), limit: 1, signal })).items.length > 0,
+  });
+}
+
+function memberSet(ns: string, client: KubeClient, seen: string[][]): MemberSet {
+  return new MemberSet({ client, namespace: ns, ring: RING, logger: testLogger(), leaseDurationMs: TIMINGS.leaseDurationMs, fencing: () => true, onChange: (m) => seen.push(m) });
+}
+
+const holderOf = async (ns: string, identity: string): Promise<string> =>
+  (await admin.get<Lease>(leasesPath(ns, `m-${identity}`))).spec?.holderIdentity ?? "";
+
+describe("shard membership (real API server)", () => {
+  it("a sharder that stopped seeing a member's renewals (its watch stalled) does not count it gone: the fence fails on the renewal", async () => {
+    const ns = await namespace();
+    const lost: string[] = [];
+    const a = member(ns, "a", lost);
+    await a.start();
+    const proxied = await proxiedClient();
+    const seen: string[][] = [];
+    const set = memberSet(ns, proxied.client, seen);
+    try {
+      await set.start();
+      await poll(() => set.members().includes("a"), 10_000, "the member seen");
+      // Its watch, opened after the list, is open (a stall before would only hold up the list).
+      await poll(() => proxied.proxy.connections >= 2, 10_000, "the watch open");
+      await new Promise((r) => setTimeout(r, 2 * TIMINGS.retryPeriodMs));
+      // The sharder's connections stall: no event reaches it for three lease durations, while
+      // the member renews every 400 ms.
+      proxied.proxy.freezeAll();
+      await new Promise((r) => setTimeout(r, 3 * TIMINGS.leaseDurationMs));
+      expect(seen.filter((m) => !m.includes("a")), "a membership without the live member").toEqual([]);
+      expect(await holderOf(ns, "a")).toBe("a");
+      expect(lost).toEqual([]);
+      expect(a.mayWork()).toBe(true);
+    } finally {
+      await set.stop();
+      await proxied.close();
+      await a.stop();
+    }
+  });
+
+  it("fences the Lease of a member that stopped renewing, then counts it gone; a fenced member stops at its next renewal", async () => {
+    const ns = await namespace();
+    const seen: string[][] = [];
+    const set = memberSet(ns, admin, seen);
+    const lostA: string[] = [];
+    const a = member(ns, "a", lostA);
+    const b = member(ns, "b");
+    await Promise.all([a.start(), b.start()]);
+    await set.start();
+    try {
+      await poll(() => set.members().length === 2, 10_000, "both members seen");
+      // a's process stops without leaving (reconciles still in flight): its Lease expires and is fenced.
+      await a.stop({ leave: false });
+      await poll(() => set.members().join() === "b", 10_000, "a counted gone");
+      expect(await holderOf(ns, "a")).toBe("");
+
+      // b's Lease is fenced while b still runs (as by a sharder whose view of it ran out): b's
+      // next renewal fails on it, and b stops working.
+      const lostB: string[] = [];
+      const b2 = member(ns, "b2", lostB);
+      await b2.start();
+      const current = await admin.get<Lease>(leasesPath(ns, "m-b2"));
+      await admin.patch(leasesPath(ns, "m-b2"), { metadata: { resourceVersion: current.metadata.resourceVersion }, spec: { holderIdentity: "" } }, "merge");
+      await poll(() => lostB.length > 0, 5_000, "b2 to lose its membership");
+      expect(lostB[0]).toMatch(/fenced/);
+      expect(b2.mayWork()).toBe(false);
+      await b2.stop();
+    } finally {
+      await set.stop();
+      await b.stop();
+    }
+  });
+
+  it("does no work once a renewal is overdue (a process that was stalled), and gives its membership up", async () => {
+    const ns = await namespace();
+    const lost: string[] = [];
+    const a = member(ns, "a", lost);
+    await a.start();
+    try {
+      expect(a.mayWork()).toBe(true);
+      // The event loop is held past the renew deadline: the first thing that runs afterwards
+      // (a work queue's timer) must find the membership in doubt.
+      const until = performance.now() + TIMINGS.renewDeadlineMs + 200;
+      while (performance.now() < until) {
+        // busy: a stopped process
+      }
+      expect(a.mayWork()).toBe(false);
+      // Past the renew deadline the sharder may have counted it gone: it does not come back.
+      await poll(() => lost.length > 0, 5_000, "the membership given up");
+      expect(lost[0]).toMatch(/not renewed/);
+      expect(a.mayWork()).toBe(false);
+    } finally {
+      await a.stop();
+    }
+  });
+
+  it("a restarted process of a fenced member's identity joins only once nothing carries its owner label", async () => {
+    const ns = await namespace();
+    const a = member(ns, "a");
+    await a.start();
+    await a.stop({ leave: false });
+    // The sharder fenced it, and has not moved this Sandbox off it yet.
+    const current = await admin.get<Lease>(leasesPath(ns, "m-a"));
+    await admin.patch(leasesPath(ns, "m-a"), { metadata: { resourceVersion: current.metadata.resourceVersion }, spec: { holderIdentity: "" } }, "merge");
+    const sandbox = resourcePath({ group: GROUP, version: VERSION, plural: kindNames.sandbox.plural, namespace: ns, name: "left-behind" });
+    await admin.create(resourcePath({ group: GROUP, version: VERSION, plural: kindNames.sandbox.plural, namespace: ns }), {
+      apiVersion: `${GROUP}/${VERSION}`,
+      kind: "Sandbox",
+      metadata: { name: "left-behind", labels: { [OWNER_LABEL]: "a" } },
+      spec: { tier: "standard" },
+    });
+
+    const restarted = member(ns, "a");
+    const joined = restarted.start();
+    try {
+      await new Promise((r) => setTimeout(r, 3 * TIMINGS.retryPeriodMs));
+      expect(restarted.mayWork()).toBe(false);
+      expect(await holderOf(ns, "a")).toBe("");
+
+      await admin.patch(sandbox, { metadata: { labels: { [OWNER_LABEL]: "b" } } }, "merge"); // moved
+      await joined;
+      expect(restarted.mayWork()).toBe(true);
+      expect(await holderOf(ns, "a")).toBe("a");
+    } finally {
+      await restarted.stop();
+    }
+  });
+});
