@@ -9,7 +9,7 @@
 // drain label until the watch drops it, and every reconcile of it ends in the wrapper.
 import type { Logger } from "pino";
 import { errorMessage } from "../lib/errors.js";
-import type { Controller, ReconcileContext, Reconciler, Request, Result } from "../runtime/controller.js";
+import { RetryNoLaterThan, type Controller, type ReconcileContext, type Reconciler, type Request, type Result } from "../runtime/controller.js";
 import type { Informer } from "../runtime/informer.js";
 import { isConflict, isNotFound, type KubeClient, type KubeObject } from "../runtime/kube-client.js";
 import { releasePatch } from "./assignment.js";
@@ -124,10 +124,27 @@ export class ReplicaShard {
     const labels = obj.metadata.labels ?? {};
     // The selector guarantees the owner; an object of another owner is never worked on.
     if (labels[OWNER_LABEL] !== this.o.identity) return;
-    if (labels[DRAIN_LABEL] !== undefined) return this.release(kind, obj, req, ctx.log);
     // Not joined yet, or its membership in doubt (a renewal overdue: after a stall, the queue's
     // timers fire before the renewal is tried): the share may be someone else's by now.
     if (this.o.mayWork?.() === false) return { requeueAfterMs: NOT_A_MEMBER_RETRY_MS, priority: ctx.priority };
+    if (labels[DRAIN_LABEL] !== undefined) {
+      const released = await this.release(kind, obj, req, ctx.log);
+      if (released !== "failed") return released;
+      // Still its owner (the sharder waits for the acknowledgement): its work, a Sandbox's
+      // renewal, must not wait for the release. Tried again within a second either way.
+      let result: Result | void;
+      try {
+        result = await this.work(kind, inner, obj, req, ctx);
+      } catch (err) {
+        throw err instanceof RetryNoLaterThan && err.ms <= RELEASE_RETRY_MS ? err : new RetryNoLaterThan(err, RELEASE_RETRY_MS, true);
+      }
+      const after = result?.requeueAfterMs;
+      return { requeueAfterMs: after !== undefined && after > 0 ? Math.min(after, RELEASE_RETRY_MS) : RELEASE_RETRY_MS, priority: true };
+    }
+    return this.work(kind, inner, obj, req, ctx);
+  }
+
+  private work(kind: ShardedKind, inner: Reconciler, obj: Labelled, req: Request, ctx: ReconcileContext): Promise<Result | void> {
     this.tellArrival(kind, obj);
     return inner.reconcile(req, ctx);
   }
@@ -149,7 +166,8 @@ export class ReplicaShard {
     this.arrived.delete(key);
   }
 
-  private async release(kind: ShardedKind, obj: Labelled, req: Request, log: Logger): Promise<Result | void> {
+  /** The drain acknowledged; "failed" if the API server could not be written (the object stays this replica's). */
+  private async release(kind: ShardedKind, obj: Labelled, req: Request, log: Logger): Promise<Result | void | "failed"> {
     const base = kind.path.slice(0, kind.path.lastIndexOf("/"));
     const path = `${base}/namespaces/${encodeURIComponent(req.namespace)}/${kind.plural}/${encodeURIComponent(req.name)}`;
     try {
@@ -160,11 +178,14 @@ export class ReplicaShard {
       // A newer version exists: already released (the watch has not caught up), or changed
       // meanwhile; either way this replica does nothing with it and looks again later.
       if (isConflict(err)) return { requeue: true };
-      log.warn({ err: errorMessage(err), kind: kind.kind }, "could not release the object to another shard");
-      throw err;
+      log.warn({ err: errorMessage(err), kind: kind.kind }, "could not release the object to another shard; working on it meanwhile");
+      return "failed";
     }
   }
 }
+
+/** How soon a release that failed is tried again (the object's work goes on meanwhile). */
+const RELEASE_RETRY_MS = 1_000;
 
 function arrivalKey(kind: ShardedKind, obj: Labelled): string {
   return `${kind.plural}/${obj.metadata.namespace ?? ""}/${obj.metadata.name ?? ""}`;

@@ -8,7 +8,7 @@ import type { Informer } from "../../../src/runtime/informer.js";
 import type { KubeClient, KubeObject } from "../../../src/runtime/kube-client.js";
 import { silentLogger } from "../../../src/runtime/logging.js";
 import { SHARDED_CONTROLLERS, arrivalInventory } from "../../../src/sharding/index.js";
-import { OWNER_LABEL } from "../../../src/sharding/labels.js";
+import { DRAIN_LABEL, OWNER_LABEL } from "../../../src/sharding/labels.js";
 import { ReplicaShard, type ArrivalSink } from "../../../src/sharding/replica.js";
 
 const ME = "replica-a";
@@ -68,11 +68,12 @@ const ctx = (): ReconcileContext => ({ log: silentLogger(), reconcileId: "r", si
 const req = (obj: Obj): Request => ({ namespace: obj.metadata.namespace ?? "", name: obj.metadata.name ?? "" });
 
 /** A replica with its Sandbox controller wired: what it enqueued, what it reconciled, where it looks up inventories. */
-function replica(inventory: () => ArrivalSink | null | undefined, mayWork?: () => boolean) {
+function replica(inventory: () => ArrivalSink | null | undefined, opts: { mayWork?: () => boolean; patch?: () => Promise<unknown> } = {}) {
   const share = new Share();
-  const shard = new ReplicaShard({ identity: ME, logger: silentLogger(), controllers: SHARDED_CONTROLLERS, selectedByDefault: new Set(), ...(mayWork && { mayWork }) });
+  const shard = new ReplicaShard({ identity: ME, logger: silentLogger(), controllers: SHARDED_CONTROLLERS, selectedByDefault: new Set(), ...(opts.mayWork && { mayWork: opts.mayWork }) });
   shard.bind({
-    client: {} as KubeClient, // only a release (a drain label) writes, and no test here drains
+    // Only a release (a drain label) writes, with a merge patch.
+    client: { patch: opts.patch ?? (() => Promise.reject(new Error("no write expected"))) } as unknown as KubeClient,
     informerFor: <T extends KubeObject>() => share as unknown as Informer<T>,
   });
   const lookups: string[] = [];
@@ -187,7 +188,7 @@ describe("ReplicaShard: a membership that is not current", () => {
   it("puts its objects back instead of working on them, and works on them once it is current again", async () => {
     let member = false; // not joined yet, or a renewal overdue
     const sink = new Sink();
-    const r = replica(() => sink, () => member);
+    const r = replica(() => sink, { mayWork: () => member });
     const mine = sandbox("mine", { finalizers: ["agentcompute.dev/finalizer"] });
     r.share.add(mine);
     expect(await r.reconcile(mine)).toEqual({ requeueAfterMs: 250, priority: true });
@@ -198,6 +199,17 @@ describe("ReplicaShard: a membership that is not current", () => {
     await r.reconcile(mine);
     expect(r.reconciled).toEqual(["mine"]);
     expect(sink.told).toHaveLength(1);
+  });
+});
+
+describe("ReplicaShard: a drain that cannot be acknowledged", () => {
+  it("keeps working on the object it still owns (a renewal must not wait), and tries the release again within a second", async () => {
+    const r = replica(() => null, { patch: () => Promise.reject(new Error("the API server answered 503")) });
+    const draining = sandbox("draining", { finalizers: ["agentcompute.dev/finalizer"] });
+    draining.metadata.labels = { ...draining.metadata.labels, [DRAIN_LABEL]: "true" };
+    r.share.add(draining);
+    expect(await r.reconcile(draining)).toEqual({ requeueAfterMs: 1_000, priority: true });
+    expect(r.reconciled).toEqual(["draining"]);
   });
 });
 
