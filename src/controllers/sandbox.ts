@@ -284,8 +284,15 @@ class SandboxClient implements ExternalClient<Sandbox, SandboxPlan> {
       return { exists: false, upToDate: false };
     }
     // Without the list, a replacement cannot be checked against one already made: renew only.
-    const request = named.listFailed ? undefined : this.desiredIfReady(cr);
+    const desired = named.listFailed ? undefined : this.desiredIfReady(cr);
+    const request = desired instanceof NotReadyError ? undefined : desired;
     const hash = request === undefined ? undefined : hashOf(request);
+    // Renewed all the same, but not said to match a spec it could not be compared with.
+    const unconfirmed = named.listFailed
+      ? { reason: "ServiceUnavailable", message: "the service's list of VMs cannot be read: the VM is renewed, and compared with the spec once the list is read" }
+      : desired instanceof NotReadyError
+        ? { reason: desired.reason, message: `${desired.message}; the VM is renewed, and compared with the spec once that is resolved` }
+        : undefined;
     const { found, leftovers } = this.replacementMadeAlready(cr, named.found, named.leftovers, hash);
     const now = this.deps.now().getTime();
     const expiresAt = Date.parse(found.expires_at ?? "") || now;
@@ -310,6 +317,7 @@ class SandboxClient implements ExternalClient<Sandbox, SandboxPlan> {
       exists: true,
       upToDate,
       keptAlive: keepAlive,
+      ...(unconfirmed && { unconfirmed }),
       differences: renewal.action === "replace" ? [renewal.why] : [],
       status: {
         ...statusOf(found),
@@ -360,15 +368,15 @@ class SandboxClient implements ExternalClient<Sandbox, SandboxPlan> {
   }
 
   /**
-   * The allocation the spec asks for; undefined while a dependency of a replacement is
-   * missing. A running VM keeps being renewed meanwhile: a Secret or Skill that went away must
+   * The allocation the spec asks for; while a dependency of it is missing, the NotReadyError
+   * that says which. A running VM keeps being renewed meanwhile: a Secret or Skill that went away must
    * not cost the user their VM.
    */
-  private desiredIfReady(cr: Sandbox): AllocateVMRequest | undefined {
+  private desiredIfReady(cr: Sandbox): AllocateVMRequest | NotReadyError {
     try {
       return this.desired(cr);
     } catch (err) {
-      if (err instanceof NotReadyError) return undefined;
+      if (err instanceof NotReadyError) return err;
       throw err;
     }
   }

@@ -32,6 +32,12 @@ export interface Observation<Status, Plan = unknown> {
   /** The object exists but cannot be used and the operator will not fix it (e.g. an expired VM with keepAlive false). */
   notReady?: { reason: string; message: string };
   /**
+   * The object exists and is kept (a VM renewed), but whether it is what the spec asks for
+   * cannot be told yet (a dependency of the spec not Ready, the service's list unreadable):
+   * reported as Reconciling with this reason, never as Ready "matches the spec".
+   */
+  unconfirmed?: { reason: string; message: string };
+  /**
    * For kinds with upkeep: the object is one the client keeps alive (a VM renewed before it
    * runs out; not one with keepAlive false, nor one that ran out). Default: `exists`. What a
    * resource that cannot be reconciled says it still does.

@@ -223,16 +223,20 @@ export class ManagedReconciler<R extends ManagedResource, Plan = unknown> implem
     }
 
     this.waitingSince.delete(cr.metadata.uid);
-    const notReady = observed.notReady;
+    const { notReady, unconfirmed } = observed;
     const conditions = kstatusConditions(
       notReady
         ? { state: "unavailable", ...notReady }
-        : { state: "ready", reason: "Available", message: withPollNote(cr, availableMessage(management, drift)) },
+        : unconfirmed
+          ? { state: "reconciling", reason: unconfirmed.reason, message: withPollNote(cr, unconfirmed.message) }
+          : { state: "ready", reason: "Available", message: withPollNote(cr, availableMessage(management, drift)) },
     );
     if (!management.update) conditions.push(this.driftCondition(cr, management, drift ?? []));
     // What the action did supersedes what was observed before it (a renewal moves the next one).
     const scheduled = action !== undefined ? action.requeueAfterMs : observed.requeueAfterMs;
-    const requeueAfterMs = Math.max(1, Math.min(this.jitteredSyncPeriod(cr), scheduled ?? Infinity));
+    // What could not be compared with the spec is looked at again soon, not at the next renewal.
+    const recheck = unconfirmed !== undefined ? UNCONFIRMED_RECHECK_MS : Infinity;
+    const requeueAfterMs = Math.max(1, Math.min(this.jitteredSyncPeriod(cr), scheduled ?? Infinity, recheck));
     const priority = (action !== undefined ? action.priority : observed.priority) ?? false;
     try {
       await this.writeStatus(cr, { ...observed.status, ...action?.status } as Partial<StatusOf<R>>, conditions);
@@ -485,6 +489,9 @@ interface Upkeep<S> {
  * the shortest default renewal window (30 s) twice over, whatever the work queue's backoff.
  */
 const UPKEEP_RETRY_MS = 10_000;
+
+/** How soon an object that could not be compared with its spec (`unconfirmed`) is observed again. */
+const UNCONFIRMED_RECHECK_MS = 30_000;
 
 /** What an observation and the action after it leave to report, and when to come back. */
 function outcome<S>(observed: Observation<S, unknown>, action: ActionResult<S> | undefined, keeping: boolean): Upkeep<S> {

@@ -118,9 +118,28 @@ describe("Sandbox", () => {
     w.advance(481_000); // due
     resync(); // and the snapshot is past the sync period
     w.calls();
-    await w.reconcile(kind(), "sb");
+    const result = await w.reconcile(kind(), "sb");
     expect(w.writes()).toEqual(["vms.renew"]);
     expect(w.emu.state.vms.get(vmId)?.expiresAt).toBe(w.clock.ms + 600_000);
+    // Not "matches the spec": that could not be checked; the list is read again soon.
+    expect(condition(sandbox(), "Ready")).toMatchObject({ status: "False", reason: "ServiceUnavailable" });
+    expect(condition(sandbox(), "Reconciling")).toMatchObject({ status: "True", message: expect.stringContaining("list of VMs cannot be read") });
+    expect((result as { requeueAfterMs: number }).requeueAfterMs).toBeLessThanOrEqual(30_000);
+  });
+
+  it("does not say its VM matches a changed spec it cannot compare it with (a Skill not Ready), and renews it meanwhile", async () => {
+    w.apply<Skill>("skills", { metadata: { name: "sk" }, spec: { content: "# c" } });
+    apply({});
+    await w.reconcile(kind(), "sb");
+    const vmId = sandbox().status?.vmId as string;
+    apply({ tier: "large", skills: ["sk"] }); // the Skill is not Ready: no replacement can be made yet
+    w.advance(481_000);
+    w.calls();
+    await w.reconcile(kind(), "sb");
+    expect(w.writes()).toEqual(["vms.renew"]);
+    expect(sandbox().status?.vmId).toBe(vmId);
+    expect(condition(sandbox(), "Ready")).toMatchObject({ status: "False", reason: "WaitingForSkill" });
+    expect(condition(sandbox(), "Reconciling")).toMatchObject({ status: "True" });
   });
 
   it("creates nothing while the list of VMs cannot be read: a lost allocation may have left one the old snapshot lacks", async () => {
