@@ -465,7 +465,7 @@ class SandboxClient implements ExternalClient<Sandbox, SandboxPlan> {
       // (not while paused: the replacement waits for the resume).
       this.handle.vms.remove(current.id);
       // Not replaced now (paused, or no client for changes): the next pass, at once, finds it
-      // gone and says so, rather than keep saying it is renewed.
+      // gone and says so (Ready=False), rather than keep saying it is renewed.
       if (!opts.replaceIfGone) return { event: null, requeueAfterMs: 0, priority: true };
       // Released by a previous process (or owner, sharding) that had allocated its replacement
       // and died before status said so: observe again now and adopt that one rather than

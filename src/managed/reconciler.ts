@@ -316,12 +316,15 @@ export class ManagedReconciler<R extends ManagedResource, Plan = unknown> implem
     const kept = await this.upkeepOnly(cr, async () => (connector.connectForUpkeep ? connector.connectForUpkeep(cr) : connector.connect(cr, ctx)));
     // Trouble matters only for an object there to keep: without one, nothing waits on it.
     const trouble = kept?.trouble?.exists ? kept.trouble : undefined;
-    // Ready=True only while nothing waits to be applied: it was Ready for this very generation.
-    const inSync = !deleting && previousReady?.status === "True" && previousReady.observedGeneration === cr.metadata.generation;
+    // Ready=True only while nothing waits to be applied: it was Ready for this very generation,
+    // and what it names is still there.
+    const gone = kept?.gone === true;
+    const inSync = !deleting && !gone && previousReady?.status === "True" && previousReady.observedGeneration === cr.metadata.generation;
     const upkeep = kept?.keeping && trouble === undefined ? " (its VM is still renewed)" : "";
     const waiting = deleting ? "; deletion waits, with the finalizer kept, until" : "; changes made meanwhile are applied when";
     const problem = trouble ? `; cannot keep its VM alive: ${trouble.failure.reason}: ${trouble.failure.message}` : "";
-    const message = `paused by the annotation ${Annotations.paused}: "true": the operator makes no change in the service${upkeep}${waiting} the annotation is removed${problem}`;
+    const lost = gone ? `; its VM is gone (expired or deleted)${deleting ? "" : ": a new one is allocated once the annotation is removed"}` : "";
+    const message = `paused by the annotation ${Annotations.paused}: "true": the operator makes no change in the service${upkeep}${waiting} the annotation is removed${problem}${lost}`;
     await this.writeStatusBeforeUpkeep(cr, kept, kept?.status ?? {}, pausedConditions({ inSync, message, keepStalled: stalledAtThisGeneration(cr) !== undefined }));
     if (trouble !== undefined) {
       logTrouble(ctx, trouble);
@@ -342,13 +345,21 @@ export class ManagedReconciler<R extends ManagedResource, Plan = unknown> implem
     if (!this.upkeepAllowed(cr)) return undefined;
     try {
       const external = await connect();
-      return await this.keepAlive(cr, external, await external.observe(cr));
+      const observed = await external.observe(cr);
+      const kept = await this.keepAlive(cr, external, observed);
+      // Named in status, but not found: nothing left to keep alive, and not to be called in sync.
+      return !observed.exists && this.namesKept(cr) ? { ...kept, gone: true } : kept;
     } catch (err) {
       // The kind's client says when to try again (a VM's read: before it runs out); else the backoff.
-      const exists = this.opts.keepsAlive?.(cr) ?? this.opts.externalId(cr) !== undefined;
+      const exists = this.namesKept(cr);
       const next = err instanceof RetryNoLaterThan ? { next: { ms: err.ms, priority: err.priority } } : {};
       return { keeping: false, status: {}, trouble: { exists, failure: classify(err), err }, ...(exists && next) };
     }
+  }
+
+  /** The resource names a service object its upkeep keeps alive (a Sandbox's VM with keepAlive). */
+  private namesKept(cr: R): boolean {
+    return this.opts.keepsAlive?.(cr) ?? this.opts.externalId(cr) !== undefined;
   }
 
   /** The observed object is one this kind keeps alive (a VM renewed), as the messages may say. */
@@ -482,6 +493,8 @@ interface Upkeep<S> {
   next?: { ms: number; priority: boolean };
   /** The upkeep failed; `exists`: on a service object that is there to keep. */
   trouble?: { exists: boolean; failure: Failure; err: unknown };
+  /** The service object the resource names is gone (a VM that ran out or was deleted). */
+  gone?: boolean;
 }
 
 /**

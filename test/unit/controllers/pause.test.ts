@@ -195,6 +195,8 @@ describe("paused Sandbox", () => {
     w.handle().vms.invalidate();
     w.calls();
     await w.reconcile(kind(), "sb");
+    // Not Ready, and says why: the VM it names is gone.
+    expect(condition(sandbox(), "Ready")).toMatchObject({ status: "False", reason: "ReconcilePaused", message: expect.stringContaining("its VM is gone") });
     w.advance(481_000);
     await w.reconcile(kind(), "sb");
     expect(w.writes()).toEqual([]);
