@@ -212,6 +212,13 @@ function retryWhileAlive(err: unknown, expiresAt: number, now: number): unknown 
   return left > 0 ? new RetryNoLaterThan(err, Math.max(1_000, Math.floor(left / 4)), true) : err;
 }
 
+/** The Ready reason of a Sandbox whose VM's endpoint could not be read: it is asked for again. */
+const ENDPOINT_UNKNOWN = "EndpointUnknown";
+
+function readyReason(cr: Sandbox): string | undefined {
+  return cr.status?.conditions?.find((c) => c.type === ConditionType.Ready)?.reason;
+}
+
 /** How soon an old VM whose release failed after its replacement was allocated is given back again. */
 const LEFTOVER_RETRY_MS = 5_000;
 
@@ -311,13 +318,17 @@ class SandboxClient implements ExternalClient<Sandbox, SandboxPlan> {
     // A VM found another way than by status (adopted) is reported at once.
     const report = this.report(cr, found, this.known(cr, found), now, !sameVM);
     // The VM record has no endpoint or ws_url: they came with the allocation and are in status.
-    // A VM found another way (adopted after a crash, or by annotation) is asked for them once.
-    const where = sameVM ? { endpoint: cr.status?.endpoint, ws_url: cr.status?.wsURL } : await this.whereIs(found.id);
+    // A VM found another way (adopted after a crash, or by annotation) is asked for them once,
+    // and again while the Ready condition says that failed (a renewal must not wait for it).
+    const askWhere = !sameVM || readyReason(cr) === ENDPOINT_UNKNOWN;
+    const where = askWhere ? await this.whereIs(found.id) : { endpoint: cr.status?.endpoint, ws_url: cr.status?.wsURL };
+    const unknownWhere =
+      where.failed !== undefined ? { reason: ENDPOINT_UNKNOWN, message: `the VM's endpoint could not be read (${where.failed}): asked again shortly; the VM is renewed meanwhile` } : undefined;
     return {
       exists: true,
       upToDate,
       keptAlive: keepAlive,
-      ...(unconfirmed && { unconfirmed }),
+      ...((unconfirmed ?? unknownWhere) && { unconfirmed: unconfirmed ?? unknownWhere }),
       differences: renewal.action === "replace" ? [renewal.why] : [],
       status: {
         ...statusOf(found),
@@ -352,14 +363,17 @@ class SandboxClient implements ExternalClient<Sandbox, SandboxPlan> {
     return { found: made, leftovers: [...leftovers.filter((id) => id !== made.id), named.id] };
   }
 
-  /** GET /vms/{id}/endpoint: a map of strings whose keys are not published; endpoint and ws_url are read if there. */
-  private async whereIs(id: string): Promise<{ endpoint?: string; ws_url?: string }> {
+  /**
+   * GET /vms/{id}/endpoint: a map of strings whose keys are not published; endpoint and ws_url
+   * are read if there. `failed`: why it could not be read (the VM is observed all the same).
+   */
+  private async whereIs(id: string): Promise<{ endpoint?: string; ws_url?: string; failed?: string }> {
     try {
       const m = await this.handle.client.vms.endpoint(id);
       return { endpoint: m["endpoint"], ws_url: m["ws_url"] };
     } catch (err) {
       if (isNotFound(err)) return {};
-      throw err;
+      return { failed: errorMessage(err) };
     }
   }
 

@@ -319,6 +319,26 @@ describe("Sandbox", () => {
     expect(live(lost.vmId as string)).toBe(true);
   });
 
+  it("renews a VM it adopted while the VM's endpoint cannot be read, says so, and reads it once it can", async () => {
+    apply({});
+    const lost = await w.losingStatus<SandboxStatus>("sandboxes", "sb", () => w.reconcile(kind(), "sb"));
+    const vmId = lost.vmId as string;
+    unavailable("GET", `/compute/v1/vms/${vmId}/endpoint`);
+    w.advance(481_000); // and the renewal is due
+    resync();
+    w.calls();
+    const result = await w.reconcile(kind(), "sb");
+    expect(w.writes()).toEqual(["vms.renew"]);
+    expect(sandbox().status?.vmId).toBe(vmId);
+    expect(condition(sandbox(), "Ready")).toMatchObject({ status: "False", reason: "EndpointUnknown", message: expect.stringContaining("endpoint could not be read") });
+    expect((result as { requeueAfterMs: number }).requeueAfterMs).toBeLessThanOrEqual(30_000);
+
+    w.emu.clearFaults();
+    await w.reconcile(kind(), "sb");
+    expect(sandbox().status?.endpoint).toBe(lost.endpoint);
+    expect(condition(sandbox(), "Ready")).toMatchObject({ status: "True" });
+  });
+
   it("keeps a VM imported with the adoption annotation, even one another resource made for another spec", async () => {
     const other = w.emu.state.allocateVM({
       tier: "large",
