@@ -91,6 +91,7 @@ export class Sharder {
   private live: ReadonlySet<string> = new Set();
   /** A dead replica's objects with a running VM: placed before anything of any other kind. */
   private readonly urgent = new UrgentMoves();
+  private stopped = false;
   private urgentSince: { at: number; count: number } | undefined;
 
   constructor(private readonly o: SharderOptions) {
@@ -154,6 +155,7 @@ export class Sharder {
   }
 
   async stop(): Promise<void> {
+    this.stopped = true;
     this.placing.clear();
     this.urgentSince = undefined;
     this.urgent.set([]); // nothing waits on moves that will not be made here
@@ -242,6 +244,9 @@ export class Sharder {
   }
 
   private async placeNow(kind: ShardedKind, informer: Informer<ShardedObject>, req: Request): Promise<Result | void> {
+    // Leadership lost (stop released the moves waiting behind the urgent ones): a move decided
+    // on this replica's view now would be a non-leader's.
+    if (this.stopped) return;
     const obj = informer.get(req.namespace, req.name);
     if (obj === undefined) return;
     const desired = this.ring.owner(objectKey(kind.plural, req.namespace, req.name));
