@@ -233,7 +233,8 @@ export type Renewal =
   | { action: "renew" }
   | { action: "replace"; why: string; request: AllocateVMRequest };
 
-export type SandboxPlan = Renewal & { vm: AgentVM };
+/** `listFailed`: the VM was read by its id, the list could not be: nothing may be allocated on this plan. */
+export type SandboxPlan = Renewal & { vm: AgentVM; listFailed?: boolean };
 
 class SandboxClient implements ExternalClient<Sandbox, SandboxPlan> {
   constructor(
@@ -345,7 +346,7 @@ class SandboxClient implements ExternalClient<Sandbox, SandboxPlan> {
       connectionDetails: detailsOf({ vm_id: found.id, token: found.token, ...where }),
       requeueAfterMs: Math.max(0, nextAt - now),
       priority: true,
-      plan: { ...renewal, vm: found },
+      plan: { ...renewal, vm: found, ...(named.listFailed && { listFailed: true }) },
       leftovers,
     };
   }
@@ -434,7 +435,9 @@ class SandboxClient implements ExternalClient<Sandbox, SandboxPlan> {
       return { ...replaced, event: { reason: "Replaced", message: `${plan.why}: allocated ${vm.vm_id}, released ${current.id}` } };
     }
     if (plan.action !== "renew") return {};
-    return this.renew(cr, current, { replaceIfGone: true });
+    // Without the list, a VM gone at its renewal is not replaced on the old snapshot: a lost
+    // allocation may have left one it lacks (the next pass waits for the list).
+    return this.renew(cr, current, { replaceIfGone: plan.listFailed !== true });
   }
 
   /**

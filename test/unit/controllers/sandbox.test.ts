@@ -155,6 +155,20 @@ describe("Sandbox", () => {
     expect(liveVMs()).toEqual([left]);
   });
 
+  it("allocates nothing for a VM gone at a renewal made while the list of VMs cannot be read", async () => {
+    apply({});
+    await w.reconcile(kind(), "sb");
+    const vmId = sandbox().status?.vmId as string;
+    allocatedByPreviousOwner(); // an allocation whose answer was lost: the old snapshot lacks it
+    unavailable("GET", "/compute/v1/vms");
+    w.emu.injectFault({ method: "POST", path: `/compute/v1/vms/${vmId}/renew`, times: 1, action: { status: 404, body: { code: 404, error_code: "not_found", message: "vm not found" } } });
+    w.advance(481_000);
+    resync();
+    w.calls();
+    await reconcileError();
+    expect(w.writes()).toEqual(["vms.renew"]); // answered 404, and not replaced on the old snapshot
+  });
+
   it("plans no replacement while the list of VMs cannot be read, and renews the VM it has", async () => {
     const { first, replacement } = await replacedByPreviousOwner();
     unavailable("GET", "/compute/v1/vms");
