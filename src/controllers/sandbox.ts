@@ -213,7 +213,7 @@ function retryWhileAlive(err: unknown, expiresAt: number, now: number): unknown 
 }
 
 /** The Ready reason of a Sandbox whose VM's endpoint could not be read: it is asked for again. */
-const ENDPOINT_UNKNOWN = "EndpointUnknown";
+const ENDPOINT_UNKNOWN = { reason: "EndpointUnknown" } as const;
 
 function readyReason(cr: Sandbox): string | undefined {
   return cr.status?.conditions?.find((c) => c.type === ConditionType.Ready)?.reason;
@@ -321,10 +321,10 @@ class SandboxClient implements ExternalClient<Sandbox, SandboxPlan> {
     // The VM record has no endpoint or ws_url: they came with the allocation and are in status.
     // A VM found another way (adopted after a crash, or by annotation) is asked for them once,
     // and again while the Ready condition says that failed (a renewal must not wait for it).
-    const askWhere = !sameVM || readyReason(cr) === ENDPOINT_UNKNOWN;
+    const askWhere = !sameVM || readyReason(cr) === ENDPOINT_UNKNOWN.reason;
     const where = askWhere ? await this.whereIs(found.id) : { endpoint: cr.status?.endpoint, ws_url: cr.status?.wsURL };
     const unknownWhere =
-      where.failed !== undefined ? { reason: ENDPOINT_UNKNOWN, message: `the VM's endpoint could not be read (${where.failed}): asked again shortly; the VM is renewed meanwhile` } : undefined;
+      where.failed !== undefined ? { ...ENDPOINT_UNKNOWN, message: `the VM's endpoint could not be read (${where.failed}): asked again shortly; the VM is renewed meanwhile` } : undefined;
     return {
       exists: true,
       upToDate,
