@@ -185,9 +185,9 @@ export class Controller {
 
   /**
    * Stop taking work and wait for in-flight reconciles, at most `graceMs`; then abort their
-   * signal and return (they are abandoned, not awaited further).
+   * signal and return (they are abandoned, not awaited further). "drained" if every reconcile
+   * in flight ended within `graceMs`.
    */
-  /** Stops the workers; "drained" if every reconcile in flight ended within `graceMs`. */
   async stop(graceMs = 30_000): Promise<"drained" | "timeout"> {
     for (const u of this.unsubscribers.splice(0)) u();
     const drained = this.queue.shutDownWithDrain();

@@ -144,6 +144,7 @@ export class Sharding {
       metrics: manager.metrics,
       leaseDurationMs: this.cfg.timings?.leaseDurationMs,
       fencing: () => this.leading,
+      self: this.identity,
       onChange: (m) => {
         membersGauge.set(m.length);
         operator.pool.setRateShare(1 / Math.max(1, m.length));
@@ -166,10 +167,13 @@ export class Sharding {
           if (connections.get(ns, name)?.metadata.deletionTimestamp !== undefined) operator.controllers.connection.enqueue({ namespace: ns, name });
         },
       });
-      // The ring is this replica's view of the members (below), from now on and as it changes.
+      // The ring is this replica's view of the members (below), from now on and as it changes;
+      // looked at again as the sharder's, which counts a member gone only once it is fenced
+      // (as a non-leader, this replica dropped expired ones without fencing them).
+      this.leading = true;
+      peers.refresh();
       sharder.setMembers(peers.members());
       this.sharder = sharder;
-      this.leading = true;
       const stop = async (): Promise<void> => {
         this.leading = false;
         this.sharder = undefined;
@@ -230,9 +234,13 @@ export class Sharding {
     return false;
   }
 
-  /** Joins the ring (after the caches synced, so the share lands in a warm replica). */
+  /**
+   * Joins the ring (after the caches synced, so the share lands in a warm replica). The view of
+   * the members first: this replica may lead (and place objects) before its own Lease is
+   * taken, which for a fenced identity waits for its old share to move.
+   */
   async join(): Promise<void> {
-    await this.member?.start();
     await this.peers?.start();
+    await this.member?.start();
   }
 }

@@ -122,15 +122,23 @@ export class MemberLease {
     this.validUntil = -Infinity;
     await this.loop;
     if (this.lost) return;
+    // Never taken (a fenced identity still waiting): not this process's to delete.
+    if (this.version === undefined) return;
     if (opts.leave === false) {
       this.log.warn("reconciles still in flight: the member Lease is left to expire rather than deleted");
       return;
     }
     try {
-      await this.o.client.delete(leasesPath(this.o.namespace, this.o.name), { signal: AbortSignal.timeout(this.t.renewDeadlineMs) });
+      // On the version this replica wrote last: a Lease fenced meanwhile stays (deleting it
+      // would let the next process of this identity join before its share has moved).
+      await this.o.client.delete(leasesPath(this.o.namespace, this.o.name), {
+        signal: AbortSignal.timeout(this.t.renewDeadlineMs),
+        preconditions: { resourceVersion: this.version },
+      });
       this.log.info("left the shard ring");
     } catch (err) {
-      if (!isNotFound(err)) this.log.warn({ err: errorMessage(err) }, "could not delete the member Lease; it expires instead");
+      if (isConflict(err)) this.log.info("the member Lease was fenced; left in place");
+      else if (!isNotFound(err)) this.log.warn({ err: errorMessage(err) }, "could not delete the member Lease; it expires instead");
     }
   }
 
@@ -255,7 +263,7 @@ export interface MemberRecord {
  * for a Lease seen for the first time: its renewTime is believed if it is older, so that a
  * sharder that just took over does not give a replica that died long ago another full lease.
  */
-export function observeLease(prev: MemberRecord | undefined, lease: Lease, now: number, defaultDurationMs: number): MemberRecord | undefined {
+export function observeLease(prev: MemberRecord | undefined, lease: Lease, now: number, defaultDurationMs: number, wallNow = now): MemberRecord | undefined {
   const holder = lease.spec?.holderIdentity ?? "";
   if (holder === "") return undefined;
   const raw = JSON.stringify(lease.spec ?? {});
@@ -263,8 +271,9 @@ export function observeLease(prev: MemberRecord | undefined, lease: Lease, now: 
   const durationMs = (lease.spec?.leaseDurationSeconds ?? defaultDurationMs / 1000) * 1000;
   let seenAt = now;
   if (prev === undefined) {
+    // renewTime is on the wall clock: how long ago it was, counted back from `now`.
     const renewed = Date.parse(lease.spec?.renewTime ?? "");
-    if (Number.isFinite(renewed) && renewed < now) seenAt = renewed;
+    if (Number.isFinite(renewed) && renewed < wallNow) seenAt = now - (wallNow - renewed);
   }
   return { holder, raw, expiresAt: seenAt + durationMs };
 }
@@ -290,6 +299,8 @@ export interface MemberSetOptions {
    * on the version seen). Elsewhere (a replica's share of the rate) expiry is enough.
    */
   fencing?(): boolean;
+  /** This replica's identity: its own Lease is never fenced here (its MemberLease governs it). */
+  self?: string;
   /** The live members changed (sorted identities). */
   onChange(members: string[]): void;
 }
@@ -344,9 +355,15 @@ export class MemberSet {
     return this.current;
   }
 
+  /** Counts the members again now (fencing may have been switched on: this replica leads). */
+  refresh(): void {
+    this.evaluate();
+  }
+
   private seen(lease: Lease): void {
     const name = lease.metadata.name ?? "";
-    const next = observeLease(this.records.get(name), lease, Date.now(), this.o.leaseDurationMs ?? DEFAULT_TIMINGS.leaseDurationMs);
+    // Expiry on the monotonic clock: a step of the wall clock must not age every Lease at once.
+    const next = observeLease(this.records.get(name), lease, performance.now(), this.o.leaseDurationMs ?? DEFAULT_TIMINGS.leaseDurationMs, Date.now());
     if (next === undefined) this.records.delete(name);
     else this.records.set(name, next);
     this.versions.set(name, lease.metadata.resourceVersion);
@@ -355,12 +372,12 @@ export class MemberSet {
 
   private evaluate(): void {
     if (!this.informer.hasSynced()) return;
-    const now = Date.now();
+    const now = performance.now();
     // Where departures are confirmed, an expired record still counts until its fence is written.
     const fencing = this.o.fencing?.() ?? false;
     const counted = [...this.records.entries()].map(([name, r]) => {
       if (r.expiresAt > now || !fencing) return r;
-      this.fence(name, r);
+      if (r.holder !== this.o.self) this.fence(name, r);
       return { ...r, expiresAt: Infinity };
     });
     const live = liveMembers(counted, now);
@@ -378,16 +395,17 @@ export class MemberSet {
    * what the API server holds now is taken in. A Lease deleted meanwhile is gone as well.
    */
   private fence(name: string, record: MemberRecord): void {
-    if (this.fencing.has(name) || Date.now() - (this.fenceTried.get(name) ?? -Infinity) < FENCE_RETRY_MS) return;
+    const version = this.versions.get(name);
+    if (version === undefined || this.fencing.has(name) || performance.now() - (this.fenceTried.get(name) ?? -Infinity) < FENCE_RETRY_MS) return;
     this.fencing.add(name);
-    this.fenceTried.set(name, Date.now());
+    this.fenceTried.set(name, performance.now());
     const path = leasesPath(this.o.namespace, name);
     const gone = (how: string): void => {
       if (this.records.get(name) === record) this.records.delete(name);
       this.o.logger.info({ member: record.holder }, how);
     };
     this.o.client
-      .patch(path, { metadata: { resourceVersion: this.versions.get(name) }, spec: { holderIdentity: "" } }, "merge", { discardResult: true })
+      .patch(path, { metadata: { resourceVersion: version }, spec: { holderIdentity: "" } }, "merge", { discardResult: true })
       .then(
         () => gone("member Lease expired: fenced it, so its share moves (its replica, if it still runs, stops at its next renewal)"),
         async (err: unknown) => {

@@ -166,7 +166,10 @@ export class ReplicaShard {
     this.arrived.delete(key);
   }
 
-  /** The drain acknowledged; "failed" if the API server could not be written (the object stays this replica's). */
+  /**
+   * The drain acknowledged; "failed" if the API server could not be written and the object is
+   * still this replica's as it was (read back: an answer lost is not a write failed).
+   */
   private async release(kind: ShardedKind, obj: Labelled, req: Request, log: Logger): Promise<Result | void | "failed"> {
     const base = kind.path.slice(0, kind.path.lastIndexOf("/"));
     const path = `${base}/namespaces/${encodeURIComponent(req.namespace)}/${kind.plural}/${encodeURIComponent(req.name)}`;
@@ -178,6 +181,13 @@ export class ReplicaShard {
       // A newer version exists: already released (the watch has not caught up), or changed
       // meanwhile; either way this replica does nothing with it and looks again later.
       if (isConflict(err)) return { requeue: true };
+      // The patch may have landed with its answer lost (a timeout, a reset): then the object is
+      // no longer this replica's, and working on it would overlap with the next owner.
+      const still = await this.manager!.client.get<Labelled>(path).then(
+        (now) => now.metadata.labels?.[OWNER_LABEL] === this.o.identity && now.metadata.resourceVersion === obj.metadata.resourceVersion,
+        () => false,
+      );
+      if (!still) return { requeueAfterMs: RELEASE_RETRY_MS, priority: true };
       log.warn({ err: errorMessage(err), kind: kind.kind }, "could not release the object to another shard; working on it meanwhile");
       return "failed";
     }

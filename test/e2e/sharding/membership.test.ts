@@ -3,6 +3,7 @@
 // renewal it had not seen makes the fence fail); a fenced member stops at its next renewal; a
 // member does no work once a renewal is overdue (a stalled process); and a restarted process of
 // the same identity takes a fenced Lease back only once nothing carries its owner label.
+import { pino } from "pino";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { GROUP, VERSION, kindNames } from "../../../src/api/names.js";
 import { leasesPath, resourcePath, type KubeClient } from "../../../src/runtime/kube-client.js";
@@ -10,7 +11,7 @@ import type { Lease } from "../../../src/runtime/leader-election.js";
 import { OWNER_LABEL, ownerSelector } from "../../../src/sharding/labels.js";
 import { MemberLease, MemberSet } from "../../../src/sharding/membership.js";
 import { installCRDs } from "../support/operator.js";
-import { clientFor, createNamespace, deleteNamespace, poll, proxiedClient, testLogger } from "../runtime/support.js";
+import { clientFor, clusterFor, createNamespace, deleteNamespace, poll, proxiedClient, testLogger } from "../runtime/support.js";
 
 const RING = "ring-test";
 /** Short timings, in the ratios of the defaults (15 s / 10 s / 2 s). */
@@ -51,8 +52,10 @@ function member(ns: string, identity: string, lost: string[] = [], client = admi
   });
 }
 
-function memberSet(ns: string, client: KubeClient, seen: string[][]): MemberSet {
-  return new MemberSet({ client, namespace: ns, ring: RING, logger: testLogger(), leaseDurationMs: TIMINGS.leaseDurationMs, fencing: () => true, onChange: (m) => seen.push(m) });
+function memberSet(ns: string, client: KubeClient, seen: string[][], logged: string[] = []): MemberSet {
+  // What it logs, by message: the test of a refused fence reads it.
+  const logger = pino({ level: "info" }, { write: (line: string) => logged.push((JSON.parse(line) as { msg: string }).msg) });
+  return new MemberSet({ client, namespace: ns, ring: RING, logger, leaseDurationMs: TIMINGS.leaseDurationMs, fencing: () => true, onChange: (m) => seen.push(m) });
 }
 
 const holderOf = async (ns: string, identity: string): Promise<string> =>
@@ -64,9 +67,12 @@ describe("shard membership (real API server)", () => {
     const lost: string[] = [];
     const a = member(ns, "a", lost);
     await a.start();
-    const proxied = await proxiedClient();
+    // Requests time out in 2 s (a write sent on a stalled connection is retried on a new one);
+    // the watch does not.
+    const proxied = await proxiedClient(clusterFor(), 2_000);
     const seen: string[][] = [];
-    const set = memberSet(ns, proxied.client, seen);
+    const logged: string[] = [];
+    const set = memberSet(ns, proxied.client, seen, logged);
     try {
       await set.start();
       await poll(() => set.members().includes("a"), 10_000, "the member seen");
@@ -78,6 +84,8 @@ describe("shard membership (real API server)", () => {
       proxied.proxy.freezeAll();
       await new Promise((r) => setTimeout(r, 3 * TIMINGS.leaseDurationMs));
       expect(seen.filter((m) => !m.includes("a")), "a membership without the live member").toEqual([]);
+      // It did try to fence, and the API server refused: the Lease had been renewed since.
+      expect(logged).toContain("an expired member Lease changed since it was seen: renewed, not gone");
       expect(await holderOf(ns, "a")).toBe("a");
       expect(lost).toEqual([]);
       expect(a.mayWork()).toBe(true);
@@ -115,9 +123,27 @@ describe("shard membership (real API server)", () => {
       expect(lostB[0]).toMatch(/fenced/);
       expect(b2.mayWork()).toBe(false);
       await b2.stop();
+      expect(await holderOf(ns, "b2")).toBe(""); // a fenced Lease is not deleted on the way out
     } finally {
       await set.stop();
       await b.stop();
+    }
+  });
+
+  it("never fences the Lease of its own replica (its own renewals govern it)", async () => {
+    const ns = await namespace();
+    const a = member(ns, "a");
+    await a.start();
+    await a.stop({ leave: false }); // its Lease runs out
+    const seen: string[][] = [];
+    const set = new MemberSet({ client: admin, namespace: ns, ring: RING, logger: testLogger(), leaseDurationMs: TIMINGS.leaseDurationMs, fencing: () => true, self: "a", onChange: (m) => seen.push(m) });
+    try {
+      await set.start();
+      await new Promise((r) => setTimeout(r, TIMINGS.leaseDurationMs + 1_500));
+      expect(await holderOf(ns, "a")).toBe("a");
+      expect(set.members()).toEqual(["a"]);
+    } finally {
+      await set.stop();
     }
   });
 

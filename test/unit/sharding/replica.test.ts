@@ -68,12 +68,12 @@ const ctx = (): ReconcileContext => ({ log: silentLogger(), reconcileId: "r", si
 const req = (obj: Obj): Request => ({ namespace: obj.metadata.namespace ?? "", name: obj.metadata.name ?? "" });
 
 /** A replica with its Sandbox controller wired: what it enqueued, what it reconciled, where it looks up inventories. */
-function replica(inventory: () => ArrivalSink | null | undefined, opts: { mayWork?: () => boolean; patch?: () => Promise<unknown> } = {}) {
+function replica(inventory: () => ArrivalSink | null | undefined, opts: { mayWork?: () => boolean; patch?: () => Promise<unknown>; get?: () => Promise<unknown> } = {}) {
   const share = new Share();
   const shard = new ReplicaShard({ identity: ME, logger: silentLogger(), controllers: SHARDED_CONTROLLERS, selectedByDefault: new Set(), ...(opts.mayWork && { mayWork: opts.mayWork }) });
   shard.bind({
     // Only a release (a drain label) writes, with a merge patch.
-    client: { patch: opts.patch ?? (() => Promise.reject(new Error("no write expected"))) } as unknown as KubeClient,
+    client: { patch: opts.patch ?? (() => Promise.reject(new Error("no write expected"))), get: opts.get ?? (() => Promise.reject(new Error("no read expected"))) } as unknown as KubeClient,
     informerFor: <T extends KubeObject>() => share as unknown as Informer<T>,
   });
   const lookups: string[] = [];
@@ -203,13 +203,28 @@ describe("ReplicaShard: a membership that is not current", () => {
 });
 
 describe("ReplicaShard: a drain that cannot be acknowledged", () => {
+  const draining = (): Obj => {
+    const obj = sandbox("draining", { finalizers: ["agentcompute.dev/finalizer"] });
+    obj.metadata.labels = { ...obj.metadata.labels, [DRAIN_LABEL]: "true" };
+    return obj;
+  };
+  const refused = () => Promise.reject(new Error("the API server answered 503"));
+
   it("keeps working on the object it still owns (a renewal must not wait), and tries the release again within a second", async () => {
-    const r = replica(() => null, { patch: () => Promise.reject(new Error("the API server answered 503")) });
-    const draining = sandbox("draining", { finalizers: ["agentcompute.dev/finalizer"] });
-    draining.metadata.labels = { ...draining.metadata.labels, [DRAIN_LABEL]: "true" };
-    r.share.add(draining);
-    expect(await r.reconcile(draining)).toEqual({ requeueAfterMs: 1_000, priority: true });
+    const obj = draining();
+    const r = replica(() => null, { patch: refused, get: () => Promise.resolve(obj) }); // read back: unchanged
+    r.share.add(obj);
+    expect(await r.reconcile(obj)).toEqual({ requeueAfterMs: 1_000, priority: true });
     expect(r.reconciled).toEqual(["draining"]);
+  });
+
+  it("does not work on it when the release landed with its answer lost", async () => {
+    const obj = draining();
+    const released = { ...obj, metadata: { ...obj.metadata, resourceVersion: "8", labels: {} } };
+    const r = replica(() => null, { patch: refused, get: () => Promise.resolve(released) });
+    r.share.add(obj);
+    expect(await r.reconcile(obj)).toEqual({ requeueAfterMs: 1_000, priority: true });
+    expect(r.reconciled).toEqual([]);
   });
 });
 
