@@ -24,6 +24,7 @@ import { formatTime } from "../runtime/status.js";
 import {
   isNotFound,
   isOutcomeUnknown,
+  isServiceError,
   type AgentVM,
   type AllocateVMRequest,
   type Allocation,
@@ -214,9 +215,13 @@ function retryWhileAlive(err: unknown, expiresAt: number, now: number): unknown 
 
 /** The Ready reason of a Sandbox whose VM's endpoint could not be read: it is asked for again. */
 const ENDPOINT_UNKNOWN = { reason: "EndpointUnknown" } as const;
+/** status.endpoint and wsURL (and the connection Secret's) of an adopted VM whose endpoint could not be read. */
+const UNKNOWN_ENDPOINT = "";
 
-function readyReason(cr: Sandbox): string | undefined {
-  return cr.status?.conditions?.find((c) => c.type === ConditionType.Ready)?.reason;
+/** The VM was last reported matching the spec of this very generation (Ready=True for it). */
+function matchedThisGeneration(cr: Sandbox): boolean {
+  const ready = cr.status?.conditions?.find((c) => c.type === ConditionType.Ready);
+  return ready?.status === "True" && ready.observedGeneration === cr.metadata.generation;
 }
 
 /** How soon an old VM whose release failed after its replacement was allocated is given back again. */
@@ -295,12 +300,16 @@ class SandboxClient implements ExternalClient<Sandbox, SandboxPlan> {
     const desired = named.listFailed ? undefined : this.desiredIfReady(cr);
     const request = desired instanceof NotReadyError ? undefined : desired;
     const hash = request === undefined ? undefined : hashOf(request);
-    // Renewed all the same, but not said to match a spec it could not be compared with.
-    const unconfirmed = named.listFailed
-      ? { reason: "ServiceUnavailable", message: "the service's list of VMs cannot be read: the VM is renewed, and compared with the spec once the list is read" }
-      : desired instanceof NotReadyError
-        ? { reason: desired.reason, message: `${desired.message}; the VM is renewed, and compared with the spec once that is resolved` }
-        : undefined;
+    // Renewed all the same, but not said to match a spec changed since it was last found to
+    // match (an unchanged spec the VM matched still does, whatever its dependencies do now).
+    const meanwhile = keepAlive ? "the VM is renewed meanwhile, and" : "the VM is";
+    const unconfirmed = matchedThisGeneration(cr)
+      ? undefined
+      : named.listFailed
+        ? { reason: "ServiceUnavailable", message: `the service's list of VMs cannot be read: ${meanwhile} compared with the spec once the list is read` }
+        : desired instanceof NotReadyError
+          ? { reason: desired.reason, message: `${desired.message}; ${meanwhile} compared with the spec once that is resolved` }
+          : undefined;
     const { found, leftovers } = this.replacementMadeAlready(cr, named.found, named.leftovers, hash);
     const now = this.deps.now().getTime();
     const expiresAt = Date.parse(found.expires_at ?? "") || now;
@@ -320,11 +329,12 @@ class SandboxClient implements ExternalClient<Sandbox, SandboxPlan> {
     const report = this.report(cr, found, this.known(cr, found), now, !sameVM);
     // The VM record has no endpoint or ws_url: they came with the allocation and are in status.
     // A VM found another way (adopted after a crash, or by annotation) is asked for them once,
-    // and again while the Ready condition says that failed (a renewal must not wait for it).
-    const askWhere = !sameVM || readyReason(cr) === ENDPOINT_UNKNOWN.reason;
+    // and again while status says they could not be read ("": never another VM's, which a
+    // field left as it was would be). A renewal does not wait for them.
+    const askWhere = !sameVM || cr.status?.endpoint === UNKNOWN_ENDPOINT;
     const where = askWhere ? await this.whereIs(found.id) : { endpoint: cr.status?.endpoint, ws_url: cr.status?.wsURL };
     const unknownWhere =
-      where.failed !== undefined ? { ...ENDPOINT_UNKNOWN, message: `the VM's endpoint could not be read (${where.failed}): asked again shortly; the VM is renewed meanwhile` } : undefined;
+      where.failed !== undefined ? { ...ENDPOINT_UNKNOWN, message: `the VM's endpoint could not be read (${where.failed}): asked again shortly; ${meanwhile} kept` } : undefined;
     return {
       exists: true,
       upToDate,
@@ -343,7 +353,11 @@ class SandboxClient implements ExternalClient<Sandbox, SandboxPlan> {
         ...this.cadence(cr),
         ...report,
       },
-      connectionDetails: detailsOf({ vm_id: found.id, token: found.token, ...where }),
+      connectionDetails: {
+        ...detailsOf({ vm_id: found.id, token: found.token, ...where }),
+        // Written empty, not left as they were: they would be another VM's.
+        ...(where.failed !== undefined && { endpoint: UNKNOWN_ENDPOINT, wsURL: UNKNOWN_ENDPOINT }),
+      },
       requeueAfterMs: Math.max(0, nextAt - now),
       priority: true,
       plan: { ...renewal, vm: found, ...(named.listFailed && { listFailed: true }) },
@@ -374,7 +388,8 @@ class SandboxClient implements ExternalClient<Sandbox, SandboxPlan> {
       return { endpoint: m["endpoint"], ws_url: m["ws_url"] };
     } catch (err) {
       if (isNotFound(err)) return {};
-      return { failed: errorMessage(err) };
+      if (!isServiceError(err)) throw err;
+      return { endpoint: UNKNOWN_ENDPOINT, ws_url: UNKNOWN_ENDPOINT, failed: errorMessage(err) };
     }
   }
 

@@ -118,13 +118,25 @@ describe("Sandbox", () => {
     w.advance(481_000); // due
     resync(); // and the snapshot is past the sync period
     w.calls();
-    const result = await w.reconcile(kind(), "sb");
+    await w.reconcile(kind(), "sb");
     expect(w.writes()).toEqual(["vms.renew"]);
     expect(w.emu.state.vms.get(vmId)?.expiresAt).toBe(w.clock.ms + 600_000);
-    // Not "matches the spec": that could not be checked; the list is read again soon.
+    // The spec has not changed since the VM was found to match it: still Ready, no flapping.
+    expect(condition(sandbox(), "Ready")).toMatchObject({ status: "True" });
+  });
+
+  it("does not say its VM matches a spec changed while the list of VMs cannot be read, and looks again soon on the ordinary lane", async () => {
+    apply({});
+    await w.reconcile(kind(), "sb");
+    unavailable("GET", "/compute/v1/vms");
+    apply({ tier: "large" });
+    resync();
+    w.calls();
+    const result = await w.reconcile(kind(), "sb");
+    expect(w.writes()).toEqual([]); // no replacement on the old snapshot
     expect(condition(sandbox(), "Ready")).toMatchObject({ status: "False", reason: "ServiceUnavailable" });
     expect(condition(sandbox(), "Reconciling")).toMatchObject({ status: "True", message: expect.stringContaining("list of VMs cannot be read") });
-    expect((result as { requeueAfterMs: number }).requeueAfterMs).toBeLessThanOrEqual(30_000);
+    expect(result).toEqual({ requeueAfterMs: 30_000, priority: false });
   });
 
   it("does not say its VM matches a changed spec it cannot compare it with (a Skill not Ready), and renews it meanwhile", async () => {
@@ -333,23 +345,33 @@ describe("Sandbox", () => {
     expect(live(lost.vmId as string)).toBe(true);
   });
 
-  it("renews a VM it adopted while the VM's endpoint cannot be read, says so, and reads it once it can", async () => {
+  it("renews a VM it adopted while the VM's endpoint cannot be read, never shows the old VM's endpoint, and reads it once it can", async () => {
     apply({});
-    const lost = await w.losingStatus<SandboxStatus>("sandboxes", "sb", () => w.reconcile(kind(), "sb"));
-    const vmId = lost.vmId as string;
-    unavailable("GET", `/compute/v1/vms/${vmId}/endpoint`);
-    w.advance(481_000); // and the renewal is due
+    await w.reconcile(kind(), "sb");
+    const old = sandbox().status?.vmId as string;
+    expect(sandbox().status?.endpoint).toBeTruthy();
+    w.emu.state.releaseVM(old);
+    const adopted = allocatedByPreviousOwner(); // a replacement whose status write was lost
+    unavailable("GET", `/compute/v1/vms/${adopted}/endpoint`);
     resync();
     w.calls();
     const result = await w.reconcile(kind(), "sb");
-    expect(w.writes()).toEqual(["vms.renew"]);
-    expect(sandbox().status?.vmId).toBe(vmId);
+    expect(w.writes()).toEqual([]);
+    expect(sandbox().status).toMatchObject({ vmId: adopted, endpoint: "", wsURL: "" });
+    const secret = w.secrets.get(NS, "sb-agentcompute")?.data ?? {};
+    expect(Buffer.from(secret["vmId"] ?? "", "base64").toString()).toBe(adopted);
+    expect(secret["endpoint"]).toBe("");
     expect(condition(sandbox(), "Ready")).toMatchObject({ status: "False", reason: "EndpointUnknown", message: expect.stringContaining("endpoint could not be read") });
     expect((result as { requeueAfterMs: number }).requeueAfterMs).toBeLessThanOrEqual(30_000);
 
+    // Paused meanwhile: the pause's conditions replace EndpointUnknown; status still says "unknown".
+    const PAUSED = { [Annotations.paused]: "true" };
+    w.apply<Sandbox>("sandboxes", { metadata: { name: "sb", annotations: PAUSED }, spec: { tier: "standard", ttlSeconds: 600 } });
+    await w.reconcile(kind(), "sb");
+    w.apply<Sandbox>("sandboxes", { metadata: { name: "sb", annotations: {} }, spec: { tier: "standard", ttlSeconds: 600 } });
     w.emu.clearFaults();
     await w.reconcile(kind(), "sb");
-    expect(sandbox().status?.endpoint).toBe(lost.endpoint);
+    expect(sandbox().status?.endpoint).toBe(w.emu.state.vms.get(adopted)?.endpoint ?? "unset in the emulator");
     expect(condition(sandbox(), "Ready")).toMatchObject({ status: "True" });
   });
 
