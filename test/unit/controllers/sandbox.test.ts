@@ -179,6 +179,10 @@ describe("Sandbox", () => {
     w.calls();
     await reconcileError();
     expect(w.writes()).toEqual(["vms.renew"]); // answered 404, and not replaced on the old snapshot
+    // The pass that follows at once, the VM really gone and the list still unreadable: nothing either.
+    w.emu.state.deleteVM(vmId);
+    expect(await reconcileError()).toBeDefined();
+    expect(w.writes()).toEqual([]);
   });
 
   it("plans no replacement while the list of VMs cannot be read, and renews the VM it has", async () => {
