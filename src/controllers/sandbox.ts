@@ -92,6 +92,7 @@ export function sandboxes(ctx: KindContext): ManagedKind<Sandbox, SandboxPlan> {
     now: () => ctx.now(),
     statusIntervalMs: ctx.options?.sandboxStatusIntervalMs ?? 0,
     tallies: new Map(),
+    endpointsRead: new Map(),
     metrics: ctx.metrics,
   };
   return {
@@ -109,7 +110,10 @@ export function sandboxes(ctx: KindContext): ManagedKind<Sandbox, SandboxPlan> {
       const usingSecret = referrers(own, "envFromSecret", (sb) => (sb.spec.envFrom ?? []).map((e) => e.secretRef.name));
       controller.watch(skills, (sk) => loading({ metadata: { namespace: sk.metadata.namespace, name: skillName(sk) } }).map(requestOf));
       controller.watch(ctx.secrets, (s) => usingSecret(s).map(requestOf));
-      own.on("delete", (sb) => deps.tallies.delete(sb.metadata.uid));
+      own.on("delete", (sb) => {
+        deps.tallies.delete(sb.metadata.uid);
+        deps.endpointsRead.delete(sb.metadata.uid);
+      });
     },
   };
 }
@@ -123,6 +127,12 @@ export interface SandboxDeps {
   statusIntervalMs: number;
   /** Per Sandbox (uid): its VM's renewals as this process counted them, reported or not. */
   tallies: Map<string, Tally>;
+  /**
+   * Per Sandbox (uid): the VM whose endpoint this process read (GET /vms/{id}/endpoint
+   * answered, whatever keys its map had). One whose read failed has status.endpoint "" and is
+   * asked again until it is in here, once per process at most after that.
+   */
+  endpointsRead: Map<string, string>;
   metrics?: Pick<Metrics, "sandboxRenewals" | "sandboxRenewalLateness">;
 }
 
@@ -330,9 +340,10 @@ class SandboxClient implements ExternalClient<Sandbox, SandboxPlan> {
     // The VM record has no endpoint or ws_url: they came with the allocation and are in status.
     // A VM found another way (adopted after a crash, or by annotation) is asked for them once,
     // and again while status says they could not be read ("": never another VM's, which a
-    // field left as it was would be). A renewal does not wait for them.
-    const askWhere = !sameVM || cr.status?.endpoint === UNKNOWN_ENDPOINT;
-    const where = askWhere ? await this.whereIs(found.id) : { endpoint: cr.status?.endpoint, ws_url: cr.status?.wsURL };
+    // field left as it was would be) and this process has not read them since. A renewal
+    // does not wait for them.
+    const unread = cr.status?.endpoint === UNKNOWN_ENDPOINT && this.deps.endpointsRead.get(cr.metadata.uid) !== found.id;
+    const where = !sameVM || unread ? await this.whereIs(cr, found.id) : { endpoint: cr.status?.endpoint, ws_url: cr.status?.wsURL };
     const unknownWhere =
       where.failed !== undefined ? { ...ENDPOINT_UNKNOWN, message: `the VM's endpoint could not be read (${where.failed}): asked again shortly; ${meanwhile} kept` } : undefined;
     return {
@@ -382,9 +393,10 @@ class SandboxClient implements ExternalClient<Sandbox, SandboxPlan> {
    * GET /vms/{id}/endpoint: a map of strings whose keys are not published; endpoint and ws_url
    * are read if there. `failed`: why it could not be read (the VM is observed all the same).
    */
-  private async whereIs(id: string): Promise<{ endpoint?: string; ws_url?: string; failed?: string }> {
+  private async whereIs(cr: Sandbox, id: string): Promise<{ endpoint?: string; ws_url?: string; failed?: string }> {
     try {
       const m = await this.handle.client.vms.endpoint(id);
+      this.deps.endpointsRead.set(cr.metadata.uid, id);
       return { endpoint: m["endpoint"], ws_url: m["ws_url"] };
     } catch (err) {
       if (isNotFound(err)) return {};

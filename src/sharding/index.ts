@@ -191,7 +191,10 @@ export class Sharding {
       ring,
       logger: log,
       ...this.cfg.timings,
-      ownsObjects: (signal) => this.ownsObjects(manager, signal),
+      // With no other live member, nobody can take the share it waits for (and the process
+      // before, fenced after its Lease ran out, stopped working long since): it takes it back.
+      ownsObjects: async (signal) => peers.members().some((m) => m !== this.identity) && (await this.ownsObjects(manager, signal)),
+      onJoined: () => this.replica.resume(),
       onLost: () => {
         void manager.stop("leadership-lost");
         // The sharder hands the share over 5 s after the renew deadline: a reconcile still in

@@ -54,6 +54,8 @@ export interface MemberLeaseOptions extends Partial<MembershipTimings> {
    * process of this identity counted gone) is taken back only once this says no. Default: no.
    */
   ownsObjects?(signal: AbortSignal): Promise<boolean>;
+  /** The Lease is taken: this replica may work from now on. */
+  onJoined?(): void;
 }
 
 /** The Lease is fenced and the share of the process before is still being moved. */
@@ -88,6 +90,7 @@ export class MemberLease {
       try {
         await this.take();
         this.log.info({ identity: this.o.identity }, "joined the shard ring");
+        this.o.onJoined?.();
         break;
       } catch (err) {
         if (err instanceof ShareStillMoving) {

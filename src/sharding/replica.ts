@@ -46,8 +46,7 @@ export interface ReplicaShardOptions {
   mayWork?(): boolean;
 }
 
-/** How soon an object is looked at again when this replica may not work yet (not joined, or its renewal in doubt). */
-const NOT_A_MEMBER_RETRY_MS = 250;
+
 
 /** What the replica side needs of the manager (bound after the manager exists). */
 export interface ReplicaManager {
@@ -61,6 +60,9 @@ export class ReplicaShard {
   private inventoryOf: InventoryLookup | undefined;
   /** Objects that arrived from another owner (`kind/ns/name` -> when), not yet reconciled here. */
   private readonly arrived = new Map<string, number>();
+  /** The sharded controllers, by name, and the objects each set aside while this replica could not work. */
+  private readonly controllers = new Map<string, Controller>();
+  private readonly setAside = new Map<string, Map<string, Request>>();
 
   constructor(private readonly o: ReplicaShardOptions) {
     this.selector = ownerSelector(o.identity);
@@ -85,14 +87,24 @@ export class ReplicaShard {
     const kind = this.o.controllers.get(controller);
     if (kind === undefined) return inner;
     return {
-      reconcile: (req, ctx) => this.reconcile(kind, inner, req, ctx),
+      reconcile: (req, ctx) => this.reconcile(controller, kind, inner, req, ctx),
     };
+  }
+
+  /** The membership is current (joined): the objects set aside meanwhile are looked at, first. */
+  resume(): void {
+    for (const [name, requests] of this.setAside) {
+      const controller = this.controllers.get(name);
+      for (const req of requests.values()) controller?.enqueue(req, { priority: true });
+    }
+    this.setAside.clear();
   }
 
   /** The manager's onController: a drain label brings the object to the wrapper at once. */
   watch(controller: Controller): void {
     const kind = this.o.controllers.get(controller.name);
     if (kind === undefined) return;
+    this.controllers.set(controller.name, controller);
     const own = this.own(kind);
     const request = (obj: Labelled): Request => ({ namespace: obj.metadata.namespace ?? "", name: obj.metadata.name ?? "" });
     const enqueue = (obj: Labelled): void => {
@@ -118,15 +130,21 @@ export class ReplicaShard {
     return this.manager.informerFor<Labelled>(kind.path, { labelSelector: this.selector });
   }
 
-  private async reconcile(kind: ShardedKind, inner: Reconciler, req: Request, ctx: ReconcileContext): Promise<Result | void> {
+  private async reconcile(controller: string, kind: ShardedKind, inner: Reconciler, req: Request, ctx: ReconcileContext): Promise<Result | void> {
     const obj = this.own(kind).get(req.namespace, req.name);
     if (obj === undefined) return inner.reconcile(req, ctx); // gone: the reconciler forgets it
     const labels = obj.metadata.labels ?? {};
     // The selector guarantees the owner; an object of another owner is never worked on.
     if (labels[OWNER_LABEL] !== this.o.identity) return;
     // Not joined yet, or its membership in doubt (a renewal overdue: after a stall, the queue's
-    // timers fire before the renewal is tried): the share may be someone else's by now.
-    if (this.o.mayWork?.() === false) return { requeueAfterMs: NOT_A_MEMBER_RETRY_MS, priority: ctx.priority };
+    // timers fire before the renewal is tried): the share may be someone else's by now. Set
+    // aside until it joins (resume), not polled: a fenced identity may wait a while.
+    if (this.o.mayWork?.() === false) {
+      const aside = this.setAside.get(controller) ?? new Map<string, Request>();
+      aside.set(`${req.namespace}/${req.name}`, req);
+      this.setAside.set(controller, aside);
+      return;
+    }
     if (labels[DRAIN_LABEL] !== undefined) {
       const released = await this.release(kind, obj, req, ctx.log);
       if (released !== "failed") return released;

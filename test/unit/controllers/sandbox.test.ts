@@ -379,6 +379,26 @@ describe("Sandbox", () => {
     expect(condition(sandbox(), "Ready")).toMatchObject({ status: "True" });
   });
 
+  it("asks for an adopted VM's endpoint again only until the service answers, whatever keys the answer has", async () => {
+    apply({});
+    await w.reconcile(kind(), "sb");
+    w.emu.state.releaseVM(sandbox().status?.vmId as string);
+    const adopted = allocatedByPreviousOwner();
+    const endpointPath = `/compute/v1/vms/${adopted}/endpoint`;
+    unavailable("GET", endpointPath);
+    resync();
+    await w.reconcile(kind(), "sb");
+    expect(sandbox().status).toMatchObject({ vmId: adopted, endpoint: "" });
+    w.emu.clearFaults();
+    w.emu.injectFault({ method: "GET", path: endpointPath, times: 1_000, action: { status: 200, body: {} } }); // keys not published: none today
+    const endpointReads = () => w.emu.requests.filter((r) => r.operation === "vms.endpoint").length;
+    w.calls();
+    const sandboxes = kind(); // one process: what it read stays known between passes
+    for (let i = 0; i < 3; i++) await w.reconcile(sandboxes, "sb");
+    expect(endpointReads()).toBe(1);
+    expect(condition(sandbox(), "Ready")).toMatchObject({ status: "True" });
+  });
+
   it("keeps a VM imported with the adoption annotation, even one another resource made for another spec", async () => {
     const other = w.emu.state.allocateVM({
       tier: "large",

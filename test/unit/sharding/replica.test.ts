@@ -95,7 +95,7 @@ function replica(inventory: () => ArrivalSink | null | undefined, opts: { mayWor
     },
   };
   const reconciler = shard.wrap("sandbox", inner);
-  return { share, enqueued, reconciled, lookups, reconcile: (obj: Obj) => reconciler.reconcile(req(obj), ctx()) };
+  return { share, enqueued, reconciled, lookups, reconcile: (obj: Obj) => reconciler.reconcile(req(obj), ctx()), resume: () => shard.resume() };
 }
 
 describe("ReplicaShard: objects that arrive from another owner", () => {
@@ -185,17 +185,20 @@ describe("ReplicaShard: objects that arrive from another owner", () => {
 });
 
 describe("ReplicaShard: a membership that is not current", () => {
-  it("puts its objects back instead of working on them, and works on them once it is current again", async () => {
+  it("sets its objects aside instead of working on them, and looks at them first once it has joined", async () => {
     let member = false; // not joined yet, or a renewal overdue
     const sink = new Sink();
     const r = replica(() => sink, { mayWork: () => member });
     const mine = sandbox("mine", { finalizers: ["agentcompute.dev/finalizer"] });
     r.share.add(mine);
-    expect(await r.reconcile(mine)).toEqual({ requeueAfterMs: 250, priority: true });
+    r.enqueued.length = 0;
+    expect(await r.reconcile(mine)).toBeUndefined(); // no requeue: not polled while it waits
     expect(r.reconciled).toEqual([]);
     expect(sink.told).toEqual([]);
 
     member = true;
+    r.resume();
+    expect(r.enqueued).toEqual([{ name: "mine", priority: true }]);
     await r.reconcile(mine);
     expect(r.reconciled).toEqual(["mine"]);
     expect(sink.told).toHaveLength(1);
