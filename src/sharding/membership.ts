@@ -131,17 +131,23 @@ export class MemberLease {
       this.log.warn("reconciles still in flight: the member Lease is left to expire rather than deleted");
       return;
     }
+    const path = leasesPath(this.o.namespace, this.o.name);
+    const signal = AbortSignal.timeout(this.t.renewDeadlineMs);
     try {
       // On the version this replica wrote last: a Lease fenced meanwhile stays (deleting it
       // would let the next process of this identity join before its share has moved).
-      await this.o.client.delete(leasesPath(this.o.namespace, this.o.name), {
-        signal: AbortSignal.timeout(this.t.renewDeadlineMs),
-        preconditions: { resourceVersion: this.version },
-      });
+      await this.o.client.delete(path, { signal, preconditions: { resourceVersion: this.version } });
       this.log.info("left the shard ring");
     } catch (err) {
-      if (isConflict(err)) this.log.info("the member Lease was fenced; left in place");
-      else if (!isNotFound(err)) this.log.warn({ err: errorMessage(err) }, "could not delete the member Lease; it expires instead");
+      if (isNotFound(err)) return;
+      if (!isConflict(err)) return this.log.warn({ err: errorMessage(err) }, "could not delete the member Lease; it expires instead");
+      // Changed since: fenced, or a renewal cut short on the way out landed. Only the latter is ours.
+      const current = await this.o.client.get<Lease>(path, { signal }).catch(() => undefined);
+      if (current?.spec?.holderIdentity !== this.o.identity) return this.log.info("the member Lease was fenced; left in place");
+      await this.o.client
+        .delete(path, { signal, preconditions: { resourceVersion: current.metadata.resourceVersion } })
+        .then(() => this.log.info("left the shard ring"))
+        .catch((e: unknown) => this.log.warn({ err: errorMessage(e) }, "could not delete the member Lease; it expires instead"));
     }
   }
 
