@@ -4,38 +4,25 @@
 // member does no work once a renewal is overdue (a stalled process); and a restarted process of
 // the same identity takes a fenced Lease back only once nothing carries its owner label.
 import { pino } from "pino";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { beforeAll, describe, expect, it } from "vitest";
 import { GROUP, VERSION, kindNames } from "../../../src/api/names.js";
 import { leasesPath, resourcePath, type KubeClient } from "../../../src/runtime/kube-client.js";
 import type { Lease } from "../../../src/runtime/leader-election.js";
 import { OWNER_LABEL, ownerSelector } from "../../../src/sharding/labels.js";
 import { MemberLease, MemberSet } from "../../../src/sharding/membership.js";
-import { installCRDs } from "../support/operator.js";
-import { clientFor, clusterFor, createNamespace, deleteNamespace, poll, proxiedClient, testLogger } from "../runtime/support.js";
+import { clusterFor, poll, proxiedClient, testLogger } from "../runtime/support.js";
+import { adminAndNamespaces } from "./support.js";
 
 const RING = "ring-test";
 /** Short timings, in the ratios of the defaults (15 s / 10 s / 2 s). */
 const TIMINGS = { leaseDurationMs: 3_000, renewDeadlineMs: 2_000, retryPeriodMs: 400 };
 
+const suite = adminAndNamespaces("membership");
+const namespace = (): Promise<string> => suite.namespace();
 let admin: KubeClient;
-const namespaces: string[] = [];
-beforeAll(async () => {
-  await installCRDs();
-  admin = clientFor();
+beforeAll(() => {
+  admin = suite.admin();
 });
-afterAll(async () => {
-  try {
-    await Promise.allSettled(namespaces.map((ns) => deleteNamespace(admin, ns)));
-  } finally {
-    await admin.close();
-  }
-});
-
-async function namespace(): Promise<string> {
-  const ns = await createNamespace(admin, "membership");
-  namespaces.push(ns);
-  return ns;
-}
 
 function member(ns: string, identity: string, lost: string[] = [], client = admin): MemberLease {
   return new MemberLease({

@@ -3,15 +3,15 @@
 // sharder does not wait for the other kinds' caches to move them. Their renewals stop until
 // they move; the rest loses nothing by waiting (src/sharding/urgent.ts). What is asserted is
 // the order of the moves' PATCHes as the API server answered them.
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { beforeAll, describe, expect, it } from "vitest";
 import { GROUP, VERSION, kindNames } from "../../../src/api/names.js";
 import { resourcePath, type KubeClient, type KubeObject } from "../../../src/runtime/kube-client.js";
 import { Metrics } from "../../../src/runtime/metrics.js";
 import { SHARDED_CONTROLLERS } from "../../../src/sharding/index.js";
 import { OWNER_LABEL } from "../../../src/sharding/labels.js";
 import { Sharder } from "../../../src/sharding/sharder.js";
-import { installCRDs } from "../support/operator.js";
-import { clientFor, createNamespace, deleteNamespace, poll, testLogger } from "../runtime/support.js";
+import { clientFor, poll, testLogger } from "../runtime/support.js";
+import { adminAndNamespaces } from "./support.js";
 
 const DEAD = "replica-dead";
 const LIVE = ["replica-a", "replica-b"];
@@ -103,24 +103,11 @@ async function ownersOf(admin: KubeClient, namespace: string): Promise<Map<strin
 }
 
 describe("Sharder (real API server): a gone replica's Sandboxes with a running VM move first", () => {
+  const suite = adminAndNamespaces("sharder");
+  const namespace = (): Promise<string> => suite.namespace();
   let admin: KubeClient;
-  const namespaces: string[] = [];
-  const namespace = async (): Promise<string> => {
-    const ns = await createNamespace(admin, "sharder");
-    namespaces.push(ns);
-    return ns;
-  };
-
-  beforeAll(async () => {
-    await installCRDs();
-    admin = clientFor();
-  });
-  afterAll(async () => {
-    try {
-      await Promise.allSettled(namespaces.map((ns) => deleteNamespace(admin, ns)));
-    } finally {
-      await admin.close();
-    }
+  beforeAll(() => {
+    admin = suite.admin();
   });
 
   it("when the sharder starts with the share of a replica that is gone (a new leader after the old one was killed)", async () => {
