@@ -226,7 +226,7 @@ function retryWhileAlive(err: unknown, expiresAt: number, now: number): unknown 
 /** The Ready reason of a Sandbox whose VM's endpoint could not be read: it is asked for again. */
 const ENDPOINT_UNKNOWN = { reason: "EndpointUnknown" } as const;
 /** status.endpoint and wsURL (and the connection Secret's) of an adopted VM whose endpoint could not be read. */
-const UNKNOWN_ENDPOINT = "";
+const ENDPOINT_NOT_READ = "";
 
 /** The VM was last reported matching the spec of this very generation (Ready=True for it). */
 function matchedThisGeneration(cr: Sandbox): boolean {
@@ -342,7 +342,7 @@ class SandboxClient implements ExternalClient<Sandbox, SandboxPlan> {
     // and again while status says they could not be read ("": never another VM's, which a
     // field left as it was would be) and this process has not read them since. A renewal
     // does not wait for them.
-    const unread = cr.status?.endpoint === UNKNOWN_ENDPOINT && this.deps.endpointsRead.get(cr.metadata.uid) !== found.id;
+    const unread = cr.status?.endpoint === ENDPOINT_NOT_READ && this.deps.endpointsRead.get(cr.metadata.uid) !== found.id;
     const where = !sameVM || unread ? await this.whereIs(cr, found.id) : { endpoint: cr.status?.endpoint, ws_url: cr.status?.wsURL };
     const unknownWhere =
       where.failed !== undefined ? { ...ENDPOINT_UNKNOWN, message: `the VM's endpoint could not be read (${where.failed}): asked again shortly; ${meanwhile} kept` } : undefined;
@@ -367,7 +367,7 @@ class SandboxClient implements ExternalClient<Sandbox, SandboxPlan> {
       connectionDetails: {
         ...detailsOf({ vm_id: found.id, token: found.token, ...where }),
         // Written empty, not left as they were: they would be another VM's.
-        ...(where.failed !== undefined && { endpoint: UNKNOWN_ENDPOINT, wsURL: UNKNOWN_ENDPOINT }),
+        ...(where.failed !== undefined && { endpoint: ENDPOINT_NOT_READ, wsURL: ENDPOINT_NOT_READ }),
       },
       requeueAfterMs: Math.max(0, nextAt - now),
       priority: true,
@@ -401,7 +401,7 @@ class SandboxClient implements ExternalClient<Sandbox, SandboxPlan> {
     } catch (err) {
       if (isNotFound(err)) return {};
       if (!isServiceError(err)) throw err;
-      return { endpoint: UNKNOWN_ENDPOINT, ws_url: UNKNOWN_ENDPOINT, failed: errorMessage(err) };
+      return { endpoint: ENDPOINT_NOT_READ, ws_url: ENDPOINT_NOT_READ, failed: errorMessage(err) };
     }
   }
 

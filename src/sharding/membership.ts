@@ -408,29 +408,32 @@ export class MemberSet {
     if (version === undefined || this.fencing.has(name) || performance.now() - (this.fenceTried.get(name) ?? -Infinity) < FENCE_RETRY_MS) return;
     this.fencing.add(name);
     this.fenceTried.set(name, performance.now());
+    void this.writeFence(name, record, version).finally(() => {
+      this.fencing.delete(name);
+      this.evaluate();
+    });
+  }
+
+  private async writeFence(name: string, record: MemberRecord, version: string): Promise<void> {
     const path = leasesPath(this.o.namespace, name);
+    const log = this.o.logger;
     const gone = (how: string): void => {
       if (this.records.get(name) === record) this.records.delete(name);
-      this.o.logger.info({ member: record.holder }, how);
+      log.info({ member: record.holder }, how);
     };
-    this.o.client
-      .patch(path, { metadata: { resourceVersion: version }, spec: { holderIdentity: "" } }, "merge", { discardResult: true })
-      .then(
-        () => gone("member Lease expired: fenced it, so its share moves (its replica, if it still runs, stops at its next renewal)"),
-        async (err: unknown) => {
-          if (isNotFound(err)) return gone("member Lease deleted");
-          if (!isConflict(err)) return this.o.logger.warn({ err: errorMessage(err), member: record.holder }, "could not fence an expired member Lease; its share waits");
-          this.o.logger.info({ member: record.holder }, "an expired member Lease changed since it was seen: renewed, not gone");
-          this.seen(await this.o.client.get<Lease>(path));
-        },
-      )
-      .catch((err: unknown) => {
-        if (isNotFound(err)) gone("member Lease deleted");
-        else this.o.logger.warn({ err: errorMessage(err), member: record.holder }, "could not read a member Lease after a refused fence");
-      })
-      .finally(() => {
-        this.fencing.delete(name);
-        this.evaluate();
-      });
+    try {
+      await this.o.client.patch(path, { metadata: { resourceVersion: version }, spec: { holderIdentity: "" } }, "merge", { discardResult: true });
+      return gone("member Lease expired: fenced it, so its share moves (its replica, if it still runs, stops at its next renewal)");
+    } catch (err) {
+      if (isNotFound(err)) return gone("member Lease deleted");
+      if (!isConflict(err)) return log.warn({ err: errorMessage(err), member: record.holder }, "could not fence an expired member Lease; its share waits");
+    }
+    log.info({ member: record.holder }, "an expired member Lease changed since it was seen: renewed, not gone");
+    try {
+      this.seen(await this.o.client.get<Lease>(path));
+    } catch (err) {
+      if (isNotFound(err)) gone("member Lease deleted");
+      else log.warn({ err: errorMessage(err), member: record.holder }, "could not read a member Lease after a refused fence");
+    }
   }
 }

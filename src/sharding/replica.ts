@@ -14,7 +14,7 @@ import type { Informer } from "../runtime/informer.js";
 import { isConflict, isNotFound, type KubeClient, type KubeObject } from "../runtime/kube-client.js";
 import { releasePatch } from "./assignment.js";
 import { DRAIN_LABEL, OWNER_LABEL, ownerSelector } from "./labels.js";
-import type { ShardedKind } from "./sharder.js";
+import { objectPath, type ShardedKind } from "./sharder.js";
 
 type Labelled = KubeObject & { metadata: { labels?: Record<string, string>; finalizers?: string[] } };
 
@@ -45,8 +45,6 @@ export interface ReplicaShardOptions {
   /** Whether this replica's membership is current (its Lease renewed within the deadline); default yes. */
   mayWork?(): boolean;
 }
-
-
 
 /** What the replica side needs of the manager (bound after the manager exists). */
 export interface ReplicaManager {
@@ -189,8 +187,7 @@ export class ReplicaShard {
    * still this replica's as it was (read back: an answer lost is not a write failed).
    */
   private async release(kind: ShardedKind, obj: Labelled, req: Request, log: Logger): Promise<Result | void | "failed"> {
-    const base = kind.path.slice(0, kind.path.lastIndexOf("/"));
-    const path = `${base}/namespaces/${encodeURIComponent(req.namespace)}/${kind.plural}/${encodeURIComponent(req.name)}`;
+    const path = objectPath(kind, req.namespace, req.name);
     try {
       await this.manager!.client.patch(path, releasePatch(obj.metadata.resourceVersion), "merge", { discardResult: true });
       log.info({ kind: kind.kind }, "released to another shard");

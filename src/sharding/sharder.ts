@@ -23,6 +23,11 @@ export interface ShardedKind {
   path: string;
 }
 
+/** The path of one object of a sharded kind (its collection path is `kind.path`). */
+export function objectPath(kind: ShardedKind, namespace: string, name: string): string {
+  return `${kind.path.slice(0, kind.path.lastIndexOf("/"))}/namespaces/${encodeURIComponent(namespace)}/${kind.plural}/${encodeURIComponent(name)}`;
+}
+
 /** What the sharder keeps of an object. */
 export interface ShardedObject extends KubeObject {
   metadata: KubeObject["metadata"] & { labels?: Record<string, string>; deletionTimestamp?: string };
@@ -253,7 +258,7 @@ export class Sharder {
     const decision = decide(obj.metadata.labels, desired, this.live);
     const patch = patchFor(decision, obj.metadata.resourceVersion);
     if (patch === undefined) return;
-    const path = `${kind.path.slice(0, kind.path.lastIndexOf("/"))}/namespaces/${encodeURIComponent(req.namespace)}/${kind.plural}/${encodeURIComponent(req.name)}`;
+    const path = objectPath(kind, req.namespace, req.name);
     try {
       await this.o.client.patch(path, patch, "merge", { discardResult: true });
       this.log.debug({ kind: kind.kind, namespace: req.namespace, name: req.name, ...decision }, "shard placement");
