@@ -35,6 +35,8 @@ export interface ConnectionPoolOptions {
   inventoryMaxAgeMs: number;
   /** Told which service objects changed out of band, so their resources are reconciled. */
   onInventoryChange?(connectionKey: string, kind: InventoryKind, keys: string[]): void;
+  /** Every client's ServiceClientOptions.writeGate (sharded mode: this replica's membership). */
+  writeGate?: () => void;
 }
 
 interface Entry {
@@ -229,6 +231,7 @@ export class ConnectionPool {
       insecureSkipTLSVerify: spec.insecureSkipTLSVerify ?? false,
       logger: this.opts.logger.child({ connection: key }),
       hooks: this.opts.hooks?.(key),
+      writeGate: this.opts.writeGate,
     });
     const inventory = <T>(
       kind: InventoryKind,

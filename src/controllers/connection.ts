@@ -9,7 +9,7 @@ import { kstatusConditions } from "../managed/conditions.js";
 import { NotReadyError, classify, type Failure } from "../managed/errors.js";
 import { patchFinalizers } from "../managed/finalizers.js";
 import { afterBackoff, jittered } from "../managed/requeue.js";
-import type { StatusWriter } from "../managed/status-writer.js";
+import { StatusWriter } from "../managed/status-writer.js";
 import type { EventRecorder } from "../runtime/events.js";
 import type { Informer } from "../runtime/informer.js";
 import { resourcePath, type KubeClient } from "../runtime/kube-client.js";
@@ -34,7 +34,9 @@ export function setupConnection(ctx: OperatorContext): Controller {
       usersOf: (namespace, connection) => ctx.usersOf(namespace, connection),
       kube: manager.client,
       pool: ctx.pool,
-      status: ctx.status,
+      // Its own, without the managed kinds' write gate: the leader writes Connections' status
+      // whether or not it has joined the shard ring.
+      status: new StatusWriter(manager.client),
       events: manager.events,
       usage: new UsageGauges(manager.metrics.registry),
     }),

@@ -13,7 +13,7 @@ import { ResourceMetrics } from "../managed/resource-metrics.js";
 import { StatusWriter } from "../managed/status-writer.js";
 import type { Controller, Request } from "../runtime/controller.js";
 import type { Informer } from "../runtime/informer.js";
-import { configMapsPath, resourcePath, secretsPath, type KubeObject } from "../runtime/kube-client.js";
+import { configMapsPath, resourcePath, secretsPath, withWriteGate, type KubeClient, type KubeObject } from "../runtime/kube-client.js";
 import type { Manager } from "../runtime/manager.js";
 import { serviceClientHooks, type Metrics } from "../runtime/metrics.js";
 import { ConnectionPool, type InventoryKind, type ServiceHandle } from "./connection-pool.js";
@@ -44,6 +44,11 @@ export interface ShardingOptions {
    * controller runs on the leader only. Throws while not known.
    */
   usersOf(namespace: string, connection: string): string[];
+  /**
+   * Asked before each write the sharded kinds' controllers make (their objects, status and
+   * connection Secrets, and the service's objects); throws to refuse it unsent.
+   */
+  writeGate?(): void;
 }
 
 /** What a kind's module may use to describe itself: the shared caches and a clock. */
@@ -93,6 +98,13 @@ export class OperatorContext implements KindContext {
   readonly secrets: Informer<SecretObject>;
   readonly configMaps: Informer<ConfigMapObject>;
   readonly store: ObjectStore;
+  /**
+   * The API server, as the managed kinds' controllers write to it: in sharded mode through the
+   * membership's write gate (ShardingOptions.writeGate). The Connection controller, which runs
+   * on the leader, writes with the manager's client.
+   */
+  readonly kube: KubeClient;
+  /** The managed kinds' status (through `kube`). */
   readonly status: StatusWriter;
   readonly secretWriter: ConnectionSecretWriter;
   readonly pool: ConnectionPool;
@@ -114,8 +126,10 @@ export class OperatorContext implements KindContext {
     this.secrets = manager.informerFor<SecretObject>(secretsPath(), { pageSize: 500 });
     this.configMaps = manager.informerFor<ConfigMapObject>(configMapsPath(), { pageSize: 500 });
     this.store = new ObjectStore(this.secrets, this.configMaps);
-    this.status = new StatusWriter(manager.client);
-    this.secretWriter = new ConnectionSecretWriter(manager.client, this.secrets);
+    const gate = options.sharding?.writeGate;
+    this.kube = gate === undefined ? manager.client : withWriteGate(manager.client, gate);
+    this.status = new StatusWriter(this.kube);
+    this.secretWriter = new ConnectionSecretWriter(this.kube, this.secrets);
     this.resourceMetrics = new ResourceMetrics(manager.metrics.registry);
     this.metrics = manager.metrics;
     this.pool = new ConnectionPool({
@@ -124,6 +138,7 @@ export class OperatorContext implements KindContext {
       logger: manager.logger,
       hooks: (connection) => serviceClientHooks(manager.metrics, connection),
       inventoryMaxAgeMs: options.syncPeriodMs,
+      writeGate: gate,
       onInventoryChange: (connectionKey, kind, keys) => {
         const [namespace, name] = connectionKey.split("/") as [string, string];
         this.onInventoryChange.get(kind)?.(namespace, name, new Set(keys));
@@ -193,7 +208,7 @@ export function setupManagedKind<R extends ManagedResource, Plan>(
     reconciler: new ManagedReconciler<R, Plan>({
       kind: kind.names,
       informer,
-      kube: ctx.manager.client,
+      kube: ctx.kube,
       events: ctx.manager.events,
       connector: poolConnector(ctx.pool, kind),
       externalId: (cr) => kind.externalId(cr),

@@ -36,7 +36,7 @@ export function setupSandboxRun(ctx: OperatorContext): Controller {
   const reconciler = new SandboxRunReconciler({
     runs,
     sandboxes,
-    kube: ctx.manager.client,
+    kube: ctx.kube,
     status: ctx.status,
     events: ctx.manager.events,
     pool: ctx.pool,

@@ -45,6 +45,7 @@ export class ForwardedVM implements RunVM {
       baseURL: target.baseURL,
       vmId: target.vmId,
       accessToken: (refused?: string) => target.client.accessToken(refused),
+      writeGate: () => target.client.checkWriteGate(),
       ...(target.insecureSkipTLSVerify !== undefined && { insecureSkipTLSVerify: target.insecureSkipTLSVerify }),
       timeoutMs: TIMEOUT_MS,
     });

@@ -393,6 +393,28 @@ const CONTENT_TYPES: Record<PatchType, string> = {
   apply: "application/apply-patch+yaml",
 };
 
+const WRITES: ReadonlySet<PropertyKey> = new Set(["create", "replace", "patch", "delete"]);
+
+/**
+ * `client` whose writes (create, replace, patch, delete) first call `gate`, which throws to
+ * refuse one unsent. Everything else (reads, watches, close) is the client's own: one client
+ * underneath, with its connections, auth and metrics.
+ */
+export function withWriteGate(client: KubeClient, gate: () => void): KubeClient {
+  return new Proxy(client, {
+    get(target, prop) {
+      const value: unknown = Reflect.get(target, prop, target);
+      if (typeof value !== "function") return value;
+      const method = value as (...args: unknown[]) => unknown;
+      if (!WRITES.has(prop)) return method.bind(target);
+      return async (...args: unknown[]) => {
+        gate();
+        return method.apply(target, args);
+      };
+    },
+  });
+}
+
 export class KubeClient {
   readonly cluster: ClusterConnection;
   /** Server base URL without trailing slash (may carry a path prefix behind proxies). */

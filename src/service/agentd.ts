@@ -45,6 +45,8 @@ export interface AgentdClientOptions {
   caCert?: string;
   /** Deadline of a plain call, and of a stream's first byte of headers (default 30 s). A stream's body has none. */
   timeoutMs?: number;
+  /** Asked before each attempt of a call that is not a GET; throws to refuse it unsent (ServiceClientOptions.writeGate). */
+  writeGate?: () => void;
 }
 
 /** models.RunCommandRequest, less `command` and `background`. */
@@ -261,6 +263,7 @@ export class AgentdClient {
     let refused: string | undefined;
     for (let attempt = 1; ; attempt++) {
       const token = await this.opts.accessToken(refused);
+      if (method !== "GET") this.opts.writeGate?.();
       let res: Dispatcher.ResponseData;
       try {
         res = await this.agent.request({

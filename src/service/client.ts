@@ -140,6 +140,7 @@ export class ServiceClient {
   private readonly service: Endpoint;
   private readonly registry: Endpoint;
   private readonly auth: Endpoint;
+  private readonly writeGate: (() => void) | undefined;
   private closed = false;
   private verdict: CredentialsVerdict = "unknown";
 
@@ -147,6 +148,7 @@ export class ServiceClient {
     this.service = endpoint(opts.baseURL, "baseURL");
     this.registry = opts.registryURL === undefined ? this.service : endpoint(opts.registryURL, "registryURL");
     this.auth = endpoint(opts.authURL, "authURL");
+    this.writeGate = opts.writeGate;
     const creds = opts.credentials;
     const secrets = "apiKey" in creds ? [creds.apiKey] : [creds.clientSecret];
     if (secrets[0] === undefined || secrets[0] === "") throw new TypeError("service client: empty credentials");
@@ -178,6 +180,7 @@ export class ServiceClient {
       log,
       secrets,
       userAgent: USER_AGENT + replicaSuffix,
+      writeGate: opts.writeGate,
     });
     this.tokens = new TokenSource(() => this.requestToken(opts), opts.now ?? Date.now, log);
     this.requester.setTokenSource(this.tokens);
@@ -212,6 +215,14 @@ export class ServiceClient {
     return this.verdict;
   }
 
+  /**
+   * Throws if the write gate (ServiceClientOptions.writeGate) refuses writes now: for the writes
+   * made with this client's token by another client (a VM's agentd, agentd.ts).
+   */
+  checkWriteGate(): void {
+    this.writeGate?.();
+  }
+
   /** A new client-side rate from now on (sharded mode: this replica's share of the Connection's). */
   setRateLimit(rateLimit: RateLimitOptions): void {
     this.limiter.setRate(rateLimit);
@@ -244,6 +255,7 @@ export class ServiceClient {
       auth: true,
       limited: true,
       secrets: spec.secrets?.(...args),
+      writes: spec.method !== "GET",
     });
     if (spec.decodeText !== undefined) return spec.decodeText(operation, res.status, res.text);
     return spec.decode(operation, decodeJson(operation, res.status, res.text));

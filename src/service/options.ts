@@ -35,6 +35,13 @@ export interface ServiceClientOptions {
   hooks?: ServiceClientHooks;
   /** Clock (ms) for token expiry; default Date.now. */
   now?: () => number;
+  /**
+   * Asked right before every attempt of a call that changes something in the service (any
+   * method but GET; token requests aside): throws to refuse it unsent. Sharded mode: a replica
+   * whose membership is no longer current must not write for objects another replica may own
+   * by now (src/sharding/).
+   */
+  writeGate?: () => void;
 }
 
 /**

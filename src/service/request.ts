@@ -34,6 +34,8 @@ export interface CallSpec {
   secrets?: readonly string[];
   /** A better first phrase for some statuses (e.g. 401 from the token service). */
   explain?: (status: number) => string | undefined;
+  /** The call changes something in the service: each attempt passes the write gate first. */
+  writes?: boolean;
 }
 
 type HookEvent<K extends keyof ServiceClientHooks> = Parameters<NonNullable<ServiceClientHooks[K]>>[0];
@@ -47,6 +49,8 @@ export interface RequesterDeps {
   /** The client's own secrets (API key, client secret) to scrub from any text we keep. */
   secrets: readonly string[];
   userAgent: string;
+  /** ServiceClientOptions.writeGate. */
+  writeGate?: () => void;
 }
 
 const JSON_TYPE = "application/json";
@@ -92,6 +96,10 @@ export class Requester {
       if (spec.body !== undefined) headers["content-type"] = JSON_TYPE;
       if (bearer !== undefined) headers.authorization = `Bearer ${bearer}`;
       if (spec.headers !== undefined) Object.assign(headers, spec.headers);
+
+      // Last thing before sending: the wait for the rate limiter, a token or a backoff may have
+      // outlasted what allowed the call when it began.
+      if (spec.writes === true) d.writeGate?.();
 
       const started = performance.now();
       let res: HttpResponse | undefined;

@@ -16,7 +16,7 @@ import type { ShardingOptions } from "../controllers/kind.js";
 import { resourcePath } from "../runtime/kube-client.js";
 import type { Manager, ManagerOptions } from "../runtime/manager.js";
 import { labelValue, memberLeaseName } from "./labels.js";
-import { MemberLease, MemberSet, type MembershipTimings } from "./membership.js";
+import { MemberLease, MemberSet, MembershipLapsed, type MembershipTimings } from "./membership.js";
 import { ReplicaShard } from "./replica.js";
 import { Sharder, type ShardedKind } from "./sharder.js";
 
@@ -111,6 +111,13 @@ export class Sharding {
   operatorOptions(): ShardingOptions {
     return {
       ownSelector: this.replica.selector,
+      // The wrapper reconciles nothing unless the membership is current, but a reconcile that
+      // began while it was may still be running when it lapses: a process stopped (SIGSTOP, a
+      // frozen VM) wakes mid-way with its share handed over. Each of its next writes, to the
+      // service and to the API server, is refused unsent.
+      writeGate: () => {
+        if (!(this.member?.mayWork() ?? false)) throw new MembershipLapsed();
+      },
       usersOf: (namespace, connection) => {
         if (this.sharder === undefined) throw new Error("not the sharder: the Connection's users are not known here");
         return this.sharder.usersOf(namespace, connection);

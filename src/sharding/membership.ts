@@ -61,6 +61,14 @@ export interface MemberLeaseOptions extends Partial<MembershipTimings> {
 /** The Lease is fenced and the share of the process before is still being moved. */
 class ShareStillMoving extends Error {}
 
+/** A write for a sharded object refused unsent: this replica may not work now (MemberLease.mayWork). */
+export class MembershipLapsed extends Error {
+  constructor() {
+    super("not sent: this replica's shard membership is not current (not joined yet, or its member Lease not renewed within the renew deadline); another replica may own the object by now");
+    this.name = "MembershipLapsed";
+  }
+}
+
 /** This replica's own Lease: created on start, renewed every retry period, deleted on stop. */
 export class MemberLease {
   private readonly t: MembershipTimings;

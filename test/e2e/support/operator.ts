@@ -6,6 +6,7 @@ import { Writable } from "node:stream";
 import { KubeConfig } from "@kubernetes/client-node";
 import { startEmulator, type Emulator, type EmulatorOptions } from "../../../src/emulator/index.js";
 import { setupOperator, type Operator } from "../../../src/controllers/index.js";
+import type { ShardingOptions } from "../../../src/controllers/kind.js";
 import { KubeClient, resourcePath } from "../../../src/runtime/kube-client.js";
 import { createLogger } from "../../../src/runtime/logging.js";
 import { Manager } from "../../../src/runtime/manager.js";
@@ -37,6 +38,8 @@ export async function startOperator(opts: {
   concurrency?: number;
   /** --sandbox-status-interval; absent: status reports every renewal. */
   sandboxStatusIntervalMs?: number;
+  /** Sharded mode as the controllers see it (the replica's side stood in for by the test). */
+  sharding?: ShardingOptions;
 }): Promise<OperatorProcess> {
   const kubeConfig = new KubeConfig();
   kubeConfig.loadFromFile(testKubeconfig());
@@ -63,6 +66,7 @@ export async function startOperator(opts: {
     syncPeriodMs: opts.syncPeriodMs ?? 600_000,
     concurrency: opts.concurrency ?? 4,
     ...(opts.sandboxStatusIntervalMs !== undefined && { sandboxStatusIntervalMs: opts.sandboxStatusIntervalMs }),
+    ...(opts.sharding !== undefined && { sharding: opts.sharding }),
   });
   await manager.start();
   return {
@@ -94,6 +98,7 @@ export async function startStack(opts: {
   emulator?: EmulatorOptions;
   /** Create the Secret + Connection "default" pointing at the emulator (default true). */
   connection?: boolean;
+  sharding?: ShardingOptions;
 }): Promise<Stack> {
   await installCRDs();
   const emulator = await startEmulator({ apiKey: API_KEY, orgId: "org-e2e", ...opts.emulator });
@@ -101,15 +106,17 @@ export async function startStack(opts: {
   if (opts.connection ?? true) await applyConnection(opts.namespace, emulator);
   const kubeConfig = new KubeConfig();
   kubeConfig.loadFromFile(testKubeconfig());
+  const { syncPeriodMs, sandboxStatusIntervalMs, sharding } = opts;
+  const operatorOpts = { namespace: opts.namespace, logs, syncPeriodMs, sandboxStatusIntervalMs, sharding };
   const stack: Stack = {
     namespace: opts.namespace,
     emulator,
     logs,
     kube: new KubeClient({ kubeConfig }),
-    operator: await startOperator({ namespace: opts.namespace, logs, syncPeriodMs: opts.syncPeriodMs, sandboxStatusIntervalMs: opts.sandboxStatusIntervalMs }),
+    operator: await startOperator(operatorOpts),
     async restartOperator() {
       await stack.operator.stop();
-      stack.operator = await startOperator({ namespace: opts.namespace, logs, syncPeriodMs: opts.syncPeriodMs, sandboxStatusIntervalMs: opts.sandboxStatusIntervalMs });
+      stack.operator = await startOperator(operatorOpts);
     },
     async stop() {
       await stack.operator.stop();
@@ -149,7 +156,7 @@ export async function apply(manifest: string, namespace?: string): Promise<strin
 }
 
 export interface Resource {
-  metadata: { name: string; namespace: string; uid: string; generation?: number; annotations?: Record<string, string> };
+  metadata: { name: string; namespace: string; uid: string; generation?: number; annotations?: Record<string, string>; finalizers?: string[] };
   spec: Record<string, unknown>;
   status?: {
     observedGeneration?: number;

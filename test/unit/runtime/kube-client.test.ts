@@ -12,6 +12,7 @@ import {
   isNotFound,
   isAlreadyExists,
   resourcePath,
+  withWriteGate,
   type WatchEvent,
 } from "../../../src/runtime/kube-client.js";
 
@@ -254,5 +255,34 @@ describe("discardResult", () => {
     await expect(c.patch("/api/v1/namespaces/team-a/configmaps/x", { data: {} }, "merge", { discardResult: true })).resolves.toBeUndefined();
     await expect(c.create("/api/v1/namespaces/team-a/configmaps", obj("x", ""), { discardResult: true })).resolves.toBeUndefined();
     await expect(c.get<{ metadata: { name: string } }>("/api/v1/namespaces/team-a/configmaps/x")).resolves.toMatchObject({ metadata: { name: "x" } });
+  });
+});
+
+describe("withWriteGate", () => {
+  it("refuses writes unsent while the gate says no; reads go through, on the one client underneath", async () => {
+    const seen: string[] = [];
+    const c = await serve((req, res) => {
+      seen.push(`${req.method} ${req.url}`);
+      req.resume();
+      req.on("end", () => res.writeHead(200, { "content-type": "application/json" }).end(JSON.stringify(obj("a", "1"))));
+    });
+    let open = false;
+    const gated = withWriteGate(c, () => {
+      if (!open) throw new Error("membership lapsed");
+    });
+    const path = "/api/v1/namespaces/team-a/configmaps";
+    await expect(gated.get(`${path}/a`)).resolves.toMatchObject({ metadata: { name: "a" } });
+    await expect(gated.create(path, obj("a", ""))).rejects.toThrow("membership lapsed");
+    await expect(gated.replace(`${path}/a`, obj("a", "1"))).rejects.toThrow("membership lapsed");
+    await expect(gated.patch(`${path}/a`, { data: {} }, "merge", { discardResult: true })).rejects.toThrow("membership lapsed");
+    await expect(gated.delete(`${path}/a`)).rejects.toThrow("membership lapsed");
+    expect(seen).toEqual([`GET ${path}/a`]);
+    open = true;
+    await gated.patch(`${path}/a`, { data: {} }, "merge", { discardResult: true });
+    expect(seen).toEqual([`GET ${path}/a`, `PATCH ${path}/a`]);
+    // The client itself is not gated: the membership's own Lease writes go through it.
+    open = false;
+    await c.delete(`${path}/a`);
+    expect(seen.at(-1)).toBe(`DELETE ${path}/a`);
   });
 });

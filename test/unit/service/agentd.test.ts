@@ -81,6 +81,24 @@ describe("AgentdClient", () => {
     expect(await c.killCommand("no-such-command")).toBe(false);
   });
 
+  it("with a write gate that refuses (sharded mode, membership lapsed): starts nothing, still reads", async () => {
+    const running = await vm().startCommand("sleep 30");
+    let open = false;
+    const c = vm({
+      writeGate: () => {
+        if (!open) throw new Error("membership lapsed");
+      },
+    });
+    h.emu.clearRequests();
+    await expect(c.startCommand("touch never")).rejects.toThrow("membership lapsed");
+    await expect(collect(c.runCommand("echo never"))).rejects.toThrow("membership lapsed");
+    await expect(c.killCommand(running)).rejects.toThrow("membership lapsed");
+    expect(h.emu.requests.filter((r) => r.method !== "GET" && r.operation !== "token")).toEqual([]);
+    expect(await c.commandStatus(running)).toMatchObject({ id: running, running: true });
+    open = true;
+    expect(await c.killCommand(running)).toBe(true);
+  });
+
   it("stops reading when the caller breaks out, and the command can then be killed by its id", async () => {
     const c = vm();
     let id = "";

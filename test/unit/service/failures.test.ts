@@ -302,3 +302,39 @@ describe("hooks", () => {
     }
   });
 });
+
+describe("the write gate (sharded mode: a replica whose membership lapsed)", () => {
+  class Lapsed extends Error {}
+
+  it("refuses a call that changes something unsent, lets reads and the token through, and asks again before each retry", async () => {
+    let open = true;
+    const client = newClient(h.emu, {
+      writeGate: () => {
+        if (!open) throw new Lapsed("membership lapsed");
+      },
+    });
+    try {
+      const vm = await client.vms.allocate({ tier: "standard" });
+      open = false;
+      h.emu.clearRequests();
+      // Reads (and the token request behind them) are not writes.
+      await expect(client.vms.get(vm.vm_id)).resolves.toMatchObject({ id: vm.vm_id });
+      for (const write of [() => client.vms.allocate({ tier: "standard" }), () => client.vms.renew(vm.vm_id, 600), () => client.vms.delete(vm.vm_id)]) {
+        expect(await rejection(write())).toBeInstanceOf(Lapsed);
+      }
+      expect(h.emu.requests.map((r) => r.operation)).toEqual(["vms.get"]);
+
+      // Open when the call began, closed by the time its retry is due: the retry is not sent.
+      open = true;
+      h.emu.clearRequests();
+      h.emu.injectFault({ path: `/compute/v1/vms/${vm.vm_id}/renew`, action: { status: 503, retryAfterSeconds: 1 } });
+      const renewal = client.vms.renew(vm.vm_id, 600);
+      await waitFor(() => count(h.emu, "vms.renew") === 1);
+      open = false;
+      expect(await rejection(renewal)).toBeInstanceOf(Lapsed);
+      expect(count(h.emu, "vms.renew")).toBe(1);
+    } finally {
+      await client.close();
+    }
+  });
+});

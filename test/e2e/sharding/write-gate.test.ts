@@ -1,0 +1,85 @@
+// The membership's write gate, wired through the real operator: a replica whose shard
+// membership is not current (not joined, or a renewal overdue after a stall) writes nothing for
+// its share, neither to the service nor to the API server, even from a reconcile that is
+// already running; the Connection controller, which the leader runs whether or not it has
+// joined, goes on. The replica's side of sharding (src/sharding/) is stood in for by a gate
+// the test opens and closes; the membership that drives it in `run --sharding` is
+// test/e2e/sharding/membership.test.ts's.
+import { describe, expect, it } from "vitest";
+import { OWNER_LABEL } from "../../../src/sharding/labels.js";
+import { MembershipLapsed } from "../../../src/sharding/membership.js";
+import { waitFor } from "../support/kube.js";
+import { apply, condition, getResource, useStack, waitForReady } from "../support/operator.js";
+
+const OWNER = "gate-test";
+let open = false;
+const t = useStack("write-gate", {
+  sharding: {
+    ownSelector: `${OWNER_LABEL}=${OWNER}`,
+    usersOf: () => [],
+    writeGate: () => {
+      if (!open) throw new MembershipLapsed();
+    },
+  },
+});
+
+const sandbox = (name: string) => getResource(t.stack.kube, "sandboxes", t.namespace, name);
+const serviceWrites = () => t.stack.emulator.requests.filter((r) => r.method !== "GET" && r.operation !== "token").map((r) => r.operation);
+
+describe("sharded mode: the membership's write gate", () => {
+  it("while closed, nothing is written for the replica's share (its service objects, finalizers, status); the Connection is still reported on", async () => {
+    open = false;
+    await apply(
+      `apiVersion: agentcompute.dev/v1alpha1\nkind: Sandbox\nmetadata: {name: gated, labels: {${OWNER_LABEL}: ${OWNER}}}\nspec: {tier: standard, ttlSeconds: 600}`,
+      t.namespace,
+    );
+    // The Connection controller's own writes are not gated.
+    await waitForReady(t.stack, "connections", "default");
+    // The Sandbox was reconciled, and each attempt stopped at its first write.
+    await waitFor(() => t.stack.logs.some((l) => l.includes("shard membership is not current") && l.includes("gated")), {
+      timeoutMs: 30_000,
+      description: "a reconcile of the Sandbox refused by the gate",
+    });
+    const refused = await sandbox("gated");
+    expect(refused.metadata.finalizers ?? []).toEqual([]);
+    expect(refused.status ?? {}).toEqual({});
+    expect(serviceWrites()).toEqual([]);
+
+    open = true;
+    const ready = await waitForReady(t.stack, "sandboxes", "gated", { timeoutMs: 60_000 });
+    expect(condition(ready, "Ready")?.status).toBe("True");
+    expect(serviceWrites()).toContain("vms.allocate");
+  });
+
+  it("a reconcile already running when the gate closes sends none of its remaining writes", async () => {
+    open = true;
+    // The allocation is held by the service for 3 s; the gate closes meanwhile (a replica
+    // stopped mid-reconcile, its share handed over while it slept).
+    t.stack.emulator.injectFault({ method: "POST", path: "/compute/v1/vms/allocate", action: { delayMs: 3_000 } });
+    t.stack.emulator.clearRequests();
+    await apply(
+      `apiVersion: agentcompute.dev/v1alpha1\nkind: Sandbox\nmetadata: {name: midway, labels: {${OWNER_LABEL}: ${OWNER}}}\nspec: {tier: standard, ttlSeconds: 600}`,
+      t.namespace,
+    );
+    // The finalizer is written just before the allocation is sent; the service holds it 3 s.
+    await waitFor(async () => ((await sandbox("midway")).metadata.finalizers ?? []).length > 0, { timeoutMs: 30_000, description: "the finalizer" });
+    await new Promise((r) => setTimeout(r, 1_000));
+    const closedAt = Date.now();
+    open = false;
+    await waitFor(() => t.stack.logs.some((l) => l.includes("shard membership is not current") && l.includes("midway")), {
+      timeoutMs: 30_000,
+      description: "the rest of the reconcile refused by the gate",
+    });
+    // The allocation had been sent (it arrived before the gate closed) and was answered; what
+    // came after it in the reconcile, the status naming the VM, was not written.
+    const allocations = t.stack.emulator.requests.filter((r) => r.operation === "vms.allocate");
+    expect(allocations.map((r) => [r.status, r.time < closedAt])).toEqual([[201, true]]);
+    const s = await sandbox("midway");
+    expect(s.status?.vmId).toBeUndefined();
+    open = true;
+    const ready = await waitForReady(t.stack, "sandboxes", "midway", { timeoutMs: 60_000 });
+    // The next reconcile (the next owner's, in `run --sharding`) finds that VM by its marker.
+    expect(t.stack.emulator.requests.filter((r) => r.operation === "vms.allocate")).toHaveLength(1);
+    expect(ready.status?.vmId).toBeDefined();
+  });
+});
