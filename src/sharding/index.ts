@@ -130,6 +130,11 @@ export class Sharding {
     this.replica.bind(manager);
   }
 
+  /** The member Leases' names: this prefix and the identity (labels.ts memberLeaseName). */
+  private get memberLeasePrefix(): string {
+    return `${this.cfg.leaseName}-shard`;
+  }
+
   /** After setupOperator: the sharder's role while leading, and leaving the ring on stop. */
   attach(manager: Manager, operator: Operator, leaseNamespace: string): void {
     const log = manager.logger;
@@ -152,6 +157,10 @@ export class Sharding {
       leaseDurationMs: this.cfg.timings?.leaseDurationMs,
       fencing: () => this.leading,
       self: this.identity,
+      leasesInUse: () => {
+        const owners = this.sharder?.owners();
+        return owners && new Set([...owners].map((o) => memberLeaseName(this.memberLeasePrefix, o)));
+      },
       onChange: (m) => {
         membersGauge.set(m.length);
         operator.pool.setRateShare(1 / Math.max(1, m.length));
@@ -193,7 +202,7 @@ export class Sharding {
     this.member = new MemberLease({
       client: manager.client,
       namespace: leaseNamespace,
-      name: memberLeaseName(`${this.cfg.leaseName}-shard`, this.identity),
+      name: memberLeaseName(this.memberLeasePrefix, this.identity),
       identity: this.identity,
       ring,
       logger: log,

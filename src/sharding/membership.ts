@@ -15,13 +15,14 @@
 // If the member renewed meanwhile, that write fails and the member stays. A member renews on
 // the version it wrote last, so once fenced its next renewal fails and it stops; it does no
 // work unless a renewal sent less than the renew deadline ago succeeded (`mayWork`); and a
-// restarted process of the same identity takes a fenced Lease back only once nothing carries
-// its owner label any more (the sharder has moved the share of the process before).
+// process of the same identity joins (a fenced Lease taken back, or a new one) only once
+// nothing carries its owner label any more (the sharder has moved the share of the process
+// before). The leader deletes a fenced Lease once nothing carries its member's label either.
 import type { Logger } from "pino";
 import { setTimeout as sleep } from "node:timers/promises";
 import { errorMessage } from "../lib/errors.js";
 import { Informer } from "../runtime/informer.js";
-import { isAlreadyExists, isConflict, isNotFound, leasesPath, type KubeClient } from "../runtime/kube-client.js";
+import { isConflict, isNotFound, leasesPath, type KubeClient } from "../runtime/kube-client.js";
 import type { Lease } from "../runtime/leader-election.js";
 import type { Metrics } from "../runtime/metrics.js";
 import { MEMBER_LABEL } from "./labels.js";
@@ -50,15 +51,16 @@ export interface MemberLeaseOptions extends Partial<MembershipTimings> {
   /** Membership is lost (not renewed within the deadline, the Lease deleted or fenced): stop working. */
   onLost(reason: string): void;
   /**
-   * Whether any object still carries this replica's owner label. A fenced Lease (an earlier
-   * process of this identity counted gone) is taken back only once this says no. Default: no.
+   * Whether any object still carries this replica's owner label. The Lease is taken only once
+   * this says no, unless it is held by this identity already (a process before that died
+   * moments ago): an earlier process's share may still be moving. Default: no.
    */
   ownsObjects?(signal: AbortSignal): Promise<boolean>;
   /** The Lease is taken: this replica may work from now on. */
   onJoined?(): void;
 }
 
-/** The Lease is fenced and the share of the process before is still being moved. */
+/** The share of an earlier process of this identity is still being moved. */
 class ShareStillMoving extends Error {}
 
 /** A write for a sharded object refused unsent: this replica may not work now (MemberLease.mayWork). */
@@ -102,7 +104,7 @@ export class MemberLease {
         break;
       } catch (err) {
         if (err instanceof ShareStillMoving) {
-          if (!waitingForShare) this.log.info({ identity: this.o.identity }, "the member Lease was fenced (an earlier process of this identity was counted gone): joining once its share has moved");
+          if (!waitingForShare) this.log.info({ identity: this.o.identity }, "objects still carry this identity's owner label (an earlier process of it left or was counted gone): joining once the sharder has moved them");
           waitingForShare = true;
         } else {
           this.log.warn({ err: errorMessage(err) }, "could not write the member Lease; retrying");
@@ -181,18 +183,23 @@ export class MemberLease {
 
   private async take(): Promise<void> {
     const signal = AbortSignal.any([this.abort.signal, AbortSignal.timeout(this.t.renewDeadlineMs)]);
+    const path = leasesPath(this.o.namespace, this.o.name);
+    const current = await this.o.client.get<Lease>(path, { signal }).catch((err: unknown) => {
+      if (isNotFound(err)) return undefined;
+      throw err;
+    });
+    // An earlier process of this identity left (its Lease deleted on the way out, or by the
+    // sharder once fenced) or was counted gone (fenced): the sharder is handing its share to
+    // others, who may be working on it already. Joining now would make this process a second
+    // worker on every object still carrying the label. An unfenced Lease of this identity (the
+    // process before died moments ago) is taken over on the version read: if the sharder fences
+    // it meanwhile, one of the two writes fails.
+    if ((current?.spec?.holderIdentity ?? "") !== this.o.identity && (await this.o.ownsObjects?.(signal))) throw new ShareStillMoving();
     const sentAt = performance.now();
-    let written: Lease;
-    try {
-      written = await this.o.client.create<Lease>(leasesPath(this.o.namespace), this.lease(Date.now()), { signal });
-    } catch (err) {
-      if (!isAlreadyExists(err)) throw err;
-      // Left behind by an earlier process of the same identity (a restarted container). Taken
-      // on the version read: if the sharder fences it meanwhile, one of the two writes fails.
-      const current = await this.o.client.get<Lease>(leasesPath(this.o.namespace, this.o.name), { signal });
-      if ((current.spec?.holderIdentity ?? "") !== this.o.identity && (await this.o.ownsObjects?.(signal))) throw new ShareStillMoving();
-      written = await this.o.client.replace<Lease>(leasesPath(this.o.namespace, this.o.name), this.lease(Date.now(), current), { signal });
-    }
+    const written =
+      current === undefined
+        ? await this.o.client.create<Lease>(leasesPath(this.o.namespace), this.lease(Date.now()), { signal })
+        : await this.o.client.replace<Lease>(path, this.lease(Date.now(), current), { signal });
     this.version = written.metadata.resourceVersion;
     this.validUntil = sentAt + this.t.renewDeadlineMs;
   }
@@ -264,6 +271,8 @@ export class MemberLease {
 
 /** How soon a fence that could not be written (the API server down) is tried again. */
 const FENCE_RETRY_MS = 1_000;
+/** How often the leader looks for fenced Leases to delete. */
+const COLLECT_EVERY_MS = 10_000;
 
 /** What the sharder knows of one member Lease. */
 export interface MemberRecord {
@@ -318,6 +327,13 @@ export interface MemberSetOptions {
   fencing?(): boolean;
   /** This replica's identity: its own Lease is never fenced here (its MemberLease governs it). */
   self?: string;
+  /**
+   * With fencing: the names of the member Leases whose identity still owns objects (undefined
+   * while not known). A fenced Lease not among them is deleted after four lease durations: its
+   * replica crashed and its share has moved, so it would otherwise stay for good, one per
+   * crashed pod name.
+   */
+  leasesInUse?(): ReadonlySet<string> | undefined;
   /** The live members changed (sorted identities). */
   onChange(members: string[]): void;
 }
@@ -334,6 +350,9 @@ export class MemberSet {
   /** Member Leases with a fence being written or tried last (when), to try again at most once a second. */
   private readonly fencing = new Set<string>();
   private readonly fenceTried = new Map<string, number>();
+  /** Fenced member Leases (holder empty), by name: when this replica first saw each so. */
+  private readonly fencedSince = new Map<string, number>();
+  private lastCollected = -Infinity;
   private current: string[] = [];
   private timer: NodeJS.Timeout | undefined;
 
@@ -348,9 +367,11 @@ export class MemberSet {
     this.informer.on("add", seen);
     this.informer.on("update", seen);
     this.informer.on("delete", (l) => {
-      this.records.delete(l.metadata.name ?? "");
-      this.versions.delete(l.metadata.name ?? "");
-      this.fenceTried.delete(l.metadata.name ?? "");
+      const name = l.metadata.name ?? "";
+      this.records.delete(name);
+      this.versions.delete(name);
+      this.fenceTried.delete(name);
+      this.fencedSince.delete(name);
       this.evaluate();
     });
   }
@@ -384,6 +405,8 @@ export class MemberSet {
     if (next === undefined) this.records.delete(name);
     else this.records.set(name, next);
     this.versions.set(name, lease.metadata.resourceVersion);
+    if ((lease.spec?.holderIdentity ?? "") !== "") this.fencedSince.delete(name);
+    else if (!this.fencedSince.has(name)) this.fencedSince.set(name, performance.now());
     this.evaluate();
   }
 
@@ -397,6 +420,7 @@ export class MemberSet {
       if (r.holder !== this.o.self) this.fence(name, r);
       return { ...r, expiresAt: Infinity };
     });
+    if (fencing) this.collectFenced(now);
     const live = liveMembers(counted, now);
     if (live.length === this.current.length && live.every((m, i) => m === this.current[i])) return;
     const joined = live.filter((m) => !this.current.includes(m));
@@ -404,6 +428,35 @@ export class MemberSet {
     this.current = live;
     this.o.logger.info({ members: live, joined, left }, "shard ring members changed");
     this.o.onChange(live);
+  }
+
+  /**
+   * Deletes the fenced Leases kept four lease durations whose identity owns nothing any more
+   * (looked at every 10 s, or every lease duration if shorter). On the version last seen: a Lease taken back meanwhile by a
+   * restarted process of its identity stays.
+   */
+  private collectFenced(now: number): void {
+    const leaseMs = this.o.leaseDurationMs ?? DEFAULT_TIMINGS.leaseDurationMs;
+    if (this.fencedSince.size === 0 || now - this.lastCollected < Math.min(COLLECT_EVERY_MS, leaseMs)) return;
+    this.lastCollected = now;
+    const keptMs = 4 * leaseMs;
+    const due = [...this.fencedSince].filter(([, since]) => now - since >= keptMs).map(([name]) => name);
+    if (due.length === 0) return;
+    const inUse = this.o.leasesInUse?.();
+    if (inUse === undefined) return;
+    for (const name of due) if (!inUse.has(name)) void this.deleteFenced(name);
+  }
+
+  private async deleteFenced(name: string): Promise<void> {
+    const version = this.versions.get(name);
+    if (version === undefined) return;
+    try {
+      await this.o.client.delete(leasesPath(this.o.namespace, name), { preconditions: { resourceVersion: version } });
+      this.o.logger.info({ lease: name }, "deleted a fenced member Lease: its replica is gone and nothing carries its owner label");
+    } catch (err) {
+      // Gone already, or taken back (a 409): nothing to do. Otherwise tried at the next look.
+      if (!isNotFound(err) && !isConflict(err)) this.o.logger.warn({ err: errorMessage(err), lease: name }, "could not delete a fenced member Lease");
+    }
   }
 
   /**

@@ -194,6 +194,22 @@ export class Sharder {
     return out;
   }
 
+  /**
+   * The replicas named by some object's owner label; undefined until every cache is synced
+   * (an owner not listed yet must not look like none).
+   */
+  owners(): ReadonlySet<string> | undefined {
+    if (this.placing.size < this.parts.length) return undefined;
+    const out = new Set<string>();
+    for (const { informer } of this.parts) {
+      for (const obj of informer.list()) {
+        const owner = obj.metadata.labels?.[OWNER_LABEL];
+        if (owner !== undefined) out.add(owner);
+      }
+    }
+    return out;
+  }
+
   /** Every object's owner as the sharder's cache knows it (for metrics and tests). */
   shares(): Map<string, number> {
     const out = new Map<string, number>();

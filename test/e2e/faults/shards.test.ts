@@ -9,6 +9,7 @@
 //  - 20 SandboxRuns start in ten of the Sandboxes and a fourth replica joins while their steps
 //    run: objects move to it through the drain handshake, every run ends as planned, every
 //    planned step ran exactly once;
+//  - the first killed replica's member Lease, fenced, is deleted once its share has moved;
 //  - then the leader (the sharder itself) is SIGKILLed: another replica leads, and the dead
 //    leader's share moves, again with no VM running out;
 //  - no service object is written by two replicas in overlapping periods: its writes, in time
@@ -21,8 +22,8 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { sumMetric } from "../../../dev/prometheus.js";
 import { REPO_ROOT } from "../../../dev/paths.js";
 import { startEmulator, type Emulator } from "../../../src/emulator/index.js";
-import { DRAIN_LABEL, OWNER_LABEL } from "../../../src/sharding/labels.js";
-import { kubectlOk, testKubeconfig, uniqueName, useTestNamespace, waitFor } from "../support/kube.js";
+import { DRAIN_LABEL, OWNER_LABEL, memberLeaseName } from "../../../src/sharding/labels.js";
+import { kubectl, kubectlOk, testKubeconfig, uniqueName, useTestNamespace, waitFor } from "../support/kube.js";
 import { API_KEY, apply, connectionManifest, installCRDs } from "../support/operator.js";
 import { operatorArgs } from "../support/process.js";
 import { executionRecords, planRuns, ranTheStep, runManifests } from "./run-support.js";
@@ -373,6 +374,15 @@ describe("three sharded replicas", () => {
       }
     }
     expect(stepProblems).toEqual([]);
+
+    // The first victim's member Lease, fenced when it died, was deleted by the sharder once
+    // nothing carried its owner label any more (kept four lease durations).
+    const victimLease = memberLeaseName(`${lease}-shard`, victim.name);
+    await waitFor(async () => (await kubectl(["get", "lease", victimLease], { namespace: ns.name })).exitCode !== 0, {
+      timeoutMs: 90_000,
+      intervalMs: 1_000,
+      description: `the fenced member Lease ${victimLease} to be deleted`,
+    });
 
     // The leader (the sharder) is SIGKILLed too: another replica is elected, its sharder sees the
     // dead replica's member Lease as expired, and the share moves; no VM runs out meanwhile.

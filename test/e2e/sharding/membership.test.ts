@@ -188,4 +188,68 @@ describe("shard membership (real API server)", () => {
       await restarted.stop();
     }
   });
+
+  it("so does one whose earlier process left (its Lease deleted) while its share was still being moved", async () => {
+    const ns = await namespace();
+    const a = member(ns, "a");
+    await a.start();
+    await a.stop(); // left the ring: the Lease is deleted, and the sharder moves the share
+    await expect(admin.get(leasesPath(ns, "m-a"))).rejects.toMatchObject({ status: 404 });
+    const sandbox = resourcePath({ group: GROUP, version: VERSION, plural: kindNames.sandbox.plural, namespace: ns, name: "moving" });
+    await admin.create(resourcePath({ group: GROUP, version: VERSION, plural: kindNames.sandbox.plural, namespace: ns }), {
+      apiVersion: `${GROUP}/${VERSION}`,
+      kind: "Sandbox",
+      metadata: { name: "moving", labels: { [OWNER_LABEL]: "a" } },
+      spec: { tier: "standard" },
+    });
+
+    const restarted = member(ns, "a");
+    const joined = restarted.start();
+    try {
+      await new Promise((r) => setTimeout(r, 3 * TIMINGS.retryPeriodMs));
+      expect(restarted.mayWork()).toBe(false);
+      await expect(admin.get(leasesPath(ns, "m-a"))).rejects.toMatchObject({ status: 404 });
+
+      await admin.patch(sandbox, { metadata: { labels: { [OWNER_LABEL]: "b" } } }, "merge"); // moved
+      await joined;
+      expect(restarted.mayWork()).toBe(true);
+      expect(await holderOf(ns, "a")).toBe("a");
+    } finally {
+      await restarted.stop();
+    }
+  });
+
+  it("the leader deletes a fenced Lease once nothing carries its member's owner label (kept four lease durations)", async () => {
+    const ns = await namespace();
+    const a = member(ns, "a");
+    await a.start();
+    await a.stop({ leave: false }); // crashed: its Lease runs out and is fenced
+    let inUse = new Set(["m-a"]); // an object still carries a's label
+    const seen: string[][] = [];
+    const set = new MemberSet({
+      client: admin,
+      namespace: ns,
+      ring: RING,
+      logger: testLogger(),
+      leaseDurationMs: TIMINGS.leaseDurationMs,
+      fencing: () => true,
+      leasesInUse: () => inUse,
+      onChange: (m) => seen.push(m),
+    });
+    try {
+      await set.start();
+      await poll(async () => (await holderOf(ns, "a")) === "", 10_000, "a fenced");
+      const fencedAt = Date.now();
+      // Past the four lease durations, while its share is still being moved: kept.
+      await new Promise((r) => setTimeout(r, 5 * TIMINGS.leaseDurationMs));
+      expect(await holderOf(ns, "a")).toBe("");
+
+      inUse = new Set();
+      await poll(async () => (await admin.get(leasesPath(ns, "m-a")).then(() => false, () => true)), 3 * TIMINGS.leaseDurationMs, "the fenced Lease deleted");
+      expect(Date.now() - fencedAt).toBeGreaterThanOrEqual(4 * TIMINGS.leaseDurationMs);
+      expect(set.members()).toEqual([]);
+    } finally {
+      await set.stop();
+    }
+  });
 });
