@@ -13,6 +13,7 @@ import { ResourceMetrics } from "../managed/resource-metrics.js";
 import { StatusWriter } from "../managed/status-writer.js";
 import type { Controller, Request } from "../runtime/controller.js";
 import type { Informer } from "../runtime/informer.js";
+import { eventsWhile, type Events } from "../runtime/events.js";
 import { configMapsPath, resourcePath, secretsPath, withWriteGate, type KubeClient, type KubeObject } from "../runtime/kube-client.js";
 import type { Manager } from "../runtime/manager.js";
 import { serviceClientHooks, type Metrics } from "../runtime/metrics.js";
@@ -104,6 +105,8 @@ export class OperatorContext implements KindContext {
    * on the leader, writes with the manager's client.
    */
   readonly kube: KubeClient;
+  /** The managed kinds' Events: in sharded mode, none while the write gate refuses. */
+  readonly events: Events;
   /** The managed kinds' status (through `kube`). */
   readonly status: StatusWriter;
   readonly secretWriter: ConnectionSecretWriter;
@@ -128,6 +131,7 @@ export class OperatorContext implements KindContext {
     this.store = new ObjectStore(this.secrets, this.configMaps);
     const gate = options.sharding?.writeGate;
     this.kube = gate === undefined ? manager.client : withWriteGate(manager.client, gate);
+    this.events = gate === undefined ? manager.events : eventsWhile(manager.events, () => passes(gate));
     this.status = new StatusWriter(this.kube);
     this.secretWriter = new ConnectionSecretWriter(this.kube, this.secrets);
     this.resourceMetrics = new ResourceMetrics(manager.metrics.registry);
@@ -209,7 +213,7 @@ export function setupManagedKind<R extends ManagedResource, Plan>(
       kind: kind.names,
       informer,
       kube: ctx.kube,
-      events: ctx.manager.events,
+      events: ctx.events,
       connector: poolConnector(ctx.pool, kind),
       externalId: (cr) => kind.externalId(cr),
       claim: kind.claim,
@@ -242,6 +246,16 @@ export function setupManagedKind<R extends ManagedResource, Plan>(
   });
   kind.watches?.(controller, informer);
   return controller;
+}
+
+/** Whether a write gate lets writes through now. */
+function passes(gate: () => void): boolean {
+  try {
+    gate();
+    return true;
+  } catch {
+    return false;
+  }
 }
 
 /** The one connector: the resource's Connection from the pool, and the kind's client for it. */

@@ -13,7 +13,7 @@ import { patchFinalizers } from "../managed/finalizers.js";
 import { afterBackoff } from "../managed/requeue.js";
 import type { StatusWriter } from "../managed/status-writer.js";
 import type { Controller, ReconcileContext, Reconciler, Request, Result } from "../runtime/controller.js";
-import type { EventRecorder } from "../runtime/events.js";
+import type { Events } from "../runtime/events.js";
 import type { Informer } from "../runtime/informer.js";
 import { configMapsPath, isAlreadyExists, isNotFound, resourcePath, type KubeClient } from "../runtime/kube-client.js";
 import { formatTime } from "../runtime/status.js";
@@ -38,7 +38,7 @@ export function setupSandboxRun(ctx: OperatorContext): Controller {
     sandboxes,
     kube: ctx.kube,
     status: ctx.status,
-    events: ctx.manager.events,
+    events: ctx.events,
     pool: ctx.pool,
     store: ctx.store,
     sandboxDeps: { store: ctx.store, skills: ctx.informer<Skill>(kindNames.skill), now: () => ctx.now() },
@@ -69,7 +69,7 @@ export interface SandboxRunReconcilerOptions {
   sandboxes: Informer<Sandbox>;
   kube: KubeClient;
   status: StatusWriter;
-  events: EventRecorder;
+  events: Events;
   pool: ConnectionPool;
   store: ObjectStore;
   /** What allocating a VM from a sandboxTemplate needs (as a Sandbox's allocation). */
@@ -77,7 +77,7 @@ export interface SandboxRunReconcilerOptions {
   log: Logger;
   now?: () => Date;
   /** How a VM is reached (tests may point it elsewhere). */
-  vm?: (handle: ServiceHandle, vmId: string) => RunVM;
+  vm?: (handle: ServiceHandle, vmId: string, opts?: { gated?: boolean }) => RunVM;
 }
 
 /** What a run sends to its VM: env and files, and the Secret values to mask in its output. */
@@ -96,18 +96,19 @@ export class SandboxRunReconciler implements Reconciler {
    * computed from an older status would follow a step that has ended, in a VM given back.
    */
   private readonly written = new Map<string, SandboxRunStatus>();
-  private readonly vmOf: (handle: ServiceHandle, vmId: string) => RunVM;
+  private readonly vmOf: (handle: ServiceHandle, vmId: string, opts?: { gated?: boolean }) => RunVM;
 
   constructor(private readonly o: SandboxRunReconcilerOptions) {
     this.now = o.now ?? (() => new Date());
     this.vmOf =
       o.vm ??
-      ((handle, vmId) =>
+      ((handle, vmId, opts) =>
         new ForwardedVM({
           baseURL: handle.connection.spec.baseURL,
           vmId,
           client: handle.client,
           insecureSkipTLSVerify: handle.connection.spec.insecureSkipTLSVerify ?? false,
+          ...opts,
         }));
   }
 
@@ -167,7 +168,10 @@ export class SandboxRunReconciler implements Reconciler {
     void this.deleted(run)
       .then(async (gone) => {
         if (!gone) return;
-        const vm = this.vmOf(this.handleOf(run, true), st.vmId!);
+        // Not through the membership's write gate (sharded mode): the run is gone, so no other
+        // replica works on it, and nothing would try this kill again; this runs outside any
+        // reconcile, before this replica joins as well as after.
+        const vm = this.vmOf(this.handleOf(run, true), st.vmId!, { gated: false });
         try {
           await vm.kill(step.commandId!);
         } finally {
@@ -258,7 +262,7 @@ export class SandboxRunReconciler implements Reconciler {
     return this.now();
   }
 
-  get events(): EventRecorder {
+  get events(): Events {
     return this.o.events;
   }
 

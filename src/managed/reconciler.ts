@@ -5,7 +5,7 @@
 // update / cleanup / delete), reached through the one connector of src/controllers/kind.ts.
 import { Annotations, ConditionType, FINALIZER, GROUP, VERSION, type KindNames } from "../api/names.js";
 import type { Condition } from "../api/index.js";
-import type { EventRecorder } from "../runtime/events.js";
+import type { Events } from "../runtime/events.js";
 import type { Informer } from "../runtime/informer.js";
 import type { KubeClient } from "../runtime/kube-client.js";
 import { resourcePath } from "../runtime/kube-client.js";
@@ -26,7 +26,7 @@ export interface ManagedReconcilerOptions<R extends ManagedResource, Plan = unkn
   kind: KindNames;
   informer: Informer<R>;
   kube: KubeClient;
-  events: EventRecorder;
+  events: Events;
   connector: Connector<R, Plan>;
   status: StatusWriter;
   /** Resync period; every resource is observed again this often (jittered by ±10 %). */

@@ -133,6 +133,24 @@ export function scrubSecrets(message: string): string {
     );
 }
 
+/** What a reconciler records Events with. */
+export type Events = Pick<EventRecorder, "normal" | "warning">;
+
+/**
+ * `events` recording nothing while `allowed()` says no (sharded mode: a replica whose
+ * membership lapsed does not report on objects another replica may own by now).
+ */
+export function eventsWhile(events: Events, allowed: () => boolean): Events {
+  return {
+    normal: (obj, reason, message, opts) => {
+      if (allowed()) events.normal(obj, reason, message, opts);
+    },
+    warning: (obj, reason, message, opts) => {
+      if (allowed()) events.warning(obj, reason, message, opts);
+    },
+  };
+}
+
 export class EventRecorder {
   private readonly o: Required<Omit<EventRecorderOptions, "metrics" | "now">> & Pick<EventRecorderOptions, "metrics">;
   private readonly now: () => number;

@@ -146,6 +146,8 @@ export interface WriteOptions {
    * which comes back through the watch anyway.
    */
   discardResult?: boolean;
+  /** Asked before each attempt, retries included; throws to refuse the write unsent (withWriteGate). */
+  gate?: () => void;
 }
 
 export interface PatchOptions extends WriteOptions {
@@ -159,6 +161,8 @@ export interface DeleteOptions {
   preconditions?: { uid?: string; resourceVersion?: string };
   dryRun?: boolean;
   signal?: AbortSignal;
+  /** As WriteOptions.gate. */
+  gate?: () => void;
 }
 
 // ---------------------------------------------------------------------------------------
@@ -384,6 +388,8 @@ interface RawRequest {
   signal?: AbortSignal;
   /** 2xx: consume the body without parsing it (see WriteOptions.discardResult). */
   discard?: boolean;
+  /** WriteOptions.gate. */
+  gate?: () => void;
 }
 
 const CONTENT_TYPES: Record<PatchType, string> = {
@@ -393,12 +399,19 @@ const CONTENT_TYPES: Record<PatchType, string> = {
   apply: "application/apply-patch+yaml",
 };
 
-const WRITES: ReadonlySet<PropertyKey> = new Set(["create", "replace", "patch", "delete"]);
+/** Where each write method takes its options: the gate rides in them. */
+const WRITE_OPTIONS_AT: ReadonlyMap<PropertyKey, number> = new Map([
+  ["create", 2],
+  ["replace", 2],
+  ["patch", 3],
+  ["delete", 1],
+]);
 
 /**
- * `client` whose writes (create, replace, patch, delete) first call `gate`, which throws to
- * refuse one unsent. Everything else (reads, watches, close) is the client's own: one client
- * underneath, with its connections, auth and metrics.
+ * `client` whose writes (create, replace, patch, delete) call `gate` before each attempt, the
+ * client's own retries (429, Retry-After, a 401) included; it throws to refuse one unsent.
+ * Everything else (reads, watches, close) is the client's own: one client underneath, with
+ * its connections, auth and metrics.
  */
 export function withWriteGate(client: KubeClient, gate: () => void): KubeClient {
   return new Proxy(client, {
@@ -406,10 +419,12 @@ export function withWriteGate(client: KubeClient, gate: () => void): KubeClient 
       const value: unknown = Reflect.get(target, prop, target);
       if (typeof value !== "function") return value;
       const method = value as (...args: unknown[]) => unknown;
-      if (!WRITES.has(prop)) return method.bind(target);
-      return async (...args: unknown[]) => {
-        gate();
-        return method.apply(target, args);
+      const at = WRITE_OPTIONS_AT.get(prop);
+      if (at === undefined) return method.bind(target);
+      return (...args: unknown[]) => {
+        const withGate = [...args];
+        withGate[at] = { ...(args[at] as object | undefined), gate };
+        return method.apply(target, withGate);
       };
     },
   });
@@ -511,11 +526,11 @@ export class KubeClient {
   create(path: string, body: unknown, opts: WriteOptions & { discardResult: true }): Promise<void>;
   create<T>(path: string, body: unknown, opts?: WriteOptions): Promise<T>;
   async create<T>(path: string, body: unknown, opts: WriteOptions = {}): Promise<T> {
-    return this.json<T>({ method: "POST", path, body, signal: opts.signal, query: writeQuery(opts), discard: opts.discardResult });
+    return this.json<T>({ method: "POST", path, body, signal: opts.signal, query: writeQuery(opts), discard: opts.discardResult, gate: opts.gate });
   }
 
   async replace<T>(path: string, body: unknown, opts: WriteOptions = {}): Promise<T> {
-    return this.json<T>({ method: "PUT", path, body, signal: opts.signal, query: writeQuery(opts) });
+    return this.json<T>({ method: "PUT", path, body, signal: opts.signal, query: writeQuery(opts), gate: opts.gate });
   }
 
   patch(path: string, body: unknown, type: PatchType, opts: PatchOptions & { discardResult: true }): Promise<void>;
@@ -530,6 +545,7 @@ export class KubeClient {
       signal: opts.signal,
       discard: opts.discardResult,
       query: { ...writeQuery(opts), force: type === "apply" && opts.force ? true : undefined },
+      gate: opts.gate,
     });
   }
 
@@ -545,6 +561,7 @@ export class KubeClient {
       body,
       signal: opts.signal,
       query: { dryRun: opts.dryRun ? "All" : undefined },
+      gate: opts.gate,
     });
   }
 
@@ -634,6 +651,8 @@ export class KubeClient {
     let authRetried = false;
     for (let attempt = 0; ; attempt++) {
       const auth = await this.authState(false);
+      // After the wait for credentials or a Retry-After: what allowed the write may be over.
+      req.gate?.();
       const agent = this.agent;
       if (!agent) throw new Error("KubeClient is closed");
       const headers: Record<string, string> = {

@@ -209,7 +209,7 @@ export class Sharding {
       ...this.cfg.timings,
       // With no other live member, nobody can take the share it waits for (and the process
       // before, fenced after its Lease ran out, stopped working long since): it takes it back.
-      ownsObjects: async (signal) => peers.members().some((m) => m !== this.identity) && (await this.ownsObjects(manager, signal)),
+      ownsObjects: () => Promise.resolve(peers.members().some((m) => m !== this.identity) && this.replica.ownsAny()),
       onJoined: () => this.replica.resume(),
       onLost: () => {
         void manager.stop("leadership-lost");
@@ -238,19 +238,6 @@ export class Sharding {
       await peers.stop();
       await member.stop({ leave: drained });
     });
-  }
-
-  /** Whether any sharded object still carries this replica's owner label (one object asked for, per kind and namespace). */
-  private async ownsObjects(manager: Manager, signal: AbortSignal): Promise<boolean> {
-    const namespaces = manager.namespaces.length > 0 ? manager.namespaces : [undefined];
-    for (const { plural } of SHARDED_CONTROLLERS.values()) {
-      for (const namespace of namespaces) {
-        const path = resourcePath({ group: GROUP, version: VERSION, plural, namespace });
-        const list = await manager.client.list(path, { labelSelector: this.replica.selector, limit: 1, signal });
-        if (list.items.length > 0) return true;
-      }
-    }
-    return false;
   }
 
   /**

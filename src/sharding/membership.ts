@@ -56,7 +56,7 @@ export interface MemberLeaseOptions extends Partial<MembershipTimings> {
    * moments ago): an earlier process's share may still be moving. Default: no.
    */
   ownsObjects?(signal: AbortSignal): Promise<boolean>;
-  /** The Lease is taken: this replica may work from now on. */
+  /** The Lease is taken, or renewed after its deadline had passed: this replica may work (again). */
   onJoined?(): void;
 }
 
@@ -207,7 +207,9 @@ export class MemberLease {
   private async renewLoop(): Promise<void> {
     while (await this.wait(this.t.retryPeriodMs)) {
       const sentAt = performance.now();
-      const signal = AbortSignal.any([this.abort.signal, AbortSignal.timeout(Math.max(1, Math.min(this.t.retryPeriodMs * 2, this.validUntil - sentAt)))]);
+      // Whole milliseconds (AbortSignal.timeout throws on a fraction), rounded down: never past the deadline.
+      const budgetMs = Math.max(1, Math.floor(Math.min(this.t.retryPeriodMs * 2, this.validUntil - sentAt)));
+      const signal = AbortSignal.any([this.abort.signal, AbortSignal.timeout(budgetMs)]);
       try {
         // On the version this replica wrote last: a fenced Lease is not renewed, it is lost.
         const renewed = await this.o.client.patch<Lease>(
@@ -216,8 +218,15 @@ export class MemberLease {
           "merge",
           { signal },
         );
+        // Answered just past the deadline (the abort timer late on a busy event loop): what was
+        // set aside meanwhile is looked at again, or it would wait for a resync.
+        const wasLapsed = performance.now() >= this.validUntil;
         this.version = renewed.metadata.resourceVersion;
         this.validUntil = sentAt + this.t.renewDeadlineMs;
+        if (wasLapsed) {
+          this.log.info("the member Lease was renewed just past the renew deadline: working again");
+          this.o.onJoined?.();
+        }
         continue;
       } catch (err) {
         if (this.abort.signal.aborted) return;

@@ -14,6 +14,7 @@ import type { Informer } from "../runtime/informer.js";
 import { isConflict, isNotFound, type KubeClient, type KubeObject } from "../runtime/kube-client.js";
 import { releasePatch } from "./assignment.js";
 import { DRAIN_LABEL, OWNER_LABEL, ownerSelector } from "./labels.js";
+import { MembershipLapsed } from "./membership.js";
 import { objectPath, type ShardedKind } from "./sharder.js";
 
 type Labelled = KubeObject & { metadata: { labels?: Record<string, string>; finalizers?: string[] } };
@@ -98,6 +99,21 @@ export class ReplicaShard {
     this.setAside.clear();
   }
 
+  /**
+   * Whether any object carries this replica's owner label, as its own informers (synced before
+   * it joins) hold them: no API call, and a lag only makes the answer yes for longer. Yes while
+   * one of them has not synced.
+   */
+  ownsAny(): boolean {
+    for (const name of this.controllers.keys()) {
+      const kind = this.o.controllers.get(name);
+      if (kind === undefined) continue;
+      const own = this.own(kind);
+      if (!own.hasSynced() || own.list().length > 0) return true;
+    }
+    return false;
+  }
+
   /** The manager's onController: a drain label brings the object to the wrapper at once. */
   watch(controller: Controller): void {
     const kind = this.o.controllers.get(controller.name);
@@ -137,12 +153,26 @@ export class ReplicaShard {
     // Not joined yet, or its membership in doubt (a renewal overdue: after a stall, the queue's
     // timers fire before the renewal is tried): the share may be someone else's by now. Set
     // aside until it joins (resume), not polled: a fenced identity may wait a while.
-    if (this.o.mayWork?.() === false) {
-      const aside = this.setAside.get(controller) ?? new Map<string, Request>();
-      aside.set(`${req.namespace}/${req.name}`, req);
-      this.setAside.set(controller, aside);
-      return;
+    if (this.o.mayWork?.() === false) return this.putAside(controller, req);
+    try {
+      return await this.reconcileOwn(kind, inner, obj, req, ctx);
+    } catch (err) {
+      // A write refused by the membership's gate: it lapsed mid-reconcile. Not a failure of the
+      // object's: set aside as above, rather than retried (and reported) with backoff.
+      if (!lapsed(err)) throw err;
+      ctx.log.info("the shard membership lapsed mid-reconcile; set aside until it is current");
+      return this.putAside(controller, req);
     }
+  }
+
+  private putAside(controller: string, req: Request): void {
+    const aside = this.setAside.get(controller) ?? new Map<string, Request>();
+    aside.set(`${req.namespace}/${req.name}`, req);
+    this.setAside.set(controller, aside);
+  }
+
+  private async reconcileOwn(kind: ShardedKind, inner: Reconciler, obj: Labelled, req: Request, ctx: ReconcileContext): Promise<Result | void> {
+    const labels = obj.metadata.labels ?? {};
     if (labels[DRAIN_LABEL] !== undefined) {
       const released = await this.release(kind, obj, req, ctx.log);
       if (released !== "failed") return released;
@@ -207,6 +237,12 @@ export class ReplicaShard {
       return "failed";
     }
   }
+}
+
+/** Whether `err` is, or was caused by, a write the membership's gate refused. */
+function lapsed(err: unknown): boolean {
+  for (let e = err; e instanceof Error; e = e.cause) if (e instanceof MembershipLapsed) return true;
+  return false;
 }
 
 /** How soon a release that failed is tried again (the object's work goes on meanwhile). */

@@ -219,13 +219,14 @@ describe("shard membership (real API server)", () => {
     }
   });
 
-  it("the leader deletes a fenced Lease once nothing carries its member's owner label (kept four lease durations)", async () => {
+  it("the leader deletes a fenced Lease once nothing carries its member's owner label, and not before four lease durations", async () => {
     const ns = await namespace();
+    // Two replicas crash: their Leases run out and are fenced. An object still carries a's label.
     const a = member(ns, "a");
-    await a.start();
-    await a.stop({ leave: false }); // crashed: its Lease runs out and is fenced
-    let inUse = new Set(["m-a"]); // an object still carries a's label
-    const seen: string[][] = [];
+    const c = member(ns, "c");
+    await Promise.all([a.start(), c.start()]);
+    await Promise.all([a.stop({ leave: false }), c.stop({ leave: false })]);
+    let inUse = new Set(["m-a"]);
     const set = new MemberSet({
       client: admin,
       namespace: ns,
@@ -234,20 +235,28 @@ describe("shard membership (real API server)", () => {
       leaseDurationMs: TIMINGS.leaseDurationMs,
       fencing: () => true,
       leasesInUse: () => inUse,
-      onChange: (m) => seen.push(m),
+      onChange: () => undefined,
     });
+    const exists = (name: string): Promise<boolean> => admin.get(leasesPath(ns, name)).then(
+      () => true,
+      () => false,
+    );
     try {
       await set.start();
-      await poll(async () => (await holderOf(ns, "a")) === "", 10_000, "a fenced");
+      await poll(async () => (await holderOf(ns, "a")) === "" && (await holderOf(ns, "c")) === "", 10_000, "both fenced");
       const fencedAt = Date.now();
-      // Past the four lease durations, while its share is still being moved: kept.
-      await new Promise((r) => setTimeout(r, 5 * TIMINGS.leaseDurationMs));
-      expect(await holderOf(ns, "a")).toBe("");
+      // Three lease durations after the fence, neither is deleted, though nothing carries c's label.
+      await new Promise((r) => setTimeout(r, 3 * TIMINGS.leaseDurationMs));
+      expect(await exists("m-c")).toBe(true);
+      expect(await exists("m-a")).toBe(true);
 
-      inUse = new Set();
-      await poll(async () => (await admin.get(leasesPath(ns, "m-a")).then(() => false, () => true)), 3 * TIMINGS.leaseDurationMs, "the fenced Lease deleted");
+      await poll(async () => !(await exists("m-c")), 3 * TIMINGS.leaseDurationMs, "c's fenced Lease deleted");
       expect(Date.now() - fencedAt).toBeGreaterThanOrEqual(4 * TIMINGS.leaseDurationMs);
-      expect(set.members()).toEqual([]);
+      // a's share is still being moved: its Lease stays until nothing carries its label.
+      await new Promise((r) => setTimeout(r, 2 * TIMINGS.leaseDurationMs));
+      expect(await exists("m-a")).toBe(true);
+      inUse = new Set();
+      await poll(async () => !(await exists("m-a")), 3 * TIMINGS.leaseDurationMs, "a's fenced Lease deleted");
     } finally {
       await set.stop();
     }

@@ -8,7 +8,7 @@
 import { describe, expect, it } from "vitest";
 import { OWNER_LABEL } from "../../../src/sharding/labels.js";
 import { MembershipLapsed } from "../../../src/sharding/membership.js";
-import { waitFor } from "../support/kube.js";
+import { kubectlOk, waitFor } from "../support/kube.js";
 import { apply, condition, getResource, useStack, waitForReady } from "../support/operator.js";
 
 const OWNER = "gate-test";
@@ -24,10 +24,16 @@ const t = useStack("write-gate", {
 });
 
 const sandbox = (name: string) => getResource(t.stack.kube, "sandboxes", t.namespace, name);
+/** The reasons of the Events recorded for `name`, once the operator's pending Event writes are done. */
+async function eventsOf(name: string): Promise<string[]> {
+  await t.stack.operator.manager.events.flush();
+  const out = await kubectlOk(["get", "events", "--field-selector", `involvedObject.name=${name}`, "-o", "json"], { namespace: t.namespace });
+  return (JSON.parse(out) as { items: Array<{ reason?: string }> }).items.map((e) => e.reason ?? "");
+}
 const serviceWrites = () => t.stack.emulator.requests.filter((r) => r.method !== "GET" && r.operation !== "token").map((r) => r.operation);
 
 describe("sharded mode: the membership's write gate", () => {
-  it("while closed, nothing is written for the replica's share (its service objects, finalizers, status); the Connection is still reported on", async () => {
+  it("while closed, nothing is written for the replica's share (its service objects, finalizers, status, Events); the Connection is still reported on", async () => {
     open = false;
     await apply(
       `apiVersion: agentcompute.dev/v1alpha1\nkind: Sandbox\nmetadata: {name: gated, labels: {${OWNER_LABEL}: ${OWNER}}}\nspec: {tier: standard, ttlSeconds: 600}`,
@@ -44,6 +50,8 @@ describe("sharded mode: the membership's write gate", () => {
     expect(refused.metadata.finalizers ?? []).toEqual([]);
     expect(refused.status ?? {}).toEqual({});
     expect(serviceWrites()).toEqual([]);
+    // Nor an Event: a replica whose membership lapsed does not report on objects it may have lost.
+    expect(await eventsOf("gated")).toEqual([]);
 
     open = true;
     const ready = await waitForReady(t.stack, "sandboxes", "gated", { timeoutMs: 60_000 });
@@ -76,6 +84,7 @@ describe("sharded mode: the membership's write gate", () => {
     expect(allocations.map((r) => [r.status, r.time < closedAt])).toEqual([[201, true]]);
     const s = await sandbox("midway");
     expect(s.status?.vmId).toBeUndefined();
+    expect(await eventsOf("midway")).toEqual([]);
     open = true;
     const ready = await waitForReady(t.stack, "sandboxes", "midway", { timeoutMs: 60_000 });
     // The next reconcile (the next owner's, in `run --sharding`) finds that VM by its marker.

@@ -285,4 +285,23 @@ describe("withWriteGate", () => {
     await c.delete(`${path}/a`);
     expect(seen.at(-1)).toBe(`DELETE ${path}/a`);
   });
+
+  it("asks again before the client's own retry: a write throttled while the gate was open is not sent again once it closed", async () => {
+    const seen: string[] = [];
+    const c = await serve((req, res) => {
+      seen.push(`${req.method} ${req.url}`);
+      req.resume();
+      req.on("end", () => res.writeHead(429, { "content-type": "application/json", "retry-after": "1" }).end(JSON.stringify({ kind: "Status", code: 429, reason: "TooManyRequests" })));
+    });
+    let open = true;
+    const gated = withWriteGate(c, () => {
+      if (!open) throw new Error("membership lapsed");
+    });
+    const path = "/api/v1/namespaces/team-a/configmaps/a";
+    const write = gated.patch(path, { data: {} }, "merge");
+    await expect.poll(() => seen.length).toBe(1);
+    open = false;
+    await expect(write).rejects.toThrow("membership lapsed");
+    expect(seen).toEqual([`PATCH ${path}`]);
+  });
 });

@@ -1,7 +1,10 @@
-import { describe, expect, it } from "vitest";
+import { setTimeout as sleep } from "node:timers/promises";
+import { describe, expect, it, vi } from "vitest";
+import { KubeApiError, type KubeClient } from "../../../src/runtime/kube-client.js";
 import type { Lease } from "../../../src/runtime/leader-election.js";
+import { silentLogger } from "../../../src/runtime/logging.js";
 import { labelValue, memberLeaseName, replicaIdentity } from "../../../src/sharding/labels.js";
-import { liveMembers, observeLease } from "../../../src/sharding/membership.js";
+import { MemberLease, liveMembers, observeLease } from "../../../src/sharding/membership.js";
 
 const lease = (holder: string, renewTime: string, durationS = 15): Lease => ({
   metadata: { name: `l-${holder}` },
@@ -53,5 +56,49 @@ describe("replica identity", () => {
   it("names a Lease per replica, lower case", () => {
     expect(memberLeaseName("op-shard", "Pod-A")).toMatch(/^op-shard-pod-a-[0-9a-f]{6}$/);
     expect(memberLeaseName("op-shard", "pod-a")).toBe("op-shard-pod-a");
+  });
+});
+
+describe("MemberLease: a renewal answered past the renew deadline", () => {
+  it("works again, and looks at what it set aside meanwhile (onJoined), rather than waiting for a resync", async () => {
+    // The client's answers, in order: no Lease yet; created; two renewals that fail; then one
+    // sent before the deadline and answered after it (its abort timer ran late on a busy loop).
+    const notFound = new KubeApiError({ status: 404, reason: "NotFound", message: "not found", method: "GET", path: "/lease" });
+    let renewals = 0;
+    const client = {
+      get: () => Promise.reject(notFound),
+      create: () => Promise.resolve({ metadata: { resourceVersion: "1" } }),
+      patch: async () => {
+        renewals++;
+        if (renewals <= 2) throw new Error("the API server is slow");
+        if (renewals === 3) await sleep(120); // past the deadline, the abort ignored
+        return { metadata: { resourceVersion: String(renewals) } };
+      },
+    } as unknown as KubeClient;
+    let joined = 0;
+    const lost: string[] = [];
+    const member = new MemberLease({
+      client,
+      namespace: "ns",
+      name: "m-a",
+      identity: "a",
+      ring: "ring",
+      logger: silentLogger(),
+      leaseDurationMs: 300,
+      renewDeadlineMs: 200,
+      retryPeriodMs: 50,
+      onLost: (reason) => lost.push(reason),
+      onJoined: () => joined++,
+    });
+    await member.start();
+    try {
+      expect(joined).toBe(1);
+      await vi.waitFor(() => expect(renewals).toBeGreaterThanOrEqual(4), { timeout: 2_000 });
+      expect(lost).toEqual([]);
+      expect(joined).toBe(2);
+      expect(member.mayWork()).toBe(true);
+    } finally {
+      await member.stop({ leave: false });
+    }
   });
 });

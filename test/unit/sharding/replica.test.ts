@@ -3,12 +3,13 @@
 // the reconcile that works on it; and which inventory that is, for each sharded kind.
 import { describe, expect, it } from "vitest";
 import { kindNames } from "../../../src/api/names.js";
-import type { Controller, ReconcileContext, Reconciler, Request } from "../../../src/runtime/controller.js";
+import { RetryNoLaterThan, type Controller, type ReconcileContext, type Reconciler, type Request } from "../../../src/runtime/controller.js";
 import type { Informer } from "../../../src/runtime/informer.js";
 import type { KubeClient, KubeObject } from "../../../src/runtime/kube-client.js";
 import { silentLogger } from "../../../src/runtime/logging.js";
 import { SHARDED_CONTROLLERS, arrivalInventory } from "../../../src/sharding/index.js";
 import { DRAIN_LABEL, OWNER_LABEL } from "../../../src/sharding/labels.js";
+import { MembershipLapsed } from "../../../src/sharding/membership.js";
 import { ReplicaShard, type ArrivalSink } from "../../../src/sharding/replica.js";
 
 const ME = "replica-a";
@@ -21,8 +22,18 @@ class Share {
   readonly objects = new Map<string, Obj>();
   private readonly handlers = new Map<string, Array<(obj: Obj) => void>>();
 
+  synced = true;
+
   get(namespace: string | undefined, name: string): Obj | undefined {
     return this.objects.get(`${namespace ?? ""}/${name}`);
+  }
+
+  list(): Obj[] {
+    return [...this.objects.values()];
+  }
+
+  hasSynced(): boolean {
+    return this.synced;
   }
 
   on(event: string, handler: (obj: Obj) => void): () => void {
@@ -68,7 +79,10 @@ const ctx = (): ReconcileContext => ({ log: silentLogger(), reconcileId: "r", si
 const req = (obj: Obj): Request => ({ namespace: obj.metadata.namespace ?? "", name: obj.metadata.name ?? "" });
 
 /** A replica with its Sandbox controller wired: what it enqueued, what it reconciled, where it looks up inventories. */
-function replica(inventory: () => ArrivalSink | null | undefined, opts: { mayWork?: () => boolean; patch?: () => Promise<unknown>; get?: () => Promise<unknown> } = {}) {
+function replica(
+  inventory: () => ArrivalSink | null | undefined,
+  opts: { mayWork?: () => boolean; patch?: () => Promise<unknown>; get?: () => Promise<unknown>; work?: () => Promise<void> } = {},
+) {
   const share = new Share();
   const shard = new ReplicaShard({ identity: ME, logger: silentLogger(), controllers: SHARDED_CONTROLLERS, selectedByDefault: new Set(), ...(opts.mayWork && { mayWork: opts.mayWork }) });
   shard.bind({
@@ -91,11 +105,11 @@ function replica(inventory: () => ArrivalSink | null | undefined, opts: { mayWor
   const inner: Reconciler = {
     reconcile: (r) => {
       reconciled.push(r.name);
-      return Promise.resolve();
+      return opts.work?.() ?? Promise.resolve();
     },
   };
   const reconciler = shard.wrap("sandbox", inner);
-  return { share, enqueued, reconciled, lookups, reconcile: (obj: Obj) => reconciler.reconcile(req(obj), ctx()), resume: () => shard.resume() };
+  return { share, shard, enqueued, reconciled, lookups, reconcile: (obj: Obj) => reconciler.reconcile(req(obj), ctx()), resume: () => shard.resume() };
 }
 
 describe("ReplicaShard: objects that arrive from another owner", () => {
@@ -202,6 +216,41 @@ describe("ReplicaShard: a membership that is not current", () => {
     await r.reconcile(mine);
     expect(r.reconciled).toEqual(["mine"]);
     expect(sink.told).toHaveLength(1);
+  });
+});
+
+describe("ReplicaShard: whether it owns anything (a restarted identity joins only once it owns nothing)", () => {
+  it("answers from its own informers: yes while one has not synced or holds an object", () => {
+    const r = replica(() => null);
+    r.share.synced = false;
+    expect(r.shard.ownsAny()).toBe(true);
+    r.share.synced = true;
+    expect(r.shard.ownsAny()).toBe(false);
+    const left = sandbox("left-behind");
+    r.share.add(left);
+    expect(r.shard.ownsAny()).toBe(true);
+    r.share.delete(left); // moved: it left the label-selected watch
+    expect(r.shard.ownsAny()).toBe(false);
+  });
+});
+
+describe("ReplicaShard: a membership that lapses mid-reconcile", () => {
+  it("sets aside an object whose reconcile a write refused by the gate cut short, rather than failing it", async () => {
+    let failure: Error | undefined;
+    const r = replica(() => null, {
+      work: () => (failure === undefined ? Promise.resolve() : Promise.reject(failure)),
+    });
+    const mine = sandbox("mine");
+    r.share.add(mine);
+    // Refused by the gate, as the reconciler rethrows it (a retry no later than the VM's renewal).
+    failure = new RetryNoLaterThan(new MembershipLapsed(), 5_000, true);
+    await expect(r.reconcile(mine)).resolves.toBeUndefined();
+    expect(r.enqueued).toEqual([]);
+    r.resume();
+    expect(r.enqueued).toEqual([{ name: "mine", priority: true }]);
+    // Any other failure is the object's: the controller retries and reports it.
+    failure = new Error("the service said no");
+    await expect(r.reconcile(mine)).rejects.toThrow("the service said no");
   });
 });
 
