@@ -91,4 +91,29 @@ describe("sharded mode: the membership's write gate", () => {
     expect(t.stack.emulator.requests.filter((r) => r.operation === "vms.allocate")).toHaveLength(1);
     expect(ready.status?.vmId).toBeDefined();
   });
+
+  it("a deleted run's running step is still stopped while the gate is closed (nobody else works on a run that is gone)", async () => {
+    open = true;
+    // In the first test's Sandbox.
+    await apply(
+      `apiVersion: agentcompute.dev/v1alpha1\nkind: SandboxRun\nmetadata: {name: deleted-run, labels: {${OWNER_LABEL}: ${OWNER}}}\nspec:\n  sandboxRef: {name: gated}\n  steps:\n    - {name: forever, command: 'sleep 300'}`,
+      t.namespace,
+    );
+    const commandId = await waitFor(
+      async () => {
+        const r = await getResource(t.stack.kube, "sandboxruns", t.namespace, "deleted-run");
+        return (r.status?.steps as Array<{ commandId?: string }> | undefined)?.[0]?.commandId;
+      },
+      { timeoutMs: 60_000, description: "the step running" },
+    );
+    const runtime = t.stack.emulator.runtimes.get(String((await sandbox("gated")).status?.vmId));
+    expect(runtime?.command(commandId)?.running).toBe(true);
+    open = false;
+    try {
+      await kubectlOk(["delete", "sandboxrun", "deleted-run", "--wait=true", "--timeout=30s"], { namespace: t.namespace });
+      await waitFor(() => runtime?.command(commandId)?.running === false, { timeoutMs: 30_000, description: "the deleted run's step stopped" });
+    } finally {
+      open = true; // the clean-up after the tests lets go of the finalizers
+    }
+  });
 });
