@@ -168,9 +168,9 @@ export class SandboxRunReconciler implements Reconciler {
     void this.deleted(run)
       .then(async (gone) => {
         if (!gone) return;
-        // Not through the membership's write gate (sharded mode): the run is gone, so no other
-        // replica works on it, and nothing would try this kill again; this runs outside any
-        // reconcile, before this replica joins as well as after.
+        // Not through the membership's write gate (sharded mode): this runs outside any
+        // reconcile, before this replica joins as well as after, and nothing would try this kill
+        // again. The run is gone or going: a replica it moved to meanwhile stops the same step.
         const vm = this.vmOf(this.handleOf(run, true), st.vmId!, { gated: false });
         try {
           await vm.kill(step.commandId!);

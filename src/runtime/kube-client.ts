@@ -422,8 +422,11 @@ export function withWriteGate(client: KubeClient, gate: () => void): KubeClient 
       const at = WRITE_OPTIONS_AT.get(prop);
       if (at === undefined) return method.bind(target);
       return (...args: unknown[]) => {
+        const opts = args[at] as { gate?: () => void } | undefined;
+        const inner = opts?.gate;
         const withGate = [...args];
-        withGate[at] = { ...(args[at] as object | undefined), gate };
+        // A gate already in the options (a client wrapped twice) is asked as well.
+        withGate[at] = { ...opts, gate: inner === undefined ? gate : () => (inner(), gate()) };
         return method.apply(target, withGate);
       };
     },

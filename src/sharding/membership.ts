@@ -218,6 +218,8 @@ export class MemberLease {
           "merge",
           { signal },
         );
+        // Stopping: the membership is over, whatever the answer.
+        if (this.abort.signal.aborted) return;
         // Answered just past the deadline (the abort timer late on a busy event loop): what was
         // set aside meanwhile is looked at again, or it would wait for a resync.
         const wasLapsed = performance.now() >= this.validUntil;

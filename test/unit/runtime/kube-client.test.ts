@@ -280,8 +280,12 @@ describe("withWriteGate", () => {
     open = true;
     await gated.patch(`${path}/a`, { data: {} }, "merge", { discardResult: true });
     expect(seen).toEqual([`GET ${path}/a`, `PATCH ${path}/a`]);
-    // The client itself is not gated: the membership's own Lease writes go through it.
+    // Wrapped again, both gates are asked.
+    const twice = withWriteGate(gated, () => undefined);
     open = false;
+    await expect(twice.patch(`${path}/a`, { data: {} }, "merge")).rejects.toThrow("membership lapsed");
+    expect(seen).toEqual([`GET ${path}/a`, `PATCH ${path}/a`]);
+    // The client itself is not gated: the membership's own Lease writes go through it.
     await c.delete(`${path}/a`);
     expect(seen.at(-1)).toBe(`DELETE ${path}/a`);
   });

@@ -95,7 +95,8 @@ describe("MemberLease: a renewal answered past the renew deadline", () => {
       expect(joined).toBe(1);
       await vi.waitFor(() => expect(renewals).toBeGreaterThanOrEqual(4), { timeout: 2_000 });
       expect(lost).toEqual([]);
-      expect(joined).toBe(2);
+      // At least once more (a loaded machine may make a later renewal late too).
+      expect(joined).toBeGreaterThanOrEqual(2);
       expect(member.mayWork()).toBe(true);
     } finally {
       await member.stop({ leave: false });

@@ -236,9 +236,16 @@ describe("ReplicaShard: whether it owns anything (a restarted identity joins onl
 
 describe("ReplicaShard: a membership that lapses mid-reconcile", () => {
   it("sets aside an object whose reconcile a write refused by the gate cut short, rather than failing it", async () => {
+    let member = true;
     let failure: Error | undefined;
     const r = replica(() => null, {
-      work: () => (failure === undefined ? Promise.resolve() : Promise.reject(failure)),
+      mayWork: () => member,
+      // The membership lapses while the reconcile runs, and its next write is refused.
+      work: () => {
+        if (failure === undefined) return Promise.resolve();
+        member = false;
+        return Promise.reject(failure);
+      },
     });
     const mine = sandbox("mine");
     r.share.add(mine);
@@ -246,11 +253,20 @@ describe("ReplicaShard: a membership that lapses mid-reconcile", () => {
     failure = new RetryNoLaterThan(new MembershipLapsed(), 5_000, true);
     await expect(r.reconcile(mine)).resolves.toBeUndefined();
     expect(r.enqueued).toEqual([]);
+    member = true;
     r.resume();
     expect(r.enqueued).toEqual([{ name: "mine", priority: true }]);
     // Any other failure is the object's: the controller retries and reports it.
+    member = true;
     failure = new Error("the service said no");
     await expect(r.reconcile(mine)).rejects.toThrow("the service said no");
+  });
+
+  it("looks at it again at once if the membership is current again by then (resumed while the reconcile waited)", async () => {
+    const r = replica(() => null, { mayWork: () => true, work: () => Promise.reject(new MembershipLapsed()) });
+    const mine = sandbox("mine");
+    r.share.add(mine);
+    await expect(r.reconcile(mine)).resolves.toEqual({ requeue: true, priority: true });
   });
 });
 
