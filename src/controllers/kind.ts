@@ -46,8 +46,9 @@ export interface ShardingOptions {
    */
   usersOf(namespace: string, connection: string): string[];
   /**
-   * Asked before each write the sharded kinds' controllers make (their objects, status and
-   * connection Secrets, and the service's objects); throws to refuse it unsent.
+   * Asked before each write the sharded kinds' controllers make (their objects, status,
+   * connection Secrets and Events; the service's objects and a VM's agentd); throws to refuse
+   * it unsent.
    */
   writeGate?(): void;
 }

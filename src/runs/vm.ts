@@ -34,7 +34,7 @@ export interface VMTarget {
   insecureSkipTLSVerify?: boolean;
   /**
    * Writes pass the client's write gate (default). false: for the kill of a deleted run's step,
-   * which no other replica works on any more (the run is gone), and which nothing retries.
+   * which nothing retries (see SandboxRunReconciler.stopDeleted).
    */
   gated?: boolean;
 }

@@ -208,7 +208,7 @@ export class Sharding {
       logger: log,
       ...this.cfg.timings,
       // With no other live member, nobody can take the share it waits for (and the process
-      // before, fenced after its Lease ran out, stopped working long since): it takes it back.
+      // before, fenced after its Lease ran out or gone on SIGTERM, has stopped): it joins at once.
       ownsObjects: () => Promise.resolve(peers.members().some((m) => m !== this.identity) && this.replica.ownsAny()),
       onJoined: () => this.replica.resume(),
       onLost: () => {

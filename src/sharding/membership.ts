@@ -443,8 +443,8 @@ export class MemberSet {
 
   /**
    * Deletes the fenced Leases kept four lease durations whose identity owns nothing any more
-   * (looked at every 10 s, or every lease duration if shorter). On the version last seen: a Lease taken back meanwhile by a
-   * restarted process of its identity stays.
+   * (looked at every 10 s, or every lease duration if shorter). On the version last seen: a
+   * Lease taken back meanwhile by a restarted process of its identity stays.
    */
   private collectFenced(now: number): void {
     const leaseMs = this.o.leaseDurationMs ?? DEFAULT_TIMINGS.leaseDurationMs;

@@ -161,7 +161,7 @@ export class ReplicaShard {
       // object's: set aside as above, rather than retried (and reported) with backoff.
       if (!lapsed(err)) throw err;
       // Current again already (a renewal answered late resumed the set-aside objects while this
-      // reconcile waited): set aside now, nothing would bring it back. Looked at again at once.
+      // reconcile waited): if it were set aside now, nothing would bring it back. Again at once.
       if (this.o.mayWork?.() !== false) return { requeue: true, priority: true };
       ctx.log.info("the shard membership lapsed mid-reconcile; set aside until it is current");
       return this.putAside(controller, req);
