@@ -5,11 +5,11 @@
 // queue with dedup, retries and backoff. It places the Sandboxes once their own list is in and
 // the other kinds once every list is; a membership change enqueues everything being placed.
 import type { Logger } from "pino";
-import { DEFAULT_CONNECTION, kindNames } from "../api/names.js";
+import { DEFAULT_CONNECTION, GROUP, VERSION, kindNames } from "../api/names.js";
 import { errorMessage } from "../lib/errors.js";
 import { Controller, type Request, type Result } from "../runtime/controller.js";
 import { Informer } from "../runtime/informer.js";
-import { isConflict, isNotFound, type KubeClient, type KubeObject } from "../runtime/kube-client.js";
+import { isConflict, isNotFound, resourcePath, type KubeClient, type KubeObject } from "../runtime/kube-client.js";
 import type { Metrics } from "../runtime/metrics.js";
 import { decide, patchFor, placementOrder } from "./assignment.js";
 import { OWNER_LABEL } from "./labels.js";
@@ -23,9 +23,9 @@ export interface ShardedKind {
   path: string;
 }
 
-/** The path of one object of a sharded kind (its collection path is `kind.path`). */
+/** The path of one object of a sharded kind (every one is of the operator's group and version). */
 export function objectPath(kind: ShardedKind, namespace: string, name: string): string {
-  return `${kind.path.slice(0, kind.path.lastIndexOf("/"))}/namespaces/${encodeURIComponent(namespace)}/${kind.plural}/${encodeURIComponent(name)}`;
+  return resourcePath({ group: GROUP, version: VERSION, plural: kind.plural, namespace, name });
 }
 
 /** What the sharder keeps of an object. */
