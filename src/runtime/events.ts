@@ -84,6 +84,8 @@ interface Entry {
   combined?: boolean;
   /** A combined Event's write is waiting for the flush timer. */
   flushing?: boolean;
+  /** EventOptions.while of the latest event recorded into this entry. */
+  allowed?: () => boolean;
 }
 
 /** Similar events of one namespace, kind and reason in the correlation window. */
@@ -136,17 +138,28 @@ export function scrubSecrets(message: string): string {
 /** What a reconciler records Events with. */
 export type Events = Pick<EventRecorder, "normal" | "warning">;
 
+export interface EventOptions {
+  /** The Event's `action`. */
+  action?: string;
+  /**
+   * Asked again just before each write: false drops the write. An Event can wait seconds for
+   * the rate limit, or for a combined Event's flush, after it was recorded.
+   */
+  while?: () => boolean;
+}
+
 /**
- * `events` recording nothing while `allowed()` says no (sharded mode: a replica whose
- * membership lapsed does not report on objects another replica may own by now).
+ * `events` recording nothing while `allowed()` says no, and writing nothing it recorded once
+ * `allowed()` says no (sharded mode: a replica whose membership lapsed does not report on
+ * objects another replica may own by now).
  */
 export function eventsWhile(events: Events, allowed: () => boolean): Events {
   return {
     normal: (obj, reason, message, opts) => {
-      if (allowed()) events.normal(obj, reason, message, opts);
+      if (allowed()) events.normal(obj, reason, message, { ...opts, while: allowed });
     },
     warning: (obj, reason, message, opts) => {
-      if (allowed()) events.warning(obj, reason, message, opts);
+      if (allowed()) events.warning(obj, reason, message, { ...opts, while: allowed });
     },
   };
 }
@@ -194,18 +207,18 @@ export class EventRecorder {
     this.writes = new TokenBucket({ rate: this.o.qps, burst: this.o.burst, now: this.now });
   }
 
-  normal(obj: KubeObject, reason: string, message: string, opts: { action?: string } = {}): void {
+  normal(obj: KubeObject, reason: string, message: string, opts: EventOptions = {}): void {
     this.event(obj, "Normal", reason, message, opts);
   }
 
-  warning(obj: KubeObject, reason: string, message: string, opts: { action?: string } = {}): void {
+  warning(obj: KubeObject, reason: string, message: string, opts: EventOptions = {}): void {
     this.event(obj, "Warning", reason, message, opts);
   }
 
   /** Record an event. Never throws, never blocks: the write happens in the background. */
-  event(obj: KubeObject, type: EventType, reason: string, message: string, opts: { action?: string } = {}): void {
+  event(obj: KubeObject, type: EventType, reason: string, message: string, opts: EventOptions = {}): void {
     try {
-      this.record(obj, type, reason, message, opts.action);
+      this.record(obj, type, reason, message, opts);
     } catch (err) {
       this.log.warn({ err: errorMessage(err) }, "could not record event");
     }
@@ -230,11 +243,11 @@ export class EventRecorder {
     }
   }
 
-  private record(obj: KubeObject, type: EventType, reason: string, rawMessage: string, action?: string): void {
+  private record(obj: KubeObject, type: EventType, reason: string, rawMessage: string, { action, while: allowed }: EventOptions): void {
     if (this.closed) return;
     const now = this.now();
     const meta = obj.metadata;
-    if (type === "Normal" && this.aggregated.has(reason) && this.combine(obj, reason, rawMessage, now)) return;
+    if (type === "Normal" && this.aggregated.has(reason) && this.combine(obj, reason, rawMessage, now, allowed)) return;
     const objectKey = `${obj.kind ?? ""}/${meta.namespace ?? ""}/${meta.name ?? ""}/${meta.uid ?? ""}`;
     if (!this.allow(objectKey)) {
       this.o.metrics?.eventsTotal.inc({ type, result: "dropped" });
@@ -266,6 +279,7 @@ export class EventRecorder {
       lruSet(this.entries, key, entry, this.o.cacheSize);
       this.o.metrics?.eventsTotal.inc({ type, result: "created" });
     }
+    entry.allowed = allowed;
     this.schedule(entry);
   }
 
@@ -273,7 +287,7 @@ export class EventRecorder {
    * Counts a similar event; past `aggregateAfter` in the window, folds it into the namespace's
    * combined Event (true: the caller writes nothing for the object itself).
    */
-  private combine(obj: KubeObject, reason: string, rawMessage: string, now: number): boolean {
+  private combine(obj: KubeObject, reason: string, rawMessage: string, now: number, allowed: EventOptions["while"]): boolean {
     const namespace = obj.metadata.namespace || "default";
     const kind = obj.kind ?? "object";
     const key = `${namespace}|${kind}|${reason}`;
@@ -307,6 +321,7 @@ export class EventRecorder {
     entry.lastSeen = now;
     entry.body.message = message;
     entry.body.lastTimestamp = ts;
+    entry.allowed = allowed;
     this.o.metrics?.eventsTotal.inc({ type: "Normal", result: "aggregated" });
     this.scheduleCombined(entry);
     return true;
@@ -375,6 +390,11 @@ export class EventRecorder {
   private async write(entry: Entry): Promise<void> {
     if (entry.writtenCount >= entry.count) return;
     const count = entry.count;
+    if (entry.allowed?.() === false) {
+      this.o.metrics?.eventsTotal.inc({ type: entry.body.type, result: "dropped" });
+      entry.writtenCount = count; // what was recorded until now is not written; later events are
+      return;
+    }
     try {
       if (entry.created) {
         try {

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { EventRecorder, scrubSecrets } from "../../../src/runtime/events.js";
+import { EventRecorder, eventsWhile, scrubSecrets } from "../../../src/runtime/events.js";
 import { KubeApiError, type KubeClient, type KubeObject } from "../../../src/runtime/kube-client.js";
 import { silentLogger } from "../../../src/runtime/logging.js";
 
@@ -237,5 +237,53 @@ describe("EventRecorder: similar events of many objects", () => {
     for (let i = 0; i < 5; i++) rec.normal(agent(i), "Created", "created");
     await rec.flush();
     expect(client.creates).toHaveLength(5);
+  });
+});
+
+describe("eventsWhile", () => {
+  const agent = (i: number): KubeObject => ({
+    apiVersion: "agentcompute.dev/v1alpha1",
+    kind: "Agent",
+    metadata: { name: `ag-${i}`, namespace: "team-a", uid: `u-${i}` },
+  });
+
+  it("records nothing while closed, and drops what it recorded while open once closed before the write", async () => {
+    const client = new RecordingClient();
+    // One write at once, then one per 100 ms: the others wait for the rate limit.
+    const rec = new EventRecorder({ client: client as unknown as KubeClient, logger: silentLogger(), reportingInstance: "h", qps: 10, burst: 1 });
+    let open = false;
+    const events = eventsWhile(rec, () => open);
+    events.warning(agent(0), "ServiceRejected", "refused while closed");
+    open = true;
+    for (let i = 1; i <= 3; i++) events.warning(agent(i), "ServiceRejected", "refused");
+    open = false;
+    await rec.flush();
+    expect(client.creates.map((c) => (c.body.involvedObject as { name: string }).name)).toEqual(["ag-1"]);
+
+    // Open again: new events are written.
+    open = true;
+    events.warning(agent(4), "ServiceRejected", "refused");
+    await rec.flush();
+    expect(client.creates.map((c) => (c.body.involvedObject as { name: string }).name)).toEqual(["ag-1", "ag-4"]);
+  });
+
+  it("drops a combined Event waiting for its flush once closed", async () => {
+    const client = new RecordingClient();
+    const rec = new EventRecorder({
+      client: client as unknown as KubeClient,
+      logger: silentLogger(),
+      reportingInstance: "h",
+      aggregateReasons: ["Created"],
+      aggregateAfter: 1,
+      qps: 1000,
+      burst: 1000,
+    });
+    let open = true;
+    const events = eventsWhile(rec, () => open);
+    for (let i = 0; i < 5; i++) events.normal(agent(i), "Created", "created");
+    open = false;
+    await rec.flush();
+    // The first, written at once; the four folded ones waited for the combined Event's flush.
+    expect(client.creates.map((c) => (c.body.involvedObject as { kind: string }).kind)).toEqual(["Agent"]);
   });
 });
