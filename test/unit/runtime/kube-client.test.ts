@@ -280,8 +280,13 @@ describe("withWriteGate", () => {
     open = true;
     await gated.patch(`${path}/a`, { data: {} }, "merge", { discardResult: true });
     expect(seen).toEqual([`GET ${path}/a`, `PATCH ${path}/a`]);
-    // Wrapped again, both gates are asked.
-    const twice = withWriteGate(gated, () => undefined);
+    // Wrapped again, both gates are asked: either one refuses.
+    let outerOpen = false;
+    const twice = withWriteGate(gated, () => {
+      if (!outerOpen) throw new Error("outer gate closed");
+    });
+    await expect(twice.patch(`${path}/a`, { data: {} }, "merge")).rejects.toThrow("outer gate closed");
+    outerOpen = true;
     open = false;
     await expect(twice.patch(`${path}/a`, { data: {} }, "merge")).rejects.toThrow("membership lapsed");
     expect(seen).toEqual([`GET ${path}/a`, `PATCH ${path}/a`]);

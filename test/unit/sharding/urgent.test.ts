@@ -60,9 +60,15 @@ describe("UrgentMoves", () => {
   });
 
   it("lets every other move go at one deadline when an urgent move is never done", async () => {
-    const moves = new UrgentMoves(20);
+    const moves = new UrgentMoves(60);
     moves.set(["sandboxes/ns/stuck"]);
-    await Promise.all([moves.before("agents/ns/x"), moves.before("skills/ns/y")]); // the test would time out otherwise
+    const first = moves.before("agents/ns/x");
+    await new Promise((r) => setTimeout(r, 30));
+    const later = moves.before("skills/ns/y"); // came while the others waited
+    expect(await settled(later)).toBe(false);
+    await first; // the test would time out otherwise
+    // Released with the first, not a full wait after its own start.
+    expect(await settled(later)).toBe(true);
     expect(moves.size).toBe(0);
     expect(await settled(moves.before("agents/ns/z"))).toBe(true);
   });
