@@ -417,7 +417,10 @@ export class MemberSet {
     else this.records.set(name, next);
     this.versions.set(name, lease.metadata.resourceVersion);
     if ((lease.spec?.holderIdentity ?? "") !== "") this.fencedSince.delete(name);
-    else if (!this.fencedSince.has(name)) this.fencedSince.set(name, performance.now());
+    else if (!this.fencedSince.has(name)) {
+      this.fencedSince.set(name, performance.now());
+      this.o.logger.debug({ lease: name }, "a fenced member Lease: the leader deletes it four lease durations from now at the earliest, once nothing carries its owner label");
+    }
     this.evaluate();
   }
 

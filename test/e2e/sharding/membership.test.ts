@@ -3,13 +3,13 @@
 // renewal it had not seen makes the fence fail); a fenced member stops at its next renewal; a
 // member does no work once a renewal is overdue (a stalled process); and a restarted process of
 // the same identity takes a fenced Lease back only once nothing carries its owner label.
-import { pino } from "pino";
+import { pino, type Logger } from "pino";
 import { beforeAll, describe, expect, it } from "vitest";
 import { GROUP, VERSION, kindNames } from "../../../src/api/names.js";
 import { leasesPath, resourcePath, type KubeClient } from "../../../src/runtime/kube-client.js";
 import type { Lease } from "../../../src/runtime/leader-election.js";
 import { OWNER_LABEL, ownerSelector } from "../../../src/sharding/labels.js";
-import { MemberLease, MemberSet } from "../../../src/sharding/membership.js";
+import { MemberLease, MemberSet, type MemberSetOptions } from "../../../src/sharding/membership.js";
 import { clusterFor, poll, proxiedClient, testLogger } from "../runtime/support.js";
 import { adminAndNamespaces } from "./support.js";
 
@@ -24,9 +24,10 @@ beforeAll(() => {
   admin = suite.admin();
 });
 
-function member(ns: string, identity: string, lost: string[] = [], client = admin): MemberLease {
+/** `ownsChecks` counts the times it asked whether objects still carry its owner label. */
+function member(ns: string, identity: string, lost: string[] = [], ownsChecks = { count: 0 }): MemberLease {
   return new MemberLease({
-    client,
+    client: admin,
     namespace: ns,
     name: `m-${identity}`,
     identity,
@@ -34,16 +35,29 @@ function member(ns: string, identity: string, lost: string[] = [], client = admi
     logger: testLogger(),
     ...TIMINGS,
     onLost: (reason) => lost.push(reason),
-    ownsObjects: async (signal) =>
-      (await client.list(resourcePath({ group: GROUP, version: VERSION, plural: kindNames.sandbox.plural, namespace: ns }), { labelSelector: ownerSelector(identity), limit: 1, signal })).items.length > 0,
+    ownsObjects: async (signal) => {
+      ownsChecks.count++;
+      return (await admin.list(sandboxesPath(ns), { labelSelector: ownerSelector(identity), limit: 1, signal })).items.length > 0;
+    },
   });
 }
 
-function memberSet(ns: string, client: KubeClient, seen: string[][], logged: string[] = []): MemberSet {
-  // What it logs, by message: the test of a refused fence reads it.
-  const logger = pino({ level: "info" }, { write: (line: string) => logged.push((JSON.parse(line) as { msg: string }).msg) });
-  return new MemberSet({ client, namespace: ns, ring: RING, logger, leaseDurationMs: TIMINGS.leaseDurationMs, fencing: () => true, onChange: (m) => seen.push(m) });
+/** A logger keeping each message with the performance.now() it was logged at. */
+function recordingLogger(logged: Array<{ msg: string; at: number }>): Logger {
+  return pino({ level: "debug" }, { write: (line: string) => logged.push({ msg: (JSON.parse(line) as { msg: string }).msg, at: performance.now() }) });
 }
+
+function memberSet(ns: string, client: KubeClient, seen: string[][], overrides: Partial<MemberSetOptions> = {}): MemberSet {
+  return new MemberSet({ client, namespace: ns, ring: RING, logger: testLogger(), leaseDurationMs: TIMINGS.leaseDurationMs, fencing: () => true, onChange: (m) => seen.push(m), ...overrides });
+}
+
+/** Writes a member Lease's holder empty on the version read, as the sharder fences it. */
+async function fence(ns: string, identity: string): Promise<void> {
+  const current = await admin.get<Lease>(leasesPath(ns, `m-${identity}`));
+  await admin.patch(leasesPath(ns, `m-${identity}`), { metadata: { resourceVersion: current.metadata.resourceVersion }, spec: { holderIdentity: "" } }, "merge");
+}
+
+const sandboxesPath = (ns: string): string => resourcePath({ group: GROUP, version: VERSION, plural: kindNames.sandbox.plural, namespace: ns });
 
 const holderOf = async (ns: string, identity: string): Promise<string> =>
   (await admin.get<Lease>(leasesPath(ns, `m-${identity}`))).spec?.holderIdentity ?? "";
@@ -53,17 +67,19 @@ const holderOf = async (ns: string, identity: string): Promise<string> =>
  * the Lease as `whileWaiting` checks it, and joins once the Sandbox has moved to "b".
  */
 async function joinsOnceItsShareMoved(ns: string, whileWaiting: () => Promise<void>): Promise<void> {
-  const sandboxes = resourcePath({ group: GROUP, version: VERSION, plural: kindNames.sandbox.plural, namespace: ns });
+  const sandboxes = sandboxesPath(ns);
   await admin.create(sandboxes, {
     apiVersion: `${GROUP}/${VERSION}`,
     kind: "Sandbox",
     metadata: { name: "left-behind", labels: { [OWNER_LABEL]: "a" } },
     spec: { tier: "standard" },
   });
-  const restarted = member(ns, "a");
+  const ownsChecks = { count: 0 };
+  const restarted = member(ns, "a", [], ownsChecks);
   const joined = restarted.start();
   try {
-    await new Promise((r) => setTimeout(r, 3 * TIMINGS.retryPeriodMs));
+    // It looked, found the object, and looked again: it waits rather than joins.
+    await poll(() => ownsChecks.count >= 3, 10_000, "the restarted process looking again");
     expect(restarted.mayWork()).toBe(false);
     await whileWaiting();
 
@@ -86,8 +102,8 @@ describe("shard membership (real API server)", () => {
     // the watch does not.
     const proxied = await proxiedClient(clusterFor(), 2_000);
     const seen: string[][] = [];
-    const logged: string[] = [];
-    const set = memberSet(ns, proxied.client, seen, logged);
+    const logged: Array<{ msg: string; at: number }> = [];
+    const set = memberSet(ns, proxied.client, seen, { logger: recordingLogger(logged) });
     try {
       await set.start();
       await poll(() => set.members().includes("a"), 10_000, "the member seen");
@@ -98,9 +114,13 @@ describe("shard membership (real API server)", () => {
       // the member renews every 400 ms.
       proxied.proxy.freezeAll();
       await new Promise((r) => setTimeout(r, 3 * TIMINGS.leaseDurationMs));
-      expect(seen.filter((m) => !m.includes("a")), "a membership without the live member").toEqual([]);
       // It did try to fence, and the API server refused: the Lease had been renewed since.
-      expect(logged).toContain("an expired member Lease changed since it was seen: renewed, not gone");
+      await poll(
+        () => logged.some((l) => l.msg === "an expired member Lease changed since it was seen: renewed, not gone"),
+        10_000,
+        "the fence refused",
+      );
+      expect(seen.filter((m) => !m.includes("a")), "a membership without the live member").toEqual([]);
       expect(await holderOf(ns, "a")).toBe("a");
       expect(lost).toEqual([]);
       expect(a.mayWork()).toBe(true);
@@ -132,8 +152,7 @@ describe("shard membership (real API server)", () => {
       const lostB: string[] = [];
       const b2 = member(ns, "b2", lostB);
       await b2.start();
-      const current = await admin.get<Lease>(leasesPath(ns, "m-b2"));
-      await admin.patch(leasesPath(ns, "m-b2"), { metadata: { resourceVersion: current.metadata.resourceVersion }, spec: { holderIdentity: "" } }, "merge");
+      await fence(ns, "b2");
       await poll(() => lostB.length > 0, 5_000, "b2 to lose its membership");
       expect(lostB[0]).toMatch(/fenced/);
       expect(b2.mayWork()).toBe(false);
@@ -151,7 +170,7 @@ describe("shard membership (real API server)", () => {
     await a.start();
     await a.stop({ leave: false }); // its Lease runs out
     const seen: string[][] = [];
-    const set = new MemberSet({ client: admin, namespace: ns, ring: RING, logger: testLogger(), leaseDurationMs: TIMINGS.leaseDurationMs, fencing: () => true, self: "a", onChange: (m) => seen.push(m) });
+    const set = memberSet(ns, admin, seen, { self: "a" });
     try {
       await set.start();
       await new Promise((r) => setTimeout(r, TIMINGS.leaseDurationMs + 1_500));
@@ -191,8 +210,7 @@ describe("shard membership (real API server)", () => {
     await a.start();
     await a.stop({ leave: false });
     // The sharder fenced it, and has not moved this Sandbox off it yet.
-    const current = await admin.get<Lease>(leasesPath(ns, "m-a"));
-    await admin.patch(leasesPath(ns, "m-a"), { metadata: { resourceVersion: current.metadata.resourceVersion }, spec: { holderIdentity: "" } }, "merge");
+    await fence(ns, "a");
     await joinsOnceItsShareMoved(ns, async () => expect(await holderOf(ns, "a")).toBe(""));
   });
 
@@ -216,16 +234,8 @@ describe("shard membership (real API server)", () => {
     await Promise.all([a.start(), c.start()]);
     await Promise.all([a.stop({ leave: false }), c.stop({ leave: false })]);
     let inUse = new Set(["m-a"]);
-    const set = new MemberSet({
-      client: admin,
-      namespace: ns,
-      ring: RING,
-      logger: testLogger(),
-      leaseDurationMs: TIMINGS.leaseDurationMs,
-      fencing: () => true,
-      leasesInUse: () => inUse,
-      onChange: () => undefined,
-    });
+    const logged: Array<{ msg: string; at: number }> = [];
+    const set = memberSet(ns, admin, [], { logger: recordingLogger(logged), leasesInUse: () => inUse });
     const exists = (name: string): Promise<boolean> => admin.get(leasesPath(ns, name)).then(
       () => true,
       () => false,
@@ -233,15 +243,17 @@ describe("shard membership (real API server)", () => {
     try {
       await set.start();
       await poll(async () => (await holderOf(ns, "a")) === "" && (await holderOf(ns, "c")) === "", 10_000, "both fenced");
-      const fencedAt = Date.now();
+      await poll(() => logged.filter((l) => l.msg.startsWith("a fenced member Lease")).length === 2, 10_000, "both fences seen");
+      // When the MemberSet saw the fences: the four lease durations count from there.
+      const fencedAt = Math.max(...logged.filter((l) => l.msg.startsWith("a fenced member Lease")).map((l) => l.at));
       // Three lease durations after the fence, neither is deleted, though nothing carries c's label.
       await new Promise((r) => setTimeout(r, 3 * TIMINGS.leaseDurationMs));
       expect(await exists("m-c")).toBe(true);
       expect(await exists("m-a")).toBe(true);
 
       await poll(async () => !(await exists("m-c")), 3 * TIMINGS.leaseDurationMs, "c's fenced Lease deleted");
-      // (fencedAt is taken after the MemberSet saw the fence: a poll's worth of margin.)
-      expect(Date.now() - fencedAt).toBeGreaterThanOrEqual(4 * TIMINGS.leaseDurationMs - 500);
+      // A slow machine only makes this longer.
+      expect(performance.now() - fencedAt).toBeGreaterThanOrEqual(4 * TIMINGS.leaseDurationMs);
       // a's share is still being moved: its Lease stays until nothing carries its label.
       await new Promise((r) => setTimeout(r, 2 * TIMINGS.leaseDurationMs));
       expect(await exists("m-a")).toBe(true);
