@@ -102,6 +102,10 @@ async function ownersOf(admin: KubeClient, namespace: string): Promise<Map<strin
   return out;
 }
 
+/** Waits until the live replicas' shares add up to every object. */
+const allPlacedOnLive = (sharder: Sharder, count: number, description: string): Promise<void> =>
+  poll(() => LIVE.reduce((n, m) => n + (sharder.shares().get(m) ?? 0), 0) === count, 60_000, description);
+
 describe("Sharder (real API server): a gone replica's Sandboxes with a running VM move first", () => {
   const suite = adminAndNamespaces("sharder");
   const namespace = (): Promise<string> => suite.namespace();
@@ -117,7 +121,7 @@ describe("Sharder (real API server): a gone replica's Sandboxes with a running V
     try {
       r.sharder.setMembers(LIVE);
       await r.sharder.start();
-      await poll(() => LIVE.reduce((n, m) => n + (r.sharder.shares().get(m) ?? 0), 0) === all.length, 60_000, "every object moved to a live replica");
+      await allPlacedOnLive(r.sharder, all.length, "every object moved to a live replica");
     } finally {
       await r.close();
     }
@@ -137,7 +141,7 @@ describe("Sharder (real API server): a gone replica's Sandboxes with a running V
       await poll(() => r.moves.filter((m) => m.at === "answered" && running(m.object)).length === EACH, 30_000, "the running Sandboxes moved");
       release();
       await started;
-      await poll(() => LIVE.reduce((n, m) => n + (r.sharder.shares().get(m) ?? 0), 0) === all.length, 60_000, "every object moved to a live replica");
+      await allPlacedOnLive(r.sharder, all.length, "every object moved to a live replica");
     } finally {
       release();
       await r.close();
@@ -152,7 +156,7 @@ describe("Sharder (real API server): a gone replica's Sandboxes with a running V
     try {
       r.sharder.setMembers(LIVE);
       await r.sharder.start();
-      await poll(() => LIVE.reduce((n, m) => n + (r.sharder.shares().get(m) ?? 0), 0) === all.length, 60_000, "every object placed");
+      await allPlacedOnLive(r.sharder, all.length, "every object placed");
       // The watch may show a label before its PATCH is answered: wait for the answers too.
       await poll(() => r.moves.filter((m) => m.at === "answered").length === all.length, 30_000, "every placement answered");
       // The member to lose: one whose share holds a running Sandbox and something else.

@@ -23,6 +23,9 @@ const t = useStack("write-gate", {
   },
 });
 
+/** A Sandbox of the replica's share. */
+const applySandbox = (name: string): Promise<string> =>
+  apply(`apiVersion: agentcompute.dev/v1alpha1\nkind: Sandbox\nmetadata: {name: ${name}, labels: {${OWNER_LABEL}: ${OWNER}}}\nspec: {tier: standard, ttlSeconds: 600}`, t.namespace);
 const sandbox = (name: string) => getResource(t.stack.kube, "sandboxes", t.namespace, name);
 /** The reasons of the Events recorded for `name`, once the operator's pending Event writes are done. */
 async function eventsOf(name: string): Promise<string[]> {
@@ -35,10 +38,8 @@ const serviceWrites = () => t.stack.emulator.requests.filter((r) => r.method !==
 describe("sharded mode: the membership's write gate", () => {
   it("while closed, nothing is written for the replica's share (its service objects, finalizers, status); the Connection is still reported on", async () => {
     open = false;
-    await apply(
-      `apiVersion: agentcompute.dev/v1alpha1\nkind: Sandbox\nmetadata: {name: gated, labels: {${OWNER_LABEL}: ${OWNER}}}\nspec: {tier: standard, ttlSeconds: 600}`,
-      t.namespace,
-    );
+    t.stack.emulator.clearRequests();
+    await applySandbox("gated");
     // The Connection controller's own writes are not gated.
     await waitForReady(t.stack, "connections", "default");
     // The Sandbox was reconciled, and each attempt stopped at its first write.
@@ -59,17 +60,13 @@ describe("sharded mode: the membership's write gate", () => {
 
   it("a reconcile already running when the gate closes sends none of its remaining writes", async () => {
     open = true;
-    // The allocation is held by the service for 3 s; the gate closes meanwhile (a replica
-    // stopped mid-reconcile, its share handed over while it slept).
-    t.stack.emulator.injectFault({ method: "POST", path: "/compute/v1/vms/allocate", action: { delayMs: 3_000 } });
+    // The service makes the VM and then holds its answer 6 s; the gate closes meanwhile (a
+    // replica stopped mid-reconcile, its share handed over while it slept).
+    t.stack.emulator.injectFault({ method: "POST", path: "/compute/v1/vms/allocate", action: { delayMs: 6_000 } });
     t.stack.emulator.clearRequests();
-    await apply(
-      `apiVersion: agentcompute.dev/v1alpha1\nkind: Sandbox\nmetadata: {name: midway, labels: {${OWNER_LABEL}: ${OWNER}}}\nspec: {tier: standard, ttlSeconds: 600}`,
-      t.namespace,
-    );
-    // The finalizer is written just before the allocation is sent; the service holds it 3 s.
-    await waitFor(async () => ((await sandbox("midway")).metadata.finalizers ?? []).length > 0, { timeoutMs: 30_000, description: "the finalizer" });
-    await new Promise((r) => setTimeout(r, 1_000));
+    const vmsBefore = t.stack.emulator.state.vms.size;
+    await applySandbox("midway");
+    await waitFor(() => t.stack.emulator.state.vms.size > vmsBefore, { timeoutMs: 30_000, intervalMs: 20, description: "the allocation made, its answer held" });
     const closedAt = Date.now();
     open = false;
     await waitFor(() => t.stack.logs.some((l) => l.includes("shard membership is not current") && l.includes("midway")), {
@@ -94,10 +91,7 @@ describe("sharded mode: the membership's write gate", () => {
 
   it("a deleted run's running step is still stopped while the gate is closed (nobody else works on a run that is gone)", async () => {
     open = true;
-    await apply(
-      `apiVersion: agentcompute.dev/v1alpha1\nkind: Sandbox\nmetadata: {name: runner, labels: {${OWNER_LABEL}: ${OWNER}}}\nspec: {tier: standard, ttlSeconds: 600}`,
-      t.namespace,
-    );
+    await applySandbox("runner");
     await waitForReady(t.stack, "sandboxes", "runner", { timeoutMs: 60_000 });
     await apply(
       `apiVersion: agentcompute.dev/v1alpha1\nkind: SandboxRun\nmetadata: {name: deleted-run, labels: {${OWNER_LABEL}: ${OWNER}}}\nspec:\n  sandboxRef: {name: runner}\n  steps:\n    - {name: forever, command: 'sleep 300'}`,
