@@ -60,18 +60,30 @@ export interface Placeable {
  * priority lane: the objects of an owner that is gone first (nobody works on them until they
  * move, while a cold start may have thousands of new objects waiting to be placed), and among
  * them those with a running VM (a VM's renewals stop until it moves; one not allocated yet
- * can wait), then everything else, in the given order.
+ * can wait), then everything else, in the given order. A running VM with no owner at all (let
+ * go by its owner for a move, or made before sharding was turned on) is as urgent as one whose
+ * owner is gone: nobody renews it either.
  */
 export function placementOrder<T extends Placeable>(objects: Iterable<T>, live: ReadonlySet<string>): Array<{ obj: T; priority: boolean }> {
   const running: T[] = [];
   const orphaned: T[] = [];
   const rest: T[] = [];
   for (const obj of objects) {
-    const owner = obj.labels?.[OWNER_LABEL];
-    if (owner === undefined || live.has(owner)) rest.push(obj);
-    else (obj.running ? running : orphaned).push(obj);
+    if (unrenewed(obj, live)) running.push(obj);
+    else if (ownerGone(obj.labels, live)) orphaned.push(obj);
+    else rest.push(obj);
   }
   return [...running.map((obj) => ({ obj, priority: true })), ...orphaned.map((obj) => ({ obj, priority: true })), ...rest.map((obj) => ({ obj, priority: false }))];
+}
+
+function ownerGone(labels: Placeable["labels"], live: ReadonlySet<string>): boolean {
+  const owner = labels?.[OWNER_LABEL] ?? "";
+  return owner !== "" && !live.has(owner);
+}
+
+/** A running VM whose renewals wait for a move: its object has no owner, or a gone one. */
+export function unrenewed(obj: Placeable, live: ReadonlySet<string>): boolean {
+  return obj.running && ((obj.labels?.[OWNER_LABEL] ?? "") === "" || ownerGone(obj.labels, live));
 }
 
 /** The owner's acknowledgement of a drain: both labels removed, on the version it saw. */

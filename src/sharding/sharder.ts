@@ -11,7 +11,7 @@ import { Controller, type Request, type Result } from "../runtime/controller.js"
 import { Informer } from "../runtime/informer.js";
 import { isConflict, isNotFound, resourcePath, type KubeClient, type KubeObject } from "../runtime/kube-client.js";
 import type { Metrics } from "../runtime/metrics.js";
-import { decide, patchFor, placementOrder } from "./assignment.js";
+import { decide, patchFor, placementOrder, unrenewed, type Placeable } from "./assignment.js";
 import { OWNER_LABEL } from "./labels.js";
 import { Ring, objectKey } from "./ring.js";
 import { UrgentMoves } from "./urgent.js";
@@ -84,6 +84,9 @@ interface Part {
 /** The kind whose objects have running VMs (a Sandbox's, renewed by its owner only). */
 const hasRunningVMs = (kind: ShardedKind): boolean => kind.plural === kindNames.sandbox.plural;
 
+/** What placement order needs of an object. A run's VM lives as long as the run may: only a Sandbox's waits for renewals. */
+const placeable = (kind: ShardedKind, o: ShardedObject): Placeable => ({ labels: o.metadata.labels, running: hasRunningVMs(kind) && o.status?.vmId !== undefined });
+
 export class Sharder {
   private readonly log: Logger;
   private readonly parts: Part[] = [];
@@ -114,13 +117,16 @@ export class Sharder {
         concurrency: o.concurrency ?? 16,
         logger: o.logger,
         metrics: o.metrics,
-        reconciler: { reconcile: (req) => this.place(kind, informer, req) },
+        reconciler: { reconcile: (req, ctx) => this.place(kind, informer, req, ctx.priority) },
       });
       // New objects, and label changes (an owner's acknowledgement); status writes are not news.
-      controller.watch(informer, undefined, {
-        filter: (obj, old, event) =>
-          event === "add" || (event === "update" && JSON.stringify(obj.metadata.labels ?? {}) !== JSON.stringify(old?.metadata.labels ?? {})),
-      });
+      // A Sandbox its owner let go with a running VM goes on the priority lane: its renewals
+      // wait for the next owner, while a cold start may queue thousands of placements.
+      const news = (obj: ShardedObject, old: ShardedObject | undefined, event: string | undefined): boolean =>
+        event === "add" || (event === "update" && JSON.stringify(obj.metadata.labels ?? {}) !== JSON.stringify(old?.metadata.labels ?? {}));
+      const urgent = (obj: ShardedObject): boolean => unrenewed(placeable(kind, obj), this.live);
+      controller.watch(informer, undefined, { filter: (obj, old, event) => news(obj, old, event) && !urgent(obj) });
+      controller.watch(informer, undefined, { filter: (obj, old, event) => news(obj, old, event) && urgent(obj), priority: true });
       informer.on("delete", (obj) => o.onDeleted?.(kind, obj));
       this.parts.push({ kind, informer, controller });
     }
@@ -231,12 +237,7 @@ export class Sharder {
   private enqueue(parts: readonly Part[]): void {
     const urgent: string[] = [];
     const queues = parts.map(({ kind, informer, controller }) => {
-      const objects = informer.list().map((o) => ({
-        request: { namespace: o.metadata.namespace ?? "", name: o.metadata.name ?? "" },
-        labels: o.metadata.labels,
-        // A run's VM lives as long as the run may: only a Sandbox's waits for renewals.
-        running: hasRunningVMs(kind) && o.status?.vmId !== undefined,
-      }));
+      const objects = informer.list().map((o) => ({ request: { namespace: o.metadata.namespace ?? "", name: o.metadata.name ?? "" }, ...placeable(kind, o) }));
       const order = placementOrder(objects, this.live);
       for (const { obj, priority } of order) if (priority && obj.running) urgent.push(objectKey(kind.plural, obj.request.namespace, obj.request.name));
       return { controller, order };
@@ -250,11 +251,16 @@ export class Sharder {
     for (const { controller, order } of queues) for (const { obj, priority } of order) controller.enqueue(obj.request, { priority });
   }
 
-  private async place(kind: ShardedKind, informer: Informer<ShardedObject>, req: Request): Promise<Result | void> {
+  private async place(kind: ShardedKind, informer: Informer<ShardedObject>, req: Request, priority: boolean): Promise<Result | void> {
     const key = objectKey(kind.plural, req.namespace, req.name);
-    const epoch = await this.urgent.before(key);
+    const obj = informer.get(req.namespace, req.name);
+    // A running VM nobody renews (let go for a move, its owner gone) does not wait for the
+    // urgent moves: it is one of them, whether or not it was counted when they were set.
+    const epoch = await this.urgent.before(key, obj !== undefined && unrenewed(placeable(kind, obj), this.live));
     try {
-      return await this.placeNow(kind, informer, req);
+      const result = await this.placeNow(kind, informer, req);
+      // Changed meanwhile: decided again on the newer object, in the lane it came in.
+      return result === "changed" ? { requeue: true, priority } : undefined;
     } finally {
       this.urgent.done(key, epoch);
       if (this.urgentSince !== undefined && this.urgent.size === 0) {
@@ -264,7 +270,7 @@ export class Sharder {
     }
   }
 
-  private async placeNow(kind: ShardedKind, informer: Informer<ShardedObject>, req: Request): Promise<Result | void> {
+  private async placeNow(kind: ShardedKind, informer: Informer<ShardedObject>, req: Request): Promise<"changed" | void> {
     // Leadership lost (stop released the moves waiting behind the urgent ones): a move decided
     // on this replica's view now would be a non-leader's.
     if (this.stopped) return;
@@ -280,8 +286,8 @@ export class Sharder {
       this.log.debug({ kind: kind.kind, namespace: req.namespace, name: req.name, ...decision }, "shard placement");
     } catch (err) {
       if (isNotFound(err)) return;
-      // Changed meanwhile (acknowledged, or written by its owner): decide again on the newer object.
-      if (isConflict(err)) return { requeue: true };
+      // Changed meanwhile (acknowledged, or written by its owner).
+      if (isConflict(err)) return "changed";
       this.log.warn({ err: errorMessage(err), kind: kind.kind, namespace: req.namespace, name: req.name }, "shard placement failed");
       throw err;
     }

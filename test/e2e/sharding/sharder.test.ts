@@ -8,7 +8,9 @@ import { GROUP, VERSION, kindNames } from "../../../src/api/names.js";
 import { resourcePath, type KubeClient, type KubeObject } from "../../../src/runtime/kube-client.js";
 import { Metrics } from "../../../src/runtime/metrics.js";
 import { SHARDED_CONTROLLERS } from "../../../src/sharding/index.js";
+import { releasePatch } from "../../../src/sharding/assignment.js";
 import { OWNER_LABEL } from "../../../src/sharding/labels.js";
+import { Ring, objectKey } from "../../../src/sharding/ring.js";
 import { Sharder } from "../../../src/sharding/sharder.js";
 import { clientFor, poll, testLogger } from "../runtime/support.js";
 import { adminAndNamespaces } from "./support.js";
@@ -37,12 +39,19 @@ function objects(namespace: string, owner?: string): Array<{ plural: string; bod
 
 type Move = { at: "sent" | "answered"; object: string };
 
+/** PATCHes of the objects `of` picks wait until `until` resolves; `held` counts them. */
+interface HeldPatches {
+  of: (object: string) => boolean;
+  until: Promise<void>;
+  held: number;
+}
+
 /**
  * A Sharder over `namespace` whose PATCHes are recorded as they are sent and as they are
  * answered. With `holdLists`, the LISTs of every kind but the Sandboxes are answered only once
  * it resolves.
  */
-function recordingSharder(namespace: string, holdLists?: Promise<void>): { sharder: Sharder; moves: Move[]; close(): Promise<void> } {
+function recordingSharder(namespace: string, holdLists?: Promise<void>, holdPatches?: HeldPatches): { sharder: Sharder; moves: Move[]; close(): Promise<void> } {
   const client = clientFor();
   const moves: Move[] = [];
   if (holdLists !== undefined) {
@@ -55,6 +64,10 @@ function recordingSharder(namespace: string, holdLists?: Promise<void>): { shard
   const patch = client.patch.bind(client) as (p: string, b: unknown, t: "merge", o: { discardResult: true }) => Promise<void>;
   client.patch = (async (p: string, body: unknown, type: "merge", opts: { discardResult: true }) => {
     const object = p.split("/").slice(-2).join("/"); // plural/name
+    if (holdPatches?.of(object)) {
+      holdPatches.held++;
+      await holdPatches.until;
+    }
     moves.push({ at: "sent", object });
     await patch(p, body, type, opts);
     moves.push({ at: "answered", object });
@@ -173,4 +186,37 @@ describe("Sharder (real API server): a gone replica's Sandboxes with a running V
       await r.close();
     }
   }, 180_000);
+
+  it("places a Sandbox its owner let go of with a running VM (a drain acknowledged) ahead of a backlog of placements", async () => {
+    const ns = await namespace();
+    // First in the list, and owned by the replica the ring picks: nothing to do for it at the start.
+    const released = "a-released";
+    const owner = new Ring(LIVE).owner(objectKey(kindNames.sandbox.plural, ns, released));
+    const sandboxes = path(kindNames.sandbox.plural, ns);
+    const sandbox = (name: string, labels?: Record<string, string>) => ({ apiVersion: `${GROUP}/${VERSION}`, kind: "Sandbox", metadata: { name, labels }, spec: { tier: "standard" } });
+    await admin.create(sandboxes, sandbox(released, { [OWNER_LABEL]: owner! }), { discardResult: true });
+    await admin.patch(path(kindNames.sandbox.plural, ns, released, "status"), { status: { vmId: "vm-released", state: "running" } }, "merge", { discardResult: true });
+    // New Sandboxes to place: more than the sharder's workers, whose PATCHes are held.
+    const backlog = 40;
+    for (let i = 0; i < backlog; i++) await admin.create(sandboxes, sandbox(`sbx-backlog-${i}`), { discardResult: true });
+    let unhold: () => void = () => undefined;
+    const held: HeldPatches = { of: (o) => o.includes("/sbx-backlog-"), until: new Promise<void>((resolve) => (unhold = resolve)), held: 0 };
+    const r = recordingSharder(ns, undefined, held);
+    try {
+      r.sharder.setMembers(LIVE);
+      await r.sharder.start();
+      await poll(() => held.held === 16, 30_000, "every worker on a held placement");
+      // The owner lets it go (as after a drain), its VM running: nobody renews it until it is placed.
+      await admin.patch(`${sandboxes}/${released}`, releasePatch(undefined), "merge", { discardResult: true });
+      await poll(() => (r.sharder.shares().get(owner!) ?? 0) === 0, 30_000, "the release seen by the sharder");
+      unhold();
+      await poll(() => r.moves.filter((m) => m.at === "answered").length === backlog + 1, 60_000, "every placement answered");
+    } finally {
+      unhold();
+      await r.close();
+    }
+    const sent = r.moves.filter((m) => m.at === "sent").map((m) => m.object);
+    // Only the placements the workers held were sent before it, not the other 24 queued before it.
+    expect(sent.indexOf(`${kindNames.sandbox.plural}/${released}`), JSON.stringify(sent)).toBeLessThanOrEqual(16);
+  });
 });

@@ -65,6 +65,16 @@ describe("placementOrder", () => {
     ]);
   });
 
+  it("puts a running VM with no owner (let go by its owner for a move, or made before sharding was on) with the gone owners' running ones", () => {
+    const order = placementOrder([obj("new", undefined), obj("orphan", "gone"), obj("released", undefined, true), obj("vm-1", "gone", true)], live);
+    expect(order.map((o) => [o.obj.name, o.priority])).toEqual([
+      ["released", true],
+      ["vm-1", true],
+      ["orphan", true],
+      ["new", false],
+    ]);
+  });
+
   it("has no priority lane while every owner is live", () => {
     expect(placementOrder([obj("x", "a", true), obj("y", "b")], live).every((o) => !o.priority)).toBe(true);
   });

@@ -59,6 +59,13 @@ describe("UrgentMoves", () => {
     expect(await settled(agent)).toBe(true);
   });
 
+  it("lets a move urgent by itself go at once (a running VM let go after the urgent set was made)", async () => {
+    const moves = new UrgentMoves(60_000);
+    moves.set(["sandboxes/ns/a"]);
+    expect(await settled(moves.before("sandboxes/ns/released", true))).toBe(true);
+    expect(await settled(moves.before("agents/ns/x"))).toBe(false);
+  });
+
   it("lets every other move go at one deadline when an urgent move is never done", async () => {
     const moves = new UrgentMoves(60);
     moves.set(["sandboxes/ns/stuck"]);
