@@ -71,6 +71,41 @@ export class MembershipLapsed extends Error {
   }
 }
 
+/** A moment on both clocks. */
+interface Instant {
+  mono: number;
+  wall: number;
+}
+const instant = (): Instant => ({ mono: performance.now(), wall: Date.now() });
+
+/**
+ * Until when a write of the member Lease lets this replica work, on two clocks. The monotonic
+ * one is immune to steps of the wall clock, but does not advance while the machine is
+ * suspended, nor (on some hypervisors) while a VM is paused; the wall clock does. Whichever
+ * says the time ran out first wins: a step forward of the wall clock only makes the replica
+ * wait for its next renewal.
+ */
+class Validity {
+  private until: Instant = { mono: -Infinity, wall: -Infinity };
+
+  /** A write sent at `sent` succeeded. */
+  renewed(sent: Instant, forMs: number): void {
+    this.until = { mono: sent.mono + forMs, wall: sent.wall + forMs };
+  }
+
+  end(): void {
+    this.until = { mono: -Infinity, wall: -Infinity };
+  }
+
+  remainingMs(at: Instant = instant()): number {
+    return Math.min(this.until.mono - at.mono, this.until.wall - at.wall);
+  }
+
+  valid(): boolean {
+    return this.remainingMs() > 0;
+  }
+}
+
 /** This replica's own Lease: created on start, renewed every retry period, deleted on stop. */
 export class MemberLease {
   private readonly t: MembershipTimings;
@@ -80,8 +115,8 @@ export class MemberLease {
   private lost = false;
   /** The resourceVersion of this replica's last write of the Lease: renewals are made on it. */
   private version: string | undefined;
-  /** performance.now() until which this replica may work: a successful write's sending + the renew deadline. */
-  private validUntil = -Infinity;
+  /** Until when this replica may work: a successful write's sending + the renew deadline. */
+  private readonly validity = new Validity();
 
   constructor(private readonly o: MemberLeaseOptions) {
     this.t = {
@@ -122,7 +157,7 @@ export class MemberLease {
    * renewal has been tried).
    */
   mayWork(): boolean {
-    return !this.lost && performance.now() < this.validUntil;
+    return !this.lost && this.validity.valid();
   }
 
   /**
@@ -132,7 +167,7 @@ export class MemberLease {
    */
   async stop(opts: { leave?: boolean } = {}): Promise<void> {
     this.abort.abort(new Error("member lease stopping"));
-    this.validUntil = -Infinity;
+    this.validity.end();
     await this.loop;
     if (this.lost) return;
     // Never taken (a fenced identity still waiting): not this process's to delete.
@@ -195,20 +230,20 @@ export class MemberLease {
     // process before died moments ago) is taken over on the version read: if the sharder fences
     // it meanwhile, one of the two writes fails.
     if ((current?.spec?.holderIdentity ?? "") !== this.o.identity && (await this.o.ownsObjects?.(signal))) throw new ShareStillMoving();
-    const sentAt = performance.now();
+    const sent = instant();
     const written =
       current === undefined
         ? await this.o.client.create<Lease>(leasesPath(this.o.namespace), this.lease(Date.now()), { signal })
         : await this.o.client.replace<Lease>(path, this.lease(Date.now(), current), { signal });
     this.version = written.metadata.resourceVersion;
-    this.validUntil = sentAt + this.t.renewDeadlineMs;
+    this.validity.renewed(sent, this.t.renewDeadlineMs);
   }
 
   private async renewLoop(): Promise<void> {
     while (await this.wait(this.t.retryPeriodMs)) {
-      const sentAt = performance.now();
+      const sent = instant();
       // Whole milliseconds (AbortSignal.timeout throws on a fraction), rounded down: never past the deadline.
-      const budgetMs = Math.max(1, Math.floor(Math.min(this.t.retryPeriodMs * 2, this.validUntil - sentAt)));
+      const budgetMs = Math.max(1, Math.floor(Math.min(this.t.retryPeriodMs * 2, this.validity.remainingMs(sent))));
       const signal = AbortSignal.any([this.abort.signal, AbortSignal.timeout(budgetMs)]);
       try {
         // On the version this replica wrote last: a fenced Lease is not renewed, it is lost.
@@ -222,9 +257,9 @@ export class MemberLease {
         if (this.abort.signal.aborted) return;
         // Answered just past the deadline (the abort timer late on a busy event loop): what was
         // set aside meanwhile is looked at again, or it would wait for a resync.
-        const wasLapsed = performance.now() >= this.validUntil;
+        const wasLapsed = !this.validity.valid();
         this.version = renewed.metadata.resourceVersion;
-        this.validUntil = sentAt + this.t.renewDeadlineMs;
+        this.validity.renewed(sent, this.t.renewDeadlineMs);
         if (wasLapsed) {
           this.log.info("the member Lease was renewed just past the renew deadline: working again");
           this.o.onJoined?.();
@@ -241,7 +276,7 @@ export class MemberLease {
         }
         if (!isConflict(err)) this.log.warn({ err: errorMessage(err) }, "error renewing the member Lease");
       }
-      if (performance.now() >= this.validUntil) return this.lose(`the member Lease was not renewed for ${this.t.renewDeadlineMs} ms`);
+      if (!this.validity.valid()) return this.lose(`the member Lease was not renewed for ${this.t.renewDeadlineMs} ms`);
     }
   }
 

@@ -105,3 +105,27 @@ describe("MemberLease: a renewal answered past the renew deadline", () => {
     }
   });
 });
+
+describe("MemberLease: a machine that was suspended", () => {
+  it("stops working when the wall clock says the renew deadline passed, though the monotonic clock did not advance", async () => {
+    const notFound = new KubeApiError({ status: 404, reason: "NotFound", message: "not found", method: "GET", path: "/lease" });
+    const client = {
+      get: () => Promise.reject(notFound),
+      create: () => Promise.resolve({ metadata: { resourceVersion: "1" } }),
+      patch: () => Promise.resolve({ metadata: { resourceVersion: "2" } }),
+    } as unknown as KubeClient;
+    const member = new MemberLease({ client, namespace: "ns", name: "m-a", identity: "a", ring: "ring", logger: silentLogger(), onLost: () => undefined });
+    await member.start();
+    // Only Date is faked: performance.now() goes on as if the machine never slept.
+    vi.useFakeTimers({ toFake: ["Date"] });
+    try {
+      expect(member.mayWork()).toBe(true);
+      // Suspended for the renew deadline (10 s by default): CLOCK_MONOTONIC stood still.
+      vi.setSystemTime(Date.now() + 10_001);
+      expect(member.mayWork()).toBe(false);
+    } finally {
+      vi.useRealTimers();
+      await member.stop({ leave: false });
+    }
+  });
+});
