@@ -199,24 +199,29 @@ describe("scrubSecrets", () => {
   });
 });
 
-describe("EventRecorder: similar events of many objects", () => {
-  const agent = (i: number): KubeObject => ({
-    apiVersion: "agentcompute.dev/v1alpha1",
-    kind: "Agent",
-    metadata: { name: `ag-${i}`, namespace: "team-a", uid: `u-${i}` },
-  });
+const agent = (i: number): KubeObject => ({
+  apiVersion: "agentcompute.dev/v1alpha1",
+  kind: "Agent",
+  metadata: { name: `ag-${i}`, namespace: "team-a", uid: `u-${i}` },
+});
 
+/** A recorder folding similar "Created" events after `aggregateAfter`, with no rate limit to speak of. */
+function aggregating(client: RecordingClient, aggregateAfter: number): EventRecorder {
+  return new EventRecorder({
+    client: client as unknown as KubeClient,
+    logger: silentLogger(),
+    reportingInstance: "host_abcd",
+    aggregateReasons: ["Created"],
+    aggregateAfter,
+    qps: 1000,
+    burst: 1000,
+  });
+}
+
+describe("EventRecorder: similar events of many objects", () => {
   it("writes the first ones for their objects and folds the rest into one Event on the namespace", async () => {
     const client = new RecordingClient();
-    const rec = new EventRecorder({
-      client: client as unknown as KubeClient,
-      logger: silentLogger(),
-      reportingInstance: "host_abcd",
-      aggregateReasons: ["Created"],
-      aggregateAfter: 3,
-      qps: 1000,
-      burst: 1000,
-    });
+    const rec = aggregating(client, 3);
     for (let i = 0; i < 50; i++) rec.normal(agent(i), "Created", `created agent ${i}`);
     rec.warning(agent(40), "ServiceRejected", "refused"); // warnings are never folded
     await rec.flush();
@@ -241,12 +246,6 @@ describe("EventRecorder: similar events of many objects", () => {
 });
 
 describe("eventsWhile", () => {
-  const agent = (i: number): KubeObject => ({
-    apiVersion: "agentcompute.dev/v1alpha1",
-    kind: "Agent",
-    metadata: { name: `ag-${i}`, namespace: "team-a", uid: `u-${i}` },
-  });
-
   it("records nothing while closed, and drops what it recorded while open once closed before the write", async () => {
     const client = new RecordingClient();
     // One write at once, then one per 100 ms: the others wait for the rate limit.
@@ -269,15 +268,7 @@ describe("eventsWhile", () => {
 
   it("drops a combined Event waiting for its flush once closed", async () => {
     const client = new RecordingClient();
-    const rec = new EventRecorder({
-      client: client as unknown as KubeClient,
-      logger: silentLogger(),
-      reportingInstance: "h",
-      aggregateReasons: ["Created"],
-      aggregateAfter: 1,
-      qps: 1000,
-      burst: 1000,
-    });
+    const rec = aggregating(client, 1);
     let open = true;
     const events = eventsWhile(rec, () => open);
     for (let i = 0; i < 5; i++) events.normal(agent(i), "Created", "created");
