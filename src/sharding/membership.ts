@@ -81,9 +81,10 @@ const instant = (): Instant => ({ mono: performance.now(), wall: Date.now() });
 /**
  * Until when a write of the member Lease lets this replica work, on two clocks. The monotonic
  * one is immune to steps of the wall clock, but does not advance while the machine is
- * suspended, nor (on some hypervisors) while a VM is paused; the wall clock does. Whichever
- * says the time ran out first wins: a step forward of the wall clock only makes the replica
- * wait for its next renewal.
+ * suspended, nor (on some hypervisors) while a VM is paused; the wall clock does. Work stops
+ * when either says the time ran out. The renewals' own deadline is the monotonic one alone: a
+ * step forward of the wall clock only makes the replica wait for its next renewal, it does not
+ * end the membership (a replica fenced while it slept learns it from that renewal's 409).
  */
 class Validity {
   private until: Instant = { mono: -Infinity, wall: -Infinity };
@@ -97,12 +98,15 @@ class Validity {
     this.until = { mono: -Infinity, wall: -Infinity };
   }
 
-  remainingMs(at: Instant = instant()): number {
-    return Math.min(this.until.mono - at.mono, this.until.wall - at.wall);
+  /** Whether this replica may work: neither clock says the time ran out. */
+  mayWork(): boolean {
+    const at = instant();
+    return this.until.mono > at.mono && this.until.wall > at.wall;
   }
 
-  valid(): boolean {
-    return this.remainingMs() > 0;
+  /** What is left for the renewals, on the monotonic clock. */
+  renewalMs(at: number = performance.now()): number {
+    return this.until.mono - at;
   }
 }
 
@@ -157,7 +161,7 @@ export class MemberLease {
    * renewal has been tried).
    */
   mayWork(): boolean {
-    return !this.lost && this.validity.valid();
+    return !this.lost && this.validity.mayWork();
   }
 
   /**
@@ -243,7 +247,7 @@ export class MemberLease {
     while (await this.wait(this.t.retryPeriodMs)) {
       const sent = instant();
       // Whole milliseconds (AbortSignal.timeout throws on a fraction), rounded down: never past the deadline.
-      const budgetMs = Math.max(1, Math.floor(Math.min(this.t.retryPeriodMs * 2, this.validity.remainingMs(sent))));
+      const budgetMs = Math.max(1, Math.floor(Math.min(this.t.retryPeriodMs * 2, this.validity.renewalMs(sent.mono))));
       const signal = AbortSignal.any([this.abort.signal, AbortSignal.timeout(budgetMs)]);
       try {
         // On the version this replica wrote last: a fenced Lease is not renewed, it is lost.
@@ -255,13 +259,14 @@ export class MemberLease {
         );
         // Stopping: the membership is over, whatever the answer.
         if (this.abort.signal.aborted) return;
-        // Answered just past the deadline (the abort timer late on a busy event loop): what was
-        // set aside meanwhile is looked at again, or it would wait for a resync.
-        const wasLapsed = !this.validity.valid();
+        // Answered just past the deadline (the abort timer late on a busy event loop), or after
+        // the wall clock said the time ran out (a suspended machine, a clock step): what was set
+        // aside meanwhile is looked at again, or it would wait for a resync.
+        const wasLapsed = !this.validity.mayWork();
         this.version = renewed.metadata.resourceVersion;
         this.validity.renewed(sent, this.t.renewDeadlineMs);
         if (wasLapsed) {
-          this.log.info("the member Lease was renewed just past the renew deadline: working again");
+          this.log.info("the member Lease was renewed after this replica had stopped working (past the renew deadline): working again");
           this.o.onJoined?.();
         }
         continue;
@@ -276,7 +281,7 @@ export class MemberLease {
         }
         if (!isConflict(err)) this.log.warn({ err: errorMessage(err) }, "error renewing the member Lease");
       }
-      if (!this.validity.valid()) return this.lose(`the member Lease was not renewed for ${this.t.renewDeadlineMs} ms`);
+      if (this.validity.renewalMs() <= 0) return this.lose(`the member Lease was not renewed for ${this.t.renewDeadlineMs} ms`);
     }
   }
 
