@@ -127,6 +127,11 @@ export class Sharder {
       const urgent = (obj: ShardedObject): boolean => unrenewed(placeable(kind, obj), this.live);
       controller.watch(informer, undefined, { filter: (obj, old, event) => news(obj, old, event) && !urgent(obj) });
       controller.watch(informer, undefined, { filter: (obj, old, event) => news(obj, old, event) && urgent(obj), priority: true });
+      // Its move may be waiting behind the urgent set already (queued by a membership change
+      // while its owner was still live): it goes now.
+      informer.on("update", (obj) => {
+        if (urgent(obj)) this.urgent.wake();
+      });
       informer.on("delete", (obj) => o.onDeleted?.(kind, obj));
       this.parts.push({ kind, informer, controller });
     }
@@ -253,10 +258,12 @@ export class Sharder {
 
   private async place(kind: ShardedKind, informer: Informer<ShardedObject>, req: Request, priority: boolean): Promise<Result | void> {
     const key = objectKey(kind.plural, req.namespace, req.name);
-    const obj = informer.get(req.namespace, req.name);
     // A running VM nobody renews (let go for a move, its owner gone) does not wait for the
     // urgent moves: it is one of them, whether or not it was counted when they were set.
-    const epoch = await this.urgent.before(key, obj !== undefined && unrenewed(placeable(kind, obj), this.live));
+    const epoch = await this.urgent.before(key, () => {
+      const obj = informer.get(req.namespace, req.name);
+      return obj !== undefined && unrenewed(placeable(kind, obj), this.live);
+    });
     try {
       const result = await this.placeNow(kind, informer, req);
       // Changed meanwhile: decided again on the newer object, in the lane it came in.

@@ -46,14 +46,20 @@ export class UrgentMoves {
   }
 
   /**
-   * Resolves when `key` may be placed: at once if it is urgent (in the set, or `urgent`) or
-   * nothing is, else when no urgent move is left; with the epoch to hand to done().
+   * Resolves when `key` may be placed: at once if it is urgent (in the set, or by `urgent()`,
+   * asked again at every wake) or nothing is, else when no urgent move is left; with the epoch
+   * to hand to done().
    */
-  async before(key: string, urgent = false): Promise<number> {
-    while (!urgent && this.pending.size > 0 && !this.pending.has(key)) {
+  async before(key: string, urgent: () => boolean = () => false): Promise<number> {
+    while (this.pending.size > 0 && !this.pending.has(key) && !urgent()) {
       await new Promise<void>((resolve) => this.waiters.push(resolve));
     }
     return this.epoch;
+  }
+
+  /** Every waiter asks again: a move it waits with has become urgent by itself. */
+  wake(): void {
+    this.release();
   }
 
   get size(): number {

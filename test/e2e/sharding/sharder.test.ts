@@ -5,7 +5,7 @@
 // the order of the moves' PATCHes as the API server answered them.
 import { beforeAll, describe, expect, it } from "vitest";
 import { GROUP, VERSION, kindNames } from "../../../src/api/names.js";
-import { resourcePath, type KubeClient, type KubeObject } from "../../../src/runtime/kube-client.js";
+import { KubeApiError, resourcePath, type KubeClient, type KubeObject } from "../../../src/runtime/kube-client.js";
 import { Metrics } from "../../../src/runtime/metrics.js";
 import { SHARDED_CONTROLLERS } from "../../../src/sharding/index.js";
 import { releasePatch } from "../../../src/sharding/assignment.js";
@@ -39,11 +39,26 @@ function objects(namespace: string, owner?: string): Array<{ plural: string; bod
 
 type Move = { at: "sent" | "answered"; object: string };
 
-/** PATCHes of the objects `of` picks wait until `until` resolves; `held` counts them. */
-interface HeldPatches {
-  of: (object: string) => boolean;
-  until: Promise<void>;
-  held: number;
+/** Holds the PATCHes of the objects `of` picks until let go, one at a time or all. */
+class PatchHold {
+  /** How many PATCHes were held so far. */
+  count = 0;
+  private readonly waiting: Array<() => void> = [];
+  private open = false;
+  constructor(readonly of: (object: string) => boolean) {}
+  async hold(): Promise<void> {
+    if (this.open) return;
+    this.count++;
+    await new Promise<void>((resolve) => this.waiting.push(resolve));
+  }
+  /** The PATCH held longest goes. */
+  releaseOne(): void {
+    this.waiting.shift()?.();
+  }
+  releaseAll(): void {
+    this.open = true;
+    for (const go of this.waiting.splice(0)) go();
+  }
 }
 
 /**
@@ -51,7 +66,13 @@ interface HeldPatches {
  * answered. With `holdLists`, the LISTs of every kind but the Sandboxes are answered only once
  * it resolves.
  */
-function recordingSharder(namespace: string, holdLists?: Promise<void>, holdPatches?: HeldPatches): { sharder: Sharder; moves: Move[]; close(): Promise<void> } {
+function recordingSharder(
+  namespace: string,
+  holdLists?: Promise<void>,
+  holdPatches?: PatchHold,
+  /** Objects whose next PATCH is answered 409, as if the object had changed meanwhile. */
+  conflicts = new Set<string>(),
+): { sharder: Sharder; moves: Move[]; metrics: Metrics; close(): Promise<void> } {
   const client = clientFor();
   const moves: Move[] = [];
   if (holdLists !== undefined) {
@@ -64,18 +85,18 @@ function recordingSharder(namespace: string, holdLists?: Promise<void>, holdPatc
   const patch = client.patch.bind(client) as (p: string, b: unknown, t: "merge", o: { discardResult: true }) => Promise<void>;
   client.patch = (async (p: string, body: unknown, type: "merge", opts: { discardResult: true }) => {
     const object = p.split("/").slice(-2).join("/"); // plural/name
-    if (holdPatches?.of(object)) {
-      holdPatches.held++;
-      await holdPatches.until;
-    }
+    if (holdPatches?.of(object)) await holdPatches.hold();
     moves.push({ at: "sent", object });
+    if (conflicts.delete(object)) throw new KubeApiError({ status: 409, reason: "Conflict", message: "the object has been modified", method: "PATCH", path: p });
     await patch(p, body, type, opts);
     moves.push({ at: "answered", object });
   }) as KubeClient["patch"];
-  const sharder = new Sharder({ client, logger: testLogger(), metrics: new Metrics({ defaultMetrics: false }), namespaces: [namespace], kinds: [...SHARDED_CONTROLLERS.values()] });
+  const metrics = new Metrics({ defaultMetrics: false });
+  const sharder = new Sharder({ client, logger: testLogger(), metrics, namespaces: [namespace], kinds: [...SHARDED_CONTROLLERS.values()] });
   return {
     sharder,
     moves,
+    metrics,
     close: async () => {
       await sharder.stop();
       await client.close();
@@ -187,36 +208,67 @@ describe("Sharder (real API server): a gone replica's Sandboxes with a running V
     }
   }, 180_000);
 
-  it("places a Sandbox its owner let go of with a running VM (a drain acknowledged) ahead of a backlog of placements", async () => {
-    const ns = await namespace();
-    // First in the list, and owned by the replica the ring picks: nothing to do for it at the start.
-    const released = "a-released";
-    const owner = new Ring(LIVE).owner(objectKey(kindNames.sandbox.plural, ns, released));
+  /**
+   * "a-released", first in the list and owned by the replica the ring picks (nothing to do for
+   * it at the start), has a running VM; 40 new Sandboxes to place, more than the sharder's 16
+   * workers, whose PATCHes `hold` holds. Returns once every worker holds one, and the owner has
+   * let "a-released" go (as after a drain) and the sharder has seen it.
+   */
+  async function releasedBehindBacklog(ns: string, hold: PatchHold, conflicts?: Set<string>) {
+    const owner = new Ring(LIVE).owner(objectKey(kindNames.sandbox.plural, ns, RELEASED))!;
     const sandboxes = path(kindNames.sandbox.plural, ns);
     const sandbox = (name: string, labels?: Record<string, string>) => ({ apiVersion: `${GROUP}/${VERSION}`, kind: "Sandbox", metadata: { name, labels }, spec: { tier: "standard" } });
-    await admin.create(sandboxes, sandbox(released, { [OWNER_LABEL]: owner! }), { discardResult: true });
-    await admin.patch(path(kindNames.sandbox.plural, ns, released, "status"), { status: { vmId: "vm-released", state: "running" } }, "merge", { discardResult: true });
-    // New Sandboxes to place: more than the sharder's workers, whose PATCHes are held.
-    const backlog = 40;
-    for (let i = 0; i < backlog; i++) await admin.create(sandboxes, sandbox(`sbx-backlog-${i}`), { discardResult: true });
-    let unhold: () => void = () => undefined;
-    const held: HeldPatches = { of: (o) => o.includes("/sbx-backlog-"), until: new Promise<void>((resolve) => (unhold = resolve)), held: 0 };
-    const r = recordingSharder(ns, undefined, held);
+    await admin.create(sandboxes, sandbox(RELEASED, { [OWNER_LABEL]: owner }), { discardResult: true });
+    await admin.patch(path(kindNames.sandbox.plural, ns, RELEASED, "status"), { status: { vmId: "vm-released", state: "running" } }, "merge", { discardResult: true });
+    for (let i = 0; i < BACKLOG; i++) await admin.create(sandboxes, sandbox(`sbx-backlog-${i}`), { discardResult: true });
+    const r = recordingSharder(ns, undefined, hold, conflicts);
+    r.sharder.setMembers(LIVE);
+    await r.sharder.start();
+    await poll(() => hold.count === 16, 30_000, "every worker on a held placement");
+    // Nobody renews its VM until it is placed.
+    await admin.patch(`${sandboxes}/${RELEASED}`, releasePatch(undefined), "merge", { discardResult: true });
+    await poll(() => (r.sharder.shares().get(owner) ?? 0) === 0, 30_000, "the release seen by the sharder");
+    return r;
+  }
+  const RELEASED = "a-released";
+  const BACKLOG = 40;
+  const isBacklog = (o: string): boolean => o.includes("/sbx-backlog-");
+  const sentOrder = (moves: Move[]): string[] => moves.filter((m) => m.at === "sent").map((m) => m.object.split("/")[1]!);
+
+  it("places a Sandbox its owner let go of with a running VM (a drain acknowledged) ahead of a backlog of placements", async () => {
+    const hold = new PatchHold(isBacklog);
+    const r = await releasedBehindBacklog(await namespace(), hold);
     try {
-      r.sharder.setMembers(LIVE);
-      await r.sharder.start();
-      await poll(() => held.held === 16, 30_000, "every worker on a held placement");
-      // The owner lets it go (as after a drain), its VM running: nobody renews it until it is placed.
-      await admin.patch(`${sandboxes}/${released}`, releasePatch(undefined), "merge", { discardResult: true });
-      await poll(() => (r.sharder.shares().get(owner!) ?? 0) === 0, 30_000, "the release seen by the sharder");
-      unhold();
-      await poll(() => r.moves.filter((m) => m.at === "answered").length === backlog + 1, 60_000, "every placement answered");
+      hold.releaseAll();
+      await poll(() => r.moves.filter((m) => m.at === "answered").length === BACKLOG + 1, 60_000, "every placement answered");
     } finally {
-      unhold();
+      hold.releaseAll();
       await r.close();
     }
-    const sent = r.moves.filter((m) => m.at === "sent").map((m) => m.object);
+    const sent = sentOrder(r.moves);
     // Only the placements the workers held were sent before it, not the other 24 queued before it.
-    expect(sent.indexOf(`${kindNames.sandbox.plural}/${released}`), JSON.stringify(sent)).toBeLessThanOrEqual(16);
+    expect(sent.indexOf(RELEASED), JSON.stringify(sent)).toBeLessThanOrEqual(16);
+  });
+
+  it("retries such a placement refused with 409 (the object changed meanwhile) ahead of the backlog too", async () => {
+    const hold = new PatchHold(isBacklog);
+    const r = await releasedBehindBacklog(await namespace(), hold, new Set([`${kindNames.sandbox.plural}/${RELEASED}`]));
+    const adds = async (): Promise<number> => (await r.metrics.workqueueAdds.get()).values.find((v) => v.labels.name === "sharder-sandboxes")?.value ?? 0;
+    try {
+      const before = await adds();
+      // One worker is free: it places "a-released", which is refused; it goes on to the backlog.
+      hold.releaseOne();
+      await poll(async () => hold.count === 17 && (await adds()) > before, 30_000, "the refused placement queued again");
+      // The next free worker takes the retry, not the backlog queued before it.
+      hold.releaseOne();
+      await poll(() => r.moves.some((m) => m.at === "answered" && m.object.endsWith(`/${RELEASED}`)), 30_000, "the retry answered");
+      hold.releaseAll();
+      await poll(() => r.moves.filter((m) => m.at === "answered").length === BACKLOG + 1, 60_000, "every placement answered");
+    } finally {
+      hold.releaseAll();
+      await r.close();
+    }
+    const sent = sentOrder(r.moves);
+    expect(sent.slice(0, 4).map((o) => (o === RELEASED ? o : "backlog")), JSON.stringify(sent)).toEqual(["backlog", RELEASED, "backlog", RELEASED]);
   });
 });

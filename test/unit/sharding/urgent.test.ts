@@ -59,11 +59,18 @@ describe("UrgentMoves", () => {
     expect(await settled(agent)).toBe(true);
   });
 
-  it("lets a move urgent by itself go at once (a running VM let go after the urgent set was made)", async () => {
+  it("lets a move urgent by itself go at once (a running VM let go after the urgent set was made), also one already waiting", async () => {
     const moves = new UrgentMoves(60_000);
     moves.set(["sandboxes/ns/a"]);
-    expect(await settled(moves.before("sandboxes/ns/released", true))).toBe(true);
-    expect(await settled(moves.before("agents/ns/x"))).toBe(false);
+    expect(await settled(moves.before("sandboxes/ns/released", () => true))).toBe(true);
+    let letGo = false;
+    const waiting = moves.before("sandboxes/ns/draining", () => letGo);
+    const agent = moves.before("agents/ns/x");
+    expect(await settled(waiting)).toBe(false);
+    letGo = true; // its owner acknowledged the drain
+    moves.wake();
+    expect(await settled(waiting)).toBe(true);
+    expect(await settled(agent)).toBe(false);
   });
 
   it("lets every other move go at one deadline when an urgent move is never done", async () => {
