@@ -121,6 +121,10 @@ export class MemberLease {
   private version: string | undefined;
   /** Until when this replica may work: a successful write's sending + the renew deadline. */
   private readonly validity = new Validity();
+  /** The Lease was taken (onJoined called once). */
+  private joined = false;
+  /** mayWork() said no since it joined: onJoined is called again once a renewal lets it work. */
+  private refused = false;
 
   constructor(private readonly o: MemberLeaseOptions) {
     this.t = {
@@ -139,6 +143,7 @@ export class MemberLease {
       try {
         await this.take();
         this.log.info({ identity: this.o.identity }, "joined the shard ring");
+        this.joined = true;
         this.o.onJoined?.();
         break;
       } catch (err) {
@@ -161,7 +166,9 @@ export class MemberLease {
    * renewal has been tried).
    */
   mayWork(): boolean {
-    return !this.lost && this.validity.mayWork();
+    const may = !this.lost && this.validity.mayWork();
+    if (!may && this.joined) this.refused = true;
+    return may;
   }
 
   /**
@@ -259,13 +266,14 @@ export class MemberLease {
         );
         // Stopping: the membership is over, whatever the answer.
         if (this.abort.signal.aborted) return;
-        // Answered just past the deadline (the abort timer late on a busy event loop), or after
-        // the wall clock said the time ran out (a suspended machine, a clock step): what was set
-        // aside meanwhile is looked at again, or it would wait for a resync.
-        const wasLapsed = !this.validity.mayWork();
         this.version = renewed.metadata.resourceVersion;
         this.validity.renewed(sent, this.t.renewDeadlineMs);
-        if (wasLapsed) {
+        // Work was refused since the last renewal (answered just past the deadline, the abort
+        // timer late on a busy event loop; a suspended machine; a wall clock step): what was
+        // set aside meanwhile is looked at again once work is allowed, or it would wait for a
+        // resync.
+        if (this.refused && this.validity.mayWork()) {
+          this.refused = false;
           this.log.info("the member Lease was renewed after this replica had stopped working (past the renew deadline): working again");
           this.o.onJoined?.();
         }
@@ -281,6 +289,8 @@ export class MemberLease {
         }
         if (!isConflict(err)) this.log.warn({ err: errorMessage(err) }, "error renewing the member Lease");
       }
+      // Stopping (the read after a 409 cut short): stop() decides what becomes of the Lease.
+      if (this.abort.signal.aborted) return;
       if (this.validity.renewalMs() <= 0) return this.lose(`the member Lease was not renewed for ${this.t.renewDeadlineMs} ms`);
     }
   }

@@ -71,7 +71,7 @@ describe("MemberLease: a renewal answered past the renew deadline", () => {
       patch: async () => {
         renewals++;
         if (renewals <= 2) throw new Error("the API server is slow");
-        if (renewals === 3) await sleep(800); // past the deadline, the abort ignored
+        if (renewals === 3) await sleep(2_000); // past the deadline, the abort ignored
         return { metadata: { resourceVersion: String(renewals) } };
       },
     } as unknown as KubeClient;
@@ -85,7 +85,7 @@ describe("MemberLease: a renewal answered past the renew deadline", () => {
       ring: "ring",
       logger: silentLogger(),
       // The two failures (at 200 and 400 ms) stay well inside the deadline on a loaded machine;
-      // the third renewal, sent at 600 ms, is answered past it whatever the timers do.
+      // the third renewal, sent at 600 ms, is answered at 2.6 s, past it whatever the timers do.
       leaseDurationMs: 1_500,
       renewDeadlineMs: 1_000,
       retryPeriodMs: 200,
@@ -95,6 +95,8 @@ describe("MemberLease: a renewal answered past the renew deadline", () => {
     await member.start();
     try {
       expect(joined).toBe(1);
+      // Past the deadline, before the late answer: a work queue's timer finds the membership in doubt.
+      await vi.waitFor(() => expect(member.mayWork()).toBe(false), { timeout: 10_000, interval: 20 });
       await vi.waitFor(() => expect(renewals).toBeGreaterThanOrEqual(4), { timeout: 10_000 });
       expect(lost).toEqual([]);
       // At least once more (a loaded machine may make a later renewal late too).
@@ -154,5 +156,59 @@ describe("MemberLease: a machine that was suspended", () => {
       vi.useRealTimers();
       await member.stop({ leave: false });
     }
+  });
+});
+
+describe("MemberLease: work refused meanwhile", () => {
+  const notFound = new KubeApiError({ status: 404, reason: "NotFound", message: "not found", method: "GET", path: "/lease" });
+  const timings = { leaseDurationMs: 1_500, renewDeadlineMs: 1_000, retryPeriodMs: 200 };
+
+  it("is looked at again after the next renewal even when the wall clock stepped back before it", async () => {
+    const client = {
+      get: () => Promise.reject(notFound),
+      create: () => Promise.resolve({ metadata: { resourceVersion: "1" } }),
+      patch: () => Promise.resolve({ metadata: { resourceVersion: "2" } }),
+    } as unknown as KubeClient;
+    let joined = 0;
+    const member = new MemberLease({ client, namespace: "ns", name: "m-a", identity: "a", ring: "ring", logger: silentLogger(), ...timings, onLost: () => undefined, onJoined: () => joined++ });
+    await member.start();
+    vi.useFakeTimers({ toFake: ["Date"] });
+    try {
+      const now = Date.now();
+      vi.setSystemTime(now + 3_600_000);
+      expect(member.mayWork()).toBe(false); // an object set aside
+      vi.setSystemTime(now); // stepped back before the renewal
+      expect(member.mayWork()).toBe(true);
+      await vi.waitFor(() => expect(joined).toBe(2), { timeout: 5_000 });
+    } finally {
+      vi.useRealTimers();
+      await member.stop({ leave: false });
+    }
+  });
+
+  it("does not give the membership up when stopped while it reads the Lease after a refused renewal", async () => {
+    const conflict = new KubeApiError({ status: 409, reason: "Conflict", message: "modified", method: "PATCH", path: "/lease" });
+    let reading = false;
+    let created = false;
+    const client = {
+      // Before it joins: no Lease. After a refused renewal: the read is held until aborted.
+      get: (_path: string, opts: { signal: AbortSignal }) => {
+        if (!created) return Promise.reject(notFound);
+        reading = true;
+        return new Promise((_resolve, reject) => opts.signal.addEventListener("abort", () => reject(opts.signal.reason as Error)));
+      },
+      create: () => {
+        created = true;
+        return Promise.resolve({ metadata: { resourceVersion: "1" } });
+      },
+      patch: () => Promise.reject(conflict),
+      delete: () => Promise.resolve(undefined),
+    } as unknown as KubeClient;
+    const lost: string[] = [];
+    const member = new MemberLease({ client, namespace: "ns", name: "m-a", identity: "a", ring: "ring", logger: silentLogger(), ...timings, onLost: (reason) => lost.push(reason) });
+    await member.start();
+    await vi.waitFor(() => expect(reading).toBe(true), { timeout: 5_000 });
+    await member.stop();
+    expect(lost).toEqual([]);
   });
 });
