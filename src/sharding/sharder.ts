@@ -48,6 +48,8 @@ export interface SharderOptions {
    * the workers in flight set the pace.
    */
   concurrency?: number;
+  /** How long the other moves wait for the urgent ones at most (default 10 s; tests set it long). */
+  urgentMaxWaitMs?: number;
   /** An object of `kind` was deleted (the Connection controller waits for its users). */
   onDeleted?(kind: ShardedKind, obj: ShardedObject): void;
 }
@@ -98,12 +100,13 @@ export class Sharder {
   private ring: Ring = new Ring([]);
   private live: ReadonlySet<string> = new Set();
   /** A dead replica's objects with a running VM: placed before anything of any other kind. */
-  private readonly urgent = new UrgentMoves();
+  private readonly urgent: UrgentMoves;
   private stopped = false;
   private urgentSince: { at: number; count: number } | undefined;
 
   constructor(private readonly o: SharderOptions) {
     this.log = o.logger.child({ role: "sharder" });
+    this.urgent = new UrgentMoves(o.urgentMaxWaitMs);
     for (const kind of o.kinds) {
       const informer = new Informer<ShardedObject>(o.client, {
         path: kind.path,

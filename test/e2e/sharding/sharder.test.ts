@@ -11,7 +11,7 @@ import { SHARDED_CONTROLLERS } from "../../../src/sharding/index.js";
 import { releasePatch } from "../../../src/sharding/assignment.js";
 import { OWNER_LABEL } from "../../../src/sharding/labels.js";
 import { Ring, objectKey } from "../../../src/sharding/ring.js";
-import { Sharder } from "../../../src/sharding/sharder.js";
+import { Sharder, type SharderOptions } from "../../../src/sharding/sharder.js";
 import { clientFor, poll, testLogger } from "../runtime/support.js";
 import { adminAndNamespaces } from "./support.js";
 
@@ -72,6 +72,7 @@ function recordingSharder(
   holdPatches?: PatchHold,
   /** Objects whose next PATCH is answered 409, as if the object had changed meanwhile. */
   conflicts = new Set<string>(),
+  options: Partial<SharderOptions> = {},
 ): { sharder: Sharder; moves: Move[]; metrics: Metrics; close(): Promise<void> } {
   const client = clientFor();
   const moves: Move[] = [];
@@ -92,7 +93,7 @@ function recordingSharder(
     moves.push({ at: "answered", object });
   }) as KubeClient["patch"];
   const metrics = new Metrics({ defaultMetrics: false });
-  const sharder = new Sharder({ client, logger: testLogger(), metrics, namespaces: [namespace], kinds: [...SHARDED_CONTROLLERS.values()] });
+  const sharder = new Sharder({ client, logger: testLogger(), metrics, namespaces: [namespace], kinds: [...SHARDED_CONTROLLERS.values()], ...options });
   return {
     sharder,
     moves,
@@ -258,7 +259,8 @@ describe("Sharder (real API server): a gone replica's Sandboxes with a running V
       const before = await adds();
       // One worker is free: it places "a-released", which is refused; it goes on to the backlog.
       hold.releaseOne();
-      await poll(async () => hold.count === 17 && (await adds()) > before, 30_000, "the refused placement queued again");
+      // Two adds: the placed Sandbox's label change, through the watch, and the retry after its backoff.
+      await poll(async () => hold.count === 17 && (await adds()) >= before + 2, 30_000, "the refused placement queued again");
       // The next free worker takes the retry, not the backlog queued before it.
       hold.releaseOne();
       await poll(() => r.moves.some((m) => m.at === "answered" && m.object.endsWith(`/${RELEASED}`)), 30_000, "the retry answered");
@@ -270,5 +272,34 @@ describe("Sharder (real API server): a gone replica's Sandboxes with a running V
     }
     const sent = sentOrder(r.moves);
     expect(sent.slice(0, 4).map((o) => (o === RELEASED ? o : "backlog")), JSON.stringify(sent)).toEqual(["backlog", RELEASED, "backlog", RELEASED]);
+  });
+
+  it("lets a move already waiting behind the urgent ones go once its Sandbox is let go with a running VM", async () => {
+    const ns = await namespace();
+    const sandboxes = path(kindNames.sandbox.plural, ns);
+    const sandbox = (name: string, owner: string) => ({ apiVersion: `${GROUP}/${VERSION}`, kind: "Sandbox", metadata: { name, labels: { [OWNER_LABEL]: owner } }, spec: { tier: "standard" } });
+    const running = async (name: string, owner: string): Promise<void> => {
+      await admin.create(sandboxes, sandbox(name, owner), { discardResult: true });
+      await admin.patch(path(kindNames.sandbox.plural, ns, name, "status"), { status: { vmId: `vm-${name}`, state: "running" } }, "merge", { discardResult: true });
+    };
+    // The gone replica's running Sandbox: the urgent move, held. And one of a live owner, which
+    // waits behind it (its worker in the urgent set's wait; no deadline to speak of here).
+    await running("gone", DEAD);
+    const owner = new Ring(LIVE).owner(objectKey(kindNames.sandbox.plural, ns, RELEASED))!;
+    await running(RELEASED, owner);
+    const hold = new PatchHold((o) => o.endsWith("/gone"));
+    const r = recordingSharder(ns, undefined, hold, undefined, { urgentMaxWaitMs: 600_000 });
+    const active = async (): Promise<number> => (await r.metrics.activeWorkers.get()).values.find((v) => v.labels.controller === "sharder-sandboxes")?.value ?? 0;
+    try {
+      r.sharder.setMembers(LIVE);
+      await r.sharder.start();
+      await poll(async () => hold.count === 1 && (await active()) === 2, 30_000, "the urgent move held, and the other waiting");
+      // Its owner lets it go (a drain acknowledged): nobody renews its VM now.
+      await admin.patch(`${sandboxes}/${RELEASED}`, releasePatch(undefined), "merge", { discardResult: true });
+      await poll(() => r.moves.some((m) => m.at === "answered" && m.object.endsWith(`/${RELEASED}`)), 30_000, "the let-go Sandbox placed while the urgent move is held");
+    } finally {
+      hold.releaseAll();
+      await r.close();
+    }
   });
 });
