@@ -163,7 +163,8 @@ export class MemberLease {
    * Whether this replica may work on its share now: a write of its Lease sent less than the
    * renew deadline ago succeeded. False before it joined, once it lost, and after a stall (a
    * process stopped for longer than that wakes up with its work queue's timers due before its
-   * renewal has been tried).
+   * renewal has been tried). A no after it joined is remembered: the next renewal that lets it
+   * work calls onJoined, so that what was set aside is looked at again.
    */
   mayWork(): boolean {
     const may = !this.lost && this.validity.mayWork();

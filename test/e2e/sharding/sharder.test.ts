@@ -235,13 +235,17 @@ describe("Sharder (real API server): a gone replica's Sandboxes with a running V
   const BACKLOG = 40;
   const isBacklog = (o: string): boolean => o.includes("/sbx-backlog-");
   const sentOrder = (moves: Move[]): string[] => moves.filter((m) => m.at === "sent").map((m) => m.object.split("/")[1]!);
+  /** Lets every held PATCH go, and waits for every placement's answer. */
+  const everyPlacement = async (r: { moves: Move[] }, hold: PatchHold): Promise<void> => {
+    hold.releaseAll();
+    await poll(() => r.moves.filter((m) => m.at === "answered").length === BACKLOG + 1, 60_000, "every placement answered");
+  };
 
   it("places a Sandbox its owner let go of with a running VM (a drain acknowledged) ahead of a backlog of placements", async () => {
     const hold = new PatchHold(isBacklog);
     const r = await releasedBehindBacklog(await namespace(), hold);
     try {
-      hold.releaseAll();
-      await poll(() => r.moves.filter((m) => m.at === "answered").length === BACKLOG + 1, 60_000, "every placement answered");
+      await everyPlacement(r, hold);
     } finally {
       hold.releaseAll();
       await r.close();
@@ -264,8 +268,7 @@ describe("Sharder (real API server): a gone replica's Sandboxes with a running V
       // The next free worker takes the retry, not the backlog queued before it.
       hold.releaseOne();
       await poll(() => r.moves.some((m) => m.at === "answered" && m.object.endsWith(`/${RELEASED}`)), 30_000, "the retry answered");
-      hold.releaseAll();
-      await poll(() => r.moves.filter((m) => m.at === "answered").length === BACKLOG + 1, 60_000, "every placement answered");
+      await everyPlacement(r, hold);
     } finally {
       hold.releaseAll();
       await r.close();

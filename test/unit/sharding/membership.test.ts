@@ -59,48 +59,53 @@ describe("replica identity", () => {
   });
 });
 
+const notFound = new KubeApiError({ status: 404, reason: "NotFound", message: "not found", method: "GET", path: "/lease" });
+/** Short timings, in the ratios of the defaults (15 s / 10 s / 2 s). */
+const SHORT = { leaseDurationMs: 1_500, renewDeadlineMs: 1_000, retryPeriodMs: 200 };
+
+/**
+ * Replica "a"'s MemberLease on a stub client: no Lease at first, created when asked, renewals
+ * answered by `patch`; what it reports goes to `seen`.
+ */
+function stubMember(patch: (path: string, body: unknown, type: string, opts: { signal: AbortSignal }) => Promise<unknown>) {
+  const client = { get: () => Promise.reject(notFound), create: () => Promise.resolve({ metadata: { resourceVersion: "1" } }), patch } as unknown as KubeClient;
+  const seen = { lost: [] as string[], joined: 0 };
+  const member = new MemberLease({
+    client,
+    namespace: "ns",
+    name: "m-a",
+    identity: "a",
+    ring: "ring",
+    logger: silentLogger(),
+    ...SHORT,
+    onLost: (reason) => seen.lost.push(reason),
+    onJoined: () => seen.joined++,
+  });
+  return { member, seen };
+}
+
 describe("MemberLease: a renewal answered past the renew deadline", () => {
   it("works again, and looks at what it set aside meanwhile (onJoined), rather than waiting for a resync", async () => {
     // The client's answers, in order: no Lease yet; created; two renewals that fail; then one
     // sent before the deadline and answered after it (its abort timer ran late on a busy loop).
-    const notFound = new KubeApiError({ status: 404, reason: "NotFound", message: "not found", method: "GET", path: "/lease" });
+    // The two failures (at 200 and 400 ms) stay well inside the deadline on a loaded machine;
+    // the third renewal, sent at 600 ms, is answered at 2.6 s, past it whatever the timers do.
     let renewals = 0;
-    const client = {
-      get: () => Promise.reject(notFound),
-      create: () => Promise.resolve({ metadata: { resourceVersion: "1" } }),
-      patch: async () => {
-        renewals++;
-        if (renewals <= 2) throw new Error("the API server is slow");
-        if (renewals === 3) await sleep(2_000); // past the deadline, the abort ignored
-        return { metadata: { resourceVersion: String(renewals) } };
-      },
-    } as unknown as KubeClient;
-    let joined = 0;
-    const lost: string[] = [];
-    const member = new MemberLease({
-      client,
-      namespace: "ns",
-      name: "m-a",
-      identity: "a",
-      ring: "ring",
-      logger: silentLogger(),
-      // The two failures (at 200 and 400 ms) stay well inside the deadline on a loaded machine;
-      // the third renewal, sent at 600 ms, is answered at 2.6 s, past it whatever the timers do.
-      leaseDurationMs: 1_500,
-      renewDeadlineMs: 1_000,
-      retryPeriodMs: 200,
-      onLost: (reason) => lost.push(reason),
-      onJoined: () => joined++,
+    const { member, seen } = stubMember(async () => {
+      renewals++;
+      if (renewals <= 2) throw new Error("the API server is slow");
+      if (renewals === 3) await sleep(2_000); // past the deadline, the abort ignored
+      return { metadata: { resourceVersion: String(renewals) } };
     });
     await member.start();
     try {
-      expect(joined).toBe(1);
+      expect(seen.joined).toBe(1);
       // Past the deadline, before the late answer: a work queue's timer finds the membership in doubt.
       await vi.waitFor(() => expect(member.mayWork()).toBe(false), { timeout: 10_000, interval: 20 });
       await vi.waitFor(() => expect(renewals).toBeGreaterThanOrEqual(4), { timeout: 10_000 });
-      expect(lost).toEqual([]);
+      expect(seen.lost).toEqual([]);
       // At least once more (a loaded machine may make a later renewal late too).
-      expect(joined).toBeGreaterThanOrEqual(2);
+      expect(seen.joined).toBeGreaterThanOrEqual(2);
       expect(member.mayWork()).toBe(true);
     } finally {
       await member.stop({ leave: false });
@@ -110,12 +115,9 @@ describe("MemberLease: a renewal answered past the renew deadline", () => {
 
 describe("MemberLease: a machine that was suspended", () => {
   it("stops working when the wall clock says the renew deadline passed, though the monotonic clock did not, until its next renewal", async () => {
-    const notFound = new KubeApiError({ status: 404, reason: "NotFound", message: "not found", method: "GET", path: "/lease" });
-    const client = {
-      get: () => Promise.reject(notFound),
-      create: () => Promise.resolve({ metadata: { resourceVersion: "1" } }),
-      // Answered in 5 ms, unless its signal aborts first (as the real client).
-      patch: (_path: string, _body: unknown, _type: string, opts: { signal: AbortSignal }) =>
+    // Answered in 5 ms, unless its signal aborts first (as the real client).
+    const { member, seen } = stubMember(
+      (_path, _body, _type, opts) =>
         new Promise((resolve, reject) => {
           const timer = setTimeout(() => resolve({ metadata: { resourceVersion: "2" } }), 5);
           opts.signal.addEventListener("abort", () => {
@@ -123,22 +125,7 @@ describe("MemberLease: a machine that was suspended", () => {
             reject(opts.signal.reason as Error);
           });
         }),
-    } as unknown as KubeClient;
-    const lost: string[] = [];
-    let joined = 0;
-    const member = new MemberLease({
-      client,
-      namespace: "ns",
-      name: "m-a",
-      identity: "a",
-      ring: "ring",
-      logger: silentLogger(),
-      leaseDurationMs: 1_500,
-      renewDeadlineMs: 1_000,
-      retryPeriodMs: 200,
-      onLost: (reason) => lost.push(reason),
-      onJoined: () => joined++,
-    });
+    );
     await member.start();
     // Only Date is faked: performance.now() goes on as if the machine never slept.
     vi.useFakeTimers({ toFake: ["Date"] });
@@ -150,8 +137,8 @@ describe("MemberLease: a machine that was suspended", () => {
       // Not fenced meanwhile: the next renewal succeeds, and the replica works again; the
       // membership is not given up for it.
       await vi.waitFor(() => expect(member.mayWork()).toBe(true), { timeout: 5_000 });
-      expect(joined).toBe(2);
-      expect(lost).toEqual([]);
+      expect(seen.joined).toBe(2);
+      expect(seen.lost).toEqual([]);
     } finally {
       vi.useRealTimers();
       await member.stop({ leave: false });
@@ -160,17 +147,8 @@ describe("MemberLease: a machine that was suspended", () => {
 });
 
 describe("MemberLease: work refused meanwhile", () => {
-  const notFound = new KubeApiError({ status: 404, reason: "NotFound", message: "not found", method: "GET", path: "/lease" });
-  const timings = { leaseDurationMs: 1_500, renewDeadlineMs: 1_000, retryPeriodMs: 200 };
-
   it("is looked at again after the next renewal even when the wall clock stepped back before it", async () => {
-    const client = {
-      get: () => Promise.reject(notFound),
-      create: () => Promise.resolve({ metadata: { resourceVersion: "1" } }),
-      patch: () => Promise.resolve({ metadata: { resourceVersion: "2" } }),
-    } as unknown as KubeClient;
-    let joined = 0;
-    const member = new MemberLease({ client, namespace: "ns", name: "m-a", identity: "a", ring: "ring", logger: silentLogger(), ...timings, onLost: () => undefined, onJoined: () => joined++ });
+    const { member, seen } = stubMember(() => Promise.resolve({ metadata: { resourceVersion: "2" } }));
     await member.start();
     vi.useFakeTimers({ toFake: ["Date"] });
     try {
@@ -179,7 +157,7 @@ describe("MemberLease: work refused meanwhile", () => {
       expect(member.mayWork()).toBe(false); // an object set aside
       vi.setSystemTime(now); // stepped back before the renewal
       expect(member.mayWork()).toBe(true);
-      await vi.waitFor(() => expect(joined).toBe(2), { timeout: 5_000 });
+      await vi.waitFor(() => expect(seen.joined).toBe(2), { timeout: 5_000 });
     } finally {
       vi.useRealTimers();
       await member.stop({ leave: false });
@@ -188,8 +166,8 @@ describe("MemberLease: work refused meanwhile", () => {
 
   it("does not give the membership up when stopped while it reads the Lease after a refused renewal", async () => {
     const conflict = new KubeApiError({ status: 409, reason: "Conflict", message: "modified", method: "PATCH", path: "/lease" });
-    let reading = false;
     let created = false;
+    let reading = false;
     const client = {
       // Before it joins: no Lease. After a refused renewal: the read is held until aborted.
       get: (_path: string, opts: { signal: AbortSignal }) => {
@@ -205,7 +183,7 @@ describe("MemberLease: work refused meanwhile", () => {
       delete: () => Promise.resolve(undefined),
     } as unknown as KubeClient;
     const lost: string[] = [];
-    const member = new MemberLease({ client, namespace: "ns", name: "m-a", identity: "a", ring: "ring", logger: silentLogger(), ...timings, onLost: (reason) => lost.push(reason) });
+    const member = new MemberLease({ client, namespace: "ns", name: "m-a", identity: "a", ring: "ring", logger: silentLogger(), ...SHORT, onLost: (reason) => lost.push(reason) });
     await member.start();
     await vi.waitFor(() => expect(reading).toBe(true), { timeout: 5_000 });
     await member.stop();
