@@ -254,7 +254,7 @@ export class Sharder {
       this.urgent.set(urgent);
       // A failover's critical path, in the log: how many VMs wait for a move, and (place) how long they waited.
       this.urgentSince = urgent.length > 0 ? { at: Date.now(), count: urgent.length } : undefined;
-      if (urgent.length > 0) this.log.info({ sandboxes: urgent.length }, "moving the Sandboxes with a running VM of gone replicas first");
+      if (urgent.length > 0) this.log.info({ sandboxes: urgent.length }, "moving the Sandboxes with a running VM that nobody renews first (of gone replicas, or let go)");
     }
     for (const { controller, order } of queues) for (const { obj, priority } of order) controller.enqueue(obj.request, { priority });
   }
