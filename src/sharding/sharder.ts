@@ -99,7 +99,7 @@ export class Sharder {
   private readonly placing = new Set<Part>();
   private ring: Ring = new Ring([]);
   private live: ReadonlySet<string> = new Set();
-  /** A dead replica's objects with a running VM: placed before anything of any other kind. */
+  /** Sandboxes with a running VM nobody renews (a gone replica's, or let go): placed before anything of any other kind. */
   private readonly urgent: UrgentMoves;
   private stopped = false;
   private urgentSince: { at: number; count: number } | undefined;
