@@ -121,8 +121,6 @@ export class MemberLease {
   private version: string | undefined;
   /** Until when this replica may work: a successful write's sending + the renew deadline. */
   private readonly validity = new Validity();
-  /** The Lease was taken (onJoined called once). */
-  private joined = false;
   /** mayWork() said no since it joined: onJoined is called again once a renewal lets it work. */
   private refused = false;
 
@@ -143,7 +141,6 @@ export class MemberLease {
       try {
         await this.take();
         this.log.info({ identity: this.o.identity }, "joined the shard ring");
-        this.joined = true;
         this.o.onJoined?.();
         break;
       } catch (err) {
@@ -168,7 +165,8 @@ export class MemberLease {
    */
   mayWork(): boolean {
     const may = !this.lost && this.validity.mayWork();
-    if (!may && this.joined) this.refused = true;
+    // Once joined (the Lease written): before, start() calls onJoined anyway.
+    if (!may && this.version !== undefined) this.refused = true;
     return may;
   }
 

@@ -127,7 +127,7 @@ export class Sharder {
       // wait for the next owner, while a cold start may queue thousands of placements.
       const news = (obj: ShardedObject, old: ShardedObject | undefined, event: string | undefined): boolean =>
         event === "add" || (event === "update" && JSON.stringify(obj.metadata.labels ?? {}) !== JSON.stringify(old?.metadata.labels ?? {}));
-      const urgent = (obj: ShardedObject): boolean => unrenewed(placeable(kind, obj), this.live);
+      const urgent = (obj: ShardedObject): boolean => this.unrenewed(kind, obj);
       controller.watch(informer, undefined, { filter: (obj, old, event) => news(obj, old, event) && !urgent(obj) });
       controller.watch(informer, undefined, { filter: (obj, old, event) => news(obj, old, event) && urgent(obj), priority: true });
       // Its move may be waiting behind the urgent set already (queued by a membership change
@@ -265,7 +265,7 @@ export class Sharder {
     // urgent moves: it is one of them, whether or not it was counted when they were set.
     const epoch = await this.urgent.before(key, () => {
       const obj = informer.get(req.namespace, req.name);
-      return obj !== undefined && unrenewed(placeable(kind, obj), this.live);
+      return obj !== undefined && this.unrenewed(kind, obj);
     });
     try {
       const result = await this.placeNow(kind, informer, req);
@@ -278,6 +278,11 @@ export class Sharder {
         this.urgentSince = undefined;
       }
     }
+  }
+
+  /** A Sandbox with a running VM nobody renews: no owner, or a gone one (on the members now). */
+  private unrenewed(kind: ShardedKind, obj: ShardedObject): boolean {
+    return unrenewed(placeable(kind, obj), this.live);
   }
 
   private async placeNow(kind: ShardedKind, informer: Informer<ShardedObject>, req: Request): Promise<"changed" | void> {
