@@ -8,7 +8,7 @@
 //                    [--steady-minutes 10] [--sync-period 5m] [--renew-sandboxes 2000]
 //                    [--renew-ttl 60] [--renew-minutes 10] [--renew-error-rate 0.05]
 //                    [--renew-jitter 40] [--latency-samples 100] [--runs 1000] [--run-sandboxes 50] [--concurrency N] [--cpu-prof] [--heap-snapshot]
-//                    [--shard-resources 6000] [--shard-sandboxes 2000] [--shard-ttl 60] [--shard-replicas 3] [--shard-kill-at 50] [--shard-kill member|leader] [--shard-baseline true|false]
+//                    [--shard-resources 6000] [--shard-sandboxes 2000] [--shard-ttl 60] [--shard-replicas 3] [--shard-kill-at 50] [--shard-kill member|leader] [--shard-signal SIGKILL|SIGTERM] [--shard-baseline true|false]
 //                    [--node-options '...' (default: the Deployment's NODE_OPTIONS)]
 //
 // See docs/performance.md for what each scenario measures and the latest results.
@@ -24,7 +24,7 @@ import { coldStart, type ColdStartResult } from "../bench/scenarios/cold-start.j
 import { latency, type LatencyResult } from "../bench/scenarios/latency.js";
 import { renewals, type RenewalResult } from "../bench/scenarios/renewals.js";
 import { runs, type RunsResult } from "../bench/scenarios/runs.js";
-import { SHARD_KILLS, shards, type ShardsResult } from "../bench/scenarios/shards.js";
+import { SHARD_KILLS, SHARD_SIGNALS, shards, type ShardsResult } from "../bench/scenarios/shards.js";
 import { MANAGED_WRITE_RESOURCES, steadyState, type SteadyResult } from "../bench/scenarios/steady.js";
 import { waitNamespaceGone } from "../dev/namespaces.js";
 
@@ -56,6 +56,7 @@ function parse() {
       "shard-replicas": { type: "string", default: "3" },
       "shard-kill-at": { type: "string", default: "50" },
       "shard-kill": { type: "string", default: "member" },
+      "shard-signal": { type: "string", default: "SIGKILL" },
       "shard-baseline": { type: "string", default: "true" },
       concurrency: { type: "string" },
       "cpu-prof": { type: "boolean", default: false },
@@ -91,6 +92,8 @@ function parse() {
   if (operatorIdentity === undefined) throw new Error(`--operator-identity: "${identity}" must be one of ${OPERATOR_IDENTITIES.join(", ")}`);
   const shardKill = SHARD_KILLS.find((k) => k === values["shard-kill"]);
   if (shardKill === undefined) throw new Error(`--shard-kill: "${values["shard-kill"]}" must be one of ${SHARD_KILLS.join(", ")}`);
+  const shardSignal = SHARD_SIGNALS.find((k) => k === values["shard-signal"]);
+  if (shardSignal === undefined) throw new Error(`--shard-signal: "${values["shard-signal"]}" must be one of ${SHARD_SIGNALS.join(", ")}`);
   const shardBaseline = values["shard-baseline"];
   if (shardBaseline !== "true" && shardBaseline !== "false") throw new Error(`--shard-baseline: "${shardBaseline}" must be true or false`);
   return {
@@ -117,6 +120,7 @@ function parse() {
     shardReplicas: num("shard-replicas", values["shard-replicas"], 1),
     shardKillAt: percent("shard-kill-at", values["shard-kill-at"]),
     shardKill,
+    shardSignal,
     shardBaseline: shardBaseline === "true",
     concurrency: values.concurrency === undefined ? undefined : num("concurrency", values.concurrency, 1),
     cpuProf: values["cpu-prof"],
@@ -247,6 +251,7 @@ async function main(): Promise<void> {
       replicas: a.shardReplicas,
       killAtReadyPercent: a.shardKillAt,
       kill: a.shardKill,
+      signal: a.shardSignal,
       baseline: a.shardBaseline,
       ...service,
       nodeOptions: a.nodeOptions,
@@ -417,9 +422,10 @@ function shardRows(h: ShardsResult): Row[] {
   const dup = (d: Record<string, number>): string => Object.entries(d).map(([k, v]) => `${k} ${v >= 0 ? "+" : ""}${v}`).join(", ");
   const mb = (v: number | null | undefined): string => (v === null || v === undefined ? "-" : `${Math.round(v)} MB`);
   const pct = (v: number): string => `${Math.round(v * 100)} %`;
+  const graceful = h.signal === "SIGTERM";
   const title = `7. shards: ${h.replicas} replicas, ${h.resources} resources (${h.mix.sandboxes} Sandboxes, TTL ${h.ttlSeconds} s)`;
   rows.push({
-    scenario: `${title}, ${h.kill === "leader" ? "the leader" : "one"} SIGKILLed ${h.killAtReadyPercent >= 100 ? "once all are Ready" : `at ${h.killAtReadyPercent} % Ready`}`,
+    scenario: `${title}, ${h.kill === "leader" ? "the leader" : "one"} ${graceful ? "stopped (SIGTERM)" : "SIGKILLed"} ${h.killAtReadyPercent >= 100 ? "once all are Ready" : `at ${h.killAtReadyPercent} % Ready`}`,
     target: "0 expirations",
     measured:
       `${s.expirations} expirations; all Ready ${s.readySeconds === null ? `NOT reached (${JSON.stringify(s.notReady)})` : `after ${s.readySeconds} s`}` +
@@ -447,10 +453,12 @@ function shardRows(h: ShardsResult): Row[] {
       s.drainsPendingAtEnd === 0,
   });
   rows.push({
-    scenario: "7. shards: SIGKILL -> no object labelled for the dead replica",
-    target: "report (lease 15 s + reaction)",
+    scenario: `7. shards: ${h.signal} -> no object labelled for the ${graceful ? "stopped" : "dead"} replica`,
+    target: graceful ? "report (its reconciles finish, its Lease deleted: no lease wait)" : "report (lease 15 s + reaction)",
     measured:
-      `${s.takeoverSeconds === null ? "never" : `${s.takeoverSeconds} s`} (by kind: ${Object.entries(s.takeoverSecondsByKind).map(([k, v]) => `${k} ${v} s`).join(", ") || "-"}); service list calls after the kill (the new owners' inventory reads): ` +
+      `${s.takeoverSeconds === null ? "never" : `${s.takeoverSeconds} s`}` +
+      (s.stopped === null ? "" : ` (it exited ${s.stopped.exitCode ?? "on a signal"}, ${s.stopped.leftTheRing ? "its member Lease deleted on the way out" : "its member Lease NOT deleted: left to expire"})`) +
+      ` (by kind: ${Object.entries(s.takeoverSecondsByKind).map(([k, v]) => `${k} ${v} s`).join(", ") || "-"}); service list calls after the kill (the new owners' inventory reads): ` +
       `${Object.entries(s.serviceAfterKill).filter(([k]) => k.endsWith(".list")).map(([k, v]) => `${k} ${v}`).join(", ") || "none"}` +
       (b ? ` (one unsharded operator, whole run: ${Object.entries(b.service.byOperation).filter(([k]) => k.endsWith(".list")).reduce((a, [, v]) => a + v, 0)})` : ""),
     met: null,

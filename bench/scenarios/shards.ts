@@ -2,7 +2,7 @@
 // process and POD_NAME, one leader election id) share R resources: S Sandboxes with a short
 // TTL and the rest in the cold-start mix. When a given share are Ready (half by default: in the
 // middle of the cold start; 100 %: a quiet failover) the replica that is not the leader and
-// owns the most is SIGKILLed; the run goes on until everything is Ready and at
+// owns the most is SIGKILLed (or, with SIGTERM, stopped as a rolling update stops it); the run goes on until everything is Ready and at
 // least TTL + 30 s have passed since the kill, so that a VM whose renewals the dead replica
 // missed would have expired. Reported: expirations and duplicate creates (both should be 0),
 // each replica's share before the kill and at the end, how long the dead replica's objects
@@ -24,6 +24,9 @@ import { errorMessage, log, round, sleep, waitUntil } from "../lib/util.js";
 
 export const SHARD_KILLS = ["member", "leader"] as const;
 export type ShardKill = (typeof SHARD_KILLS)[number];
+/** SIGKILL: a crash (its Lease expires and is fenced); SIGTERM: a graceful stop (it deletes its Lease on the way out). */
+export const SHARD_SIGNALS = ["SIGKILL", "SIGTERM"] as const;
+export type ShardSignal = (typeof SHARD_SIGNALS)[number];
 
 export interface ShardsParams {
   /** All resources, Sandboxes included. */
@@ -38,6 +41,7 @@ export interface ShardsParams {
    * share moves on the running sharder), or "leader" (a new leader's sharder starts and moves it).
    */
   kill: ShardKill;
+  signal: ShardSignal;
   /** Run one unsharded operator over the same load first. */
   baseline: boolean;
   rateLimit: number;
@@ -73,15 +77,17 @@ export interface ShardsRun {
 export interface ShardedRun extends ShardsRun {
   lease: string;
   leader: string | null;
-  /** The SIGKILLed replica (none with a single replica). */
+  /** The SIGKILLed (or SIGTERMed) replica (none with a single replica). */
   victim: string | null;
+  /** With SIGTERM: its exit code, and whether it deleted its member Lease on the way out. */
+  stopped: { exitCode: number | null; leftTheRing: boolean } | null;
   /** Resources Ready, and service creates done, when it was killed; seconds since the first create. */
   kill: { ready: number; creates: number; atSeconds: number } | null;
   sharesBeforeKill: Record<string, number>;
   sharesAtEnd: Record<string, number>;
   /** Objects still marked for draining at the end (should be 0). */
   drainsPendingAtEnd: number;
-  /** Seconds from the SIGKILL until no object was labelled for the dead replica any more. */
+  /** Seconds from the signal until no object was labelled for the killed (or stopped) replica any more. */
   takeoverSeconds: number | null;
   /** The same, per kind (Sandboxes are the ones with renewals due). */
   takeoverSecondsByKind: Record<string, number>;
@@ -113,6 +119,7 @@ export interface ShardsResult {
   replicas: number;
   killAtReadyPercent: number;
   kill: ShardKill;
+  signal: ShardSignal;
   baseline?: ShardsRun & { process: ProcessCost };
   baselineError?: string;
   sharded: ShardedRun;
@@ -281,6 +288,7 @@ async function runBaseline(cluster: Cluster, p: ShardsParams, mix: Mix): Promise
 interface Replica {
   name: string;
   op: OperatorProcess;
+  logFile: string;
   idleRssMB: number | null;
   /** Cost and metrics taken just before a SIGKILL (the process is gone after it). */
   final?: { cost: ProcessCost; metrics: Sample[] };
@@ -304,18 +312,19 @@ async function runSharded(cluster: Cluster, p: ShardsParams, mix: Mix): Promise<
     const names = Array.from({ length: p.replicas }, (_, i) => `bench-shard-${i}`);
     for (const name of names) {
       // One at a time: on two cores, N compiling and syncing processes at once only slow each other.
+      const logFile = path.join(CACHE, "logs", `${ns}-${name}.log`);
       const op = await OperatorProcess.start({
         kubeconfig: cluster.operator.kubeconfig,
         namespace: ns,
         syncPeriod: p.syncPeriod,
         concurrency: p.concurrency,
         nodeOptions: p.nodeOptions,
-        logFile: path.join(CACHE, "logs", `${ns}-${name}.log`),
+        logFile,
         // The Leases live where the manifests' Roles allow them: the operator's own namespace.
         extraArgs: ["--sharding", "--leader-election-namespace", cluster.operator.namespace, "--leader-election-id", lease],
         env: { POD_NAME: name },
       });
-      replicas.push({ name, op, idleRssMB: null });
+      replicas.push({ name, op, logFile, idleRssMB: null });
     }
     await waitUntil(
       async () => {
@@ -349,6 +358,8 @@ async function runSharded(cluster: Cluster, p: ShardsParams, mix: Mix): Promise<
       killedAtMs?: number;
       statsAtKill?: Record<string, number>;
       cpu?: { finish(): CpuShare };
+      /** With SIGTERM: the graceful stop under way (its exit code). */
+      stopping?: Promise<number | null>;
       takeoverCpu: ShardedRun["takeoverCpu"];
       takeoverSeconds: number | null;
       takeoverByKind: Record<string, number>;
@@ -379,13 +390,15 @@ async function runSharded(cluster: Cluster, p: ShardsParams, mix: Mix): Promise<
         k.victim.final = { cost: cost(k.victim.op, metrics, k.victim.idleRssMB), metrics };
         const survivors = replicas.filter((r) => r !== k.victim && r.op.alive());
         k.cpu = cpuWindow({ "kube-apiserver": cluster.pid, ...Object.fromEntries(survivors.map((r) => [r.name, r.op.pid])) }, availableParallelism());
-        await k.victim.op.kill();
+        // A graceful stop is not awaited: the moves are timed from the signal, while it stops.
+        if (p.signal === "SIGTERM") k.stopping = k.victim.op.stop(60_000);
+        else await k.victim.op.kill();
         k.killedAt = performance.now();
         k.killedAtMs = Date.now();
         k.statsAtKill = stack.emulator.stats().byOperation;
         const creates = Object.values(successfulCreates(stack)).reduce((a, v) => a + v, 0);
         k.kill = { ready: stack.tracker.ready, creates, atSeconds: round((k.killedAt - t0) / 1000, 1) };
-        log(`shards: SIGKILLed ${k.victim.name} (owned ${k.sharesBeforeKill[k.victim.name] ?? 0}; leader ${k.leader?.name ?? "?"}) at ${k.kill.ready}/${p.resources} Ready; shares ${JSON.stringify(k.sharesBeforeKill)}`);
+        log(`shards: ${p.signal === "SIGTERM" ? "SIGTERMed" : "SIGKILLed"} ${k.victim.name} (owned ${k.sharesBeforeKill[k.victim.name] ?? 0}; leader ${k.leader?.name ?? "?"}) at ${k.kill.ready}/${p.resources} Ready; shares ${JSON.stringify(k.sharesBeforeKill)}`);
         return;
       }
       if (k.killedAt !== undefined && k.victim !== undefined && k.takeoverSeconds === null) {
@@ -413,6 +426,7 @@ async function runSharded(cluster: Cluster, p: ShardsParams, mix: Mix): Promise<
       k.labelCheckAt = 0; // a last look (everything Ready implies everything placed, but the 2 s polls may have missed it)
       await onTick();
     }
+    const exitCode = k.stopping === undefined ? undefined : await k.stopping;
     const afterKillSeconds = k.killedAt === undefined ? null : round((performance.now() - k.killedAt) / 1000, 1);
     const end = await owners(cluster, ns);
     const replicaCosts: ShardedRun["replicas"] = {};
@@ -441,6 +455,10 @@ async function runSharded(cluster: Cluster, p: ShardsParams, mix: Mix): Promise<
       lease,
       leader: k.leader?.name ?? null,
       victim: k.victim?.name ?? null,
+      stopped:
+        exitCode === undefined || k.victim === undefined
+          ? null
+          : { exitCode, leftTheRing: k.victim.op.logLineAt(k.victim.logFile, "left the shard ring") !== undefined },
       kill: k.kill,
       sharesBeforeKill: k.sharesBeforeKill,
       sharesAtEnd: end.byOwner,
@@ -478,6 +496,7 @@ export async function shards(cluster: Cluster, p: ShardsParams): Promise<ShardsR
     replicas: p.replicas,
     killAtReadyPercent: p.killAtReadyPercent,
     kill: p.kill,
+    signal: p.signal,
   };
   if (p.baseline) {
     try {

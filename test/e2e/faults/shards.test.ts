@@ -12,8 +12,12 @@
 //  - the first killed replica's member Lease, fenced, is deleted once its share has moved;
 //  - then the leader (the sharder itself) is SIGKILLed: another replica leads, and the dead
 //    leader's share moves, again with no VM running out;
+//  - then the new leader is stopped gracefully (SIGTERM, as in a rolling update): it deletes its
+//    member Lease on the way out, and the last replica leads and takes the whole share without
+//    waiting for a Lease to expire, again with no VM running out;
 //  - no service object is written by two replicas in overlapping periods: its writes, in time
-//    order, come from one replica, or from the killed one and then one other, never interleaved.
+//    order, come from one replica, or from a killed or stopped one and then one other, never
+//    interleaved.
 import { spawn, type ChildProcess } from "node:child_process";
 import { createServer, request as httpRequest, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
@@ -243,7 +247,7 @@ afterAll(async () => {
 });
 
 describe("three sharded replicas", () => {
-  it("split the work, never share an object, and take over a SIGKILLed replica's share with no expiry and no duplicate", async () => {
+  it("split the work, never share an object, and take over the share of a SIGKILLed or a stopped replica with no expiry and no duplicate", async () => {
     const lease = uniqueName("shards");
     replicas.push(...(await Promise.all(NAMES.map((n) => startReplica(n, lease)))));
     // Every replica holds its member Lease before the objects come, so the ring is settled.
@@ -404,6 +408,36 @@ describe("three sharded replicas", () => {
     const newLeaders = await Promise.all(replicas.filter((r) => r.alive()).map((r) => r.metric("leader_election_master_status", { name: lease })));
     expect(newLeaders.filter((v) => v === 1)).toHaveLength(1);
     const afterLeaderKill = owners(afterLeader);
+
+    // A rolling update: the new leader is stopped gracefully (SIGTERM). It finishes its
+    // reconciles, deletes its member Lease and releases the leader Lease, so the last replica
+    // leads and takes the whole share without waiting for a Lease to expire; no VM runs out.
+    const alive = replicas.filter((r) => r.alive());
+    const leading = await Promise.all(alive.map((r) => r.metric("leader_election_master_status", { name: lease })));
+    const leaver = alive[leading.indexOf(1)]!;
+    const last = alive.find((r) => r !== leaver)!;
+    leaver.child.kill("SIGTERM");
+    const leftAt = Date.now();
+    await waitFor(() => !leaver.alive(), { timeoutMs: 60_000, intervalMs: 200, description: `${leaver.name} to exit after SIGTERM` });
+    expect(leaver.child.exitCode, `${leaver.name}'s exit code`).toBe(0);
+    expect(leaver.logs.filter((l) => l.includes('"left the shard ring"'))).toHaveLength(1);
+    const movedAll = await waitFor(
+      async () => {
+        const all = await listManaged(ns.name);
+        return all.every((r) => ownerOf(r) === last.name) ? Date.now() : undefined;
+      },
+      { timeoutMs: 120_000, intervalMs: 500, description: `${last.name} to own everything` },
+    );
+    await waitFor(() => Date.now() - leftAt > (TTL_S + 10) * 1000, { timeoutMs: 120_000, intervalMs: 1_000, description: "a TTL to pass" });
+    const afterLeave = await waitAllReady(ns.name, TOTAL, { timeoutMs: 120_000 });
+    for (const r of afterLeave) {
+      const labels = (r.metadata as { labels?: Record<string, string> }).labels ?? {};
+      expect(labels[OWNER_LABEL], `${r.kind}/${r.metadata.name}`).toBe(last.name);
+      expect(labels[DRAIN_LABEL], `${r.kind}/${r.metadata.name}`).toBeUndefined();
+    }
+    // Its Lease was deleted, not left to expire and fenced: the share did not wait for a lease duration.
+    expect(last.logs.filter((l) => l.includes("fenced it") && l.includes(`"${leaver.name}"`))).toEqual([]);
+    expect(await last.metric("leader_election_master_status", { name: lease })).toBe(1);
     // The moves to the joiner went through the handshake: the live owners released them.
     const released = replicas.filter((r) => r !== victim).reduce((n, r) => n + r.logs.filter((l) => l.includes('"released to another shard"')).length, 0);
     expect(released).toBeGreaterThanOrEqual(afterJoin.get(joiner.name) ?? 0);
@@ -428,7 +462,7 @@ describe("three sharded replicas", () => {
       for (let k = 1; k < runs.length; k++) {
         const prev = runs[k - 1]!;
         const next = runs[k]!;
-        const allowed = prev[0]!.replica === victim.name || prev[0]!.replica === leader.name || next[0]!.replica === joiner.name;
+        const allowed = [victim.name, leader.name, leaver.name].includes(prev[0]!.replica) || next[0]!.replica === joiner.name;
         const overlap = Math.max(...prev.map((r) => r.end)) > next[0]!.start;
         if (!allowed || overlap) {
           violations.push(`${object}: ${runs.map((run) => `${run[0]!.replica} x${run.length}`).join(" -> ")}`);
@@ -454,7 +488,8 @@ describe("three sharded replicas", () => {
     console.log(
       `shards: before the kill ${JSON.stringify(Object.fromEntries(shares))}; ${victim.name} (${victimShare}) killed after ${createsAtKill}/${TOTAL} creates; ` +
         `after ${JSON.stringify(Object.fromEntries(byOwner))}; ${RUNS} runs (${expectedSteps} steps); after a join ${JSON.stringify(Object.fromEntries(afterJoin))}; ` +
-        `leader ${leader.name} killed, after ${JSON.stringify(Object.fromEntries(afterLeaderKill))}; ${moved} service objects changed writer; ${byObject.size} written`,
+        `leader ${leader.name} killed, after ${JSON.stringify(Object.fromEntries(afterLeaderKill))}; ` +
+        `leader ${leaver.name} stopped (SIGTERM), all moved ${((movedAll - leftAt) / 1000).toFixed(1)} s later; ${moved} service objects changed writer; ${byObject.size} written`,
     );
   }, 600_000);
 });
