@@ -15,7 +15,7 @@ import { isConflict, isNotFound, type KubeClient, type KubeObject } from "../run
 import { releasePatch } from "./assignment.js";
 import { DRAIN_LABEL, OWNER_LABEL, ownerSelector } from "./labels.js";
 import { MembershipLapsed } from "./membership.js";
-import { objectPath, type ShardedKind } from "./sharder.js";
+import { collectionPath, objectPath, type ShardedKind } from "./sharder.js";
 
 type Labelled = KubeObject & { metadata: { labels?: Record<string, string>; finalizers?: string[] } };
 
@@ -230,10 +230,17 @@ export class ReplicaShard {
       // meanwhile; either way this replica does nothing with it and looks again later.
       if (isConflict(err)) return { requeue: true };
       // The patch may have landed with its answer lost (a timeout, a reset): then the object is
-      // no longer this replica's, and working on it would overlap with the next owner.
-      const still = await this.manager!.client.get<Labelled>(path).then(
-        (now) => now.metadata.labels?.[OWNER_LABEL] === this.o.identity && now.metadata.resourceVersion === obj.metadata.resourceVersion,
-        () => false,
+      // no longer this replica's, and working on it would overlap with the next owner. Read back
+      // with a list by name, not a GET: the operator's role reads these kinds with list and watch only.
+      const still = await this.manager!.client.list<Labelled>(collectionPath(kind, req.namespace), { fieldSelector: `metadata.name=${req.name}` }).then(
+        (now) =>
+          now.items.some(
+            (o) => o.metadata.uid === obj.metadata.uid && o.metadata.labels?.[OWNER_LABEL] === this.o.identity && o.metadata.resourceVersion === obj.metadata.resourceVersion,
+          ),
+        (readErr: unknown) => {
+          log.warn({ err: errorMessage(readErr), kind: kind.kind }, "could not read the object back after its release failed; neither releasing nor working on it until it can be");
+          return false;
+        },
       );
       if (!still) return { requeueAfterMs: RELEASE_RETRY_MS, priority: true };
       log.warn({ err: errorMessage(err), kind: kind.kind }, "could not release the object to another shard; working on it meanwhile");

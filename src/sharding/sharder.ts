@@ -28,6 +28,10 @@ export function objectPath(kind: ShardedKind, namespace: string, name: string): 
   return resourcePath({ group: GROUP, version: VERSION, plural: kind.plural, namespace, name });
 }
 
+export function collectionPath(kind: ShardedKind, namespace: string): string {
+  return resourcePath({ group: GROUP, version: VERSION, plural: kind.plural, namespace });
+}
+
 /** What the sharder keeps of an object. */
 export interface ShardedObject extends KubeObject {
   metadata: KubeObject["metadata"] & { labels?: Record<string, string>; deletionTimestamp?: string };

@@ -81,13 +81,17 @@ const req = (obj: Obj): Request => ({ namespace: obj.metadata.namespace ?? "", n
 /** A replica with its Sandbox controller wired: what it enqueued, what it reconciled, where it looks up inventories. */
 function replica(
   inventory: () => ArrivalSink | null | undefined,
-  opts: { mayWork?: () => boolean; patch?: () => Promise<unknown>; get?: () => Promise<unknown>; work?: () => Promise<void> } = {},
+  opts: { mayWork?: () => boolean; patch?: () => Promise<unknown>; list?: (path: string, o: { fieldSelector?: string }) => Promise<unknown>; work?: () => Promise<void> } = {},
 ) {
   const share = new Share();
   const shard = new ReplicaShard({ identity: ME, logger: silentLogger(), controllers: SHARDED_CONTROLLERS, selectedByDefault: new Set(), ...(opts.mayWork && { mayWork: opts.mayWork }) });
   shard.bind({
     // Only a release (a drain label) writes, with a merge patch.
-    client: { patch: opts.patch ?? (() => Promise.reject(new Error("no write expected"))), get: opts.get ?? (() => Promise.reject(new Error("no read expected"))) } as unknown as KubeClient,
+    // Reads only with list (the operator's role has no get on these kinds).
+    client: {
+      patch: opts.patch ?? (() => Promise.reject(new Error("no write expected"))),
+      list: opts.list ?? (() => Promise.reject(new Error("no read expected"))),
+    } as unknown as KubeClient,
     informerFor: <T extends KubeObject>() => share as unknown as Informer<T>,
   });
   const lookups: string[] = [];
@@ -277,22 +281,46 @@ describe("ReplicaShard: a drain that cannot be acknowledged", () => {
     return obj;
   };
   const refused = () => Promise.reject(new Error("the API server answered 503"));
+  /** A read back by list: what the API server holds under that name, and what was asked for. */
+  const readBack = (...items: Obj[]) => {
+    const asked: string[] = [];
+    return {
+      asked,
+      list: (path: string, o: { fieldSelector?: string }) => {
+        asked.push(`${path}?${o.fieldSelector ?? ""}`);
+        return Promise.resolve({ items });
+      },
+    };
+  };
+  const ASKED = `/apis/agentcompute.dev/v1alpha1/namespaces/${NS}/sandboxes?metadata.name=draining`;
 
   it("keeps working on the object it still owns (a renewal must not wait), and tries the release again within a second", async () => {
     const obj = draining();
-    const r = replica(() => null, { patch: refused, get: () => Promise.resolve(obj) }); // read back: unchanged
+    const back = readBack(obj); // unchanged
+    const r = replica(() => null, { patch: refused, list: back.list });
     r.share.add(obj);
     expect(await r.reconcile(obj)).toEqual({ requeueAfterMs: 1_000, priority: true });
     expect(r.reconciled).toEqual(["draining"]);
+    expect(back.asked).toEqual([ASKED]);
   });
 
   it("does not work on it when the release landed with its answer lost", async () => {
     const obj = draining();
-    const released = { ...obj, metadata: { ...obj.metadata, resourceVersion: "8", labels: {} } };
-    const r = replica(() => null, { patch: refused, get: () => Promise.resolve(released) });
+    const back = readBack({ ...obj, metadata: { ...obj.metadata, resourceVersion: "8", labels: {} } });
+    const r = replica(() => null, { patch: refused, list: back.list });
     r.share.add(obj);
     expect(await r.reconcile(obj)).toEqual({ requeueAfterMs: 1_000, priority: true });
     expect(r.reconciled).toEqual([]);
+  });
+
+  it("nor when the name is now another object's (deleted and created again), nor when it cannot be read back", async () => {
+    const obj = draining();
+    for (const list of [readBack({ ...obj, metadata: { ...obj.metadata, uid: "another" } }).list, () => Promise.reject(new Error("503"))]) {
+      const r = replica(() => null, { patch: refused, list });
+      r.share.add(obj);
+      expect(await r.reconcile(obj)).toEqual({ requeueAfterMs: 1_000, priority: true });
+      expect(r.reconciled).toEqual([]);
+    }
   });
 });
 
