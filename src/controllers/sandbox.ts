@@ -331,7 +331,9 @@ class SandboxClient implements ExternalClient<Sandbox, SandboxPlan> {
     // in between and leave this check passing on a plan made on the older snapshot: keep it so.
     if (renewal.action === "replace" && (await this.handle.vms.readSinceArrival(cr.metadata.uid))) return this.look(cr);
     const upToDate = renewal.action === "none";
-    const nextAt = keepAlive ? renewAt : expiresAt + 1000;
+    // A VM this Sandbox does not renew (keepAlive false, or policies without Create and Update)
+    // is looked at again once it has run out, not at a renewal time it would then pass in a loop.
+    const nextAt = renewEverySeconds(cr) > 0 ? renewAt : expiresAt + 1000;
     const sameVM = cr.status?.vmId === found.id;
     // A VM adopted (after a lost status write) says which spec it was made for, if we made it.
     const configHash = (sameVM ? undefined : madeFor(cr, found, CONFIG_HASH_KEY)) ?? cr.status?.configHash ?? hash;
@@ -631,7 +633,7 @@ export function renewalOf(
   if (at.request !== undefined && at.hash !== undefined && madeForOtherSpec(cr, vm, at.hash)) {
     return { action: "replace", why: "tier, skills, env or secureRuntime changed", request: at.request };
   }
-  if ((cr.spec.keepAlive ?? true) && at.now >= at.renewAt) return { action: "renew" };
+  if (renewEverySeconds(cr) > 0 && at.now >= at.renewAt) return { action: "renew" };
   return { action: "none" };
 }
 

@@ -414,6 +414,25 @@ describe("Sandbox", () => {
     expect(live(other.vm_id)).toBe(true);
   });
 
+  it("imported read-only ([Observe]): never renewed, and comes back once its VM has run out, not in a loop meanwhile", async () => {
+    const vm = w.emu.state.allocateVM({ tier: "standard", ttl_seconds: 600, org_id: ORG, metadata: {} });
+    w.apply<Sandbox>("sandboxes", {
+      metadata: { name: "sb", annotations: { [Annotations.externalId]: vm.vm_id } },
+      spec: { tier: "standard", ttlSeconds: 600, managementPolicies: ["Observe"] },
+    });
+    await w.reconcile(kind(), "sb");
+    expect(condition(sandbox(), "Ready")).toMatchObject({ status: "True" });
+    // Past the time a renewal would be due (480 s of 600): nothing is written, nothing is
+    // drifted, and the next look is when the VM runs out.
+    w.advance(500_000);
+    const result = (await w.reconcile(kind(), "sb")) as { requeueAfterMs: number };
+    expect(w.writes()).toEqual([]);
+    expect(result.requeueAfterMs).toBeGreaterThan(99_000);
+    expect(result.requeueAfterMs).toBeLessThanOrEqual(101_000);
+    expect(condition(sandbox(), "Ready")).toMatchObject({ status: "True" });
+    expect(condition(sandbox(), "Drifted")).toMatchObject({ status: "False" });
+  });
+
   it("keepAlive false: a VM that ran out is reported Expired, neither renewed nor replaced", async () => {
     apply({ keepAlive: false });
     await w.reconcile(kind(), "sb");
