@@ -17,6 +17,18 @@ function flatten(value: unknown, prefix: string, out: Map<string, unknown>): voi
   out.set(prefix, value);
 }
 
+/**
+ * Whether two JSON values are the same, whatever the order of their objects' keys: the API
+ * server answers with a custom resource's keys sorted, a manifest keeps its author's order.
+ */
+export function sameJSON(a: unknown, b: unknown): boolean {
+  return canonicalJSON(a) === canonicalJSON(b);
+}
+
+function canonicalJSON(value: unknown): string | undefined {
+  return JSON.stringify(value, (_key, v: unknown) => (isRecord(v) ? Object.fromEntries(Object.entries(v).sort(([p], [q]) => (p < q ? -1 : p > q ? 1 : 0))) : v));
+}
+
 export function redact(path: string, value: unknown): unknown {
   const last = path.split(".").pop() ?? "";
   return SENSITIVE_KEY.test(last) && value !== undefined ? SENSITIVE : value;
@@ -33,7 +45,7 @@ export function diffFields(before: unknown, after: unknown, prefix: string): Cha
   for (const k of keys) {
     const old = a.get(k);
     const next = b.get(k);
-    if (JSON.stringify(old) === JSON.stringify(next)) continue;
+    if (sameJSON(old, next)) continue;
     const c: Change = { path: k };
     if (old !== undefined) c.old = redact(k, old);
     if (next !== undefined) c.new = redact(k, next);

@@ -20,7 +20,7 @@ import type { ManagedResource, Observation } from "../managed/external.js";
 import type { Informer } from "../runtime/informer.js";
 import { resourcePath, type KubeClient } from "../runtime/kube-client.js";
 import { silentLogger } from "../runtime/logging.js";
-import { change, diffFields } from "./diff.js";
+import { change, diffFields, sameJSON } from "./diff.js";
 import { isPlanned, type ManifestObject } from "./manifests.js";
 import { summarize, type Change, type PlanResult, type ResourcePlan } from "./model.js";
 import type { LabelMatcher } from "./selector.js";
@@ -149,7 +149,7 @@ function plannedObject(m: ManifestObject, live: Obj | undefined): Obj {
       spec,
     } as Obj;
   }
-  const changed = JSON.stringify(live.spec) !== JSON.stringify(spec);
+  const changed = !sameJSON(live.spec, spec);
   // kubectl apply sets the manifest's annotations (others stay); only ours matter to observe.
   const annotations = { ...live.metadata.annotations, ...m.metadata.annotations };
   for (const key of Object.values(Annotations)) {

@@ -174,6 +174,42 @@ describe("planner", () => {
     expect(p.resources).toEqual([expect.objectContaining({ kind: "Skill", name: "paused-skill", action: "none", serviceId: "paused-skill" })]);
     expect(p.changes).toBe(false);
   });
+  it("plans no change for a resource whose list items the API server returns with their keys in another order", async () => {
+    // The API server answers a custom resource's objects with their keys sorted; a manifest
+    // keeps the author's order (name, then command).
+    cluster.set("sandboxruns", [
+      {
+        metadata: { name: "nightly", namespace: NS, uid: "uid-nightly", generation: 1, annotations: { [LAST_APPLIED]: "{}" } },
+        spec: {
+          envFrom: [{ prefix: "X_", secretRef: { name: "creds" } }],
+          sandboxRef: { name: "box" },
+          steps: [{ command: "make test", name: "test" }, { code: "print(1)", language: "python", name: "py" }],
+        },
+        status: { phase: "Succeeded" },
+      },
+    ]);
+    const yaml = `apiVersion: agentcompute.dev/v1alpha1
+kind: SandboxRun
+metadata: {name: nightly}
+spec:
+  sandboxRef: {name: box}
+  envFrom: [{secretRef: {name: creds}, prefix: X_}]
+  steps:
+    - name: test
+      command: make test
+    - {name: py, language: python, code: "print(1)"}`;
+    try {
+      const p = await plan(reader, manifests(yaml), { prune: false });
+      expect(find(p, "SandboxRun", "nightly")).toMatchObject({ action: "none", changes: [] });
+      expect(p.changes).toBe(false);
+      // A real change is still one.
+      const changed = await plan(reader, manifests(yaml.replace("make test", "make check")), { prune: false });
+      expect(find(changed, "SandboxRun", "nightly").action).toBe("unknown");
+    } finally {
+      cluster.delete("sandboxruns");
+    }
+  });
+
   it("follows spec.managementPolicies: no create without Create, no update without Update", async () => {
     const yaml = `apiVersion: agentcompute.dev/v1alpha1
 kind: Agent
