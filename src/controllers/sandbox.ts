@@ -443,6 +443,15 @@ class SandboxClient implements ExternalClient<Sandbox, SandboxPlan> {
   async update(cr: Sandbox, { plan }: Planned<SandboxStatus, SandboxPlan>): Promise<ActionResult<SandboxStatus>> {
     const current = plan.vm;
     if (plan.action === "replace") {
+      // The user named this VM to take over: replacing it would lose what runs in it, and leave
+      // the annotation naming a released VM. The user decides (the VM is renewed meanwhile).
+      if (cr.metadata.annotations?.[Annotations.externalId] === current.id) {
+        throw new StalledError(
+          "AdoptedVMNotReplaced",
+          `${plan.why}, which needs a new VM, but the annotation ${Annotations.externalId} names VM ${current.id}, taken over as it is: ` +
+            `remove the annotation ${Annotations.externalId} to have it replaced (a new VM allocated, ${current.id} released), or put the spec back`,
+        );
+      }
       const vm = await this.allocate(plan.request);
       const replaced = this.afterAllocate(cr, vm, plan.request);
       try {

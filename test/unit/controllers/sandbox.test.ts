@@ -414,6 +414,41 @@ describe("Sandbox", () => {
     expect(live(other.vm_id)).toBe(true);
   });
 
+  it("does not replace a VM the adoption annotation names when the spec changes: says how to let it, and renews the VM meanwhile", async () => {
+    const vm = w.emu.state.allocateVM({ tier: "standard", ttl_seconds: 600, org_id: ORG, metadata: {} });
+    const adopt = (tier: string, annotations: Record<string, string>) =>
+      w.apply<Sandbox>("sandboxes", { metadata: { name: "sb", annotations }, spec: { tier, ttlSeconds: 600 } });
+    adopt("standard", { [Annotations.externalId]: vm.vm_id });
+    await w.reconcile(kind(), "sb");
+    expect(sandbox().status?.vmId).toBe(vm.vm_id);
+
+    adopt("large", { [Annotations.externalId]: vm.vm_id });
+    w.calls();
+    await w.reconcile(kind(), "sb").catch(() => undefined);
+    expect(w.writes()).toEqual([]);
+    expect(condition(sandbox(), "Stalled")).toMatchObject({ status: "True", reason: "AdoptedVMNotReplaced" });
+    expect(condition(sandbox(), "Stalled")?.message).toContain(`remove the annotation ${Annotations.externalId}`);
+    expect(condition(sandbox(), "Ready")?.message).toContain("its VM is still renewed");
+    w.advance(481_000);
+    await w.reconcile(kind(), "sb").catch(() => undefined);
+    expect(w.writes()).toEqual(["vms.renew"]);
+    expect(live(vm.vm_id)).toBe(true);
+
+    // The annotation removed: replaced (the new VM first), and the new one is the one kept.
+    adopt("large", {});
+    await w.reconcile(kind(), "sb");
+    expect(w.writes()).toEqual(["vms.allocate", "vms.release"]);
+    const replacement = sandbox().status?.vmId as string;
+    expect(replacement).not.toBe(vm.vm_id);
+    expect(condition(sandbox(), "Ready")).toMatchObject({ status: "True" });
+    w.advance(481_000);
+    await w.reconcile(kind(), "sb");
+    // (Its renewal, after the token ran out on the clock moved on: a 401, then the same again.)
+    expect(new Set(w.writes())).toEqual(new Set(["vms.renew"]));
+    expect(w.emu.state.vms.get(replacement)?.expiresAt).toBe(w.clock.ms + 600_000);
+    expect(live(replacement)).toBe(true);
+  });
+
   it("imported read-only ([Observe]): never renewed, and comes back once its VM has run out, not in a loop meanwhile", async () => {
     const vm = w.emu.state.allocateVM({ tier: "standard", ttl_seconds: 600, org_id: ORG, metadata: {} });
     w.apply<Sandbox>("sandboxes", {
