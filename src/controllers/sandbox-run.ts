@@ -241,6 +241,18 @@ export class SandboxRunReconciler implements Reconciler {
       }
     }
     Object.assign(envs, run.spec.env);
+    // The VM's own env holds the values of its Sandbox's (or the run's template's) envFrom
+    // Secrets too, and a step may print them: masked as well. One not readable now (deleted
+    // since the VM was allocated) has nothing to mask with.
+    const sandbox = run.spec.sandboxRef && this.o.sandboxes.get(ns, run.spec.sandboxRef.name);
+    const vmEnvFrom = run.spec.sandboxTemplate?.envFrom ?? (sandbox ? sandbox.spec.envFrom : undefined) ?? [];
+    for (const from of vmEnvFrom) {
+      try {
+        secrets.push(...Object.values(this.o.store.secretData(ns, from.secretRef.name, "envFrom")));
+      } catch (err) {
+        if (!(err instanceof NotReadyError)) throw err;
+      }
+    }
     const files = (run.spec.files ?? []).map((f, i) => {
       if (f.secretKeyRef !== undefined) {
         const field = `spec.files[${i}].secretKeyRef`;

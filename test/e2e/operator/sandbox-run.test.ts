@@ -243,15 +243,20 @@ spec: {tier: standard, ttlSeconds: 3600}`, t.namespace);
     expect(rt.executions - before).toBe(2);
   }, 90_000);
 
-  it("with a sandboxTemplate runs in a VM of its own, released when the run ends", async () => {
+  it("with a sandboxTemplate runs in a VM of its own, released when the run ends; its envFrom Secret's values are masked", async () => {
     await apply(`
+apiVersion: v1
+kind: Secret
+metadata: {name: template-secrets}
+stringData: {VM_TOKEN: vm-${SECRET_VALUE}}
+---
 apiVersion: agentcompute.dev/v1alpha1
 kind: SandboxRun
 metadata: {name: own-vm}
 spec:
-  sandboxTemplate: {tier: standard, env: {WHERE: own}}
+  sandboxTemplate: {tier: standard, env: {WHERE: own}, envFrom: [{secretRef: {name: template-secrets}}]}
   steps:
-    - {name: where, command: 'echo "in $WHERE vm"'}`, t.namespace);
+    - {name: where, command: 'echo "in $WHERE vm"; echo "vm-token=$VM_TOKEN"'}`, t.namespace);
     await kubectlOk(["wait", "--for=condition=Ready", "sandboxrun/own-vm", "--timeout=60s"], { namespace: t.namespace });
     // The release is recorded in status first, then the finalizer that guarded it goes.
     const r = await waitFor(async () => {
@@ -260,7 +265,10 @@ spec:
     }, { description: "the run's VM released and its finalizer gone" });
     const vmId = r.status?.vmId as string;
     expect(vmId).not.toBe(await sandboxVM());
-    expect(steps(r)[0]).toMatchObject({ exitCode: 0, output: "in own vm\n" });
+    // The VM's env (the template's envFrom) reached the step, and is masked wherever the run reports.
+    expect(steps(r)[0]).toMatchObject({ exitCode: 0, output: "in own vm\nvm-token=***\n" });
+    expect(JSON.stringify(await configMap(r.status?.outputConfigMap as string))).not.toContain(SECRET_VALUE);
+    expect(await everythingSaid(t.stack)).not.toContain(SECRET_VALUE);
     expect(t.stack.emulator.state.vms.get(vmId)?.state ?? "gone").not.toBe("allocated");
     expect(t.stack.emulator.runtimes.get(vmId)).toBeUndefined();
     expect(r.metadata).not.toHaveProperty("finalizers");
