@@ -2,8 +2,8 @@
 // emulator keeps each VM's workspace in a host directory. A path that leaves the workspace,
 // lexically (`..`, another absolute path) or through a symbolic link, is refused with 400
 // naming the request field, before anything touches the disk.
-import { realpathSync } from "node:fs";
-import { dirname, join, posix, relative, sep } from "node:path";
+import { lstatSync, readlinkSync, realpathSync } from "node:fs";
+import { dirname, join, posix, relative, resolve, sep } from "node:path";
 import { badRequest, ServiceError } from "../errors.js";
 
 /** Where the workspace is on a VM. */
@@ -22,7 +22,7 @@ export function hostPath(workspace: string, vmPath: unknown, field: string): str
   const host = rel === "" ? workspace : join(workspace, ...rel.split("/"));
   // The lexical check passed; a symbolic link on the way may still lead out.
   let p = host;
-  for (;;) {
+  for (let links = 0; ; ) {
     try {
       if (!within(workspace, realpathSync(p))) throw outside(field, vmPath);
       return host;
@@ -30,12 +30,21 @@ export function hostPath(workspace: string, vmPath: unknown, field: string): str
       if (err instanceof ServiceError) throw err;
       const code = (err as NodeJS.ErrnoException).code;
       if (code !== "ENOENT" && code !== "ENOTDIR") throw err;
+      // A dangling symbolic link: a write through it creates its target, which decides.
+      if (lstatSync(p, { throwIfNoEntry: false })?.isSymbolicLink()) {
+        if (++links > MAX_LINKS) throw outside(field, vmPath);
+        p = resolve(dirname(p), readlinkSync(p));
+        continue;
+      }
       const parent = dirname(p);
       if (parent === p) return host;
       p = parent; // not there yet: the nearest existing ancestor decides
     }
   }
 }
+
+/** Symbolic links followed before a path is refused (Linux's own limit, ELOOP). */
+const MAX_LINKS = 40;
 
 /** The VM path of a host path inside `workspace`. */
 export function vmPath(workspace: string, host: string): string {

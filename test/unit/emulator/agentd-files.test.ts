@@ -1,4 +1,5 @@
-import { existsSync, readFileSync, symlinkSync } from "node:fs";
+import { existsSync, mkdtempSync, readFileSync, symlinkSync } from "node:fs";
+import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import { client, emulator } from "./helpers.js";
@@ -85,6 +86,17 @@ describe("emulator agentd: files, directories, sessions, workspace (r/v1/...)", 
     const viaLink = await a.call("GET", "v1/files/download?path=/workspace/link/passwd");
     expect(viaLink.status).toBe(400);
     expect(viaLink.body).toEqual({ code: 400, message: 'path "/workspace/link/passwd" is outside /workspace' });
+    // So is a dangling one: writing through it would create its target, outside.
+    const outsideFile = join(mkdtempSync(join(tmpdir(), "agentd-outside-")), "made.txt");
+    symlinkSync(outsideFile, join(ws, "dangling"));
+    const throughDangling = await upload(emu, c, vm.vm_id, uploadForm("/workspace/dangling", "x"));
+    expect(throughDangling.status).toBe(400);
+    expect(throughDangling.body).toEqual({ code: 400, message: 'path "/workspace/dangling" is outside /workspace' });
+    expect(existsSync(outsideFile)).toBe(false);
+    // A dangling link to a place inside the workspace is written through, as a VM would.
+    symlinkSync(join(ws, "later.txt"), join(ws, "to-later"));
+    expect((await upload(emu, c, vm.vm_id, uploadForm("/workspace/to-later", "y"))).status).toBe(201);
+    expect(readFileSync(join(ws, "later.txt"), "utf8")).toBe("y");
   });
 
   it("creates and deletes directories, moves files, searches by glob", async () => {
