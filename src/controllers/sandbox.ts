@@ -345,7 +345,8 @@ class SandboxClient implements ExternalClient<Sandbox, SandboxPlan> {
     // field left as it was would be) and this process has not read them since. A renewal
     // does not wait for them.
     const unread = cr.status?.endpoint === ENDPOINT_NOT_READ && this.deps.endpointsRead.get(cr.metadata.uid) !== found.id;
-    const where = !sameVM || unread ? await this.whereIs(cr, found.id) : { endpoint: cr.status?.endpoint, ws_url: cr.status?.wsURL };
+    const asked = !sameVM || unread;
+    const where = asked ? await this.whereIs(cr, found.id) : { endpoint: cr.status?.endpoint, ws_url: cr.status?.wsURL };
     const unknownWhere =
       where.failed !== undefined ? { ...ENDPOINT_UNKNOWN, message: `the VM's endpoint could not be read (${where.failed}): asked again shortly; ${meanwhile} kept` } : undefined;
     return {
@@ -356,8 +357,9 @@ class SandboxClient implements ExternalClient<Sandbox, SandboxPlan> {
       differences: renewal.action === "replace" ? [renewal.why] : [],
       status: {
         ...statusOf(found),
-        endpoint: where.endpoint,
-        wsURL: where.ws_url,
+        // Of a VM found another way: "" where unknown, never the old VM's (left as they were).
+        endpoint: asked ? (where.endpoint ?? ENDPOINT_NOT_READ) : where.endpoint,
+        wsURL: asked ? (where.ws_url ?? ENDPOINT_NOT_READ) : where.ws_url,
         // allocatedAt was recorded when we allocated this VM (the allocation answer has none);
         // the service's list says the same instant in milliseconds: keep ours, or the first
         // resync after a cold start rewrites the status of every Sandbox for nothing.
@@ -368,8 +370,10 @@ class SandboxClient implements ExternalClient<Sandbox, SandboxPlan> {
       },
       connectionDetails: {
         ...detailsOf({ vm_id: found.id, token: found.token, ...where }),
-        // Written empty, not left as they were: they would be another VM's.
-        ...(where.failed !== undefined && { endpoint: ENDPOINT_NOT_READ, wsURL: ENDPOINT_NOT_READ }),
+        // What was asked of a VM found another way, or its token the record lacks: written
+        // empty if unknown, not left as they were, which would be another VM's.
+        ...(asked && { endpoint: where.endpoint ?? ENDPOINT_NOT_READ, wsURL: where.ws_url ?? ENDPOINT_NOT_READ }),
+        ...(!sameVM && !found.token && { token: "" }),
       },
       requeueAfterMs: Math.max(0, nextAt - now),
       priority: true,

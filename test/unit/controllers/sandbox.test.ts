@@ -399,6 +399,22 @@ describe("Sandbox", () => {
     expect(condition(sandbox(), "Ready")).toMatchObject({ status: "True" });
   });
 
+  it("never shows the old VM's endpoint or token for a VM it adopted whose endpoint answer or record lacks them", async () => {
+    apply({});
+    await w.reconcile(kind(), "sb");
+    const secretOf = () => Object.fromEntries(Object.entries(w.secrets.get(NS, "sb-agentcompute")?.data ?? {}).map(([k, v]) => [k, Buffer.from(v, "base64").toString()]));
+    expect(secretOf()).toMatchObject({ endpoint: expect.stringMatching(/./), token: expect.stringMatching(/./) });
+    w.emu.state.releaseVM(sandbox().status?.vmId as string);
+    const adopted = allocatedByPreviousOwner();
+    const stored = w.emu.state.vms.get(adopted) as { token?: string };
+    delete stored.token; // a record without its token
+    w.emu.injectFault({ method: "GET", path: `/compute/v1/vms/${adopted}/endpoint`, times: 1_000, action: { status: 200, body: {} } });
+    resync();
+    await w.reconcile(kind(), "sb");
+    expect(sandbox().status).toMatchObject({ vmId: adopted, endpoint: "", wsURL: "" });
+    expect(secretOf()).toMatchObject({ vmId: adopted, endpoint: "", wsURL: "", token: "" });
+  });
+
   it("keeps a VM imported with the adoption annotation, even one another resource made for another spec", async () => {
     const other = w.emu.state.allocateVM({
       tier: "large",
