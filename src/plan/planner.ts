@@ -155,7 +155,9 @@ function plannedObject(m: ManifestObject, live: Obj | undefined): Obj {
   for (const key of Object.values(Annotations)) {
     if (m.metadata.annotations?.[key] === undefined && live.metadata.annotations?.[key] !== undefined) {
       // Dropped from the manifest: apply removes an annotation it set before.
-      if (live.metadata.annotations[LAST_APPLIED]?.includes(key)) delete annotations[key];
+      if (live.metadata.annotations[LAST_APPLIED]?.includes(key) || appliedFields(live).some((f) => f["f:metadata"]?.["f:annotations"]?.[`f:${key}`] !== undefined)) {
+        delete annotations[key];
+      }
     }
   }
   return {
@@ -492,14 +494,31 @@ function dependencyNotes(cr: Obj, deps: Deps): string[] {
 }
 
 /** Objects of our kinds in the namespaces concerned that the manifests drop (as kubectl apply --prune). */
+/**
+ * Whether an object was applied, and so is pruned when its manifest goes: kubectl apply leaves
+ * its last-applied annotation; server-side apply (Flux's kustomize-controller, `kubectl apply
+ * --server-side`, Argo CD's ServerSideApply) leaves a managedFields entry of operation Apply.
+ */
+function applied(o: Obj): boolean {
+  return o.metadata.annotations?.[LAST_APPLIED] !== undefined || appliedFields(o).length > 0;
+}
+
+/** The fields each server-side apply to `o` set (managedFields of operation Apply, FieldsV1). */
+type FieldsV1 = { "f:metadata"?: { "f:annotations"?: Record<string, unknown> } };
+function appliedFields(o: Obj): FieldsV1[] {
+  const entries = (o.metadata.managedFields ?? []) as Array<{ operation?: unknown; fieldsV1?: FieldsV1 } | null>;
+  return entries.filter((f) => f?.operation === "Apply").map((f) => f?.fieldsV1 ?? {});
+}
+
 function pruned(live: Live, planned: ManifestObject[], namespaces: string[], selector: LabelMatcher | undefined): ResourcePlan[] {
   const out: ResourcePlan[] = [];
   const kept = new Set(planned.map((m) => `${m.kind}/${m.metadata.namespace}/${m.metadata.name}`));
   for (const names of ORDER) {
     for (const o of live.byKind.get(names.kind) ?? []) {
-      const { namespace, name, annotations, labels } = o.metadata;
+      const { namespace, name, labels } = o.metadata;
+      const annotations = o.metadata.annotations ?? {};
       if (!namespaces.includes(namespace) || kept.has(`${names.kind}/${namespace}/${name}`)) continue;
-      if (annotations?.[LAST_APPLIED] === undefined) continue; // never applied with kubectl apply: not pruned
+      if (!applied(o)) continue; // created another way (kubectl create, a script): not pruned
       if (selector !== undefined && !selector(labels)) continue;
       if (o.metadata.deletionTimestamp !== undefined) continue;
       const r: ResourcePlan = { kind: names.kind, namespace, name, action: "delete", changes: [], notes: [] };

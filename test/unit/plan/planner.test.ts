@@ -69,7 +69,9 @@ beforeAll(async () => {
       "sandboxes",
       [
         live("orphaned", { tier: "standard", deletionPolicy: "Orphan" }, { vmId: "vm-1" }),
-        live("by-hand", { tier: "standard" }, { vmId: "vm-2" }, { annotations: {} }),
+        live("by-hand", { tier: "standard" }, { vmId: "vm-2" }, { annotations: {}, managedFields: [{ manager: "kubectl-create", operation: "Update" }] }),
+        // Server-side applied (Flux's kustomize-controller, kubectl apply --server-side): no last-applied annotation.
+        live("flux-applied", { tier: "standard" }, { vmId: "vm-4" }, { annotations: {}, managedFields: [{ manager: "kustomize-controller", operation: "Apply" }] }),
         live("other-app", { tier: "standard" }, { vmId: "vm-3" }, { labels: { app: "other" } }),
       ],
     ],
@@ -153,12 +155,13 @@ describe("planner", () => {
       notes: ["waits for Agent nowhere, which is neither in the cluster nor in the manifests"],
     });
 
-    // --prune: only what kubectl apply left (last-applied), matching the selector; Orphan said.
+    // --prune: only what was applied (kubectl apply's last-applied, or server-side apply as
+    // Flux does), matching the selector; Orphan said.
     const deletes = p.resources.filter((r) => r.action === "delete");
-    expect(deletes.map((r) => `${r.kind}/${r.name}`)).toEqual(["Sandbox/orphaned"]);
+    expect(deletes.map((r) => `${r.kind}/${r.name}`)).toEqual(["Sandbox/orphaned", "Sandbox/flux-applied"]);
     expect(find(p, "Sandbox", "orphaned")).toMatchObject({ serviceId: "vm-1", reason: "the service object is left in place (deletionPolicy: Orphan)" });
 
-    expect(p.summary).toEqual({ create: 3, update: 1, replace: 0, delete: 1, unchanged: 1, unknown: 2 });
+    expect(p.summary).toEqual({ create: 3, update: 1, replace: 0, delete: 2, unchanged: 1, unknown: 2 });
 
     const calls = emu.requests.slice(from);
     expect(calls.filter((r) => r.method !== "GET" && r.operation !== "token")).toEqual([]);
@@ -207,6 +210,28 @@ spec:
       expect(find(changed, "SandboxRun", "nightly").action).toBe("unknown");
     } finally {
       cluster.delete("sandboxruns");
+    }
+  });
+
+  it("sees the pause annotation a server-side apply set go when its manifest drops it (as Flux applies)", async () => {
+    emu.state.createSkill({ name: "ssa-paused", content: "old" });
+    const ssa = {
+      manager: "kustomize-controller",
+      operation: "Apply",
+      fieldsV1: { "f:metadata": { "f:annotations": { "f:agentcompute.dev/paused": {} } }, "f:spec": { "f:content": {} } },
+    };
+    const skills = cluster.get("skills")!;
+    cluster.set("skills", [...skills, live("ssa-paused", { content: "old" }, { skillName: "ssa-paused" }, { annotations: { "agentcompute.dev/paused": "true" }, managedFields: [ssa] })]);
+    try {
+      const yaml = "apiVersion: agentcompute.dev/v1alpha1\nkind: Skill\nmetadata: {name: ssa-paused}\nspec: {content: new}";
+      const p = await plan(reader, manifests(yaml), { prune: false });
+      expect(find(p, "Skill", "ssa-paused")).toMatchObject({ action: "update", changes: [{ path: "spec.content", old: "old", new: "new" }] });
+      // Set by someone else (no Apply of it): it stays, and the plan says paused.
+      const other = { ...ssa, fieldsV1: { "f:spec": { "f:content": {} } } };
+      cluster.set("skills", [...skills, live("ssa-paused", { content: "old" }, { skillName: "ssa-paused" }, { annotations: { "agentcompute.dev/paused": "true" }, managedFields: [other] })]);
+      expect(find(await plan(reader, manifests(yaml), { prune: false }), "Skill", "ssa-paused").action).toBe("none");
+    } finally {
+      cluster.set("skills", skills);
     }
   });
 
