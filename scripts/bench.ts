@@ -443,7 +443,7 @@ function shardRows(h: ShardsResult): Row[] {
     scenario: "7. shards: objects per replica (owner label)",
     target: "every replica a share",
     measured:
-      `before the kill: ${shares(before)}; killed ${s.victim ?? "none"} (leader ${s.leader ?? "?"}) at ${s.kill?.ready ?? "-"} Ready; ` +
+      `before the kill: ${shares(before)}; ${graceful ? "stopped" : "killed"} ${s.victim ?? "none"} (leader ${s.leader ?? "?"}) at ${s.kill?.ready ?? "-"} Ready; ` +
       `at the end: ${shares(s.sharesAtEnd)}${s.drainsPendingAtEnd > 0 ? `; ${s.drainsPendingAtEnd} drains pending` : ""}; ` +
       `every object labelled ${s.allLabelledSeconds === null ? "never" : `${s.allLabelledSeconds} s`} after the first create`,
     // At the end every object is owned by a live replica (the killed one owns nothing), none is left draining.
@@ -471,7 +471,7 @@ function shardRows(h: ShardsResult): Row[] {
       target: "report",
       measured:
         `${Object.entries(tc.seconds).map(([k, v]) => `${k} ${v}`).join(", ")} in ${tc.wallSeconds} s: the cores ${pct(tc.machineUtilisation)} busy ` +
-        `(the lease's wait included); the API server ${Math.round((api / Math.max(1, tc.moved)) * 10_000) / 10} ms per moved object (${tc.moved})`,
+        `${graceful ? "(its graceful stop included)" : "(the lease's wait included)"}; the API server ${Math.round((api / Math.max(1, tc.moved)) * 10_000) / 10} ms per moved object (${tc.moved})`,
       met: null,
     });
   }
