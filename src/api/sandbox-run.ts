@@ -66,7 +66,8 @@ export const SandboxRunSpecSchema = Type.Object(
     ),
     sandboxTemplate: Type.Optional(
       Type.Object(SandboxSpecSchema.properties, {
-        description: "A Sandbox spec: a VM is allocated for this run and released when it ends. Set sandboxRef or sandboxTemplate.",
+        description:
+          "A Sandbox spec: a VM is allocated for this run and released when it ends. Set sandboxRef or sandboxTemplate. The VM is not renewed: it is asked for ttlSeconds, or activeDeadlineSeconds + 300 if that is longer; a run without activeDeadlineSeconds must end within ttlSeconds (3600 unless set).",
       }),
     ),
     steps: Type.Array(RunStepSchema, {

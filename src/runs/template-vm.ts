@@ -11,7 +11,7 @@ import { isNotFound } from "../service/index.js";
 /** What allocating needs of a Sandbox's dependencies: the Secrets (envFrom) and Skills to wait for. */
 export type AllocationDeps = Pick<SandboxDeps, "store" | "skills" | "now">;
 
-/** Extra life given to a run's VM beyond activeDeadlineSeconds when the template sets no ttlSeconds. */
+/** Extra life given to a run's VM beyond activeDeadlineSeconds. */
 const TTL_MARGIN_SECONDS = 300;
 
 function isLive(state: string | undefined): boolean {
@@ -21,8 +21,11 @@ function isLive(state: string | undefined): boolean {
 /** The template as a Sandbox of the run's own metadata (its uid is the VM's marker). */
 function asSandbox(run: SandboxRun): Sandbox {
   const template = run.spec.sandboxTemplate!;
-  // The run's VM is not renewed: it must live as long as the run may.
-  const ttlSeconds = template.ttlSeconds ?? (run.spec.activeDeadlineSeconds !== undefined ? run.spec.activeDeadlineSeconds + TTL_MARGIN_SECONDS : undefined);
+  // The run's VM is not renewed: it must live as long as the run may. The template's
+  // ttlSeconds is there whether the user wrote it or not (the CRD defaults it to 3600), so the
+  // deadline lengthens it rather than stands in for it.
+  const deadline = run.spec.activeDeadlineSeconds;
+  const ttlSeconds = deadline === undefined ? template.ttlSeconds : Math.max(template.ttlSeconds ?? 0, deadline + TTL_MARGIN_SECONDS);
   return {
     apiVersion: API_VERSION,
     kind: kindNames.sandbox.kind,

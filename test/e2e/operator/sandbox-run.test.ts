@@ -274,13 +274,14 @@ spec:
     expect(r.metadata).not.toHaveProperty("finalizers");
   }, 90_000);
 
-  it("with a sandboxTemplate gives its VM back when deleted while running", async () => {
+  it("with a sandboxTemplate gives its VM, allocated to outlive the deadline, back when deleted while running", async () => {
     await apply(`
 apiVersion: agentcompute.dev/v1alpha1
 kind: SandboxRun
 metadata: {name: own-vm-deleted}
 spec:
   sandboxTemplate: {tier: standard}
+  activeDeadlineSeconds: 7200
   steps:
     - {name: forever, command: 'sleep 300'}`, t.namespace);
     const r = await waitFor(async () => {
@@ -289,6 +290,9 @@ spec:
     }, { description: "the step running" });
     const vmId = r.status?.vmId as string;
     expect(t.stack.emulator.state.vms.get(vmId)?.state).toBe("allocated");
+    // The run's VM is not renewed: it is asked to live as long as the run may (the deadline and
+    // a margin), not the template's ttlSeconds (3600 by default).
+    expect(t.stack.emulator.state.vms.get(vmId)?.ttl_seconds).toBe(7200 + 300);
     await kubectlOk(["delete", "sandboxrun", "own-vm-deleted", "--wait=true", "--timeout=30s"], { namespace: t.namespace });
     expect(t.stack.emulator.state.vms.get(vmId)?.state ?? "gone").not.toBe("allocated");
     expect(t.stack.emulator.runtimes.get(vmId)).toBeUndefined();
