@@ -8,7 +8,7 @@ import type { Logger } from "pino";
 import { API_VERSION, FINALIZER, GROUP, RUN_LABEL, RunPhase, VERSION, kindNames, type RunPhaseName } from "../api/names.js";
 import type { Sandbox, SandboxRun, SandboxRunStatus, Skill } from "../api/index.js";
 import { errorMessage } from "../lib/errors.js";
-import { NotReadyError } from "../managed/errors.js";
+import { NotReadyError, classify } from "../managed/errors.js";
 import { patchFinalizers } from "../managed/finalizers.js";
 import { afterBackoff } from "../managed/requeue.js";
 import type { StatusWriter } from "../managed/status-writer.js";
@@ -448,10 +448,36 @@ class Pass {
           await this.flush(st.phase === RunPhase.Running ? RunPhase.Running : RunPhase.Pending, err.reason, err.message);
           return this.waitResult();
         }
-        throw err;
+        return this.failedPass(err);
       }
     }
     throw new Error("the run's state machine did not settle (a bug): retrying");
+  }
+
+  /**
+   * The service failed this pass. Refused for good (a tier it does not know, a file path outside
+   * /workspace) while no step runs: the spec is immutable, so the run fails with the service's
+   * answer. Otherwise it is said in status, with startTime (the deadline counts from it and must
+   * outlive this pass), and retried with backoff.
+   */
+  private async failedPass(err: unknown): Promise<Result | void> {
+    const failure = classify(err);
+    const message = this.masked(failure.message);
+    const stepRunning = (this.st.steps ?? []).some((s) => s.finishedAt === undefined);
+    if (failure.kind === "stalled" && !stepRunning) return this.finish(RunPhase.Failed, failure.reason, message);
+    await this.flush(this.st.phase === RunPhase.Running ? RunPhase.Running : RunPhase.Pending, failure.reason, message).catch((writeErr: unknown) =>
+      this.log.warn({ err: errorMessage(writeErr) }, "could not report the service's failure in status"),
+    );
+    throw err;
+  }
+
+  /** A message with the run's secret values masked, as far as they can be read now. */
+  private masked(message: string): string {
+    try {
+      return mask(message, (this.inputs ??= this.r.inputs(this.run)).secrets);
+    } catch {
+      return message;
+    }
   }
 
   /** With a sandboxTemplate, the run's VM, allocated when there is none (and still time to run). */

@@ -298,6 +298,52 @@ spec:
     expect(t.stack.emulator.runtimes.get(vmId)).toBeUndefined();
   }, 90_000);
 
+  it("fails when the service refuses its template's VM, with the service's answer", async () => {
+    await apply(`
+apiVersion: agentcompute.dev/v1alpha1
+kind: SandboxRun
+metadata: {name: refused-vm}
+spec:
+  sandboxTemplate: {tier: unknown-tier}
+  steps:
+    - {name: never, command: 'true'}`, t.namespace);
+    const r = await finished("refused-vm");
+    expect(r.status?.phase).toBe("Failed");
+    expect(condition(r, "Failed")).toMatchObject({ status: "True", reason: "ServiceRejected", message: expect.stringContaining('tier "unknown-tier" is not available') });
+    expect(r.status?.startTime).toBeTruthy();
+    expect(steps(r)).toEqual([]);
+  }, 90_000);
+
+  it("says in status that the service keeps failing its VM's allocation, and fails at its deadline", async () => {
+    t.stack.emulator.injectFault({ method: "POST", path: "/compute/v1/vms/allocate", times: 1_000, action: { status: 503, body: { code: 503, error_code: "unavailable", message: "try again later" } } });
+    try {
+      await apply(`
+apiVersion: agentcompute.dev/v1alpha1
+kind: SandboxRun
+metadata: {name: unallocated}
+spec:
+  sandboxTemplate: {tier: standard}
+  activeDeadlineSeconds: 4
+  steps:
+    - {name: never, command: 'true'}`, t.namespace);
+      // Said while it retries, with the time it was taken up (the deadline counts from it).
+      const waiting = await waitFor(
+        async () => {
+          const x = await run("unallocated");
+          return condition(x, "Ready")?.reason === "ServiceUnavailable" ? x : undefined;
+        },
+        { description: "the run to say the service is unavailable" },
+      );
+      expect(waiting.status).toMatchObject({ phase: "Pending", startTime: expect.any(String) });
+      const r = await finished("unallocated");
+      expect(r.status?.phase).toBe("Failed");
+      expect(condition(r, "Failed")).toMatchObject({ status: "True", reason: "DeadlineExceeded" });
+      expect(r.status?.startTime).toBe(waiting.status?.startTime);
+    } finally {
+      t.stack.emulator.clearFaults();
+    }
+  }, 90_000);
+
   it("is deleted ttlSecondsAfterFinished after it ends", async () => {
     await apply(runManifest("short-lived", `
   ttlSecondsAfterFinished: 2
