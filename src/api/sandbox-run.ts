@@ -129,7 +129,12 @@ export const SandboxRunStatusSchema = statusSchema("Where the run stands: phase,
   vmId: Type.Optional(Type.String({ description: "The VM the current attempt runs in." })),
   vmReleased: Type.Optional(Type.Boolean({ description: "With sandboxTemplate: the run's VM was given back." })),
   steps: Type.Optional(Type.Array(RunStepStatusSchema, { description: "The steps of the current attempt, in order, as far as it got.", maxItems: 16 })),
-  outputConfigMap: Type.Optional(Type.String({ description: "The ConfigMap (owned by the run) with each step's whole output, one key per step." })),
+  outputConfigMap: Type.Optional(
+    Type.String({
+      description:
+        "The ConfigMap (owned by the run) with each step's whole output, one key per step: <run>-output, or <run>-output-<first 8 characters of the run's uid> when a ConfigMap that is not the run's has the first name.",
+    }),
+  ),
 });
 export type SandboxRunStatus = Static<typeof SandboxRunStatusSchema>;
 export type SandboxRun = Resource<SandboxRunSpec, SandboxRunStatus>;

@@ -292,38 +292,55 @@ export class SandboxRunReconciler implements Reconciler {
    * status already names the ConfigMap, so a patch is tried first; otherwise the create is (a
    * 404 first would be a wasted write for every run: a one-step run writes its output once).
    */
-  async writeOutput(run: SandboxRun, outputs: Map<string, string>, clear: string[], exists: boolean): Promise<string> {
-    const name = outputConfigMapName(run.metadata.name);
-    const path = configMapsPath(run.metadata.namespace, name);
+  /**
+   * Writes the steps' outputs to the run's ConfigMap (`recorded`: the one status names); its name.
+   * A ConfigMap of the name that is not the run's is left alone: a run of the same name deleted
+   * moments ago (its output waiting for garbage collection, which would take this run's with
+   * it), or the user's own. The run's output then gets a name of its own.
+   */
+  async writeOutput(run: SandboxRun, outputs: Map<string, string>, clear: string[], recorded: string | undefined): Promise<string> {
     const data: Record<string, string | null> = {};
     for (const k of clear) data[k] = null;
     for (const [k, v] of outputs) data[k] = v;
-    if (exists) {
+    if (recorded !== undefined) {
       try {
-        await this.o.kube.patch(path, { data }, "merge", { discardResult: true });
-        return name;
+        await this.o.kube.patch(configMapsPath(run.metadata.namespace, recorded), { data }, "merge", { discardResult: true });
+        return recorded;
       } catch (err) {
         if (!isNotFound(err)) throw err;
       }
     }
-    const created = Object.fromEntries([...outputs]);
+    const name = recorded ?? outputConfigMapName(run.metadata.name);
+    if (await this.createOutput(run, name, outputs, data)) return name;
+    const own = outputConfigMapName(run.metadata.name, run.metadata.uid);
+    if (!(await this.createOutput(run, own, outputs, data))) throw new Error(`ConfigMap "${own}" exists and is not this run's output`);
+    return own;
+  }
+
+  /** Creates the output ConfigMap, or updates it if it is this run's already; false if another's. */
+  private async createOutput(run: SandboxRun, name: string, outputs: Map<string, string>, data: Record<string, string | null>): Promise<boolean> {
+    const ns = run.metadata.namespace;
     try {
-      await this.o.kube.create(configMapsPath(run.metadata.namespace), {
+      await this.o.kube.create(configMapsPath(ns), {
         apiVersion: "v1",
         kind: "ConfigMap",
         metadata: {
           name,
-          namespace: run.metadata.namespace,
+          namespace: ns,
           labels: { [RUN_LABEL]: labelValue(run.metadata.name) },
           ownerReferences: [{ apiVersion: API_VERSION, kind: kindNames.sandboxRun.kind, name: run.metadata.name, uid: run.metadata.uid, controller: true, blockOwnerDeletion: true }],
         },
-        data: created,
+        data: Object.fromEntries(outputs),
       }, { discardResult: true });
+      return true;
     } catch (err) {
       if (!isAlreadyExists(err)) throw err;
-      await this.o.kube.patch(path, { data }, "merge", { discardResult: true });
     }
-    return name;
+    // A list by name, not a GET: the operator's role reads ConfigMaps with list and watch only.
+    const found = await this.o.kube.list<{ metadata: { ownerReferences?: Array<{ uid?: string }> } }>(configMapsPath(ns), { fieldSelector: `metadata.name=${name}` });
+    if (!found.items.some((c) => (c.metadata.ownerReferences ?? []).some((o) => o.uid === run.metadata.uid))) return false;
+    await this.o.kube.patch(configMapsPath(ns, name), { data }, "merge", { discardResult: true });
+    return true;
   }
 
   private path(run: SandboxRun, subresource?: string): string {
@@ -573,7 +590,7 @@ class Pass {
   private async flush(phase: RunPhaseName, reason: string, message: string): Promise<void> {
     if (this.outputs.size > 0 || this.clearOutputs.length > 0) {
       const clear = this.clearOutputs.filter((k) => !this.outputs.has(k));
-      this.st.outputConfigMap = await this.r.writeOutput(this.run, this.outputs, clear, this.st.outputConfigMap !== undefined);
+      this.st.outputConfigMap = await this.r.writeOutput(this.run, this.outputs, clear, this.st.outputConfigMap);
       this.outputs.clear();
       this.clearOutputs = [];
     }
@@ -588,12 +605,16 @@ class Pass {
   }
 }
 
-/** The output ConfigMap's name: `<run>-output` (shortened with a hash if that is too long). */
-export function outputConfigMapName(run: string): string {
-  const name = `${run}-output`;
+/**
+ * The output ConfigMap's name: `<run>-output`, or with `uid` (that name taken by another
+ * object) `<run>-output-<the uid's first 8 characters>`; shortened with a hash if too long.
+ */
+export function outputConfigMapName(run: string, uid?: string): string {
+  const suffix = uid === undefined ? "-output" : `-output-${uid.slice(0, 8)}`;
+  const name = `${run}${suffix}`;
   if (name.length <= 253) return name;
   const hash = createHash("sha256").update(run).digest("hex").slice(0, 8);
-  return `${run.slice(0, 253 - 16)}-${hash}-output`;
+  return `${run.slice(0, 253 - suffix.length - 9)}-${hash}${suffix}`;
 }
 
 /** A label value is at most 63 characters. */

@@ -344,6 +344,38 @@ spec:
     }
   }, 90_000);
 
+  it("keeps its output apart from a ConfigMap of its output's name that is not its own (the user's, or a deleted run's)", async () => {
+    const say = (word: string) => `
+  steps:
+    - {name: say, command: 'echo ${word}'}`;
+    // The user's own ConfigMap has the name: left alone.
+    await apply(`
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: apart-output}
+data: {mine: keep}
+---${runManifest("apart", say("apart"))}`, t.namespace);
+    const apart = await finished("apart");
+    expect(apart.status?.outputConfigMap).toBe(`apart-output-${apart.metadata.uid.slice(0, 8)}`);
+    expect((await configMap(apart.status?.outputConfigMap as string)).data).toEqual({ say: "apart\n" });
+    const users = await configMap("apart-output");
+    expect(users.data).toEqual({ mine: "keep" });
+    expect(users.metadata.ownerReferences).toBeUndefined();
+
+    // A run deleted and applied again under its name: the first one's output (waiting for
+    // garbage collection) is not written into, nor taken as the second one's.
+    await apply(runManifest("again", say("first")), t.namespace);
+    const first = await finished("again");
+    expect(first.status?.outputConfigMap).toBe("again-output");
+    await kubectlOk(["delete", "sandboxrun", "again", "--wait=true", "--timeout=30s"], { namespace: t.namespace });
+    await apply(runManifest("again", say("second")), t.namespace);
+    const second = await finished("again");
+    expect(second.metadata.uid).not.toBe(first.metadata.uid);
+    expect(second.status?.outputConfigMap).toBe(`again-output-${second.metadata.uid.slice(0, 8)}`);
+    expect((await configMap(second.status?.outputConfigMap as string)).data).toEqual({ say: "second\n" });
+    expect((await configMap("again-output")).data).toEqual({ say: "first\n" });
+  }, 90_000);
+
   it("is deleted ttlSecondsAfterFinished after it ends", async () => {
     await apply(runManifest("short-lived", `
   ttlSecondsAfterFinished: 2
