@@ -96,6 +96,12 @@ export class SandboxRunReconciler implements Reconciler {
    * computed from an older status would follow a step that has ended, in a VM given back.
    */
   private readonly written = new Map<string, SandboxRunStatus>();
+  /**
+   * Per run (uid): the VM an attempt found gone. Its Sandbox names it until it observes the
+   * loss itself (at its next renewal or resync); the next attempt waits for another VM rather
+   * than start in that one and fail at once, which spent every retry in one pass.
+   */
+  private readonly lostVMs = new Map<string, string>();
   private readonly vmOf: (handle: ServiceHandle, vmId: string, opts?: { gated?: boolean }) => RunVM;
 
   constructor(private readonly o: SandboxRunReconcilerOptions) {
@@ -159,6 +165,7 @@ export class SandboxRunReconciler implements Reconciler {
    */
   stopDeleted(run: SandboxRun): void {
     this.written.delete(run.metadata.uid);
+    this.lostVMs.delete(run.metadata.uid);
     const st = run.status;
     // A run's own VM was given back before its finalizer let it go.
     if (isFinished(st) || !st?.vmId || run.spec.sandboxTemplate !== undefined) return;
@@ -214,7 +221,27 @@ export class SandboxRunReconciler implements Reconciler {
       const why = ready?.message ? `: ${ready.message}` : "";
       return { state: "waiting", reason: RunReason.WaitingForSandbox, message: `Sandbox "${name}" is not Ready yet${why}` };
     }
+    if (vmId === this.lostVMs.get(run.metadata.uid)) {
+      return { state: "waiting", reason: RunReason.WaitingForSandbox, message: `the VM ${vmId} of Sandbox "${name}" is gone: waiting for the Sandbox to allocate another` };
+    }
     return { state: "ready", vmId };
+  }
+
+  /**
+   * An attempt found `vmId` gone: the next waits for another. The Connection's snapshot of VMs
+   * still holds it, so it is read again: the list tells the Sandbox whose VM it was (its
+   * inventory's changes bring it back, and it allocates another), and a run's own VM is not
+   * found again by its marker.
+   */
+  vmLost(run: SandboxRun, vmId: string): void {
+    this.lostVMs.set(run.metadata.uid, vmId);
+    try {
+      const vms = this.handleOf(run).vms;
+      vms.invalidate();
+      void vms.ensureFresh().catch((err: unknown) => this.o.log.info({ err: errorMessage(err) }, "could not read the VMs again after one was found gone"));
+    } catch {
+      // No handle (the Connection not usable): the Sandbox finds out at its next look.
+    }
   }
 
   /** The service handle of the run's Connection (the Sandbox's). */
@@ -366,6 +393,7 @@ export class SandboxRunReconciler implements Reconciler {
    * once its ttlSecondsAfterFinished has passed.
    */
   async afterFinish(written: SandboxRun, st: SandboxRunStatus): Promise<Result | void> {
+    this.lostVMs.delete(written.metadata.uid);
     const run = this.latest(this.o.status.fresh(written)); // with the status this pass wrote, if it did
     if (run.spec.sandboxTemplate !== undefined && run.status?.vmReleased !== true) {
       await releaseRunVMs(run, this.handleOf(run, true), st.vmId);
@@ -456,6 +484,7 @@ class Pass {
         }
       } catch (err) {
         if (err instanceof VMGoneError) {
+          this.r.vmLost(run, err.vmId);
           forced = attemptFailed(run.spec, st, RunReason.VMLost, `the VM ${err.vmId} the attempt ran in is gone`);
           const cur = (st.steps ?? []).find((s) => s.finishedAt === undefined);
           if (cur !== undefined) cur.finishedAt = formatTime(this.now);

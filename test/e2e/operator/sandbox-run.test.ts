@@ -376,6 +376,33 @@ data: {mine: keep}
     expect((await configMap("again-output")).data).toEqual({ say: "first\n" });
   }, 90_000);
 
+  it("waits for its Sandbox's next VM when the one its step ran in is gone, rather than spend its retries on it", async () => {
+    await apply(`
+apiVersion: agentcompute.dev/v1alpha1
+kind: Sandbox
+metadata: {name: lost-box}
+spec: {tier: standard, ttlSeconds: 3600}`, t.namespace);
+    const sb = await waitForReady(t.stack, "sandboxes", "lost-box");
+    const first = sb.status?.vmId as string;
+    await apply(`
+apiVersion: agentcompute.dev/v1alpha1
+kind: SandboxRun
+metadata: {name: lost}
+spec:
+  sandboxRef: {name: lost-box}
+  backoffLimit: 2
+  steps:
+    - {name: slow, command: 'sleep 1; echo done'}`, t.namespace);
+    await waitFor(async () => steps(await run("lost"))[0]?.commandId !== undefined, { description: "the step running" });
+    t.stack.emulator.state.deleteVM(first); // gone outside the operator, mid-step
+    // The second attempt waits for the Sandbox's next VM (the run's read of the VMs told the
+    // Sandbox, which allocated another) instead of starting in the gone one, and succeeds there.
+    const r = await finished("lost");
+    expect(r.status).toMatchObject({ phase: "Succeeded", attempts: 2 });
+    expect(r.status?.vmId).not.toBe(first);
+    expect(steps(r)[0]).toMatchObject({ exitCode: 0, output: "done\n" });
+  }, 90_000);
+
   it("is deleted ttlSecondsAfterFinished after it ends", async () => {
     await apply(runManifest("short-lived", `
   ttlSecondsAfterFinished: 2
