@@ -19,7 +19,7 @@ import { configMapsPath, isAlreadyExists, isNotFound, resourcePath, type KubeCli
 import { formatTime } from "../runtime/status.js";
 import { attemptFailed, compareProgress, deadlineAt, expiresAt, isFinished, next, pollDelayMs, RunReason, runConditions, runningMessage, type Next, type SandboxState } from "../runs/machine.js";
 import { cap, lastLine, mask, perStepBudget, tail } from "../runs/output.js";
-import { runDir } from "../runs/script.js";
+import { outputFile, runDir, stepDir } from "../runs/script.js";
 import { observeStep, startStep } from "../runs/steps.js";
 import { ensureRunVM, releaseRunVMs, type AllocationDeps } from "../runs/template-vm.js";
 import { ForwardedVM, VMGoneError, type RunVM } from "../runs/vm.js";
@@ -461,7 +461,10 @@ class Pass {
             this.clearOutputs = run.spec.steps.map((s) => s.name);
             continue;
           case "fail":
-            if (n.kill !== undefined) await this.kill(n.kill.vmId, n.kill.commandId);
+            if (n.kill !== undefined) {
+              await this.kill(n.kill.vmId, n.kill.commandId);
+              await this.keepKilledOutput(n.kill.vmId);
+            }
             return await this.finish(RunPhase.Failed, n.reason, n.message);
           case "succeed": {
             const count = run.spec.steps.length;
@@ -591,6 +594,27 @@ class Pass {
   }
 
   private failureDetail: string | undefined;
+
+  /**
+   * The step a deadline or a deletion killed is the one to debug: what it printed until then is
+   * kept as a finished step's output is (if the VM can still be read).
+   */
+  private async keepKilledOutput(vmId: string): Promise<void> {
+    const { run, st } = this;
+    const steps = st.steps ?? [];
+    const index = steps.findIndex((s) => s.finishedAt === undefined);
+    if (index < 0) return;
+    const step = steps[index]!;
+    steps[index] = { ...step, finishedAt: formatTime(this.now) };
+    const dir = stepDir(run.metadata.uid, Math.max(1, st.attempts ?? 1), index);
+    const printed = await this.vm(vmId)
+      .read(outputFile(dir))
+      .catch(() => undefined);
+    if (printed === undefined) return;
+    const output = this.masked(printed);
+    steps[index] = { ...steps[index]!, output: tail(output) };
+    this.outputs.set(step.name, cap(output, perStepBudget(run.spec.steps.length)));
+  }
 
   private async kill(vmId: string, commandId: string): Promise<void> {
     try {

@@ -146,15 +146,18 @@ spec: {tier: standard, ttlSeconds: 3600}`, t.namespace);
     await kubectlOk(["wait", "--for=condition=Failed", "sandboxrun/fails", "--timeout=10s"], { namespace: t.namespace });
   }, 90_000);
 
-  it("fails a step past activeDeadlineSeconds with DeadlineExceeded, and stops it", async () => {
+  it("fails a step past activeDeadlineSeconds with DeadlineExceeded, stops it, and keeps what it printed", async () => {
     await apply(runManifest("slow", `
   activeDeadlineSeconds: 3
   steps:
-    - {name: sleepy, command: 'sleep 60'}`), t.namespace);
+    - {name: sleepy, command: 'echo "getting started"; sleep 60'}`), t.namespace);
     const r = await finished("slow");
     expect(r.status?.phase).toBe("Failed");
     expect(condition(r, "Ready")).toMatchObject({ status: "False", reason: "DeadlineExceeded" });
     expect(condition(r, "Failed")).toMatchObject({ status: "True", reason: "DeadlineExceeded" });
+    // The step that hung is the one to debug: its output so far is in status and the ConfigMap.
+    expect(steps(r)[0]).toMatchObject({ name: "sleepy", output: "getting started\n", finishedAt: expect.any(String) });
+    expect((await configMap(r.status?.outputConfigMap as string)).data).toEqual({ sleepy: "getting started\n" });
     const commandId = steps(r)[0]?.commandId as string;
     const rt = t.stack.emulator.runtimes.get(await sandboxVM());
     await waitFor(() => rt?.command(commandId)?.running === false, { description: "the step's command stopped" });
