@@ -20,7 +20,7 @@ import type { Informer } from "../runtime/informer.js";
 import { KubeApiError, resourcePath, secretsPath, type KubeClient } from "../runtime/kube-client.js";
 import { silentLogger } from "../runtime/logging.js";
 import { AgentdClient, type CommandOptions, type ExecStream } from "../service/agentd.js";
-import { isAuthError, type ServiceClient } from "../service/index.js";
+import { ServiceError, isAuthError, type ServiceClient } from "../service/index.js";
 import { kubeClientOf, kubeFlagOptions, kubeFlagsHelp, kubeFlagsOf, namespaceOf, type KubeFlags } from "./kube-flags.js";
 
 const help = (prog: string) => `usage: ${prog} [flags] <sandbox> -- <command> [args...]
@@ -285,7 +285,9 @@ async function runStreaming(target: Target, command: string, options: CommandOpt
         else if (e.type === "end") exitCode = e.exitCode;
       }
     } catch (err) {
-      if (signal === undefined) throw err;
+      // Cut mid-stream (a network blip, a proxy's timeout): the command runs on in the VM, and
+      // how it ends is asked below.
+      if (signal === undefined && !(id !== undefined && isTransportFailure(err))) throw err;
     }
     if (signal !== undefined) {
       if (id !== undefined && exitCode === undefined) await target.vm.killCommand(id).catch(() => false);
@@ -300,7 +302,14 @@ async function runStreaming(target: Target, command: string, options: CommandOpt
         await target.vm.killCommand(id).catch(() => false);
         return 128 + SIGNALS[signal];
       }
-      const st = await target.vm.commandStatus(id);
+      const st = await target.vm.commandStatus(id).catch((err: unknown) => {
+        if (isTransportFailure(err)) return undefined; // still cut off: asked again, until Ctrl-C
+        throw err;
+      });
+      if (st === undefined) {
+        await new Promise((r) => setTimeout(r, STATUS_POLL_MS));
+        continue;
+      }
       if (!st.running) {
         if (st.exitCode === undefined) throw new ExecError(`command ${id} ended without an exit code`);
         return processExitCode(st.exitCode);
@@ -312,6 +321,11 @@ async function runStreaming(target: Target, command: string, options: CommandOpt
     stream.close();
     for (const [s, h] of handlers) process.off(s, h);
   }
+}
+
+/** A failure below HTTP (no answer, a connection cut): the service may still be at work. */
+function isTransportFailure(err: unknown): boolean {
+  return err instanceof ServiceError && err.status === undefined;
 }
 
 /** Writes and waits for a full pipe to drain, so that a slow reader slows the stream instead of filling memory. */

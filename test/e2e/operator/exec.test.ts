@@ -5,12 +5,15 @@
 // clear line with exit 1 (or 2 for usage) when there is nothing to run it in. No secret shown.
 import { spawn, type ChildProcess } from "node:child_process";
 import { chmodSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { createServer, request as httpRequest } from "node:http";
+import type { AddressInfo } from "node:net";
 import { tmpdir } from "node:os";
 import { delimiter, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { testKubeconfig, waitFor } from "../support/kube.js";
-import { API_KEY, apply, useStack, waitForReady } from "../support/operator.js";
+import type { Emulator } from "../../../src/emulator/index.js";
+import { API_KEY, apply, connectionManifest, useStack, waitForReady } from "../support/operator.js";
 
 const CLI = fileURLToPath(new URL("../../../src/cli.ts", import.meta.url));
 const PLUGIN = fileURLToPath(new URL("../../../src/kubectl-plugin.ts", import.meta.url));
@@ -106,6 +109,49 @@ spec: {tier: standard, ttlSeconds: 3600}`, t.namespace);
     expect(sleeping).toHaveLength(1);
     await waitFor(() => sleeping[0]?.running === false, { timeoutMs: 10_000, description: "the remote command to be killed" });
     expect(sleeping[0]?.status().exit_code).toBe(137);
+  });
+
+  it("waits for the command, and exits with its code, when its output stream is cut mid-way", async () => {
+    // A proxy in front of the emulator that cuts the first command stream after its first bytes.
+    let cuts = 0;
+    const proxy = createServer((req, res) => {
+      const target = new URL(req.url ?? "/", t.stack.emulator.baseURL);
+      const upstream = httpRequest(target, { method: req.method, headers: { ...req.headers, host: target.host } }, (answer) => {
+        res.writeHead(answer.statusCode ?? 502, answer.headers);
+        if (target.pathname.endsWith("/v1/commands/run") && cuts++ === 0) {
+          answer.once("data", (chunk: Buffer) => {
+            res.write(chunk);
+            setTimeout(() => res.socket?.destroy(), 100);
+          });
+          return;
+        }
+        answer.pipe(res);
+      });
+      req.pipe(upstream);
+    });
+    await new Promise<void>((resolve) => proxy.listen(0, "127.0.0.1", resolve));
+    const url = `http://127.0.0.1:${(proxy.address() as AddressInfo).port}`;
+    try {
+      await apply(
+        `${connectionManifest(t.namespace, { ...t.stack.emulator, baseURL: url, authURL: `${url}/auth` } as Emulator, { name: "cutting", secretName: "cutting-credentials" })}
+---
+apiVersion: agentcompute.dev/v1alpha1
+kind: Sandbox
+metadata: {name: cut-box}
+spec: {tier: standard, ttlSeconds: 3600, connectionRef: {name: cutting}}`,
+        t.namespace,
+      );
+      await waitForReady(t.stack, "sandboxes", "cut-box", { timeoutMs: 60_000 });
+      const r = await exec(["-n", t.namespace, "cut-box", "--", "echo start; sleep 2; echo end; exit 5"]);
+      expect(cuts).toBeGreaterThan(0);
+      expect(r.code).toBe(5);
+      // (What was printed after the cut is not shown: the stream is gone. The exit code is asked for.)
+      expect("start\n".startsWith(r.stdout) || r.stdout.startsWith("start\n")).toBe(true);
+      expect(r.stderr).toMatch(/the output stream of command \S+ ended early; waiting for it to finish/);
+    } finally {
+      proxy.closeAllConnections();
+      await new Promise<void>((resolve) => proxy.close(() => resolve()));
+    }
   });
 
   it("says in one line what is missing, with exit 1; usage errors exit 2; never a secret", async () => {
