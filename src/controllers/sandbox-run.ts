@@ -510,6 +510,9 @@ class Pass {
    * outlive this pass), and retried with backoff.
    */
   private async failedPass(err: unknown): Promise<Result | void> {
+    // Finished already (the failure is in the clean-up after it: the VM's release): status
+    // stands as written, and the next pass retries the clean-up.
+    if (isFinished(this.st)) throw err;
     const failure = classify(err);
     const message = this.masked(failure.message);
     const stepRunning = (this.st.steps ?? []).some((s) => s.finishedAt === undefined);

@@ -406,6 +406,37 @@ spec:
     expect(steps(r)[0]).toMatchObject({ exitCode: 0, output: "done\n" });
   }, 90_000);
 
+  it("stays Succeeded while the release of its VM fails, and gives the VM back once the service answers", async () => {
+    t.stack.emulator.injectFault({ method: "POST", path: /^\/compute\/v1\/vms\/[^/]+\/release$/, times: 3, action: { status: 503, body: { code: 503, error_code: "unavailable", message: "try again later" } } });
+    try {
+      await apply(`
+apiVersion: agentcompute.dev/v1alpha1
+kind: SandboxRun
+metadata: {name: release-later}
+spec:
+  sandboxTemplate: {tier: standard}
+  steps:
+    - {name: ok, command: 'true'}`, t.namespace);
+      const done = await waitFor(
+        async () => {
+          const x = await run("release-later");
+          return x.status?.vmReleased === true ? x : undefined;
+        },
+        { description: "the run's VM released" },
+      );
+      expect(done.status).toMatchObject({ phase: "Succeeded", vmReleased: true });
+      expect(t.stack.emulator.requests.filter((r) => r.operation === "vms.release" && r.status === 503)).toHaveLength(3);
+      // It was finished once: one Completed Event, said once (each retry of the release leaves it finished).
+      const events = JSON.parse(
+        await kubectlOk(["get", "events", "--field-selector", "involvedObject.name=release-later,reason=Completed", "-o", "json"], { namespace: t.namespace }),
+      ) as { items: Array<{ count?: number; series?: { count?: number } }> };
+      expect(events.items.map((e) => e.series?.count ?? e.count ?? 1)).toEqual([1]);
+      expect(t.stack.emulator.state.vms.get(done.status?.vmId as string)).toBeUndefined();
+    } finally {
+      t.stack.emulator.clearFaults();
+    }
+  }, 90_000);
+
   it("is deleted ttlSecondsAfterFinished after it ends", async () => {
     await apply(runManifest("short-lived", `
   ttlSecondsAfterFinished: 2
