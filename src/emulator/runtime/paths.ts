@@ -33,7 +33,8 @@ export function hostPath(workspace: string, vmPath: unknown, field: string): str
       // A dangling symbolic link: a write through it creates its target, which decides.
       if (lstatSync(p, { throwIfNoEntry: false })?.isSymbolicLink()) {
         if (++links > MAX_LINKS) throw outside(field, vmPath);
-        p = resolve(dirname(p), readlinkSync(p));
+        // Relative to where the link really is: its directory may be reached through a link.
+        p = resolve(realpathSync(dirname(p)), readlinkSync(p));
         continue;
       }
       const parent = dirname(p);

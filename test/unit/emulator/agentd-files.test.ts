@@ -1,6 +1,6 @@
-import { existsSync, mkdtempSync, readFileSync, symlinkSync } from "node:fs";
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, symlinkSync } from "node:fs";
 import { tmpdir } from "node:os";
-import { join } from "node:path";
+import { join, relative } from "node:path";
 import { describe, expect, it } from "vitest";
 import { client, emulator } from "./helpers.js";
 import { agentd, allocate, streamText, upload, uploadForm } from "./runtime-helpers.js";
@@ -93,6 +93,15 @@ describe("emulator agentd: files, directories, sessions, workspace (r/v1/...)", 
     expect(throughDangling.status).toBe(400);
     expect(throughDangling.body).toEqual({ code: 400, message: 'path "/workspace/dangling" is outside /workspace' });
     expect(existsSync(outsideFile)).toBe(false);
+    // Also when the dangling link is reached through a link to a directory elsewhere in the
+    // workspace: its relative target counts from where the link really is.
+    mkdirSync(join(ws, "deep", "d1", "d2"), { recursive: true });
+    symlinkSync(ws, join(ws, "deep", "d1", "d2", "up"));
+    const escaped = join(ws, "..", "..", `escaped-${Date.now()}.txt`);
+    symlinkSync(relative(ws, escaped), join(ws, "rel"));
+    const throughBoth = await upload(emu, c, vm.vm_id, uploadForm("/workspace/deep/d1/d2/up/rel", "x"));
+    expect(throughBoth.status).toBe(400);
+    expect(existsSync(escaped)).toBe(false);
     // A dangling link to a place inside the workspace is written through, as a VM would.
     symlinkSync(join(ws, "later.txt"), join(ws, "to-later"));
     expect((await upload(emu, c, vm.vm_id, uploadForm("/workspace/to-later", "y"))).status).toBe(201);
