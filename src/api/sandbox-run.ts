@@ -67,7 +67,7 @@ export const SandboxRunSpecSchema = Type.Object(
     sandboxTemplate: Type.Optional(
       Type.Object(SandboxSpecSchema.properties, {
         description:
-          "A Sandbox spec: a VM is allocated for this run and released when it ends. Set sandboxRef or sandboxTemplate. The VM is not renewed: it is asked for ttlSeconds, or activeDeadlineSeconds + 300 if that is longer; a run without activeDeadlineSeconds must end within ttlSeconds (3600 unless set).",
+          "A Sandbox spec: a VM is allocated for this run and released when it ends. Set sandboxRef or sandboxTemplate. The VM is not renewed: it is asked for ttlSeconds, or activeDeadlineSeconds + 300 if that is longer (and ttlSeconds again if the service refuses that); a run must end within the TTL it got (ttlSeconds is 3600 unless set).",
       }),
     ),
     steps: Type.Array(RunStepSchema, {

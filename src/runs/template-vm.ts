@@ -6,7 +6,7 @@ import { API_VERSION, kindNames } from "../api/names.js";
 import type { Sandbox, SandboxRun } from "../api/index.js";
 import type { ServiceHandle } from "../controllers/connection-pool.js";
 import { desiredAllocation, type SandboxDeps } from "../controllers/sandbox.js";
-import { isNotFound } from "../service/index.js";
+import { ServiceError, isNotFound, type AllocateVMRequest } from "../service/index.js";
 
 /** What allocating needs of a Sandbox's dependencies: the Secrets (envFrom) and Skills to wait for. */
 export type AllocationDeps = Pick<SandboxDeps, "store" | "skills" | "now">;
@@ -50,7 +50,7 @@ export async function ensureRunVM(run: SandboxRun, handle: ServiceHandle, deps: 
   if (own !== undefined) return own;
   const request = desiredAllocation(asSandbox(run), handle, deps);
   try {
-    const vm = await handle.client.vms.allocate(request);
+    const vm = await allocateWithin(handle, request, run.spec.sandboxTemplate?.ttlSeconds);
     // Recorded in the snapshot, so a retry before status holds the id finds it by marker.
     handle.vms.put({ id: vm.vm_id, state: vm.state, tier: vm.tier, ...(request.metadata && { metadata: request.metadata }), ...(vm.expires_at && { expires_at: vm.expires_at }) });
     return vm.vm_id;
@@ -58,6 +58,21 @@ export async function ensureRunVM(run: SandboxRun, handle: ServiceHandle, deps: 
     // An answer lost on the way back may still have allocated one: look again before retrying.
     handle.vms.invalidate();
     throw err;
+  }
+}
+
+/**
+ * Allocates; a TTL lengthened for the deadline that the service refuses (its bounds are not
+ * published: a pool may cap it) is asked for again at the template's own, the run then having
+ * that long before its VM runs out. Any other refusal is refused again, and stands.
+ */
+async function allocateWithin(handle: ServiceHandle, request: AllocateVMRequest, templateTTL: number | undefined) {
+  try {
+    return await handle.client.vms.allocate(request);
+  } catch (err) {
+    const lengthened = templateTTL !== undefined && (request.ttl_seconds ?? 0) > templateTTL;
+    if (!lengthened || !(err instanceof ServiceError) || err.status !== 400) throw err;
+    return handle.client.vms.allocate({ ...request, ttl_seconds: templateTTL });
   }
 }
 

@@ -301,6 +301,28 @@ spec:
     expect(t.stack.emulator.runtimes.get(vmId)).toBeUndefined();
   }, 90_000);
 
+  it("asks for its template's TTL when the service refuses one lengthened for a long deadline", async () => {
+    const before = t.stack.emulator.state.poolConfig.max_vm_ttl_seconds;
+    t.stack.emulator.state.updatePoolConfig({ max_vm_ttl_seconds: 7200 });
+    try {
+      await apply(`
+apiVersion: agentcompute.dev/v1alpha1
+kind: SandboxRun
+metadata: {name: long-deadline}
+spec:
+  sandboxTemplate: {tier: standard, ttlSeconds: 3600}
+  activeDeadlineSeconds: 86400
+  steps:
+    - {name: quick, command: 'echo quick'}`, t.namespace);
+      const r = await finished("long-deadline");
+      expect(r.status?.phase).toBe("Succeeded");
+      const allocations = t.stack.emulator.requests.filter((q) => q.operation === "vms.allocate" && q.userAgent !== undefined).slice(-2);
+      expect(allocations.map((q) => q.status)).toEqual([400, 201]);
+    } finally {
+      t.stack.emulator.state.updatePoolConfig({ max_vm_ttl_seconds: before });
+    }
+  }, 90_000);
+
   it("fails when the service refuses its template's VM, with the service's answer", async () => {
     await apply(`
 apiVersion: agentcompute.dev/v1alpha1
