@@ -442,6 +442,14 @@ function actionOf(cr: Obj, observed: Observation<unknown, unknown>, handle: Serv
     }
     case "Sandbox": {
       const p = observed.plan as SandboxPlan;
+      if (p.action === "replace" && cr.metadata.annotations?.[Annotations.externalId] === p.vm.id) {
+        return {
+          action: "unknown",
+          reason: `AdoptedVMNotReplaced: ${p.why}, which needs a new VM, but the annotation ${Annotations.externalId} names VM ${p.vm.id}: the operator will not replace it (remove the annotation to have it replaced)`,
+          changes: specChanges,
+          notes,
+        };
+      }
       if (p.action === "replace") {
         const fromSecrets = ((cr as unknown as Sandbox).spec.envFrom ?? []).map((e) => e.secretRef.name);
         const extra = fromSecrets.length > 0 ? [change("env from Secrets " + fromSecrets.join(", "), "(sensitive)", "(sensitive)")] : [];
@@ -506,8 +514,9 @@ function applied(o: Obj): boolean {
 /** The fields each server-side apply to `o` set (managedFields of operation Apply, FieldsV1). */
 type FieldsV1 = { "f:metadata"?: { "f:annotations"?: Record<string, unknown> } };
 function appliedFields(o: Obj): FieldsV1[] {
-  const entries = (o.metadata.managedFields ?? []) as Array<{ operation?: unknown; fieldsV1?: FieldsV1 } | null>;
-  return entries.filter((f) => f?.operation === "Apply").map((f) => f?.fieldsV1 ?? {});
+  const entries = (o.metadata.managedFields ?? []) as Array<{ operation?: unknown; subresource?: unknown; fieldsV1?: FieldsV1 } | null>;
+  // Of the object itself: a controller applying only its status did not apply the object.
+  return entries.filter((f) => f?.operation === "Apply" && (f.subresource ?? "") === "").map((f) => f?.fieldsV1 ?? {});
 }
 
 function pruned(live: Live, planned: ManifestObject[], namespaces: string[], selector: LabelMatcher | undefined): ResourcePlan[] {

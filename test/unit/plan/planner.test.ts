@@ -69,7 +69,11 @@ beforeAll(async () => {
       "sandboxes",
       [
         live("orphaned", { tier: "standard", deletionPolicy: "Orphan" }, { vmId: "vm-1" }),
-        live("by-hand", { tier: "standard" }, { vmId: "vm-2" }, { annotations: {}, managedFields: [{ manager: "kubectl-create", operation: "Update" }] }),
+        live("by-hand", { tier: "standard" }, { vmId: "vm-2" }, {
+          annotations: {},
+          // Created by hand; another controller applies its status only.
+          managedFields: [{ manager: "kubectl-create", operation: "Update" }, { manager: "status-reporter", operation: "Apply", subresource: "status" }],
+        }),
         // Server-side applied (Flux's kustomize-controller, kubectl apply --server-side): no last-applied annotation.
         live("flux-applied", { tier: "standard" }, { vmId: "vm-4" }, { annotations: {}, managedFields: [{ manager: "kustomize-controller", operation: "Apply" }] }),
         live("other-app", { tier: "standard" }, { vmId: "vm-3" }, { labels: { app: "other" } }),
@@ -232,6 +236,26 @@ spec:
       expect(find(await plan(reader, manifests(yaml), { prune: false }), "Skill", "ssa-paused").action).toBe("none");
     } finally {
       cluster.set("skills", skills);
+    }
+  });
+
+  it("says a VM adopted with the annotation is not replaced for a spec that needs a new one", async () => {
+    const vm = emu.state.allocateVM({ tier: "standard", ttl_seconds: 600, org_id: ORG, metadata: {} });
+    const sandboxes = cluster.get("sandboxes")!;
+    const adopted = live("adopted", { tier: "standard" }, { vmId: vm.vm_id, configHash: "made-for-the-old-spec" }, {
+      annotations: { [LAST_APPLIED]: "{}", "agentcompute.dev/external-id": vm.vm_id },
+    });
+    cluster.set("sandboxes", [...sandboxes, adopted]);
+    try {
+      const yaml = `apiVersion: agentcompute.dev/v1alpha1
+kind: Sandbox
+metadata: {name: adopted, annotations: {agentcompute.dev/external-id: ${vm.vm_id}}}
+spec: {tier: large}`;
+      const p = await plan(reader, manifests(yaml), { prune: false });
+      expect(find(p, "Sandbox", "adopted")).toMatchObject({ action: "unknown", changes: [{ path: "spec.tier", old: "standard", new: "large" }] });
+      expect(find(p, "Sandbox", "adopted").reason).toMatch(/^AdoptedVMNotReplaced: .*remove the annotation to have it replaced/);
+    } finally {
+      cluster.set("sandboxes", sandboxes);
     }
   });
 
