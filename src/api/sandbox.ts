@@ -9,7 +9,8 @@ export const SandboxSpecSchema = Type.Object(
     tier: Type.String({ description: "Compute tier of the VM, e.g. standard.", minLength: 1, maxLength: 253 }),
     skills: Type.Optional(
       Type.Array(Type.String({ maxLength: 253 }), {
-        description: "Skills to load, by name. A name that is a Skill resource in this namespace waits for it to be Ready.",
+        description:
+          "Skills to load, by name. A name that is a Skill resource in this namespace waits for it to be Ready. A change replaces the VM; listing the same skills in another order does not.",
         maxItems: 256,
       }),
     ),

@@ -202,14 +202,28 @@ export function desiredAllocation(
 
 /**
  * What makes a VM different: a change replaces it. Env values (Secret values included) enter
- * only through a salted hash, so status never reveals them.
+ * only through a salted hash, so status never reveals them. The skills count as a set: listing
+ * them in another order asks for the same VM. (`skillsAsListed`: the hash of the VMs allocated
+ * before that, which still names them; see sameSpecAs.)
  */
-export function allocationHash(cr: Sandbox, req: AllocateVMRequest): string {
+export function allocationHash(cr: Sandbox, req: AllocateVMRequest, opts: { skillsAsListed?: boolean } = {}): string {
+  const skills = opts.skillsAsListed ? (req.skills ?? []) : [...new Set(req.skills ?? [])].sort();
   return createHash("sha256")
     .update(cr.metadata.uid)
-    .update(JSON.stringify([req.tier, req.skills ?? [], sortedEntries(req.env ?? {}), req.secure_runtime ?? false, req.org_id ?? null]))
+    .update(JSON.stringify([req.tier, skills, sortedEntries(req.env ?? {}), req.secure_runtime ?? false, req.org_id ?? null]))
     .digest("hex")
     .slice(0, 16);
+}
+
+/**
+ * Whether a recorded hash (status's, or a VM's own) says the VM was made for the allocation
+ * `request` asks for: its hash, or the one computed before the skills counted as a set (so that
+ * an upgrade of the operator replaces no VM).
+ */
+function sameSpecAs(cr: Sandbox, request: AllocateVMRequest): (recorded: string | undefined) => boolean {
+  const hash = hashOf(request);
+  let listed: string | undefined;
+  return (recorded) => recorded !== undefined && (recorded === hash || recorded === (listed ??= allocationHash(cr, request, { skillsAsListed: true })));
 }
 
 /**
@@ -320,11 +334,12 @@ class SandboxClient implements ExternalClient<Sandbox, SandboxPlan> {
         : desired instanceof NotReadyError
           ? { reason: desired.reason, message: `${desired.message}; ${meanwhile} compared with the spec once that is resolved` }
           : undefined;
-    const { found, leftovers } = this.replacementMadeAlready(cr, named.found, named.leftovers, hash);
+    const sameSpec = request === undefined ? undefined : sameSpecAs(cr, request);
+    const { found, leftovers } = this.replacementMadeAlready(cr, named.found, named.leftovers, sameSpec);
     const now = this.deps.now().getTime();
     const expiresAt = Date.parse(found.expires_at ?? "") || now;
     const renewAt = renewAtOf(cr, found.id, expiresAt);
-    const renewal = renewalOf(cr, found, { now, renewAt, request, hash });
+    const renewal = renewalOf(cr, found, { now, renewAt, request, sameSpec });
     // Moved in from another owner (sharding), which may have replaced the VM just before it let
     // go, status unwritten: a replacement is planned on a snapshot read since, or it would be a second.
     // Nothing from findOwn's last look at the snapshot to here awaits I/O, so no read can land
@@ -388,9 +403,14 @@ class SandboxClient implements ExternalClient<Sandbox, SandboxPlan> {
    * the old one back. That one is adopted and the old one goes with the leftovers, rather than a
    * third allocated.
    */
-  private replacementMadeAlready(cr: Sandbox, named: AgentVM, leftovers: string[], hash: string | undefined): { found: AgentVM; leftovers: string[] } {
-    if (hash === undefined || !madeForOtherSpec(cr, named, hash)) return { found: named, leftovers };
-    const made = leftovers.map((id) => this.handle.vms.get(id)).find((vm) => vm !== undefined && madeFor(cr, vm, CONFIG_HASH_KEY) === hash);
+  private replacementMadeAlready(
+    cr: Sandbox,
+    named: AgentVM,
+    leftovers: string[],
+    sameSpec: ((recorded: string | undefined) => boolean) | undefined,
+  ): { found: AgentVM; leftovers: string[] } {
+    if (sameSpec === undefined || !madeForOtherSpec(cr, named, sameSpec)) return { found: named, leftovers };
+    const made = leftovers.map((id) => this.handle.vms.get(id)).find((vm) => vm !== undefined && sameSpec(madeFor(cr, vm, CONFIG_HASH_KEY)));
     if (made === undefined) return { found: named, leftovers };
     return { found: made, leftovers: [...leftovers.filter((id) => id !== made.id), named.id] };
   }
@@ -645,9 +665,9 @@ class SandboxClient implements ExternalClient<Sandbox, SandboxPlan> {
 export function renewalOf(
   cr: Sandbox,
   vm: AgentVM,
-  at: { now: number; renewAt: number; request: AllocateVMRequest | undefined; hash: string | undefined },
+  at: { now: number; renewAt: number; request: AllocateVMRequest | undefined; sameSpec: ((recorded: string | undefined) => boolean) | undefined },
 ): Renewal {
-  if (at.request !== undefined && at.hash !== undefined && madeForOtherSpec(cr, vm, at.hash)) {
+  if (at.request !== undefined && at.sameSpec !== undefined && madeForOtherSpec(cr, vm, at.sameSpec)) {
     return { action: "replace", why: "tier, skills, env or secureRuntime changed", request: at.request };
   }
   if (renewEverySeconds(cr) > 0 && at.now >= at.renewAt) return { action: "renew" };
@@ -658,9 +678,9 @@ export function renewalOf(
  * `vm` is the one status names, and status says it was allocated for another spec than the one
  * hashed now: it is to be replaced.
  */
-function madeForOtherSpec(cr: Sandbox, vm: AgentVM, hash: string): boolean {
+function madeForOtherSpec(cr: Sandbox, vm: AgentVM, sameSpec: (recorded: string | undefined) => boolean): boolean {
   const recorded = cr.status?.configHash;
-  return recorded !== undefined && recorded !== hash && cr.status?.vmId === vm.id;
+  return recorded !== undefined && !sameSpec(recorded) && cr.status?.vmId === vm.id;
 }
 
 function isLive(state: string | undefined): boolean {

@@ -247,6 +247,32 @@ describe("Sandbox", () => {
     expect(w.events.at(-1)).toMatchObject({ type: "Normal", reason: "Replaced" });
   });
 
+  it("keeps its VM when spec.skills are listed in another order, and one allocated when their order counted", async () => {
+    for (const name of ["one", "two"]) w.emu.state.createSkill({ name, content: "# made outside the cluster" });
+    apply({ skills: ["one", "two"] });
+    await w.reconcile(kind(), "sb");
+    const vmId = sandbox().status?.vmId as string;
+    const asked = { tier: "standard", ttl_seconds: 600, org_id: ORG };
+    expect(sandbox().status?.configHash).toBe(allocationHash(sandbox(), { ...asked, skills: ["one", "two"] }));
+    apply({ skills: ["two", "one"] });
+    w.calls();
+    await w.reconcile(kind(), "sb");
+    expect(w.writes()).toEqual([]);
+    expect(condition(sandbox(), "Ready")).toMatchObject({ status: "True" });
+
+    // Status recorded by an operator that hashed the skills in the order listed: the same VM.
+    const listed = allocationHash(sandbox(), { ...asked, skills: ["two", "one"] }, { skillsAsListed: true });
+    expect(listed).not.toBe(sandbox().status?.configHash);
+    w.setStatus("sandboxes", "sb", { ...sandbox().status, configHash: listed });
+    await w.reconcile(kind(), "sb");
+    expect(w.writes()).toEqual([]);
+    expect(sandbox().status?.vmId).toBe(vmId);
+
+    apply({ skills: ["two"] }); // a real change still replaces it
+    await w.reconcile(kind(), "sb");
+    expect(w.writes()).toEqual(["vms.allocate", "vms.release"]);
+  });
+
   it("keeps renewing its VM while the service refuses the replacement a spec change asks for", async () => {
     apply({});
     await w.reconcile(kind(), "sb");
