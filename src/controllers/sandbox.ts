@@ -1,7 +1,7 @@
 // Sandbox: an agent VM kept alive by renewing its TTL before it runs out. The renewal is
 // scheduled as a requeue on the work queue's priority lane at expiresAt - renewBefore
 // (jittered), so a cold-start backlog never delays it. A VM that disappears is replaced while
-// keepAlive is true; a change of tier, skills, env or secureRuntime replaces the VM (the new
+// keepAlive is true; a change of tier, skills, env, secureRuntime or org replaces the VM (the new
 // one first, then the old one is released).
 //
 // A renewal is one service call and, in the steady state, no Kubernetes write: the renewals
@@ -668,7 +668,7 @@ export function renewalOf(
   at: { now: number; renewAt: number; request: AllocateVMRequest | undefined; sameSpec: ((recorded: string | undefined) => boolean) | undefined },
 ): Renewal {
   if (at.request !== undefined && at.sameSpec !== undefined && madeForOtherSpec(cr, vm, at.sameSpec)) {
-    return { action: "replace", why: "tier, skills, env or secureRuntime changed", request: at.request };
+    return { action: "replace", why: "tier, skills, env, secureRuntime or orgId (the Sandbox's, else its Connection's) changed", request: at.request };
   }
   if (renewEverySeconds(cr) > 0 && at.now >= at.renewAt) return { action: "renew" };
   return { action: "none" };
