@@ -50,7 +50,7 @@ export interface RunFlags {
 /** Parses and validates the flags; throws an Error whose message names the flag. */
 export function parseRunFlags(argv: string[]): RunFlags | "help" {
   const { values } = parseArgs({
-    args: argv,
+    args: goBooleans(argv, ["help", "leader-elect", "sharding"]),
     strict: true,
     options: {
       help: { type: "boolean", short: "h" },
@@ -100,6 +100,24 @@ export function parseRunFlags(argv: string[]): RunFlags | "help" {
     gracefulShutdownTimeoutMs: parseDuration(values["graceful-shutdown-timeout"], "--graceful-shutdown-timeout"),
     logLevel: values["log-level"],
   };
+}
+
+/**
+ * Go's flag package (controller-runtime's manifests are written for it) also takes a boolean as
+ * --flag=true or --flag=false, and a flag with one dash: both are read as Node's parseArgs
+ * wants them. Every boolean here defaults to false, so =false is the flag left out.
+ */
+function goBooleans(argv: string[], names: readonly string[]): string[] {
+  return argv.flatMap((arg) => {
+    const m = /^--?([a-z][a-z-]*)(?:=(.*))?$/.exec(arg);
+    const name = m?.[1];
+    if (m === null || name === undefined || !names.includes(name)) return [arg];
+    const value = m[2];
+    if (value === undefined) return [`--${name}`];
+    if (["1", "t", "true"].includes(value.toLowerCase())) return [`--${name}`];
+    if (["0", "f", "false"].includes(value.toLowerCase())) return [];
+    throw new Error(`--${name}: "${value}" is not true or false`);
+  });
 }
 
 export async function main(argv: string[]): Promise<number> {

@@ -1,10 +1,13 @@
-// Go-style durations ("90s", "10m", "1h30m", "500ms"), as controller-runtime's flags take them.
+// Go-style durations ("90s", "10m", "1h30m", "500ms", "1h0m0s", "0"), as controller-runtime's
+// flags take them (Go's time.ParseDuration, without a sign).
 
-const UNITS: Record<string, number> = { ms: 1, s: 1000, m: 60_000, h: 3_600_000 };
+const UNITS: Record<string, number> = { ns: 1e-6, us: 1e-3, "µs": 1e-3, ms: 1, s: 1000, m: 60_000, h: 3_600_000 };
 
 /** Milliseconds; throws an Error naming `flag` when the text is not a duration. */
 export function parseDuration(text: string, flag: string): number {
-  const re = /(\d+(?:\.\d+)?)(ms|s|m|h)/y;
+  if (text === "0") return 0;
+  // Longer units first: "ms" before "m".
+  const re = /(\d+(?:\.\d+)?|\.\d+)(ns|us|µs|ms|s|m|h)/y;
   let total = 0;
   let pos = 0;
   while (pos < text.length) {
