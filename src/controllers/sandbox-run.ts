@@ -314,13 +314,10 @@ export class SandboxRunReconciler implements Reconciler {
   }
 
   /**
-   * Writes the steps' output to the run's ConfigMap (created owned by the run): a merge of the
-   * given keys; `clear` names keys to remove (a new attempt's steps not run yet). `exists`:
-   * status already names the ConfigMap, so a patch is tried first; otherwise the create is (a
+   * Writes the steps' output to the run's ConfigMap (created owned by the run) and returns its
+   * name: a merge of the given keys; `clear` names keys to remove (a new attempt's steps not run
+   * yet). `recorded`: the one status names, so a patch is tried first; otherwise the create is (a
    * 404 first would be a wasted write for every run: a one-step run writes its output once).
-   */
-  /**
-   * Writes the steps' outputs to the run's ConfigMap (`recorded`: the one status names); its name.
    * A ConfigMap of the name that is not the run's is left alone: a run of the same name deleted
    * moments ago (its output waiting for garbage collection, which would take this run's with
    * it), or the user's own. The run's output then gets a name of its own.
