@@ -425,11 +425,7 @@ class SandboxClient implements ExternalClient<Sandbox, SandboxPlan> {
       this.deps.endpointsRead.set(cr.metadata.uid, id);
       return { endpoint: m["endpoint"], ws_url: m["ws_url"] };
     } catch (err) {
-      if (isNotFound(err)) {
-        // An answer too (the VM has no endpoint to give): not asked again at every pass.
-        this.deps.endpointsRead.set(cr.metadata.uid, id);
-        return {};
-      }
+      if (isNotFound(err)) return {};
       if (!isServiceError(err)) throw err;
       return { endpoint: ENDPOINT_NOT_READ, ws_url: ENDPOINT_NOT_READ, failed: errorMessage(err) };
     }

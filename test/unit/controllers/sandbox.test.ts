@@ -425,21 +425,6 @@ describe("Sandbox", () => {
     expect(condition(sandbox(), "Ready")).toMatchObject({ status: "True" });
   });
 
-  it("takes an adopted VM's endpoint answered 404 as an answer: empty, and not asked again at every pass", async () => {
-    apply({});
-    await w.reconcile(kind(), "sb");
-    w.emu.state.releaseVM(sandbox().status?.vmId as string);
-    const adopted = allocatedByPreviousOwner();
-    w.emu.injectFault({ method: "GET", path: `/compute/v1/vms/${adopted}/endpoint`, times: 1_000, action: { status: 404, body: { code: 404, error_code: "not_found", message: "no endpoint" } } });
-    resync();
-    const endpointReads = () => w.emu.requests.filter((r) => r.operation === "vms.endpoint").length;
-    const before = endpointReads();
-    const sandboxes = kind(); // one process: what it read stays known between passes
-    for (let i = 0; i < 3; i++) await w.reconcile(sandboxes, "sb");
-    expect(endpointReads() - before).toBe(1);
-    expect(sandbox().status).toMatchObject({ vmId: adopted, endpoint: "", wsURL: "" });
-  });
-
   it("never shows the old VM's endpoint or token for a VM it adopted whose endpoint answer or record lacks them", async () => {
     apply({});
     await w.reconcile(kind(), "sb");
