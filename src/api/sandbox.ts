@@ -67,7 +67,7 @@ export const SandboxSpecSchema = Type.Object(
   },
   {
     description:
-      "Desired state of the sandbox VM. A change of tier, skills, env, envFrom or secureRuntime replaces the VM (the new one first, then the old one is released).",
+      "Desired state of the sandbox VM. A change of tier, skills (as a set), env, envFrom, secureRuntime or orgId (this spec's, else the Connection's) replaces the VM (the new one first, then the old one is released).",
   },
 );
 export type SandboxSpec = Static<typeof SandboxSpecSchema>;
