@@ -351,7 +351,10 @@ class SandboxClient implements ExternalClient<Sandbox, SandboxPlan> {
     const nextAt = renewEverySeconds(cr) > 0 ? renewAt : expiresAt + 1000;
     const sameVM = cr.status?.vmId === found.id;
     // A VM adopted (after a lost status write) says which spec it was made for, if we made it.
-    const configHash = (sameVM ? undefined : madeFor(cr, found, CONFIG_HASH_KEY)) ?? cr.status?.configHash ?? hash;
+    const recordedHash = (sameVM ? undefined : madeFor(cr, found, CONFIG_HASH_KEY)) ?? cr.status?.configHash;
+    // One recorded in another form for this very spec (the skills as listed) is written as now
+    // computed: a later change of their order must find it the same VM.
+    const configHash = recordedHash !== undefined && sameSpec?.(recordedHash) ? hash : (recordedHash ?? hash);
     // A VM found another way than by status (adopted) is reported at once.
     const report = this.report(cr, found, this.known(cr, found), now, !sameVM);
     // The VM record has no endpoint or ws_url: they came with the allocation and are in status.

@@ -267,6 +267,11 @@ describe("Sandbox", () => {
     await w.reconcile(kind(), "sb");
     expect(w.writes()).toEqual([]);
     expect(sandbox().status?.vmId).toBe(vmId);
+    // ... and status now records the hash as computed today, so another order is the same VM too.
+    expect(sandbox().status?.configHash).toBe(allocationHash(sandbox(), { ...asked, skills: ["one", "two"] }));
+    apply({ skills: ["one", "two"] });
+    await w.reconcile(kind(), "sb");
+    expect(w.writes()).toEqual([]);
 
     apply({ skills: ["two"] }); // a real change still replaces it
     await w.reconcile(kind(), "sb");
