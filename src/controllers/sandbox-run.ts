@@ -97,11 +97,12 @@ export class SandboxRunReconciler implements Reconciler {
    */
   private readonly written = new Map<string, SandboxRunStatus>();
   /**
-   * Per run (uid): the VM an attempt found gone. Its Sandbox names it until it observes the
-   * loss itself (at its next renewal or resync); the next attempt waits for another VM rather
-   * than start in that one and fail at once, which spent every retry in one pass.
+   * Per run (uid): the VM an attempt found gone, and when. Its Sandbox names it until it learns
+   * of the loss (vmLost reads the VMs again, which tells it); the next attempt waits for another
+   * VM rather than start in that one and fail at once, which spent every retry in one pass. Not
+   * for ever: a 404 that passes (the service's list lagging) would leave it waiting for nothing.
    */
-  private readonly lostVMs = new Map<string, string>();
+  private readonly lostVMs = new Map<string, { vmId: string; at: number }>();
   private readonly vmOf: (handle: ServiceHandle, vmId: string, opts?: { gated?: boolean }) => RunVM;
 
   constructor(private readonly o: SandboxRunReconcilerOptions) {
@@ -221,7 +222,8 @@ export class SandboxRunReconciler implements Reconciler {
       const why = ready?.message ? `: ${ready.message}` : "";
       return { state: "waiting", reason: RunReason.WaitingForSandbox, message: `Sandbox "${name}" is not Ready yet${why}` };
     }
-    if (vmId === this.lostVMs.get(run.metadata.uid)) {
+    const lost = this.lostVMs.get(run.metadata.uid);
+    if (lost?.vmId === vmId && this.now().getTime() - lost.at < LOST_VM_WAIT_MS) {
       return { state: "waiting", reason: RunReason.WaitingForSandbox, message: `the VM ${vmId} of Sandbox "${name}" is gone: waiting for the Sandbox to allocate another` };
     }
     return { state: "ready", vmId };
@@ -234,7 +236,7 @@ export class SandboxRunReconciler implements Reconciler {
    * found again by its marker.
    */
   vmLost(run: SandboxRun, vmId: string): void {
-    this.lostVMs.set(run.metadata.uid, vmId);
+    this.lostVMs.set(run.metadata.uid, { vmId, at: this.now().getTime() });
     try {
       const vms = this.handleOf(run).vms;
       vms.invalidate();
@@ -242,6 +244,13 @@ export class SandboxRunReconciler implements Reconciler {
     } catch {
       // No handle (the Connection not usable): the Sandbox finds out at its next look.
     }
+  }
+
+  /** When the wait for another VM than the one an attempt found gone ends, if the run waits. */
+  lostVMWaitEnds(run: SandboxRun): number | undefined {
+    const lost = this.lostVMs.get(run.metadata.uid);
+    const ends = lost === undefined ? undefined : lost.at + LOST_VM_WAIT_MS;
+    return ends !== undefined && ends > this.now().getTime() ? ends : undefined;
   }
 
   /** The service handle of the run's Connection (the Sandbox's). */
@@ -371,9 +380,9 @@ export class SandboxRunReconciler implements Reconciler {
     return resourcePath({ group: GROUP, version: VERSION, plural: kindNames.sandboxRun.plural, namespace: run.metadata.namespace, name: run.metadata.name, subresource });
   }
 
-  /** A VM allocated for the run from its template: allocated (or found by marker). */
+  /** A VM allocated for the run from its template: allocated (or found by marker; not one an attempt found gone). */
   allocate(run: SandboxRun): Promise<string> {
-    return ensureRunVM(run, this.handleOf(run), this.o.sandboxDeps);
+    return ensureRunVM(run, this.handleOf(run), this.o.sandboxDeps, this.lostVMs.get(run.metadata.uid)?.vmId);
   }
 
   /** A deleted run: its own VM given back, then its finalizer removed. */
@@ -490,6 +499,9 @@ class Pass {
           if (cur !== undefined) cur.finishedAt = formatTime(this.now);
           continue;
         }
+        // Finished already (the failure is in the clean-up after it: the VM's release): status
+        // stands as written, and the next pass retries the clean-up.
+        if (isFinished(st)) throw err;
         if (err instanceof NotReadyError) {
           await this.flush(st.phase === RunPhase.Running ? RunPhase.Running : RunPhase.Pending, err.reason, err.message);
           return this.waitResult();
@@ -507,9 +519,6 @@ class Pass {
    * outlive this pass), and retried with backoff.
    */
   private async failedPass(err: unknown): Promise<Result | void> {
-    // Finished already (the failure is in the clean-up after it: the VM's release): status
-    // stands as written, and the next pass retries the clean-up.
-    if (isFinished(this.st)) throw err;
     const failure = classify(err);
     const message = this.masked(failure.message);
     const stepRunning = (this.st.steps ?? []).some((s) => s.finishedAt === undefined);
@@ -606,12 +615,18 @@ class Pass {
     if (index < 0) return;
     const step = steps[index]!;
     steps[index] = { ...step, finishedAt: formatTime(this.now) };
-    const dir = stepDir(run.metadata.uid, Math.max(1, st.attempts ?? 1), index);
-    const printed = await this.vm(vmId)
-      .read(outputFile(dir))
-      .catch(() => undefined);
+    let printed: string | undefined;
+    let secrets: string[];
+    try {
+      // The values to mask first: output that cannot be masked (an input Secret or ConfigMap
+      // gone meanwhile) is not kept.
+      secrets = (this.inputs ??= this.r.inputs(run)).secrets;
+      printed = await this.vm(vmId).read(outputFile(stepDir(run.metadata.uid, Math.max(1, st.attempts ?? 1), index)));
+    } catch {
+      return;
+    }
     if (printed === undefined) return;
-    const output = this.masked(printed);
+    const output = mask(printed, secrets);
     steps[index] = { ...steps[index]!, output: tail(output) };
     this.outputs.set(step.name, cap(output, perStepBudget(run.spec.steps.length)));
   }
@@ -650,13 +665,20 @@ class Pass {
     await this.r.writeStatus(this.run, this.st, phase, reason, message);
   }
 
-  /** Waiting: the dependency's watch brings the run back; the deadline too, if it has one. */
+  /**
+   * Waiting: the dependency's watch brings the run back; the deadline too, if it has one, and the
+   * end of a wait for another VM than one found gone.
+   */
   private waitResult(): Result {
-    const deadline = deadlineAt(this.run.spec, this.st);
-    if (deadline === undefined) return afterBackoff();
-    return { requeueAfterMs: Math.max(50, Math.min(30_000, deadline - this.now.getTime() + 50)) };
+    const now = this.now.getTime();
+    const until = [deadlineAt(this.run.spec, this.st), this.r.lostVMWaitEnds(this.run)].filter((t): t is number => t !== undefined);
+    if (until.length === 0) return afterBackoff();
+    return { requeueAfterMs: Math.max(50, Math.min(30_000, Math.min(...until) - now + 50)) };
   }
 }
+
+/** How long an attempt waits for its Sandbox to name another VM than the one found gone. */
+const LOST_VM_WAIT_MS = 60_000;
 
 /**
  * The output ConfigMap's name: `<run>-output`, or with `uid` (that name taken by another

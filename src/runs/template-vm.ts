@@ -44,9 +44,14 @@ async function liveVMsOf(run: SandboxRun, handle: ServiceHandle): Promise<string
   return handle.vms.findByMarker(run.metadata.uid).filter((v) => isLive(v.state)).map((v) => v.id);
 }
 
-/** The run's live VM found by its marker, else a new one; its id. */
-export async function ensureRunVM(run: SandboxRun, handle: ServiceHandle, deps: AllocationDeps): Promise<string> {
-  const [own] = await liveVMsOf(run, handle);
+/**
+ * The run's live VM found by its marker, else a new one; its id. Not `lost` (one an attempt
+ * found gone, which a lagging list may still show), nor one past its expiry.
+ */
+export async function ensureRunVM(run: SandboxRun, handle: ServiceHandle, deps: AllocationDeps, lost?: string): Promise<string> {
+  const now = deps.now().getTime();
+  const usable = (id: string): boolean => id !== lost && !(Date.parse(handle.vms.get(id)?.expires_at ?? "") <= now);
+  const [own] = (await liveVMsOf(run, handle)).filter(usable);
   if (own !== undefined) return own;
   const request = desiredAllocation(asSandbox(run), handle, deps);
   try {
