@@ -303,7 +303,9 @@ async function runStreaming(target: Target, command: string, options: CommandOpt
         return 128 + SIGNALS[signal];
       }
       const st = await target.vm.commandStatus(id).catch((err: unknown) => {
-        if (isTransportFailure(err)) return undefined; // still cut off: asked again, until Ctrl-C
+        // Still cut off, or the way to the VM failing for now (a proxy's 502/503/504, a 429):
+        // asked again, until Ctrl-C.
+        if (isTransportFailure(err) || (err instanceof ServiceError && err.retryable)) return undefined;
         throw err;
       });
       if (st === undefined) {

@@ -112,10 +112,16 @@ spec: {tier: standard, ttlSeconds: 3600}`, t.namespace);
   });
 
   it("waits for the command, and exits with its code, when its output stream is cut mid-way", async () => {
-    // A proxy in front of the emulator that cuts the first command stream after its first bytes.
+    // A proxy in front of the emulator that cuts the first command stream after its first bytes,
+    // and answers the first question of how the command is doing with a 503 of its own.
     let cuts = 0;
+    let refused = 0;
     const proxy = createServer((req, res) => {
       const target = new URL(req.url ?? "/", t.stack.emulator.baseURL);
+      if (/\/v1\/commands\/[^/]+\/status$/.test(target.pathname) && refused++ === 0) {
+        res.writeHead(503, { "content-type": "application/json" }).end(JSON.stringify({ code: 503, message: "upstream unavailable" }));
+        return;
+      }
       const upstream = httpRequest(target, { method: req.method, headers: { ...req.headers, host: target.host } }, (answer) => {
         res.writeHead(answer.statusCode ?? 502, answer.headers);
         if (target.pathname.endsWith("/v1/commands/run") && cuts++ === 0) {
@@ -144,6 +150,7 @@ spec: {tier: standard, ttlSeconds: 3600, connectionRef: {name: cutting}}`,
       await waitForReady(t.stack, "sandboxes", "cut-box", { timeoutMs: 60_000 });
       const r = await exec(["-n", t.namespace, "cut-box", "--", "echo start; sleep 2; echo end; exit 5"]);
       expect(cuts).toBeGreaterThan(0);
+      expect(refused).toBeGreaterThan(1);
       expect(r.code).toBe(5);
       // (What was printed after the cut is not shown: the stream is gone. The exit code is asked for.)
       expect("start\n".startsWith(r.stdout) || r.stdout.startsWith("start\n")).toBe(true);
