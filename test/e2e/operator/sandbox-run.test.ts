@@ -387,18 +387,26 @@ data: {mine: keep}
     expect(users.data).toEqual({ mine: "keep" });
     expect(users.metadata.ownerReferences).toBeUndefined();
 
-    // A run deleted and applied again under its name: the first one's output (waiting for
-    // garbage collection) is not written into, nor taken as the second one's.
+    // A run deleted and applied again under its name: the first one's output, which garbage
+    // collection deletes after its run (held here by a finalizer, as it is on a busy cluster for
+    // a while), is not written into, nor taken as the second one's.
     await apply(runManifest("again", say("first")), t.namespace);
     const first = await finished("again");
     expect(first.status?.outputConfigMap).toBe("again-output");
-    await kubectlOk(["delete", "sandboxrun", "again", "--wait=true", "--timeout=30s"], { namespace: t.namespace });
-    await apply(runManifest("again", say("second")), t.namespace);
-    const second = await finished("again");
-    expect(second.metadata.uid).not.toBe(first.metadata.uid);
-    expect(second.status?.outputConfigMap).toBe(`again-output-${second.metadata.uid.slice(0, 8)}`);
-    expect((await configMap(second.status?.outputConfigMap as string)).data).toEqual({ say: "second\n" });
-    expect((await configMap("again-output")).data).toEqual({ say: "first\n" });
+    const hold = (finalizers: string[] | null) =>
+      kubectlOk(["patch", "configmap", "again-output", "--type=merge", "-p", JSON.stringify({ metadata: { finalizers } })], { namespace: t.namespace });
+    await hold(["example.com/hold"]);
+    try {
+      await kubectlOk(["delete", "sandboxrun", "again", "--wait=true", "--timeout=30s"], { namespace: t.namespace });
+      await apply(runManifest("again", say("second")), t.namespace);
+      const second = await finished("again");
+      expect(second.metadata.uid).not.toBe(first.metadata.uid);
+      expect(second.status?.outputConfigMap).toBe(`again-output-${second.metadata.uid.slice(0, 8)}`);
+      expect((await configMap(second.status?.outputConfigMap as string)).data).toEqual({ say: "second\n" });
+      expect((await configMap("again-output")).data).toEqual({ say: "first\n" });
+    } finally {
+      await hold(null);
+    }
   }, 90_000);
 
   it("waits for its Sandbox's next VM when the one its step ran in is gone, rather than spend its retries on it", async () => {
