@@ -149,6 +149,9 @@ export class Requester {
       if (verdict.retry && budgetLeft && !waitTooLong) {
         const delayMs = retryDelay(retries, retryAfterMs, d.retry);
         retries++;
+        // The wait (and the rate limiter's after it) may outlast a short-lived token: a 401
+        // after it is a new expiry, refreshed again. Two 401s in a row still end the call.
+        reauthenticated = false;
         const reason = res !== undefined ? `HTTP ${res.status}` : (netErr?.code ?? "network error");
         if (d.hooks.onRetry !== undefined) this.emit("onRetry", { operation: spec.operation, attempt, delayMs, reason });
         if (debug) d.log.debug({ operation: spec.operation, attempt, delayMs, reason }, "retrying service request");

@@ -93,6 +93,24 @@ describe("401 recovery", () => {
     expect(h.emu.requests.map((r) => `${r.operation} ${r.status}`)).toEqual(["skills.list 401", "token 200", "skills.list 200"]);
   });
 
+  it("a 401 after a retried 429 is refreshed again: the wait may outlast a short-lived token", async () => {
+    h = await start();
+    await h.client.skills.list();
+    h.emu.clearRequests();
+    for (const action of [{ status: 401 }, { status: 429, retryAfterSeconds: 0 }, { status: 401 }]) {
+      h.emu.injectFault({ method: "GET", path: "/compute/v1/skills", times: 1, action });
+    }
+    await h.client.skills.list();
+    expect(h.emu.requests.map((r) => `${r.operation} ${r.status}`)).toEqual([
+      "skills.list 401",
+      "token 200",
+      "skills.list 429",
+      "skills.list 401",
+      "token 200",
+      "skills.list 200",
+    ]);
+  });
+
   it("a second 401 on the same call is final (refresh only once per call)", async () => {
     h = await start();
     h.emu.injectFault({ method: "GET", path: "/compute/v1/skills", times: Infinity, action: { status: 401 } });
