@@ -18,7 +18,7 @@ import type { Informer } from "../runtime/informer.js";
 import { configMapsPath, isAlreadyExists, isNotFound, resourcePath, type KubeClient } from "../runtime/kube-client.js";
 import { formatTime } from "../runtime/status.js";
 import { attemptFailed, compareProgress, deadlineAt, expiresAt, isFinished, next, pollDelayMs, RunReason, runConditions, runningMessage, type Next, type SandboxState } from "../runs/machine.js";
-import { cap, lastLine, mask, perStepBudget, tail } from "../runs/output.js";
+import { boundedOutput, lastLine, mask, outputWindow, perStepBudget, tail } from "../runs/output.js";
 import { outputFile, runDir, stepDir } from "../runs/script.js";
 import { observeStep, startStep } from "../runs/steps.js";
 import { ensureRunVM, releaseRunVMs, type AllocationDeps } from "../runs/template-vm.js";
@@ -591,10 +591,9 @@ class Pass {
       steps[index] = { ...step, finishedAt: formatTime(this.now) };
       return attemptFailed(run.spec, st, RunReason.CommandLost, `step "${step.name}": ${obs.message}`);
     }
-    const secrets = (this.inputs ??= this.r.inputs(run)).secrets;
-    const output = mask(obs.output, secrets);
+    const output = (await this.readOutput(vmId, obs.outputPath)) ?? "";
     steps[index] = { ...step, exitCode: obs.exitCode, finishedAt: formatTime(this.now), output: tail(output) };
-    this.outputs.set(step.name, cap(output, perStepBudget(run.spec.steps.length)));
+    this.outputs.set(step.name, output);
     if (obs.exitCode !== 0) {
       const line = lastLine(output);
       this.failureDetail = line === undefined ? undefined : `: ${line}`;
@@ -615,20 +614,30 @@ class Pass {
     if (index < 0) return;
     const step = steps[index]!;
     steps[index] = { ...step, finishedAt: formatTime(this.now) };
-    let printed: string | undefined;
-    let secrets: string[];
+    let output: string | undefined;
     try {
-      // The values to mask first: output that cannot be masked (an input Secret or ConfigMap
-      // gone meanwhile) is not kept.
-      secrets = (this.inputs ??= this.r.inputs(run)).secrets;
-      printed = await this.vm(vmId).read(outputFile(stepDir(run.metadata.uid, Math.max(1, st.attempts ?? 1), index)));
+      // Output that cannot be masked (an input Secret or ConfigMap gone meanwhile) is not kept.
+      output = await this.readOutput(vmId, outputFile(stepDir(run.metadata.uid, Math.max(1, st.attempts ?? 1), index)));
     } catch {
       return;
     }
-    if (printed === undefined) return;
-    const output = mask(printed, secrets);
+    if (output === undefined) return;
     steps[index] = { ...steps[index]!, output: tail(output) };
-    this.outputs.set(step.name, cap(output, perStepBudget(run.spec.steps.length)));
+    this.outputs.set(step.name, output);
+  }
+
+  /**
+   * A step's output as the run keeps it: masked, and capped to the step's share of the
+   * ConfigMap, reading only the ends of the file the cap keeps. Undefined if there is no file.
+   */
+  private async readOutput(vmId: string, path: string): Promise<string | undefined> {
+    const { run } = this;
+    // The values to mask first: their length widens what is read at each cut.
+    const secrets = (this.inputs ??= this.r.inputs(run)).secrets;
+    const budget = perStepBudget(run.spec.steps.length);
+    const { headBytes, tailBytes } = outputWindow(budget, secrets);
+    const ends = await this.vm(vmId).readEnds(path, headBytes, tailBytes);
+    return ends === undefined ? undefined : boundedOutput(ends, secrets, budget);
   }
 
   private async kill(vmId: string, commandId: string): Promise<void> {

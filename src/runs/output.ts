@@ -1,6 +1,11 @@
 // A step's output as the run reports it: the last few KiB in status, and all of it (capped,
 // with a marker where it was cut) in the run's output ConfigMap. Values of the Secrets the run
 // reads (envFrom, files) are masked first, as CI systems mask their secrets in logs.
+//
+// A step may print gigabytes, so its output file is never read whole: only the two ends the
+// ConfigMap keeps (outputWindow), each with room for a secret that crosses the cut, so that
+// the cut never leaves part of a secret in clear (boundedOutput).
+import type { FileEnds } from "../service/agentd.js";
 
 /** Bytes of a step's output kept in status (its tail). */
 export const STATUS_TAIL_BYTES = 2048;
@@ -19,23 +24,90 @@ export function tail(text: string, bytes = STATUS_TAIL_BYTES): string {
   return buf.subarray(start).toString("utf8");
 }
 
+/** Bytes of each end that `cap` keeps, leaving room for the marker line between them. */
+const capHalf = (bytes: number): number => Math.max(0, Math.floor((bytes - 80) / 2));
+
+const cutMarker = (cut: number): string => `\n[... ${cut} bytes of output cut here ...]\n`;
+
 /** At most `bytes`: the head and the tail, with a line saying how much was cut between them. */
 export function cap(text: string, bytes: number): string {
   const buf = Buffer.from(text, "utf8");
   if (buf.length <= bytes) return text;
-  const half = Math.max(0, Math.floor((bytes - 80) / 2));
+  const half = capHalf(bytes);
   let end = half;
   while (end > 0 && (buf[end]! & 0xc0) === 0x80) end--;
   const head = buf.subarray(0, end).toString("utf8");
   const rest = tail(buf.subarray(end).toString("utf8"), half);
   const cut = buf.length - Buffer.byteLength(head) - Buffer.byteLength(rest);
-  return `${head}\n[... ${cut} bytes of output cut here ...]\n${rest}`;
+  return `${head}${cutMarker(cut)}${rest}`;
+}
+
+/** The secret values `mask` masks. */
+function maskedValues(secrets: Iterable<string>): string[] {
+  return [...new Set(secrets)].filter((s) => s.length >= MIN_MASKED);
+}
+
+/** How much of each end of an output file to read for `boundedOutput`. */
+export function outputWindow(budget: number, secrets: Iterable<string>): { headBytes: number; tailBytes: number } {
+  const longest = Math.max(0, ...maskedValues(secrets).map((s) => Buffer.byteLength(s)));
+  const bytes = capHalf(budget) + longest;
+  return { headBytes: bytes, tailBytes: bytes };
+}
+
+/**
+ * The output `cap(mask(whole file), budget)` would give, from the file's two ends as read with
+ * `outputWindow(budget, secrets)`. A secret that crosses a cut is masked whole; a secret that
+ * starts beyond the head's cut (or ends before the tail's) is cut off with the bytes around it.
+ */
+export function boundedOutput(ends: FileEnds, secrets: Iterable<string>, budget: number): string {
+  if (ends.head.length + ends.tail.length >= ends.size) {
+    return cap(mask(Buffer.concat([ends.head, ends.tail]).toString("utf8"), secrets), budget);
+  }
+  const values = maskedValues(secrets).map((s) => Buffer.from(s, "utf8"));
+  const half = capHalf(budget);
+  const head = maskedSpan(ends.head, values, 0, Math.min(half, ends.head.length));
+  const tail = maskedSpan(ends.tail, values, Math.max(0, ends.tail.length - half), ends.tail.length);
+  const cut = ends.size - head.end - (ends.tail.length - tail.start);
+  return `${head.text}${cutMarker(cut)}${tail.text}`;
+}
+
+/**
+ * The text of buf[from, to) with every occurrence of a value masked, on character boundaries.
+ * An occurrence that crosses `from` or `to` is masked whole, so the span read may be wider:
+ * `start` and `end` say which bytes of `buf` the text stands for.
+ */
+function maskedSpan(buf: Buffer, values: Buffer[], from: number, to: number): { text: string; start: number; end: number } {
+  const found: [number, number][] = [];
+  for (const v of values) {
+    for (let i = buf.indexOf(v); i >= 0; i = buf.indexOf(v, i + 1)) found.push([i, i + v.length]);
+  }
+  found.sort((a, b) => a[0] - b[0]);
+  const merged: [number, number][] = [];
+  for (const [s, e] of found) {
+    const last = merged[merged.length - 1];
+    if (last !== undefined && s <= last[1]) last[1] = Math.max(last[1], e);
+    else merged.push([s, e]);
+  }
+  const covering = (at: number) => merged.find(([s, e]) => s < at && at < e);
+  let start = covering(from)?.[0] ?? from;
+  let end = covering(to)?.[1] ?? to;
+  // Not in the middle of a character:
+  if (start === from) while (start < end && (buf[start]! & 0xc0) === 0x80) start++;
+  if (end === to) while (end > start && end < buf.length && (buf[end]! & 0xc0) === 0x80) end--;
+  let text = "";
+  let at = start;
+  for (const [s, e] of merged) {
+    if (e <= start || s >= end) continue;
+    text += buf.subarray(at, s).toString("utf8") + MASK;
+    at = e;
+  }
+  return { text: text + buf.subarray(at, end).toString("utf8"), start, end };
 }
 
 /** Replaces every occurrence of each secret value (long enough to matter) with ***. */
 export function mask(text: string, secrets: Iterable<string>): string {
   let out = text;
-  const values = [...new Set(secrets)].filter((s) => s.length >= MIN_MASKED).sort((a, b) => b.length - a.length);
+  const values = maskedValues(secrets).sort((a, b) => b.length - a.length);
   for (const v of values) out = out.replaceAll(v, MASK);
   return out;
 }

@@ -4,7 +4,8 @@ import type { RunVM } from "./vm.js";
 
 export type StepObservation =
   | { state: "running" }
-  | { state: "ended"; exitCode: number; output: string }
+  /** `outputPath`: the file that holds what the step printed (it may be huge: read its ends). */
+  | { state: "ended"; exitCode: number; outputPath: string }
   /** The VM knows neither the command nor how the step ended. */
   | { state: "lost"; message: string };
 
@@ -31,8 +32,8 @@ export async function observeStep(vm: RunVM, ref: StepRef, commandId: string): P
   if (status?.running === true) return { state: "running" };
   const exitText = await vm.read(exitFile(dir));
   const exitCode = exitText === undefined ? undefined : parseExit(exitText);
-  if (exitCode !== undefined) return { state: "ended", exitCode, output: (await vm.read(outputFile(dir))) ?? "" };
+  if (exitCode !== undefined) return { state: "ended", exitCode, outputPath: outputFile(dir) };
   if (status === undefined) return { state: "lost", message: `the VM no longer knows command ${commandId} and the step left no exit code` };
   if (status.exitCode === ALREADY_STARTED) return { state: "running" };
-  return { state: "ended", exitCode: status.exitCode ?? 137, output: (await vm.read(outputFile(dir))) ?? "" };
+  return { state: "ended", exitCode: status.exitCode ?? 137, outputPath: outputFile(dir) };
 }

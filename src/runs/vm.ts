@@ -1,8 +1,9 @@
 // What a run needs of one VM's agentd: start a command in the background (its id), its status,
-// kill it, upload a file, read a file, remove a directory: AgentdClient (src/service/agentd.ts)
-// over the compute API's /vms/{id}/r/<agentd path>, with a VM that is gone (the compute API's
-// own 404) told apart from a file or command the VM does not know (agentd's 404).
-import { AgentdClient, isAgentdNotFound, type CommandStatus } from "../service/agentd.js";
+// kill it, upload a file, read a file (or the two ends of a large one), remove a directory:
+// AgentdClient (src/service/agentd.ts) over the compute API's /vms/{id}/r/<agentd path>, with a
+// VM that is gone (the compute API's own 404) told apart from a file or command the VM does not
+// know (agentd's 404).
+import { AgentdClient, isAgentdNotFound, type CommandStatus, type FileEnds } from "../service/agentd.js";
 import { ServiceError } from "../service/errors.js";
 import type { ServiceClient } from "../service/index.js";
 
@@ -22,6 +23,8 @@ export interface RunVM {
   kill(commandId: string): Promise<void>;
   /** A file's text; undefined if there is no such file. */
   read(path: string): Promise<string | undefined>;
+  /** A file's first and last bytes, however large it is; undefined if there is no such file. */
+  readEnds(path: string, headBytes: number, tailBytes: number): Promise<FileEnds | undefined>;
   upload(path: string, content: string): Promise<void>;
   removeDir(path: string): Promise<void>;
   close(): Promise<void>;
@@ -75,6 +78,10 @@ export class ForwardedVM implements RunVM {
 
   read(path: string): Promise<string | undefined> {
     return this.gone(() => this.agentd.downloadFile(path));
+  }
+
+  readEnds(path: string, headBytes: number, tailBytes: number): Promise<FileEnds | undefined> {
+    return this.gone(() => this.agentd.downloadFileEnds(path, headBytes, tailBytes));
   }
 
   upload(path: string, content: string): Promise<void> {

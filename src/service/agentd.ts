@@ -89,6 +89,15 @@ export interface CommandStatus {
   finishedAt?: string;
 }
 
+/** A file's two ends (AgentdClient.downloadFileEnds). */
+export interface FileEnds {
+  head: Buffer;
+  /** The last bytes after `head`; what lies between the two is not read. */
+  tail: Buffer;
+  /** The file's size in bytes. */
+  size: number;
+}
+
 /** agentd's models.CodeContext. */
 export interface CodeContext {
   id: string;
@@ -195,6 +204,50 @@ export class AgentdClient {
     } catch (err) {
       if (isAgentdNotFound(err)) return undefined;
       throw err;
+    }
+  }
+
+  /**
+   * A file's first `headBytes` and last `tailBytes`, read as a stream: memory stays within
+   * about their sum whatever the file's size (agentd has no Range). Undefined when the VM has no
+   * such file.
+   */
+  async downloadFileEnds(path: string, headBytes: number, tailBytes: number): Promise<FileEnds | undefined> {
+    const operation = "files.download";
+    const ac = new AbortController();
+    const timer = setTimeout(() => ac.abort(new Error(`no answer within ${this.timeoutMs} ms`)), this.timeoutMs);
+    try {
+      const res = await this.send(operation, "GET", `v1/files/download?path=${encodeURIComponent(path)}`, undefined, ac.signal, this.timeoutMs);
+      const head: Buffer[] = [];
+      let headLength = 0;
+      const tail: Buffer[] = [];
+      let tailLength = 0;
+      let size = 0;
+      try {
+        for await (const chunk of res.body) {
+          let b = chunk as Buffer;
+          size += b.length;
+          if (headLength < headBytes) {
+            const taken = b.subarray(0, headBytes - headLength);
+            head.push(taken);
+            headLength += taken.length;
+            b = b.subarray(taken.length);
+          }
+          if (b.length === 0) continue;
+          tail.push(b);
+          tailLength += b.length;
+          while (tail.length > 1 && tailLength - tail[0]!.length >= tailBytes) tailLength -= tail.shift()!.length;
+        }
+      } catch (err) {
+        throw transportError(operation, err, ac.signal);
+      }
+      const last = Buffer.concat(tail);
+      return { head: Buffer.concat(head), tail: last.subarray(Math.max(0, last.length - tailBytes)), size };
+    } catch (err) {
+      if (isAgentdNotFound(err)) return undefined;
+      throw err;
+    } finally {
+      clearTimeout(timer);
     }
   }
 

@@ -146,6 +146,23 @@ spec: {tier: standard, ttlSeconds: 3600}`, t.namespace);
     await kubectlOk(["wait", "--for=condition=Failed", "sandboxrun/fails", "--timeout=10s"], { namespace: t.namespace });
   }, 90_000);
 
+  it("reports a step that prints far more than a ConfigMap holds by its head and tail, secrets masked at both ends", async () => {
+    // 32 MiB between two lines that print the Secret's value: the operator reads only the ends.
+    await apply(runManifest("loud", `
+  envFrom: [{secretRef: {name: run-secrets}}]
+  steps:
+    - {name: loud, command: 'echo "first token=$TOKEN"; head -c 33554432 /dev/zero | tr "\\0" x; echo; echo "last token=$TOKEN"'}`), t.namespace);
+    const r = await finished("loud");
+    expect(r.status?.phase).toBe("Succeeded");
+    expect(steps(r)[0]?.output).toMatch(/x\nlast token=\*\*\*\n$/);
+    const out = (await configMap(r.status?.outputConfigMap as string)).data?.["loud"] ?? "";
+    expect(out).toMatch(/^first token=\*\*\*\nxxx/);
+    expect(out).toMatch(/\n\[\.\.\. \d+ bytes of output cut here \.\.\.\]\nxxx/);
+    expect(out).toMatch(/last token=\*\*\*\n$/);
+    expect(Buffer.byteLength(out)).toBeLessThanOrEqual(768 * 1024);
+    expect(await everythingSaid(t.stack)).not.toContain(SECRET_VALUE);
+  }, 90_000);
+
   it("fails a step past activeDeadlineSeconds with DeadlineExceeded, stops it, and keeps what it printed", async () => {
     await apply(runManifest("slow", `
   activeDeadlineSeconds: 3

@@ -1,6 +1,16 @@
 // A step's output as a run reports it: tail in status, capped whole in the ConfigMap, secrets masked.
 import { describe, expect, it } from "vitest";
-import { cap, lastLine, mask, tail } from "../../../src/runs/output.js";
+import { boundedOutput, cap, lastLine, mask, outputWindow, tail } from "../../../src/runs/output.js";
+import type { FileEnds } from "../../../src/service/agentd.js";
+
+/** What AgentdClient.downloadFileEnds reads of `text` with the window for `budget` and `secrets`. */
+function ends(text: string, budget: number, secrets: string[]): FileEnds {
+  const buf = Buffer.from(text, "utf8");
+  const { headBytes, tailBytes } = outputWindow(budget, secrets);
+  const head = buf.subarray(0, headBytes);
+  const rest = buf.subarray(head.length);
+  return { head, tail: rest.subarray(Math.max(0, rest.length - tailBytes)), size: buf.length };
+}
 
 describe("step output", () => {
   it("keeps the tail on a character boundary", () => {
@@ -28,3 +38,50 @@ describe("step output", () => {
     expect(lastLine("")).toBeUndefined();
   });
 });
+
+describe("step output read by its ends", () => {
+  const SECRET = "s3cr3t-value-0123456789";
+  const budget = 1000;
+  const half = Math.floor((budget - 80) / 2);
+
+  it("is what capping the whole masked text gives when the window holds the file", () => {
+    const long = "L".repeat(60);
+    for (const [text, secrets] of [["short " + SECRET, [SECRET]], ["y".repeat(980) + long, [long]]] as const) {
+      expect(boundedOutput(ends(text, budget, [...secrets]), secrets, budget)).toBe(cap(mask(text, secrets), budget));
+    }
+  });
+
+  it("keeps the head and the tail of a huge file, with how much was cut, within the budget", () => {
+    const text = "HEAD" + "x".repeat(1_000_000) + "TAIL";
+    const out = boundedOutput(ends(text, budget, []), [], budget);
+    expect(out.startsWith("HEADxxx")).toBe(true);
+    expect(out.endsWith("xxxTAIL")).toBe(true);
+    expect(Buffer.byteLength(out)).toBeLessThanOrEqual(budget);
+    const cut = Number(/\[\.\.\. (\d+) bytes of output cut here \.\.\.\]/.exec(out)?.[1]);
+    expect(cut).toBe(text.length - 2 * half);
+  });
+
+  it("never leaves part of a secret in clear where the output is cut", () => {
+    const filler = "x".repeat(1_000_000);
+    // A secret across the head's cut, one across the tail's, and one just out of each window.
+    for (let shift = -SECRET.length; shift <= SECRET.length; shift++) {
+      const head = "h".repeat(half + shift) + SECRET;
+      const tailPart = SECRET + "t".repeat(half + shift);
+      const out = boundedOutput(ends(head + filler + tailPart, budget, [SECRET]), [SECRET], budget);
+      expect(out).not.toContain(SECRET.slice(0, 4));
+      expect(out).not.toContain(SECRET.slice(-4));
+      expect(out.split("\n[...")[0]).toMatch(/^h+(\*\*\*)?$/);
+      expect(out.split("...]\n")[1]).toMatch(/^(\*\*\*)?t+$/);
+    }
+  });
+
+  it("masks every secret inside the ends, and cuts on character boundaries", () => {
+    const text = `é${SECRET}é`.repeat(40) + "é".repeat(600_000) + `${SECRET}ü`.repeat(40);
+    const out = boundedOutput(ends(text, budget, [SECRET]), [SECRET], budget);
+    expect(out).not.toContain("\uFFFD");
+    expect(out).not.toContain(SECRET.slice(0, 4));
+    expect(out).toContain("é***é");
+    expect(out).toContain("***ü");
+  });
+});
+

@@ -81,6 +81,20 @@ describe("AgentdClient", () => {
     expect(await c.killCommand("no-such-command")).toBe(false);
   });
 
+  it("reads only the two ends of a large file as it streams, and nothing of a file that is not there", async () => {
+    const c = vm();
+    // 8 MiB between a head and a tail marker (the emulator streams the file).
+    await collect(c.runCommand("printf HEAD > big.txt; head -c 8388608 /dev/zero | tr '\\0' x >> big.txt; printf TAIL >> big.txt"));
+    const ends = await c.downloadFileEnds("/workspace/big.txt", 10, 6);
+    expect(ends?.size).toBe(8 * 1024 * 1024 + 8);
+    expect(ends?.head.toString()).toBe("HEADxxxxxx");
+    expect(ends?.tail.toString()).toBe("xxTAIL");
+    const small = await c.downloadFileEnds("/workspace/sub/../big.txt", 1 << 24, 6);
+    expect(small?.head.length).toBe(8 * 1024 * 1024 + 8);
+    expect(small?.tail.length).toBe(0);
+    expect(await c.downloadFileEnds("/workspace/no-such-file", 10, 10)).toBeUndefined();
+  });
+
   it("with a write gate that refuses (sharded mode, membership lapsed): starts nothing, still reads", async () => {
     const running = await vm().startCommand("sleep 30");
     let open = false;
