@@ -273,6 +273,7 @@ async function runStreaming(target: Target, command: string, options: CommandOpt
   const handlers = (Object.keys(SIGNALS) as Signal[]).map((s) => [s, () => onSignal(s)] as const);
   for (const [s, h] of handlers) process.on(s, h);
   let exitCode: number | undefined;
+  let ended = false;
   try {
     try {
       for await (const e of stream) {
@@ -282,7 +283,10 @@ async function runStreaming(target: Target, command: string, options: CommandOpt
         } else if (e.type === "stdout") await write(process.stdout, e.text);
         else if (e.type === "stderr") await write(process.stderr, e.text);
         else if (e.type === "timeout") await write(process.stderr, `${prog}: the command ran out of time (--timeout) and was killed\n`);
-        else if (e.type === "end") exitCode = e.exitCode;
+        else if (e.type === "end") {
+          ended = true;
+          exitCode = e.exitCode;
+        }
       }
     } catch (err) {
       // Cut mid-stream (a network blip, a proxy's timeout): the command runs on in the VM, and
@@ -295,8 +299,9 @@ async function runStreaming(target: Target, command: string, options: CommandOpt
     }
     if (exitCode !== undefined) return processExitCode(exitCode);
     if (id === undefined) throw new ExecError("the VM answered without running the command (no start event)");
-    // The stream broke off (or never said how it ended): the command may still run.
-    await write(process.stderr, `${prog}: the output stream of command ${id} ended early; waiting for it to finish\n`);
+    // The stream broke off: the command may still run. (An end without an exit code, as a Go
+    // server's omitempty sends for 0, is asked about the same way: its status says.)
+    if (!ended) await write(process.stderr, `${prog}: the output stream of command ${id} ended early; waiting for it to finish\n`);
     for (;;) {
       if (signal !== undefined) {
         await target.vm.killCommand(id).catch(() => false);

@@ -50,6 +50,12 @@ export interface EmulatorOptions {
   runtimeDir?: string;
   /** Output kept per execution (command or code block), in bytes; beyond it, a marker. Default 1 MiB. */
   outputLimitBytes?: number;
+  /**
+   * agentd leaves zero values (0, false, "", empty lists) out of its JSON answers and end
+   * events, as a Go server's `omitempty` does: a finished command's status without `exit_code`
+   * means 0. The published models require none of these fields. Default false.
+   */
+  agentdOmitEmpty?: boolean;
 }
 
 export interface RequestLogEntry {
@@ -120,6 +126,7 @@ export function resolveOptions(opts: EmulatorOptions): ResolvedOptions {
     requestLogLimit: opts.requestLogLimit ?? 200_000,
     runtimeDir: opts.runtimeDir,
     outputLimitBytes: opts.outputLimitBytes ?? 1 << 20,
+    agentdOmitEmpty: opts.agentdOmitEmpty ?? false,
   };
   validateOptions(resolved);
   return resolved;

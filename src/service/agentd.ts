@@ -149,15 +149,7 @@ export class AgentdClient {
   }
 
   async commandStatus(id: string): Promise<CommandStatus> {
-    const body = await this.json("commands.status", "GET", `v1/commands/${encodeURIComponent(id)}/status`);
-    const o = asObject(body);
-    return {
-      id: typeof o.id === "string" ? o.id : id,
-      running: o.running === true,
-      ...(typeof o.exit_code === "number" && { exitCode: o.exit_code }),
-      ...(typeof o.started_at === "string" && { startedAt: o.started_at }),
-      ...(typeof o.finished_at === "string" && { finishedAt: o.finished_at }),
-    };
+    return toCommandStatus(await this.json("commands.status", "GET", `v1/commands/${encodeURIComponent(id)}/status`), id);
   }
 
   /** Kills a command and what it started. False when the VM does not know it (404): it ended long ago, or never was. */
@@ -372,6 +364,25 @@ class RawBody {
  */
 export function isAgentdNotFound(err: unknown): boolean {
   return err instanceof ServiceError && err.status === 404 && err.errorCode === undefined;
+}
+
+/**
+ * agentd's answer to `GET v1/commands/{id}/status`. The published model requires no field, and
+ * its names (`models.CommandStatus`) are a Go server's: a Go `omitempty` leaves out an
+ * `exit_code` of 0, so a command that has finished (`finished_at` set) without one exited 0.
+ */
+export function toCommandStatus(body: unknown, id: string): CommandStatus {
+  const o = asObject(body);
+  const running = o.running === true;
+  const finishedAt = typeof o.finished_at === "string" && o.finished_at !== "" ? o.finished_at : undefined;
+  const exitCode = typeof o.exit_code === "number" ? o.exit_code : !running && finishedAt !== undefined ? 0 : undefined;
+  return {
+    id: typeof o.id === "string" ? o.id : id,
+    running,
+    ...(exitCode !== undefined && { exitCode }),
+    ...(typeof o.started_at === "string" && { startedAt: o.started_at }),
+    ...(finishedAt !== undefined && { finishedAt }),
+  };
 }
 
 /** The events of one streamed answer, read as they come. */

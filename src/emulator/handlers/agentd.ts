@@ -12,6 +12,7 @@ import { badRequest, notFound, ServiceError } from "../errors.js";
 import type { HandlerResult } from "../router.js";
 import type { Command } from "../runtime/commands.js";
 import { executionSSE, eventsSSE, FileBody, SSEBody } from "../runtime/streams.js";
+import { StreamBody } from "../http.js";
 import { fileInfo, search } from "../runtime/files.js";
 import { VM_WORKSPACE, vmPath } from "../runtime/paths.js";
 import type { RunCommandRequest, SkillFiles, VMRuntime } from "../runtime/vm-runtime.js";
@@ -31,6 +32,8 @@ export interface AgentdRequest {
   runtime: VMRuntime;
   /** The service's skill store (for skills/load). */
   skill(name: string): SkillFiles | undefined;
+  /** Zero values are left out of JSON answers and end events (EmulatorOptions.agentdOmitEmpty). */
+  omitEmpty?: boolean;
 }
 
 type AgentdHandler = (req: AgentdRequest, params: Record<string, string>) => HandlerResult | Promise<HandlerResult>;
@@ -439,6 +442,26 @@ function match(method: string, path: string): { route: AgentdRoute; params: Reco
 /** agentd's models.ErrorResponse. */
 export const agentdError = (status: number, message: string): { code: number; message: string } => ({ code: status, message });
 
+/** A Go server's `omitempty` at every level: zero values are left out of objects. */
+function omitEmpty(value: unknown): unknown {
+  if (Array.isArray(value)) return value.map(omitEmpty);
+  if (value === null || typeof value !== "object") return value;
+  const out: Record<string, unknown> = {};
+  for (const [k, v] of Object.entries(value)) {
+    const kept = omitEmpty(v);
+    const empty = kept === 0 || kept === false || kept === "" || kept === null || (Array.isArray(kept) && kept.length === 0);
+    if (!empty) out[k] = kept;
+  }
+  return out;
+}
+
+function withoutEmpty(result: HandlerResult): HandlerResult {
+  const { body } = result;
+  if (body instanceof SSEBody) return { ...result, body: body.map((e) => (e.event === "end" ? { event: e.event, data: JSON.stringify(omitEmpty(JSON.parse(e.data))) } : e)) };
+  if (body === undefined || body instanceof StreamBody || typeof body === "string") return result;
+  return { ...result, body: omitEmpty(body) };
+}
+
 /** Serves one agentd request; errors come back in agentd's dialect. */
 export async function serveAgentd(req: AgentdRequest): Promise<HandlerResult> {
   try {
@@ -448,7 +471,8 @@ export async function serveAgentd(req: AgentdRequest): Promise<HandlerResult> {
       const allow = m.allow.join(", ");
       throw new ServiceError(405, "method_not_allowed", `method ${req.method} is not allowed on ${req.path} (allowed: ${allow})`, { Allow: allow });
     }
-    return await m.route.handler(req, m.params);
+    const result = await m.route.handler(req, m.params);
+    return req.omitEmpty === true ? withoutEmpty(result) : result;
   } catch (err) {
     if (err instanceof ServiceError) return { status: err.status, body: agentdError(err.status, err.message), headers: err.headers };
     throw err;

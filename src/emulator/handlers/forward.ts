@@ -25,6 +25,7 @@ function forward(method: string) {
       raw: ctx.raw,
       runtime,
       skill: (name) => ctx.state.skills.get(name),
+      omitEmpty: ctx.options.agentdOmitEmpty,
     });
   };
 }

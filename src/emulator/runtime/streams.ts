@@ -33,6 +33,11 @@ export class SSEBody extends StreamBody {
     super();
   }
 
+  /** The same stream with each event passed through `fn`. */
+  map(fn: (e: ExecEvent) => ExecEvent): SSEBody {
+    return new SSEBody((sink) => this.source({ send: (e) => sink.send(fn(e)), end: () => sink.end() }));
+  }
+
   writeTo(res: ServerResponse): void {
     let done = false;
     let cleanup: () => void = () => {};

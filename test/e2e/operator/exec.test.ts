@@ -76,6 +76,16 @@ spec: {tier: standard, ttlSeconds: 3600}`, t.namespace);
     expect(argv).toEqual({ code: 0, stdout: "it's me from the VM\n", stderr: "" });
   });
 
+  it("exits 0 when the VM's agentd leaves a zero exit code out of its answers (a Go server's omitempty)", async () => {
+    t.stack.emulator.setOptions({ agentdOmitEmpty: true });
+    try {
+      expect(await exec(["-n", t.namespace, "box", "--", "echo fine"])).toEqual({ code: 0, stdout: "fine\n", stderr: "" });
+      expect((await exec(["-n", t.namespace, "box", "--", "exit 4"])).code).toBe(4);
+    } finally {
+      t.stack.emulator.setOptions({ agentdOmitEmpty: false });
+    }
+  });
+
   it("runs as a kubectl plugin: kubectl agentcompute exec, with KUBECONFIG", async () => {
     const env = { PATH: `${pluginDir}${delimiter}${process.env.PATH ?? ""}`, KUBECONFIG: testKubeconfig() };
     const r = await run(process.env.KUBECTL ?? "kubectl", ["agentcompute", "exec", "-n", t.namespace, "box", "--", "echo via kubectl; echo oops >&2; exit 4"], { env });

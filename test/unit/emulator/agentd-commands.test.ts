@@ -32,6 +32,19 @@ describe("emulator agentd: commands (r/v1/commands)", () => {
     expect(status.body).toEqual({ id, running: false, exit_code: 3, started_at: expect.any(String), finished_at: expect.any(String) });
   });
 
+  it("with agentdOmitEmpty answers as a Go server with omitempty: a zero exit code and running: false left out", async () => {
+    const emu = await emulator({ agentdOmitEmpty: true });
+    const c = await client(emu);
+    const vm = await allocate(c);
+    const a = agentd(c, vm.vm_id);
+    const { events } = await a.run({ command: "true" });
+    expect(endOf(events)).toEqual({});
+    const id = startId(events);
+    expect((await a.call("GET", `v1/commands/${id}/status`)).body).toEqual({ id, started_at: expect.any(String), finished_at: expect.any(String) });
+    const failed = await a.run({ command: "exit 3" });
+    expect(endOf(failed.events)).toEqual({ exit_code: 3 });
+  });
+
   it("does not pass the emulator's own environment on (only PATH, HOME and the like)", async () => {
     process.env["EMU_TEST_SECRET"] = "do-not-leak";
     try {

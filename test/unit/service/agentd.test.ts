@@ -5,7 +5,7 @@ import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { AgentdClient, toExecEvent, type ExecEvent } from "../../../src/service/agentd.js";
+import { AgentdClient, toCommandStatus, toExecEvent, type ExecEvent } from "../../../src/service/agentd.js";
 import { ServiceError } from "../../../src/service/index.js";
 import { start, waitFor, type Harness } from "./helpers.js";
 
@@ -161,6 +161,27 @@ describe("AgentdClient", () => {
 });
 
 describe("toExecEvent", () => {
+  it("reads a finished command's status that leaves out a zero exit code (a Go server's omitempty) as exit 0", () => {
+    const finished = { id: "c1", started_at: "2026-01-01T00:00:00Z", finished_at: "2026-01-01T00:00:01Z" };
+    expect(toCommandStatus(finished, "c1")).toEqual({ id: "c1", running: false, exitCode: 0, startedAt: finished.started_at, finishedAt: finished.finished_at });
+    expect(toCommandStatus({ ...finished, exit_code: 3 }, "c1")).toMatchObject({ running: false, exitCode: 3 });
+    // Still running, or an answer that says nothing of an end: no exit code is made up.
+    expect(toCommandStatus({ id: "c1", running: true, started_at: finished.started_at }, "c1")).toEqual({ id: "c1", running: true, startedAt: finished.started_at });
+    expect(toCommandStatus({ id: "c1" }, "c1")).toEqual({ id: "c1", running: false });
+  });
+
+  it("reads exit 0 from an agentd that leaves zero values out (emulator knob agentdOmitEmpty)", async () => {
+    h.emu.setOptions({ agentdOmitEmpty: true });
+    try {
+      const c = vm();
+      const id = await c.startCommand("true");
+      await waitFor(() => h.emu.runtimes.get(vmId)?.command(id)?.running === false);
+      expect(await c.commandStatus(id)).toMatchObject({ id, running: false, exitCode: 0 });
+    } finally {
+      h.emu.setOptions({ agentdOmitEmpty: false });
+    }
+  });
+
   it("reads the emulator's events and the names the official SDK uses", () => {
     expect(toExecEvent("start", '{"id":"c1"}')).toEqual({ type: "start", id: "c1" });
     expect(toExecEvent("start", '{"context_id":"k1"}')).toEqual({ type: "start", id: "k1" });
