@@ -28,13 +28,34 @@ import type { LabelMatcher } from "./selector.js";
 /** The annotation `kubectl apply` leaves; `--prune` only deletes objects that carry it (as kubectl). */
 export const LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration";
 
-/** What the planner reads from the cluster: only GETs (lists). */
+/** What the planner reads from the cluster: only GETs (lists, discovery). */
 export interface ClusterReader {
   list<T>(path: string): Promise<T[]>;
+  /**
+   * Whether objects of the kind live in a namespace, as the API server's discovery says;
+   * undefined when it does not know the kind (or cannot say).
+   */
+  namespaced?(apiVersion: string, kind: string): Promise<boolean | undefined>;
+}
+
+/** An API server's discovery answer for one group version (GET /api/v1, /apis/<group>/<version>). */
+interface APIResourceList {
+  resources?: Array<{ name: string; kind: string; namespaced: boolean }>;
 }
 
 export function kubeReader(kube: KubeClient): ClusterReader {
+  const discovered = new Map<string, Promise<APIResourceList | undefined>>();
   return {
+    async namespaced(apiVersion: string, kind: string): Promise<boolean | undefined> {
+      let list = discovered.get(apiVersion);
+      if (list === undefined) {
+        // Not found (a kind not installed), or refused: the caller falls back on what it knows.
+        list = kube.get<APIResourceList>(apiVersion.includes("/") ? `/apis/${apiVersion}` : `/api/${apiVersion}`).catch(() => undefined);
+        discovered.set(apiVersion, list);
+      }
+      // Subresources (pods/status) name their parent's kind: only top-level resources count.
+      return (await list)?.resources?.find((r) => r.kind === kind && !r.name.includes("/"))?.namespaced;
+    },
     async list<T>(path: string): Promise<T[]> {
       const items: T[] = [];
       let cont: string | undefined;
@@ -92,8 +113,27 @@ class StaticInformer<T extends { metadata: { name?: string; namespace?: string }
   }
 }
 
-/** Common cluster-scoped kinds: they touch no namespace. */
+/** Common cluster-scoped kinds: they touch no namespace (when discovery cannot say). */
 const CLUSTER_SCOPED = new Set(["Namespace", "ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition", "PersistentVolume", "StorageClass", "PriorityClass", "ValidatingWebhookConfiguration", "MutatingWebhookConfiguration"]);
+
+/** Kinds the planner knows to be namespaced: ours, and what they read. */
+const NAMESPACED = new Set([...allKinds.map((k) => `${GROUP}/${VERSION}/${k.kind}`), "v1/Secret", "v1/ConfigMap"]);
+
+/**
+ * The kinds among the manifests whose objects live in no namespace, as discovery says (the
+ * parser gave every object the default namespace; a cluster-scoped one must not make `--prune`
+ * list that namespace's objects as dropped).
+ */
+async function clusterScopedKinds(reader: ClusterReader, manifests: ManifestObject[]): Promise<Set<string>> {
+  const out = new Set<string>();
+  const kinds = new Map(manifests.map((m) => [`${m.apiVersion}/${m.kind}`, m] as const));
+  for (const [key, m] of kinds) {
+    if (NAMESPACED.has(key)) continue;
+    const namespaced = (await reader.namespaced?.(m.apiVersion, m.kind)) ?? !CLUSTER_SCOPED.has(m.kind);
+    if (!namespaced) out.add(key);
+  }
+  return out;
+}
 
 const ORDER = [kindNames.connection, kindNames.skill, kindNames.agent, kindNames.agentDeployment, kindNames.sandbox, kindNames.sandboxRun];
 
@@ -180,7 +220,8 @@ export async function plan(reader: ClusterReader, manifests: ManifestObject[], o
   const now = opts.now ?? (() => new Date());
   const selected = opts.selector === undefined ? manifests : manifests.filter((m) => opts.selector?.(m.metadata.labels));
   // The namespaces the manifests touch (as kubectl apply --prune: those of namespaced objects).
-  const namespaces = [...new Set(selected.filter((m) => !CLUSTER_SCOPED.has(m.kind)).map((m) => m.metadata.namespace))].sort();
+  const clusterScoped = await clusterScopedKinds(reader, selected);
+  const namespaces = [...new Set(selected.filter((m) => !clusterScoped.has(`${m.apiVersion}/${m.kind}`)).map((m) => m.metadata.namespace))].sort();
   const live = await readCluster(reader, namespaces);
   const liveOf = (kind: string, ns: string, name: string) =>
     live.byKind.get(kind)?.find((o) => o.metadata.namespace === ns && o.metadata.name === name);

@@ -12,6 +12,7 @@ import { beforeAll, describe, expect, it } from "vitest";
 import { kubectlOk, testKubeconfig } from "../support/kube.js";
 import { API_KEY, apply, connectionManifest, useStack, waitForReady } from "../support/operator.js";
 import type { PlanResult, ResourcePlan } from "../../../src/plan/model.js";
+import { kubeReader } from "../../../src/plan/planner.js";
 
 const CLI = fileURLToPath(new URL("../../../src/cli.ts", import.meta.url));
 const SECRET_VALUE = "envfrom-secret-value-7Hq2zX";
@@ -186,6 +187,16 @@ describe("agent-operator plan", () => {
       expect(out.stderr).not.toContain(SECRET_VALUE);
     }
   }, 120_000);
+
+  it("learns from the API server's discovery which kinds live in no namespace", async () => {
+    const reader = kubeReader(t.stack.kube);
+    // An IngressClass is cluster-scoped and not among the kinds the planner knows by name.
+    expect(await reader.namespaced?.("networking.k8s.io/v1", "IngressClass")).toBe(false);
+    expect(await reader.namespaced?.("v1", "Namespace")).toBe(false);
+    expect(await reader.namespaced?.("apps/v1", "Deployment")).toBe(true);
+    expect(await reader.namespaced?.("v1", "Pod")).toBe(true);
+    expect(await reader.namespaced?.("example.com/v1", "Widget")).toBeUndefined();
+  });
 
   it("exits 0 for the manifests as applied (stdin), and says so", async () => {
     const res = await run(["-f", "-", "-n", t.namespace, "--prune"], [connection(), ...START].join("\n---\n"));

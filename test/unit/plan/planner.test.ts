@@ -181,6 +181,24 @@ describe("planner", () => {
     expect(p.resources).toEqual([expect.objectContaining({ kind: "Skill", name: "paused-skill", action: "none", serviceId: "paused-skill" })]);
     expect(p.changes).toBe(false);
   });
+  it("with --prune, lists no namespace for a cluster-scoped kind it learns of from discovery", async () => {
+    // The parser gives every object without a namespace the default one; a ClusterIssuer has none.
+    const paths: string[] = [];
+    const discovering: ClusterReader = {
+      list: (path) => (paths.push(path), reader.list(path)),
+      namespaced: async (apiVersion, kind) => (apiVersion === "cert-manager.io/v1" && kind === "ClusterIssuer" ? false : undefined),
+    };
+    const yaml = `apiVersion: cert-manager.io/v1\nkind: ClusterIssuer\nmetadata: {name: letsencrypt}\n---\napiVersion: agentcompute.dev/v1alpha1\nkind: Skill\nmetadata: {name: paused-skill, namespace: ${NS}}\nspec: {content: old}`;
+    const parsed = parseSources([{ name: "m.yaml", text: yaml }], "default");
+    await plan(discovering, parsed, { prune: true });
+    expect(paths.length).toBeGreaterThan(0);
+    expect(paths.filter((path) => path.includes("/namespaces/default/"))).toEqual([]);
+    // Without discovery's answer, a kind it does not know is namespaced (as kubectl assumes of a manifest's kind).
+    paths.length = 0;
+    await plan({ list: discovering.list }, parsed, { prune: true });
+    expect(paths.some((path) => path.includes("/namespaces/default/"))).toBe(true);
+  });
+
   it("plans no change for a resource whose list items the API server returns with their keys in another order", async () => {
     // The API server answers a custom resource's objects with their keys sorted; a manifest
     // keeps the author's order (name, then command).
