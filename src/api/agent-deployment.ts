@@ -1,6 +1,6 @@
 import { LocalObjectReference, FreeFormObject, StringMap, Type, type Static } from "./schema.js";
-import { kindNames } from "./names.js";
-import { WriteConnectionSecretTo, managedSpecFields, managementPolicyRules, statusSchema, type Resource } from "./common.js";
+import { MARKER_KEY, OPTIONS_HASH_KEY, kindNames } from "./names.js";
+import { ServiceMetadata, WriteConnectionSecretTo, managedSpecFields, managementPolicyRules, statusSchema, type Resource } from "./common.js";
 import { readyColumns, type KindDefinition } from "./kind.js";
 
 export const AgentDeploymentSpecSchema = Type.Object(
@@ -24,7 +24,7 @@ export const AgentDeploymentSpecSchema = Type.Object(
     ),
     env: Type.Optional(StringMap("Environment variables of the deployment. Put secrets in a Sandbox envFrom Secret, not here.")),
     metadata: Type.Optional(
-      StringMap("Free key/value metadata of the deployment. The keys agentcompute.dev/uid and agentcompute.dev/options-hash are reserved for the operator."),
+      ServiceMetadata("Free key/value metadata of the deployment.", [MARKER_KEY, OPTIONS_HASH_KEY]),
     ),
     options: Type.Optional(
       FreeFormObject("Further deploy options passed to the service unchanged (e.g. name, endpoint_name)."),

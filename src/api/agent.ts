@@ -1,8 +1,8 @@
 import { SecretReference } from "./refs.js";
-import { kindNames } from "./names.js";
-import { immutableField, managedSpecFields, managementPolicyRules, requiredToCreate, statusSchema, type Resource } from "./common.js";
+import { MARKER_KEY, kindNames } from "./names.js";
+import { ServiceMetadata, immutableField, managedSpecFields, managementPolicyRules, requiredToCreate, statusSchema, type Resource } from "./common.js";
 import { readyColumns, type KindDefinition } from "./kind.js";
-import { FreeFormObject, StringMap, Type, type Static } from "./schema.js";
+import { FreeFormObject, Type, type Static } from "./schema.js";
 
 // The registry's manifest (its published models.AgentManifest). Its keys keep the registry's
 // spelling (input_schema, inputModes): it is a document the registry defines, passed through.
@@ -79,9 +79,7 @@ export const AgentSpecSchema = Type.Object(
       }),
     ),
     metadata: Type.Optional(
-      StringMap(
-        "Free key/value metadata stored with the agent. The key agentcompute.dev/uid is reserved for the operator.",
-      ),
+      ServiceMetadata("Free key/value metadata stored with the agent.", [MARKER_KEY]),
     ),
     manifest: Type.Optional(AgentManifestSchema),
   },

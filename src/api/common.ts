@@ -4,7 +4,7 @@
 import type { ObjectMeta as WireObjectMeta } from "../runtime/kube-client.js";
 import { DEFAULT_CONNECTION } from "./names.js";
 import { SecretReference } from "./refs.js";
-import { LocalObjectReference, StringEnum, Type, type Static, type TSchema, type ValidationRule } from "./schema.js";
+import { LocalObjectReference, StringEnum, StringMap, Type, type Static, type TSchema, type ValidationRule } from "./schema.js";
 
 export {
   API_VERSION,
@@ -190,3 +190,20 @@ export type ManagedStatusBase = {
   observedGeneration?: number;
   conditions?: Condition[];
 };
+
+/**
+ * A service object's free metadata map, in which the operator keeps `reserved` keys of its own
+ * (the marker it finds the object by, a hash): the API server refuses a spec that sets one,
+ * since the operator's value would silently win.
+ */
+export function ServiceMetadata(description: string, reserved: readonly string[]) {
+  const keys = reserved.join(" and ");
+  return StringMap(`${description} The keys ${keys} are the operator's.`, {
+    "x-kubernetes-validations": [
+      {
+        rule: reserved.map((k) => `!('${k}' in self)`).join(" && "),
+        message: `the keys ${keys} are the operator's (it marks the service object with them): remove them`,
+      },
+    ],
+  });
+}

@@ -1,6 +1,6 @@
-import { kindNames } from "./names.js";
+import { CONFIG_HASH_KEY, MARKER_KEY, kindNames } from "./names.js";
 import { StringEnum, StringMap, Type, type Static } from "./schema.js";
-import { EnvFromSecrets, WriteConnectionSecretTo, managedSpecFields, managementPolicyRules, statusSchema, type Resource } from "./common.js";
+import { EnvFromSecrets, ServiceMetadata, WriteConnectionSecretTo, managedSpecFields, managementPolicyRules, statusSchema, type Resource } from "./common.js";
 import { readyColumns, type KindDefinition } from "./kind.js";
 
 export const SandboxSpecSchema = Type.Object(
@@ -22,7 +22,10 @@ export const SandboxSpecSchema = Type.Object(
       ),
     ),
     metadata: Type.Optional(
-      StringMap("Free key/value metadata of the VM. The keys agentcompute.dev/uid and agentcompute.dev/config-hash are reserved for the operator."),
+      ServiceMetadata(
+        "Free key/value metadata of the VM, given at allocation: a change takes effect with the next VM (the service cannot change a VM's metadata, and a change alone does not replace the VM).",
+        [MARKER_KEY, CONFIG_HASH_KEY],
+      ),
     ),
     orgId: Type.Optional(Type.String({ description: "Organisation of the VM. Defaults to the Connection's orgId.", maxLength: 253 })),
     secureRuntime: Type.Optional(

@@ -18,7 +18,7 @@ export interface ValidationRule {
 }
 
 /** A map of string to string: labels-like free maps (env, metadata). */
-export function StringMap(description: string, extra: { maxProperties?: number } = {}) {
+export function StringMap(description: string, extra: { maxProperties?: number; "x-kubernetes-validations"?: ValidationRule[] } = {}) {
   return Type.Unsafe<Record<string, string>>({
     type: "object",
     description,

@@ -134,6 +134,20 @@ spec: {image: "example/triage:1", description: "first", capabilities: [triage]}`
     });
   });
 
+  it("refuses metadata keys the operator marks service objects with, for every kind that has metadata", async () => {
+    for (const [kind, spec, key] of [
+      ["Agent", '{image: "example/x:1", metadata: {team: a, "agentcompute.dev/uid": forged}}', "agentcompute.dev/uid"],
+      ["AgentDeployment", '{agentRef: {name: x}, tier: standard, metadata: {"agentcompute.dev/options-hash": forged}}', "agentcompute.dev/options-hash"],
+      ["Sandbox", '{tier: standard, metadata: {"agentcompute.dev/config-hash": forged}}', "agentcompute.dev/config-hash"],
+    ] as const) {
+      const res = await kubectl(["apply", "-f", "-"], { namespace: t.namespace, input: `apiVersion: agentcompute.dev/v1alpha1\nkind: ${kind}\nmetadata: {name: forged-marker}\nspec: ${spec}` });
+      expect(res.exitCode, `${kind}: ${res.stdout}`).not.toBe(0);
+      expect(res.stderr).toContain("spec.metadata");
+      expect(res.stderr).toContain(`${key}`);
+      expect(res.stderr).toContain("are the operator's");
+    }
+  });
+
   it("refuses a change of a create-only field, naming it", async () => {
     await apply(`
 apiVersion: agentcompute.dev/v1alpha1
