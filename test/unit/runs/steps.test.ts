@@ -24,10 +24,13 @@ afterAll(async () => {
 });
 
 const workspace = () => h.emu.runtimes.get(vmId)!.workspace;
+/** How the step ended, with what it printed (read from the file observeStep names). */
 const ended = (ref: Parameters<typeof observeStep>[1], id: string) =>
   waitFor(async () => {
     const o = await observeStep(vm, ref, id);
-    return o.state === "running" ? undefined : o;
+    if (o.state !== "ended") return o.state === "running" ? undefined : o;
+    const printed = await vm.readEnds(o.outputPath, 1 << 20, 0);
+    return { state: o.state, exitCode: o.exitCode, output: printed?.head.toString("utf8") };
   }, { description: "the step ended" });
 
 describe("a step in the VM", () => {
