@@ -202,7 +202,8 @@ export class AgentdClient {
   /**
    * A file's first `headBytes` and last `tailBytes`, read as a stream: memory stays within
    * about their sum whatever the file's size (agentd has no Range). Undefined when the VM has no
-   * such file.
+   * such file. The timeout bounds the wait for the answer and each pause in the body, not the
+   * whole body: a large file takes as long as it takes.
    */
   async downloadFileEnds(path: string, headBytes: number, tailBytes: number): Promise<FileEnds | undefined> {
     const operation = "files.download";
@@ -210,6 +211,7 @@ export class AgentdClient {
     const timer = setTimeout(() => ac.abort(new Error(`no answer within ${this.timeoutMs} ms`)), this.timeoutMs);
     try {
       const res = await this.send(operation, "GET", `v1/files/download?path=${encodeURIComponent(path)}`, undefined, ac.signal, this.timeoutMs);
+      clearTimeout(timer); // from here undici's bodyTimeout: at most timeoutMs between two chunks
       const head: Buffer[] = [];
       let headLength = 0;
       const tail: Buffer[] = [];

@@ -2,6 +2,8 @@
 // command's output arrives while it runs, with its exit code at the end; background commands,
 // status and kill by id; a refused token is replaced once; errors name the call, never the token.
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { createServer } from "node:http";
+import type { AddressInfo } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -168,6 +170,31 @@ describe("toExecEvent", () => {
     // Still running, or an answer that says nothing of an end: no exit code is made up.
     expect(toCommandStatus({ id: "c1", running: true, started_at: finished.started_at }, "c1")).toEqual({ id: "c1", running: true, startedAt: finished.started_at });
     expect(toCommandStatus({ id: "c1" }, "c1")).toEqual({ id: "c1", running: false });
+  });
+
+  it("reads a file whose body takes longer than the timeout, so long as it keeps coming", async () => {
+    // 12 chunks, 100 ms apart: 1.1 s in all against a 400 ms timeout.
+    const server = createServer((req, res) => {
+      res.writeHead(200, { "content-type": "application/octet-stream" });
+      let n = 0;
+      const timer = setInterval(() => {
+        res.write(`chunk-${String(n).padStart(2, "0")};`);
+        if (++n === 12) {
+          clearInterval(timer);
+          res.end();
+        }
+      }, 100);
+    });
+    await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+    try {
+      const c = new AgentdClient({ baseURL: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, vmId: "vm-slow", accessToken: async () => "t", timeoutMs: 400 });
+      clients.push(c);
+      const ends = await c.downloadFileEnds("/workspace/slow", 9, 9);
+      expect(ends).toEqual({ head: Buffer.from("chunk-00;"), tail: Buffer.from("chunk-11;"), size: 12 * 9 });
+    } finally {
+      server.closeAllConnections();
+      await new Promise<void>((resolve) => server.close(() => resolve()));
+    }
   });
 
   it("reads exit 0 from an agentd that leaves zero values out (emulator knob agentdOmitEmpty)", async () => {
