@@ -47,11 +47,14 @@ function maskedValues(secrets: Iterable<string>): string[] {
   return [...new Set(secrets)].filter((s) => s.length >= MIN_MASKED);
 }
 
-/** How much of each end of an output file to read for `boundedOutput`. */
+/**
+ * How much of each end of an output file to read for `boundedOutput`: the ends the cap keeps,
+ * each with room for a secret across its cut, and all of a file the budget holds.
+ */
 export function outputWindow(budget: number, secrets: Iterable<string>): { headBytes: number; tailBytes: number } {
   const longest = Math.max(0, ...maskedValues(secrets).map((s) => Buffer.byteLength(s)));
   const bytes = capHalf(budget) + longest;
-  return { headBytes: bytes, tailBytes: bytes };
+  return { headBytes: Math.max(bytes, budget), tailBytes: bytes };
 }
 
 /**
@@ -104,12 +107,15 @@ function maskedSpan(buf: Buffer, values: Buffer[], from: number, to: number): { 
   return { text: text + buf.subarray(at, end).toString("utf8"), start, end };
 }
 
-/** Replaces every occurrence of each secret value (long enough to matter) with ***. */
+/**
+ * Replaces every occurrence of each secret value (long enough to matter) with ***; where two
+ * occurrences overlap (`password1` and `1234abcd` in `password1234abcd`), both go under one.
+ */
 export function mask(text: string, secrets: Iterable<string>): string {
-  let out = text;
-  const values = maskedValues(secrets).sort((a, b) => b.length - a.length);
-  for (const v of values) out = out.replaceAll(v, MASK);
-  return out;
+  const values = maskedValues(secrets);
+  if (values.length === 0) return text;
+  const buf = Buffer.from(text, "utf8");
+  return maskedSpan(buf, values.map((v) => Buffer.from(v, "utf8")), 0, buf.length).text;
 }
 
 /** The ConfigMap's share of each step when `steps` steps share the budget. */
@@ -117,9 +123,12 @@ export function perStepBudget(steps: number): number {
   return Math.floor(CONFIGMAP_BUDGET_BYTES / Math.max(1, steps));
 }
 
-/** A short message from a failed step's output: its last non-empty line, at most 200 characters. */
+/** A short message from a failed step's output: its last non-empty line (not the cut's marker), at most 200 characters. */
 export function lastLine(text: string): string | undefined {
-  const lines = text.split("\n").map((l) => l.trim()).filter((l) => l !== "");
+  const lines = text
+    .split("\n")
+    .map((l) => l.trim())
+    .filter((l) => l !== "" && !/^\[\.\.\. \d+ bytes of output cut here \.\.\.\]$/.test(l));
   const l = lines[lines.length - 1];
   if (l === undefined) return undefined;
   return l.length > 200 ? `${l.slice(0, 197)}...` : l;

@@ -33,9 +33,15 @@ describe("step output", () => {
     expect(mask("token=abcdef and abcdefgh, id=ab", ["abcdef", "abcdefgh", "ab"])).toBe("token=*** and ***, id=ab");
   });
 
-  it("takes the last non-empty line for messages", () => {
+  it("masks overlapping secret values as one, leaving no part of either", () => {
+    expect(mask("x password1234abcd y", ["password1", "1234abcd"])).toBe("x *** y");
+    expect(mask("é-secret-é", ["secret"])).toBe("é-***-é");
+  });
+
+  it("takes the last non-empty line for messages, never the cut's marker", () => {
     expect(lastLine("one\ntwo\n\n")).toBe("two");
     expect(lastLine("")).toBeUndefined();
+    expect(lastLine(cap("error: disk full\n" + "\n".repeat(5000), 1000))).toBe("error: disk full");
   });
 });
 
@@ -43,6 +49,11 @@ describe("step output read by its ends", () => {
   const SECRET = "s3cr3t-value-0123456789";
   const budget = 1000;
   const half = Math.floor((budget - 80) / 2);
+
+  it("reads all of a file the budget holds, whatever the secrets", () => {
+    const text = "z".repeat(budget);
+    expect(boundedOutput(ends(text, budget, []), [], budget)).toBe(text);
+  });
 
   it("is what capping the whole masked text gives when the window holds the file", () => {
     const long = "L".repeat(60);
