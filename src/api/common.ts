@@ -197,12 +197,13 @@ export type ManagedStatusBase = {
  * since the operator's value would silently win.
  */
 export function ServiceMetadata(description: string, reserved: readonly string[]) {
-  const keys = reserved.join(" and ");
-  return StringMap(`${description} The keys ${keys} are the operator's.`, {
+  const keys = reserved.length === 1 ? `the key ${reserved[0]} is` : `the keys ${reserved.join(" and ")} are`;
+  const them = reserved.length === 1 ? "it" : "them";
+  return StringMap(`${description} ${keys[0]!.toUpperCase()}${keys.slice(1)} the operator's.`, {
     "x-kubernetes-validations": [
       {
         rule: reserved.map((k) => `!('${k}' in self)`).join(" && "),
-        message: `the keys ${keys} are the operator's (it marks the service object with them): remove them`,
+        message: `${keys} the operator's (it marks the service object with ${them}): remove ${them}`,
       },
     ],
   });

@@ -18,7 +18,7 @@ import { NotReadyError, classify } from "../managed/errors.js";
 import { managementOf } from "../managed/management-policies.js";
 import type { ManagedResource, Observation } from "../managed/external.js";
 import type { Informer } from "../runtime/informer.js";
-import { resourcePath, type KubeClient } from "../runtime/kube-client.js";
+import { KubeApiError, resourcePath, type KubeClient } from "../runtime/kube-client.js";
 import { silentLogger } from "../runtime/logging.js";
 import { change, diffFields, sameJSON } from "./diff.js";
 import { isPlanned, type ManifestObject } from "./manifests.js";
@@ -49,8 +49,12 @@ export function kubeReader(kube: KubeClient): ClusterReader {
     async namespaced(apiVersion: string, kind: string): Promise<boolean | undefined> {
       let list = discovered.get(apiVersion);
       if (list === undefined) {
-        // Not found (a kind not installed), or refused: the caller falls back on what it knows.
-        list = kube.get<APIResourceList>(apiVersion.includes("/") ? `/apis/${apiVersion}` : `/api/${apiVersion}`).catch(() => undefined);
+        // Not found: no such group version installed (yet). Any other failure ends the plan, as
+        // a failed list does: guessing could list a namespace's resources as pruned.
+        list = kube.get<APIResourceList>(apiVersion.includes("/") ? `/apis/${apiVersion}` : `/api/${apiVersion}`).catch((err: unknown) => {
+          if (err instanceof KubeApiError && err.status === 404) return undefined;
+          throw err;
+        });
         discovered.set(apiVersion, list);
       }
       // Subresources (pods/status) name their parent's kind: only top-level resources count.
@@ -126,11 +130,24 @@ const NAMESPACED = new Set([...allKinds.map((k) => `${GROUP}/${VERSION}/${k.kind
  */
 async function clusterScopedKinds(reader: ClusterReader, manifests: ManifestObject[]): Promise<Set<string>> {
   const out = new Set<string>();
+  const defined = scopesDefined(manifests);
   const kinds = new Map(manifests.map((m) => [`${m.apiVersion}/${m.kind}`, m] as const));
   for (const [key, m] of kinds) {
     if (NAMESPACED.has(key)) continue;
-    const namespaced = (await reader.namespaced?.(m.apiVersion, m.kind)) ?? !CLUSTER_SCOPED.has(m.kind);
+    const namespaced = defined.get(key) ?? (await reader.namespaced?.(m.apiVersion, m.kind)) ?? !CLUSTER_SCOPED.has(m.kind);
     if (!namespaced) out.add(key);
+  }
+  return out;
+}
+
+/** `<group>/<version>/<kind>` -> namespaced, for the CustomResourceDefinitions among the manifests (not installed yet, perhaps). */
+function scopesDefined(manifests: ManifestObject[]): Map<string, boolean> {
+  const out = new Map<string, boolean>();
+  for (const m of manifests) {
+    if (m.kind !== "CustomResourceDefinition" || !m.apiVersion.startsWith("apiextensions.k8s.io/")) continue;
+    const spec = m.spec as { group?: unknown; scope?: unknown; names?: { kind?: unknown }; versions?: Array<{ name?: unknown }> } | undefined;
+    if (typeof spec?.group !== "string" || typeof spec.names?.kind !== "string" || !Array.isArray(spec.versions)) continue;
+    for (const v of spec.versions) if (typeof v?.name === "string") out.set(`${spec.group}/${v.name}/${spec.names.kind}`, spec.scope !== "Cluster");
   }
   return out;
 }

@@ -197,6 +197,11 @@ describe("planner", () => {
     paths.length = 0;
     await plan({ list: discovering.list }, parsed, { prune: true });
     expect(paths.some((path) => path.includes("/namespaces/default/"))).toBe(true);
+    // Its CustomResourceDefinition among the manifests (not installed yet) says so too.
+    paths.length = 0;
+    const crd = `apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata: {name: clusterissuers.cert-manager.io}\nspec: {group: cert-manager.io, scope: Cluster, names: {kind: ClusterIssuer, plural: clusterissuers}, versions: [{name: v1, served: true, storage: true}]}`;
+    await plan({ list: discovering.list }, parseSources([{ name: "m.yaml", text: `${crd}\n---\n${yaml}` }], "default"), { prune: true });
+    expect(paths.filter((path) => path.includes("/namespaces/default/"))).toEqual([]);
   });
 
   it("plans no change for a resource whose list items the API server returns with their keys in another order", async () => {
