@@ -6,7 +6,7 @@ import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import { main as logs, type LogsIO } from "../../../src/commands/logs.js";
 import { kubectl, kubectlOk, testKubeconfig, waitFor } from "../support/kube.js";
-import { apply, condition, everythingSaid, getResource, useStack, waitForReady, type Resource } from "../support/operator.js";
+import { apply, condition, connectionManifest, everythingSaid, getResource, useStack, waitForReady, type Resource } from "../support/operator.js";
 
 const t = useStack("sbxrun");
 const SECRET_VALUE = "run-secret-value-8d2f61";
@@ -483,6 +483,51 @@ spec:
       t.stack.emulator.clearFaults();
     }
   }, 90_000);
+
+  it("stays Succeeded, and gives its VM back later, when the operator restarts without its Connection's credentials", async () => {
+    await apply(connectionManifest(t.namespace, t.stack.emulator, { name: "fragile", secretName: "fragile-credentials" }), t.namespace);
+    await waitForReady(t.stack, "connections", "fragile");
+    t.stack.emulator.injectFault({ method: "POST", path: /^\/compute\/v1\/vms\/[^/]+\/release$/, times: Infinity, action: { status: 503, body: { code: 503, error_code: "unavailable", message: "try again later" } } });
+    try {
+      await apply(`
+apiVersion: agentcompute.dev/v1alpha1
+kind: SandboxRun
+metadata: {name: stranded}
+spec:
+  sandboxTemplate: {tier: standard, connectionRef: {name: fragile}}
+  steps:
+    - {name: ok, command: 'true'}`, t.namespace);
+      await waitFor(() => t.stack.emulator.requests.some((r) => r.operation === "vms.release" && r.status === 503), { description: "a release refused" });
+      expect((await finished("stranded")).status).toMatchObject({ phase: "Succeeded" });
+      // The Connection's credentials go, and the operator restarts: it has no client of the
+      // Connection to retry the release with (ConnectionNotReady at every pass).
+      await kubectlOk(["delete", "secret", "fragile-credentials"], { namespace: t.namespace });
+      await waitForReady(t.stack, "connections", "fragile", { status: "False" });
+      const from = t.stack.logs.length;
+      await t.stack.restartOperator();
+      await waitFor(() => t.stack.logs.slice(from).some((l) => l.includes("reconciler error") && l.includes("stranded") && l.includes("fragile")), {
+        description: "a pass of the run that found no client of its Connection",
+      });
+      const r = await run("stranded");
+      expect(r.status?.phase).toBe("Succeeded");
+      expect(condition(r, "Ready")?.status).toBe("True");
+      expect(condition(r, "Complete")?.status).toBe("True");
+      expect(r.status?.completionTime).toBeTruthy();
+      // Credentials back, the service answering: the VM is given back.
+      t.stack.emulator.clearFaults();
+      await apply(connectionManifest(t.namespace, t.stack.emulator, { name: "fragile", secretName: "fragile-credentials" }), t.namespace);
+      const done = await waitFor(
+        async () => {
+          const x = await run("stranded");
+          return x.status?.vmReleased === true ? x : undefined;
+        },
+        { timeoutMs: 60_000, description: "the run's VM released" },
+      );
+      expect(done.status?.phase).toBe("Succeeded");
+    } finally {
+      t.stack.emulator.clearFaults();
+    }
+  }, 120_000);
 
   it("is deleted ttlSecondsAfterFinished after it ends", async () => {
     await apply(runManifest("short-lived", `
