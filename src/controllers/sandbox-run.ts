@@ -280,9 +280,7 @@ export class SandboxRunReconciler implements Reconciler {
     // The VM's own env holds the values of its Sandbox's (or the run's template's) envFrom
     // Secrets too, and a step may print them: masked as well. One not readable now (deleted
     // since the VM was allocated) has nothing to mask with.
-    const sandbox = run.spec.sandboxRef && this.o.sandboxes.get(ns, run.spec.sandboxRef.name);
-    const vmEnvFrom = run.spec.sandboxTemplate?.envFrom ?? (sandbox ? sandbox.spec.envFrom : undefined) ?? [];
-    for (const from of vmEnvFrom) {
+    for (const from of this.vmEnvFrom(run)) {
       try {
         secrets.push(...Object.values(this.o.store.secretData(ns, from.secretRef.name, "envFrom")));
       } catch (err) {
@@ -304,6 +302,31 @@ export class SandboxRunReconciler implements Reconciler {
       return { path: f.path, content };
     });
     return { envs, files, secrets };
+  }
+
+  /** The envFrom of the run's VM: its template's, or its Sandbox's. */
+  private vmEnvFrom(run: SandboxRun): Array<{ secretRef: { name: string } }> {
+    const sandbox = run.spec.sandboxRef && this.o.sandboxes.get(run.metadata.namespace, run.spec.sandboxRef.name);
+    return run.spec.sandboxTemplate?.envFrom ?? (sandbox ? sandbox.spec.envFrom : undefined) ?? [];
+  }
+
+  /**
+   * Every value of the Secrets the run reads that can be read now: what a message is masked
+   * with when `inputs` cannot be had (a Secret or ConfigMap missing), rather than nothing.
+   */
+  readableSecrets(run: SandboxRun): string[] {
+    const names = [
+      ...(run.spec.envFrom ?? []).map((f) => f.secretRef.name),
+      ...this.vmEnvFrom(run).map((f) => f.secretRef.name),
+      ...(run.spec.files ?? []).flatMap((f) => (f.secretKeyRef === undefined ? [] : [f.secretKeyRef.name])),
+    ];
+    return [...new Set(names)].flatMap((name) => {
+      try {
+        return Object.values(this.o.store.secretData(run.metadata.namespace, name, "masking"));
+      } catch {
+        return [];
+      }
+    });
   }
 
   get clock(): Date {
@@ -531,11 +554,13 @@ class Pass {
 
   /** A message with the run's secret values masked, as far as they can be read now. */
   private masked(message: string): string {
+    let secrets: string[];
     try {
-      return mask(message, (this.inputs ??= this.r.inputs(this.run)).secrets);
+      secrets = (this.inputs ??= this.r.inputs(this.run)).secrets;
     } catch {
-      return message;
+      secrets = this.r.readableSecrets(this.run);
     }
+    return mask(message, secrets);
   }
 
   /** With a sandboxTemplate, the run's VM, allocated when there is none (and still time to run). */

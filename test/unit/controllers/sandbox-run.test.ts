@@ -1,9 +1,12 @@
-// A run whose step found its Sandbox's VM gone waits for the Sandbox's next VM rather than start
-// its next attempt in the gone one, but not for ever: after a minute it tries the VM its Sandbox
-// names again (a 404 that passes, such as a service list lagging behind, must not hold it).
+// The SandboxRun reconciler's own bookkeeping, without a VM: a run whose step found its
+// Sandbox's VM gone waits for the Sandbox's next VM rather than start its next attempt in the
+// gone one, but not for ever (a 404 that passes, such as a service list lagging behind, must not
+// hold it); and what a message is masked with when the run's inputs cannot all be read.
 import { describe, expect, it } from "vitest";
 import type { Sandbox, SandboxRun } from "../../../src/api/index.js";
 import { SandboxRunReconciler, type SandboxRunReconcilerOptions } from "../../../src/controllers/sandbox-run.js";
+import { ObjectStore, type ConfigMapObject } from "../../../src/controllers/object-store.js";
+import type { SecretObject } from "../../../src/managed/connection-secret.js";
 import { silentLogger } from "../../../src/runtime/logging.js";
 import { FakeInformer, NS } from "./helpers.js";
 
@@ -16,8 +19,9 @@ const sandbox = (vmId: string): Sandbox =>
 
 const run = { metadata: { name: "job", namespace: NS, uid: "run-uid", generation: 1 }, spec: { sandboxRef: { name: "box" }, steps: [{ name: "s", command: "true" }] } } as unknown as SandboxRun;
 
-function reconciler(sandboxes: FakeInformer<Sandbox>, clock: { ms: number }): SandboxRunReconciler {
+function reconciler(sandboxes: FakeInformer<Sandbox>, clock: { ms: number }, secrets = new FakeInformer<SecretObject>()): SandboxRunReconciler {
   const options = {
+    store: new ObjectStore(secrets.as<SecretObject>(), new FakeInformer<ConfigMapObject>().as<ConfigMapObject>()),
     runs: new FakeInformer<SandboxRun>().as<SandboxRun>(),
     sandboxes: sandboxes.as<Sandbox>(),
     // No usable Connection: the VMs cannot be read again, which the wait does not depend on.
@@ -55,5 +59,29 @@ describe("SandboxRun: a VM found gone", () => {
     clock.ms += 1_000;
     expect(r.sandboxState(run, {})).toEqual({ state: "ready", vmId: "vm-a" });
     expect(r.lostVMWaitEnds(run)).toBeUndefined();
+  });
+});
+
+describe("SandboxRun: masking when an input cannot be read", () => {
+  it("masks with every Secret value it can read (the run's, its VM's, its files'), skipping the ones gone", () => {
+    const secrets = new FakeInformer<SecretObject>();
+    const secret = (name: string, data: Record<string, string>) =>
+      secrets.set({ metadata: { name, namespace: NS }, data: Object.fromEntries(Object.entries(data).map(([k, v]) => [k, Buffer.from(v).toString("base64")])) } as SecretObject);
+    secret("run-env", { TOKEN: "run-token-value" });
+    secret("vm-env", { KEY: "vm-key-value" });
+    secret("file", { "id_rsa": "file-secret-value" });
+    const sandboxes = new FakeInformer<Sandbox>();
+    sandboxes.set({ ...sandbox("vm-a"), spec: { tier: "standard", envFrom: [{ secretRef: { name: "vm-env" } }] } } as unknown as Sandbox);
+    const r = reconciler(sandboxes, { ms: 0 }, secrets);
+    const withInputs = {
+      ...run,
+      spec: {
+        ...run.spec,
+        envFrom: [{ secretRef: { name: "run-env" } }, { secretRef: { name: "deleted" } }],
+        files: [{ path: "/workspace/k", secretKeyRef: { name: "file", key: "id_rsa" } }],
+      },
+    } as unknown as SandboxRun;
+    expect(() => r.inputs(withInputs)).toThrow(/deleted/);
+    expect(r.readableSecrets(withInputs).sort()).toEqual(["file-secret-value", "run-token-value", "vm-key-value"]);
   });
 });
