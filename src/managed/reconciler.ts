@@ -308,9 +308,6 @@ export class ManagedReconciler<R extends ManagedResource, Plan = unknown> implem
   private async paused(cr: R, ctx: ReconcileContext): Promise<Result | void> {
     this.waitingSince.delete(cr.metadata.uid);
     const previousReady = findCondition(cr, ConditionType.Ready);
-    if (previousReady?.reason !== PAUSED_REASON) {
-      this.opts.events.normal(cr, "Paused", `annotation ${Annotations.paused}: "true": no change is made in the service until it is removed`);
-    }
     const deleting = cr.metadata.deletionTimestamp !== undefined;
     // Upkeep needs a client, not a Ready Connection.
     const { connector } = this.opts;
@@ -327,6 +324,11 @@ export class ManagedReconciler<R extends ManagedResource, Plan = unknown> implem
     const lost = gone ? `; its VM is gone (expired or deleted)${deleting ? "" : ": a new one is allocated once the annotation is removed"}` : "";
     const message = `paused by the annotation ${Annotations.paused}: "true": the operator makes no change in the service${upkeep}${waiting} the annotation is removed${problem}${lost}`;
     await this.writeStatusBeforeUpkeep(cr, kept, kept?.status ?? {}, pausedConditions({ inSync, message, keepStalled: stalledAtThisGeneration(cr) !== undefined }));
+    // Said once the conditions remember the pause: a status write that fails says nothing, and
+    // its retry says it once.
+    if (previousReady?.reason !== PAUSED_REASON) {
+      this.opts.events.normal(cr, "Paused", `annotation ${Annotations.paused}: "true": no change is made in the service until it is removed`);
+    }
     if (trouble !== undefined) {
       logTrouble(ctx, trouble);
       if (trouble.failure.kind === "transient") throw noLaterThanUpkeep(trouble.err instanceof Error ? trouble.err : new Error(trouble.failure.message), kept);

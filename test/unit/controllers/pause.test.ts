@@ -148,7 +148,7 @@ describe("paused Sandbox", () => {
     expect(condition(sandbox(), "Ready")?.message).not.toContain("cannot keep it alive");
   });
 
-  it("retries a status write that failed no later than the next renewal, however long the backoff has grown", async () => {
+  it("retries a status write that failed no later than the next renewal, however long the backoff has grown, and says Paused once", async () => {
     apply({});
     await w.reconcile(kind(), "sb");
     apply({}, PAUSED);
@@ -157,6 +157,12 @@ describe("paused Sandbox", () => {
     expect(failed).toBeInstanceOf(RetryNoLaterThan);
     expect(failed).toMatchObject({ priority: true });
     expect((failed as RetryNoLaterThan).ms).toBeLessThanOrEqual(480_000);
+    // The pause is said once it is in status: not by the failed write, once by its retry.
+    expect(reasons().filter((r) => r === "Paused")).toEqual([]);
+    w.writeFault = undefined;
+    await w.reconcile(kind(), "sb");
+    await w.reconcile(kind(), "sb");
+    expect(reasons().filter((r) => r === "Paused")).toEqual(["Paused"]);
   });
 
   it("asks nothing of the service with credentials it refused, none accepted before, and says its VM cannot be kept alive", async () => {
