@@ -51,6 +51,18 @@ spec:
   sandboxRef: {name: box}
 ${spec}`;
 
+/** A run in a VM of its own: `template` is the sandboxTemplate's fields, flow style. */
+const templateRunManifest = (name: string, template: string, spec: string) => `
+apiVersion: agentcompute.dev/v1alpha1
+kind: SandboxRun
+metadata: {name: ${name}}
+spec:
+  sandboxTemplate: {${template}}
+${spec}`;
+
+/** What a service in trouble answers (a fault rule's action). */
+const UNAVAILABLE = { status: 503, body: { code: 503, error_code: "unavailable", message: "try again later" } };
+
 describe("SandboxRun", () => {
   it("waits for its Sandbox, then runs a shell step and a python step, with outputs in status and the ConfigMap", async () => {
     await apply(`
@@ -295,15 +307,10 @@ spec:
   }, 90_000);
 
   it("with a sandboxTemplate gives its VM, allocated to outlive the deadline, back when deleted while running", async () => {
-    await apply(`
-apiVersion: agentcompute.dev/v1alpha1
-kind: SandboxRun
-metadata: {name: own-vm-deleted}
-spec:
-  sandboxTemplate: {tier: standard}
+    await apply(templateRunManifest("own-vm-deleted", "tier: standard", `
   activeDeadlineSeconds: 7200
   steps:
-    - {name: forever, command: 'sleep 300'}`, t.namespace);
+    - {name: forever, command: 'sleep 300'}`), t.namespace);
     const r = await waitFor(async () => {
       const x = await run("own-vm-deleted");
       return steps(x)[0]?.commandId !== undefined ? x : undefined;
@@ -322,15 +329,10 @@ spec:
     const before = t.stack.emulator.state.poolConfig.max_vm_ttl_seconds;
     t.stack.emulator.state.updatePoolConfig({ max_vm_ttl_seconds: 7200 });
     try {
-      await apply(`
-apiVersion: agentcompute.dev/v1alpha1
-kind: SandboxRun
-metadata: {name: long-deadline}
-spec:
-  sandboxTemplate: {tier: standard, ttlSeconds: 3600}
+      await apply(templateRunManifest("long-deadline", "tier: standard, ttlSeconds: 3600", `
   activeDeadlineSeconds: 86400
   steps:
-    - {name: quick, command: 'echo quick'}`, t.namespace);
+    - {name: quick, command: 'echo quick'}`), t.namespace);
       const r = await finished("long-deadline");
       expect(r.status?.phase).toBe("Succeeded");
       const allocations = t.stack.emulator.requests.filter((q) => q.operation === "vms.allocate" && q.userAgent !== undefined).slice(-2);
@@ -341,14 +343,9 @@ spec:
   }, 90_000);
 
   it("fails when the service refuses its template's VM, with the service's answer", async () => {
-    await apply(`
-apiVersion: agentcompute.dev/v1alpha1
-kind: SandboxRun
-metadata: {name: refused-vm}
-spec:
-  sandboxTemplate: {tier: unknown-tier}
+    await apply(templateRunManifest("refused-vm", "tier: unknown-tier", `
   steps:
-    - {name: never, command: 'true'}`, t.namespace);
+    - {name: never, command: 'true'}`), t.namespace);
     const r = await finished("refused-vm");
     expect(r.status?.phase).toBe("Failed");
     expect(condition(r, "Failed")).toMatchObject({ status: "True", reason: "ServiceRejected", message: expect.stringContaining('tier "unknown-tier" is not available') });
@@ -357,17 +354,12 @@ spec:
   }, 90_000);
 
   it("says in status that the service keeps failing its VM's allocation, and fails at its deadline", async () => {
-    t.stack.emulator.injectFault({ method: "POST", path: "/compute/v1/vms/allocate", times: 1_000, action: { status: 503, body: { code: 503, error_code: "unavailable", message: "try again later" } } });
+    t.stack.emulator.injectFault({ method: "POST", path: "/compute/v1/vms/allocate", times: 1_000, action: UNAVAILABLE });
     try {
-      await apply(`
-apiVersion: agentcompute.dev/v1alpha1
-kind: SandboxRun
-metadata: {name: unallocated}
-spec:
-  sandboxTemplate: {tier: standard}
+      await apply(templateRunManifest("unallocated", "tier: standard", `
   activeDeadlineSeconds: 4
   steps:
-    - {name: never, command: 'true'}`, t.namespace);
+    - {name: never, command: 'true'}`), t.namespace);
       // Said while it retries, with the time it was taken up (the deadline counts from it).
       const waiting = await waitFor(
         async () => {
@@ -454,16 +446,11 @@ spec:
   }, 90_000);
 
   it("stays Succeeded while the release of its VM fails, and gives the VM back once the service answers", async () => {
-    t.stack.emulator.injectFault({ method: "POST", path: /^\/compute\/v1\/vms\/[^/]+\/release$/, times: 3, action: { status: 503, body: { code: 503, error_code: "unavailable", message: "try again later" } } });
+    t.stack.emulator.injectFault({ method: "POST", path: /^\/compute\/v1\/vms\/[^/]+\/release$/, times: 3, action: UNAVAILABLE });
     try {
-      await apply(`
-apiVersion: agentcompute.dev/v1alpha1
-kind: SandboxRun
-metadata: {name: release-later}
-spec:
-  sandboxTemplate: {tier: standard}
+      await apply(templateRunManifest("release-later", "tier: standard", `
   steps:
-    - {name: ok, command: 'true'}`, t.namespace);
+    - {name: ok, command: 'true'}`), t.namespace);
       const done = await waitFor(
         async () => {
           const x = await run("release-later");
@@ -487,16 +474,11 @@ spec:
   it("stays Succeeded, and gives its VM back later, when the operator restarts without its Connection's credentials", async () => {
     await apply(connectionManifest(t.namespace, t.stack.emulator, { name: "fragile", secretName: "fragile-credentials" }), t.namespace);
     await waitForReady(t.stack, "connections", "fragile");
-    t.stack.emulator.injectFault({ method: "POST", path: /^\/compute\/v1\/vms\/[^/]+\/release$/, times: Infinity, action: { status: 503, body: { code: 503, error_code: "unavailable", message: "try again later" } } });
+    t.stack.emulator.injectFault({ method: "POST", path: /^\/compute\/v1\/vms\/[^/]+\/release$/, times: Infinity, action: UNAVAILABLE });
     try {
-      await apply(`
-apiVersion: agentcompute.dev/v1alpha1
-kind: SandboxRun
-metadata: {name: stranded}
-spec:
-  sandboxTemplate: {tier: standard, connectionRef: {name: fragile}}
+      await apply(templateRunManifest("stranded", "tier: standard, connectionRef: {name: fragile}", `
   steps:
-    - {name: ok, command: 'true'}`, t.namespace);
+    - {name: ok, command: 'true'}`), t.namespace);
       await waitFor(() => t.stack.emulator.requests.some((r) => r.operation === "vms.release" && r.status === 503), { description: "a release refused" });
       expect((await finished("stranded")).status).toMatchObject({ phase: "Succeeded" });
       // The Connection's credentials go, and the operator restarts: it has no client of the
