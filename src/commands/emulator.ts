@@ -21,6 +21,7 @@ flags:
   --token-ttl <s>          token lifetime in seconds (default 900)
   --omit-expires-in        answer /token without expires_in
   --agentd-omit-empty      agentd leaves zero values out of its answers (a Go server's omitempty)
+  --strict-bodies          refuse (400) request fields the published models lack, rather than drop them
   --latency <ms>           added to every response (default 0)
   --jitter <ms>            uniform extra 0..ms per response (default 0)
   --error-rate <0..1>      fraction of service calls that fail (500 or dropped connection)
@@ -60,6 +61,7 @@ export function parseEmulatorArgs(argv: string[], env: NodeJS.ProcessEnv = proce
         "token-ttl": { type: "string" },
         "omit-expires-in": { type: "boolean" },
         "agentd-omit-empty": { type: "boolean" },
+        "strict-bodies": { type: "boolean" },
         latency: { type: "string" },
         jitter: { type: "string" },
         "error-rate": { type: "string" },
@@ -98,6 +100,7 @@ export function parseEmulatorArgs(argv: string[], env: NodeJS.ProcessEnv = proce
   set("tokenTTLSeconds", number("token-ttl", values["token-ttl"], (n) => isInt(n) && n > 0, "a positive integer"));
   if (values["omit-expires-in"]) opts.omitExpiresIn = true;
   if (values["agentd-omit-empty"]) opts.agentdOmitEmpty = true;
+  if (values["strict-bodies"]) opts.strictBodies = true;
   set("latencyMs", number("latency", values.latency, (n) => n >= 0, "a non-negative number"));
   set("jitterMs", number("jitter", values.jitter, (n) => n >= 0, "a non-negative number"));
   set("errorRate", number("error-rate", values["error-rate"], (n) => n >= 0 && n <= 1, "a number within 0..1"));

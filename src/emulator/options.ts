@@ -56,6 +56,13 @@ export interface EmulatorOptions {
    * means 0. The published models require none of these fields. Default false.
    */
   agentdOmitEmpty?: boolean;
+  /**
+   * Refuse (400) a request body's fields the published request model does not have, and those
+   * it says a client may not set. Default false: they are dropped, as a Go service decoding
+   * into its request struct drops them, so a client that sends back what it read works. The
+   * project's own tests turn it on, so that a misspelt key of the operator's is seen.
+   */
+  strictBodies?: boolean;
 }
 
 export interface RequestLogEntry {
@@ -127,6 +134,7 @@ export function resolveOptions(opts: EmulatorOptions): ResolvedOptions {
     runtimeDir: opts.runtimeDir,
     outputLimitBytes: opts.outputLimitBytes ?? 1 << 20,
     agentdOmitEmpty: opts.agentdOmitEmpty ?? false,
+    strictBodies: opts.strictBodies ?? false,
   };
   validateOptions(resolved);
   return resolved;

@@ -31,8 +31,8 @@ const NON_NEGATIVE = ["idle_ttl_seconds", "max_total", "max_warm", "min_warm"] a
 const given = (body: JsonObject, k: string): boolean => body[k] !== undefined && body[k] !== null;
 
 /** PUT /compute/v1/pool/config: any subset of the fields, each type-checked (400 naming it). */
-export function parsePoolConfigPatch(body: JsonObject): Partial<PoolConfig> {
-  rejectUnknown(body, FIELDS);
+export function parsePoolConfigPatch(body: JsonObject, strict: boolean): Partial<PoolConfig> {
+  rejectUnknown(strict, body, FIELDS);
   const patch: Partial<PoolConfig> = {};
   const skills = optionalStringArray(body, "default_skills");
   if (skills !== undefined) patch.default_skills = skills;

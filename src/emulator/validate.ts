@@ -7,8 +7,13 @@ export function isObject(v: unknown): v is JsonObject {
   return typeof v === "object" && v !== null && !Array.isArray(v);
 }
 
-/** Reject fields outside a documented field list: a misspelt or camelCase key is a client bug. */
-export function rejectUnknown(body: JsonObject, allowed: ReadonlySet<string>, notSettable: ReadonlyMap<string, string> = new Map()): void {
+/**
+ * Fields outside a documented field list, or ones a client may not set: with `strict`
+ * (EmulatorOptions.strictBodies) refused, since a misspelt or camelCase key is a client bug;
+ * without, left for the handler to ignore, as the service does.
+ */
+export function rejectUnknown(strict: boolean, body: JsonObject, allowed: ReadonlySet<string>, notSettable: ReadonlyMap<string, string> = new Map()): void {
+  if (!strict) return; // dropped: the handlers read only the fields they know
   for (const key of Object.keys(body)) {
     const why = notSettable.get(key);
     if (why !== undefined) throw badRequest(`${key} ${why}`);
@@ -24,10 +29,11 @@ export function requiredString(body: JsonObject, field: string): string {
   return v;
 }
 
-export function optionalString(body: JsonObject, field: string): string | undefined {
+/** `label`: the field's name in a message, when it is nested (e.g. image_pull_secret.password). */
+export function optionalString(body: JsonObject, field: string, label = field): string | undefined {
   const v = body[field];
   if (v === undefined || v === null) return undefined;
-  if (typeof v !== "string") throw badRequest(`${field} must be a string`);
+  if (typeof v !== "string") throw badRequest(`${label} must be a string`);
   return v;
 }
 

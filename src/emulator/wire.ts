@@ -40,10 +40,11 @@ export interface TokenResponse {
 // ---------------------------------------------------------------------------------------
 // Registry (/registry/v1): models.Agent, models.AgentManifest, models.Tool, ...
 
+/** models.ImagePullSecret: no field is required. */
 export interface ImagePullSecret {
-  registry: string;
-  username: string;
-  password: string;
+  registry?: string;
+  username?: string;
+  password?: string;
 }
 
 /** models.ManifestSkill. The camelCase keys are the published ones. */

@@ -5,7 +5,7 @@ import { rejectUnknown, requiredString } from "../validate.js";
 
 function create(ctx: HandlerContext): HandlerResult {
   const body = ctx.body();
-  rejectUnknown(body, new Set(["name"]));
+  rejectUnknown(ctx.options.strictBodies, body, new Set(["name"]));
   return { status: 201, body: ctx.state.createAccessClient(requiredString(body, "name")) };
 }
 

@@ -55,15 +55,16 @@ const CREATE_ONLY = new Map([
   ["image_pull_secret", "is create-only and cannot be updated"],
 ]);
 
+/** models.ImagePullSecret requires none of its fields: those given are kept (each a string). */
 function pullSecret(body: JsonObject): ImagePullSecret | undefined {
   const s = optionalObject(body, "image_pull_secret");
   if (s === undefined) return undefined;
-  const field = (k: keyof ImagePullSecret): string => {
-    const v = s[k];
-    if (typeof v !== "string" || v === "") throw badRequest(`image_pull_secret.${k} is required`);
-    return v;
-  };
-  return { registry: field("registry"), username: field("username"), password: field("password") };
+  const out: ImagePullSecret = {};
+  for (const k of ["registry", "username", "password"] as const) {
+    const v = optionalString(s, k, `image_pull_secret.${k}`);
+    if (v !== undefined) out[k] = v;
+  }
+  return out;
 }
 
 /** Only the published manifest keys survive (see manifest.ts); null counts as not given. */
@@ -74,7 +75,7 @@ function manifest(body: JsonObject): AgentManifest | undefined {
 
 function create(ctx: HandlerContext): HandlerResult {
   const body = ctx.body();
-  rejectUnknown(body, CREATE_FIELDS, SERVICE_OWNED);
+  rejectUnknown(ctx.options.strictBodies, body, CREATE_FIELDS, SERVICE_OWNED);
   const req: CreateAgentRequest = {
     image: requiredString(body, "image"),
     name: requiredString(body, "name"),
@@ -101,7 +102,7 @@ function create(ctx: HandlerContext): HandlerResult {
 
 function update(ctx: HandlerContext): HandlerResult {
   const body = ctx.body();
-  rejectUnknown(body, UPDATE_FIELDS, CREATE_ONLY);
+  rejectUnknown(ctx.options.strictBodies, body, UPDATE_FIELDS, CREATE_ONLY);
   const patch: UpdateAgentRequest = {};
   for (const k of ["description", "endpoint", "public_key", "version"] as const) {
     const v = optionalString(body, k);
@@ -140,8 +141,9 @@ function search(ctx: HandlerContext): HandlerResult {
     .split(",")
     .map((c) => c.trim())
     .filter((c) => c !== "");
-  const page = pageParams(ctx.query, DEFAULT_LIMIT, ctx.options.maxPageSize);
-  return { status: 200, body: ctx.state.searchAgents(capabilities, page) };
+  // No paging is published for search: every match, and limit/offset ignored (as the lists
+  // without published paging do).
+  return { status: 200, body: ctx.state.searchAgents(capabilities, { limit: Number.MAX_SAFE_INTEGER, offset: 0 }) };
 }
 
 export const registryRoutes: Route[] = [

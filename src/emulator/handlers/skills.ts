@@ -9,8 +9,8 @@ const FIELDS = new Set(["name", "content", "description", "resources"]);
 // path segment (D). Kubernetes object names (the operator's default) always fit.
 const NAME_RE = /^[A-Za-z0-9][A-Za-z0-9._-]{0,252}$/;
 
-function skillBody(body: JsonObject, name: string): SkillRequest {
-  rejectUnknown(body, FIELDS);
+function skillBody(ctx: HandlerContext, body: JsonObject, name: string): SkillRequest {
+  rejectUnknown(ctx.options.strictBodies, body, FIELDS);
   if (!NAME_RE.test(name)) throw badRequest("name must start with a letter or digit and contain only letters, digits, '.', '_' and '-'");
   const req: SkillRequest = { name, content: requiredString(body, "content") };
   const description = optionalString(body, "description");
@@ -30,16 +30,16 @@ function skillBody(body: JsonObject, name: string): SkillRequest {
 function create(ctx: HandlerContext): HandlerResult {
   const body = ctx.body();
   const name = requiredString(body, "name");
-  return { status: 201, body: ctx.state.createSkill(skillBody(body, name)) };
+  return { status: 201, body: ctx.state.createSkill(skillBody(ctx, body, name)) };
 }
 
 function replace(ctx: HandlerContext): HandlerResult {
   const name = ctx.params["name"]!;
   const body = ctx.body();
-  // Same body as create; a name in it must be the path's (a rename is not an update) (D).
-  const bodyName = optionalString(body, "name");
-  if (bodyName !== undefined && bodyName !== name) throw badRequest("name must match the skill name in the path");
-  return { status: 200, body: ctx.state.replaceSkill(name, skillBody(body, name)) };
+  // The body is models.CreateSkillRequest, as create's: name is required, and must be the
+  // path's (a rename is not published) (D).
+  if (requiredString(body, "name") !== name) throw badRequest("name must match the skill name in the path");
+  return { status: 200, body: ctx.state.replaceSkill(name, skillBody(ctx, body, name)) };
 }
 
 export const skillRoutes: Route[] = [

@@ -8,7 +8,7 @@ const CREATE_FIELDS = new Set(["id", "name", "category", "description"]);
 
 function create(ctx: HandlerContext): HandlerResult {
   const body = ctx.body();
-  rejectUnknown(body, CREATE_FIELDS);
+  rejectUnknown(ctx.options.strictBodies, body, CREATE_FIELDS);
   const req: CreateToolRequest = { id: requiredString(body, "id"), name: requiredString(body, "name") };
   const category = optionalString(body, "category");
   if (category !== undefined) req.category = category;

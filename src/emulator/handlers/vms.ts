@@ -21,7 +21,7 @@ const ALLOCATE_FIELDS = new Set(["tier", "env", "metadata", "org_id", "secure_ru
 
 function allocate(ctx: HandlerContext): HandlerResult {
   const body = ctx.body();
-  rejectUnknown(body, ALLOCATE_FIELDS);
+  rejectUnknown(ctx.options.strictBodies, body, ALLOCATE_FIELDS);
   const req: AllocateRequest = { tier: requiredString(body, "tier") };
   const env = optionalStringMap(body, "env");
   if (env !== undefined) req.env = env;
@@ -51,14 +51,14 @@ function list(ctx: HandlerContext): HandlerResult {
 
 function renew(ctx: HandlerContext): HandlerResult {
   const body = ctx.body();
-  rejectUnknown(body, new Set(["ttl_seconds"]));
+  rejectUnknown(ctx.options.strictBodies, body, new Set(["ttl_seconds"]));
   const ttl = requiredPositiveInt(body, "ttl_seconds");
   return { status: 200, body: ctx.state.renewVM(ctx.params["id"]!, ttl) };
 }
 
 function release(ctx: HandlerContext): HandlerResult {
   const body = ctx.body();
-  rejectUnknown(body, new Set(["recycle"]));
+  rejectUnknown(ctx.options.strictBodies, body, new Set(["recycle"]));
   // recycle is accepted and validated; the emulator has no warm pool for it to change (D).
   optionalBoolean(body, "recycle");
   return { status: 200, body: ctx.state.releaseVM(ctx.params["id"]!) };

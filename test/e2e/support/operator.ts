@@ -101,7 +101,8 @@ export async function startStack(opts: {
   sharding?: ShardingOptions;
 }): Promise<Stack> {
   await installCRDs();
-  const emulator = await startEmulator({ apiKey: API_KEY, orgId: "org-e2e", ...opts.emulator });
+  // strictBodies: a field of the operator's the service would drop unread is an error here.
+  const emulator = await startEmulator({ apiKey: API_KEY, orgId: "org-e2e", strictBodies: true, ...opts.emulator });
   const logs: string[] = [];
   if (opts.connection ?? true) await applyConnection(opts.namespace, emulator);
   const kubeConfig = new KubeConfig();

@@ -120,7 +120,8 @@ export class World {
   static async start(): Promise<World> {
     // One clock for the emulator (expiry) and the controllers (when a renewal is due).
     const clock = { ms: Date.UTC(2030, 0, 1) };
-    const emu = await startEmulator({ apiKey: API_KEY, orgId: ORG, now: () => clock.ms });
+    // strictBodies: a field of the operator's the service would drop unread is an error here.
+    const emu = await startEmulator({ apiKey: API_KEY, orgId: ORG, now: () => clock.ms, strictBodies: true });
     const world = new World(emu, clock);
     world.secrets.set({ metadata: { name: "creds", namespace: NS }, data: { apiKey: Buffer.from(API_KEY).toString("base64") } });
     world.apply<Connection>("connections", {

@@ -19,9 +19,9 @@ afterEach(async () => {
   await Promise.all(started.splice(0).map((e) => e.close()));
 });
 
-/** Started emulators are closed after each test. */
+/** Started emulators are closed after each test. Strict about request fields unless told otherwise. */
 export async function emulator(opts: EmulatorOptions = {}): Promise<Emulator> {
-  const emu = await startEmulator({ apiKey: API_KEY, sweepIntervalMs: 60_000, ...opts });
+  const emu = await startEmulator({ apiKey: API_KEY, sweepIntervalMs: 60_000, strictBodies: true, ...opts });
   started.push(emu);
   return emu;
 }

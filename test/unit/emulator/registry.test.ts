@@ -44,7 +44,7 @@ describe("emulator registry", () => {
       [agentBody("n", { metadata: { k: 1 } }), "metadata.k must be a string"],
       [agentBody("n", { visibility: "public" }), "visibility cannot be set"],
       [agentBody("n", { orgId: "o" }), "unknown field: orgId"],
-      [agentBody("n", { image_pull_secret: { registry: "r", username: "u" } }), "image_pull_secret.password is required"],
+      [agentBody("n", { image_pull_secret: { registry: "r", password: 7 } }), "image_pull_secret.password must be a string"],
     ];
     for (const [body, message] of cases) {
       const res = await c.post("/registry/v1/agents", body);
@@ -56,6 +56,21 @@ describe("emulator registry", () => {
     expect(malformed.body).toMatchObject({ error: "bad_request", message: expect.stringContaining("malformed JSON") });
     expect((await c.post("/registry/v1/agents", "[1]")).body).toMatchObject({ message: "request body must be a JSON object" });
     expect(emu.state.agents.size).toBe(0);
+    // models.ImagePullSecret requires none of its fields.
+    expect((await c.post("/registry/v1/agents", agentBody("partial", { image_pull_secret: { registry: "r", username: "u" } }))).status).toBe(201);
+  });
+
+  it("by default drops request fields the published models lack, as the service does: what a client read it can send back", async () => {
+    const emu = await emulator({ strictBodies: false });
+    const c = await client(emu);
+    const created = (await c.post<{ agent: Record<string, unknown> }>("/registry/v1/agents", agentBody("round", { visibility: "public", orgId: "typo" }))).body.agent;
+    expect(created).toMatchObject({ name: "round", visibility: "private" });
+    const read = (await c.get<{ agent: Record<string, unknown> }>(`/registry/v1/agents/${created["id"] as string}`)).body.agent;
+    const updated = await c.put<{ agent: Record<string, unknown> }>(`/registry/v1/agents/${created["id"] as string}`, { ...read, description: "sent back" });
+    expect(updated.status).toBe(200);
+    expect(updated.body.agent).toMatchObject({ id: created["id"], description: "sent back", org_id: read["org_id"] });
+    const skill = (await c.post<Record<string, unknown>>("/compute/v1/skills", { name: "s", content: "c" })).body;
+    expect((await c.put("/compute/v1/skills/s", { ...skill, content: "c2" })).status).toBe(200);
   });
 
   it("answers 409 conflict for a name taken in the same org, not in another", async () => {
@@ -160,6 +175,13 @@ describe("emulator registry", () => {
     const missing = await c.get("/registry/v1/agents/search");
     expect(missing.status).toBe(400);
     expect(missing.body).toMatchObject({ message: "capabilities is required" });
+    // No paging is published for search: every match, whatever limit a client adds.
+    for (let i = 0; i < 25; i++) await c.post("/registry/v1/agents", agentBody(`many-${i}`, { capabilities: ["many"] }));
+    for (const query of ["capabilities=many", "capabilities=many&limit=5&offset=20"]) {
+      const all = await c.get<AgentList>(`/registry/v1/agents/search?${query}`);
+      expect(all.body.agents).toHaveLength(25);
+      expect(all.body.total).toBe(25);
+    }
   });
 
   it("stores and answers only the published manifest keys, type-checking each", async () => {

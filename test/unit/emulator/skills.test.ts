@@ -54,7 +54,7 @@ describe("emulator skills", () => {
     const c = await client(emu);
     const created = (await c.post<Skill>("/compute/v1/skills", { name: "s", content: "v1", description: "old", resources: { a: "1" } })).body;
     clock.advance(60);
-    const res = await c.put<Skill>("/compute/v1/skills/s", { content: "v2", resources: { b: "2" } });
+    const res = await c.put<Skill>("/compute/v1/skills/s", { name: "s", content: "v2", resources: { b: "2" } });
     expect(res.status).toBe(200);
     expect(res.body).toEqual({
       name: "s",
@@ -68,7 +68,9 @@ describe("emulator skills", () => {
     const rename = await c.put("/compute/v1/skills/s", { name: "t", content: "v3" });
     expect(rename.status).toBe(400);
     expect(rename.body).toMatchObject({ message: "name must match the skill name in the path" });
-    expect((await c.put("/compute/v1/skills/s", { description: "no content" })).body).toMatchObject({ message: "content is required" });
+    expect((await c.put("/compute/v1/skills/s", { name: "s", description: "no content" })).body).toMatchObject({ message: "content is required" });
+    // The body is models.CreateSkillRequest: name is required there too.
+    expect((await c.put("/compute/v1/skills/s", { content: "v4" })).body).toMatchObject({ message: "name is required" });
   });
 
   it("deletes with 204 and answers 404 for unknown names", async () => {
@@ -76,7 +78,7 @@ describe("emulator skills", () => {
     const c = await client(emu);
     await c.post("/compute/v1/skills", { name: "s", content: "c" });
     expect((await c.del("/compute/v1/skills/s")).status).toBe(204);
-    for (const res of [await c.get("/compute/v1/skills/s"), await c.put("/compute/v1/skills/s", { content: "c" }), await c.del("/compute/v1/skills/s")]) {
+    for (const res of [await c.get("/compute/v1/skills/s"), await c.put("/compute/v1/skills/s", { name: "s", content: "c" }), await c.del("/compute/v1/skills/s")]) {
       expect(res.status).toBe(404);
       expect(res.body).toEqual({ code: 404, error_code: "not_found", message: "skill s not found" });
     }

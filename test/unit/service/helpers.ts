@@ -18,7 +18,8 @@ export async function start(
   emuOpts: EmulatorOptions = {},
   clientOpts: Partial<ServiceClientOptions> = {},
 ): Promise<Harness> {
-  const emu = await startEmulator({ apiKey: API_KEY, ...emuOpts });
+  // strictBodies: a field of the client's the service would drop unread is an error here.
+  const emu = await startEmulator({ apiKey: API_KEY, strictBodies: true, ...emuOpts });
   const client = newClient(emu, clientOpts);
   return {
     emu,
