@@ -27,6 +27,20 @@ function claimed(cr: Skill, name: string): boolean {
   return cr.metadata.annotations?.[Annotations.claimedName] === name || cr.status?.skillName === name;
 }
 
+/**
+ * Whether the skill `found` under the resource's name is its own. Status naming it says so
+ * (a create answered, or an adoption), as does the adoption annotation. A claim alone says only
+ * that a create was tried: the skill is the one it made (its answer lost) if it holds exactly
+ * what that create sent; otherwise someone else made it between this resource's look and its
+ * create (another Skill of that name elsewhere, another replica, a script), and overwriting
+ * it would take it from them.
+ */
+function isOwn(cr: Skill, found: ServiceSkill, desired: SkillRequest): boolean {
+  const name = desired.name;
+  if (cr.status?.skillName === name || cr.metadata.annotations?.[Annotations.externalId] === name) return true;
+  return claimed(cr, name) && skillDifferences(found, desired).length === 0;
+}
+
 /** Skills: their key in the service is their name, so the name is claimed before the create. */
 export function skills(ctx: KindContext): ManagedKind<Skill, SkillPlan> {
   return {
@@ -94,7 +108,7 @@ class SkillClient implements ExternalClient<Skill, SkillPlan> {
     // Moved in from another owner (sharding), which may have created it after this snapshot: read since.
     if (found === undefined && (await inventory.readSinceArrival(cr.metadata.uid))) found = inventory.get(name);
     if (found === undefined) return { exists: false, upToDate: false };
-    if (!claimed(cr, name) && adopting !== name) throw nameTaken(name);
+    if (!isOwn(cr, found, desired)) throw nameTaken(name);
     const differences = skillDifferences(found, desired);
     return { exists: true, upToDate: differences.length === 0, differences, status: statusOf(found), plan: desired };
   }
@@ -121,13 +135,12 @@ class SkillClient implements ExternalClient<Skill, SkillPlan> {
     } catch (err) {
       if (isOutcomeUnknown(err)) this.handle.skills.invalidate();
       if (!isConflict(err)) throw err;
-      if (!claimed(cr, desired.name)) {
-        this.handle.skills.invalidate();
-        throw nameTaken(desired.name);
-      }
-      // An earlier attempt claimed the name and its answer was lost: the skill is ours.
-      const updated = await this.send(desired);
-      return { ...updated, event: { reason: "Adopted", message: `adopted the existing skill "${desired.name}"` } };
+      // Taken since this resource looked: ours only if an earlier create, whose answer was
+      // lost, made it (see isOwn).
+      const existing = await this.read(desired.name);
+      if (existing === undefined) throw err; // gone again meanwhile: the retry creates it
+      if (!isOwn(cr, existing, desired)) throw nameTaken(desired.name);
+      return { status: statusOf(existing), event: { reason: "Adopted", message: `adopted the existing skill "${desired.name}", which an earlier create whose answer was lost made` } };
     }
   }
 
@@ -136,9 +149,28 @@ class SkillClient implements ExternalClient<Skill, SkillPlan> {
   }
 
   async delete(cr: Skill): Promise<void> {
-    const name = skillExternalId(cr);
+    const name = skillExternalId(cr) ?? (await this.madeByLostCreate(cr));
     if (name === undefined) return;
     await removeObject(this.handle.skills, name, (key) => this.handle.client.skills.delete(key));
+  }
+
+  /**
+   * The name of the skill a create whose answer was lost made (status never named it), if
+   * that skill is there and still holds what the create sent (isOwn). Not one someone else
+   * made under the claimed name, and not when the spec's inputs cannot be read to tell.
+   */
+  private async madeByLostCreate(cr: Skill): Promise<string | undefined> {
+    const claim = cr.metadata.annotations?.[Annotations.claimedName];
+    if (claim === undefined) return undefined;
+    let desired: SkillRequest;
+    try {
+      desired = desiredSkill(cr, this.store);
+    } catch {
+      return undefined;
+    }
+    if (desired.name !== claim) return undefined;
+    const found = await this.read(claim);
+    return found !== undefined && isOwn(cr, found, desired) ? claim : undefined;
   }
 
   private async send(desired: SkillRequest): Promise<ActionResult<SkillStatus>> {

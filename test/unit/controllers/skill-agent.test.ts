@@ -43,6 +43,35 @@ describe("Skill", () => {
     expect(skill().status?.skillName).toBe("sk");
   });
 
+  it("deletes the skill a create whose answer was lost made, though status never named it", async () => {
+    apply({ content: "v1" });
+    w.emu.injectFault({ method: "POST", path: "/compute/v1/skills", times: 1, action: { drop: "after" } });
+    await w.reconcile(kind(), "sk").catch(() => undefined);
+    expect(skill().status?.skillName).toBeUndefined();
+    w.apply<Skill>("skills", { metadata: { name: "sk", deletionTimestamp: "2030-01-01T00:00:00Z" }, spec: skill().spec });
+    await w.reconcile(kind(), "sk");
+    expect(w.emu.state.skills.get("sk")).toBeUndefined();
+  });
+
+  it("never takes over a skill someone else made under its name between its look and its create", async () => {
+    // The snapshot is read, then another party creates the skill: the create meets a 409.
+    await w.handle().skills.ensureFresh();
+    w.emu.state.createSkill({ name: "sk", content: "someone else's" });
+    apply({ content: "mine" });
+    await w.reconcile(kind(), "sk");
+    expect(condition(skill(), "Stalled")).toMatchObject({ status: "True", reason: "NameTaken" });
+    // The claim stays on the resource, but does not make the skill its own at the next look...
+    resync();
+    await w.reconcile(kind(), "sk");
+    expect(condition(skill(), "Stalled")).toMatchObject({ status: "True", reason: "NameTaken" });
+    expect(w.writes()).toEqual(["skills.create"]);
+    expect(w.emu.state.skills.get("sk")?.content).toBe("someone else's");
+    // ...nor at its deletion: the other party's skill stays.
+    w.apply<Skill>("skills", { metadata: { name: "sk", deletionTimestamp: "2030-01-01T00:00:00Z" }, spec: skill().spec });
+    await w.reconcile(kind(), "sk");
+    expect(w.emu.state.skills.get("sk")?.content).toBe("someone else's");
+  });
+
   it("sends content, resources and a set description when they differ; leaves an unset description alone", async () => {
     apply({ content: "v1" });
     await w.reconcile(kind(), "sk");
