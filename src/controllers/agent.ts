@@ -112,7 +112,9 @@ class AgentClient implements ExternalClient<Agent, AgentPlan> {
 
   async create(cr: Agent): Promise<ActionResult<AgentStatus>> {
     const orgId = this.orgId(cr);
-    const body: CreateAgentRequest = { name: cr.spec.name ?? cr.metadata.name, org_id: orgId, ...desiredUpdatable(cr) } as CreateAgentRequest;
+    // public_key is updatable but not in models.CreateAgentRequest: set by an update after it.
+    const { public_key: publicKey, ...updatable } = desiredUpdatable(cr);
+    const body: CreateAgentRequest = { name: cr.spec.name ?? cr.metadata.name, org_id: orgId, ...updatable } as CreateAgentRequest;
     if (cr.spec.author !== undefined) body.author = cr.spec.author;
     if (cr.spec.imagePullSecretRef) {
       const ref = cr.spec.imagePullSecretRef.name;
@@ -120,8 +122,10 @@ class AgentClient implements ExternalClient<Agent, AgentPlan> {
       body.image_pull_secret = { registry: s.registry, username: s.username, password: s.password };
     }
     try {
-      const created = await this.handle.client.agents.create(body);
+      let created = await this.handle.client.agents.create(body);
       this.handle.agents.put(created);
+      // Failing, the retry finds the agent by its marker and updates what differs.
+      if (publicKey !== undefined) this.handle.agents.put((created = await this.handle.client.agents.update(created.id, { public_key: publicKey })));
       return { status: { ...statusOf(created), revision: agentRevision(cr) } };
     } catch (err) {
       if (isOutcomeUnknown(err)) this.handle.agents.invalidate();

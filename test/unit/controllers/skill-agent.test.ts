@@ -157,6 +157,17 @@ describe("Agent", () => {
     expect(agent().status?.revision).not.toBe(before);
   });
 
+  it("sets a public key, which the create request cannot carry, with an update right after the create", async () => {
+    apply({ publicKey: "ssh-ed25519 AAAA" });
+    await w.reconcile(kind(), "ag");
+    expect(w.writes()).toEqual(["agents.create", "agents.update"]);
+    expect(registry()?.public_key).toBe("ssh-ed25519 AAAA");
+    expect(condition(agent(), "Ready")?.status).toBe("True");
+    resync();
+    await w.reconcile(kind(), "ag");
+    expect(w.writes()).toEqual([]);
+  });
+
   it("always manages metadata, with the marker in it", () => {
     const cr = apply({ metadata: { team: "a" } });
     const found = { id: "x", name: "ag", image: "registry.example/a:1", metadata: { team: "a" } };
