@@ -195,9 +195,21 @@ export function agentPatch(cr: Agent, found: RegistryAgent): UpdateAgentRequest 
   const desired = desiredUpdatable(cr);
   const patch: Record<string, unknown> = {};
   for (const [k, v] of Object.entries(desired)) {
-    if (!deepEqual(v, (found as unknown as Record<string, unknown>)[k])) patch[k] = v;
+    if (!deepEqual(emptyAsAbsent(v), emptyAsAbsent((found as unknown as Record<string, unknown>)[k]))) patch[k] = v;
   }
   return patch as UpdateAgentRequest;
+}
+
+/**
+ * An empty value ("", [], {}) or null as absent: a spec that clears a field (description: "",
+ * capabilities: []) matches a registry that leaves empty fields out of its answers (a Go
+ * server's omitempty) or sends null, rather than be sent again at every resync.
+ */
+function emptyAsAbsent(v: unknown): unknown {
+  if (v === null || v === "") return undefined;
+  if (Array.isArray(v)) return v.length === 0 ? undefined : v;
+  if (typeof v === "object" && v !== undefined && Object.keys(v).length === 0) return undefined;
+  return v;
 }
 
 function statusOf(a: RegistryAgent): Partial<AgentStatus> {

@@ -174,6 +174,14 @@ describe("Agent", () => {
     expect(agentPatch(cr, found)).toEqual({ metadata: { team: "a", [MARKER_KEY]: cr.metadata.uid } });
   });
 
+  it("takes a cleared field as matching a registry that leaves empty fields out, or sends null", () => {
+    const cr = apply({ description: "", capabilities: [] });
+    const base = { id: "x", name: "ag", image: "registry.example/a:1", metadata: { [MARKER_KEY]: cr.metadata.uid } };
+    expect(agentPatch(cr, base)).toEqual({});
+    expect(agentPatch(cr, { ...base, description: null, capabilities: null } as never)).toEqual({});
+    expect(agentPatch(cr, { ...base, description: "set by hand", capabilities: ["x"] })).toEqual({ description: "", capabilities: [] });
+  });
+
   it("stalls with NameTaken when the name is another agent's", async () => {
     w.emu.state.createAgent({ name: "ag", org_id: ORG, image: "other" });
     apply({});
