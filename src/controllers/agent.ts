@@ -16,7 +16,7 @@ import {
 } from "../service/index.js";
 import { deepEqual } from "../runtime/status.js";
 import type { ServiceHandle } from "./connection-pool.js";
-import { referrers, requestOf, type KindContext, type ManagedKind } from "./kind.js";
+import { fingerprint, referrers, requestOf, type KindContext, type ManagedKind } from "./kind.js";
 import { findOwn, newest, removeObject } from "./marker.js";
 import type { ObjectStore } from "./object-store.js";
 
@@ -41,6 +41,8 @@ export function agents(ctx: KindContext): ManagedKind<Agent, AgentPlan> {
     inventory: "agents",
     externalId: agentExternalId,
     connectionSecret: false,
+    // The image pull Secret goes with the create: fixing it is a fix of a refused agent.
+    inputs: (cr) => (cr.spec.imagePullSecretRef ? fingerprint(ctx.store.secretData(cr.metadata.namespace, cr.spec.imagePullSecretRef.name, "spec.imagePullSecretRef.name")) : undefined),
     client: (handle) => new AgentClient(handle, ctx.store),
     watches(controller, own) {
       const usingSecret = referrers(own, "imagePullSecret", (a) => [a.spec.imagePullSecretRef?.name]);

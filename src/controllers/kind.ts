@@ -4,6 +4,7 @@
 // setupManagedKind builds the rest the same way for every kind: the controller and its
 // ManagedReconciler, the one connector (the resource's Connection from the pool), the status
 // writer's cache hooks, the Connection watches and the inventory-change mapping.
+import { createHash } from "node:crypto";
 import { Annotations, ConditionType, DEFAULT_CONNECTION, FINALIZER, GROUP, VERSION, kindNames, type KindNames } from "../api/names.js";
 import type { Connection, ObjectMeta } from "../api/index.js";
 import { ConnectionSecretWriter, type SecretObject } from "../managed/connection-secret.js";
@@ -78,6 +79,8 @@ export interface ManagedKind<R extends ManagedResource, Plan> {
   externalId(cr: R): string | undefined;
   /** Annotations claimed before the create, with the finalizer (see ManagedReconcilerOptions.claim). */
   claim?(cr: R): Record<string, string>;
+  /** What the objects the spec refers to hold (see ManagedReconcilerOptions.inputs); `fingerprint` makes one. */
+  inputs?(cr: R): string | undefined;
   /** true: the kind writes credentials or endpoints to the resource's connection Secret. */
   connectionSecret: boolean;
   /**
@@ -218,6 +221,7 @@ export function setupManagedKind<R extends ManagedResource, Plan>(
       connector: poolConnector(ctx.pool, kind),
       externalId: (cr) => kind.externalId(cr),
       claim: kind.claim,
+      ...(kind.inputs && { inputs: kind.inputs }),
       status: ctx.status,
       syncPeriodMs: ctx.options.syncPeriodMs,
       secrets: kind.connectionSecret ? ctx.secretWriter : undefined,
@@ -342,4 +346,9 @@ function readinessChanged(obj: Connection, old?: Connection): boolean {
   const a = ready(obj);
   const b = ready(old);
   return a?.status !== b?.status || a?.observedGeneration !== b?.observedGeneration || obj.status?.observedGeneration !== old.status?.observedGeneration;
+}
+
+/** An opaque fingerprint of `parts` (ManagedKind.inputs): a hash, since they may hold Secret values. */
+export function fingerprint(...parts: unknown[]): string {
+  return createHash("sha256").update(JSON.stringify(parts)).digest("hex");
 }

@@ -30,7 +30,7 @@ import {
   type Allocation,
 } from "../service/index.js";
 import type { ServiceHandle } from "./connection-pool.js";
-import { referrers, requestOf, type KindContext, type ManagedKind } from "./kind.js";
+import { fingerprint, referrers, requestOf, type KindContext, type ManagedKind } from "./kind.js";
 import { findOwn, madeFor, removeObject } from "./marker.js";
 import type { ObjectStore } from "./object-store.js";
 import { skillName } from "./skill.js";
@@ -104,6 +104,8 @@ export function sandboxes(ctx: KindContext): ManagedKind<Sandbox, SandboxPlan> {
     // Pausing must not lose a VM: a paused Sandbox is still renewed.
     needsUpkeep: true,
     keepsAlive: (cr) => (cr.spec.keepAlive ?? true) && sandboxExternalId(cr) !== undefined && cr.status?.state !== "expired",
+    // The envFrom Secrets' values go into the VM's env: fixing one is a fix of a refused VM.
+    inputs: (cr) => fingerprint((cr.spec.envFrom ?? []).map((e, i) => ctx.store.secretData(cr.metadata.namespace, e.secretRef.name, `spec.envFrom[${i}].secretRef.name`))),
     client: (handle) => new SandboxClient(handle, deps),
     watches(controller, own) {
       const loading = referrers(own, "skill", (sb) => sb.spec.skills ?? []);

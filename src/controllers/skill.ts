@@ -7,7 +7,7 @@ import type { ActionResult, ExternalClient, Observation, Planned } from "../mana
 import { isConflict, isNotFound, isOutcomeUnknown, type SkillRequest, type Skill as ServiceSkill } from "../service/index.js";
 import { deepEqual } from "../runtime/status.js";
 import type { ServiceHandle } from "./connection-pool.js";
-import { referrers, requestOf, type KindContext, type ManagedKind } from "./kind.js";
+import { fingerprint, referrers, requestOf, type KindContext, type ManagedKind } from "./kind.js";
 import { removeObject, staleFor } from "./marker.js";
 import type { ObjectStore } from "./object-store.js";
 
@@ -50,6 +50,8 @@ export function skills(ctx: KindContext): ManagedKind<Skill, SkillPlan> {
     externalId: skillExternalId,
     // A skill carries no marker: its name is claimed before the create, with the finalizer.
     claim: (cr) => ({ [Annotations.claimedName]: skillName(cr) }),
+    // Content and files may come from ConfigMaps: fixing one is a fix of a refused skill.
+    inputs: (cr) => fingerprint(desiredSkill(cr, ctx.store)),
     connectionSecret: false,
     client: (handle) => new SkillClient(handle, ctx.store),
     watches(controller, own) {

@@ -54,6 +54,13 @@ export interface ManagedReconcilerOptions<R extends ManagedResource, Plan = unkn
    * patch as the finalizer, so a claim costs no write of its own.
    */
   claim?(cr: R): Record<string, string>;
+  /**
+   * What the objects the spec refers to hold now (a ConfigMap's content, a Secret's values), as
+   * an opaque fingerprint; undefined when they cannot be read. A spec the service refused is
+   * not sent again until its generation changes, or this does: the user's fix may be in the
+   * ConfigMap. Never stored: it may be derived from Secret values.
+   */
+  inputs?(cr: R): string | undefined;
   /** The resource's id in the service, if it has one (status field or adoption annotation). */
   externalId(cr: R): string | undefined;
   /** Writes connection details; absent for kinds that have none. */
@@ -80,6 +87,11 @@ export class ManagedReconciler<R extends ManagedResource, Plan = unknown> implem
   private readonly now: () => Date;
   /** uid -> when the resource was first found waiting for a dependency (cleared on any other outcome). */
   private readonly waitingSince = new Map<string, number>();
+  /**
+   * uid -> the inputs (ManagedReconcilerOptions.inputs) of the spec the service refused. Kept in
+   * memory only: after a restart, a refused spec is sent once more, and refused once more.
+   */
+  private readonly refusedWith = new Map<string, string | undefined>();
 
   constructor(private readonly opts: ManagedReconcilerOptions<R, Plan>) {
     this.now = opts.now ?? (() => new Date());
@@ -154,7 +166,7 @@ export class ManagedReconciler<R extends ManagedResource, Plan = unknown> implem
       }
       const needsWrite = !observed.exists || (!observed.upToDate && observed.notReady === undefined);
       const stalled = stalledAtThisGeneration(cr);
-      if (needsWrite && stalled) {
+      if (needsWrite && stalled && !this.inputsChangedSinceRefusal(cr)) {
         // The service refused this spec; asking again with the same spec would only be refused
         // again (and write to the service on every resync). Wait for the user's change, and
         // keep what runs alive meanwhile: a refused tier must not cost the VM of the old one.
@@ -249,12 +261,31 @@ export class ManagedReconciler<R extends ManagedResource, Plan = unknown> implem
       throw new RetryNoLaterThan(err, requeueAfterMs, priority);
     }
     this.opts.resourceMetrics?.reconciled(cr, this.now());
+    this.refusedWith.delete(cr.metadata.uid);
     return { requeueAfterMs, priority };
+  }
+
+  /** Whether the objects the spec refers to changed since the service refused it (or that is not known). */
+  private inputsChangedSinceRefusal(cr: R): boolean {
+    if (this.opts.inputs === undefined) return false;
+    const uid = cr.metadata.uid;
+    if (!this.refusedWith.has(uid)) return true;
+    return this.refusedWith.get(uid) !== this.inputsOf(cr);
+  }
+
+  private inputsOf(cr: R): string | undefined {
+    try {
+      return this.opts.inputs?.(cr);
+    } catch {
+      return undefined;
+    }
   }
 
   /** `kept`: the upkeep done although the spec could not be applied (a VM renewed meanwhile). */
   private async fail(cr: R, failure: Failure, ctx: ReconcileContext, err?: unknown, kept?: Upkeep<StatusOf<R>>): Promise<Result> {
     const stalled = failure.kind === "stalled";
+    if (stalled && REFUSED_WRITE_REASONS.has(failure.reason)) this.refusedWith.set(cr.metadata.uid, this.inputsOf(cr));
+    else this.refusedWith.delete(cr.metadata.uid);
     const previousReady = findCondition(cr, ConditionType.Ready);
     if (kept?.trouble !== undefined) logTrouble(ctx, kept.trouble);
     if (failure.kind === "notReady") {

@@ -202,9 +202,25 @@ export class World {
     return this.pool.forResource(NS, undefined);
   }
 
-  /** One reconcile by the real ManagedReconciler, as the controller would run it. */
+  /**
+   * One reconcile by the real ManagedReconciler, as the controller would run it: one
+   * reconciler per kind for the world's life, as in the operator (it remembers between passes).
+   */
   async reconcile<R extends ManagedResource, P>(kind: ManagedKind<R, P>, name: string): Promise<Result | void> {
-    const reconciler = new ManagedReconciler<R, P>({
+    let reconciler = this.reconcilers.get(kind.names.plural) as ManagedReconciler<R, P> | undefined;
+    if (reconciler === undefined) this.reconcilers.set(kind.names.plural, (reconciler = this.reconcilerFor(kind)));
+    return reconciler.reconcile({ namespace: NS, name }, reconcileContext());
+  }
+
+  /** Forgets what the reconcilers remember between passes, as an operator restart does. */
+  restart(): void {
+    this.reconcilers.clear();
+  }
+
+  private readonly reconcilers = new Map<string, unknown>();
+
+  private reconcilerFor<R extends ManagedResource, P>(kind: ManagedKind<R, P>): ManagedReconciler<R, P> {
+    return new ManagedReconciler<R, P>({
       kind: kind.names,
       informer: this.informer(kind.names).as<R>() as unknown as Informer<R>,
       kube: this.kube,
@@ -212,6 +228,7 @@ export class World {
       connector: poolConnector(this.pool, kind),
       externalId: (cr) => kind.externalId(cr),
       claim: kind.claim,
+      ...(kind.inputs && { inputs: kind.inputs }),
       status: new StatusWriter(this.kube, () => new Date(this.clock.ms)),
       syncPeriodMs: 600_000,
       dependencyGraceMs: 0,
@@ -220,7 +237,6 @@ export class World {
       ...(kind.keepsAlive && { keepsAlive: kind.keepsAlive }),
       now: () => new Date(this.clock.ms),
     });
-    return reconciler.reconcile({ namespace: NS, name }, reconcileContext());
   }
 
   /** Operations the emulator served since the last call (e.g. "vms.renew"), token requests aside. */

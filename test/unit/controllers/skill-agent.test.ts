@@ -5,7 +5,7 @@ import { Annotations, MARKER_KEY } from "../../../src/api/names.js";
 import type { Agent, Skill } from "../../../src/api/index.js";
 import { agentPatch, agentRevision, agents } from "../../../src/controllers/agent.js";
 import { skills } from "../../../src/controllers/skill.js";
-import { condition, ORG, World } from "./helpers.js";
+import { condition, NS, ORG, World } from "./helpers.js";
 
 let w: World;
 beforeEach(async () => {
@@ -70,6 +70,29 @@ describe("Skill", () => {
     w.apply<Skill>("skills", { metadata: { name: "sk", deletionTimestamp: "2030-01-01T00:00:00Z" }, spec: skill().spec });
     await w.reconcile(kind(), "sk");
     expect(w.emu.state.skills.get("sk")?.content).toBe("someone else's");
+  });
+
+  it("sends a refused skill again when the ConfigMap it reads is fixed, not before", async () => {
+    // A ConfigMap key may be "..", which the service refuses as a file name.
+    w.configMaps.set({ metadata: { name: "files", namespace: NS }, data: { "..": "x", "ok.md": "fine" } });
+    apply({ content: "c", resourcesFrom: { configMapRef: { name: "files" } } });
+    await w.reconcile(kind(), "sk");
+    expect(w.writes()).toEqual(["skills.create"]);
+    expect(condition(skill(), "Stalled")).toMatchObject({ status: "True", reason: "ServiceRejected" });
+    // The same spec and the same ConfigMap: refused again, so not sent.
+    await w.reconcile(kind(), "sk");
+    expect(w.writes()).toEqual([]);
+    // An operator restart does not know what was refused with: sent once more, refused once more.
+    w.restart();
+    await w.reconcile(kind(), "sk");
+    await w.reconcile(kind(), "sk");
+    expect(w.writes()).toEqual(["skills.create"]);
+    // The user fixes the ConfigMap (its watch brings the Skill back): sent, and made.
+    w.configMaps.set({ metadata: { name: "files", namespace: NS }, data: { "ok.md": "fine" } });
+    await w.reconcile(kind(), "sk");
+    expect(w.writes()).toEqual(["skills.create"]);
+    expect(condition(skill(), "Ready")?.status).toBe("True");
+    expect(w.emu.state.skills.get("sk")?.resources).toEqual({ "ok.md": "fine" });
   });
 
   it("sends content, resources and a set description when they differ; leaves an unset description alone", async () => {
