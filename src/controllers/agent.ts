@@ -4,7 +4,7 @@
 import { createHash } from "node:crypto";
 import { Annotations, MARKER_KEY, kindNames } from "../api/names.js";
 import type { Agent, AgentStatus } from "../api/index.js";
-import { StalledError } from "../managed/errors.js";
+import { NotReadyError, StalledError } from "../managed/errors.js";
 import { managementOf } from "../managed/management-policies.js";
 import type { ActionResult, ExternalClient, Observation, Planned } from "../managed/external.js";
 import {
@@ -121,6 +121,11 @@ class AgentClient implements ExternalClient<Agent, AgentPlan> {
     if (cr.spec.imagePullSecretRef) {
       const ref = cr.spec.imagePullSecretRef.name;
       const s = this.store.secretKeys(cr.metadata.namespace, ref, "spec.imagePullSecretRef.name", ["registry", "username", "password"] as const);
+      // An empty value would reach the registry as no credential at all, refused in its words.
+      const empty = (["registry", "username", "password"] as const).filter((k) => s[k].trim() === "");
+      if (empty.length > 0) {
+        throw new NotReadyError("SecretKeyMissing", `Secret "${ref}" (spec.imagePullSecretRef.name) has an empty ${empty.map((k) => `"${k}"`).join(", ")}: set ${empty.length > 1 ? "them" : "it"}`);
+      }
       body.image_pull_secret = { registry: s.registry, username: s.username, password: s.password };
     }
     try {

@@ -197,6 +197,15 @@ describe("Agent", () => {
     expect(agentPatch(cr, found)).toEqual({ metadata: { team: "a", [MARKER_KEY]: cr.metadata.uid } });
   });
 
+  it("waits for an image pull Secret with an empty value, naming the Secret and the key, and sends nothing", async () => {
+    w.secrets.set({ metadata: { name: "pull", namespace: NS }, data: { registry: Buffer.from("r.example").toString("base64"), username: Buffer.from("u").toString("base64"), password: "" } });
+    w.apply<Agent>("agents", { metadata: { name: "ag" }, spec: { image: "registry.example/a:1", imagePullSecretRef: { name: "pull" } } });
+    await w.reconcile(kind(), "ag");
+    expect(w.writes()).toEqual([]);
+    expect(condition(agent(), "Ready")).toMatchObject({ status: "False", reason: "SecretKeyMissing" });
+    expect(condition(agent(), "Ready")?.message).toBe('Secret "pull" (spec.imagePullSecretRef.name) has an empty "password": set it');
+  });
+
   it("takes a cleared field as matching a registry that leaves empty fields out, or sends null", () => {
     const cr = apply({ description: "", capabilities: [] });
     const base = { id: "x", name: "ag", image: "registry.example/a:1", metadata: { [MARKER_KEY]: cr.metadata.uid } };
