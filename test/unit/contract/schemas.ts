@@ -23,10 +23,12 @@
 //   string`); timestamps are RFC 3339 strings (S, "Gaps we decided") and must parse.
 // - Required: what S says a record has. The published descriptions mark nothing required in
 //   answers, so where S is silent a property is optional but typed.
-// - Strict (additionalProperties: false) where S gives the record's fields "exactly": the
-//   Deployment record (S: "exactly the seed's table", never `env`/`agent_id`) and the Agent VM
-//   record (S: "a different shape: its id field is `id`, not `vm_id`"). Elsewhere extra
-//   properties are allowed, as OpenAPI allows them by default.
+// - Strict (additionalProperties: false) for every published model: the service is a Go
+//   program whose answers are its structs (the `models.*` names), so a property the model
+//   lacks, say a field under a second, wrong name, is a departure even though OpenAPI allows
+//   extra properties by default. S says so outright of the Deployment record ("exactly the
+//   seed's table", never `env`/`agent_id`) and the Agent VM record (its id field is `id`, not
+//   `vm_id`). Maps of strings (metadata, the public-key and endpoint answers) stay open.
 import { Type, type Static, type TSchema } from "typebox";
 import { Value } from "typebox/value";
 
@@ -70,7 +72,7 @@ export const ManifestSkill = Type.Object({
   id: Type.Optional(Type.String()),
   inputModes: Type.Optional(StringList),
   outputModes: Type.Optional(StringList),
-});
+}, { additionalProperties: false });
 
 /** R models.AgentManifest. */
 export const AgentManifest = Type.Object({
@@ -84,14 +86,14 @@ export const AgentManifest = Type.Object({
   skills: Type.Optional(Type.Array(ManifestSkill)),
   url: Type.Optional(Type.String()),
   version: Type.Optional(Type.String()),
-});
+}, { additionalProperties: false });
 
 /** R models.ImagePullSecret (S: create-only `image_pull_secret{registry,username,password}`). */
 export const ImagePullSecret = Type.Object({
   registry: Type.Optional(Type.String()),
   username: Type.Optional(Type.String()),
   password: Type.Optional(Type.String()),
-});
+}, { additionalProperties: false });
 
 /**
  * R models.Agent. Required: id, and what S says every agent has from its create request
@@ -116,7 +118,7 @@ export const Agent = Type.Object({
   version: Type.Optional(Type.String()),
   created_at: Type.Optional(Timestamp),
   updated_at: Type.Optional(Timestamp),
-});
+}, { additionalProperties: false });
 
 /** R models.AgentResponse: {agent} (S: create 201 / get / update 200 `{agent}`). */
 export const AgentResponse = Type.Object({ agent: Agent });
@@ -134,7 +136,7 @@ export const Tool = Type.Object({
   category: Type.Optional(Type.String()),
   description: Type.Optional(Type.String()),
   created_at: Type.Optional(Timestamp),
-});
+}, { additionalProperties: false });
 
 /** R models.ToolResponse: {tool}. */
 export const ToolResponse = Type.Object({ tool: Tool });
@@ -222,7 +224,7 @@ export const AllocateResponse = Type.Object({
   ws_url: Type.String({ pattern: "^wss?://" }),
   token: Type.String({ minLength: 1 }),
   expires_at: Timestamp,
-});
+}, { additionalProperties: false });
 
 /** C GET /compute/v1/vms/{id}/endpoint: `additionalProperties: string`. */
 export const EndpointMap = StringMap;
@@ -239,7 +241,7 @@ export const Skill = Type.Object({
   resources: Type.Optional(StringMap),
   created_at: Type.Optional(Timestamp),
   updated_at: Type.Optional(Timestamp),
-});
+}, { additionalProperties: false });
 
 /** C GET /compute/v1/skills: a bare array. */
 export const SkillList = Type.Array(Skill);
@@ -252,7 +254,7 @@ export const UsageRecord = Type.Object({
   ended_at: Timestamp,
   duration_seconds: Type.Integer({ minimum: 0 }),
   reason: Type.String(),
-});
+}, { additionalProperties: false });
 
 /** C GET /compute/v1/usage: a bare array (S). */
 export const UsageList = Type.Array(UsageRecord);
@@ -268,7 +270,7 @@ export const UsageSummary = Type.Object({
   total_seconds: Type.Integer({ minimum: 0 }),
   vm_count: Type.Integer({ minimum: 0 }),
   by_tier: Type.Record(Type.String(), Type.Integer()),
-});
+}, { additionalProperties: false });
 
 /** C iamclient.OAuthClient; S: "{client_id, name, is_active, created_at}" (all required). */
 export const OAuthClient = Type.Object({
@@ -276,7 +278,7 @@ export const OAuthClient = Type.Object({
   name: Type.String(),
   is_active: Type.Boolean(),
   created_at: Timestamp,
-});
+}, { additionalProperties: false });
 
 /** C GET /compute/v1/access/clients: a bare array (S). */
 export const OAuthClientList = Type.Array(OAuthClient);
@@ -294,7 +296,7 @@ export const PoolStatus = Type.Object({
   by_tier: Type.Optional(Type.Record(Type.String(), Type.Integer())),
   total: Type.Optional(Type.Integer({ minimum: 0 })),
   warm: Type.Optional(Type.Integer({ minimum: 0 })),
-});
+}, { additionalProperties: false });
 
 /** C models.PoolConfig (nothing published as required; scale_up_threshold is a ratio 0..1). */
 export const PoolConfig = Type.Object({
@@ -307,7 +309,7 @@ export const PoolConfig = Type.Object({
   min_warm: Type.Optional(Type.Integer()),
   recycle: Type.Optional(Type.Boolean()),
   scale_up_threshold: Type.Optional(Type.Number({ minimum: 0, maximum: 1 })),
-});
+}, { additionalProperties: false });
 
 // ---------------------------------------------------------------------------------------------
 // The VM runtime, agentd (D), answering through /compute/v1/vms/{id}/r/<path>.
@@ -324,7 +326,7 @@ export const CodeContext = Type.Object({
   language: Type.Optional(Type.String()),
   session_id: Type.Optional(Type.String()),
   created_at: Type.Optional(Type.String()),
-});
+}, { additionalProperties: false });
 
 /**
  * D models.CommandStatus; S: "answers {id, running, exit_code, started_at, finished_at}". For a
@@ -336,7 +338,7 @@ export const EndedCommandStatus = Type.Object({
   exit_code: Type.Integer(),
   started_at: Type.String(),
   finished_at: Type.String(),
-});
+}, { additionalProperties: false });
 
 /** D models.MetricsSnapshot. */
 export const MetricsSnapshot = Type.Object({
@@ -344,7 +346,7 @@ export const MetricsSnapshot = Type.Object({
   mem_total_bytes: Type.Optional(Type.Integer()),
   mem_used_bytes: Type.Optional(Type.Integer()),
   tokens_total: Type.Optional(Type.Integer()),
-});
+}, { additionalProperties: false });
 
 export type TAgent = Static<typeof Agent>;
 export type TDeployment = Static<typeof Deployment>;
