@@ -91,6 +91,8 @@ interface CallOptions {
   params?: Record<string, string>;
   query?: Record<string, string | number | boolean>;
   body?: unknown;
+  /** A multipart/form-data body (a file upload), instead of a JSON one. */
+  form?: FormData;
   headers?: Record<string, string>;
   /** undefined: the session's token; null: no Authorization header; a string: that token. */
   token?: string | null;
@@ -152,7 +154,7 @@ class RawService {
     const headers: Record<string, string> = { accept: "application/json", ...opts.headers };
     const token = opts.token === undefined ? this.token : opts.token;
     if (token !== null) headers["authorization"] = `Bearer ${token}`;
-    let body: string | undefined;
+    let body: string | FormData | undefined = opts.form;
     if (opts.body !== undefined) {
       headers["content-type"] = "application/json";
       body = typeof opts.body === "string" ? opts.body : JSON.stringify(opts.body);
@@ -872,6 +874,38 @@ describe("contract: agent VMs", () => {
     expect(ids.length, "the stream names the command's id").toBeGreaterThan(0);
     const status = expectBody(await r("GET", `v1/commands/${ids[0]}/status`), 200, S.EndedCommandStatus, "r/v1/commands/{id}/status");
     expect(status).toMatchObject({ id: ids[0], running: false, exit_code: 4 });
+  });
+
+  it("r/ agentd: the file, directory, kill and delete calls a SandboxRun makes, with the published statuses", async () => {
+    const alloc = await allocate();
+    const template = "/compute/v1/vms/{id}/r/{path}";
+    const r = (method: "GET" | "POST" | "DELETE", path: string, opts: Omit<CallOptions, "params"> = {}): Promise<Answer> =>
+      api.call(method, template, { params: { id: alloc.vm_id, path }, ...opts });
+    // D: POST v1/files/upload (multipart: path, file) -> 201, a map of strings.
+    const form = new FormData();
+    form.set("path", "/workspace/contract/in.txt");
+    form.set("file", new Blob(["hello, contract"]), "in.txt");
+    expectBody(await r("POST", "v1/files/upload", { form }), 201, S.StringMap, "r/v1/files/upload");
+    // D: GET v1/files/download?path= -> 200 application/octet-stream, the bytes; 404 models.ErrorResponse.
+    const got = await r("GET", "v1/files/download", { query: { path: "/workspace/contract/in.txt" } });
+    expect(got.status, show(got)).toBe(200);
+    expect(got.headers.get("content-type") ?? "").toMatch(/^application\/octet-stream/);
+    expect(got.text).toBe("hello, contract");
+    // D: DELETE v1/directories ["<path>"] -> 204; what was in it is gone.
+    const removed = await r("DELETE", "v1/directories", { body: ["/workspace/contract"] });
+    expect(removed.status, show(removed)).toBe(204);
+    const missing = await r("GET", "v1/files/download", { query: { path: "/workspace/contract/in.txt" } });
+    expect(missing.status, show(missing)).toBe(404);
+    expect(S.violations(S.AgentdError, missing.json), `agentd error body: ${show(missing)}`).toEqual([]);
+    // D: DELETE v1/commands/{id} of a running command -> 204.
+    const started = expectEventStream(await r("POST", "v1/commands/run", { body: { command: "sleep 30", background: true } }), "r/v1/commands/run");
+    const id = (JSON.parse(started[0]?.data ?? "{}") as { id?: string }).id ?? "";
+    expect((await r("DELETE", `v1/commands/${id}`)).status).toBe(204);
+    // D: DELETE v1/code/execute/{id} (interrupt; nothing running) -> 204; DELETE v1/code/contexts/{id} -> 204, then 404.
+    const ctx = expectBody(await r("POST", "v1/code/contexts", { body: { language: "python", session_id: "contract-files" } }), 201, S.CodeContext, "r/v1/code/contexts");
+    expect((await r("DELETE", `v1/code/execute/${ctx.id ?? ""}`)).status).toBe(204);
+    expect((await r("DELETE", `v1/code/contexts/${ctx.id ?? ""}`)).status).toBe(204);
+    expect((await r("DELETE", `v1/code/contexts/${ctx.id ?? ""}`)).status).toBe(404);
   });
 });
 
