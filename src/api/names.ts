@@ -32,6 +32,12 @@ export const Annotations = {
    * write as the finalizer, before the create (a skill carries no marker of its own).
    */
   claimedName: `${GROUP}/claimed-name`,
+  /**
+   * Written by the operator with the claim: a hash of the content, files and description the
+   * create sends, by which a skill that create made (its answer lost) is told from one someone
+   * else made under the name.
+   */
+  claimedContent: `${GROUP}/claimed-content`,
 } as const;
 
 /** Crash-safety marker written into the `metadata` of every service object the operator creates. */

@@ -328,8 +328,8 @@ export function specOrMetaChanged<T extends { metadata: ObjectMeta }>(obj: T, ol
   const o = old.metadata;
   if (m.deletionTimestamp !== o.deletionTimestamp) return true;
   // The operator's own claim, written with the finalizer, is not news either.
-  const { [Annotations.claimedName]: _claimNow, ...annotations } = m.annotations ?? {};
-  const { [Annotations.claimedName]: _claimBefore, ...annotationsBefore } = o.annotations ?? {};
+  const { [Annotations.claimedName]: _claimNow, [Annotations.claimedContent]: _sentNow, ...annotations } = m.annotations ?? {};
+  const { [Annotations.claimedName]: _claimBefore, [Annotations.claimedContent]: _sentBefore, ...annotationsBefore } = o.annotations ?? {};
   if (JSON.stringify(annotations) !== JSON.stringify(annotationsBefore)) return true;
   const now = m.finalizers ?? [];
   const before = o.finalizers ?? [];

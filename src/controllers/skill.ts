@@ -1,5 +1,6 @@
 // Skill: a named bundle of instructions and files in the Compute Service. Its key there is
 // its name; skills carry no metadata, so the name is claimed in status before the create.
+import { createHash } from "node:crypto";
 import { Annotations, kindNames } from "../api/names.js";
 import type { Skill, SkillStatus } from "../api/index.js";
 import { NotReadyError, StalledError } from "../managed/errors.js";
@@ -27,18 +28,33 @@ function claimed(cr: Skill, name: string): boolean {
   return cr.metadata.annotations?.[Annotations.claimedName] === name || cr.status?.skillName === name;
 }
 
+/** What a skill holds, as a hash: content, files and description ("" when none). */
+function contentHash(s: { content?: string; resources?: Record<string, string>; description?: string }): string {
+  const files = Object.entries(s.resources ?? {}).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
+  return createHash("sha256")
+    .update(JSON.stringify([s.content ?? "", files, s.description ?? ""]))
+    .digest("hex")
+    .slice(0, 32);
+}
+
 /**
- * Whether the skill `found` under the resource's name is its own. Status naming it says so
- * (a create answered, or an adoption), as does the adoption annotation. A claim alone says only
- * that a create was tried: the skill is the one it made (its answer lost) if it holds exactly
- * what that create sent; otherwise someone else made it between this resource's look and its
- * create (another Skill of that name elsewhere, another replica, a script), and overwriting
- * it would take it from them.
+ * Whether the skill `found` under the resource's name is its own. Status naming it, with what
+ * only a service answer gives (created by this resource, or adopted), says so, as does the
+ * adoption annotation. A claim alone says only that a create was tried: the skill is the one
+ * it made (its answer lost) if it holds what that create sent (the claimed-content hash);
+ * otherwise someone else made it between this resource's look and its create (another Skill
+ * of that name elsewhere, another replica, a script), and overwriting it would take it from
+ * them. A claim made before the hash existed is compared with what a create would send now.
  */
-function isOwn(cr: Skill, found: ServiceSkill, desired: SkillRequest): boolean {
-  const name = desired.name;
-  if (cr.status?.skillName === name || cr.metadata.annotations?.[Annotations.externalId] === name) return true;
-  return claimed(cr, name) && skillDifferences(found, desired).length === 0;
+function isOwn(cr: Skill, found: ServiceSkill, desired: () => SkillRequest): boolean {
+  const name = found.name;
+  const annotations = cr.metadata.annotations ?? {};
+  if (annotations[Annotations.externalId] === name) return true;
+  const { status } = cr;
+  if (status?.skillName === name && (status.contentHash !== undefined || status.createdAt !== undefined)) return true;
+  if (!claimed(cr, name)) return false;
+  const sent = annotations[Annotations.claimedContent];
+  return contentHash(found) === (sent ?? contentHash(desired()));
 }
 
 /** Skills: their key in the service is their name, so the name is claimed before the create. */
@@ -48,8 +64,17 @@ export function skills(ctx: KindContext): ManagedKind<Skill, SkillPlan> {
     controller: "skill",
     inventory: "skills",
     externalId: skillExternalId,
-    // A skill carries no marker: its name is claimed before the create, with the finalizer.
-    claim: (cr) => ({ [Annotations.claimedName]: skillName(cr) }),
+    // A skill carries no marker: its name is claimed before the create, with the finalizer,
+    // and with a hash of what the create sends (isOwn).
+    claim: (cr) => {
+      let sent: string | undefined;
+      try {
+        sent = contentHash(desiredSkill(cr, ctx.store));
+      } catch {
+        sent = undefined; // its ConfigMap not readable: nothing is created before it is
+      }
+      return { [Annotations.claimedName]: skillName(cr), ...(sent !== undefined && { [Annotations.claimedContent]: sent }) };
+    },
     // Content and files may come from ConfigMaps: fixing one is a fix of a refused skill.
     inputs: (cr) => fingerprint(desiredSkill(cr, ctx.store)),
     connectionSecret: false,
@@ -110,7 +135,7 @@ class SkillClient implements ExternalClient<Skill, SkillPlan> {
     // Moved in from another owner (sharding), which may have created it after this snapshot: read since.
     if (found === undefined && (await inventory.readSinceArrival(cr.metadata.uid))) found = inventory.get(name);
     if (found === undefined) return { exists: false, upToDate: false };
-    if (!isOwn(cr, found, desired)) throw nameTaken(name);
+    if (!isOwn(cr, found, () => desired)) throw nameTaken(name);
     const differences = skillDifferences(found, desired);
     return { exists: true, upToDate: differences.length === 0, differences, status: statusOf(found), plan: desired };
   }
@@ -141,7 +166,7 @@ class SkillClient implements ExternalClient<Skill, SkillPlan> {
       // lost, made it (see isOwn).
       const existing = await this.read(desired.name);
       if (existing === undefined) throw err; // gone again meanwhile: the retry creates it
-      if (!isOwn(cr, existing, desired)) throw nameTaken(desired.name);
+      if (!isOwn(cr, existing, () => desired)) throw nameTaken(desired.name);
       return { status: statusOf(existing), event: { reason: "Adopted", message: `adopted the existing skill "${desired.name}", which an earlier create whose answer was lost made` } };
     }
   }
@@ -158,21 +183,20 @@ class SkillClient implements ExternalClient<Skill, SkillPlan> {
 
   /**
    * The name of the skill a create whose answer was lost made (status never named it), if
-   * that skill is there and still holds what the create sent (isOwn). Not one someone else
-   * made under the claimed name, and not when the spec's inputs cannot be read to tell.
+   * that skill is there and still holds what the create sent (isOwn); not one someone else
+   * made under the claimed name. Without the claimed-content hash (a claim made before it
+   * existed), the spec's inputs must be readable to tell.
    */
   private async madeByLostCreate(cr: Skill): Promise<string | undefined> {
     const claim = cr.metadata.annotations?.[Annotations.claimedName];
     if (claim === undefined) return undefined;
-    let desired: SkillRequest;
+    const found = await this.read(claim);
+    if (found === undefined) return undefined;
     try {
-      desired = desiredSkill(cr, this.store);
+      return isOwn(cr, found, () => desiredSkill(cr, this.store)) ? claim : undefined;
     } catch {
       return undefined;
     }
-    if (desired.name !== claim) return undefined;
-    const found = await this.read(claim);
-    return found !== undefined && isOwn(cr, found, desired) ? claim : undefined;
   }
 
   private async send(desired: SkillRequest): Promise<ActionResult<SkillStatus>> {

@@ -53,6 +53,39 @@ describe("Skill", () => {
     expect(w.emu.state.skills.get("sk")).toBeUndefined();
   });
 
+  it("knows the skill its lost create made after the spec changed, updates it, and deletes it with itself", async () => {
+    apply({ content: "v1" });
+    w.emu.injectFault({ method: "POST", path: "/compute/v1/skills", times: 1, action: { drop: "after" } });
+    await w.reconcile(kind(), "sk").catch(() => undefined);
+    expect(skill().metadata.annotations?.[Annotations.claimedContent]).toMatch(/^[0-9a-f]{32}$/);
+    apply({ content: "v2" }, skill().metadata.annotations);
+    resync();
+    await w.reconcile(kind(), "sk");
+    expect(condition(skill(), "Ready")?.status).toBe("True");
+    expect(w.emu.state.skills.get("sk")?.content).toBe("v2");
+    w.apply<Skill>("skills", { metadata: { name: "sk", deletionTimestamp: "2030-01-01T00:00:00Z" }, spec: skill().spec });
+    await w.reconcile(kind(), "sk");
+    expect(w.emu.state.skills.get("sk")).toBeUndefined();
+  });
+
+  it("does not take a skill with its content and someone else's description for the one its create made", async () => {
+    await w.handle().skills.ensureFresh();
+    w.emu.state.createSkill({ name: "sk", content: "same", description: "theirs" });
+    apply({ content: "same" });
+    await w.reconcile(kind(), "sk");
+    expect(condition(skill(), "Stalled")).toMatchObject({ status: "True", reason: "NameTaken" });
+    expect(w.emu.state.skills.get("sk")?.description).toBe("theirs");
+  });
+
+  it("does not take a name status held as a claim (operators before the annotation) for a skill it made", async () => {
+    w.emu.state.createSkill({ name: "sk", content: "someone else's" });
+    apply({ content: "mine" });
+    w.setStatus("skills", "sk", { skillName: "sk" }); // claimed, no create answered: no contentHash, no createdAt
+    await w.reconcile(kind(), "sk");
+    expect(condition(skill(), "Stalled")).toMatchObject({ status: "True", reason: "NameTaken" });
+    expect(w.emu.state.skills.get("sk")?.content).toBe("someone else's");
+  });
+
   it("never takes over a skill someone else made under its name between its look and its create", async () => {
     // The snapshot is read, then another party creates the skill: the create meets a 409.
     await w.handle().skills.ensureFresh();
