@@ -131,8 +131,14 @@ class AgentClient implements ExternalClient<Agent, AgentPlan> {
     try {
       let created = await this.handle.client.agents.create(body);
       this.handle.agents.put(created);
-      // Failing, the retry finds the agent by its marker and updates what differs.
-      if (publicKey !== undefined) this.handle.agents.put((created = await this.handle.client.agents.update(created.id, { public_key: publicKey })));
+      if (publicKey !== undefined) {
+        try {
+          this.handle.agents.put((created = await this.handle.client.agents.update(created.id, { public_key: publicKey })));
+        } catch {
+          // The agent exists: status must say so (its id). The next pass sees the key differ,
+          // sends it again, and reports a refusal as any update's.
+        }
+      }
       return { status: { ...statusOf(created), revision: agentRevision(cr) } };
     } catch (err) {
       if (isOutcomeUnknown(err)) this.handle.agents.invalidate();

@@ -224,6 +224,17 @@ describe("Agent", () => {
     expect(w.writes()).toEqual([]);
   });
 
+  it("records the agent it created when the public key's update after it is refused, and reports the refusal next", async () => {
+    w.emu.injectFault({ method: "PUT", path: /^\/registry\/v1\/agents\//, times: 2, action: { status: 400, body: { error: "bad_request", message: "public_key is not a key" } } });
+    apply({ publicKey: "not a key" });
+    await w.reconcile(kind(), "ag");
+    expect(agent().status?.agentId).toEqual(expect.any(String));
+    resync();
+    await w.reconcile(kind(), "ag");
+    expect(condition(agent(), "Stalled")).toMatchObject({ status: "True", reason: "ServiceRejected" });
+    expect(agent().status?.agentId).toEqual(expect.any(String));
+  });
+
   it("always manages metadata, with the marker in it", () => {
     const cr = apply({ metadata: { team: "a" } });
     const found = { id: "x", name: "ag", image: "registry.example/a:1", metadata: { team: "a" } };
