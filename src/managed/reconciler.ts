@@ -88,10 +88,11 @@ export class ManagedReconciler<R extends ManagedResource, Plan = unknown> implem
   /** uid -> when the resource was first found waiting for a dependency (cleared on any other outcome). */
   private readonly waitingSince = new Map<string, number>();
   /**
-   * uid -> the inputs (ManagedReconcilerOptions.inputs) of the spec the service refused. Kept in
-   * memory only: after a restart, a refused spec is sent once more, and refused once more.
+   * namespace/name -> the uid and inputs (ManagedReconcilerOptions.inputs) of the spec the
+   * service refused; dropped when the resource goes (deleted, or moved to another shard). Kept
+   * in memory only: after a restart, a refused spec is sent once more, and refused once more.
    */
-  private readonly refusedWith = new Map<string, string | undefined>();
+  private readonly refusedWith = new Map<string, { uid: string; inputs: string | undefined }>();
 
   constructor(private readonly opts: ManagedReconcilerOptions<R, Plan>) {
     this.now = opts.now ?? (() => new Date());
@@ -99,7 +100,10 @@ export class ManagedReconciler<R extends ManagedResource, Plan = unknown> implem
 
   async reconcile(req: Request, ctx: ReconcileContext): Promise<Result | void> {
     const cached = this.opts.informer.get(req.namespace, req.name);
-    if (cached === undefined) return; // gone; the finalizer already did its work
+    if (cached === undefined) {
+      this.refusedWith.delete(`${req.namespace ?? ""}/${req.name}`);
+      return; // gone; the finalizer already did its work
+    }
     let cr = this.opts.status.fresh(cached);
     if (isPaused(cr)) return this.paused(cr, ctx);
     if (findCondition(cr, ConditionType.Ready)?.reason === PAUSED_REASON) {
@@ -261,16 +265,15 @@ export class ManagedReconciler<R extends ManagedResource, Plan = unknown> implem
       throw new RetryNoLaterThan(err, requeueAfterMs, priority);
     }
     this.opts.resourceMetrics?.reconciled(cr, this.now());
-    this.refusedWith.delete(cr.metadata.uid);
+    this.refusedWith.delete(keyOf(cr));
     return { requeueAfterMs, priority };
   }
 
   /** Whether the objects the spec refers to changed since the service refused it (or that is not known). */
   private inputsChangedSinceRefusal(cr: R): boolean {
     if (this.opts.inputs === undefined) return false;
-    const uid = cr.metadata.uid;
-    if (!this.refusedWith.has(uid)) return true;
-    return this.refusedWith.get(uid) !== this.inputsOf(cr);
+    const refused = this.refusedWith.get(keyOf(cr));
+    return refused === undefined || refused.uid !== cr.metadata.uid || refused.inputs !== this.inputsOf(cr);
   }
 
   private inputsOf(cr: R): string | undefined {
@@ -284,8 +287,8 @@ export class ManagedReconciler<R extends ManagedResource, Plan = unknown> implem
   /** `kept`: the upkeep done although the spec could not be applied (a VM renewed meanwhile). */
   private async fail(cr: R, failure: Failure, ctx: ReconcileContext, err?: unknown, kept?: Upkeep<StatusOf<R>>): Promise<Result> {
     const stalled = failure.kind === "stalled";
-    if (stalled && REFUSED_WRITE_REASONS.has(failure.reason)) this.refusedWith.set(cr.metadata.uid, this.inputsOf(cr));
-    else this.refusedWith.delete(cr.metadata.uid);
+    if (stalled && REFUSED_WRITE_REASONS.has(failure.reason)) this.refusedWith.set(keyOf(cr), { uid: cr.metadata.uid, inputs: this.inputsOf(cr) });
+    else this.refusedWith.delete(keyOf(cr));
     const previousReady = findCondition(cr, ConditionType.Ready);
     if (kept?.trouble !== undefined) logTrouble(ctx, kept.trouble);
     if (failure.kind === "notReady") {
@@ -419,6 +422,7 @@ export class ManagedReconciler<R extends ManagedResource, Plan = unknown> implem
   }
 
   private async finalize(cr: R, ctx: ReconcileContext): Promise<Result | void> {
+    this.refusedWith.delete(keyOf(cr));
     this.waitingSince.delete(cr.metadata.uid);
     if (!(cr.metadata.finalizers ?? []).includes(FINALIZER)) return;
     const management = managementOf(cr.spec);
@@ -633,4 +637,9 @@ export function isPaused(cr: ManagedResource): boolean {
 
 function findCondition(cr: ManagedResource, type: string): Condition | undefined {
   return cr.status?.conditions?.find((c) => c.type === type);
+}
+
+/** The key of the reconciler's memory of a resource: its namespace and name (what a queue key holds). */
+function keyOf(cr: ManagedResource): string {
+  return `${cr.metadata.namespace ?? ""}/${cr.metadata.name}`;
 }

@@ -204,20 +204,33 @@ export class World {
 
   /**
    * One reconcile by the real ManagedReconciler, as the controller would run it: one
-   * reconciler per kind for the world's life, as in the operator (it remembers between passes).
+   * reconciler per kind object, as in the operator (it remembers between passes); a new kind
+   * object (a test's "second process") gets a new one.
    */
   async reconcile<R extends ManagedResource, P>(kind: ManagedKind<R, P>, name: string): Promise<Result | void> {
-    let reconciler = this.reconcilers.get(kind.names.plural) as ManagedReconciler<R, P> | undefined;
-    if (reconciler === undefined) this.reconcilers.set(kind.names.plural, (reconciler = this.reconcilerFor(kind)));
+    let reconciler = this.reconcilers.get(kind) as ManagedReconciler<R, P> | undefined;
+    if (reconciler === undefined) this.reconcilers.set(kind, (reconciler = this.reconcilerFor(kind)));
     return reconciler.reconcile({ namespace: NS, name }, reconcileContext());
   }
 
-  /** Forgets what the reconcilers remember between passes, as an operator restart does. */
-  restart(): void {
-    this.reconcilers.clear();
+  /**
+   * The kind `make` builds over this world's context, built once: one operator process, whose
+   * reconciler remembers between passes (a kind built anew is a new process).
+   */
+  kindOf<K extends object>(make: (ctx: KindContext) => K): K {
+    let kind = this.kinds.get(make) as K | undefined;
+    if (kind === undefined) this.kinds.set(make, (kind = make(this.ctx)));
+    return kind;
   }
 
-  private readonly reconcilers = new Map<string, unknown>();
+  private readonly kinds = new Map<unknown, unknown>();
+
+  /** Forgets what the reconcilers remember between passes, as an operator restart does. */
+  restart(): void {
+    this.reconcilers = new WeakMap();
+  }
+
+  private reconcilers = new WeakMap<object, unknown>();
 
   private reconcilerFor<R extends ManagedResource, P>(kind: ManagedKind<R, P>): ManagedReconciler<R, P> {
     return new ManagedReconciler<R, P>({

@@ -16,7 +16,7 @@ afterEach(async () => {
   await w.close();
 });
 
-const kind = () => sandboxes(w.ctx);
+const kind = () => w.kindOf(sandboxes);
 const apply = (spec: Partial<Sandbox["spec"]>, name = "sb") =>
   w.apply<Sandbox>("sandboxes", { metadata: { name }, spec: { tier: "standard", ttlSeconds: 600, ...spec } });
 const sandbox = (name = "sb") => w.get<Sandbox>("sandboxes", name);

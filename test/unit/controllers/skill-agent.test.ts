@@ -16,7 +16,7 @@ afterEach(async () => {
 });
 
 describe("Skill", () => {
-  const kind = () => skills(w.ctx);
+  const kind = () => w.kindOf(skills);
   const apply = (spec: Skill["spec"], annotations?: Record<string, string>) =>
     w.apply<Skill>("skills", { metadata: { name: "sk", annotations }, spec });
   const skill = () => w.get<Skill>("skills", "sk");
@@ -168,7 +168,7 @@ describe("Skill", () => {
 });
 
 describe("Agent", () => {
-  const kind = () => agents(w.ctx);
+  const kind = () => w.kindOf(agents);
   const apply = (spec: Partial<Agent["spec"]>) =>
     w.apply<Agent>("agents", { metadata: { name: "ag" }, spec: { image: "registry.example/a:1", ...spec } });
   const agent = () => w.get<Agent>("agents", "ag");
