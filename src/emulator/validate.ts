@@ -12,12 +12,12 @@ export function isObject(v: unknown): v is JsonObject {
  * (EmulatorOptions.strictBodies) refused, since a misspelt or camelCase key is a client bug;
  * without, left for the handler to ignore, as the service does.
  */
-export function rejectUnknown(strict: boolean, body: JsonObject, allowed: ReadonlySet<string>, notSettable: ReadonlyMap<string, string> = new Map()): void {
+export function rejectUnknown(strict: boolean, body: JsonObject, allowed: ReadonlySet<string>, notSettable: ReadonlyMap<string, string> = new Map(), within = ""): void {
   if (!strict) return; // dropped: the handlers read only the fields they know
   for (const key of Object.keys(body)) {
     const why = notSettable.get(key);
-    if (why !== undefined) throw badRequest(`${key} ${why}`);
-    if (!allowed.has(key)) throw badRequest(`unknown field: ${key}`);
+    if (why !== undefined) throw badRequest(`${within}${key} ${why}`);
+    if (!allowed.has(key)) throw badRequest(`unknown field: ${within}${key}`);
   }
 }
 

@@ -56,9 +56,12 @@ const CREATE_ONLY = new Map([
 ]);
 
 /** models.ImagePullSecret requires none of its fields: those given are kept (each a string). */
-function pullSecret(body: JsonObject): ImagePullSecret | undefined {
+const PULL_SECRET_FIELDS = new Set(["registry", "username", "password"]);
+
+function pullSecret(body: JsonObject, strict: boolean): ImagePullSecret | undefined {
   const s = optionalObject(body, "image_pull_secret");
   if (s === undefined) return undefined;
+  rejectUnknown(strict, s, PULL_SECRET_FIELDS, undefined, "image_pull_secret.");
   const out: ImagePullSecret = {};
   for (const k of ["registry", "username", "password"] as const) {
     const v = optionalString(s, k, `image_pull_secret.${k}`);
@@ -89,7 +92,7 @@ function create(ctx: HandlerContext): HandlerResult {
   if (description !== undefined) req.description = description;
   const endpoint = optionalString(body, "endpoint");
   if (endpoint !== undefined) req.endpoint = endpoint;
-  const secret = pullSecret(body);
+  const secret = pullSecret(body, ctx.options.strictBodies);
   if (secret !== undefined) req.image_pull_secret = secret;
   const m = manifest(body);
   if (m !== undefined) req.manifest = m;

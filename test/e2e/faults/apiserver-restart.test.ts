@@ -47,7 +47,7 @@ describe.skipIf(usingExistingCluster())("the API server restarts mid-work", () =
   beforeAll(async () => {
     api = await startPrivateApiserver("restart");
     ns = await createTestNamespace("restart", api.kubeconfig);
-    emulator = await startEmulator({ apiKey: API_KEY, orgId: "org-e2e", latencyMs: 20, jitterMs: 40, rateLimit: 20 });
+    emulator = await startEmulator({ apiKey: API_KEY, strictBodies: true, orgId: "org-e2e", latencyMs: 20, jitterMs: 40, rateLimit: 20 });
     await kube(["apply", "-f", "-"], connectionManifest(ns, emulator));
     op = await startOperatorProcess({ kubeconfig: api.kubeconfig, namespaces: [ns], logs, logLevel: "info", syncPeriod: SYNC });
   });

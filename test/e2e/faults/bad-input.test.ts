@@ -223,8 +223,8 @@ const answered: Answered[] = [
 
 beforeAll(async () => {
   await installCRDs();
-  emulator = await startEmulator({ apiKey: API_KEY, orgId: "org-e2e" });
-  otherEmulator = await startEmulator({ apiKey: API_KEY, orgId: "org-other" });
+  emulator = await startEmulator({ apiKey: API_KEY, strictBodies: true, orgId: "org-e2e" });
+  otherEmulator = await startEmulator({ apiKey: API_KEY, strictBodies: true, orgId: "org-other" });
   other = await createTestNamespace("fault-input-other");
   await apply(connectionManifest(ns.name, emulator), ns.name);
   // The other namespace: a Connection named "elsewhere" (to another service) and a Secret "foreign-env".

@@ -30,7 +30,7 @@ const created = () => emulator.requests.filter((r) => CREATES.has(r.operation) &
 beforeAll(async () => {
   await installCRDs();
   // Latency and a request budget stretch the creates over several operator lifetimes.
-  emulator = await startEmulator({ apiKey: API_KEY, orgId: "org-e2e", errorRate: 0.2, latencyMs: 20, jitterMs: 80, rateLimit: 25 });
+  emulator = await startEmulator({ apiKey: API_KEY, strictBodies: true, orgId: "org-e2e", errorRate: 0.2, latencyMs: 20, jitterMs: 80, rateLimit: 25 });
   await apply(connectionManifest(ns.name, emulator), ns.name);
 });
 

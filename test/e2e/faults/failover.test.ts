@@ -34,7 +34,7 @@ const isLeader = async (p: OperatorProcess, lease: string) => (await p.metric("l
 beforeAll(async () => {
   await installCRDs();
   // A little latency and a request budget, so that the work outlives the first leader.
-  emulator = await startEmulator({ apiKey: API_KEY, orgId: "org-e2e", latencyMs: 20, jitterMs: 60, rateLimit: 25 });
+  emulator = await startEmulator({ apiKey: API_KEY, strictBodies: true, orgId: "org-e2e", latencyMs: 20, jitterMs: 60, rateLimit: 25 });
   await apply(connectionManifest(ns.name, emulator), ns.name);
 });
 

@@ -60,7 +60,7 @@ async function waitOrExplain<T>(probe: () => Promise<T | undefined | false> | T 
 
 beforeAll(async () => {
   await installCRDs();
-  emulator = await startEmulator({ apiKey: API_KEY, orgId: "org-e2e" });
+  emulator = await startEmulator({ apiKey: API_KEY, strictBodies: true, orgId: "org-e2e" });
   await apply(connectionManifest(ns.name, emulator), ns.name);
 });
 

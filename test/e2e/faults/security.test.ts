@@ -129,8 +129,8 @@ beforeAll(async () => {
   // manifests/ for real: CRDs, the operator's namespace, ServiceAccount and least-privilege RBAC.
   await applyKustomization();
   const sa = await serviceAccountCredentials({ dir });
-  emulator = await startEmulator({ apiKey: API_KEY, orgId: "org-e2e", clients: [{ clientId: CLIENT_ID, clientSecret: CLIENT_SECRET }], stateFile });
-  foreignEmulator = await startEmulator({ apiKey: FOREIGN_KEY, orgId: "org-foreign" });
+  emulator = await startEmulator({ apiKey: API_KEY, strictBodies: true, orgId: "org-e2e", clients: [{ clientId: CLIENT_ID, clientSecret: CLIENT_SECRET }], stateFile });
+  foreignEmulator = await startEmulator({ apiKey: FOREIGN_KEY, strictBodies: true, orgId: "org-foreign" });
   other = await createTestNamespace("fault-security-other");
   await kubectlOk(["create", "secret", "generic", "foreign-credentials", `--from-literal=apiKey=${FOREIGN_KEY}`], { namespace: other });
   await apply(connectionManifest(ns.name, emulator), ns.name);

@@ -109,7 +109,7 @@ function expectBounded(run: FaultRun, b: MixOptions): void {
 
 beforeAll(async () => {
   await installCRDs();
-  emulator = await startEmulator({ apiKey: API_KEY, orgId: "org-e2e" });
+  emulator = await startEmulator({ apiKey: API_KEY, strictBodies: true, orgId: "org-e2e" });
   await apply(connectionManifest(ns.name, emulator), ns.name);
   await kubectlOk(["patch", "connection", "default", "--type=merge", "-p", JSON.stringify({ spec: { timeoutSeconds: TIMEOUT_S } })], {
     namespace: ns.name,

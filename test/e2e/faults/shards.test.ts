@@ -230,7 +230,7 @@ function owners(resources: ListedResource[]): Map<string, number> {
 
 beforeAll(async () => {
   await installCRDs();
-  emulator = await startEmulator({ apiKey: API_KEY, orgId: "org-e2e", latencyMs: 20, jitterMs: 40, rateLimit: 40 });
+  emulator = await startEmulator({ apiKey: API_KEY, strictBodies: true, orgId: "org-e2e", latencyMs: 20, jitterMs: 40, rateLimit: 40 });
   const p = await startProxy(emulator.baseURL, requests);
   proxy = p.server;
   await apply(connectionManifest(ns.name, { ...emulator, baseURL: p.url, authURL: `${p.url}/auth` } as Emulator), ns.name);

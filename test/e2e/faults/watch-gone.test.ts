@@ -44,7 +44,7 @@ describe.skipIf(usingExistingCluster())("short watch timeouts and etcd compactio
       apiserverArgs: ["--watch-cache=false"],
     });
     ns = await createTestNamespace("gone", api.kubeconfig);
-    emulator = await startEmulator({ apiKey: API_KEY, orgId: "org-e2e" });
+    emulator = await startEmulator({ apiKey: API_KEY, strictBodies: true, orgId: "org-e2e" });
     await kube(["apply", "-f", "-"], connectionManifest(ns, emulator));
     op = await startInProcessOperator({
       kubeconfig: api.kubeconfig,

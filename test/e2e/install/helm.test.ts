@@ -297,7 +297,7 @@ describe("helm install onto the API server", () => {
   beforeAll(async () => {
     // As docs/install.md tells users: the release namespace enforces the restricted level.
     await kubectlOk(["label", "namespace", releaseNs.name, "pod-security.kubernetes.io/enforce=restricted", "pod-security.kubernetes.io/warn=restricted"]);
-    emulator = await startEmulator({ apiKey: API_KEY });
+    emulator = await startEmulator({ apiKey: API_KEY, strictBodies: true });
   });
 
   afterAll(async () => {

@@ -205,7 +205,7 @@ describe("the runtime stage, replayed in a read-only folder", () => {
 
     beforeAll(async () => {
       await applyKustomization();
-      emulator = await startEmulator({ apiKey: API_KEY });
+      emulator = await startEmulator({ apiKey: API_KEY, strictBodies: true });
     });
 
     afterAll(async () => {

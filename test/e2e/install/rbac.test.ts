@@ -126,7 +126,7 @@ describe("the operator running as its ServiceAccount, with leader election", () 
   const stack = { kube: admin, get namespace() { return ns.name; } };
 
   beforeAll(async () => {
-    emulator = await startEmulator({ apiKey: API_KEY });
+    emulator = await startEmulator({ apiKey: API_KEY, strictBodies: true });
     op = await startOperatorAs({ kubeConfig: sa.kubeConfig, namespaces: [ns.name] });
   });
 

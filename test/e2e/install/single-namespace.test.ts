@@ -38,7 +38,7 @@ beforeAll(async () => {
   await kubectlOk(["delete", "clusterrolebinding", "agent-operator", "--ignore-not-found"]);
   await kubectlOk(["apply", "-f", "-"], { input: rendered });
   sa = await serviceAccountCredentials();
-  emulator = await startEmulator({ apiKey: API_KEY });
+  emulator = await startEmulator({ apiKey: API_KEY, strictBodies: true });
 });
 
 afterAll(async () => {

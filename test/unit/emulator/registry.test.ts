@@ -45,6 +45,7 @@ describe("emulator registry", () => {
       [agentBody("n", { visibility: "public" }), "visibility cannot be set"],
       [agentBody("n", { orgId: "o" }), "unknown field: orgId"],
       [agentBody("n", { image_pull_secret: { registry: "r", password: 7 } }), "image_pull_secret.password must be a string"],
+      [agentBody("n", { image_pull_secret: { registry: "r", user: "u" } }), "unknown field: image_pull_secret.user"],
     ];
     for (const [body, message] of cases) {
       const res = await c.post("/registry/v1/agents", body);

@@ -41,7 +41,7 @@ function find(p: PlanResult, kind: string, name: string): ResourcePlan {
 const manifests = (yaml: string) => parseSources([{ name: "m.yaml", text: yaml }], NS);
 
 beforeAll(async () => {
-  emu = await startEmulator({ apiKey: API_KEY, orgId: ORG });
+  emu = await startEmulator({ apiKey: API_KEY, strictBodies: true, orgId: ORG });
   emu.state.createSkill({ name: "paused-skill", content: "old" });
   emu.state.createSkill({ name: "taken", content: "someone else's" });
   emu.state.createAgent({ name: "other-team", org_id: ORG, image: "x:1" });
