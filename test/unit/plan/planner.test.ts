@@ -56,7 +56,7 @@ beforeAll(async () => {
         { metadata: { name: "broken", namespace: NS, generation: 1 }, spec: { baseURL: emu.baseURL, authURL: emu.authURL, credentials: { secretRef: { name: "creds" } } }, status: { observedGeneration: 1, conditions: [{ type: "Ready", status: "False", reason: "SecretKeyMissing", message: "no key" }] } },
       ],
     ],
-    ["skills", [live("paused-skill", { content: "old" }, { skillName: "paused-skill" })]],
+    ["skills", [live("paused-skill", { content: "old" }, { skillName: "paused-skill", contentHash: "h-old", createdAt: "2030-01-01T00:00:00Z" })]],
     [
       "agents",
       [
@@ -248,14 +248,14 @@ spec:
       fieldsV1: { "f:metadata": { "f:annotations": { "f:agentcompute.dev/paused": {} } }, "f:spec": { "f:content": {} } },
     };
     const skills = cluster.get("skills")!;
-    cluster.set("skills", [...skills, live("ssa-paused", { content: "old" }, { skillName: "ssa-paused" }, { annotations: { "agentcompute.dev/paused": "true" }, managedFields: [ssa] })]);
+    cluster.set("skills", [...skills, live("ssa-paused", { content: "old" }, { skillName: "ssa-paused", contentHash: "h-old", createdAt: "2030-01-01T00:00:00Z" }, { annotations: { "agentcompute.dev/paused": "true" }, managedFields: [ssa] })]);
     try {
       const yaml = "apiVersion: agentcompute.dev/v1alpha1\nkind: Skill\nmetadata: {name: ssa-paused}\nspec: {content: new}";
       const p = await plan(reader, manifests(yaml), { prune: false });
       expect(find(p, "Skill", "ssa-paused")).toMatchObject({ action: "update", changes: [{ path: "spec.content", old: "old", new: "new" }] });
       // Set by someone else (no Apply of it): it stays, and the plan says paused.
       const other = { ...ssa, fieldsV1: { "f:spec": { "f:content": {} } } };
-      cluster.set("skills", [...skills, live("ssa-paused", { content: "old" }, { skillName: "ssa-paused" }, { annotations: { "agentcompute.dev/paused": "true" }, managedFields: [other] })]);
+      cluster.set("skills", [...skills, live("ssa-paused", { content: "old" }, { skillName: "ssa-paused", contentHash: "h-old", createdAt: "2030-01-01T00:00:00Z" }, { annotations: { "agentcompute.dev/paused": "true" }, managedFields: [other] })]);
       expect(find(await plan(reader, manifests(yaml), { prune: false }), "Skill", "ssa-paused").action).toBe("none");
     } finally {
       cluster.set("skills", skills);
