@@ -90,7 +90,8 @@ export class ManagedReconciler<R extends ManagedResource, Plan = unknown> implem
   /**
    * namespace/name -> the uid and inputs (ManagedReconcilerOptions.inputs) of the spec the
    * service refused; dropped when the resource goes (deleted, or moved to another shard). Kept
-   * in memory only: after a restart, a refused spec is sent once more, and refused once more.
+   * in memory only: a process that did not see the refusal takes it as made with the inputs it
+   * first sees, so a fix made while no operator ran waits for the spec or the inputs to change.
    */
   private readonly refusedWith = new Map<string, { uid: string; inputs: string | undefined }>();
 
@@ -269,11 +270,21 @@ export class ManagedReconciler<R extends ManagedResource, Plan = unknown> implem
     return { requeueAfterMs, priority };
   }
 
-  /** Whether the objects the spec refers to changed since the service refused it (or that is not known). */
+  /**
+   * Whether the objects the spec refers to changed since the service refused it. A refusal
+   * this process did not see (it started since) is taken as made with the inputs of now: a
+   * restart sends nothing, and a later change of them is a change.
+   */
   private inputsChangedSinceRefusal(cr: R): boolean {
     if (this.opts.inputs === undefined) return false;
-    const refused = this.refusedWith.get(keyOf(cr));
-    return refused === undefined || refused.uid !== cr.metadata.uid || refused.inputs !== this.inputsOf(cr);
+    const key = keyOf(cr);
+    const refused = this.refusedWith.get(key);
+    const now = this.inputsOf(cr);
+    if (refused === undefined || refused.uid !== cr.metadata.uid) {
+      this.refusedWith.set(key, { uid: cr.metadata.uid, inputs: now });
+      return false;
+    }
+    return refused.inputs !== now;
   }
 
   private inputsOf(cr: R): string | undefined {
