@@ -1,5 +1,6 @@
 // Skill: a named bundle of instructions and files in the Compute Service. Its key there is
-// its name; skills carry no metadata, so the name is claimed in status before the create.
+// its name; skills carry no metadata, so the name is claimed before the create (annotations
+// written with the finalizer: the name, and a hash of what the create sends; see isOwn).
 import { createHash } from "node:crypto";
 import { Annotations, kindNames } from "../api/names.js";
 import type { Skill, SkillStatus } from "../api/index.js";
