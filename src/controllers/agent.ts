@@ -221,7 +221,7 @@ export function agentPatch(cr: Agent, found: RegistryAgent): UpdateAgentRequest 
 function emptyAsAbsent(v: unknown): unknown {
   if (v === null || v === "") return undefined;
   if (Array.isArray(v)) return v.length === 0 ? undefined : v;
-  if (typeof v === "object" && v !== undefined && Object.keys(v).length === 0) return undefined;
+  if (typeof v === "object" && Object.keys(v as object).length === 0) return undefined;
   return v;
 }
 

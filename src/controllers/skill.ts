@@ -1,7 +1,6 @@
 // Skill: a named bundle of instructions and files in the Compute Service. Its key there is
 // its name; skills carry no metadata, so the name is claimed before the create (annotations
 // written with the finalizer: the name, and a hash of what the create sends; see isOwn).
-import { createHash } from "node:crypto";
 import { Annotations, kindNames } from "../api/names.js";
 import type { Skill, SkillStatus } from "../api/index.js";
 import { NotReadyError, StalledError } from "../managed/errors.js";
@@ -32,10 +31,7 @@ function claimed(cr: Skill, name: string): boolean {
 /** What a skill holds, as a hash: content, files and description ("" when none). */
 function contentHash(s: { content?: string; resources?: Record<string, string>; description?: string }): string {
   const files = Object.entries(s.resources ?? {}).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
-  return createHash("sha256")
-    .update(JSON.stringify([s.content ?? "", files, s.description ?? ""]))
-    .digest("hex")
-    .slice(0, 32);
+  return fingerprint(s.content ?? "", files, s.description ?? "").slice(0, 32);
 }
 
 /**

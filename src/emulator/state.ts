@@ -186,9 +186,10 @@ export class EmulatorState {
     return { agents: items.map(agentView), total };
   }
 
-  searchAgents(capabilities: readonly string[], page: Page): { agents: Agent[]; total: number } {
-    const { items, total } = paginate(this._agents.values(), page, (a) => capabilities.every((c) => a.capabilities.includes(c)));
-    return { agents: items.map(agentView), total };
+  /** Every agent having all the capabilities (no paging is published for search). */
+  searchAgents(capabilities: readonly string[]): { agents: Agent[]; total: number } {
+    const agents = [...this._agents.values()].filter((a) => capabilities.every((c) => a.capabilities.includes(c))).map(agentView);
+    return { agents, total: agents.length };
   }
 
   getAgent(id: string): Agent {

@@ -28,6 +28,8 @@ export function tail(text: string, bytes = STATUS_TAIL_BYTES): string {
 const capHalf = (bytes: number): number => Math.max(0, Math.floor((bytes - 80) / 2));
 
 const cutMarker = (cut: number): string => `\n[... ${cut} bytes of output cut here ...]\n`;
+/** The line cutMarker makes. */
+const CUT_MARKER_LINE = /^\[\.\.\. \d+ bytes of output cut here \.\.\.\]$/;
 
 /** At most `bytes`: the head and the tail, with a line saying how much was cut between them. */
 export function cap(text: string, bytes: number): string {
@@ -128,7 +130,7 @@ export function lastLine(text: string): string | undefined {
   const lines = text
     .split("\n")
     .map((l) => l.trim())
-    .filter((l) => l !== "" && !/^\[\.\.\. \d+ bytes of output cut here \.\.\.\]$/.test(l));
+    .filter((l) => l !== "" && !CUT_MARKER_LINE.test(l));
   const l = lines[lines.length - 1];
   if (l === undefined) return undefined;
   return l.length > 200 ? `${l.slice(0, 197)}...` : l;

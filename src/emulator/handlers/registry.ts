@@ -55,15 +55,15 @@ const CREATE_ONLY = new Map([
   ["image_pull_secret", "is create-only and cannot be updated"],
 ]);
 
-/** models.ImagePullSecret requires none of its fields: those given are kept (each a string). */
-const PULL_SECRET_FIELDS = new Set(["registry", "username", "password"]);
+const PULL_SECRET_FIELDS = ["registry", "username", "password"] as const;
 
+/** models.ImagePullSecret requires none of its fields: those given are kept (each a string). */
 function pullSecret(body: JsonObject, strict: boolean): ImagePullSecret | undefined {
   const s = optionalObject(body, "image_pull_secret");
   if (s === undefined) return undefined;
-  rejectUnknown(strict, s, PULL_SECRET_FIELDS, undefined, "image_pull_secret.");
+  rejectUnknown(strict, s, new Set(PULL_SECRET_FIELDS), undefined, "image_pull_secret.");
   const out: ImagePullSecret = {};
-  for (const k of ["registry", "username", "password"] as const) {
+  for (const k of PULL_SECRET_FIELDS) {
     const v = optionalString(s, k, `image_pull_secret.${k}`);
     if (v !== undefined) out[k] = v;
   }
@@ -144,9 +144,8 @@ function search(ctx: HandlerContext): HandlerResult {
     .split(",")
     .map((c) => c.trim())
     .filter((c) => c !== "");
-  // No paging is published for search: every match, and limit/offset ignored (as the lists
-  // without published paging do).
-  return { status: 200, body: ctx.state.searchAgents(capabilities, { limit: Number.MAX_SAFE_INTEGER, offset: 0 }) };
+  // No paging is published for search: limit/offset are ignored, as by the lists without it.
+  return { status: 200, body: ctx.state.searchAgents(capabilities) };
 }
 
 export const registryRoutes: Route[] = [
