@@ -107,10 +107,6 @@ export class ManagedReconciler<R extends ManagedResource, Plan = unknown> implem
     }
     let cr = this.opts.status.fresh(cached);
     if (isPaused(cr)) return this.paused(cr, ctx);
-    if (findCondition(cr, ConditionType.Ready)?.reason === PAUSED_REASON) {
-      // The conditions remember the pause; the first reconcile after it says so once.
-      this.opts.events.normal(cr, "Resumed", `annotation ${Annotations.paused} removed: reconciling again`);
-    }
     if (cr.metadata.deletionTimestamp !== undefined) return this.finalize(cr, ctx);
     const poll = pollIntervalOf(cr);
     if (poll.kind === "invalid" && !(findCondition(cr, ConditionType.Ready)?.message ?? "").includes(poll.message)) {
@@ -488,6 +484,12 @@ export class ManagedReconciler<R extends ManagedResource, Plan = unknown> implem
 
   private async writeStatus(cr: R, observed: Partial<StatusOf<R>>, conditions: StatedCondition[]): Promise<void> {
     await this.opts.status.write(this.path(cr, "status"), cr, observed, conditions);
+    // The conditions remember a pause: the write that drops it says so, once (a write that
+    // fails says nothing, and its retry says it).
+    const wasPaused = findCondition(cr, ConditionType.Ready)?.reason === PAUSED_REASON;
+    if (wasPaused && conditions.find((c) => c.type === ConditionType.Ready)?.reason !== PAUSED_REASON) {
+      this.opts.events.normal(cr, "Resumed", `annotation ${Annotations.paused} removed: reconciling again`);
+    }
   }
 
   /**

@@ -57,10 +57,10 @@ describe("paused Agent", () => {
     expect(w.writes()).toEqual(["agents.update"]);
     expect(w.emu.state.agents.get(id)?.image).toBe("registry.example/a:2");
     expect(condition(agent(), "Ready")).toMatchObject({ status: "True", reason: "Available" });
-    expect(reasons()).toEqual(["Paused", "Resumed", "Updated"]);
+    expect(reasons()).toEqual(["Paused", "Updated", "Resumed"]);
     await w.reconcile(kind(), "ag");
     expect(w.writes()).toEqual([]);
-    expect(reasons()).toEqual(["Paused", "Resumed", "Updated"]);
+    expect(reasons()).toEqual(["Paused", "Updated", "Resumed"]);
   });
 
   it("a paused resource being deleted keeps its finalizer and its service object until resumed", async () => {
@@ -98,7 +98,7 @@ describe("paused Skill", () => {
     w.apply<Skill>("skills", { metadata: { name: "sk", annotations: { [Annotations.paused]: "false" } }, spec: { content: "v1" } });
     await w.reconcile(kind(), "sk");
     expect(w.writes()).toEqual(["skills.create"]);
-    expect(reasons()).toEqual(["Paused", "Resumed", "Created"]);
+    expect(reasons()).toEqual(["Paused", "Created", "Resumed"]);
   });
 });
 
@@ -131,7 +131,7 @@ describe("paused Sandbox", () => {
     apply({ tier: "large" });
     await w.reconcile(kind(), "sb");
     expect(w.writes()).toEqual(["vms.allocate", "vms.release"]);
-    expect(reasons()).toEqual(["Created", "Paused", "Resumed", "Replaced"]);
+    expect(reasons()).toEqual(["Created", "Paused", "Replaced", "Resumed"]);
   });
 
   it("keeps renewing its VM while its Connection is not Ready and its Secret is gone", async () => {
@@ -163,6 +163,22 @@ describe("paused Sandbox", () => {
     await w.reconcile(kind(), "sb");
     await w.reconcile(kind(), "sb");
     expect(reasons().filter((r) => r === "Paused")).toEqual(["Paused"]);
+  });
+
+  it("says Resumed once the status says so: not by a status write that failed, once by its retry", async () => {
+    apply({});
+    await w.reconcile(kind(), "sb");
+    apply({}, PAUSED);
+    await w.reconcile(kind(), "sb");
+    apply({});
+    w.writeFault = { path: /\/status$/, error: new Error("the API server answered 503") };
+    await expect(w.reconcile(kind(), "sb")).rejects.toThrow();
+    expect(reasons().filter((r) => r === "Resumed")).toEqual([]);
+    w.writeFault = undefined;
+    await w.reconcile(kind(), "sb");
+    await w.reconcile(kind(), "sb");
+    expect(reasons().filter((r) => r === "Resumed")).toEqual(["Resumed"]);
+    expect(condition(sandbox(), "Ready")).toMatchObject({ status: "True", reason: "Available" });
   });
 
   it("asks nothing of the service with credentials it refused, none accepted before, and says its VM cannot be kept alive", async () => {
