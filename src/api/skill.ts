@@ -1,6 +1,6 @@
 import { ConfigMapKeySelector, ConfigMapReference } from "./refs.js";
 import { kindNames } from "./names.js";
-import { immutableField, managedSpecFields, managementPolicyRules, statusSchema, type Resource } from "./common.js";
+import { MAY_CREATE, immutableField, managedSpecFields, managementPolicyRules, statusSchema, type Resource } from "./common.js";
 import { readyColumns, type KindDefinition } from "./kind.js";
 import { StringMap, Type, type Static } from "./schema.js";
 
@@ -16,7 +16,10 @@ export const SkillSpecSchema = Type.Object(
     ),
     description: Type.Optional(Type.String({ description: "What the skill does.", maxLength: 4096 })),
     content: Type.Optional(
-      Type.String({ description: "The skill's instructions (e.g. SKILL.md). Exactly one of content and contentFrom." }),
+      Type.String({
+        description:
+          "The skill's instructions (e.g. SKILL.md). One of content and contentFrom is required, unless managementPolicies leaves out Create (an imported skill: its content is then not compared).",
+      }),
     ),
     contentFrom: Type.Optional(
       Type.Object(
@@ -26,7 +29,7 @@ export const SkillSpecSchema = Type.Object(
     ),
     resources: Type.Optional(
       StringMap(
-        "Extra files: file name -> content, written under /workspace/skills/<name>/ on the VM. A requirements.txt installs Python packages at VM boot. At most one of resources and resourcesFrom.",
+        "Extra files: file name -> content, written under /workspace/skills/<name>/ on the VM. A requirements.txt installs Python packages at VM boot. At most one of resources and resourcesFrom. Left out: no extra files, or, on an imported skill (managementPolicies without Create), not compared.",
       ),
     ),
     resourcesFrom: Type.Optional(
@@ -59,8 +62,14 @@ export const skillKind: KindDefinition = {
   specValidations: [
     ...managementPolicyRules(),
     {
-      rule: "has(self.content) != has(self.contentFrom)",
-      message: "set exactly one of spec.content and spec.contentFrom",
+      rule: "!(has(self.content) && has(self.contentFrom))",
+      message: "set at most one of spec.content and spec.contentFrom",
+    },
+    {
+      rule: `has(self.content) || has(self.contentFrom) || !${MAY_CREATE}`,
+      message:
+        "set one of spec.content and spec.contentFrom (they may be left out only when spec.managementPolicies leaves out Create, to import an existing skill)",
+      reason: "FieldValueRequired",
     },
     {
       rule: "!(has(self.resources) && has(self.resourcesFrom))",

@@ -7,6 +7,7 @@ import { NotReadyError, StalledError } from "../managed/errors.js";
 import type { ActionResult, ExternalClient, Observation, Planned } from "../managed/external.js";
 import { isConflict, isNotFound, isOutcomeUnknown, type SkillRequest, type Skill as ServiceSkill } from "../service/index.js";
 import { deepEqual } from "../runtime/status.js";
+import { managementOf } from "../managed/management-policies.js";
 import type { ServiceHandle } from "./connection-pool.js";
 import { fingerprint, referrers, requestOf, type KindContext, type ManagedKind } from "./kind.js";
 import { removeObject, staleFor } from "./marker.js";
@@ -43,7 +44,7 @@ function contentHash(s: { content?: string; resources?: Record<string, string>; 
  * of that name elsewhere, another replica, a script), and overwriting it would take it from
  * them. A claim made before the hash existed is compared with what a create would send now.
  */
-function isOwn(cr: Skill, found: ServiceSkill, desired: () => SkillRequest): boolean {
+function isOwn(cr: Skill, found: ServiceSkill, desired: () => DesiredSkill): boolean {
   const name = found.name;
   const annotations = cr.metadata.annotations ?? {};
   if (annotations[Annotations.externalId] === name) return true;
@@ -83,8 +84,11 @@ export function skills(ctx: KindContext): ManagedKind<Skill, SkillPlan> {
   };
 }
 
-/** The skill as the spec wants it, with content and files read from ConfigMaps. */
-export function desiredSkill(cr: Skill, store: ObjectStore): SkillRequest {
+/**
+ * The skill as the spec wants it, with content and files read from ConfigMaps. `content` is
+ * absent only when the spec names none (an import: managementPolicies leaves out Create).
+ */
+export function desiredSkill(cr: Skill, store: ObjectStore): DesiredSkill {
   const { namespace } = cr.metadata;
   const { spec } = cr;
   let content = spec.content;
@@ -101,11 +105,14 @@ export function desiredSkill(cr: Skill, store: ObjectStore): SkillRequest {
   const resources = spec.resourcesFrom
     ? store.configMapData(namespace, spec.resourcesFrom.configMapRef.name, "spec.resourcesFrom.configMapRef.name")
     : spec.resources;
-  const req: SkillRequest = { name: skillName(cr), content: content ?? "" };
+  const req: DesiredSkill = { name: skillName(cr) };
+  if (content !== undefined) req.content = content;
   if (spec.description !== undefined) req.description = spec.description;
   if (resources !== undefined) req.resources = resources;
   return req;
 }
+
+export type DesiredSkill = Omit<SkillRequest, "content"> & { content?: string };
 
 /** The skill to send: computed while observing, so update sends what was compared. */
 export type SkillPlan = SkillRequest;
@@ -133,8 +140,9 @@ class SkillClient implements ExternalClient<Skill, SkillPlan> {
     if (found === undefined && (await inventory.readSinceArrival(cr.metadata.uid))) found = inventory.get(name);
     if (found === undefined) return { exists: false, upToDate: false };
     if (!isOwn(cr, found, () => desired)) throw nameTaken(name);
-    const differences = skillDifferences(found, desired);
-    return { exists: true, upToDate: differences.length === 0, differences, status: statusOf(found), plan: desired };
+    const managed = managedFields(cr, desired);
+    const differences = skillDifferences(found, managed);
+    return { exists: true, upToDate: differences.length === 0, differences, status: statusOf(found), plan: skillToSend(found, managed) };
   }
 
   /** One GET, for a resource polled more often than the snapshot is read; a 404 is "gone". */
@@ -152,8 +160,13 @@ class SkillClient implements ExternalClient<Skill, SkillPlan> {
 
   async create(cr: Skill): Promise<ActionResult<SkillStatus>> {
     const desired = desiredSkill(cr, this.store);
+    const { content } = desired;
+    if (content === undefined) {
+      // The CRD asks for content when Create is allowed; an object stored before that rule was not checked.
+      throw new StalledError("ContentRequired", "set spec.content or spec.contentFrom: the service needs the content to create a skill");
+    }
     try {
-      const created = await this.handle.client.skills.create(desired);
+      const created = await this.handle.client.skills.create({ ...desired, content });
       this.handle.skills.put(created);
       return { status: statusOf(created) };
     } catch (err) {
@@ -203,13 +216,47 @@ class SkillClient implements ExternalClient<Skill, SkillPlan> {
   }
 }
 
-/** The managed fields that differ: content, resources (absent = none), description when set. */
-export function skillDifferences(found: ServiceSkill, desired: SkillRequest): string[] {
+/** The fields the spec manages (absent: not managed), as it wants them. */
+interface ManagedSkillFields {
+  name: string;
+  content?: string;
+  description?: string;
+  resources?: Record<string, string>;
+}
+
+/**
+ * What of the skill the spec manages: the content and description it names, and the files.
+ * A spec that may create the skill defines it whole, so naming no files means none; an import
+ * (managementPolicies without Create) manages only what it names, as an imported Agent does.
+ */
+function managedFields(cr: Skill, desired: DesiredSkill): ManagedSkillFields {
+  const wholeSkill = managementOf(cr.spec).create;
+  const resources = desired.resources ?? (wholeSkill ? {} : undefined);
+  return { ...desired, ...(resources !== undefined && { resources }) };
+}
+
+/** The managed fields that differ from the service's skill. */
+export function skillDifferences(found: ServiceSkill, managed: ManagedSkillFields): string[] {
   const out: string[] = [];
-  if ((found.content ?? "") !== desired.content) out.push("content");
-  if (desired.description !== undefined && (found.description ?? "") !== desired.description) out.push("description");
-  if (!deepEqual(found.resources ?? {}, desired.resources ?? {})) out.push("resources");
+  if (managed.content !== undefined && (found.content ?? "") !== managed.content) out.push("content");
+  if (managed.description !== undefined && (found.description ?? "") !== managed.description) out.push("description");
+  if (managed.resources !== undefined && !deepEqual(found.resources ?? {}, managed.resources)) out.push("resources");
   return out;
+}
+
+/**
+ * The update: a PUT replaces the whole skill, so what the spec does not manage is sent as the
+ * service has it, and kept.
+ */
+function skillToSend(found: ServiceSkill, managed: ManagedSkillFields): SkillRequest {
+  const description = managed.description ?? found.description;
+  const resources = managed.resources ?? found.resources;
+  return {
+    name: managed.name,
+    content: managed.content ?? found.content ?? "",
+    ...(description !== undefined && { description }),
+    ...(resources !== undefined && { resources }),
+  };
 }
 
 function nameTaken(name: string): StalledError {

@@ -64,6 +64,25 @@ spec:
     expect(await eventReasons("shared-triage")).toContain("Orphaned");
   }, 90_000);
 
+  it("imports a skill by name without its content: Ready, not drifted, nothing written", async () => {
+    const theirs = t.stack.emulator.state.createSkill({ name: "shared-skill", content: "theirs", resources: { "a.md": "a" } });
+    const from = mark();
+    await apply(`
+apiVersion: agentcompute.dev/v1alpha1
+kind: Skill
+metadata:
+  name: shared-skill
+  annotations: {agentcompute.dev/external-id: shared-skill}
+spec:
+  managementPolicies: [Observe]`, t.namespace);
+    const skill = await waitForReady(t.stack, "skills", "shared-skill", { reason: "Available" });
+    expect(skill.status).toMatchObject({ skillName: "shared-skill", contentHash: theirs.content_hash });
+    expect(condition(skill, "Drifted")).toMatchObject({ status: "False" });
+    await sleep(SYNC_MS * 2);
+    expect(writesTo("shared-skill", from)).toEqual([]);
+    expect(await eventReasons("shared-skill")).not.toContain("DriftNotCorrected");
+  }, 60_000);
+
   it("is Stalled, with the fix named, when there is nothing to observe; and creates nothing", async () => {
     const from = mark();
     await apply(`

@@ -101,7 +101,17 @@ metadata: {name: bad}
 spec: {content: x, contentFrom: {configMapKeyRef: {name: a, key: b}}}`,
     });
     expect(both.exitCode).not.toBe(0);
-    expect(both.stderr).toContain("set exactly one of spec.content and spec.contentFrom");
+    expect(both.stderr).toContain("set at most one of spec.content and spec.contentFrom");
+    const none = await kubectl(["apply", "-f", "-"], {
+      namespace: t.namespace,
+      input: `
+apiVersion: agentcompute.dev/v1alpha1
+kind: Skill
+metadata: {name: bad}
+spec: {description: no content}`,
+    });
+    expect(none.exitCode).not.toBe(0);
+    expect(none.stderr).toMatch(/spec: Required value: set one of spec\.content and spec\.contentFrom .*leaves out Create/);
   });
 });
 

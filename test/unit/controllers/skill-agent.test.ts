@@ -143,10 +143,39 @@ describe("Skill", () => {
     expect(observed).toMatchObject({ upToDate: false, differences: ["content", "resources"] });
     await w.reconcile(kind(), "sk");
     expect(w.writes()).toEqual(["skills.update"]);
-    expect(w.emu.state.skills.get("sk")).toMatchObject({ content: "v2", resources: { "notes.md": "n" } });
+    // A PUT replaces the whole skill: the description the spec leaves alone is sent as it was.
+    expect(w.emu.state.skills.get("sk")).toMatchObject({ content: "v2", resources: { "notes.md": "n" }, description: "theirs" });
 
     apply({ content: "v2", resources: { "notes.md": "n" }, description: "ours" });
     expect((await kind().client(w.handle()).observe(skill())).differences).toEqual(["description"]);
+  });
+
+  it("imports a skill without naming its content ([Observe]): in sync, nothing written, only the fields named compared", async () => {
+    w.emu.state.createSkill({ name: "sk", content: "theirs", description: "shared", resources: { "a.md": "a" } });
+    apply({ managementPolicies: ["Observe"] }, { [Annotations.externalId]: "sk" });
+    await w.reconcile(kind(), "sk");
+    await w.reconcile(kind(), "sk");
+    expect(w.writes()).toEqual([]);
+    expect(condition(skill(), "Ready")).toMatchObject({ status: "True", reason: "Available" });
+    expect(condition(skill(), "Drifted")).toMatchObject({ status: "False" });
+    expect(skill().status).toMatchObject({ skillName: "sk", contentHash: w.emu.state.skills.get("sk")?.content_hash });
+
+    apply({ managementPolicies: ["Observe"], content: "ours" }, { [Annotations.externalId]: "sk" });
+    await w.reconcile(kind(), "sk");
+    expect(w.writes()).toEqual([]);
+    expect(condition(skill(), "Drifted")).toMatchObject({ status: "True" });
+    expect(condition(skill(), "Drifted")?.message).toContain("content");
+    expect(condition(skill(), "Drifted")?.message).not.toContain("resources");
+  });
+
+  it("an import allowed to update sends what it names and keeps the rest as the service has it", async () => {
+    w.emu.state.createSkill({ name: "sk", content: "theirs", resources: { "a.md": "a" } });
+    apply({ managementPolicies: ["Observe", "Update"], description: "ours" }, { [Annotations.externalId]: "sk" });
+    await w.reconcile(kind(), "sk");
+    expect(w.writes()).toEqual(["skills.update"]);
+    expect(w.emu.state.skills.get("sk")).toMatchObject({ content: "theirs", description: "ours", resources: { "a.md": "a" } });
+    await w.reconcile(kind(), "sk");
+    expect(w.writes()).toEqual([]);
   });
 
   it("stalls with NameTaken on a skill of that name it never claimed, and writes nothing", async () => {
