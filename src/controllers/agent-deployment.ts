@@ -111,6 +111,7 @@ class DeploymentClient implements ExternalClient<AgentDeployment, DeploymentPlan
     return {
       exists: true,
       upToDate,
+      ...(upToDate && found.state === "failed" && { notReady: failedCondition(found.id) }),
       differences: upToDate ? [] : [describe(plan)],
       status: {
         ...statusOf(found),
@@ -278,6 +279,18 @@ export function desiredOptions(cr: AgentDeployment): DeployOptions {
 export function optionsHash(cr: AgentDeployment): string {
   // Keys sorted at every depth, so that key order in the spec never looks like a change.
   return createHash("sha256").update(stableStringify(desiredOptions(cr))).digest("hex").slice(0, 16);
+}
+
+/**
+ * The service says the deployment failed. Not redeployed on the operator's own account: the
+ * same image would most likely fail again, in a loop that hides why. A new revision of the
+ * Agent redeploys it, as does the annotation.
+ */
+function failedCondition(id: string): { reason: string; message: string } {
+  return {
+    reason: "DeploymentFailed",
+    message: `the service reports deployment ${id} as failed; it is redeployed when its Agent changes, or on a new value of the annotation ${Annotations.redeployAt}`,
+  };
 }
 
 function statusOf(d: Deployment): Partial<AgentDeploymentStatus> {

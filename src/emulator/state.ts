@@ -305,6 +305,15 @@ export class EmulatorState {
     return deploymentView(dep);
   }
 
+  /** Out of band: the service moves the deployment to `state` (a crashed agent: "failed"). */
+  setDeploymentState(id: string, state: string): Deployment {
+    const dep = this.deployment(id);
+    dep.state = state;
+    dep.updated_at = rfc3339(this.now());
+    this.onChange();
+    return deploymentView(dep);
+  }
+
   /** Picks up the agent's current image and manifest; the options (and config_hash) stay. */
   redeploy(id: string): Deployment {
     const dep = this.deployment(id);

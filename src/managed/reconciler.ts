@@ -261,6 +261,11 @@ export class ManagedReconciler<R extends ManagedResource, Plan = unknown> implem
       if (scheduled === undefined) throw err;
       throw new RetryNoLaterThan(err, requeueAfterMs, priority);
     }
+    // Unusable though nothing failed (an expired VM, a failed deployment): one Warning, as for
+    // every other change of the Ready reason, once the status says it.
+    if (notReady !== undefined && findCondition(cr, ConditionType.Ready)?.reason !== notReady.reason) {
+      this.opts.events.warning(cr, notReady.reason, notReady.message);
+    }
     this.opts.resourceMetrics?.reconciled(cr, this.now());
     this.refusedWith.delete(keyOf(cr));
     return { requeueAfterMs, priority };

@@ -62,6 +62,22 @@ spec: {image: "example/web:1"}`, t.namespace);
     expect(deployment(id)?.revision).toBe(revision + 2);
   });
 
+  it("reports a deployment the service says failed, with a Warning, and redeploys it on a new redeploy-at value", async () => {
+    const id = (await waitForReady(t.stack, "agentdeployments", "web")).status?.deploymentId as string;
+    const revision = deployment(id)?.revision ?? 0;
+    t.stack.emulator.state.setDeploymentState(id, "failed");
+    const failed = await waitForReady(t.stack, "agentdeployments", "web", { status: "False", reason: "DeploymentFailed", timeoutMs: SYNC_MS * 3 });
+    expect(failed.status?.state).toBe("failed");
+    expect(condition(failed, "Ready")?.message).toContain("agentcompute.dev/redeploy-at");
+    const events = await kubectlOk(["get", "events", "--field-selector", "reason=DeploymentFailed,type=Warning", "-o", "name"], { namespace: t.namespace });
+    expect(events.trim().split("\n")).toHaveLength(1);
+    expect(deployment(id)?.revision).toBe(revision); // not redeployed on the operator's own account
+
+    await kubectlOk(["annotate", "agentdeployment", "web", "agentcompute.dev/redeploy-at=after-failure", "--overwrite"], { namespace: t.namespace });
+    await waitForReady(t.stack, "agentdeployments", "web");
+    expect(deployment(id)).toMatchObject({ state: "running", revision: revision + 1 });
+  });
+
   it("replaces the deployment when its options change, with an Event saying the endpoint may change", async () => {
     const before = (await waitForReady(t.stack, "agentdeployments", "web")).status?.deploymentId as string;
     await kubectlOk(["patch", "agentdeployment", "web", "--type=merge", "-p", '{"spec":{"tier":"large"}}'], { namespace: t.namespace });

@@ -230,6 +230,42 @@ describe("AgentDeployment against the service", () => {
     expect(deployment().status?.state).toBe("running");
   });
 
+  it("reports a deployment the service says failed (one Warning), does not redeploy it on its own, and redeploys it for a new Agent revision", async () => {
+    apply();
+    await w.reconcile(kind(), "d");
+    const id = deployment().status?.deploymentId as string;
+    w.calls();
+    w.emu.state.setDeploymentState(id, "failed");
+    resync();
+    await w.reconcile(kind(), "d");
+    await w.reconcile(kind(), "d");
+    expect(w.writes()).toEqual([]);
+    expect(deployment().status?.state).toBe("failed");
+    expect(condition(deployment(), "Ready")).toMatchObject({ status: "False", reason: "DeploymentFailed" });
+    expect(condition(deployment(), "Ready")?.message).toContain(id);
+    expect(condition(deployment(), "Reconciling")?.status).toBe("False");
+    expect(w.events.filter((e) => e.reason === "DeploymentFailed")).toEqual([expect.objectContaining({ type: "Warning" })]);
+
+    setAgentRevision("rev-2");
+    await w.reconcile(kind(), "d");
+    expect(w.writes()).toEqual(["deployments.redeploy"]);
+    expect(condition(deployment(), "Ready")).toMatchObject({ status: "True", reason: "Available" });
+    expect(deployment().status).toMatchObject({ state: "running", agentRevision: "rev-2" });
+  });
+
+  it("redeploys a failed deployment on a new value of the redeploy-at annotation", async () => {
+    apply();
+    await w.reconcile(kind(), "d");
+    w.emu.state.setDeploymentState(deployment().status?.deploymentId as string, "failed");
+    resync();
+    await w.reconcile(kind(), "d");
+    w.calls();
+    apply({}, { [Annotations.redeployAt]: "2030-01-01T00:00:00Z" });
+    await w.reconcile(kind(), "d");
+    expect(w.writes()).toEqual(["deployments.redeploy"]);
+    expect(condition(deployment(), "Ready")?.status).toBe("True");
+  });
+
   it("redeploys for a new Agent revision, and records the revision it runs", async () => {
     apply();
     await w.reconcile(kind(), "d");

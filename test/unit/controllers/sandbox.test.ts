@@ -526,6 +526,9 @@ describe("Sandbox", () => {
     expect(condition(sandbox(), "Ready")).toMatchObject({ status: "False", reason: "Expired" });
     expect(condition(sandbox(), "Reconciling")?.status).toBe("False");
     expect(condition(sandbox(), "Stalled")?.status).toBe("False");
+    // Said once, as every change of the Ready reason is.
+    await w.reconcile(kind(), "sb");
+    expect(w.events.filter((e) => e.reason === "Expired")).toEqual([expect.objectContaining({ type: "Warning" })]);
   });
 
   it("reports a VM a lost allocation left behind without releasing it; the reconcile gives it back", async () => {
