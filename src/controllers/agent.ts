@@ -214,14 +214,21 @@ export function agentPatch(cr: Agent, found: RegistryAgent): UpdateAgentRequest 
 }
 
 /**
- * An empty value ("", [], {}) or null as absent: a spec that clears a field (description: "",
- * capabilities: []) matches a registry that leaves empty fields out of its answers (a Go
- * server's omitempty) or sends null, rather than be sent again at every resync.
+ * An empty value ("", [], {}) or null as absent, at every depth: a spec that clears a field
+ * (description: "", capabilities: [], manifest.skills: []) matches a registry that leaves empty
+ * fields out of its answers (a Go server's omitempty; the manifest is a struct too) or sends
+ * null, rather than be sent again at every resync. An object left with nothing is absent too.
  */
 function emptyAsAbsent(v: unknown): unknown {
   if (v === null || v === "") return undefined;
-  if (Array.isArray(v)) return v.length === 0 ? undefined : v;
-  if (typeof v === "object" && Object.keys(v as object).length === 0) return undefined;
+  if (Array.isArray(v)) return v.length === 0 ? undefined : v.map(emptyAsAbsent);
+  if (typeof v === "object") {
+    const kept = Object.entries(v as Record<string, unknown>).flatMap(([k, item]) => {
+      const normal = emptyAsAbsent(item);
+      return normal === undefined ? [] : [[k, normal] as const];
+    });
+    return kept.length === 0 ? undefined : Object.fromEntries(kept);
+  }
   return v;
 }
 

@@ -287,6 +287,15 @@ describe("Agent", () => {
     expect(agentPatch(cr, { ...base, description: "set by hand", capabilities: ["x"] })).toEqual({ description: "", capabilities: [] });
   });
 
+  it("takes empty fields inside the manifest as matching a registry that leaves them out, and still sees a nested change", () => {
+    const manifest = { name: "ag", skills: [{ id: "triage", inputModes: [], outputModes: ["text"] }], capabilities: {}, description: "" };
+    const cr = apply({ manifest });
+    const base = { id: "x", name: "ag", image: "registry.example/a:1", metadata: { [MARKER_KEY]: cr.metadata.uid } };
+    expect(agentPatch(cr, { ...base, manifest: { name: "ag", skills: [{ id: "triage", outputModes: ["text"] }] } })).toEqual({});
+    expect(agentPatch(cr, { ...base, manifest: { name: "ag", skills: [{ id: "triage", outputModes: ["json"] }] } })).toEqual({ manifest });
+    expect(agentPatch(cr, { ...base, manifest: { name: "ag", skills: [{ id: "triage", inputModes: ["x"], outputModes: ["text"] }] } })).toEqual({ manifest });
+  });
+
   it("stalls with NameTaken when the name is another agent's", async () => {
     w.emu.state.createAgent({ name: "ag", org_id: ORG, image: "other" });
     apply({});
