@@ -242,13 +242,28 @@ function snippet(text: string, secrets: readonly string[]): string {
   return flat.length > SNIPPET_MAX ? `${flat.slice(0, SNIPPET_MAX)}…` : flat;
 }
 
-/** Replaces every occurrence of a known secret; secrets shorter than 4 chars are ignored (noise). */
+const REDACTED = "[REDACTED]";
+
+/**
+ * Replaces every occurrence of a known secret, also as a JSON string or a URL would carry it
+ * (a raw error body echoes a password with its quotes escaped). A secret under 4 characters
+ * would match inside ordinary words, so it is replaced only where it stands alone (no letter or
+ * digit either side): a short password in `"password":"abc"` goes, the "abc" of "abcdef" stays.
+ */
 export function scrub(text: string, secrets: readonly string[]): string {
+  const forms = new Set(secrets.filter((s) => s !== "").flatMap((s) => [s, JSON.stringify(s).slice(1, -1), encodeURIComponent(s)]));
   let out = text;
-  for (const s of secrets) {
-    if (s.length >= 4 && out.includes(s)) out = out.split(s).join("[REDACTED]");
+  // Longest first: a form inside a longer one must not leave the rest of it behind.
+  for (const form of [...forms].sort((a, b) => b.length - a.length)) {
+    if (!out.includes(form)) continue;
+    out = form.length >= 4 ? out.split(form).join(REDACTED) : out.replace(standingAlone(form), REDACTED);
   }
   return out;
+}
+
+function standingAlone(form: string): RegExp {
+  const escaped = form.replace(/[.*+?^${}()|[\]\\]/g, "\\$&");
+  return new RegExp(`(?<![A-Za-z0-9])${escaped}(?![A-Za-z0-9])`, "g");
 }
 
 /**

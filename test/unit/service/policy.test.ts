@@ -86,7 +86,14 @@ describe("error bodies", () => {
     const p = parseErrorBody(body, [secret]);
     expect(p.snippet).not.toContain("abcdefgh");
     expect(parseErrorBody(`{"message":"key ${secret} refused"}`, [secret]).serviceMessage).toBe("key [REDACTED] refused");
-    expect(scrub("a b c", ["b"])).toBe("a b c"); // too short to be a credential: noise
+  });
+  it("scrubs a secret as a JSON body or a URL carries it, and a short one where it stands alone", () => {
+    const password = 'pa"ss\\word';
+    expect(scrub(JSON.stringify({ password }), [password])).toBe('{"password":"[REDACTED]"}');
+    expect(scrub(`GET /v2/?p=${encodeURIComponent("a b/c&d")}`, ["a b/c&d"])).toBe("GET /v2/?p=[REDACTED]");
+    expect(scrub('{"password":"abc","note":"abcdef"}', ["abc"])).toBe('{"password":"[REDACTED]","note":"abcdef"}');
+    expect(scrub("x.y x.y1 zx.y", ["x.y"])).toBe("[REDACTED] x.y1 zx.y");
+    expect(scrub("nothing here", [""])).toBe("nothing here");
   });
   it("formats messages for people", () => {
     expect(httpErrorMessage("agents.create", 409, "Conflict", { serviceError: "conflict", serviceMessage: 'name "x" already taken' })).toBe('agents.create: conflict: name "x" already taken (HTTP 409)');
