@@ -20,7 +20,7 @@ import type { Informer } from "../runtime/informer.js";
 import { KubeApiError, resourcePath, secretsPath, type KubeClient } from "../runtime/kube-client.js";
 import { silentLogger } from "../runtime/logging.js";
 import { AgentdClient, type CommandOptions, type ExecStream } from "../service/agentd.js";
-import { ServiceError, isAuthError, type ServiceClient } from "../service/index.js";
+import { ServiceError, isAuthError, isNotFound, type ServiceClient } from "../service/index.js";
 import { kubeClientOf, kubeFlagOptions, kubeFlagsHelp, kubeFlagsOf, namespaceOf, type KubeFlags } from "./kube-flags.js";
 
 const help = (prog: string) => `usage: ${prog} [flags] <sandbox> -- <command> [args...]
@@ -311,6 +311,9 @@ async function runStreaming(target: Target, command: string, options: CommandOpt
         // Still cut off, or the way to the VM failing for now (a proxy's 502/503/504, a 429):
         // asked again, until Ctrl-C.
         if (isTransportFailure(err) || (err instanceof ServiceError && err.retryable)) return undefined;
+        // Ended, and agentd no longer knows the command: the end without an exit code is all
+        // there is, and it means 0.
+        if (ended && isNotFound(err)) return { id, running: false, exitCode: 0 };
         throw err;
       });
       if (st === undefined) {
