@@ -93,6 +93,9 @@ export const ConnectionStatusSchema = statusSchema("Observed state of the Connec
       { description: "Access clients of the service account, as the service lists them.", maxItems: 1000 },
     ),
   ),
+  accessClientsRefreshedAt: Type.Optional(
+    Type.String({ description: "When the access clients were read (every usageRefreshSeconds).", format: "date-time" }),
+  ),
   usage: Type.Optional(
     Type.Object(
       {

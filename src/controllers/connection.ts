@@ -93,9 +93,10 @@ export class ConnectionReconciler implements Reconciler {
       const handle = this.opts.pool.clientFor(conn);
       const { expiresAt } = await handle.client.authenticate();
       const observed: Partial<ConnectionStatus> = { tokenExpiresAt: formatTime(expiresAt) };
-      if (this.usageDue(conn, refreshMs)) {
+      if (this.refreshDue(conn, refreshMs)) {
         const clients = await handle.client.accessClients();
         observed.accessClients = clients.map((c) => ({ name: c.name, clientId: c.client_id, active: c.is_active }));
+        observed.accessClientsRefreshedAt = formatTime(this.now());
         if (conn.spec.workspaceId && conn.spec.environmentId) {
           observed.usage = await this.usageSummary(handle.client, conn.spec.workspaceId, conn.spec.environmentId);
           this.opts.usage?.set(handle.key, observed.usage.byTier);
@@ -169,12 +170,13 @@ export class ConnectionReconciler implements Reconciler {
     });
   }
 
-  /** Access clients and usage are refreshed on their interval, or when the spec changed. */
-  private usageDue(conn: Connection, refreshMs: number): boolean {
-    const usage = conn.status?.usage;
-    if (conn.status?.observedGeneration !== conn.metadata.generation || conn.status?.accessClients === undefined) return true;
-    if (!usage) return Boolean(conn.spec.workspaceId && conn.spec.environmentId);
-    return this.now().getTime() - Date.parse(usage.refreshedAt) >= refreshMs * 0.9;
+  /** Access clients and usage are refreshed together on their interval, or when the spec changed. */
+  private refreshDue(conn: Connection, refreshMs: number): boolean {
+    const { status } = conn;
+    const refreshedAt = status?.accessClientsRefreshedAt;
+    if (status === undefined || status.observedGeneration !== conn.metadata.generation || refreshedAt === undefined) return true;
+    if (status.usage === undefined && conn.spec.workspaceId && conn.spec.environmentId) return true;
+    return this.now().getTime() - Date.parse(refreshedAt) >= refreshMs * 0.9;
   }
 
   private async usageSummary(client: ServiceClient, workspaceId: string, environmentId: string) {

@@ -29,6 +29,7 @@ const reconcile = () =>
     pool: w.pool,
     status: new StatusWriter(w.kube),
     events: w.recorder(),
+    now: () => new Date(w.clock.ms),
   }).reconcile({ namespace: NS, name: "c" }, reconcileContext());
 
 describe("Connection", () => {
@@ -43,6 +44,19 @@ describe("Connection", () => {
     const after = (result as { requeueAfterMs: number }).requeueAfterMs;
     expect(after).toBeGreaterThanOrEqual(540_000);
     expect(after).toBeLessThanOrEqual(660_000);
+  });
+
+  it("reads its access clients again on the interval, with no workspace or environment for usage", async () => {
+    await reconcile();
+    expect(connection().status?.accessClients?.map((c) => c.name)).not.toContain("added-later");
+    w.emu.state.createAccessClient("added-later");
+    w.advance(300_000);
+    await reconcile();
+    expect(connection().status?.accessClients?.map((c) => c.name)).not.toContain("added-later"); // not due yet
+    w.advance(300_000);
+    await reconcile();
+    expect(connection().status?.accessClients?.map((c) => c.name)).toContain("added-later");
+    expect(Date.parse(connection().status?.accessClientsRefreshedAt ?? "")).toBe(w.clock.ms);
   });
 
   it("waits for a missing credentials Secret: Reconciling, retried with the queue's backoff", async () => {
