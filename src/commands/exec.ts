@@ -311,8 +311,8 @@ async function runStreaming(target: Target, command: string, options: CommandOpt
         // Still cut off, or the way to the VM failing for now (a proxy's 502/503/504, a 429):
         // asked again, until Ctrl-C.
         if (isTransportFailure(err) || (err instanceof ServiceError && err.retryable)) return undefined;
-        // Ended, and agentd no longer knows the command: the end without an exit code is all
-        // there is, and it means 0.
+        // Ended, and how is no longer known (agentd forgot the command, or the VM is gone since):
+        // the end without an exit code is all there is, and it means 0.
         if (ended && isNotFound(err)) return { id, running: false, exitCode: 0 };
         throw err;
       });
