@@ -56,23 +56,10 @@ export function agents(ctx: KindContext): ManagedKind<Agent, AgentPlan> {
   };
 }
 
-/**
- * The name the agent should have in the registry: spec.name, else the metadata.name it was
- * created with. Undefined (not managed) for an agent this resource took over and did not name:
- * adopted by the annotation, or imported (no Create).
- */
-function managedName(cr: Agent): string | undefined {
-  if (cr.spec.name !== undefined) return cr.spec.name;
-  const tookOver = cr.metadata.annotations?.[Annotations.externalId] !== undefined || !managementOf(cr.spec).create;
-  return tookOver ? undefined : cr.metadata.name;
-}
-
 /** The updatable fields as the spec wants them; fields the spec leaves out are not managed. */
 function desiredUpdatable(cr: Agent): UpdateAgentRequest {
   const { spec } = cr;
   const out: UpdateAgentRequest = {};
-  const name = managedName(cr);
-  if (name !== undefined) out.name = name;
   if (spec.image !== undefined) out.image = spec.image;
   // The crash-safety marker goes on agents this resource may create. An imported one (no
   // Create) is not marked: without Update the marker would read as drift forever.
@@ -88,7 +75,6 @@ function desiredUpdatable(cr: Agent): UpdateAgentRequest {
 }
 
 const FIELD_NAMES: Record<string, string> = {
-  name: "name",
   image: "image",
   description: "description",
   version: "version",
@@ -130,7 +116,7 @@ class AgentClient implements ExternalClient<Agent, AgentPlan> {
     const orgId = this.orgId(cr);
     // public_key is updatable but not in models.CreateAgentRequest: set by an update after it.
     const { public_key: publicKey, ...updatable } = desiredUpdatable(cr);
-    const body: CreateAgentRequest = { ...updatable, name: cr.spec.name ?? cr.metadata.name, org_id: orgId } as CreateAgentRequest;
+    const body: CreateAgentRequest = { name: cr.spec.name ?? cr.metadata.name, org_id: orgId, ...updatable } as CreateAgentRequest;
     if (cr.spec.author !== undefined) body.author = cr.spec.author;
     if (cr.spec.imagePullSecretRef) {
       const ref = cr.spec.imagePullSecretRef.name;

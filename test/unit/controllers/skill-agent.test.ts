@@ -212,25 +212,6 @@ describe("Agent", () => {
     expect(agent().status?.revision).toBe(agentRevision(cr));
   });
 
-  it("puts back a name changed in the registry: the one it created the agent with", async () => {
-    apply({});
-    await w.reconcile(kind(), "ag");
-    w.calls();
-    w.emu.state.updateAgent(agent().status?.agentId as string, { name: "renamed-by-hand" });
-    resync();
-    expect((await kind().client(w.handle()).observe(agent())).differences).toEqual(["spec.name"]);
-    await w.reconcile(kind(), "ag");
-    expect(w.writes()).toEqual(["agents.update"]);
-    expect(registry()?.name).toBe("ag");
-  });
-
-  it("does not rename an agent it took over without naming it", async () => {
-    const theirs = w.emu.state.createAgent({ name: "their-name", org_id: ORG, image: "registry.example/a:1" });
-    w.apply<Agent>("agents", { metadata: { name: "ag", annotations: { [Annotations.externalId]: theirs.id } }, spec: { image: "registry.example/a:1" } });
-    await w.reconcile(kind(), "ag");
-    expect(w.emu.state.agents.get(theirs.id)?.name).toBe("their-name");
-  });
-
   it("does not manage fields the spec leaves out: values set in the registry stay", async () => {
     apply({});
     await w.reconcile(kind(), "ag");
