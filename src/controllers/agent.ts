@@ -208,28 +208,43 @@ export function agentPatch(cr: Agent, found: RegistryAgent): UpdateAgentRequest 
   const desired = desiredUpdatable(cr);
   const patch: Record<string, unknown> = {};
   for (const [k, v] of Object.entries(desired)) {
-    if (!deepEqual(emptyAsAbsent(v), emptyAsAbsent((found as unknown as Record<string, unknown>)[k]))) patch[k] = v;
+    const asAnswered = k === "manifest" ? manifestAsAnswered : emptyAsAbsent;
+    if (!deepEqual(asAnswered(v), asAnswered((found as unknown as Record<string, unknown>)[k]))) patch[k] = v;
   }
   return patch as UpdateAgentRequest;
 }
 
 /**
- * An empty value ("", [], {}) or null as absent, at every depth: a spec that clears a field
- * (description: "", capabilities: [], manifest.skills: []) matches a registry that leaves empty
- * fields out of its answers (a Go server's omitempty; the manifest is a struct too) or sends
- * null, rather than be sent again at every resync. An object left with nothing is absent too.
+ * An empty value ("", [], {}) or null as absent: a spec that clears a field (description: "",
+ * capabilities: []) matches a registry that leaves empty fields out of its answers (a Go
+ * server's omitempty) or sends null, rather than be sent again at every resync. Only at the
+ * top: what a map holds (metadata) is kept as given, empty values too.
  */
 function emptyAsAbsent(v: unknown): unknown {
   if (v === null || v === "") return undefined;
-  if (Array.isArray(v)) return v.length === 0 ? undefined : v.map(emptyAsAbsent);
-  if (typeof v === "object") {
-    const kept = Object.entries(v as Record<string, unknown>).flatMap(([k, item]) => {
-      const normal = emptyAsAbsent(item);
-      return normal === undefined ? [] : [[k, normal] as const];
-    });
-    return kept.length === 0 ? undefined : Object.fromEntries(kept);
-  }
+  if (Array.isArray(v)) return v.length === 0 ? undefined : v;
+  if (typeof v === "object" && Object.keys(v as object).length === 0) return undefined;
   return v;
+}
+
+/** The fields of a struct (a Go server's, with omitempty), empty ones left out; absent if none is left. */
+function structAsAnswered(v: unknown, field: (key: string, value: unknown) => unknown = (_k, x) => emptyAsAbsent(x)): unknown {
+  if (v === null || typeof v !== "object" || Array.isArray(v)) return emptyAsAbsent(v);
+  const kept = Object.entries(v as Record<string, unknown>).flatMap(([k, x]) => {
+    const normal = field(k, x);
+    return normal === undefined ? [] : [[k, normal] as const];
+  });
+  return kept.length === 0 ? undefined : Object.fromEntries(kept);
+}
+
+/**
+ * The manifest as the registry answers it: models.AgentManifest and its skills
+ * (models.ManifestSkill) are structs, so their empty fields may be left out
+ * (skills[].inputModes: []); the free-form objects in it (input_schema, runtime...) are kept
+ * as given, empty values inside them too.
+ */
+function manifestAsAnswered(v: unknown): unknown {
+  return structAsAnswered(v, (k, x) => (k === "skills" && Array.isArray(x) && x.length > 0 ? x.map((skill) => structAsAnswered(skill)) : emptyAsAbsent(x)));
 }
 
 function statusOf(a: RegistryAgent): Partial<AgentStatus> {

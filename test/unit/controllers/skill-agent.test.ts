@@ -296,6 +296,16 @@ describe("Agent", () => {
     expect(agentPatch(cr, { ...base, manifest: { name: "ag", skills: [{ id: "triage", inputModes: ["x"], outputModes: ["text"] }] } })).toEqual({ manifest });
   });
 
+  it("keeps empty values inside the manifest's free-form objects and in metadata: the registry stores them as sent", () => {
+    const manifest = { name: "ag", input_schema: { type: "object", default: "" } };
+    const cr = apply({ manifest, metadata: { team: "" } });
+    const marker = { [MARKER_KEY]: cr.metadata.uid };
+    const base = { id: "x", name: "ag", image: "registry.example/a:1", metadata: { ...marker, team: "" }, manifest };
+    expect(agentPatch(cr, base)).toEqual({});
+    expect(agentPatch(cr, { ...base, manifest: { name: "ag", input_schema: { type: "object" } } })).toEqual({ manifest });
+    expect(agentPatch(cr, { ...base, metadata: marker })).toEqual({ metadata: { team: "", ...marker } });
+  });
+
   it("stalls with NameTaken when the name is another agent's", async () => {
     w.emu.state.createAgent({ name: "ag", org_id: ORG, image: "other" });
     apply({});
