@@ -114,8 +114,8 @@ export function desiredSkill(cr: Skill, store: ObjectStore): DesiredSkill {
 
 export type DesiredSkill = Omit<SkillRequest, "content"> & { content?: string };
 
-/** The skill to send: computed while observing, so update sends what was compared. */
-export type SkillPlan = SkillRequest;
+/** What the spec manages, as compared while observing: update sends it. */
+export type SkillPlan = ManagedSkillFields;
 
 class SkillClient implements ExternalClient<Skill, SkillPlan> {
   constructor(
@@ -142,7 +142,7 @@ class SkillClient implements ExternalClient<Skill, SkillPlan> {
     if (!isOwn(cr, found, () => desired)) throw nameTaken(name);
     const managed = managedFields(cr, desired);
     const differences = skillDifferences(found, managed);
-    return { exists: true, upToDate: differences.length === 0, differences, status: statusOf(found), plan: skillToSend(found, managed) };
+    return { exists: true, upToDate: differences.length === 0, differences, status: statusOf(found), plan: managed };
   }
 
   /** One GET, for a resource polled more often than the snapshot is read; a 404 is "gone". */
@@ -181,8 +181,13 @@ class SkillClient implements ExternalClient<Skill, SkillPlan> {
     }
   }
 
-  update(_cr: Skill, observed: Planned<SkillStatus, SkillPlan>): Promise<ActionResult<SkillStatus>> {
-    return this.send(observed.plan);
+  async update(_cr: Skill, { plan: managed }: Planned<SkillStatus, SkillPlan>): Promise<ActionResult<SkillStatus>> {
+    // A PUT replaces the whole skill: what the spec leaves to others is sent as the service has
+    // it now, not as the shared snapshot had it (up to its age ago).
+    const whole = managed.content !== undefined && managed.resources !== undefined && managed.description !== undefined;
+    const current = whole ? { name: managed.name } : await this.read(managed.name);
+    if (current === undefined) throw new Error(`skill "${managed.name}" is gone from the service since it was observed; it is looked for again`);
+    return this.send(skillToSend(current, managed));
   }
 
   async delete(cr: Skill): Promise<void> {
@@ -217,7 +222,7 @@ class SkillClient implements ExternalClient<Skill, SkillPlan> {
 }
 
 /** The fields the spec manages (absent: not managed), as it wants them. */
-interface ManagedSkillFields {
+export interface ManagedSkillFields {
   name: string;
   content?: string;
   description?: string;

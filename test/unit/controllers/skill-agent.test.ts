@@ -176,6 +176,13 @@ describe("Skill", () => {
     expect(w.emu.state.skills.get("sk")).toMatchObject({ content: "theirs", description: "ours", resources: { "a.md": "a" } });
     await w.reconcile(kind(), "sk");
     expect(w.writes()).toEqual([]);
+
+    // The owners change the content after the shared snapshot was read: the next update keeps it.
+    w.emu.state.updateSkill("sk", { content: "theirs, v2" });
+    apply({ managementPolicies: ["Observe", "Update"], description: "ours, v2" }, { [Annotations.externalId]: "sk" });
+    await w.reconcile(kind(), "sk");
+    expect(w.writes()).toEqual(["skills.update"]);
+    expect(w.emu.state.skills.get("sk")).toMatchObject({ content: "theirs, v2", description: "ours, v2", resources: { "a.md": "a" } });
   });
 
   it("stalls with NameTaken on a skill of that name it never claimed, and writes nothing", async () => {
