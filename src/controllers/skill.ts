@@ -114,8 +114,15 @@ export function desiredSkill(cr: Skill, store: ObjectStore): DesiredSkill {
 
 export type DesiredSkill = Omit<SkillRequest, "content"> & { content?: string };
 
-/** What the spec manages, as compared while observing: update sends it. */
-export type SkillPlan = ManagedSkillFields;
+/**
+ * What the spec manages, as compared while observing: update sends it. `answered`: the skill as
+ * a GET of this observe answered it (not the shared snapshot), fresh enough for what the update
+ * sends of the rest.
+ */
+export interface SkillPlan {
+  fields: ManagedSkillFields;
+  answered?: ServiceSkill;
+}
 
 class SkillClient implements ExternalClient<Skill, SkillPlan> {
   constructor(
@@ -135,14 +142,16 @@ class SkillClient implements ExternalClient<Skill, SkillPlan> {
         `annotation ${Annotations.externalId}: "${adopting}" differs from the skill name "${name}"; a skill's id is its name`,
       );
     }
-    let found = staleFor(cr, inventory, name) ? await this.read(name) : inventory.get(name);
+    const reading = staleFor(cr, inventory, name);
+    let found = reading ? await this.read(name) : inventory.get(name);
     // Moved in from another owner (sharding), which may have created it after this snapshot: read since.
     if (found === undefined && (await inventory.readSinceArrival(cr.metadata.uid))) found = inventory.get(name);
     if (found === undefined) return { exists: false, upToDate: false };
     if (!isOwn(cr, found, () => desired)) throw nameTaken(name);
     const managed = managedFields(cr, desired);
     const differences = skillDifferences(found, managed);
-    return { exists: true, upToDate: differences.length === 0, differences, status: statusOf(found), plan: managed };
+    const plan: SkillPlan = { fields: managed, ...(reading && { answered: found }) };
+    return { exists: true, upToDate: differences.length === 0, differences, status: statusOf(found), plan };
   }
 
   /** One GET, for a resource polled more often than the snapshot is read; a 404 is "gone". */
@@ -181,11 +190,12 @@ class SkillClient implements ExternalClient<Skill, SkillPlan> {
     }
   }
 
-  async update(_cr: Skill, { plan: managed }: Planned<SkillStatus, SkillPlan>): Promise<ActionResult<SkillStatus>> {
+  async update(_cr: Skill, { plan }: Planned<SkillStatus, SkillPlan>): Promise<ActionResult<SkillStatus>> {
+    const managed = plan.fields;
     // A PUT replaces the whole skill: what the spec leaves to others is sent as the service has
     // it now, not as the shared snapshot had it (up to its age ago).
     const whole = managed.content !== undefined && managed.resources !== undefined && managed.description !== undefined;
-    const current = whole ? { name: managed.name } : await this.read(managed.name);
+    const current = whole ? { name: managed.name } : (plan.answered ?? (await this.read(managed.name)));
     if (current === undefined) throw new Error(`skill "${managed.name}" is gone from the service since it was observed; it is looked for again`);
     return this.send(skillToSend(current, managed));
   }

@@ -485,7 +485,7 @@ function actionOf(cr: Obj, observed: Observation<unknown, unknown>, handle: Serv
       return { action: "update", changes, notes: [...notes, ...drift] };
     }
     case "Skill": {
-      const p = observed.plan as SkillPlan;
+      const p = (observed.plan as SkillPlan).fields;
       const found = handle.skills.get(p.name) as unknown as Record<string, unknown> | undefined;
       const want = p as unknown as Record<string, unknown>;
       const changes = (observed.differences ?? []).map((d) => change(`spec.${d}`, found?.[d], want[d]));
