@@ -13,6 +13,7 @@ import stableStringify from "safe-stable-stringify";
 import { Annotations, ConditionType, MARKER_KEY, OPTIONS_HASH_KEY, kindNames } from "../api/names.js";
 import type { Agent, AgentDeployment, AgentDeploymentStatus } from "../api/index.js";
 import { notReportedYet, troubleOf } from "../managed/conditions.js";
+import { managementOf } from "../managed/management-policies.js";
 import { NotReadyError } from "../managed/errors.js";
 import { errorMessage } from "../lib/errors.js";
 import type { ActionResult, ConnectionDetails, ExternalClient, Observation, Planned } from "../managed/external.js";
@@ -108,10 +109,13 @@ class DeploymentClient implements ExternalClient<AgentDeployment, DeploymentPlan
     // between findOwn's look at the snapshot and this check: see the same check in sandbox.ts.)
     if (plan.action === "replace" && (await this.handle.deployments.readSinceArrival(cr.metadata.uid))) return this.observe(cr);
     const upToDate = plan.action === "none";
+    // Failed, with nothing that will change it: what it runs is what the spec asks, or the
+    // policies leave out the Update that would.
+    const stuck = upToDate || !managementOf(cr.spec).update;
     return {
       exists: true,
       upToDate,
-      ...(upToDate && found.state === "failed" && { notReady: failedCondition(found.id) }),
+      ...(stuck && found.state === "failed" && { notReady: failedCondition(found.id) }),
       differences: upToDate ? [] : [describe(plan)],
       status: {
         ...statusOf(found),

@@ -196,10 +196,10 @@ export class ManagedReconciler<R extends ManagedResource, Plan = unknown> implem
         // A create of an object that existed (gone out of band) is drift put back; the first is not (no success before it).
         this.opts.resourceMetrics?.drifted(cr, this.now());
         this.record(cr, action, "Created", `created the ${this.opts.kind.kind.toLowerCase()} in the service`);
-      } else if (!observed.upToDate && observed.notReady === undefined && !management.update) {
+      } else if (!observed.upToDate && !management.update) {
         drift = observed.differences ?? [];
         // Keeping the object alive (a due renewal) is not an update; the spec's changes wait.
-        if (management.upkeep && this.opts.needsUpkeep && external.upkeep !== undefined) {
+        if (observed.notReady === undefined && management.upkeep && this.opts.needsUpkeep && external.upkeep !== undefined) {
           action = await external.upkeep(cr, observed);
         }
       } else if (!observed.upToDate && observed.notReady === undefined) {

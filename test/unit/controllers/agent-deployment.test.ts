@@ -253,6 +253,19 @@ describe("AgentDeployment against the service", () => {
     expect(deployment().status).toMatchObject({ state: "running", agentRevision: "rev-2" });
   });
 
+  it("reports a failed deployment whose policies leave out the Update that would redeploy it, with the drift", async () => {
+    apply({ managementPolicies: ["Observe", "Create", "Delete"] });
+    await w.reconcile(kind(), "d");
+    w.emu.state.setDeploymentState(deployment().status?.deploymentId as string, "failed");
+    resync();
+    setAgentRevision("rev-2");
+    w.calls();
+    await w.reconcile(kind(), "d");
+    expect(w.writes()).toEqual([]);
+    expect(condition(deployment(), "Ready")).toMatchObject({ status: "False", reason: "DeploymentFailed" });
+    expect(condition(deployment(), "Drifted")).toMatchObject({ status: "True" });
+  });
+
   it("redeploys a failed deployment on a new value of the redeploy-at annotation", async () => {
     apply();
     await w.reconcile(kind(), "d");
