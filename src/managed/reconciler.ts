@@ -456,6 +456,8 @@ export class ManagedReconciler<R extends ManagedResource, Plan = unknown> implem
       this.opts.events.normal(cr, "Orphaned", `left the service object in place (${why})`);
     }
     await this.opts.secrets?.remove(cr);
+    // Deleted after a pause: no status write says the pause ended (a failure's would have).
+    if (findCondition(cr, ConditionType.Ready)?.reason === PAUSED_REASON) this.resumed(cr);
     this.opts.status.forget(cr.metadata.uid);
     await this.setFinalizers(
       cr,
@@ -492,9 +494,11 @@ export class ManagedReconciler<R extends ManagedResource, Plan = unknown> implem
     // The conditions remember a pause: the write that drops it says so, once (a write that
     // fails says nothing, and its retry says it).
     const wasPaused = findCondition(cr, ConditionType.Ready)?.reason === PAUSED_REASON;
-    if (wasPaused && conditions.find((c) => c.type === ConditionType.Ready)?.reason !== PAUSED_REASON) {
-      this.opts.events.normal(cr, "Resumed", `annotation ${Annotations.paused} removed: reconciling again`);
-    }
+    if (wasPaused && conditions.find((c) => c.type === ConditionType.Ready)?.reason !== PAUSED_REASON) this.resumed(cr);
+  }
+
+  private resumed(cr: R): void {
+    this.opts.events.normal(cr, "Resumed", `annotation ${Annotations.paused} removed: reconciling again`);
   }
 
   /**

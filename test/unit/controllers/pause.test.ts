@@ -82,6 +82,7 @@ describe("paused Agent", () => {
     expect(w.writes()).toEqual(["agents.delete"]);
     expect(agent().metadata.finalizers ?? []).not.toContain(FINALIZER);
     expect(w.emu.state.agents.get(id)).toBeUndefined();
+    expect(reasons()).toEqual(["Created", "Paused", "Deleted", "Resumed"]);
   });
 });
 
