@@ -245,25 +245,36 @@ function snippet(text: string, secrets: readonly string[]): string {
 const REDACTED = "[REDACTED]";
 
 /**
- * Replaces every occurrence of a known secret, also as a JSON string or a URL would carry it
- * (a raw error body echoes a password with its quotes escaped). A secret under 4 characters
- * would match inside ordinary words, so it is replaced only where it stands alone (no letter or
- * digit either side): a short password in `"password":"abc"` goes, the "abc" of "abcdef" stays.
+ * Replaces every occurrence of a known secret, also in the forms a body or a URL carries it
+ * (see writtenForms). A secret under 4 characters would match inside ordinary words, so it is
+ * replaced only where it stands alone (no letter or digit either side): a short password in
+ * `"password":"abc"` goes, the "abc" of "abcdef" stays. One pass, longest form first, so a
+ * replacement is never matched again by a shorter secret.
  */
 export function scrub(text: string, secrets: readonly string[]): string {
-  const forms = new Set(secrets.filter((s) => s !== "").flatMap((s) => [s, JSON.stringify(s).slice(1, -1), encodeURIComponent(s)]));
-  let out = text;
-  // Longest first: a form inside a longer one must not leave the rest of it behind.
-  for (const form of [...forms].sort((a, b) => b.length - a.length)) {
-    if (!out.includes(form)) continue;
-    out = form.length >= 4 ? out.split(form).join(REDACTED) : out.replace(standingAlone(form), REDACTED);
-  }
-  return out;
+  const forms = [...new Set(secrets.flatMap(writtenForms))].filter((f) => text.includes(f));
+  if (forms.length === 0) return text;
+  const pattern = forms
+    .sort((a, b) => b.length - a.length)
+    .map((f) => {
+      const escaped = f.replace(/[.*+?^${}()|[\]\\]/g, "\\$&");
+      return f.length >= 4 ? escaped : `(?<![A-Za-z0-9])${escaped}(?![A-Za-z0-9])`;
+    })
+    .join("|");
+  return text.replace(new RegExp(pattern, "g"), REDACTED);
 }
 
-function standingAlone(form: string): RegExp {
-  const escaped = form.replace(/[.*+?^${}()|[\]\\]/g, "\\$&");
-  return new RegExp(`(?<![A-Za-z0-9])${escaped}(?![A-Za-z0-9])`, "g");
+/**
+ * A secret as it is written: itself; inside a JSON string (escaped quotes and backslashes, and
+ * `<`, `>`, `&` as \u003c, \u003e, \u0026, as Go's encoder writes them); in a URL, as a path
+ * segment or a query value (space as %20 or +).
+ */
+function writtenForms(secret: string): string[] {
+  if (secret === "") return [];
+  const json = JSON.stringify(secret).slice(1, -1);
+  const goJson = json.replace(/[<>&]/g, (c) => `\\u00${c.charCodeAt(0).toString(16)}`);
+  const query = new URLSearchParams({ s: secret }).toString().slice(2);
+  return [secret, json, goJson, encodeURIComponent(secret), query];
 }
 
 /**

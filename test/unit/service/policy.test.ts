@@ -94,6 +94,11 @@ describe("error bodies", () => {
     expect(scrub('{"password":"abc","note":"abcdef"}', ["abc"])).toBe('{"password":"[REDACTED]","note":"abcdef"}');
     expect(scrub("x.y x.y1 zx.y", ["x.y"])).toBe("[REDACTED] x.y1 zx.y");
     expect(scrub("nothing here", [""])).toBe("nothing here");
+    // Go's JSON encoder and query encoding.
+    expect(scrub('{"password":"p\\u0026ss\\u003cw\\u003erd"}', ["p&ss<w>rd"])).toBe('{"password":"[REDACTED]"}');
+    expect(scrub("?p=it%21s+me", ["it!s me"])).toBe("?p=[REDACTED]");
+    // A replacement is not matched again by a shorter secret.
+    expect(scrub("key abcdefgh and REDA", ["abcdefgh", "REDA"])).toBe("key [REDACTED] and [REDACTED]");
   });
   it("formats messages for people", () => {
     expect(httpErrorMessage("agents.create", 409, "Conflict", { serviceError: "conflict", serviceMessage: 'name "x" already taken' })).toBe('agents.create: conflict: name "x" already taken (HTTP 409)');
