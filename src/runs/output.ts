@@ -5,6 +5,7 @@
 // A step may print gigabytes, so its output file is never read whole: only the two ends the
 // ConfigMap keeps (outputWindow), each with room for a secret that crosses the cut, so that
 // the cut never leaves part of a secret in clear (boundedOutput).
+import { mergeRanges, type Range } from "../lib/ranges.js";
 import type { FileEnds } from "../service/agentd.js";
 
 /** Bytes of a step's output kept in status (its tail). */
@@ -82,17 +83,11 @@ export function boundedOutput(ends: FileEnds, secrets: Iterable<string>, budget:
  * `start` and `end` say which bytes of `buf` the text stands for.
  */
 function maskedSpan(buf: Buffer, values: Buffer[], from: number, to: number): { text: string; start: number; end: number } {
-  const found: [number, number][] = [];
+  const found: Range[] = [];
   for (const v of values) {
     for (let i = buf.indexOf(v); i >= 0; i = buf.indexOf(v, i + 1)) found.push([i, i + v.length]);
   }
-  found.sort((a, b) => a[0] - b[0]);
-  const merged: [number, number][] = [];
-  for (const [s, e] of found) {
-    const last = merged[merged.length - 1];
-    if (last !== undefined && s <= last[1]) last[1] = Math.max(last[1], e);
-    else merged.push([s, e]);
-  }
+  const merged = mergeRanges(found);
   const covering = (at: number) => merged.find(([s, e]) => s < at && at < e);
   let start = covering(from)?.[0] ?? from;
   let end = covering(to)?.[1] ?? to;

@@ -7,6 +7,7 @@
 // before it is stored (see `scrub`).
 
 import { STATUS_CODES } from "node:http";
+import { mergeRanges, type Range } from "../lib/ranges.js";
 import { isTLSCode } from "./retry.js";
 
 /** Every operation name the client uses; identical to the emulator's request-log names. */
@@ -246,22 +247,35 @@ const REDACTED = "[REDACTED]";
 
 /**
  * Replaces every occurrence of a known secret, also in the forms a body or a URL carries it
- * (see writtenForms). A secret under 4 characters would match inside ordinary words, so it is
- * replaced only where it stands alone (no letter or digit either side): a short password in
- * `"password":"abc"` goes, the "abc" of "abcdef" stays. One pass, longest form first, so a
- * replacement is never matched again by a shorter secret.
+ * (see writtenForms); where two overlap, both go under one [REDACTED]. A secret under 4
+ * characters would match inside ordinary words, so it is replaced only where it stands alone
+ * (see standsAlone): a short password in `"password":"abc"` goes, the "abc" of "abcdef" stays.
  */
 export function scrub(text: string, secrets: readonly string[]): string {
-  const forms = [...new Set(secrets.flatMap(writtenForms))].filter((f) => text.includes(f));
-  if (forms.length === 0) return text;
-  const pattern = forms
-    .sort((a, b) => b.length - a.length)
-    .map((f) => {
-      const escaped = f.replace(/[.*+?^${}()|[\]\\]/g, "\\$&");
-      return f.length >= 4 ? escaped : `(?<![A-Za-z0-9])${escaped}(?![A-Za-z0-9])`;
-    })
-    .join("|");
-  return text.replace(new RegExp(pattern, "g"), REDACTED);
+  const found: Range[] = [];
+  for (const secret of new Set(secrets)) {
+    const short = secret.length < 4;
+    for (const form of new Set(writtenForms(secret))) {
+      for (let i = text.indexOf(form); i >= 0; i = text.indexOf(form, i + 1)) {
+        if (!short || standsAlone(text, i, i + form.length)) found.push([i, i + form.length]);
+      }
+    }
+  }
+  if (found.length === 0) return text;
+  let out = "";
+  let at = 0;
+  for (const [start, end] of mergeRanges(found)) {
+    out += text.slice(at, start) + REDACTED;
+    at = end;
+  }
+  return out + text.slice(at);
+}
+
+/** No letter or digit either side, but for the end of an escape before it (\n, %20, \u0026). */
+function standsAlone(text: string, start: number, end: number): boolean {
+  const before = text.slice(Math.max(0, start - 6), start);
+  const clearBefore = !/[A-Za-z0-9]$/.test(before) || /(\\[nrt]|%[0-9A-Fa-f]{2}|\\u[0-9A-Fa-f]{4})$/.test(before);
+  return clearBefore && !/[A-Za-z0-9]/.test(text[end] ?? "");
 }
 
 /**

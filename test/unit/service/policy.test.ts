@@ -97,6 +97,11 @@ describe("error bodies", () => {
     // Go's JSON encoder and query encoding.
     expect(scrub('{"password":"p\\u0026ss\\u003cw\\u003erd"}', ["p&ss<w>rd"])).toBe('{"password":"[REDACTED]"}');
     expect(scrub("?p=it%21s+me", ["it!s me"])).toBe("?p=[REDACTED]");
+    // Overlapping secrets go under one mask; a short secret's encoded forms follow its rule too,
+    // and an escape before it is a boundary.
+    expect(scrub("zzabcdxyz", ["abcdxyz", "zzabcd"])).toBe("[REDACTED]");
+    expect(scrub("data%2Fbase a%2Fb", ["a/b"])).toBe("data%2Fbase [REDACTED]");
+    expect(scrub("line\\nabc x%20abc", ["abc"])).toBe("line\\n[REDACTED] x%20[REDACTED]");
     // A replacement is not matched again by a shorter secret.
     expect(scrub("key abcdefgh and REDA", ["abcdefgh", "REDA"])).toBe("key [REDACTED] and [REDACTED]");
   });
