@@ -438,11 +438,12 @@ export class ManagedReconciler<R extends ManagedResource, Plan = unknown> implem
     this.waitingSince.delete(cr.metadata.uid);
     if (!(cr.metadata.finalizers ?? []).includes(FINALIZER)) return;
     const management = managementOf(cr.spec);
+    let event: { reason: string; message: string } | undefined;
     if (management.delete) {
       try {
         const external = await this.opts.connector.connect(cr, ctx);
         await external.delete(cr);
-        this.opts.events.normal(cr, "Deleted", "deleted the service object");
+        event = { reason: "Deleted", message: "deleted the service object" };
       } catch (err) {
         const failure = classify(err);
         if (failure.kind === "notReady" && this.opts.externalId(cr) === undefined) {
@@ -453,16 +454,19 @@ export class ManagedReconciler<R extends ManagedResource, Plan = unknown> implem
       }
     } else {
       const why = cr.spec.deletionPolicy === "Orphan" ? "deletionPolicy: Orphan" : `spec.managementPolicies ${management.stated} leaves out Delete`;
-      this.opts.events.normal(cr, "Orphaned", `left the service object in place (${why})`);
+      event = { reason: "Orphaned", message: `left the service object in place (${why})` };
     }
     await this.opts.secrets?.remove(cr);
-    // Deleted after a pause: no status write says the pause ended (a failure's would have).
-    if (findCondition(cr, ConditionType.Ready)?.reason === PAUSED_REASON) this.resumed(cr);
     this.opts.status.forget(cr.metadata.uid);
     await this.setFinalizers(
       cr,
       (cr.metadata.finalizers ?? []).filter((f) => f !== FINALIZER),
     );
+    // Said once the finalizer is off: a removal that fails is retried, from the delete (a 404
+    // then), and would say it all again.
+    if (event !== undefined) this.opts.events.normal(cr, event.reason, event.message);
+    // Deleted after a pause: no status write said the pause ended (a failure's would have).
+    if (findCondition(cr, ConditionType.Ready)?.reason === PAUSED_REASON) this.resumed(cr);
   }
 
   /**

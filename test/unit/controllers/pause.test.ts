@@ -78,8 +78,13 @@ describe("paused Agent", () => {
     expect(condition(agent(), "Ready")?.message).toContain("deletion waits");
 
     w.apply<Agent>("agents", { metadata: { name: "ag", annotations: {} }, spec: agent().spec });
-    await w.reconcile(kind(), "ag");
+    // The finalizer's removal fails once: its retry says Resumed, once.
+    w.writeFault = { path: /\/agents\/ag$/, error: new Error("the API server answered 503") };
+    await expect(w.reconcile(kind(), "ag")).rejects.toThrow();
     expect(w.writes()).toEqual(["agents.delete"]);
+    expect(reasons()).not.toContain("Resumed");
+    w.writeFault = undefined;
+    await w.reconcile(kind(), "ag");
     expect(agent().metadata.finalizers ?? []).not.toContain(FINALIZER);
     expect(w.emu.state.agents.get(id)).toBeUndefined();
     expect(reasons()).toEqual(["Created", "Paused", "Deleted", "Resumed"]);
