@@ -111,11 +111,11 @@ class DeploymentClient implements ExternalClient<AgentDeployment, DeploymentPlan
     const upToDate = plan.action === "none";
     // Failed, with nothing that will change it: what it runs is what the spec asks, or the
     // policies leave out the Update that would.
-    const stuck = upToDate || !managementOf(cr.spec).update;
+    const mayUpdate = managementOf(cr.spec).update;
     return {
       exists: true,
       upToDate,
-      ...(stuck && found.state === "failed" && { notReady: failedCondition(found.id) }),
+      ...((upToDate || !mayUpdate) && found.state === "failed" && { notReady: failedCondition(found.id, mayUpdate) }),
       differences: upToDate ? [] : [describe(plan)],
       status: {
         ...statusOf(found),
@@ -290,11 +290,11 @@ export function optionsHash(cr: AgentDeployment): string {
  * same image would most likely fail again, in a loop that hides why. A new revision of the
  * Agent redeploys it, as does the annotation.
  */
-function failedCondition(id: string): { reason: string; message: string } {
-  return {
-    reason: "DeploymentFailed",
-    message: `the service reports deployment ${id} as failed; it is redeployed when its Agent changes, or on a new value of the annotation ${Annotations.redeployAt}`,
-  };
+function failedCondition(id: string, mayUpdate: boolean): { reason: string; message: string } {
+  const mend = mayUpdate
+    ? `it is redeployed when its Agent changes, or on a new value of the annotation ${Annotations.redeployAt}`
+    : "spec.managementPolicies leaves out Update, so the operator does not redeploy it: add Update, or redeploy it outside the operator";
+  return { reason: "DeploymentFailed", message: `the service reports deployment ${id} as failed; ${mend}` };
 }
 
 function statusOf(d: Deployment): Partial<AgentDeploymentStatus> {

@@ -263,6 +263,8 @@ describe("AgentDeployment against the service", () => {
     await w.reconcile(kind(), "d");
     expect(w.writes()).toEqual([]);
     expect(condition(deployment(), "Ready")).toMatchObject({ status: "False", reason: "DeploymentFailed" });
+    expect(condition(deployment(), "Ready")?.message).toContain("leaves out Update");
+    expect(condition(deployment(), "Ready")?.message).not.toContain("redeploy-at");
     expect(condition(deployment(), "Drifted")).toMatchObject({ status: "True" });
   });
 
