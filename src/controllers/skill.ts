@@ -196,7 +196,10 @@ class SkillClient implements ExternalClient<Skill, SkillPlan> {
     // it now, not as the shared snapshot had it (up to its age ago).
     const whole = managed.content !== undefined && managed.resources !== undefined && managed.description !== undefined;
     const current = whole ? { name: managed.name } : (plan.answered ?? (await this.read(managed.name)));
-    if (current === undefined) throw new Error(`skill "${managed.name}" is gone from the service since it was observed; it is looked for again`);
+    if (current === undefined) {
+      // Waited for, not an error: the next pass finds it gone, and creates it (or reports it missing).
+      throw new NotReadyError("ExternalNotFound", `skill "${managed.name}" is gone from the service since it was observed; it is looked for again`);
+    }
     return this.send(skillToSend(current, managed));
   }
 

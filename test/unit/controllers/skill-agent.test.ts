@@ -185,6 +185,19 @@ describe("Skill", () => {
     expect(w.emu.state.skills.get("sk")).toMatchObject({ content: "theirs, v2", description: "ours, v2", resources: { "a.md": "a" } });
   });
 
+  it("an import's update that finds the skill gone since its observe waits for the next look (not an error)", async () => {
+    w.emu.state.createSkill({ name: "sk", content: "theirs" });
+    apply({ managementPolicies: ["Observe", "Update"], description: "ours" }, { [Annotations.externalId]: "sk" });
+    w.emu.injectFault({ method: "GET", path: "/compute/v1/skills/sk", times: 1, action: { status: 404, body: { code: 404, error_code: "not_found", message: "skill sk not found" } } });
+    expect(await w.reconcile(kind(), "sk")).toEqual({ requeue: true });
+    expect(w.writes()).toEqual([]);
+    expect(condition(skill(), "Reconciling")).toMatchObject({ status: "True", reason: "ExternalNotFound" });
+    resync(); // (the 404 was a fault: the skill is there)
+    await w.reconcile(kind(), "sk");
+    expect(w.writes()).toEqual(["skills.update"]);
+    expect(condition(skill(), "Ready")?.status).toBe("True");
+  });
+
   it("stalls with NameTaken on a skill of that name it never claimed, and writes nothing", async () => {
     w.emu.state.createSkill({ name: "sk", content: "someone else's" });
     apply({ content: "mine" });
