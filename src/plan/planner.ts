@@ -447,6 +447,9 @@ async function observeOne(
   }
   if (observed.upToDate || observed.notReady !== undefined) {
     if (observed.notReady !== undefined) notes.push(`${observed.notReady.reason}: ${observed.notReady.message}`);
+    // Unusable and different from the spec, without the Update that would mend it: the
+    // differences are reported (Drifted), as the reconciler does; withinPolicies says so.
+    if (!observed.upToDate && !managementOf(cr.spec).update) return { ...base, ...withId, ...actionOf(cr, observed, handle, specChanges, notes) };
     const p = observed.plan as { action?: string } | undefined;
     if (p?.action === "renew") notes.push("its VM's TTL renewal is due (routine)");
     return { ...base, action: "none", ...withId, notes };

@@ -299,4 +299,24 @@ spec: {managementPolicies: [Observe]}`;
     expect(find(p, "Agent", "imported").reason).toMatch(/^ExternalNotFound: .*leaves out Create/);
     expect(p.changes).toBe(false);
   });
+
+  it("says a failed deployment would be reported, and its replacement with it, when its policies leave out Update", async () => {
+    const agent = emu.state.createAgent({ name: "crashing", org_id: ORG, image: "c:1" });
+    const dep = emu.state.deploy(agent.id, { tier: "standard" });
+    emu.state.setDeploymentState(dep.id, "failed");
+    const spec = { agentId: agent.id, tier: "large", managementPolicies: ["Observe", "Create", "Delete"] };
+    cluster.set("agentdeployments", [live("crashing", spec, { deploymentId: dep.id, optionsHash: "applied-before", configHash: dep.config_hash })]);
+    try {
+      const yaml = `apiVersion: agentcompute.dev/v1alpha1
+kind: AgentDeployment
+metadata: {name: crashing}
+spec: {agentId: "${agent.id}", tier: large, managementPolicies: [Observe, Create, Delete]}`;
+      const r = find(await plan(reader, manifests(yaml), { prune: false }), "AgentDeployment", "crashing");
+      expect(r.action).toBe("none");
+      expect(r.reason).toMatch(/leaves out Update: the replacement would be reported \(condition Drifted\)/);
+      expect(r.notes.join("\n")).toMatch(/DeploymentFailed: the service reports deployment \S+ as failed/);
+    } finally {
+      cluster.set("agentdeployments", []);
+    }
+  });
 });
