@@ -112,6 +112,7 @@ export function desiredSkill(cr: Skill, store: ObjectStore): DesiredSkill {
   return req;
 }
 
+/** A skill as a spec names it (desiredSkill), or as far as it manages it (managedFields): a field left out is not named, or not managed. */
 export type DesiredSkill = Omit<SkillRequest, "content"> & { content?: string };
 
 /**
@@ -120,7 +121,7 @@ export type DesiredSkill = Omit<SkillRequest, "content"> & { content?: string };
  * sends of the rest.
  */
 export interface SkillPlan {
-  fields: ManagedSkillFields;
+  fields: DesiredSkill;
   answered?: ServiceSkill;
 }
 
@@ -171,7 +172,7 @@ class SkillClient implements ExternalClient<Skill, SkillPlan> {
     const desired = desiredSkill(cr, this.store);
     const { content } = desired;
     if (content === undefined) {
-      // The CRD asks for content when Create is allowed; an object stored before that rule was not checked.
+      // The CRD asks for content when Create is allowed; this is for where its CEL rules are not enforced.
       throw new StalledError("ContentRequired", "set spec.content or spec.contentFrom: the service needs the content to create a skill");
     }
     try {
@@ -234,27 +235,19 @@ class SkillClient implements ExternalClient<Skill, SkillPlan> {
   }
 }
 
-/** The fields the spec manages (absent: not managed), as it wants them. */
-export interface ManagedSkillFields {
-  name: string;
-  content?: string;
-  description?: string;
-  resources?: Record<string, string>;
-}
-
 /**
  * What of the skill the spec manages: the content and description it names, and the files.
  * A spec that may create the skill defines it whole, so naming no files means none; an import
  * (managementPolicies without Create) manages only what it names, as an imported Agent does.
  */
-function managedFields(cr: Skill, desired: DesiredSkill): ManagedSkillFields {
+function managedFields(cr: Skill, desired: DesiredSkill): DesiredSkill {
   const wholeSkill = managementOf(cr.spec).create;
   const resources = desired.resources ?? (wholeSkill ? {} : undefined);
   return { ...desired, ...(resources !== undefined && { resources }) };
 }
 
 /** The managed fields that differ from the service's skill. */
-export function skillDifferences(found: ServiceSkill, managed: ManagedSkillFields): string[] {
+export function skillDifferences(found: ServiceSkill, managed: DesiredSkill): string[] {
   const out: string[] = [];
   if (managed.content !== undefined && (found.content ?? "") !== managed.content) out.push("content");
   if (managed.description !== undefined && (found.description ?? "") !== managed.description) out.push("description");
@@ -266,7 +259,7 @@ export function skillDifferences(found: ServiceSkill, managed: ManagedSkillField
  * The update: a PUT replaces the whole skill, so what the spec does not manage is sent as the
  * service has it, and kept.
  */
-function skillToSend(found: ServiceSkill, managed: ManagedSkillFields): SkillRequest {
+function skillToSend(found: ServiceSkill, managed: DesiredSkill): SkillRequest {
   const description = managed.description ?? found.description;
   const resources = managed.resources ?? found.resources;
   return {
