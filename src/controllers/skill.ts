@@ -197,10 +197,7 @@ class SkillClient implements ExternalClient<Skill, SkillPlan> {
     // it now, not as the shared snapshot had it (up to its age ago).
     const whole = managed.content !== undefined && managed.resources !== undefined && managed.description !== undefined;
     const current = whole ? { name: managed.name } : (plan.answered ?? (await this.read(managed.name)));
-    if (current === undefined) {
-      // Waited for, not an error: the next pass finds it gone, and creates it (or reports it missing).
-      throw new NotReadyError("ExternalNotFound", `skill "${managed.name}" is gone from the service since it was observed; it is looked for again`);
-    }
+    if (current === undefined) throw skillGone(managed.name);
     return this.send(skillToSend(current, managed));
   }
 
@@ -229,9 +226,15 @@ class SkillClient implements ExternalClient<Skill, SkillPlan> {
   }
 
   private async send(desired: SkillRequest): Promise<ActionResult<SkillStatus>> {
-    const updated = await this.handle.client.skills.update(desired.name, desired);
-    this.handle.skills.put(updated);
-    return { status: statusOf(updated) };
+    try {
+      const updated = await this.handle.client.skills.update(desired.name, desired);
+      this.handle.skills.put(updated);
+      return { status: statusOf(updated) };
+    } catch (err) {
+      if (!isNotFound(err)) throw err;
+      this.handle.skills.remove(desired.name);
+      throw skillGone(desired.name);
+    }
   }
 }
 
@@ -268,6 +271,11 @@ function skillToSend(found: ServiceSkill, managed: DesiredSkill): SkillRequest {
     ...(description !== undefined && { description }),
     ...(resources !== undefined && { resources }),
   };
+}
+
+/** Gone between observe and update: waited for, not an error; the next pass creates it, or reports it missing. */
+function skillGone(name: string): NotReadyError {
+  return new NotReadyError("ExternalGone", `skill "${name}" is gone from the service since it was observed; it is looked for again`);
 }
 
 function nameTaken(name: string): StalledError {

@@ -281,14 +281,17 @@ function standsAlone(text: string, start: number, end: number): boolean {
 /**
  * A secret as it is written: itself; inside a JSON string (escaped quotes and backslashes, and
  * `<`, `>`, `&` as \u003c, \u003e, \u0026, as Go's encoder writes them); in a URL, as a path
- * segment or a query value (space as %20 or +).
+ * segment or a query value, as JavaScript (URLSearchParams) and Go (url.QueryEscape: `~` kept,
+ * `!'()*` escaped, space as +) write them.
  */
 function writtenForms(secret: string): string[] {
   if (secret === "") return [];
   const json = JSON.stringify(secret).slice(1, -1);
   const goJson = json.replace(/[<>&]/g, (c) => `\\u00${c.charCodeAt(0).toString(16)}`);
+  const uri = encodeURIComponent(secret);
   const query = new URLSearchParams({ s: secret }).toString().slice(2);
-  return [secret, json, goJson, encodeURIComponent(secret), query];
+  const goQuery = uri.replace(/[!'()*]/g, (c) => `%${c.charCodeAt(0).toString(16).toUpperCase()}`).replace(/%20/g, "+");
+  return [secret, json, goJson, uri, query, goQuery];
 }
 
 /**

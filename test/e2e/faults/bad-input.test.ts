@@ -68,7 +68,7 @@ const refused: Refused[] = [
   {
     what: "both of two exclusive fields (content and contentFrom)",
     manifest: `kind: Skill\nmetadata: {name: both}\nspec: {content: x, contentFrom: {configMapKeyRef: {name: a, key: b}}}`,
-    says: [/set exactly one of spec\.content and spec\.contentFrom/],
+    says: [/set at most one of spec\.content and spec\.contentFrom/],
   },
   {
     what: "neither of agentRef and agentId",

@@ -191,11 +191,24 @@ describe("Skill", () => {
     w.emu.injectFault({ method: "GET", path: "/compute/v1/skills/sk", times: 1, action: { status: 404, body: { code: 404, error_code: "not_found", message: "skill sk not found" } } });
     expect(await w.reconcile(kind(), "sk")).toEqual({ requeue: true });
     expect(w.writes()).toEqual([]);
-    expect(condition(skill(), "Reconciling")).toMatchObject({ status: "True", reason: "ExternalNotFound" });
+    expect(condition(skill(), "Reconciling")).toMatchObject({ status: "True", reason: "ExternalGone" });
     resync(); // (the 404 was a fault: the skill is there)
     await w.reconcile(kind(), "sk");
     expect(w.writes()).toEqual(["skills.update"]);
     expect(condition(skill(), "Ready")?.status).toBe("True");
+  });
+
+  it("an update of the whole skill that finds it gone (404) waits for the next pass, which creates it again", async () => {
+    apply({ content: "v1", description: "d" });
+    await w.reconcile(kind(), "sk");
+    apply({ content: "v2", description: "d" });
+    w.emu.state.deleteSkill("sk"); // the snapshot still has it
+    w.calls();
+    expect(await w.reconcile(kind(), "sk")).toEqual({ requeue: true });
+    expect(condition(skill(), "Reconciling")).toMatchObject({ status: "True", reason: "ExternalGone" });
+    await w.reconcile(kind(), "sk");
+    expect(w.writes()).toEqual(["skills.update", "skills.create"]);
+    expect(w.emu.state.skills.get("sk")?.content).toBe("v2");
   });
 
   it("stalls with NameTaken on a skill of that name it never claimed, and writes nothing", async () => {

@@ -97,6 +97,7 @@ describe("error bodies", () => {
     // Go's JSON encoder and query encoding.
     expect(scrub('{"password":"p\\u0026ss\\u003cw\\u003erd"}', ["p&ss<w>rd"])).toBe('{"password":"[REDACTED]"}');
     expect(scrub("?p=it%21s+me", ["it!s me"])).toBe("?p=[REDACTED]");
+    expect(scrub("?p=a~b%2Ac+d", ["a~b*c d"])).toBe("?p=[REDACTED]");
     // Overlapping secrets go under one mask; a short secret's encoded forms follow its rule too,
     // and an escape before it is a boundary.
     expect(scrub("zzabcdxyz", ["abcdxyz", "zzabcd"])).toBe("[REDACTED]");
