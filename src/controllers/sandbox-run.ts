@@ -122,11 +122,12 @@ export class SandboxRunReconciler implements Reconciler {
   async reconcile(req: Request, ctx: ReconcileContext): Promise<Result | void> {
     const cached = this.o.runs.get(req.namespace, req.name);
     if (cached === undefined) return;
-    if (cached.metadata.deletionTimestamp !== undefined) return this.finalize(cached);
+    if (cached.metadata.deletionTimestamp !== undefined) return this.finalize(cached, ctx);
     let run = this.latest(this.o.status.fresh(cached));
     const finalizers = run.metadata.finalizers ?? [];
-    // A run's own VM must be given back even if the run is deleted while it runs.
-    if (run.spec.sandboxTemplate !== undefined && !isFinished(run.status) && !finalizers.includes(FINALIZER)) {
+    // Until it ends, a run's deletion waits for its step to be stopped (and its own VM, if it
+    // has one, to be given back), even if the operator was not running when it was deleted.
+    if (!isFinished(run.status) && !finalizers.includes(FINALIZER)) {
       const updated = await patchFinalizers(this.o.kube, this.path(run), run, [...finalizers, FINALIZER]);
       if (updated === undefined) return;
       run = this.latest(this.o.status.fresh(updated));
@@ -158,19 +159,20 @@ export class SandboxRunReconciler implements Reconciler {
   }
 
   /**
-   * A run that left the cache while a step ran: if it was deleted, the step is killed (best
-   * effort: the run is gone). Leaving the cache is not always a deletion: in sharded mode a
-   * run moved to another replica leaves this one's label-selected watch the same way, and its
-   * step must go on. So the API server is asked first; only a run that is not there (or is
-   * being deleted) has its step stopped.
+   * A run that left the cache while a step ran, without its finalizer's say (one deleted
+   * before this version gave sandboxRef runs a finalizer, or whose finalizer was removed by
+   * hand): if it was deleted, the step is killed (best effort: the run is gone). Leaving the
+   * cache is not always a deletion: in sharded mode a run moved to another replica leaves this
+   * one's label-selected watch the same way, and its step must go on. So the API server is
+   * asked first; only a run that is not there (or is being deleted) has its step stopped.
    */
   stopDeleted(run: SandboxRun): void {
     this.written.delete(run.metadata.uid);
     this.lostVMs.delete(run.metadata.uid);
     const st = run.status;
-    // A run's own VM was given back before its finalizer let it go.
-    if (isFinished(st) || !st?.vmId || run.spec.sandboxTemplate !== undefined) return;
-    const step = (st.steps ?? []).find((s) => s.finishedAt === undefined && s.commandId !== undefined);
+    // Deleted through a finalizer: finalize stopped the step (or gave the run's own VM back).
+    if (run.metadata.deletionTimestamp !== undefined || run.spec.sandboxTemplate !== undefined) return;
+    const step = runningCommand(st);
     if (step === undefined) return;
     const log = { namespace: run.metadata.namespace, name: run.metadata.name };
     void this.deleted(run)
@@ -179,14 +181,21 @@ export class SandboxRunReconciler implements Reconciler {
         // Not through the membership's write gate (sharded mode): this runs outside any
         // reconcile, before this replica joins as well as after, and nothing would try this kill
         // again. The run is gone or going: a replica it moved to meanwhile stops the same step.
-        const vm = this.vmOf(this.handleOf(run, true), st.vmId!, { gated: false });
-        try {
-          await vm.kill(step.commandId!);
-        } finally {
-          await vm.close();
-        }
+        await this.kill(this.handleOf(run, true), step, { gated: false });
       })
       .catch((err: unknown) => this.o.log.info({ ...log, err: errorMessage(err) }, "could not stop the step of a deleted run"));
+  }
+
+  /** Kills a step's command; a VM that is gone took the command with it. */
+  private async kill(handle: ServiceHandle, step: RunningCommand, opts?: { gated?: boolean }): Promise<void> {
+    const vm = this.vmOf(handle, step.vmId, opts);
+    try {
+      await vm.kill(step.commandId);
+    } catch (err) {
+      if (!(err instanceof VMGoneError)) throw err;
+    } finally {
+      await vm.close();
+    }
   }
 
   /**
@@ -408,13 +417,36 @@ export class SandboxRunReconciler implements Reconciler {
     return ensureRunVM(run, this.handleOf(run), this.o.sandboxDeps, this.lostVMs.get(run.metadata.uid)?.vmId);
   }
 
-  /** A deleted run: its own VM given back, then its finalizer removed. */
-  private async finalize(run: SandboxRun): Promise<void> {
+  /** A deleted run: its own VM given back, or the step it runs in its Sandbox's VM stopped; then its finalizer removed. */
+  private async finalize(run: SandboxRun, ctx: ReconcileContext): Promise<void> {
     const finalizers = run.metadata.finalizers ?? [];
     if (!finalizers.includes(FINALIZER)) return;
-    await releaseRunVMs(run, this.handleOf(run, true), run.status?.vmId);
+    if (run.spec.sandboxTemplate !== undefined) await releaseRunVMs(run, this.handleOf(run, true), run.status?.vmId);
+    else await this.stopStep(this.latest(this.o.status.fresh(run)), ctx);
     await patchFinalizers(this.o.kube, this.path(run), run, finalizers.filter((f) => f !== FINALIZER));
     this.o.status.forget(run.metadata.uid);
+  }
+
+  /**
+   * The step a deleted sandboxRef run runs, killed. Nothing to stop when no step runs, or when
+   * the Sandbox is gone: its VM went with it (or, with deletionPolicy Orphan, runs on with the
+   * step, as the user asked). Nor without a Connection to reach the VM through (deleted by
+   * force): said in the log, and the deletion goes on rather than wait for ever. Any other
+   * failure is retried, and the deletion waits, as a Sandbox's waits for its VM's.
+   */
+  private async stopStep(run: SandboxRun, ctx: ReconcileContext): Promise<void> {
+    const step = runningCommand(run.status);
+    const name = run.spec.sandboxRef?.name;
+    if (step === undefined || name === undefined || this.o.sandboxes.get(run.metadata.namespace, name) === undefined) return;
+    let handle: ServiceHandle;
+    try {
+      handle = this.handleOf(run, true);
+    } catch (err) {
+      if (!(err instanceof NotReadyError)) throw err;
+      ctx.log.warn({ reason: err.reason, commandId: step.commandId }, `cannot stop the deleted run's step: ${err.message}`);
+      return;
+    }
+    await this.kill(handle, step);
   }
 
   /**
@@ -713,6 +745,18 @@ class Pass {
 
 /** How long an attempt waits for its Sandbox to name another VM than the one found gone. */
 const LOST_VM_WAIT_MS = 60_000;
+
+/** A step started and not seen to end: the command to stop, and the VM it runs in. */
+interface RunningCommand {
+  vmId: string;
+  commandId: string;
+}
+
+function runningCommand(st: SandboxRunStatus | undefined): RunningCommand | undefined {
+  if (isFinished(st) || !st?.vmId) return undefined;
+  const step = (st.steps ?? []).find((s) => s.finishedAt === undefined && s.commandId !== undefined);
+  return step === undefined ? undefined : { vmId: st.vmId, commandId: step.commandId! };
+}
 
 /**
  * The output ConfigMap's name: `<run>-output`, or with `uid` (that name taken by another

@@ -207,6 +207,29 @@ spec: {tier: standard, ttlSeconds: 3600}`, t.namespace);
     await waitFor(() => rt?.command(commandId)?.running === false, { description: "the deleted run's step stopped" });
   }, 90_000);
 
+  it("stops the step of a run deleted while no operator ran: its finalizer holds the deletion until then", async () => {
+    await apply(runManifest("deleted-while-down", `
+  steps:
+    - {name: forever, command: 'sleep 300'}`), t.namespace);
+    const r = await waitFor(async () => {
+      const x = await run("deleted-while-down");
+      return steps(x)[0]?.commandId !== undefined ? x : undefined;
+    }, { description: "the step running" });
+    expect(r.metadata.finalizers).toContain("agentcompute.dev/finalizer");
+    const rt = t.stack.emulator.runtimes.get(await sandboxVM());
+    const commandId = steps(r)[0]!.commandId!;
+    await t.stack.restartOperator(async () => {
+      await kubectlOk(["delete", "sandboxrun", "deleted-while-down", "--wait=false"], { namespace: t.namespace });
+      // Nothing stops it while no operator runs; the run waits, marked for deletion.
+      expect((await run("deleted-while-down")).metadata.deletionTimestamp).toBeDefined();
+      expect(rt?.command(commandId)?.running).toBe(true);
+    });
+    await waitFor(() => rt?.command(commandId)?.running === false, { description: "the deleted run's step stopped" });
+    await waitFor(async () => (await kubectl(["get", "sandboxrun", "deleted-while-down"], { namespace: t.namespace })).exitCode !== 0, {
+      description: "sandboxrun/deleted-while-down gone",
+    });
+  }, 90_000);
+
   it("with backoffLimit: 1 tries the whole run once more, then fails with BackoffLimitExceeded", async () => {
     const rt = t.stack.emulator.runtimes.get(await sandboxVM())!;
     const before = rt.executions;

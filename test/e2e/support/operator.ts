@@ -85,8 +85,8 @@ export interface Stack {
   operator: OperatorProcess;
   logs: string[];
   kube: KubeClient;
-  /** Restarts the operator (a new process over the same resources). */
-  restartOperator(): Promise<void>;
+  /** Restarts the operator (a new process over the same resources); `meanwhile` runs while none runs. */
+  restartOperator(meanwhile?: () => Promise<void>): Promise<void>;
   stop(): Promise<void>;
 }
 
@@ -115,8 +115,9 @@ export async function startStack(opts: {
     logs,
     kube: new KubeClient({ kubeConfig }),
     operator: await startOperator(operatorOpts),
-    async restartOperator() {
+    async restartOperator(meanwhile) {
       await stack.operator.stop();
+      await meanwhile?.();
       stack.operator = await startOperator(operatorOpts);
     },
     async stop() {
@@ -157,7 +158,7 @@ export async function apply(manifest: string, namespace?: string): Promise<strin
 }
 
 export interface Resource {
-  metadata: { name: string; namespace: string; uid: string; generation?: number; annotations?: Record<string, string>; finalizers?: string[] };
+  metadata: { name: string; namespace: string; uid: string; generation?: number; annotations?: Record<string, string>; finalizers?: string[]; deletionTimestamp?: string };
   spec: Record<string, unknown>;
   status?: {
     observedGeneration?: number;
