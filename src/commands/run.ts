@@ -176,5 +176,9 @@ export async function main(argv: string[]): Promise<number> {
   const reason = await manager.done();
   await operator.pool.close();
   logger.info({ reason }, "operator stopped");
-  return reason === "error" || reason === "leadership-lost" ? 1 : 0;
+  const code = reason === "error" || reason === "leadership-lost" ? 1 : 0;
+  // Reconciles that outlived --graceful-shutdown-timeout were abandoned, not ended: the process
+  // ends now, as controller-runtime's does, so that none writes after its Lease has run out.
+  if (manager.abandonedWork()) process.exit(code);
+  return code;
 }

@@ -85,6 +85,8 @@ export class LeaderElector {
   private leading = false;
   private reportedLeader = "";
   private leadingAbort: AbortController | undefined;
+  /** Leave the lease to expire on stop, releaseOnCancel or not (see keepLeaseOnStop). */
+  private keepLease = false;
 
   constructor(opts: LeaderElectorOptions) {
     // `??`, not a spread of defaults: an option passed as undefined must not wipe its default
@@ -108,6 +110,15 @@ export class LeaderElector {
 
   isLeader(): boolean {
     return this.leading;
+  }
+
+  /**
+   * On stop, do not release the lease: leave it to expire, so that a successor waits one lease
+   * duration. For a stop whose work may still be writing (a reconcile that outlived the grace
+   * period), which a successor taking over at once would act beside.
+   */
+  keepLeaseOnStop(): void {
+    this.keepLease = true;
   }
 
   /** Holder identity as last observed ("" when none). */
@@ -137,7 +148,7 @@ export class LeaderElector {
         signal.removeEventListener("abort", onAbort);
         leading.abort(new Error("leadership ended"));
         this.setLeading(false);
-        if (signal.aborted && this.o.releaseOnCancel) await this.release();
+        if (signal.aborted && this.o.releaseOnCancel && !this.keepLease) await this.release();
         try {
           this.o.onStoppedLeading?.();
         } catch (err) {

@@ -8,7 +8,8 @@
 //
 // Stop order (SIGTERM/SIGINT or stop()): controllers stop taking work and finish in-flight
 // reconciles within the grace period -> the Lease is released (holderIdentity cleared, so the
-// successor takes over at once) -> informers stop -> pending Events are flushed (bounded) ->
+// successor takes over at once; left to expire instead if a reconcile outlived the grace
+// period, see abandonedWork) -> informers stop -> pending Events are flushed (bounded) ->
 // servers close. Losing the Lease ends the manager with reason "leadership-lost" (as
 // controller-runtime exits on lost leadership: a fresh process is the safe way back).
 //
@@ -135,6 +136,7 @@ export class Manager {
   private resolveDone!: (r: StopReason) => void;
   private readonly donePromise: Promise<StopReason>;
   private stopReason: StopReason = "stopped";
+  private abandoned = false;
   private readonly signalHandlers: [NodeJS.Signals, () => void][] = [];
   private readonly stopCountingRequests: () => void;
   private readonly leadingHooks: Array<(signal: AbortSignal) => void | Promise<void>> = [];
@@ -264,6 +266,14 @@ export class Manager {
   }
 
   /** Resolves with why the manager ended, once stop() has completed. */
+  /**
+   * After stop: whether reconciles outlived the grace period. They were aborted, not awaited,
+   * and may still be writing; the process should end rather than let them run on.
+   */
+  abandonedWork(): boolean {
+    return this.abandoned;
+  }
+
   done(): Promise<StopReason> {
     return this.donePromise;
   }
@@ -349,6 +359,14 @@ export class Manager {
     const deadline = Date.now() + grace;
     const outcomes = await Promise.all(this.controllers.map((c) => c.stop(grace).catch(() => "timeout" as const)));
     const drained = outcomes.every((o) => o === "drained");
+    if (!drained) {
+      // Abandoned reconciles may still write: a successor must not start beside them. Leave the
+      // leader Lease to expire (as sharded mode keeps its member Lease), and say so: the caller
+      // ends the process (`abandonedWork`), which ends them.
+      this.abandoned = true;
+      this.elector?.keepLeaseOnStop();
+      this.logger.warn({ graceMs: grace }, "reconciles outlived the grace period: the leader Lease is left to expire, not released");
+    }
     for (const hook of this.stoppedHooks) await hook(drained).catch((err: unknown) => this.logger.warn({ err: errorMessage(err) }, "stop hook failed"));
     this.electionAbort.abort(new Error("manager stopping"));
     await this.electionDone?.catch(() => undefined);

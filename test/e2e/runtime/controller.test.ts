@@ -174,7 +174,49 @@ describe("Controller, EventRecorder, Manager (real kube-apiserver)", () => {
       await mgr.stop();
     }
     expect(await mgr.done()).toBe("stopped");
+    expect(mgr.abandonedWork()).toBe(false);
     const released = await client.get<Lease>(leasesPath(ns, "rt-manager"));
     expect(released.spec?.holderIdentity ?? "").toBe("");
+  });
+
+  it("manager: a reconcile that outlives the grace period keeps the lease from being released (a successor would act beside it)", async () => {
+    await client.create(path(ns), widget(ns, "stuck"));
+    let started = false;
+    let finish!: () => void;
+    const hung = new Promise<void>((resolve) => (finish = resolve));
+    const mgr = new Manager({
+      client: clientFor(),
+      logger: testLogger(),
+      namespaces: [ns],
+      metricsBindAddress: "0",
+      healthProbeBindAddress: "0",
+      leaderElection: { namespace: ns, name: "rt-abandoned", leaseDurationMs: 3_000, renewDeadlineMs: 2_000, retryPeriodMs: 500 },
+      handleSignals: false,
+      gracefulShutdownTimeoutMs: 300,
+    });
+    const c = mgr.newController({
+      name: "stuck-widgets",
+      concurrency: 1,
+      reconciler: {
+        // A call that ignores its abort signal: the reconcile goes on after the grace period.
+        async reconcile(req) {
+          if (req.name !== "stuck") return;
+          started = true;
+          await hung;
+        },
+      },
+    });
+    c.watch(mgr.informerFor<Widget>(path()));
+    try {
+      await mgr.start();
+      await poll(() => started, 60_000, "the reconcile to start");
+      await mgr.stop();
+      expect(mgr.abandonedWork()).toBe(true);
+      const lease = await client.get<Lease>(leasesPath(ns, "rt-abandoned"));
+      expect(lease.spec?.holderIdentity).toBe(mgr.identity);
+    } finally {
+      finish();
+      await mgr.stop();
+    }
   });
 });
