@@ -174,11 +174,15 @@ export async function main(argv: string[]): Promise<number> {
     "operator started",
   );
   const reason = await manager.done();
+  const code = reason === "error" || reason === "leadership-lost" ? 1 : 0;
+  if (manager.abandonedWork()) {
+    // Reconciles that outlived --graceful-shutdown-timeout were abandoned, not ended: the
+    // process ends now, as controller-runtime's does, so that none writes after its Lease has
+    // run out. Not after closing the service clients: that waits for the calls in flight.
+    logger.warn({ reason }, "operator stopped; ending the process under reconciles that outlived the grace period");
+    process.exit(code);
+  }
   await operator.pool.close();
   logger.info({ reason }, "operator stopped");
-  const code = reason === "error" || reason === "leadership-lost" ? 1 : 0;
-  // Reconciles that outlived --graceful-shutdown-timeout were abandoned, not ended: the process
-  // ends now, as controller-runtime's does, so that none writes after its Lease has run out.
-  if (manager.abandonedWork()) process.exit(code);
   return code;
 }

@@ -9,7 +9,7 @@ import { API_VERSION, FINALIZER, GROUP, RUN_LABEL, RunPhase, VERSION, kindNames,
 import type { Sandbox, SandboxRun, SandboxRunStatus, Skill } from "../api/index.js";
 import { errorMessage } from "../lib/errors.js";
 import { NotReadyError, classify } from "../managed/errors.js";
-import { patchFinalizers } from "../managed/finalizers.js";
+import { patchFinalizers, removeFinalizer } from "../managed/finalizers.js";
 import { afterBackoff } from "../managed/requeue.js";
 import type { StatusWriter } from "../managed/status-writer.js";
 import type { Controller, ReconcileContext, Reconciler, Request, Result } from "../runtime/controller.js";
@@ -103,6 +103,14 @@ export class SandboxRunReconciler implements Reconciler {
    * for ever: a 404 that passes (the service's list lagging) would leave it waiting for nothing.
    */
   private readonly lostVMs = new Map<string, { vmId: string; at: number }>();
+  /**
+   * Per run (uid): the command this process started for the step being run, kept until the run
+   * ends. Status may not hold its id (the write after the start failed; the step's next start
+   * then exits at the marker and status records that one), and a deletion must still stop it.
+   */
+  private readonly startedHere = new Map<string, RunningCommand & { attempt: number; index: number }>();
+  /** Runs (uid) whose finalizer this process removed: their delete event has nothing left to do. */
+  private readonly finalized = new Set<string>();
   private readonly vmOf: (handle: ServiceHandle, vmId: string, opts?: { gated?: boolean }) => RunVM;
 
   constructor(private readonly o: SandboxRunReconcilerOptions) {
@@ -167,12 +175,14 @@ export class SandboxRunReconciler implements Reconciler {
    * asked first; only a run that is not there (or is being deleted) has its step stopped.
    */
   stopDeleted(run: SandboxRun): void {
-    this.written.delete(run.metadata.uid);
-    this.lostVMs.delete(run.metadata.uid);
-    const st = run.status;
-    // Deleted through a finalizer: finalize stopped the step (or gave the run's own VM back).
-    if (run.metadata.deletionTimestamp !== undefined || run.spec.sandboxTemplate !== undefined) return;
-    const step = runningCommand(st);
+    const uid = run.metadata.uid;
+    this.written.delete(uid);
+    this.lostVMs.delete(uid);
+    const startedHere = this.startedHere.get(uid);
+    this.startedHere.delete(uid);
+    // finalize has done what could be done; a run's own VM was given back before its finalizer let it go.
+    if (this.finalized.delete(uid) || run.spec.sandboxTemplate !== undefined) return;
+    const step = runningCommand(run.status) ?? startedHere;
     if (step === undefined) return;
     const log = { namespace: run.metadata.namespace, name: run.metadata.name };
     void this.deleted(run)
@@ -423,7 +433,8 @@ export class SandboxRunReconciler implements Reconciler {
     if (!finalizers.includes(FINALIZER)) return;
     if (run.spec.sandboxTemplate !== undefined) await releaseRunVMs(run, this.handleOf(run, true), run.status?.vmId);
     else await this.stopStep(this.latest(this.o.status.fresh(run)), ctx);
-    await patchFinalizers(this.o.kube, this.path(run), run, finalizers.filter((f) => f !== FINALIZER));
+    await removeFinalizer(this.o.kube, this.path(run), run, FINALIZER);
+    this.finalized.add(run.metadata.uid);
     this.o.status.forget(run.metadata.uid);
   }
 
@@ -435,18 +446,30 @@ export class SandboxRunReconciler implements Reconciler {
    * failure is retried, and the deletion waits, as a Sandbox's waits for its VM's.
    */
   private async stopStep(run: SandboxRun, ctx: ReconcileContext): Promise<void> {
-    const step = runningCommand(run.status);
+    const uid = run.metadata.uid;
+    const steps: RunningCommand[] = [];
+    const recorded = runningCommand(run.status);
+    if (recorded !== undefined) steps.push(recorded);
+    const startedHere = isFinished(run.status) ? undefined : this.startedHere.get(uid);
+    if (startedHere !== undefined && startedHere.commandId !== recorded?.commandId) steps.push(startedHere);
     const name = run.spec.sandboxRef?.name;
-    if (step === undefined || name === undefined || this.o.sandboxes.get(run.metadata.namespace, name) === undefined) return;
+    if (steps.length === 0 || name === undefined || this.o.sandboxes.get(run.metadata.namespace, name) === undefined) return;
     let handle: ServiceHandle;
     try {
       handle = this.handleOf(run, true);
     } catch (err) {
       if (!(err instanceof NotReadyError)) throw err;
-      ctx.log.warn({ reason: err.reason, commandId: step.commandId }, `cannot stop the deleted run's step: ${err.message}`);
+      ctx.log.warn({ reason: err.reason, commandIds: steps.map((c) => c.commandId) }, `cannot stop the deleted run's step: ${err.message}`);
       return;
     }
-    await this.kill(handle, step);
+    for (const step of steps) await this.kill(handle, step);
+  }
+
+  /** A step this process started: remembered until the run ends (see startedHere); the first start of a step wins. */
+  stepStarted(run: SandboxRun, step: RunningCommand & { attempt: number; index: number }): void {
+    const known = this.startedHere.get(run.metadata.uid);
+    if (known?.attempt === step.attempt && known.index === step.index) return;
+    this.startedHere.set(run.metadata.uid, step);
   }
 
   /**
@@ -455,17 +478,15 @@ export class SandboxRunReconciler implements Reconciler {
    */
   async afterFinish(written: SandboxRun, st: SandboxRunStatus): Promise<Result | void> {
     this.lostVMs.delete(written.metadata.uid);
+    this.startedHere.delete(written.metadata.uid);
     const run = this.latest(this.o.status.fresh(written)); // with the status this pass wrote, if it did
     if (run.spec.sandboxTemplate !== undefined && run.status?.vmReleased !== true) {
       await releaseRunVMs(run, this.handleOf(run, true), st.vmId);
       await this.o.status.write(this.path(run, "status"), run, { vmReleased: true }, []);
       this.remember(run);
     }
-    const finalizers = run.metadata.finalizers ?? [];
-    if (finalizers.includes(FINALIZER)) {
-      const updated = await patchFinalizers(this.o.kube, this.path(run), run, finalizers.filter((f) => f !== FINALIZER));
-      if (updated === undefined) return;
-    }
+    // After the status this pass may have written: a JSON patch, which needs no resourceVersion.
+    await removeFinalizer(this.o.kube, this.path(run), run, FINALIZER);
     const at = expiresAt(run.spec.ttlSecondsAfterFinished, st);
     if (at === undefined) return;
     const left = at - this.now().getTime();
@@ -631,6 +652,7 @@ class Pass {
       ...(Object.keys(inputs.envs).length > 0 && { envs: inputs.envs }),
       ...(timeoutMs !== undefined && { timeoutMs }),
     });
+    this.r.stepStarted(run, { vmId, commandId, attempt, index });
     st.attempts = attempt;
     st.vmId = vmId;
     st.steps = [...(st.steps ?? []).slice(0, index), { name: step.name, commandId, startedAt: formatTime(this.now) }];

@@ -265,7 +265,6 @@ export class Manager {
     return this.healthAddr;
   }
 
-  /** Resolves with why the manager ended, once stop() has completed. */
   /**
    * After stop: whether reconciles outlived the grace period. They were aborted, not awaited,
    * and may still be writing; the process should end rather than let them run on.
@@ -274,6 +273,7 @@ export class Manager {
     return this.abandoned;
   }
 
+  /** Resolves with why the manager ended, once stop() has completed. */
   done(): Promise<StopReason> {
     return this.donePromise;
   }

@@ -127,6 +127,15 @@ spec: {tier: standard, ttlSeconds: 3600}`, t.namespace);
     // Each step ran once.
     const vmId = await sandboxVM();
     expect(t.stack.emulator.runtimes.get(vmId)?.executions).toBe(2);
+
+    // The finalizer it kept while running goes when it ends, in the pass that ends it: no
+    // conflict with the status that pass wrote, no error logged.
+    const done = await waitFor(async () => {
+      const x = await run("two-step");
+      return x.metadata.finalizers === undefined ? x : undefined;
+    }, { description: "the finished run's finalizer removed" });
+    expect(done.metadata.finalizers).toBeUndefined();
+    expect(t.stack.logs.filter((l) => l.includes('"name":"two-step"') && l.includes("reconciler error"))).toEqual([]);
   }, 120_000);
 
   it("refuses a change of spec, naming the fix", async () => {

@@ -89,7 +89,7 @@ describe("sharded mode: the membership's write gate", () => {
     expect(ready.status?.vmId).toBeDefined();
   });
 
-  it("a deleted run's running step is still stopped while the gate is closed (nobody else works on a run that is gone)", async () => {
+  it("a deleted run waits, its finalizer kept, while the gate is closed; once the replica may work, its step is stopped and it goes", async () => {
     open = true;
     await applySandbox("runner");
     await waitForReady(t.stack, "sandboxes", "runner", { timeoutMs: 60_000 });
@@ -108,10 +108,16 @@ describe("sharded mode: the membership's write gate", () => {
     expect(runtime?.command(commandId)?.running).toBe(true);
     open = false;
     try {
-      await kubectlOk(["delete", "sandboxrun", "deleted-run", "--wait=true", "--timeout=30s"], { namespace: t.namespace });
-      await waitFor(() => runtime?.command(commandId)?.running === false, { timeoutMs: 30_000, description: "the deleted run's step stopped" });
+      await kubectlOk(["delete", "sandboxrun", "deleted-run", "--wait=false"], { namespace: t.namespace });
+      // A replica that may not work stops nothing: the replica the run moves to (here, this one
+      // once its membership is current again) does, through the run's finalizer.
+      await new Promise((resolve) => setTimeout(resolve, 2_000));
+      expect(runtime?.command(commandId)?.running).toBe(true);
+      expect((await getResource(t.stack.kube, "sandboxruns", t.namespace, "deleted-run")).metadata.finalizers).toContain("agentcompute.dev/finalizer");
     } finally {
       open = true; // the clean-up after the tests lets go of the finalizers
     }
+    await waitFor(() => runtime?.command(commandId)?.running === false, { timeoutMs: 30_000, description: "the deleted run's step stopped" });
+    await kubectlOk(["wait", "--for=delete", "sandboxrun/deleted-run", "--timeout=30s"], { namespace: t.namespace });
   });
 });
