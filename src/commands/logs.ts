@@ -3,7 +3,8 @@
 // ended step's whole output from the run's output ConfigMap (status holds only its tail). With
 // -f, follows the run while it runs: each step's output is printed as the step ends, until the
 // run has succeeded or failed. The steps' output goes to stdout as it is; a line naming each
-// step (and its exit code) goes to stderr, so that stdout can be piped.
+// step (and its exit code), and one when a step starts running or the run waits, go to
+// stderr, so that stdout can be piped.
 //
 // Exit codes: 0 printed (with -f: the run succeeded); 1 the run could not be read, or (with
 // -f) it failed; 2 usage error.
@@ -18,7 +19,8 @@ import { kubeClientOf, kubeFlagOptions, kubeFlagsHelp, kubeFlagsOf, namespaceOf,
 const help = (prog: string) => `usage: ${prog} [flags] <sandboxrun>
 
 Prints the output of a SandboxRun's steps (stdout and stderr of each, in order); a line naming
-each step and its exit code goes to stderr.
+each step and its exit code goes to stderr, and so does one when a step is running (its output
+is printed when it ends) or the run waits (and why).
 
 flags:
   -f, --follow              follow the run while it runs; exit when it has ended
@@ -88,9 +90,19 @@ export async function main(argv: string[], prog = "agent-operator logs", io: Log
   }
 }
 
-/** Prints the run's ended steps; with `follow`, until the run ends. */
+/**
+ * Prints the run's ended steps; with `follow`, until the run ends. What the run is doing
+ * meanwhile (waiting, and why; a step running, whose output comes when it ends) is said once on
+ * stderr, so that a long step does not look like a hung command.
+ */
 export async function printLogs(kube: KubeClient, namespace: string, name: string, follow: boolean, io: LogsIO): Promise<number> {
   const printed = new Set<string>();
+  const said = new Set<string>();
+  const sayOnce = (key: string, line: string) => {
+    if (said.has(key)) return;
+    said.add(key);
+    io.err(line);
+  };
   for (;;) {
     const run = await readRun(kube, namespace, name);
     const st = run.status ?? {};
@@ -108,6 +120,13 @@ export async function printLogs(kube: KubeClient, namespace: string, name: strin
       }
     }
     const done = st.phase === "Succeeded" || st.phase === "Failed";
+    const running = (st.steps ?? []).find((s) => s.finishedAt === undefined);
+    if (!done && running !== undefined) {
+      sayOnce(`${attempt}/${running.name}/running`, `--- step "${running.name}" (attempt ${attempt}) is running; its output comes when it ends ---\n`);
+    } else if (!done && st.phase !== "Running") {
+      const ready = st.conditions?.find((c) => c.type === "Ready");
+      if (ready?.reason !== undefined) sayOnce(`waiting/${ready.reason}`, `sandboxrun/${name} is waiting: ${ready.reason}${ready.message ? `: ${ready.message}` : ""}\n`);
+    }
     if (!follow) return 0;
     if (done) {
       if (st.phase === "Succeeded") return 0;

@@ -281,6 +281,18 @@ spec: {tier: standard, ttlSeconds: 3600}`, t.namespace);
     const followed = capture();
     expect(await logs(args("-f", "followed"), "logs", followed.io)).toBe(0);
     expect(followed.o.out).toBe("one\ntwo\n");
+    // A step that runs a while is said to run (once), rather than nothing until it ends.
+    expect(followed.o.err.match(/step "one" \(attempt 1\) is running/g)).toHaveLength(1);
+
+    // A run that waits says why.
+    await apply(runManifest("no-sandbox", `
+  steps:
+    - {name: never, command: 'true'}`).replace("sandboxRef: {name: box}", "sandboxRef: {name: no-such-box}"), t.namespace);
+    await waitForReady(t.stack, "sandboxruns", "no-sandbox", { status: "False", reason: "WaitingForSandbox" });
+    const waiting = capture();
+    expect(await logs(args("no-sandbox"), "logs", waiting.io)).toBe(0);
+    expect(waiting.o.out).toBe("");
+    expect(waiting.o.err).toContain('sandboxrun/no-sandbox is waiting: WaitingForSandbox: Sandbox "no-such-box" (spec.sandboxRef) not found');
 
     const missing = capture();
     expect(await logs(args("no-such-run"), "logs", missing.io)).toBe(1);
