@@ -108,9 +108,7 @@ export class SandboxRunReconciler implements Reconciler {
    * ends. Status may not hold its id (the write after the start failed; the step's next start
    * then exits at the marker and status records that one), and a deletion must still stop it.
    */
-  private readonly startedHere = new Map<string, RunningCommand & { attempt: number; index: number }>();
-  /** Runs (uid) whose finalizer this process removed: their delete event has nothing left to do. */
-  private readonly finalized = new Set<string>();
+  private readonly startedHere = new Map<string, StartedStep>();
   private readonly vmOf: (handle: ServiceHandle, vmId: string, opts?: { gated?: boolean }) => RunVM;
 
   constructor(private readonly o: SandboxRunReconcilerOptions) {
@@ -169,7 +167,8 @@ export class SandboxRunReconciler implements Reconciler {
   /**
    * A run that left the cache while a step ran, without its finalizer's say (one deleted
    * before this version gave sandboxRef runs a finalizer, or whose finalizer was removed by
-   * hand): if it was deleted, the step is killed (best effort: the run is gone). Leaving the
+   * hand; a deletion the finalizer held shows it in the deleted object, the last state stored,
+   * on every replica): if it was deleted, the step is killed (best effort: the run is gone). Leaving the
    * cache is not always a deletion: in sharded mode a run moved to another replica leaves this
    * one's label-selected watch the same way, and its step must go on. So the API server is
    * asked first; only a run that is not there (or is being deleted) has its step stopped.
@@ -178,10 +177,10 @@ export class SandboxRunReconciler implements Reconciler {
     const uid = run.metadata.uid;
     this.written.delete(uid);
     this.lostVMs.delete(uid);
-    const startedHere = this.startedHere.get(uid);
+    const startedHere = this.startedStep(run);
     this.startedHere.delete(uid);
-    // finalize has done what could be done; a run's own VM was given back before its finalizer let it go.
-    if (this.finalized.delete(uid) || run.spec.sandboxTemplate !== undefined) return;
+    // Its finalizer's removal deleted it: finalize did what could be done (a run's own VM given back).
+    if ((run.metadata.finalizers ?? []).includes(FINALIZER) || run.spec.sandboxTemplate !== undefined) return;
     const step = runningCommand(run.status) ?? startedHere;
     if (step === undefined) return;
     const log = { namespace: run.metadata.namespace, name: run.metadata.name };
@@ -434,7 +433,6 @@ export class SandboxRunReconciler implements Reconciler {
     if (run.spec.sandboxTemplate !== undefined) await releaseRunVMs(run, this.handleOf(run, true), run.status?.vmId);
     else await this.stopStep(this.latest(this.o.status.fresh(run)), ctx);
     await removeFinalizer(this.o.kube, this.path(run), run, FINALIZER);
-    this.finalized.add(run.metadata.uid);
     this.o.status.forget(run.metadata.uid);
   }
 
@@ -446,11 +444,10 @@ export class SandboxRunReconciler implements Reconciler {
    * failure is retried, and the deletion waits, as a Sandbox's waits for its VM's.
    */
   private async stopStep(run: SandboxRun, ctx: ReconcileContext): Promise<void> {
-    const uid = run.metadata.uid;
     const steps: RunningCommand[] = [];
     const recorded = runningCommand(run.status);
     if (recorded !== undefined) steps.push(recorded);
-    const startedHere = isFinished(run.status) ? undefined : this.startedHere.get(uid);
+    const startedHere = this.startedStep(run);
     if (startedHere !== undefined && startedHere.commandId !== recorded?.commandId) steps.push(startedHere);
     const name = run.spec.sandboxRef?.name;
     if (steps.length === 0 || name === undefined || this.o.sandboxes.get(run.metadata.namespace, name) === undefined) return;
@@ -465,11 +462,32 @@ export class SandboxRunReconciler implements Reconciler {
     for (const step of steps) await this.kill(handle, step);
   }
 
-  /** A step this process started: remembered until the run ends (see startedHere); the first start of a step wins. */
-  stepStarted(run: SandboxRun, step: RunningCommand & { attempt: number; index: number }): void {
-    const known = this.startedHere.get(run.metadata.uid);
-    if (known?.attempt === step.attempt && known.index === step.index) return;
-    this.startedHere.set(run.metadata.uid, step);
+  /**
+   * A step this process started: remembered until the run ends (see startedHere). The first
+   * start of a step in a VM wins: a second one exits at the marker (a start in another VM, the
+   * attempt's VM replaced, is a real one). Not for a run no longer in the cache (deleted, or
+   * moved to another replica while the pass ran): nothing would forget it.
+   */
+  stepStarted(run: SandboxRun, step: StartedStep): void {
+    const uid = run.metadata.uid;
+    if (this.o.runs.get(run.metadata.namespace, run.metadata.name)?.metadata.uid !== uid) return;
+    const known = this.startedHere.get(uid);
+    if (known?.attempt === step.attempt && known.index === step.index && known.vmId === step.vmId) return;
+    this.startedHere.set(uid, step);
+  }
+
+  /**
+   * The step this process started, while status does not say it ended: its attempt is the one
+   * status names (or a later one the status write did not record), and that step not finished.
+   */
+  private startedStep(run: SandboxRun): RunningCommand | undefined {
+    const started = this.startedHere.get(run.metadata.uid);
+    const st = run.status ?? {};
+    if (started === undefined || isFinished(st)) return undefined;
+    const attempt = Math.max(1, st.attempts ?? 1);
+    if (started.attempt < attempt) return undefined;
+    if (started.attempt === attempt && st.steps?.[started.index]?.finishedAt !== undefined) return undefined;
+    return started;
   }
 
   /**
@@ -772,6 +790,12 @@ const LOST_VM_WAIT_MS = 60_000;
 interface RunningCommand {
   vmId: string;
   commandId: string;
+}
+
+/** A command started for a step: which attempt, and which step. */
+interface StartedStep extends RunningCommand {
+  attempt: number;
+  index: number;
 }
 
 function runningCommand(st: SandboxRunStatus | undefined): RunningCommand | undefined {

@@ -108,10 +108,14 @@ describe("sharded mode: the membership's write gate", () => {
     expect(runtime?.command(commandId)?.running).toBe(true);
     open = false;
     try {
+      const logged = t.stack.logs.length;
       await kubectlOk(["delete", "sandboxrun", "deleted-run", "--wait=false"], { namespace: t.namespace });
       // A replica that may not work stops nothing: the replica the run moves to (here, this one
       // once its membership is current again) does, through the run's finalizer.
-      await new Promise((resolve) => setTimeout(resolve, 2_000));
+      await waitFor(() => t.stack.logs.slice(logged).some((l) => l.includes("shard membership is not current") && l.includes('"name":"deleted-run"')), {
+        timeoutMs: 30_000,
+        description: "the deleted run's finalize refused by the gate",
+      });
       expect(runtime?.command(commandId)?.running).toBe(true);
       expect((await getResource(t.stack.kube, "sandboxruns", t.namespace, "deleted-run")).metadata.finalizers).toContain("agentcompute.dev/finalizer");
     } finally {
