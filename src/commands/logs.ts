@@ -3,15 +3,15 @@
 // ended step's whole output from the run's output ConfigMap (status holds only its tail). With
 // -f, follows the run while it runs: each step's output is printed as the step ends, until the
 // run has succeeded or failed. The steps' output goes to stdout as it is; a line naming each
-// step (and its exit code), and one when a step starts running or the run waits, go to
-// stderr, so that stdout can be piped.
+// step (and its exit code), and one when a step starts running, the run waits or a new
+// attempt starts, go to stderr, so that stdout can be piped.
 //
 // Exit codes: 0 printed (with -f: the run succeeded); 1 the run could not be read, or (with
 // -f) it failed; 2 usage error.
 import { setTimeout as sleep } from "node:timers/promises";
 import { parseArgs } from "node:util";
 import { GROUP, VERSION, kindNames } from "../api/names.js";
-import type { SandboxRun } from "../api/index.js";
+import type { SandboxRun, SandboxRunStatus } from "../api/index.js";
 import { errorMessage } from "../lib/errors.js";
 import { configMapsPath, isNotFound, resourcePath, type KubeClient } from "../runtime/kube-client.js";
 import { kubeClientOf, kubeFlagOptions, kubeFlagsHelp, kubeFlagsOf, namespaceOf, type KubeFlags } from "./kube-flags.js";
@@ -20,7 +20,8 @@ const help = (prog: string) => `usage: ${prog} [flags] <sandboxrun>
 
 Prints the output of a SandboxRun's steps (stdout and stderr of each, in order); a line naming
 each step and its exit code goes to stderr, and so does one when a step is running (its output
-is printed when it ends) or the run waits (and why).
+is printed once it has ended), when the run waits or cannot go on (and why), and when a new
+attempt starts.
 
 flags:
   -f, --follow              follow the run while it runs; exit when it has ended
@@ -120,13 +121,7 @@ export async function printLogs(kube: KubeClient, namespace: string, name: strin
       }
     }
     const done = st.phase === "Succeeded" || st.phase === "Failed";
-    const running = (st.steps ?? []).find((s) => s.finishedAt === undefined);
-    if (!done && running !== undefined) {
-      sayOnce(`${attempt}/${running.name}/running`, `--- step "${running.name}" (attempt ${attempt}) is running; its output comes when it ends ---\n`);
-    } else if (!done && st.phase !== "Running") {
-      const ready = st.conditions?.find((c) => c.type === "Ready");
-      if (ready?.reason !== undefined) sayOnce(`waiting/${ready.reason}`, `sandboxrun/${name} is waiting: ${ready.reason}${ready.message ? `: ${ready.message}` : ""}\n`);
-    }
+    if (!done) sayProgress(st, name, sayOnce);
     if (!follow) return 0;
     if (done) {
       if (st.phase === "Succeeded") return 0;
@@ -135,6 +130,25 @@ export async function printLogs(kube: KubeClient, namespace: string, name: strin
       return 1;
     }
     await sleep(io.intervalMs ?? 1_000);
+  }
+}
+
+/**
+ * Where a run that has not ended stands, each thing said once: a new attempt (the one before
+ * failed), a step running, or why it waits or cannot go on (its Ready reason, when it is not
+ * Running: a Sandbox not Ready, a Secret missing, the service failing).
+ */
+export function sayProgress(st: SandboxRunStatus, name: string, sayOnce: (key: string, line: string) => void): void {
+  const attempt = st.attempts ?? 1;
+  if (attempt > 1) sayOnce(`attempt/${attempt}`, `--- attempt ${attempt} (attempt ${attempt - 1} failed) ---\n`);
+  const ready = st.conditions?.find((c) => c.type === "Ready");
+  if (ready?.reason !== undefined && ready.reason !== "Running") {
+    sayOnce(`${attempt}/${ready.reason}/${ready.message ?? ""}`, `sandboxrun/${name}: ${ready.reason}${ready.message ? `: ${ready.message}` : ""}\n`);
+    return;
+  }
+  const running = (st.steps ?? []).find((s) => s.finishedAt === undefined);
+  if (running !== undefined) {
+    sayOnce(`${attempt}/${running.name}/running`, `--- step "${running.name}" (attempt ${attempt}) is running; its output is printed once it has ended ---\n`);
   }
 }
 

@@ -105,10 +105,17 @@ export class SandboxRunReconciler implements Reconciler {
   private readonly lostVMs = new Map<string, { vmId: string; at: number }>();
   /**
    * Per run (uid): the command this process started for the step being run, kept until the run
-   * ends. Status may not hold its id (the write after the start failed; the step's next start
-   * then exits at the marker and status records that one), and a deletion must still stop it.
+   * ends or leaves the cache. Status may not hold its id (the write after the start failed; the
+   * step's next start then exits at the marker and status records that one), and a deletion
+   * must still stop it.
    */
   private readonly startedHere = new Map<string, StartedStep>();
+  /**
+   * Runs (uid) whose finalizer this process removed, until their delete event: the finalizer
+   * did what could be done. (A finalizer removed by hand shows in the delete event just the
+   * same: the deleted object is the last state stored, which still lists it.)
+   */
+  private readonly finalized = new Set<string>();
   private readonly vmOf: (handle: ServiceHandle, vmId: string, opts?: { gated?: boolean }) => RunVM;
 
   constructor(private readonly o: SandboxRunReconcilerOptions) {
@@ -165,24 +172,25 @@ export class SandboxRunReconciler implements Reconciler {
   }
 
   /**
-   * A run that left the cache while a step ran, without its finalizer's say (one deleted
-   * before this version gave sandboxRef runs a finalizer, or whose finalizer was removed by
-   * hand; a deletion the finalizer held shows it in the deleted object, the last state stored,
-   * on every replica): if it was deleted, the step is killed (best effort: the run is gone). Leaving the
-   * cache is not always a deletion: in sharded mode a run moved to another replica leaves this
-   * one's label-selected watch the same way, and its step must go on. So the API server is
-   * asked first; only a run that is not there (or is being deleted) has its step stopped.
+   * A run that left the cache while a step ran, without its finalizer having stopped the step
+   * here (one deleted before this version gave sandboxRef runs a finalizer, one whose finalizer
+   * was removed by hand, or one another replica finalized): if it was deleted, the step is
+   * killed (best effort: the run is gone; a second kill of a stopped command is a no-op).
+   * Leaving the cache is not always a deletion: in sharded mode a run moved to another replica
+   * leaves this one's label-selected watch the same way, and its step must go on. So a run not
+   * being deleted is left alone, and the API server is asked first; only a run that is not
+   * there (or is being deleted) has its step stopped.
    */
   stopDeleted(run: SandboxRun): void {
     const uid = run.metadata.uid;
     this.written.delete(uid);
     this.lostVMs.delete(uid);
-    const startedHere = this.startedStep(run);
+    const steps = this.commandsToStop(run);
     this.startedHere.delete(uid);
-    // Its finalizer's removal deleted it: finalize did what could be done (a run's own VM given back).
-    if ((run.metadata.finalizers ?? []).includes(FINALIZER) || run.spec.sandboxTemplate !== undefined) return;
-    const step = runningCommand(run.status) ?? startedHere;
-    if (step === undefined) return;
+    if (this.finalized.delete(uid) || run.spec.sandboxTemplate !== undefined) return;
+    // Holding the finalizer and not being deleted: it moved to another replica's share.
+    if ((run.metadata.finalizers ?? []).includes(FINALIZER) && run.metadata.deletionTimestamp === undefined) return;
+    if (steps.length === 0) return;
     const log = { namespace: run.metadata.namespace, name: run.metadata.name };
     void this.deleted(run)
       .then(async (gone) => {
@@ -190,7 +198,8 @@ export class SandboxRunReconciler implements Reconciler {
         // Not through the membership's write gate (sharded mode): this runs outside any
         // reconcile, before this replica joins as well as after, and nothing would try this kill
         // again. The run is gone or going: a replica it moved to meanwhile stops the same step.
-        await this.kill(this.handleOf(run, true), step, { gated: false });
+        const handle = this.handleOf(run, true);
+        for (const step of steps) await this.kill(handle, step, { gated: false });
       })
       .catch((err: unknown) => this.o.log.info({ ...log, err: errorMessage(err) }, "could not stop the step of a deleted run"));
   }
@@ -432,6 +441,7 @@ export class SandboxRunReconciler implements Reconciler {
     if (!finalizers.includes(FINALIZER)) return;
     if (run.spec.sandboxTemplate !== undefined) await releaseRunVMs(run, this.handleOf(run, true), run.status?.vmId);
     else await this.stopStep(this.latest(this.o.status.fresh(run)), ctx);
+    this.finalized.add(run.metadata.uid);
     await removeFinalizer(this.o.kube, this.path(run), run, FINALIZER);
     this.o.status.forget(run.metadata.uid);
   }
@@ -444,11 +454,7 @@ export class SandboxRunReconciler implements Reconciler {
    * failure is retried, and the deletion waits, as a Sandbox's waits for its VM's.
    */
   private async stopStep(run: SandboxRun, ctx: ReconcileContext): Promise<void> {
-    const steps: RunningCommand[] = [];
-    const recorded = runningCommand(run.status);
-    if (recorded !== undefined) steps.push(recorded);
-    const startedHere = this.startedStep(run);
-    if (startedHere !== undefined && startedHere.commandId !== recorded?.commandId) steps.push(startedHere);
+    const steps = this.commandsToStop(run);
     const name = run.spec.sandboxRef?.name;
     if (steps.length === 0 || name === undefined || this.o.sandboxes.get(run.metadata.namespace, name) === undefined) return;
     let handle: ServiceHandle;
@@ -474,6 +480,13 @@ export class SandboxRunReconciler implements Reconciler {
     const known = this.startedHere.get(uid);
     if (known?.attempt === step.attempt && known.index === step.index && known.vmId === step.vmId) return;
     this.startedHere.set(uid, step);
+  }
+
+  /** The commands a deleted run's step may run as: the one status names, and the one this process started. */
+  private commandsToStop(run: SandboxRun): RunningCommand[] {
+    const recorded = runningCommand(run.status);
+    const startedHere = this.startedStep(run);
+    return [recorded, startedHere?.commandId !== recorded?.commandId ? startedHere : undefined].filter((c) => c !== undefined);
   }
 
   /**

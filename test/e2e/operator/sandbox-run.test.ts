@@ -292,7 +292,7 @@ spec: {tier: standard, ttlSeconds: 3600}`, t.namespace);
     const waiting = capture();
     expect(await logs(args("no-sandbox"), "logs", waiting.io)).toBe(0);
     expect(waiting.o.out).toBe("");
-    expect(waiting.o.err).toContain('sandboxrun/no-sandbox is waiting: WaitingForSandbox: Sandbox "no-such-box" (spec.sandboxRef) not found');
+    expect(waiting.o.err).toContain('sandboxrun/no-sandbox: WaitingForSandbox: Sandbox "no-such-box" (spec.sandboxRef) not found');
 
     const missing = capture();
     expect(await logs(args("no-such-run"), "logs", missing.io)).toBe(1);

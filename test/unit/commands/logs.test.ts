@@ -1,0 +1,55 @@
+// What `logs` says on stderr about a run that has not ended: each situation once.
+import { describe, expect, it } from "vitest";
+import type { SandboxRunStatus } from "../../../src/api/index.js";
+import { sayProgress } from "../../../src/commands/logs.js";
+
+/** The lines said over a sequence of looks at a run, as printLogs says them (once each). */
+function said(looks: SandboxRunStatus[]): string[] {
+  const keys = new Set<string>();
+  const lines: string[] = [];
+  for (const st of looks) {
+    sayProgress(st, "job", (key, line) => {
+      if (keys.has(key)) return;
+      keys.add(key);
+      lines.push(line.trimEnd());
+    });
+  }
+  return lines;
+}
+
+const ready = (reason: string, message: string) => [{ type: "Ready", status: "False" as const, reason, message, lastTransitionTime: "2026-11-25T00:00:00Z" }];
+
+describe("logs: what a run that has not ended is doing", () => {
+  it("says why it waits, then that its step runs, once each however often it is looked at", () => {
+    const waiting: SandboxRunStatus = { phase: "Pending", conditions: ready("WaitingForSandbox", 'Sandbox "box" is not Ready yet') };
+    const running: SandboxRunStatus = {
+      phase: "Running",
+      attempts: 1,
+      steps: [{ name: "build", commandId: "c1", startedAt: "2026-11-25T00:00:01Z" }],
+      conditions: ready("Running", 'step 1/2 "build" is running'),
+    };
+    expect(said([waiting, waiting, running, running])).toEqual([
+      'sandboxrun/job: WaitingForSandbox: Sandbox "box" is not Ready yet',
+      '--- step "build" (attempt 1) is running; its output is printed once it has ended ---',
+    ]);
+  });
+
+  it("says a trouble met while a step runs, rather than only that the step runs", () => {
+    const troubled: SandboxRunStatus = {
+      phase: "Running",
+      attempts: 1,
+      steps: [{ name: "build", commandId: "c1", startedAt: "2026-11-25T00:00:01Z" }],
+      conditions: ready("SecretNotFound", 'Secret "creds" (spec.envFrom[0].secretRef.name) not found'),
+    };
+    expect(said([troubled])).toEqual(['sandboxrun/job: SecretNotFound: Secret "creds" (spec.envFrom[0].secretRef.name) not found']);
+  });
+
+  it("says when a new attempt starts, and a wait within it even if an earlier attempt waited for the same reason", () => {
+    const wait = (attempts: number, message: string): SandboxRunStatus => ({ phase: "Running", attempts, steps: [], conditions: ready("WaitingForSandbox", message) });
+    expect(said([wait(1, "not Ready yet"), wait(2, "not Ready yet"), wait(2, "not Ready yet")])).toEqual([
+      "sandboxrun/job: WaitingForSandbox: not Ready yet",
+      "--- attempt 2 (attempt 1 failed) ---",
+      "sandboxrun/job: WaitingForSandbox: not Ready yet",
+    ]);
+  });
+});
