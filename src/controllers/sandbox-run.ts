@@ -21,7 +21,7 @@ import { attemptFailed, compareProgress, deadlineAt, expiresAt, isFinished, next
 import { boundedOutput, lastLine, mask, outputWindow, perStepBudget, tail } from "../runs/output.js";
 import { outputFile, runDir, stepDir } from "../runs/script.js";
 import { observeStep, startStep } from "../runs/steps.js";
-import { ensureRunVM, releaseRunVMs, type AllocationDeps } from "../runs/template-vm.js";
+import { ensureRunVM, keepRunVM, releaseRunVMs, type AllocationDeps } from "../runs/template-vm.js";
 import { ForwardedVM, VMGoneError, type RunVM } from "../runs/vm.js";
 import type { ConnectionPool, ServiceHandle } from "./connection-pool.js";
 import { referrers, requestOf, specOrMetaChanged, type OperatorContext } from "./kind.js";
@@ -278,6 +278,14 @@ export class SandboxRunReconciler implements Reconciler {
     const lost = this.lostVMs.get(run.metadata.uid);
     const ends = lost === undefined ? undefined : lost.at + LOST_VM_WAIT_MS;
     return ends !== undefined && ends > this.now().getTime() ? ends : undefined;
+  }
+
+  /**
+   * For renewing a run's own VM: a client even while its Connection is not Ready (an edit not
+   * checked yet, a failed usage read), as a Sandbox's renewals get (ConnectionPool.forUpkeep).
+   */
+  upkeepHandleOf(run: SandboxRun): ServiceHandle {
+    return this.o.pool.forUpkeep(run.metadata.namespace, run.spec.sandboxTemplate?.connectionRef);
   }
 
   /** The service handle of the run's Connection (the Sandbox's). */
@@ -587,12 +595,13 @@ class Pass {
           case "start":
             await this.start(n.attempt, n.index, n.vmId);
             await this.flush(RunPhase.Running, RunReason.Running, runningMessage(run.spec, st));
-            return { requeueAfterMs: pollDelayMs(st, run.spec, this.now) };
+            return this.pollResult(await this.keepOwnVM());
           case "follow": {
             const ended = await this.follow(n.attempt, n.index, n.commandId, n.vmId);
             if (ended === "running") {
+              const renewAt = await this.keepOwnVM();
               await this.flush(RunPhase.Running, RunReason.Running, runningMessage(run.spec, st));
-              return { requeueAfterMs: pollDelayMs(st, run.spec, this.now) };
+              return this.pollResult(renewAt);
             }
             if (ended !== "ended") forced = ended;
             continue;
@@ -788,9 +797,38 @@ class Pass {
    * Waiting: the dependency's watch brings the run back; the deadline too, if it has one, and the
    * end of a wait for another VM than one found gone.
    */
-  private waitResult(): Result {
+  /** Back when the running step is next looked at, or the run's VM is next to be renewed if sooner. */
+  private pollResult(renewAt: number | undefined): Result {
+    const poll = pollDelayMs(this.st, this.run.spec, this.now);
+    return { requeueAfterMs: renewAt === undefined ? poll : Math.max(0, Math.min(poll, renewAt - this.now.getTime())) };
+  }
+
+  /**
+   * A run's own VM renewed when that is due, while the run runs (waits included): when the next
+   * renewal is due. A failure is logged and tried again at the next look (a step's poll, or a
+   * wait's), not the run's failure: a VM that is gone is found out by the step's next look.
+   */
+  private async keepOwnVM(): Promise<number | undefined> {
+    const { run, st } = this;
+    if (run.spec.sandboxTemplate === undefined || !st.vmId || isFinished(st)) return undefined;
+    let handle: ServiceHandle;
+    try {
+      handle = this.handle ?? this.r.upkeepHandleOf(run);
+    } catch (err) {
+      if (err instanceof NotReadyError) return undefined; // no client at all: what the run waits for says why
+      throw err;
+    }
+    try {
+      return await keepRunVM(run, handle, st.vmId, this.now.getTime());
+    } catch (err) {
+      this.log.warn({ vmId: st.vmId, err: this.masked(errorMessage(err)) }, "could not renew the run's VM; trying again at the next look");
+      return this.now.getTime() + RENEW_RETRY_MS;
+    }
+  }
+
+  private async waitResult(): Promise<Result> {
     const now = this.now.getTime();
-    const until = [deadlineAt(this.run.spec, this.st), this.r.lostVMWaitEnds(this.run)].filter((t): t is number => t !== undefined);
+    const until = [deadlineAt(this.run.spec, this.st), this.r.lostVMWaitEnds(this.run), await this.keepOwnVM()].filter((t): t is number => t !== undefined);
     if (until.length === 0) return afterBackoff();
     return { requeueAfterMs: Math.max(50, Math.min(30_000, Math.min(...until) - now + 50)) };
   }
@@ -798,6 +836,8 @@ class Pass {
 
 /** How long an attempt waits for its Sandbox to name another VM than the one found gone. */
 const LOST_VM_WAIT_MS = 60_000;
+/** A renewal of a run's VM that failed is tried again this much later (or at the step's next look, if sooner). */
+const RENEW_RETRY_MS = 2_000;
 
 /** A step started and not seen to end: the command to stop, and the VM it runs in. */
 interface RunningCommand {

@@ -1,11 +1,12 @@
 // The VM of a run with spec.sandboxTemplate: allocated for the run (carrying the run's uid as
-// its marker, as every object the operator creates does), given back when the run ends or is
-// deleted. A VM allocated just before a crash (its id never reached status) is found by its
+// its marker, as every object the operator creates does), renewed while the run runs, given
+// back when the run ends or is deleted. A VM allocated just before a crash (its id never reached status) is found by its
 // marker and adopted rather than allocated again, and given back with the run.
 import { API_VERSION, kindNames } from "../api/names.js";
 import type { Sandbox, SandboxRun } from "../api/index.js";
 import type { ServiceHandle } from "../controllers/connection-pool.js";
-import { desiredAllocation, type SandboxDeps } from "../controllers/sandbox.js";
+import { desiredAllocation, renewAtOf, ttlSeconds, type SandboxDeps } from "../controllers/sandbox.js";
+import { formatTime } from "../runtime/status.js";
 import { ServiceError, isNotFound, type AllocateVMRequest } from "../service/index.js";
 
 /** What allocating needs of a Sandbox's dependencies: the Secrets (envFrom) and Skills to wait for. */
@@ -21,9 +22,9 @@ function isLive(state: string | undefined): boolean {
 /** The template as a Sandbox of the run's own metadata (its uid is the VM's marker). */
 function asSandbox(run: SandboxRun): Sandbox {
   const template = run.spec.sandboxTemplate!;
-  // The run's VM is not renewed: it must live as long as the run may. The template's
-  // ttlSeconds is there whether the user wrote it or not (the CRD defaults it to 3600), so the
-  // deadline lengthens it rather than stands in for it.
+  // Asked to live as long as the run may, so that a run with a deadline needs no renewal (see
+  // keepRunVM for the others). The template's ttlSeconds is there whether the user wrote it or
+  // not (the CRD defaults it to 3600), so the deadline lengthens it rather than stands in for it.
   const deadline = run.spec.activeDeadlineSeconds;
   const ttlSeconds = deadline === undefined ? template.ttlSeconds : Math.max(template.ttlSeconds ?? 0, deadline + TTL_MARGIN_SECONDS);
   return {
@@ -79,6 +80,34 @@ async function allocateWithin(handle: ServiceHandle, request: AllocateVMRequest,
     if (!lengthened || !(err instanceof ServiceError) || err.status !== 400) throw err;
     return handle.client.vms.allocate({ ...request, ttl_seconds: templateTTL });
   }
+}
+
+/**
+ * Renews the run's VM if its renewal is due, as a Sandbox's is (renewBeforeSeconds of the
+ * template before it runs out), with the template's own ttlSeconds: the one the service
+ * accepted at allocation, lengthened or not, and never shorter than what is left by then.
+ * When the next renewal is due (ms since the epoch); undefined when the VM's expiry is not
+ * known (not in the snapshot even read again: gone, which the step's next look finds out).
+ */
+export async function keepRunVM(run: SandboxRun, handle: ServiceHandle, vmId: string, now: number): Promise<number | undefined> {
+  // The window is the template's own TTL's (what a renewal asks for), not the one lengthened
+  // for a deadline: a fifth of a day-long TTL would be longer than the renewal gives.
+  const template: Sandbox = { ...asSandbox(run), spec: run.spec.sandboxTemplate! };
+  let vm = handle.vms.get(vmId);
+  if (vm?.expires_at === undefined) {
+    await handle.vms.ensureFresh(); // a restarted operator's snapshot may not be read yet
+    vm = handle.vms.get(vmId);
+  }
+  const expiresAt = Date.parse(vm?.expires_at ?? "");
+  if (vm === undefined || Number.isNaN(expiresAt)) return undefined;
+  const dueAt = renewAtOf(template, vmId, expiresAt);
+  if (now < dueAt) return dueAt;
+  const ttl = ttlSeconds(template);
+  const renewed = await handle.client.vms.renew(vmId, ttl);
+  const next = Date.parse(renewed.expires_at ?? "") || now + ttl * 1000;
+  handle.vms.put({ ...vm, state: renewed.state, expires_at: renewed.expires_at ?? formatTime(new Date(next)) });
+  // Never due again at once, whatever the service answered: no renewal loop.
+  return Math.max(renewAtOf(template, vmId, next), now + 1_000);
 }
 
 /** Gives back `vmId` and any other VM carrying the run's marker (release or delete, per the template). */

@@ -350,6 +350,19 @@ spec:
     expect(r.metadata).not.toHaveProperty("finalizers");
   }, 90_000);
 
+  it("with a sandboxTemplate keeps its VM alive past the template's TTL while a step runs", async () => {
+    // A 10 s TTL renewed 5 s before it runs out; the step takes 16 s.
+    await apply(templateRunManifest("outlives-ttl", "tier: standard, ttlSeconds: 10, renewBeforeSeconds: 5", `
+  steps:
+    - {name: long, command: 'sleep 16; echo done'}`), t.namespace);
+    const r = await finished("outlives-ttl", 90_000);
+    expect(r.status?.phase).toBe("Succeeded");
+    expect(steps(r)[0]).toMatchObject({ exitCode: 0, output: "done\n" });
+    const vmId = r.status?.vmId as string;
+    const renewals = t.stack.emulator.requests.filter((q) => q.operation === "vms.renew" && q.path.includes(vmId) && q.status === 200);
+    expect(renewals.length).toBeGreaterThanOrEqual(2);
+  }, 120_000);
+
   it("with a sandboxTemplate gives its VM, allocated to outlive the deadline, back when deleted while running", async () => {
     await apply(templateRunManifest("own-vm-deleted", "tier: standard", `
   activeDeadlineSeconds: 7200
@@ -361,8 +374,8 @@ spec:
     }, { description: "the step running" });
     const vmId = r.status?.vmId as string;
     expect(t.stack.emulator.state.vms.get(vmId)?.state).toBe("allocated");
-    // The run's VM is not renewed: it is asked to live as long as the run may (the deadline and
-    // a margin), not the template's ttlSeconds (3600 by default).
+    // The run's VM is asked to live as long as the run may (the deadline and a margin), not the
+    // template's ttlSeconds (3600 by default), so that it needs no renewal.
     expect(t.stack.emulator.state.vms.get(vmId)?.ttl_seconds).toBe(7200 + 300);
     await kubectlOk(["delete", "sandboxrun", "own-vm-deleted", "--wait=true", "--timeout=30s"], { namespace: t.namespace });
     expect(t.stack.emulator.state.vms.get(vmId)?.state ?? "gone").not.toBe("allocated");
