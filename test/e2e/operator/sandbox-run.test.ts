@@ -201,39 +201,37 @@ spec: {tier: standard, ttlSeconds: 3600}`, t.namespace);
     await waitFor(() => rt?.command(commandId)?.running === false, { description: "the step's command stopped" });
   }, 90_000);
 
-  it("stops its running step in the Sandbox's VM when it is deleted", async () => {
-    await apply(runManifest("deleted-mid-step", `
+  /** A run of one step that sleeps for minutes in the Sandbox's VM, once its step runs. */
+  async function runForever(name: string) {
+    await apply(runManifest(name, `
   steps:
     - {name: forever, command: 'sleep 300'}`), t.namespace);
     const r = await waitFor(async () => {
-      const x = await run("deleted-mid-step");
+      const x = await run(name);
       return steps(x)[0]?.commandId !== undefined ? x : undefined;
-    }, { description: "the step running" });
+    }, { description: `sandboxrun/${name}'s step running` });
     const rt = t.stack.emulator.runtimes.get(await sandboxVM());
     const commandId = steps(r)[0]!.commandId!;
     expect(rt?.command(commandId)?.running).toBe(true);
+    return { r, running: () => rt?.command(commandId)?.running === true };
+  }
+
+  it("stops its running step in the Sandbox's VM when it is deleted", async () => {
+    const { running } = await runForever("deleted-mid-step");
     await kubectlOk(["delete", "sandboxrun", "deleted-mid-step", "--wait=true", "--timeout=30s"], { namespace: t.namespace });
-    await waitFor(() => rt?.command(commandId)?.running === false, { description: "the deleted run's step stopped" });
+    await waitFor(() => !running(), { description: "the deleted run's step stopped" });
   }, 90_000);
 
   it("stops the step of a run deleted while no operator ran: its finalizer holds the deletion until then", async () => {
-    await apply(runManifest("deleted-while-down", `
-  steps:
-    - {name: forever, command: 'sleep 300'}`), t.namespace);
-    const r = await waitFor(async () => {
-      const x = await run("deleted-while-down");
-      return steps(x)[0]?.commandId !== undefined ? x : undefined;
-    }, { description: "the step running" });
+    const { r, running } = await runForever("deleted-while-down");
     expect(r.metadata.finalizers).toContain("agentcompute.dev/finalizer");
-    const rt = t.stack.emulator.runtimes.get(await sandboxVM());
-    const commandId = steps(r)[0]!.commandId!;
     await t.stack.restartOperator(async () => {
       await kubectlOk(["delete", "sandboxrun", "deleted-while-down", "--wait=false"], { namespace: t.namespace });
       // Nothing stops it while no operator runs; the run waits, marked for deletion.
       expect((await run("deleted-while-down")).metadata.deletionTimestamp).toBeDefined();
-      expect(rt?.command(commandId)?.running).toBe(true);
+      expect(running()).toBe(true);
     });
-    await waitFor(() => rt?.command(commandId)?.running === false, { description: "the deleted run's step stopped" });
+    await waitFor(() => !running(), { description: "the deleted run's step stopped" });
     await waitFor(async () => (await kubectl(["get", "sandboxrun", "deleted-while-down"], { namespace: t.namespace })).exitCode !== 0, {
       description: "sandboxrun/deleted-while-down gone",
     });
