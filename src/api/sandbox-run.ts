@@ -67,7 +67,7 @@ export const SandboxRunSpecSchema = Type.Object(
     sandboxTemplate: Type.Optional(
       Type.Object(SandboxSpecSchema.properties, {
         description:
-          "A Sandbox spec: a VM is allocated for this run and released when it ends. Set sandboxRef or sandboxTemplate. The VM is asked for ttlSeconds (3600 unless set), or activeDeadlineSeconds + 300 if that is longer (and ttlSeconds again if the service refuses that), and renewed with ttlSeconds renewBeforeSeconds before it runs out, for as long as the run runs.",
+          "A Sandbox spec: a VM is allocated for this run and released when it ends. Set sandboxRef or sandboxTemplate. The VM is asked for ttlSeconds (3600 unless set), or activeDeadlineSeconds + 300 if that is longer (and ttlSeconds again if the service refuses that), and renewed for ttlSeconds, renewBeforeSeconds before it runs out, for as long as the run runs (unless keepAlive is false).",
       }),
     ),
     steps: Type.Array(RunStepSchema, {

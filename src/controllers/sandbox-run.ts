@@ -12,7 +12,7 @@ import { NotReadyError, classify } from "../managed/errors.js";
 import { patchFinalizers, removeFinalizer } from "../managed/finalizers.js";
 import { afterBackoff } from "../managed/requeue.js";
 import type { StatusWriter } from "../managed/status-writer.js";
-import type { Controller, ReconcileContext, Reconciler, Request, Result } from "../runtime/controller.js";
+import { RetryNoLaterThan, type Controller, type ReconcileContext, type Reconciler, type Request, type Result } from "../runtime/controller.js";
 import type { Events } from "../runtime/events.js";
 import type { Informer } from "../runtime/informer.js";
 import { configMapsPath, isAlreadyExists, isNotFound, resourcePath, type KubeClient } from "../runtime/kube-client.js";
@@ -23,6 +23,7 @@ import { outputFile, runDir, stepDir } from "../runs/script.js";
 import { observeStep, startStep } from "../runs/steps.js";
 import { ensureRunVM, keepRunVM, releaseRunVMs, type AllocationDeps } from "../runs/template-vm.js";
 import { ForwardedVM, VMGoneError, type RunVM } from "../runs/vm.js";
+import { isServiceError } from "../service/errors.js";
 import type { ConnectionPool, ServiceHandle } from "./connection-pool.js";
 import { referrers, requestOf, specOrMetaChanged, type OperatorContext } from "./kind.js";
 import type { ObjectStore } from "./object-store.js";
@@ -642,7 +643,11 @@ class Pass {
     await this.flush(this.st.phase === RunPhase.Running ? RunPhase.Running : RunPhase.Pending, failure.reason, message).catch((writeErr: unknown) =>
       this.log.warn({ err: errorMessage(writeErr) }, "could not report the service's failure in status"),
     );
-    throw err;
+    // The retry backs off, but comes back no later than the run's VM's next renewal: a failing
+    // agentd or API server must not cost the run its VM.
+    const renewAt = await this.keepOwnVM().catch(() => undefined);
+    if (renewAt === undefined) throw err;
+    throw new RetryNoLaterThan(err, Math.max(0, renewAt - this.r.clock.getTime()), true);
   }
 
   /** A message with the run's secret values masked, as far as they can be read now. */
@@ -793,20 +798,19 @@ class Pass {
     await this.r.writeStatus(this.run, this.st, phase, reason, message);
   }
 
-  /**
-   * Waiting: the dependency's watch brings the run back; the deadline too, if it has one, and the
-   * end of a wait for another VM than one found gone.
-   */
-  /** Back when the running step is next looked at, or the run's VM is next to be renewed if sooner. */
+  /** Back when the running step is next looked at, or the run's VM is next to be renewed if sooner (then on the priority lane). */
   private pollResult(renewAt: number | undefined): Result {
     const poll = pollDelayMs(this.st, this.run.spec, this.now);
-    return { requeueAfterMs: renewAt === undefined ? poll : Math.max(0, Math.min(poll, renewAt - this.now.getTime())) };
+    const renewIn = renewAt === undefined ? Infinity : Math.max(0, renewAt - this.r.clock.getTime());
+    return renewIn < poll ? { requeueAfterMs: renewIn, priority: true } : { requeueAfterMs: poll };
   }
 
   /**
-   * A run's own VM renewed when that is due, while the run runs (waits included): when the next
-   * renewal is due. A failure is logged and tried again at the next look (a step's poll, or a
-   * wait's), not the run's failure: a VM that is gone is found out by the step's next look.
+   * A run's own VM renewed when that is due, while the run runs (waits and failed passes
+   * included): when the next renewal is due. A failure of the service's is logged and tried
+   * again (after a quarter of what the VM has left, 1 s to 30 s), not the run's failure: a VM
+   * that is gone is found out by the step's next look. Anything else (a write the replica may
+   * not make now) is thrown.
    */
   private async keepOwnVM(): Promise<number | undefined> {
     const { run, st } = this;
@@ -818,14 +822,22 @@ class Pass {
       if (err instanceof NotReadyError) return undefined; // no client at all: what the run waits for says why
       throw err;
     }
+    const clock = () => this.r.clock.getTime();
     try {
-      return await keepRunVM(run, handle, st.vmId, this.now.getTime());
+      return (await keepRunVM(run, handle, st.vmId, clock))?.renewAt;
     } catch (err) {
-      this.log.warn({ vmId: st.vmId, err: this.masked(errorMessage(err)) }, "could not renew the run's VM; trying again at the next look");
-      return this.now.getTime() + RENEW_RETRY_MS;
+      if (!isServiceError(err)) throw err;
+      const left = Date.parse(handle.vms.get(st.vmId)?.expires_at ?? "") - clock();
+      const retryMs = Number.isNaN(left) ? RENEW_RETRY_MAX_MS : Math.min(RENEW_RETRY_MAX_MS, Math.max(1_000, left / 4));
+      this.log.warn({ vmId: st.vmId, leftMs: Number.isNaN(left) ? undefined : left, err: this.masked(errorMessage(err)) }, "could not renew the run's VM; trying again");
+      return clock() + retryMs;
     }
   }
 
+  /**
+   * Waiting: the dependency's watch brings the run back; the deadline too, if it has one, the
+   * end of a wait for another VM than one found gone, and the next renewal of the run's VM.
+   */
   private async waitResult(): Promise<Result> {
     const now = this.now.getTime();
     const until = [deadlineAt(this.run.spec, this.st), this.r.lostVMWaitEnds(this.run), await this.keepOwnVM()].filter((t): t is number => t !== undefined);
@@ -836,8 +848,8 @@ class Pass {
 
 /** How long an attempt waits for its Sandbox to name another VM than the one found gone. */
 const LOST_VM_WAIT_MS = 60_000;
-/** A renewal of a run's VM that failed is tried again this much later (or at the step's next look, if sooner). */
-const RENEW_RETRY_MS = 2_000;
+/** A renewal of a run's VM that failed is tried again at most this much later (sooner as the VM nears its end). */
+const RENEW_RETRY_MAX_MS = 30_000;
 
 /** A step started and not seen to end: the command to stop, and the VM it runs in. */
 interface RunningCommand {

@@ -82,14 +82,23 @@ async function allocateWithin(handle: ServiceHandle, request: AllocateVMRequest,
   }
 }
 
+/** Where a run's VM stands for its renewals: when the next is due, and when the VM runs out. */
+export interface RunVMLife {
+  renewAt: number;
+  expiresAt: number;
+}
+
 /**
  * Renews the run's VM if its renewal is due, as a Sandbox's is (renewBeforeSeconds of the
  * template before it runs out), with the template's own ttlSeconds: the one the service
  * accepted at allocation, lengthened or not, and never shorter than what is left by then.
- * When the next renewal is due (ms since the epoch); undefined when the VM's expiry is not
- * known (not in the snapshot even read again: gone, which the step's next look finds out).
+ * Where the VM stands then (ms since the epoch); undefined when there is nothing to renew:
+ * `keepAlive: false` in the template, or the VM's expiry not known (not in the snapshot even
+ * read again) or the VM gone (renew's 404; dropped from the snapshot), which the step's next
+ * look finds out.
  */
-export async function keepRunVM(run: SandboxRun, handle: ServiceHandle, vmId: string, now: number): Promise<number | undefined> {
+export async function keepRunVM(run: SandboxRun, handle: ServiceHandle, vmId: string, now: () => number): Promise<RunVMLife | undefined> {
+  if (run.spec.sandboxTemplate?.keepAlive === false) return undefined;
   // The window is the template's own TTL's (what a renewal asks for), not the one lengthened
   // for a deadline: a fifth of a day-long TTL would be longer than the renewal gives.
   const template: Sandbox = { ...asSandbox(run), spec: run.spec.sandboxTemplate! };
@@ -101,13 +110,21 @@ export async function keepRunVM(run: SandboxRun, handle: ServiceHandle, vmId: st
   const expiresAt = Date.parse(vm?.expires_at ?? "");
   if (vm === undefined || Number.isNaN(expiresAt)) return undefined;
   const dueAt = renewAtOf(template, vmId, expiresAt);
-  if (now < dueAt) return dueAt;
+  if (now() < dueAt) return { renewAt: dueAt, expiresAt };
   const ttl = ttlSeconds(template);
-  const renewed = await handle.client.vms.renew(vmId, ttl);
-  const next = Date.parse(renewed.expires_at ?? "") || now + ttl * 1000;
+  let renewed;
+  try {
+    renewed = await handle.client.vms.renew(vmId, ttl);
+  } catch (err) {
+    if (!isNotFound(err)) throw err;
+    handle.vms.remove(vmId);
+    return undefined;
+  }
+  const at = now();
+  const next = Date.parse(renewed.expires_at ?? "") || at + ttl * 1000;
   handle.vms.put({ ...vm, state: renewed.state, expires_at: renewed.expires_at ?? formatTime(new Date(next)) });
   // Never due again at once, whatever the service answered: no renewal loop.
-  return Math.max(renewAtOf(template, vmId, next), now + 1_000);
+  return { renewAt: Math.max(renewAtOf(template, vmId, next), at + 1_000), expiresAt: next };
 }
 
 /** Gives back `vmId` and any other VM carrying the run's marker (release or delete, per the template). */
