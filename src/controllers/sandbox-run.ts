@@ -801,7 +801,8 @@ class Pass {
   /** Back when the running step is next looked at, or the run's VM is next to be renewed if sooner (then on the priority lane). */
   private pollResult(renewAt: number | undefined): Result {
     const poll = pollDelayMs(this.st, this.run.spec, this.now);
-    const renewIn = renewAt === undefined ? Infinity : Math.max(0, renewAt - this.r.clock.getTime());
+    // At least 1 ms: a result of 0 is no requeue at all, and a renewal due by now must come back.
+    const renewIn = renewAt === undefined ? Infinity : Math.max(1, renewAt - this.r.clock.getTime());
     return renewIn < poll ? { requeueAfterMs: renewIn, priority: true } : { requeueAfterMs: poll };
   }
 
@@ -828,9 +829,10 @@ class Pass {
     } catch (err) {
       if (!isServiceError(err)) throw err;
       const left = Date.parse(handle.vms.get(st.vmId)?.expires_at ?? "") - clock();
-      const retryMs = Number.isNaN(left) ? RENEW_RETRY_MAX_MS : Math.min(RENEW_RETRY_MAX_MS, Math.max(1_000, left / 4));
       this.log.warn({ vmId: st.vmId, leftMs: Number.isNaN(left) ? undefined : left, err: this.masked(errorMessage(err)) }, "could not renew the run's VM; trying again");
-      return clock() + retryMs;
+      // Past its expiry (or not known): nothing to hurry for; the step's next look tells.
+      if (!(left > 0)) return undefined;
+      return clock() + Math.min(RENEW_RETRY_MAX_MS, Math.max(1_000, left / 4));
     }
   }
 
@@ -839,10 +841,12 @@ class Pass {
    * end of a wait for another VM than one found gone, and the next renewal of the run's VM.
    */
   private async waitResult(): Promise<Result> {
-    const now = this.now.getTime();
-    const until = [deadlineAt(this.run.spec, this.st), this.r.lostVMWaitEnds(this.run), await this.keepOwnVM()].filter((t): t is number => t !== undefined);
+    const renewAt = await this.keepOwnVM();
+    const now = this.r.clock.getTime();
+    const until = [deadlineAt(this.run.spec, this.st), this.r.lostVMWaitEnds(this.run), renewAt].filter((t): t is number => t !== undefined);
     if (until.length === 0) return afterBackoff();
-    return { requeueAfterMs: Math.max(50, Math.min(30_000, Math.min(...until) - now + 50)) };
+    const at = Math.min(...until);
+    return { requeueAfterMs: Math.max(50, Math.min(30_000, at - now + 50)), ...(at === renewAt && { priority: true }) };
   }
 }
 
