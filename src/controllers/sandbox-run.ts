@@ -825,7 +825,7 @@ class Pass {
     }
     const clock = () => this.r.clock.getTime();
     try {
-      return (await keepRunVM(run, handle, st.vmId, clock))?.renewAt;
+      return await keepRunVM(run, handle, st.vmId, clock);
     } catch (err) {
       if (!isServiceError(err)) throw err;
       const left = Date.parse(handle.vms.get(st.vmId)?.expires_at ?? "") - clock();

@@ -1,7 +1,8 @@
 // The VM of a run with spec.sandboxTemplate: allocated for the run (carrying the run's uid as
 // its marker, as every object the operator creates does), renewed while the run runs, given
-// back when the run ends or is deleted. A VM allocated just before a crash (its id never reached status) is found by its
-// marker and adopted rather than allocated again, and given back with the run.
+// back when the run ends or is deleted. A VM allocated just before a crash (its id never
+// reached status) is found by its marker and adopted rather than allocated again, and given
+// back with the run.
 import { API_VERSION, kindNames } from "../api/names.js";
 import type { Sandbox, SandboxRun } from "../api/index.js";
 import type { ServiceHandle } from "../controllers/connection-pool.js";
@@ -19,14 +20,17 @@ function isLive(state: string | undefined): boolean {
   return state !== "released" && state !== "expired" && state !== "terminated" && state !== "deleted";
 }
 
-/** The template as a Sandbox of the run's own metadata (its uid is the VM's marker). */
-function asSandbox(run: SandboxRun): Sandbox {
+/**
+ * The template as a Sandbox of the run's own metadata (its uid is the VM's marker). For the
+ * allocation, `lengthened`: asked to live as long as the run may, so that a run with a deadline
+ * needs no renewal (see keepRunVM for the others). The template's ttlSeconds is there whether
+ * the user wrote it or not (the CRD defaults it to 3600), so the deadline lengthens it rather
+ * than stands in for it.
+ */
+function asSandbox(run: SandboxRun, opts: { lengthened: boolean }): Sandbox {
   const template = run.spec.sandboxTemplate!;
-  // Asked to live as long as the run may, so that a run with a deadline needs no renewal (see
-  // keepRunVM for the others). The template's ttlSeconds is there whether the user wrote it or
-  // not (the CRD defaults it to 3600), so the deadline lengthens it rather than stands in for it.
   const deadline = run.spec.activeDeadlineSeconds;
-  const ttlSeconds = deadline === undefined ? template.ttlSeconds : Math.max(template.ttlSeconds ?? 0, deadline + TTL_MARGIN_SECONDS);
+  const ttlSeconds = !opts.lengthened || deadline === undefined ? template.ttlSeconds : Math.max(template.ttlSeconds ?? 0, deadline + TTL_MARGIN_SECONDS);
   return {
     apiVersion: API_VERSION,
     kind: kindNames.sandbox.kind,
@@ -54,7 +58,7 @@ export async function ensureRunVM(run: SandboxRun, handle: ServiceHandle, deps: 
   const usable = (id: string): boolean => id !== lost && !(Date.parse(handle.vms.get(id)?.expires_at ?? "") <= now);
   const [own] = (await liveVMsOf(run, handle)).filter(usable);
   if (own !== undefined) return own;
-  const request = desiredAllocation(asSandbox(run), handle, deps);
+  const request = desiredAllocation(asSandbox(run, { lengthened: true }), handle, deps);
   try {
     const vm = await allocateWithin(handle, request, run.spec.sandboxTemplate?.ttlSeconds);
     // Recorded in the snapshot, so a retry before status holds the id finds it by marker.
@@ -82,26 +86,20 @@ async function allocateWithin(handle: ServiceHandle, request: AllocateVMRequest,
   }
 }
 
-/** Where a run's VM stands for its renewals: when the next is due, and when the VM runs out. */
-export interface RunVMLife {
-  renewAt: number;
-  expiresAt: number;
-}
-
 /**
  * Renews the run's VM if its renewal is due, as a Sandbox's is (renewBeforeSeconds of the
  * template before it runs out), with the template's own ttlSeconds: the one the service
  * accepted at allocation, lengthened or not, and never shorter than what is left by then.
- * Where the VM stands then (ms since the epoch); undefined when there is nothing to renew:
+ * When the next renewal is due (ms since the epoch); undefined when there is nothing to renew:
  * `keepAlive: false` in the template, or the VM's expiry not known (not in the snapshot even
  * read again) or the VM gone (renew's 404; dropped from the snapshot), which the step's next
  * look finds out.
  */
-export async function keepRunVM(run: SandboxRun, handle: ServiceHandle, vmId: string, now: () => number): Promise<RunVMLife | undefined> {
+export async function keepRunVM(run: SandboxRun, handle: ServiceHandle, vmId: string, now: () => number): Promise<number | undefined> {
   if (run.spec.sandboxTemplate?.keepAlive === false) return undefined;
   // The window is the template's own TTL's (what a renewal asks for), not the one lengthened
   // for a deadline: a fifth of a day-long TTL would be longer than the renewal gives.
-  const template: Sandbox = { ...asSandbox(run), spec: run.spec.sandboxTemplate! };
+  const template = asSandbox(run, { lengthened: false });
   let vm = handle.vms.get(vmId);
   if (vm?.expires_at === undefined) {
     await handle.vms.ensureFresh(); // a restarted operator's snapshot may not be read yet
@@ -110,7 +108,7 @@ export async function keepRunVM(run: SandboxRun, handle: ServiceHandle, vmId: st
   const expiresAt = Date.parse(vm?.expires_at ?? "");
   if (vm === undefined || Number.isNaN(expiresAt)) return undefined;
   const dueAt = renewAtOf(template, vmId, expiresAt);
-  if (now() < dueAt) return { renewAt: dueAt, expiresAt };
+  if (now() < dueAt) return dueAt;
   const ttl = ttlSeconds(template);
   let renewed;
   try {
@@ -124,7 +122,7 @@ export async function keepRunVM(run: SandboxRun, handle: ServiceHandle, vmId: st
   const next = Date.parse(renewed.expires_at ?? "") || at + ttl * 1000;
   handle.vms.put({ ...vm, state: renewed.state, expires_at: renewed.expires_at ?? formatTime(new Date(next)) });
   // Never due again at once, whatever the service answered: no renewal loop.
-  return { renewAt: Math.max(renewAtOf(template, vmId, next), at + 1_000), expiresAt: next };
+  return Math.max(renewAtOf(template, vmId, next), at + 1_000);
 }
 
 /** Gives back `vmId` and any other VM carrying the run's marker (release or delete, per the template). */
