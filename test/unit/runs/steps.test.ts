@@ -49,7 +49,9 @@ describe("a step in the VM", () => {
   it("started twice for one attempt, runs once; the second start is followed to the first one's end", async () => {
     const rt = h.emu.runtimes.get(vmId)!;
     const ref = { runUid: "uid-2", attempt: 1, index: 0 };
-    const step = { command: "echo ran >> twice.txt; sleep 1; echo done; exit 7" };
+    // Long enough that the first start is still at work when the second is looked at, on a
+    // loaded machine too (with 1 s it had ended once, and the test failed).
+    const step = { command: "echo ran >> twice.txt; sleep 3; echo done; exit 7" };
     const before = rt.executions;
     const first = await startStep(vm, ref, step, {});
     // The operator dies here, before recording `first`; the next one starts the step again.
