@@ -1,9 +1,10 @@
 // A run's own VM (spec.sandboxTemplate) is found again by its marker rather than allocated
 // twice, but not one its attempt found gone: the service's list may still show that one live.
+// While the run runs, the VM is renewed as a Sandbox's is, with the template's own TTL.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { kindNames } from "../../../src/api/names.js";
 import type { SandboxRun, Skill } from "../../../src/api/index.js";
-import { ensureRunVM, type AllocationDeps } from "../../../src/runs/template-vm.js";
+import { ensureRunVM, keepRunVM, type AllocationDeps } from "../../../src/runs/template-vm.js";
 import { NS, World } from "../controllers/helpers.js";
 
 let w: World;
@@ -11,6 +12,15 @@ beforeAll(async () => {
   w = await World.start();
 });
 afterAll(() => w.close());
+
+function runOf(name: string, template: Record<string, unknown>, extra: Record<string, unknown> = {}): SandboxRun {
+  return {
+    apiVersion: "agentcompute.dev/v1alpha1",
+    kind: "SandboxRun",
+    metadata: { name, namespace: NS, uid: `run-uid-${name}`, generation: 1 },
+    spec: { sandboxTemplate: { tier: "standard", ...template }, steps: [{ name: "s", command: "true" }], ...extra },
+  } as unknown as SandboxRun;
+}
 
 const run = {
   apiVersion: "agentcompute.dev/v1alpha1",
@@ -34,5 +44,74 @@ describe("ensureRunVM", () => {
     const second = await ensureRunVM(run, w.handle(), deps, first);
     expect(second).not.toBe(first);
     expect(allocations()).toBe(2);
+  });
+});
+
+describe("keepRunVM", () => {
+  const deps = (): AllocationDeps => ({ store: w.ctx.store, skills: w.informer(kindNames.skill).as<Skill>() as never, now: w.ctx.now });
+  const now = () => w.clock.ms;
+  // Answered renewals (the access token, an hour long, runs out on this clock: a 401 and the retry).
+  const renewals = () => w.emu.requests.filter((r) => r.operation === "vms.renew" && r.status !== 401);
+  const expiresAt = (id: string) => Date.parse(w.handle().vms.get(id)?.expires_at ?? "");
+
+  it("renews renewBeforeSeconds before the VM runs out, for the template's TTL, and not before", async () => {
+    const r = runOf("renewed", { ttlSeconds: 600 });
+    const id = await ensureRunVM(r, w.handle(), deps());
+    const before = renewals().length;
+    const firstExpiry = expiresAt(id);
+    // Default window: a fifth of 600 s, less up to 10 % of it as jitter.
+    const due = await keepRunVM(r, w.handle(), id, now);
+    expect(due).toBeLessThanOrEqual(firstExpiry - 120_000);
+    expect(due).toBeGreaterThan(firstExpiry - 132_000);
+    expect(renewals().length).toBe(before);
+
+    w.advance(due! - w.clock.ms);
+    const next = await keepRunVM(r, w.handle(), id, now);
+    expect(renewals().length).toBe(before + 1);
+    expect(w.emu.state.vms.get(id)?.ttl_seconds).toBe(600);
+    expect(expiresAt(id)).toBe(w.clock.ms + 600_000); // the snapshot holds the service's answer
+    expect(next).toBeGreaterThan(w.clock.ms + 600_000 - 132_000);
+    // Looked at again at once: nothing to do until then.
+    expect(await keepRunVM(r, w.handle(), id, now)).toBe(next);
+    expect(renewals().length).toBe(before + 1);
+  });
+
+  it("with a deadline, keeps the window of the template's own TTL, not of the lengthened one", async () => {
+    const r = runOf("deadline", { ttlSeconds: 600 }, { activeDeadlineSeconds: 3600 });
+    const id = await ensureRunVM(r, w.handle(), deps());
+    expect(w.emu.state.vms.get(id)?.ttl_seconds).toBe(3900); // asked to live as long as the run may
+    const before = renewals().length;
+    // 3,900 s left: nothing is due until 120 s (and the jitter) before the end.
+    const due = await keepRunVM(r, w.handle(), id, now);
+    expect(due).toBeGreaterThan(expiresAt(id) - 132_000);
+    expect(renewals().length).toBe(before);
+    w.advance(due! - w.clock.ms);
+    await keepRunVM(r, w.handle(), id, now);
+    expect(renewals().length).toBe(before + 1);
+    expect(w.emu.state.vms.get(id)?.ttl_seconds).toBe(600);
+  });
+
+  it("does not renew a VM whose template says keepAlive: false", async () => {
+    const r = runOf("let-go", { ttlSeconds: 600, keepAlive: false });
+    const id = await ensureRunVM(r, w.handle(), deps());
+    const before = renewals().length;
+    w.advance(590_000); // 10 s left
+    expect(await keepRunVM(r, w.handle(), id, now)).toBeUndefined();
+    expect(renewals().length).toBe(before);
+  });
+
+  it("drops a VM the service no longer has (renew answers 404) and has nothing more to renew", async () => {
+    const r = runOf("gone", { ttlSeconds: 600 });
+    const id = await ensureRunVM(r, w.handle(), deps());
+    w.emu.state.expireVM(id); // out of band; the snapshot still shows it live
+    expect(w.handle().vms.get(id)).toBeDefined();
+    w.advance(500_000);
+    expect(await keepRunVM(r, w.handle(), id, now)).toBeUndefined();
+    expect(renewals().at(-1)?.status).toBe(404);
+    expect(w.handle().vms.get(id)).toBeUndefined();
+    // Nothing in the snapshot to renew: no call at the next look either.
+    const calls = renewals().length;
+    expect(await keepRunVM(r, w.handle(), id, now)).toBeUndefined();
+    expect(renewals().length).toBe(calls);
   });
 });
