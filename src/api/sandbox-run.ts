@@ -3,7 +3,7 @@
 // executes its steps in order in a Sandbox's VM (or a VM allocated for it from a template) and
 // reports each step's exit code and output. The spec is immutable once created, as a Job's is.
 import { RunPhase, kindNames } from "./names.js";
-import { StringEnum, StringMap, Type, type Static } from "./schema.js";
+import { StringEnum, StringMap, Type, type Static, type ValidationRule } from "./schema.js";
 import { EnvFromSecrets, statusSchema, type Resource } from "./common.js";
 import { readyColumns, type KindDefinition } from "./kind.js";
 import { SandboxSpecSchema } from "./sandbox.js";
@@ -67,7 +67,7 @@ export const SandboxRunSpecSchema = Type.Object(
     sandboxTemplate: Type.Optional(
       Type.Object(SandboxSpecSchema.properties, {
         description:
-          "A Sandbox spec: a VM is allocated for this run and released when it ends. Set sandboxRef or sandboxTemplate. The VM is asked for ttlSeconds (3600 unless set), or activeDeadlineSeconds + 300 if that is longer (and ttlSeconds again if the service refuses that), and renewed for ttlSeconds, renewBeforeSeconds before it runs out, for as long as the run runs (unless keepAlive is false).",
+          "A Sandbox spec: a VM is allocated for this run and released when it ends. Set sandboxRef or sandboxTemplate. The VM is asked for ttlSeconds (3600 unless set), or activeDeadlineSeconds + 300 if that is longer (and ttlSeconds again if the service refuses that), and renewed for ttlSeconds, renewBeforeSeconds before it runs out, for as long as the run runs (unless keepAlive is false). The VM is the run's: managementPolicies, deletionPolicy Orphan and writeConnectionSecretTo are refused (use a Sandbox and sandboxRef for those).",
       }),
     ),
     steps: Type.Array(RunStepSchema, {
@@ -139,6 +139,41 @@ export const SandboxRunStatusSchema = statusSchema("Where the run stands: phase,
 export type SandboxRunStatus = Static<typeof SandboxRunStatusSchema>;
 export type SandboxRun = Resource<SandboxRunSpec, SandboxRunStatus>;
 
+/**
+ * The template is a Sandbox's spec, but the VM is the run's: allocated for it, renewed while it
+ * runs and given back when it ends. The fields that say how a Sandbox's VM is kept beyond that
+ * (what the operator may do to it, whether it outlives its resource, a connection Secret for
+ * others to reach it) have no meaning there. They are refused, each with its fix, rather than
+ * ignored: a run would otherwise do the opposite of what its spec says.
+ */
+const ifTemplate = (field: string, rule: string) =>
+  `!has(self.sandboxTemplate) || !has(self.sandboxTemplate.${field}) || ${rule}`;
+const templateRules: ValidationRule[] = [
+  {
+    rule: ifTemplate("renewBeforeSeconds", "!has(self.sandboxTemplate.ttlSeconds) || self.sandboxTemplate.renewBeforeSeconds < self.sandboxTemplate.ttlSeconds"),
+    message: "spec.sandboxTemplate.renewBeforeSeconds must be less than spec.sandboxTemplate.ttlSeconds",
+    fieldPath: ".sandboxTemplate.renewBeforeSeconds",
+  },
+  {
+    rule: ifTemplate("managementPolicies", "self.sandboxTemplate.managementPolicies == ['*']"),
+    message:
+      "spec.sandboxTemplate.managementPolicies: a run's own VM is created, renewed and given back by the run; remove the field (to run in a VM under management policies, make it a Sandbox and name it in spec.sandboxRef)",
+    fieldPath: ".sandboxTemplate.managementPolicies",
+  },
+  {
+    rule: ifTemplate("deletionPolicy", "self.sandboxTemplate.deletionPolicy == 'Delete'"),
+    message:
+      "spec.sandboxTemplate.deletionPolicy: a run's own VM is given back when the run ends (spec.sandboxTemplate.onDelete says how), so it cannot be orphaned; remove the field (for a VM that outlives its run, make it a Sandbox and name it in spec.sandboxRef)",
+    fieldPath: ".sandboxTemplate.deletionPolicy",
+  },
+  {
+    rule: "!has(self.sandboxTemplate) || !has(self.sandboxTemplate.writeConnectionSecretTo)",
+    message:
+      "spec.sandboxTemplate.writeConnectionSecretTo: a run's own VM has no connection Secret (its steps reach the VM through the operator); remove the field (for a VM others connect to, make it a Sandbox and name it in spec.sandboxRef)",
+    fieldPath: ".sandboxTemplate.writeConnectionSecretTo",
+  },
+];
+
 export const sandboxRunKind: KindDefinition = {
   ...kindNames.sandboxRun,
   singular: "sandboxrun",
@@ -166,6 +201,7 @@ export const sandboxRunKind: KindDefinition = {
       message: "each file sets exactly one of configMapKeyRef and secretKeyRef",
       fieldPath: ".files",
     },
+    ...templateRules,
   ],
   status: SandboxRunStatusSchema,
   printerColumns: [

@@ -81,6 +81,22 @@ const refused: Refused[] = [
     says: [/spec\.renewBeforeSeconds must be less than spec\.ttlSeconds/],
   },
   {
+    what: "a run's template with renewBeforeSeconds not below its ttlSeconds",
+    manifest: `kind: SandboxRun\nmetadata: {name: run-renew-late}\nspec: {sandboxTemplate: {tier: standard, ttlSeconds: 60, renewBeforeSeconds: 90}, steps: [{name: s, command: "true"}]}`,
+    says: [/spec\.sandboxTemplate\.renewBeforeSeconds must be less than spec\.sandboxTemplate\.ttlSeconds/],
+  },
+  // A run's own VM is the run's: a Sandbox's fields that would keep it otherwise are refused,
+  // not ignored, each pointing at a Sandbox and sandboxRef.
+  ...[
+    ["managementPolicies", "managementPolicies: [Observe]"],
+    ["deletionPolicy", "deletionPolicy: Orphan"],
+    ["writeConnectionSecretTo", "writeConnectionSecretTo: {name: vm-secret}"],
+  ].map(([field, value]) => ({
+    what: `a run's template with ${value}`,
+    manifest: `kind: SandboxRun\nmetadata: {name: run-template-${field!.toLowerCase()}}\nspec: {sandboxTemplate: {tier: standard, ${value}}, steps: [{name: s, command: "true"}]}`,
+    says: [new RegExp(`spec\\.sandboxTemplate\\.${field}: a run's own VM`), /spec\.sandboxRef/],
+  })),
+  {
     what: "a change of an immutable field (Skill spec.name)",
     before: `kind: Skill\nmetadata: {name: immutable-skill}\nspec: {name: first-name, content: x}`,
     manifest: `kind: Skill\nmetadata: {name: immutable-skill}\nspec: {name: second-name, content: x}`,
