@@ -182,6 +182,10 @@ export class Sharder {
     this.placing.clear();
     this.urgentSince = undefined;
     this.urgent.set([]); // nothing waits on moves that will not be made here
+    // A placement still in flight after the grace is let go, and need not hold the leader Lease
+    // as an abandoned reconcile does: each is one PATCH at the resourceVersion it was decided
+    // on, so landing late it is a 409, or the decision this leader would have made just before
+    // stopping, which the next leader reads from its watch like any other.
     await Promise.all(this.parts.map((p) => p.controller.stop(5_000).catch(() => undefined)));
     await Promise.all(this.parts.map((p) => p.informer.stop().catch(() => undefined)));
   }
