@@ -60,6 +60,8 @@ export interface Rule {
   rule: string;
   /** The rule reads oldSelf: it is checked when the object is updated. */
   onUpdate: boolean;
+  /** A creation rule (KindDefinition.creationValidations): checked when the object is created. */
+  onCreate?: boolean;
 }
 
 export function typeOf(s: Schema): string {
@@ -205,7 +207,7 @@ export function renderKind(def: KindDefinition, examples: Example[]): string {
   const crd = toCRD(def) as {
     spec: {
       versions: Array<{
-        schema: { openAPIV3Schema: { properties: { spec: Schema; status: Schema } } };
+        schema: { openAPIV3Schema: Schema & { properties: { spec: Schema; status: Schema } } };
         additionalPrinterColumns: Array<{ name: string; type: string; jsonPath: string; description?: string; priority?: number }>;
       }>;
     };
@@ -214,6 +216,9 @@ export function renderKind(def: KindDefinition, examples: Example[]): string {
   if (!version) throw new Error(`${def.kind}: the CRD has no version`);
   const { spec, status } = version.schema.openAPIV3Schema.properties;
   const specDoc = flatten(spec, "spec");
+  for (const r of version.schema.openAPIV3Schema["x-kubernetes-validations"] ?? []) {
+    specDoc.rules.push({ path: r.fieldPath?.slice(1) ?? "spec", message: r.message ?? r.rule, rule: r.rule, onUpdate: false, onCreate: true });
+  }
   const statusDoc = flatten(status, "status");
   const managed = def.kind !== "Connection";
   const out: string[] = [HEADER];
@@ -236,7 +241,7 @@ export function renderKind(def: KindDefinition, examples: Example[]): string {
   out.push(fieldTable(specDoc.fields, true), "");
   if (specDoc.rules.length > 0) {
     out.push("### Validation", "", "The API server refuses a change that breaks one of these rules, with this message:", "");
-    for (const r of specDoc.rules) out.push(`- \`${r.path}\`${r.onUpdate ? " (on update)" : ""}: ${cell(r.message)}`);
+    for (const r of specDoc.rules) out.push(`- \`${r.path}\`${r.onUpdate ? " (on update)" : r.onCreate ? " (on creation)" : ""}: ${cell(r.message)}`);
     out.push("");
   }
 

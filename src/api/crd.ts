@@ -1,6 +1,7 @@
 // Turns a KindDefinition into a CustomResourceDefinition object.
 import { CATEGORY, GROUP, VERSION } from "./common.js";
 import type { KindDefinition } from "./kind.js";
+import type { ValidationRule } from "./schema.js";
 
 type Json = { [key: string]: unknown };
 
@@ -9,9 +10,19 @@ function plainSchema(schema: unknown): unknown {
   return JSON.parse(JSON.stringify(schema, (key, value: unknown) => (key.startsWith("~") ? undefined : value)));
 }
 
+/** A creation rule at the object's root: `spec` is self.spec, and it holds once there is a status. */
+function atCreation(r: ValidationRule): ValidationRule {
+  return {
+    ...r,
+    rule: `has(self.status) || (${r.rule.replace(/\bspec\b/g, "self.spec")})`,
+    ...(r.fieldPath !== undefined && { fieldPath: `.spec${r.fieldPath}` }),
+  };
+}
+
 export function toCRD(def: KindDefinition): Json {
   const spec = plainSchema(def.spec) as Json;
   if (def.specValidations.length > 0) spec["x-kubernetes-validations"] = def.specValidations;
+  const creation = (def.creationValidations ?? []).map(atCreation);
   return {
     apiVersion: "apiextensions.k8s.io/v1",
     kind: "CustomResourceDefinition",
@@ -41,6 +52,7 @@ export function toCRD(def: KindDefinition): Json {
             openAPIV3Schema: {
               type: "object",
               description: def.description,
+              ...(creation.length > 0 && { "x-kubernetes-validations": creation }),
               required: ["spec"],
               properties: {
                 apiVersion: { type: "string", description: "APIVersion of this object: agentcompute.dev/v1alpha1." },

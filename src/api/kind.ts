@@ -21,6 +21,15 @@ export interface KindDefinition {
   spec: TSchema;
   /** CEL rules evaluated on spec (cross-field and create-only rules). */
   specValidations: ValidationRule[];
+  /**
+   * CEL rules on the spec checked when the object is created and not after, for a spec that is
+   * immutable anyway: the API server did not ratchet validation on status writes before
+   * Kubernetes 1.33 (kubernetes#129503), so a spec rule added in an upgrade refused every status
+   * write of an object stored before it. Written with `spec` for the object's spec; they are
+   * placed at the object's root, where status is seen, and hold while it has none: status is
+   * dropped at creation, and the operator's first pass writes it.
+   */
+  creationValidations?: ValidationRule[];
   status: TSchema;
   printerColumns: PrinterColumn[];
 }

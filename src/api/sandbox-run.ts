@@ -144,30 +144,30 @@ export type SandboxRun = Resource<SandboxRunSpec, SandboxRunStatus>;
  * runs and given back when it ends. The fields that say how a Sandbox's VM is kept beyond that
  * (what the operator may do to it, whether it outlives its resource, a connection Secret for
  * others to reach it) have no meaning there. They are refused, each with its fix, rather than
- * ignored: a run would otherwise do the opposite of what its spec says.
+ * ignored: a run would otherwise do the opposite of what its spec says. Checked at creation
+ * only (the spec is immutable): runs stored before these rules keep their status writes.
  */
-const ifTemplate = (field: string, rule: string) =>
-  `!has(self.sandboxTemplate) || !has(self.sandboxTemplate.${field}) || ${rule}`;
+const ifTemplate = (field: string, rule: string) => `!has(spec.sandboxTemplate) || !has(spec.sandboxTemplate.${field}) || ${rule}`;
 const templateRules: ValidationRule[] = [
   {
-    rule: ifTemplate("renewBeforeSeconds", "!has(self.sandboxTemplate.ttlSeconds) || self.sandboxTemplate.renewBeforeSeconds < self.sandboxTemplate.ttlSeconds"),
+    rule: ifTemplate("renewBeforeSeconds", "!has(spec.sandboxTemplate.ttlSeconds) || spec.sandboxTemplate.renewBeforeSeconds < spec.sandboxTemplate.ttlSeconds"),
     message: "spec.sandboxTemplate.renewBeforeSeconds must be less than spec.sandboxTemplate.ttlSeconds",
     fieldPath: ".sandboxTemplate.renewBeforeSeconds",
   },
   {
-    rule: ifTemplate("managementPolicies", "self.sandboxTemplate.managementPolicies == ['*']"),
+    rule: ifTemplate("managementPolicies", "spec.sandboxTemplate.managementPolicies == ['*']"),
     message:
       "spec.sandboxTemplate.managementPolicies: a run's own VM is created, renewed and given back by the run; remove the field (to run in a VM under management policies, make it a Sandbox and name it in spec.sandboxRef)",
     fieldPath: ".sandboxTemplate.managementPolicies",
   },
   {
-    rule: ifTemplate("deletionPolicy", "self.sandboxTemplate.deletionPolicy == 'Delete'"),
+    rule: ifTemplate("deletionPolicy", "spec.sandboxTemplate.deletionPolicy == 'Delete'"),
     message:
       "spec.sandboxTemplate.deletionPolicy: a run's own VM is given back when the run ends (spec.sandboxTemplate.onDelete says how), so it cannot be orphaned; remove the field (for a VM that outlives its run, make it a Sandbox and name it in spec.sandboxRef)",
     fieldPath: ".sandboxTemplate.deletionPolicy",
   },
   {
-    rule: "!has(self.sandboxTemplate) || !has(self.sandboxTemplate.writeConnectionSecretTo)",
+    rule: "!has(spec.sandboxTemplate) || !has(spec.sandboxTemplate.writeConnectionSecretTo)",
     message:
       "spec.sandboxTemplate.writeConnectionSecretTo: a run's own VM has no connection Secret (its steps reach the VM through the operator); remove the field (for a VM others connect to, make it a Sandbox and name it in spec.sandboxRef)",
     fieldPath: ".sandboxTemplate.writeConnectionSecretTo",
@@ -201,8 +201,8 @@ export const sandboxRunKind: KindDefinition = {
       message: "each file sets exactly one of configMapKeyRef and secretKeyRef",
       fieldPath: ".files",
     },
-    ...templateRules,
   ],
+  creationValidations: templateRules,
   status: SandboxRunStatusSchema,
   printerColumns: [
     { name: "Phase", type: "string", jsonPath: ".status.phase" },
