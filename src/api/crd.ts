@@ -10,13 +10,9 @@ function plainSchema(schema: unknown): unknown {
   return JSON.parse(JSON.stringify(schema, (key, value: unknown) => (key.startsWith("~") ? undefined : value)));
 }
 
-/** A creation rule at the object's root: `spec` is self.spec, and it holds once there is a status. */
+/** A creation rule at the object's root, where it holds once there is a status. */
 function atCreation(r: ValidationRule): ValidationRule {
-  return {
-    ...r,
-    rule: `has(self.status) || (${r.rule.replace(/\bspec\b/g, "self.spec")})`,
-    ...(r.fieldPath !== undefined && { fieldPath: `.spec${r.fieldPath}` }),
-  };
+  return { ...r, rule: `has(self.status) || (${r.rule})` };
 }
 
 export function toCRD(def: KindDefinition): Json {

@@ -22,12 +22,14 @@ export interface KindDefinition {
   /** CEL rules evaluated on spec (cross-field and create-only rules). */
   specValidations: ValidationRule[];
   /**
-   * CEL rules on the spec checked when the object is created and not after, for a spec that is
-   * immutable anyway: the API server did not ratchet validation on status writes before
-   * Kubernetes 1.33 (kubernetes#129503), so a spec rule added in an upgrade refused every status
-   * write of an object stored before it. Written with `spec` for the object's spec; they are
-   * placed at the object's root, where status is seen, and hold while it has none: status is
-   * dropped at creation, and the operator's first pass writes it.
+   * CEL rules checked when the object is created, for a spec that cannot change after: a rule
+   * on spec is checked at every write, and the API server did not ratchet validation on status
+   * writes before Kubernetes 1.33 (kubernetes#129503), so one added in an upgrade refused every
+   * status write of an object stored before it that breaks it. Placed at the object's root
+   * (written with self.spec, fieldPath from the root; never oldSelf) as `has(self.status) ||
+   * rule`: status is dropped at creation, so they hold once the operator has written one. Until
+   * then an object stored before the rule that breaks it has every write refused, the
+   * operator's finalizer and shard label included (docs/install.md, Upgrading).
    */
   creationValidations?: ValidationRule[];
   status: TSchema;

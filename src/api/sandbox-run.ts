@@ -145,32 +145,33 @@ export type SandboxRun = Resource<SandboxRunSpec, SandboxRunStatus>;
  * (what the operator may do to it, whether it outlives its resource, a connection Secret for
  * others to reach it) have no meaning there. They are refused, each with its fix, rather than
  * ignored: a run would otherwise do the opposite of what its spec says. Checked at creation
- * only (the spec is immutable): runs stored before these rules keep their status writes.
+ * (creationValidations: the spec is immutable), so that runs stored before these rules keep
+ * their status writes.
  */
-const ifTemplate = (field: string, rule: string) => `!has(spec.sandboxTemplate) || !has(spec.sandboxTemplate.${field}) || ${rule}`;
+const ifTemplate = (field: string, rule: string) => `!has(self.spec.sandboxTemplate) || !has(self.spec.sandboxTemplate.${field}) || ${rule}`;
 const templateRules: ValidationRule[] = [
   {
-    rule: ifTemplate("renewBeforeSeconds", "!has(spec.sandboxTemplate.ttlSeconds) || spec.sandboxTemplate.renewBeforeSeconds < spec.sandboxTemplate.ttlSeconds"),
+    rule: ifTemplate("renewBeforeSeconds", "!has(self.spec.sandboxTemplate.ttlSeconds) || self.spec.sandboxTemplate.renewBeforeSeconds < self.spec.sandboxTemplate.ttlSeconds"),
     message: "spec.sandboxTemplate.renewBeforeSeconds must be less than spec.sandboxTemplate.ttlSeconds",
-    fieldPath: ".sandboxTemplate.renewBeforeSeconds",
+    fieldPath: ".spec.sandboxTemplate.renewBeforeSeconds",
   },
   {
-    rule: ifTemplate("managementPolicies", "spec.sandboxTemplate.managementPolicies == ['*']"),
+    rule: ifTemplate("managementPolicies", "self.spec.sandboxTemplate.managementPolicies == ['*']"),
     message:
       "spec.sandboxTemplate.managementPolicies: a run's own VM is created, renewed and given back by the run; remove the field (to run in a VM under management policies, make it a Sandbox and name it in spec.sandboxRef)",
-    fieldPath: ".sandboxTemplate.managementPolicies",
+    fieldPath: ".spec.sandboxTemplate.managementPolicies",
   },
   {
-    rule: ifTemplate("deletionPolicy", "spec.sandboxTemplate.deletionPolicy == 'Delete'"),
+    rule: ifTemplate("deletionPolicy", "self.spec.sandboxTemplate.deletionPolicy == 'Delete'"),
     message:
       "spec.sandboxTemplate.deletionPolicy: a run's own VM is given back when the run ends (spec.sandboxTemplate.onDelete says how), so it cannot be orphaned; remove the field (for a VM that outlives its run, make it a Sandbox and name it in spec.sandboxRef)",
-    fieldPath: ".sandboxTemplate.deletionPolicy",
+    fieldPath: ".spec.sandboxTemplate.deletionPolicy",
   },
   {
-    rule: "!has(spec.sandboxTemplate) || !has(spec.sandboxTemplate.writeConnectionSecretTo)",
+    rule: "!has(self.spec.sandboxTemplate) || !has(self.spec.sandboxTemplate.writeConnectionSecretTo)",
     message:
       "spec.sandboxTemplate.writeConnectionSecretTo: a run's own VM has no connection Secret (its steps reach the VM through the operator); remove the field (for a VM others connect to, make it a Sandbox and name it in spec.sandboxRef)",
-    fieldPath: ".sandboxTemplate.writeConnectionSecretTo",
+    fieldPath: ".spec.sandboxTemplate.writeConnectionSecretTo",
   },
 ];
 

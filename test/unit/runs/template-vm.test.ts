@@ -32,7 +32,8 @@ const run = {
 describe("ensureRunVM", () => {
   it("finds the run's VM by its marker, and allocates another in place of one found gone", async () => {
     const deps: AllocationDeps = { store: w.ctx.store, skills: w.informer(kindNames.skill).as<Skill>() as never, now: w.ctx.now };
-    const allocations = () => w.emu.requests.filter((r) => r.operation === "vms.allocate").length;
+    const before = w.emu.requests.filter((r) => r.operation === "vms.allocate").length;
+    const allocations = () => w.emu.requests.filter((r) => r.operation === "vms.allocate").length - before;
     const first = await ensureRunVM(run, w.handle(), deps);
     expect(allocations()).toBe(1);
     // A retry before status holds the id (or after a crash): the same VM, nothing allocated.
