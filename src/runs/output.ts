@@ -25,6 +25,15 @@ export function tail(text: string, bytes = STATUS_TAIL_BYTES): string {
   return buf.subarray(start).toString("utf8");
 }
 
+/**
+ * Output bytes as text. A byte that is not UTF-8 (a step printing binary) becomes "?", not the
+ * 3-byte U+FFFD: the text is then never longer than the bytes it stands for, so what is cut to
+ * fit the ConfigMap still fits once decoded.
+ */
+function decode(bytes: Buffer): string {
+  return bytes.toString("utf8").replaceAll("\uFFFD", "?");
+}
+
 /** Bytes of each end that `cap` keeps, leaving room for the marker line between them. */
 const capHalf = (bytes: number): number => Math.max(0, Math.floor((bytes - 80) / 2));
 
@@ -67,7 +76,7 @@ export function outputWindow(budget: number, secrets: Iterable<string>): { headB
  */
 export function boundedOutput(ends: FileEnds, secrets: Iterable<string>, budget: number): string {
   if (ends.head.length + ends.tail.length >= ends.size) {
-    return cap(mask(Buffer.concat([ends.head, ends.tail]).toString("utf8"), secrets), budget);
+    return cap(mask(decode(Buffer.concat([ends.head, ends.tail])), secrets), budget);
   }
   const values = maskedValues(secrets).map((s) => Buffer.from(s, "utf8"));
   const half = capHalf(budget);
@@ -98,10 +107,10 @@ function maskedSpan(buf: Buffer, values: Buffer[], from: number, to: number): { 
   let at = start;
   for (const [s, e] of merged) {
     if (e <= start || s >= end) continue;
-    text += buf.subarray(at, s).toString("utf8") + MASK;
+    text += decode(buf.subarray(at, s)) + MASK;
     at = e;
   }
-  return { text: text + buf.subarray(at, end).toString("utf8"), start, end };
+  return { text: text + decode(buf.subarray(at, end)), start, end };
 }
 
 /**

@@ -5,7 +5,10 @@ import type { FileEnds } from "../../../src/service/agentd.js";
 
 /** What AgentdClient.downloadFileEnds reads of `text` with the window for `budget` and `secrets`. */
 function ends(text: string, budget: number, secrets: string[]): FileEnds {
-  const buf = Buffer.from(text, "utf8");
+  return endsOf(Buffer.from(text, "utf8"), budget, secrets);
+}
+
+function endsOf(buf: Buffer, budget: number, secrets: string[]): FileEnds {
   const { headBytes, tailBytes } = outputWindow(budget, secrets);
   const head = buf.subarray(0, headBytes);
   const rest = buf.subarray(head.length);
@@ -70,6 +73,16 @@ describe("step output read by its ends", () => {
     expect(Buffer.byteLength(out)).toBeLessThanOrEqual(budget);
     const cut = Number(/\[\.\.\. (\d+) bytes of output cut here \.\.\.\]/.exec(out)?.[1]);
     expect(cut).toBe(text.length - 2 * half);
+  });
+
+  it("stays within the budget when a step prints binary (bytes that are not UTF-8)", () => {
+    const random = Buffer.alloc(1_000_000);
+    for (let i = 0; i < random.length; i++) random[i] = (i * 7919 + (i >> 3) * 104729) & 0xff;
+    for (const bytes of [Buffer.alloc(1_000_000, 0xff), random, Buffer.alloc(budget - 100, 0xff)]) {
+      const out = boundedOutput(endsOf(bytes, budget, [SECRET]), [SECRET], budget);
+      expect(Buffer.byteLength(out)).toBeLessThanOrEqual(budget);
+      expect(out).not.toContain("\uFFFD");
+    }
   });
 
   it("never leaves part of a secret in clear where the output is cut", () => {
