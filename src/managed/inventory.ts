@@ -33,6 +33,11 @@ export class Inventory<T> {
   /** Marker uid -> keys; more than one when a crash left a duplicate behind. */
   private byMarker = new Map<string, Set<string>>();
   private refreshedAt = -Infinity;
+  /**
+   * Times the snapshot was marked stale. A read that was in flight then may have listed the
+   * page before the object an uncertain create made: it leaves the snapshot stale.
+   */
+  private invalidations = 0;
   /** When a key was last seen after the snapshot: a write's answer, a GET, a confirmed 404. */
   private seenAt = new Map<string, number>();
   private inFlight: Promise<void> | undefined;
@@ -53,8 +58,8 @@ export class Inventory<T> {
 
   /** Reads the service again if the snapshot is stale; concurrent callers share one read. */
   async ensureFresh(): Promise<void> {
-    if (this.now() - this.refreshedAt < this.opts.maxAgeMs) return;
-    await this.refresh();
+    // Twice at most: the read in flight may be one that started before invalidate().
+    for (let reads = 0; reads < 2 && this.now() - this.refreshedAt >= this.opts.maxAgeMs; reads++) await this.refresh();
   }
 
   /** Reads the service now (single-flight). */
@@ -77,6 +82,7 @@ export class Inventory<T> {
   /** Marks the snapshot stale: the next ensureFresh reads the service (after an uncertain create). */
   invalidate(): void {
     this.refreshedAt = -Infinity;
+    this.invalidations++;
   }
 
   get(key: string): T | undefined {
@@ -184,6 +190,7 @@ export class Inventory<T> {
 
   private async load(): Promise<void> {
     const startedAt = this.now();
+    const invalidations = this.invalidations;
     const writes: Array<{ key: string; obj: T | undefined }> = [];
     this.writesDuringLoad = writes;
     let items: T[];
@@ -201,7 +208,8 @@ export class Inventory<T> {
       if (obj === undefined) this.unindex(key);
       else this.index(key, obj);
     }
-    this.refreshedAt = startedAt;
+    // Stale still if it was marked so meanwhile: what it lists may predate an uncertain create.
+    this.refreshedAt = this.invalidations === invalidations ? startedAt : -Infinity;
     // Sightings older than the list say nothing more than it does; arrivals before it are read.
     for (const [key, at] of this.seenAt) if (at <= startedAt) this.seenAt.delete(key);
     for (const [uid, at] of this.arrivals) if (at < startedAt) this.arrivals.delete(uid);

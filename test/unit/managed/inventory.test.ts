@@ -86,6 +86,29 @@ describe("Inventory", () => {
     expect(inv.get("old")).toBeDefined();
   });
 
+  it("stays stale when marked so while a read was in flight: that read may predate an uncertain create", async () => {
+    const service: Obj[] = [];
+    let release!: () => void;
+    let calls = 0;
+    const inv = inventory(async () => {
+      calls++;
+      const listed = [...service]; // the page is read before the create lands
+      if (calls === 1) await new Promise<void>((resolve) => (release = resolve));
+      return listed;
+    }, { maxAgeMs: 60_000 });
+    const inFlight = inv.refresh();
+    await Promise.resolve();
+    // A create whose answer is lost: the service made the object after the page was read.
+    service.push({ id: "vm-1", uid: "u1" });
+    inv.invalidate();
+    const lookup = inv.ensureFresh();
+    release();
+    await inFlight;
+    await lookup;
+    expect(calls).toBe(2);
+    expect(inv.findByMarker("u1").map((o) => o.id)).toEqual(["vm-1"]);
+  });
+
   it("reports objects that changed or vanished out of band", async () => {
     let items: Obj[] = [
       { id: "a", v: 1 },
