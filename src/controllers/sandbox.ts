@@ -503,8 +503,11 @@ class SandboxClient implements ExternalClient<Sandbox, SandboxPlan> {
     }
     if (plan.action !== "renew") return {};
     // Without the list, a VM gone at its renewal is not replaced on the old snapshot: a lost
-    // allocation may have left one it lacks (the next pass waits for the list).
-    return this.renew(cr, current, { replaceIfGone: plan.listFailed !== true });
+    // allocation may have left one it lacks (the next pass waits for the list). Nor where no
+    // VM may be made: one taken over with the annotation (the user named that one; the next
+    // pass says it is gone), or policies without Create.
+    const mayReplace = cr.metadata.annotations?.[Annotations.externalId] === undefined && managementOf(cr.spec).create;
+    return this.renew(cr, current, { replaceIfGone: plan.listFailed !== true && mayReplace });
   }
 
   /**

@@ -496,6 +496,30 @@ describe("Sandbox", () => {
     expect(live(replacement)).toBe(true);
   });
 
+  it("does not allocate a VM in place of an adopted one found gone at its renewal, nor without Create: says it is gone", async () => {
+    for (const [annotations, managementPolicies, reason] of [
+      [true, undefined, "ExternalNotFound"],
+      [false, ["Observe", "Update", "Delete"], "ExternalNotFound"],
+    ] as const) {
+      const vm = w.emu.state.allocateVM({ tier: "standard", ttl_seconds: 600, org_id: ORG, metadata: {} });
+      w.apply<Sandbox>("sandboxes", {
+        metadata: { name: "sb", annotations: annotations ? { [Annotations.externalId]: vm.vm_id } : {} },
+        spec: { tier: "standard", ttlSeconds: 600, ...(managementPolicies && { managementPolicies: [...managementPolicies] }) },
+      });
+      if (!annotations) w.setStatus("sandboxes", "sb", { vmId: vm.vm_id }); // imported before, its id in status
+      await w.reconcile(kind(), "sb");
+      expect(sandbox().status?.vmId).toBe(vm.vm_id);
+      w.advance(481_000); // the renewal is due
+      w.emu.state.expireVM(vm.vm_id); // gone out of band, the snapshot still shows it
+      w.calls();
+      await w.reconcile(kind(), "sb").catch(() => undefined);
+      await w.reconcile(kind(), "sb").catch(() => undefined);
+      // (A renewal's 401 and its retry, once the token has run out on the clock moved on.)
+      expect(new Set(w.writes())).toEqual(new Set(["vms.renew"]));
+      expect(condition(sandbox(), "Ready")).toMatchObject({ status: "False", reason });
+    }
+  });
+
   it("imported read-only ([Observe]): never renewed, and comes back once its VM has run out, not in a loop meanwhile", async () => {
     const vm = w.emu.state.allocateVM({ tier: "standard", ttl_seconds: 600, org_id: ORG, metadata: {} });
     w.apply<Sandbox>("sandboxes", {
