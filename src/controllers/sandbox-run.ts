@@ -448,11 +448,30 @@ export class SandboxRunReconciler implements Reconciler {
   private async finalize(run: SandboxRun, ctx: ReconcileContext): Promise<void> {
     const finalizers = run.metadata.finalizers ?? [];
     if (!finalizers.includes(FINALIZER)) return;
-    if (run.spec.sandboxTemplate !== undefined) await releaseRunVMs(run, this.handleOf(run, true), run.status?.vmId);
+    if (run.spec.sandboxTemplate !== undefined) await this.giveBackOwnVM(run, ctx);
     else await this.stopStep(this.latest(this.o.status.fresh(run)), ctx);
     this.finalized.add(run.metadata.uid);
     await removeFinalizer(this.o.kube, this.path(run), run, FINALIZER);
     this.o.status.forget(run.metadata.uid);
+  }
+
+  /**
+   * A deleted template run's VM given back. Not without a client to reach the service with
+   * (its Connection deleted, as `kubectl delete -k` may do first, or never made; or its Secret
+   * gone with no client built before): said in the log, and the deletion goes on rather than
+   * wait for ever, as a sandboxRef run's does. A VM left behind is renewed by no one and runs
+   * out at its TTL. Other failures are retried, and the deletion waits.
+   */
+  private async giveBackOwnVM(run: SandboxRun, ctx: ReconcileContext): Promise<void> {
+    let handle: ServiceHandle;
+    try {
+      handle = this.handleOf(run, true);
+    } catch (err) {
+      if (!(err instanceof NotReadyError)) throw err;
+      ctx.log.warn({ reason: err.reason, vmId: run.status?.vmId }, `cannot give back the deleted run's VM (if it has one; it runs out at its TTL): ${err.message}`);
+      return;
+    }
+    await releaseRunVMs(run, handle, run.status?.vmId);
   }
 
   /**

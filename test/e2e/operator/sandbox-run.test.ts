@@ -380,6 +380,13 @@ spec:
     expect(t.stack.emulator.runtimes.get(vmId)).toBeUndefined();
   }, 90_000);
 
+  it("with a sandboxTemplate naming a Connection that does not exist: waits, and is deleted when asked (nothing to give back)", async () => {
+    await apply(templateRunManifest("no-connection", "tier: standard, connectionRef: {name: missing}", `  steps: [{name: s, command: "true"}]`), t.namespace);
+    const waiting = await waitForReady(t.stack, "sandboxruns", "no-connection", { status: "False", reason: "ConnectionNotFound" });
+    expect(waiting.metadata.finalizers).toContain("agentcompute.dev/finalizer");
+    await kubectlOk(["delete", "sandboxrun", "no-connection", "--timeout=60s"], { namespace: t.namespace });
+  });
+
   it("asks for its template's TTL when the service refuses one lengthened for a long deadline", async () => {
     const before = t.stack.emulator.state.poolConfig.max_vm_ttl_seconds;
     t.stack.emulator.state.updatePoolConfig({ max_vm_ttl_seconds: 7200 });
