@@ -54,9 +54,20 @@ export function cap(text: string, bytes: number): string {
   return `${head}${cutMarker(cut)}${rest}`;
 }
 
-/** The secret values `mask` masks. */
+/**
+ * What `mask` masks of each secret value: the value, the value without the line break it ends
+ * with (a Secret made with `kubectl create secret --from-file` keeps the file's last newline,
+ * and a step prints the value without it), and each line of a value of several (a PEM key,
+ * printed a line at a time), as CI systems mask theirs.
+ */
 function maskedValues(secrets: Iterable<string>): string[] {
-  return [...new Set(secrets)].filter((s) => s.length >= MIN_MASKED);
+  const forms = new Set<string>();
+  for (const value of secrets) {
+    forms.add(value);
+    forms.add(value.trim());
+    for (const line of value.split(/\r?\n/)) forms.add(line.trim());
+  }
+  return [...forms].filter((s) => s.length >= MIN_MASKED);
 }
 
 /**

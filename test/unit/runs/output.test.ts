@@ -36,6 +36,17 @@ describe("step output", () => {
     expect(mask("token=abcdef and abcdefgh, id=ab", ["abcdef", "abcdefgh", "ab"])).toBe("token=*** and ***, id=ab");
   });
 
+  it("masks a value printed without the newline it was stored with, and each line of a value of several", () => {
+    const fromFile = "tok-9f8e7d6c\n"; // kubectl create secret --from-file keeps the file's newline
+    expect(mask("Authorization: Bearer tok-9f8e7d6c.", [fromFile])).toBe("Authorization: Bearer ***.");
+    const pem = "-----BEGIN KEY-----\r\nMIIEvQIBADANBgkq\r\nhkiG9w0BAQEFAASC\r\n-----END KEY-----\r\n";
+    const printed = "line 1: hkiG9w0BAQEFAASC (from the key)";
+    expect(mask(printed, [pem])).toBe("line 1: *** (from the key)");
+    expect(mask(`key:\n${pem}`, [pem])).toBe("key:\n***");
+    // Lines too short to mask alone stay (they would mask ordinary words).
+    expect(mask("a b", ["a\nb\nlongenough"])).toBe("a b");
+  });
+
   it("masks overlapping secret values as one, leaving no part of either", () => {
     expect(mask("x password1234abcd y", ["password1", "1234abcd"])).toBe("x *** y");
     expect(mask("é-secret-é", ["secret"])).toBe("é-***-é");
