@@ -662,11 +662,19 @@ class Pass {
     await this.flush(this.st.phase === RunPhase.Running ? RunPhase.Running : RunPhase.Pending, failure.reason, message).catch((writeErr: unknown) =>
       this.log.warn({ err: errorMessage(writeErr) }, "could not report the service's failure in status"),
     );
-    // The retry backs off, but comes back no later than the run's VM's next renewal: a failing
-    // agentd or API server must not cost the run its VM.
+    // What is thrown is logged ("reconciler error"): with the run's secrets masked, as in status.
+    const retry = message === errorMessage(err) ? err : new Error(message);
+    // The retry backs off, but comes back no later than the run's VM's next renewal (a failing
+    // agentd or API server must not cost the run its VM), nor than its deadline (the failures
+    // would otherwise hold the run up to the backoff's 1,000 s past it). A deadline passed
+    // already is this pass's to act on: its failure backs off as any other.
     const renewAt = await this.keepOwnVM().catch(() => undefined);
-    if (renewAt === undefined) throw err;
-    throw new RetryNoLaterThan(err, Math.max(0, renewAt - this.r.clock.getTime()), true);
+    const now = this.r.clock.getTime();
+    const deadline = deadlineAt(this.run.spec, this.st);
+    const due = [renewAt, deadline !== undefined && deadline > now ? deadline : undefined].filter((t): t is number => t !== undefined);
+    if (due.length === 0) throw retry;
+    const at = Math.min(...due);
+    throw new RetryNoLaterThan(retry, Math.max(1, at - now), at === renewAt);
   }
 
   /** A message with the run's secret values masked, as far as they can be read now. */
