@@ -340,7 +340,7 @@ export function specOrMetaChanged<T extends { metadata: ObjectMeta }>(obj: T, ol
 }
 
 /** A Connection's token refreshes and usage updates do not concern its dependants; its readiness does. */
-function readinessChanged(obj: Connection, old?: Connection): boolean {
+export function readinessChanged(obj: Connection, old?: Connection): boolean {
   if (old === undefined) return true;
   const ready = (c: Connection) => c.status?.conditions?.find((x) => x.type === ConditionType.Ready);
   const a = ready(obj);

@@ -5,7 +5,7 @@
 // writes the output ConfigMap and status, deletes finished runs after their TTL.
 import { createHash } from "node:crypto";
 import type { Logger } from "pino";
-import { API_VERSION, FINALIZER, GROUP, RUN_LABEL, RunPhase, VERSION, kindNames, type RunPhaseName } from "../api/names.js";
+import { API_VERSION, DEFAULT_CONNECTION, FINALIZER, GROUP, RUN_LABEL, RunPhase, VERSION, kindNames, type RunPhaseName } from "../api/names.js";
 import type { Sandbox, SandboxRun, SandboxRunStatus, Skill } from "../api/index.js";
 import { errorMessage } from "../lib/errors.js";
 import { NotReadyError, classify } from "../managed/errors.js";
@@ -25,7 +25,8 @@ import { ensureRunVM, keepRunVM, releaseRunVMs, type AllocationDeps } from "../r
 import { ForwardedVM, VMGoneError, type RunVM } from "../runs/vm.js";
 import { isServiceError } from "../service/errors.js";
 import type { ConnectionPool, ServiceHandle } from "./connection-pool.js";
-import { referrers, requestOf, specOrMetaChanged, type OperatorContext } from "./kind.js";
+import { readinessChanged, referrers, requestOf, specOrMetaChanged, type OperatorContext } from "./kind.js";
+import { skillName } from "./skill.js";
 import type { ObjectStore } from "./object-store.js";
 
 /** Index of runs by the Sandbox they name. */
@@ -55,13 +56,24 @@ export function setupSandboxRun(ctx: OperatorContext): Controller {
   // A Sandbox that becomes Ready, changes VM or goes brings back the runs that name it.
   const using = referrers(runs, SANDBOX_INDEX, (r) => [r.spec.sandboxRef?.name]);
   controller.watch(sandboxes, (sb) => using(sb).map(requestOf), { filter: sandboxChanged });
+  // What an unfinished run waits for brings it back when it comes (or changes): its inputs, and
+  // for a run with a template what a Sandbox waits for, its Connection, Skills and envFrom Secrets.
+  const unfinished = (waiting: SandboxRun[]) => waiting.filter((r) => !isFinished(r.status)).map(requestOf);
   const usingSecret = referrers(runs, "runSecret", (r) => [
     ...(r.spec.envFrom ?? []).map((e) => e.secretRef.name),
     ...(r.spec.files ?? []).map((f) => f.secretKeyRef?.name),
+    ...(r.spec.sandboxTemplate?.envFrom ?? []).map((e) => e.secretRef.name),
   ]);
   const usingConfigMap = referrers(runs, "runConfigMap", (r) => (r.spec.files ?? []).map((f) => f.configMapKeyRef?.name));
-  controller.watch(ctx.secrets, (s) => usingSecret(s).filter((r) => !isFinished(r.status)).map(requestOf));
-  controller.watch(ctx.configMaps, (c) => usingConfigMap(c).filter((r) => !isFinished(r.status)).map(requestOf));
+  controller.watch(ctx.secrets, (s) => unfinished(usingSecret(s)));
+  controller.watch(ctx.configMaps, (c) => unfinished(usingConfigMap(c)));
+  const usingConnection = referrers(runs, "runConnection", (r) => [
+    r.spec.sandboxTemplate === undefined ? undefined : (r.spec.sandboxTemplate.connectionRef?.name ?? DEFAULT_CONNECTION),
+  ]);
+  controller.watch(ctx.connections, (c) => unfinished(usingConnection(c)), { filter: readinessChanged });
+  const skills = ctx.informer<Skill>(kindNames.skill);
+  const loading = referrers(runs, "runSkill", (r) => r.spec.sandboxTemplate?.skills ?? []);
+  controller.watch(skills, (sk) => unfinished(loading({ metadata: { namespace: sk.metadata.namespace, name: skillName(sk) } })));
   return controller;
 }
 
