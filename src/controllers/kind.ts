@@ -118,8 +118,8 @@ export class OperatorContext implements KindContext {
   /** agentcompute_managed_resource_* of every managed kind (src/managed/resource-metrics.ts). */
   readonly resourceMetrics: ResourceMetrics;
   readonly metrics: Metrics;
-  /** The managed kinds' informers, for "who uses this Connection". */
-  private readonly users: Array<{ kind: string; informer: Informer<ManagedResource> }> = [];
+  /** Per kind that holds Connections: its resources (kind/name) that use one, for "who uses this Connection". */
+  private readonly users: Array<(namespace: string, connection: string) => string[]> = [];
   private readonly onInventoryChange = new Map<InventoryKind, (namespace: string, connection: string, changed: Set<string>) => void>();
 
   constructor(
@@ -181,8 +181,16 @@ export class OperatorContext implements KindContext {
   /** The resources (kind/name) of the namespace that use this Connection. */
   usersOf(namespace: string, connection: string): string[] {
     if (this.options.sharding !== undefined) return this.options.sharding.usersOf(namespace, connection);
-    return this.users.flatMap(({ kind, informer }) =>
-      usingConnection(informer, namespace, connection).map((cr) => `${kind}/${cr.metadata.name}`),
+    return this.users.flatMap((of) => of(namespace, connection));
+  }
+
+  /** Registers a kind whose resources hold a Connection (`connectionOf`; undefined: none) for usersOf. */
+  addConnectionUsers<T extends KubeObject>(kind: string, informer: Informer<T>, connectionOf: (obj: T) => string | undefined): void {
+    this.users.push((namespace, connection) =>
+      informer
+        .list(namespace)
+        .filter((obj) => connectionOf(obj) === connection)
+        .map((obj) => `${kind}/${obj.metadata.name ?? ""}`),
     );
   }
 
@@ -193,7 +201,7 @@ export class OperatorContext implements KindContext {
     inventory: InventoryKind,
     changed: (namespace: string, connection: string, keys: Set<string>) => void,
   ): void {
-    this.users.push({ kind, informer: informer as unknown as Informer<ManagedResource> });
+    this.addConnectionUsers(kind, informer, connectionName);
     this.onInventoryChange.set(inventory, changed);
   }
 }

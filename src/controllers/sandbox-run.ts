@@ -7,6 +7,7 @@ import { createHash } from "node:crypto";
 import type { Logger } from "pino";
 import { API_VERSION, DEFAULT_CONNECTION, FINALIZER, GROUP, RUN_LABEL, RunPhase, VERSION, kindNames, type RunPhaseName } from "../api/names.js";
 import type { Sandbox, SandboxRun, SandboxRunStatus, Skill } from "../api/index.js";
+import { heldConnection } from "../api/sandbox-run.js";
 import { errorMessage } from "../lib/errors.js";
 import { NotReadyError, classify } from "../managed/errors.js";
 import { patchFinalizers, removeFinalizer } from "../managed/finalizers.js";
@@ -71,6 +72,9 @@ export function setupSandboxRun(ctx: OperatorContext): Controller {
     r.spec.sandboxTemplate === undefined ? undefined : (r.spec.sandboxTemplate.connectionRef?.name ?? DEFAULT_CONNECTION),
   ]);
   controller.watch(ctx.connections, (c) => unfinished(usingConnection(c)), { filter: readinessChanged });
+  // A template run holds its Connection until its VM is given back: `kubectl delete -k` of
+  // the runs with their Connection must not take the Connection first.
+  ctx.addConnectionUsers(kindNames.sandboxRun.kind, runs, heldConnection);
   const skills = ctx.informer<Skill>(kindNames.skill);
   const loading = referrers(runs, "runSkill", (r) => r.spec.sandboxTemplate?.skills ?? []);
   controller.watch(skills, (sk) => unfinished(loading({ metadata: { namespace: sk.metadata.namespace, name: skillName(sk) } })));

@@ -6,6 +6,7 @@
 // the other kinds once every list is; a membership change enqueues everything being placed.
 import type { Logger } from "pino";
 import { DEFAULT_CONNECTION, GROUP, VERSION, kindNames } from "../api/names.js";
+import { heldConnection, type SandboxRun } from "../api/sandbox-run.js";
 import { errorMessage } from "../lib/errors.js";
 import { Controller, type Request, type Result } from "../runtime/controller.js";
 import { Informer } from "../runtime/informer.js";
@@ -60,10 +61,13 @@ export interface SharderOptions {
 
 /**
  * Keep the metadata that matters, the connectionRef and (`keepVM`: a Sandbox) the VM's id: a
- * few hundred bytes per object.
+ * few hundred bytes per object. A SandboxRun's connectionRef is the Connection it holds, if
+ * any (heldConnection): none once its VM is given back, or with a sandboxRef.
  */
-function slim(o: ShardedObject, keepVM: boolean): ShardedObject {
+function slim(o: ShardedObject, kind: ShardedKind): ShardedObject {
   const m = o.metadata;
+  const keepVM = hasRunningVMs(kind);
+  const connectionRef = isRuns(kind) ? runConnectionRef(o as unknown as SandboxRun) : o.spec?.connectionRef;
   return {
     apiVersion: o.apiVersion,
     kind: o.kind,
@@ -75,7 +79,7 @@ function slim(o: ShardedObject, keepVM: boolean): ShardedObject {
       ...(m.labels !== undefined && { labels: m.labels }),
       ...(m.deletionTimestamp !== undefined && { deletionTimestamp: m.deletionTimestamp }),
     },
-    ...(o.spec?.connectionRef !== undefined && { spec: { connectionRef: o.spec.connectionRef } }),
+    ...(connectionRef !== undefined && { spec: { connectionRef } }),
     ...(keepVM && o.status?.vmId !== undefined && { status: { vmId: o.status.vmId } }),
   };
 }
@@ -85,6 +89,13 @@ interface Part {
   kind: ShardedKind;
   informer: Informer<ShardedObject>;
   controller: Controller;
+}
+
+const isRuns = (kind: ShardedKind): boolean => kind.plural === kindNames.sandboxRun.plural;
+
+function runConnectionRef(run: SandboxRun): { name: string } | undefined {
+  const name = heldConnection(run);
+  return name === undefined ? undefined : { name };
 }
 
 /** The kind whose objects have running VMs (a Sandbox's, renewed by its owner only). */
@@ -117,7 +128,7 @@ export class Sharder {
         namespaces: o.namespaces.length > 0 ? [...o.namespaces] : undefined,
         logger: o.logger,
         metrics: o.metrics,
-        transform: (o) => slim(o, hasRunningVMs(kind)),
+        transform: (o) => slim(o, kind),
       });
       const controller = new Controller({
         name: `sharder-${kind.plural}`,
@@ -208,8 +219,9 @@ export class Sharder {
     }
     const out: string[] = [];
     for (const { kind, informer } of this.parts) {
-      if (kind.plural === "sandboxruns") continue; // SandboxRuns do not hold a Connection's deletion
       for (const obj of informer.list(namespace)) {
+        // A SandboxRun holds its Connection only while slim() kept one (a template's, VM not given back).
+        if (isRuns(kind) && obj.spec?.connectionRef === undefined) continue;
         if ((obj.spec?.connectionRef?.name ?? DEFAULT_CONNECTION) === connection) out.push(`${kind.kind}/${obj.metadata.name ?? ""}`);
       }
     }

@@ -380,6 +380,30 @@ spec:
     expect(t.stack.emulator.runtimes.get(vmId)).toBeUndefined();
   }, 90_000);
 
+  it("with a sandboxTemplate holds its Connection's deletion until its VM is given back (kubectl delete of both at once)", async () => {
+    await apply(connectionManifest(t.namespace, t.stack.emulator, { name: "held", secretName: "held-credentials" }), t.namespace);
+    await waitForReady(t.stack, "connections", "held");
+    await apply(templateRunManifest("holds-connection", "tier: standard, connectionRef: {name: held}", `
+  steps:
+    - {name: forever, command: 'sleep 300'}`), t.namespace);
+    const r = await waitFor(async () => {
+      const x = await run("holds-connection");
+      return steps(x)[0]?.commandId !== undefined ? x : undefined;
+    }, { description: "the step running" });
+    const vmId = r.status?.vmId as string;
+    // The Connection first, as kubectl delete -k may: it waits, saying for what.
+    await kubectlOk(["delete", "connection", "held", "--wait=false"], { namespace: t.namespace });
+    const waiting = await waitFor(async () => {
+      const c = await getResource(t.stack.kube, "connections", t.namespace, "held");
+      return condition(c, "Reconciling")?.reason === "InUse" ? c : undefined;
+    }, { description: "the Connection's deletion waiting for its users" });
+    expect(condition(waiting, "Reconciling")?.message).toContain("SandboxRun/holds-connection");
+    // The run's deletion gives its VM back through it; then the Connection goes.
+    await kubectlOk(["delete", "sandboxrun", "holds-connection", "--wait=true", "--timeout=60s"], { namespace: t.namespace });
+    expect(t.stack.emulator.state.vms.get(vmId)?.state ?? "gone").not.toBe("allocated");
+    await kubectlOk(["wait", "--for=delete", "connection/held", "--timeout=60s"], { namespace: t.namespace });
+  }, 150_000);
+
   it("with a sandboxTemplate naming a Connection that does not exist: waits, and is deleted when asked (nothing to give back)", async () => {
     await apply(templateRunManifest("no-connection", "tier: standard, connectionRef: {name: missing}", `  steps: [{name: s, command: "true"}]`), t.namespace);
     const waiting = await waitForReady(t.stack, "sandboxruns", "no-connection", { status: "False", reason: "ConnectionNotFound" });

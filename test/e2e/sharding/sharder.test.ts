@@ -306,3 +306,31 @@ describe("Sharder (real API server): a gone replica's Sandboxes with a running V
     }
   });
 });
+
+describe("Sharder (real API server): the Connections' users", () => {
+  const suite = adminAndNamespaces("sharder-users");
+
+  it("counts a template SandboxRun as its Connection's user until its VM is given back, and a sandboxRef run never", async () => {
+    const admin = suite.admin();
+    const ns = await suite.namespace();
+    const runs = path(kindNames.sandboxRun.plural, ns);
+    const run = (name: string, spec: object) => ({ apiVersion: `${GROUP}/${VERSION}`, kind: "SandboxRun", metadata: { name }, spec: { ...spec, steps: [{ name: "s", command: "true" }] } });
+    await admin.create(runs, run("holding", { sandboxTemplate: { tier: "standard" } }), { discardResult: true });
+    await admin.create(runs, run("elsewhere", { sandboxTemplate: { tier: "standard", connectionRef: { name: "other" } } }), { discardResult: true });
+    await admin.create(runs, run("given-back", { sandboxTemplate: { tier: "standard" } }), { discardResult: true });
+    await admin.patch(path(kindNames.sandboxRun.plural, ns, "given-back", "status"), { status: { phase: "Succeeded", vmReleased: true } }, "merge", { discardResult: true });
+    await admin.create(runs, run("in-a-sandbox", { sandboxRef: { name: "box" } }), { discardResult: true });
+    const r = recordingSharder(ns);
+    try {
+      r.sharder.setMembers(LIVE);
+      await r.sharder.start();
+      expect(r.sharder.usersOf(ns, "default")).toEqual(["SandboxRun/holding"]);
+      expect(r.sharder.usersOf(ns, "other")).toEqual(["SandboxRun/elsewhere"]);
+      // The VM given back (status says so): no longer a user.
+      await admin.patch(path(kindNames.sandboxRun.plural, ns, "holding", "status"), { status: { phase: "Succeeded", vmReleased: true } }, "merge", { discardResult: true });
+      await poll(() => r.sharder.usersOf(ns, "default").length === 0, 30_000, "the run's VM given back to show in the sharder's cache");
+    } finally {
+      await r.close();
+    }
+  });
+});
