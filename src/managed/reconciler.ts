@@ -363,12 +363,14 @@ export class ManagedReconciler<R extends ManagedResource, Plan = unknown> implem
     // Ready=True only while nothing waits to be applied: it was Ready for this very generation,
     // and what it names is still there.
     const gone = kept?.gone === true;
-    const inSync = !deleting && !gone && previousReady?.status === "True" && previousReady.observedGeneration === cr.metadata.generation;
+    const unusable = kept?.unusable;
+    const inSync = !deleting && !gone && unusable === undefined && previousReady?.status === "True" && previousReady.observedGeneration === cr.metadata.generation;
     const upkeep = kept?.keeping && trouble === undefined ? " (its VM is still renewed)" : "";
     const waiting = deleting ? "; deletion waits, with the finalizer kept, until" : "; changes made meanwhile are applied when";
     const problem = trouble ? `; cannot keep its VM alive: ${trouble.failure.reason}: ${trouble.failure.message}` : "";
     const lost = gone ? `; its VM is gone (expired or deleted)${deleting ? "" : ": a new one is allocated once the annotation is removed"}` : "";
-    const message = `paused by the annotation ${Annotations.paused}: "true": the operator makes no change in the service${upkeep}${waiting} the annotation is removed${problem}${lost}`;
+    const state = unusable !== undefined ? `; ${unusable.message}` : "";
+    const message = `paused by the annotation ${Annotations.paused}: "true": the operator makes no change in the service${upkeep}${waiting} the annotation is removed${problem}${lost}${state}`;
     await this.writeStatusBeforeUpkeep(cr, kept, kept?.status ?? {}, pausedConditions({ inSync, message, keepStalled: stalledAtThisGeneration(cr) !== undefined }));
     // Said once the conditions remember the pause: a status write that fails says nothing, and
     // its retry says it once.
@@ -397,7 +399,8 @@ export class ManagedReconciler<R extends ManagedResource, Plan = unknown> implem
       const observed = await external.observe(cr);
       const kept = await this.keepAlive(cr, external, observed);
       // Named in status, but not found: nothing left to keep alive, and not to be called in sync.
-      return !observed.exists && this.namesKept(cr) ? { ...kept, gone: true } : kept;
+      if (!observed.exists && this.namesKept(cr)) return { ...kept, gone: true };
+      return observed.exists && observed.notReady !== undefined ? { ...kept, unusable: observed.notReady } : kept;
     } catch (err) {
       // The kind's client says when to try again (a VM's read: before it runs out); else the backoff.
       const exists = this.namesKept(cr);
@@ -559,6 +562,8 @@ interface Upkeep<S> {
   trouble?: { exists: boolean; failure: Failure; err: unknown };
   /** The service object the resource names is gone (a VM that ran out or was deleted). */
   gone?: boolean;
+  /** It is there but cannot be used, and the operator will not fix it (Observation.notReady: a VM run out with keepAlive false). */
+  unusable?: { reason: string; message: string };
 }
 
 /**

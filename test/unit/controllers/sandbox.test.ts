@@ -539,6 +539,21 @@ describe("Sandbox", () => {
     expect(condition(sandbox(), "Drifted")).toMatchObject({ status: "False" });
   });
 
+  it("keepAlive false and paused: a VM that ran out is not Ready, and the message says it expired", async () => {
+    apply({ keepAlive: false });
+    await w.reconcile(kind(), "sb");
+    const vmId = sandbox().status?.vmId as string;
+    w.apply<Sandbox>("sandboxes", { metadata: { name: "sb", annotations: { [Annotations.paused]: "true" } }, spec: { tier: "standard", ttlSeconds: 600, keepAlive: false } });
+    await w.reconcile(kind(), "sb");
+    expect(condition(sandbox(), "Ready")).toMatchObject({ status: "True", reason: "ReconcilePaused" });
+    w.advance(601_000); // it runs out
+    resync();
+    await w.reconcile(kind(), "sb");
+    expect(sandbox().status?.state).toBe("expired");
+    expect(condition(sandbox(), "Ready")).toMatchObject({ status: "False", reason: "ReconcilePaused" });
+    expect(condition(sandbox(), "Ready")?.message).toContain(`VM ${vmId} expired`);
+  });
+
   it("keepAlive false: a VM that ran out is reported Expired, neither renewed nor replaced", async () => {
     apply({ keepAlive: false });
     await w.reconcile(kind(), "sb");
