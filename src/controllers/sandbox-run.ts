@@ -646,6 +646,12 @@ class Pass {
       } catch (err) {
         if (err instanceof VMGoneError) {
           this.r.vmLost(run, err.vmId);
+          // Gone before the attempt started anything (its Sandbox still named it): nothing
+          // failed. It waits for the Sandbox's next VM, or allocates its own again.
+          if ((st.steps ?? []).every((s) => s.startedAt === undefined)) {
+            if (run.spec.sandboxTemplate !== undefined) st.vmId = "";
+            continue;
+          }
           forced = attemptFailed(run.spec, st, RunReason.VMLost, `the VM ${err.vmId} the attempt ran in is gone`);
           const cur = (st.steps ?? []).find((s) => s.finishedAt === undefined);
           if (cur !== undefined) cur.finishedAt = formatTime(this.now);

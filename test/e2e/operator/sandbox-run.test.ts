@@ -531,6 +531,29 @@ spec:
     expect(steps(r)[0]).toMatchObject({ exitCode: 0, output: "done\n" });
   }, 90_000);
 
+  it("does not count an attempt when its Sandbox's VM is gone before the first step started: it waits for the next VM", async () => {
+    await apply(`
+apiVersion: agentcompute.dev/v1alpha1
+kind: Sandbox
+metadata: {name: stale-box}
+spec: {tier: standard, ttlSeconds: 3600}`, t.namespace);
+    const sb = await waitForReady(t.stack, "sandboxes", "stale-box");
+    const first = sb.status?.vmId as string;
+    t.stack.emulator.state.deleteVM(first); // gone outside the operator; the Sandbox still names it
+    await apply(`
+apiVersion: agentcompute.dev/v1alpha1
+kind: SandboxRun
+metadata: {name: stale}
+spec:
+  sandboxRef: {name: stale-box}
+  steps:
+    - {name: only, command: 'echo done'}`, t.namespace);
+    // backoffLimit 0: a lost VM counted as a failed attempt would fail the run.
+    const r = await finished("stale");
+    expect(r.status).toMatchObject({ phase: "Succeeded", attempts: 1 });
+    expect(r.status?.vmId).not.toBe(first);
+  }, 90_000);
+
   it("stays Succeeded while the release of its VM fails, and gives the VM back once the service answers", async () => {
     t.stack.emulator.injectFault({ method: "POST", path: /^\/compute\/v1\/vms\/[^/]+\/release$/, times: 3, action: UNAVAILABLE });
     try {
