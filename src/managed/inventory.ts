@@ -40,7 +40,8 @@ export class Inventory<T> {
   private invalidations = 0;
   /** When a key was last seen after the snapshot: a write's answer, a GET, a confirmed 404. */
   private seenAt = new Map<string, number>();
-  private inFlight: Promise<void> | undefined;
+  /** The read in flight, and the invalidations counted when it was asked for. */
+  private inFlight: { done: Promise<void>; invalidations: number } | undefined;
   /** Writes recorded while a read is in flight: the read may have started before them. */
   private writesDuringLoad: Array<{ key: string; obj: T | undefined }> | undefined;
   /**
@@ -58,16 +59,23 @@ export class Inventory<T> {
 
   /** Reads the service again if the snapshot is stale; concurrent callers share one read. */
   async ensureFresh(): Promise<void> {
-    // Twice at most: the read in flight may be one that started before invalidate().
-    for (let reads = 0; reads < 2 && this.now() - this.refreshedAt >= this.opts.maxAgeMs; reads++) await this.refresh();
+    if (this.now() - this.refreshedAt < this.opts.maxAgeMs) return;
+    await this.refresh();
   }
 
-  /** Reads the service now (single-flight). */
+  /**
+   * Reads the service now; concurrent callers share one read. Not one in flight since before
+   * the snapshot was last marked stale (invalidate): it may have listed the page before what an
+   * uncertain create made, so another read follows it.
+   */
   refresh(): Promise<void> {
-    this.inFlight ??= this.load().finally(() => {
-      this.inFlight = undefined;
+    if (this.inFlight !== undefined && this.inFlight.invalidations === this.invalidations) return this.inFlight.done;
+    const before = this.inFlight?.done.catch(() => undefined);
+    const done: Promise<void> = (before === undefined ? this.load() : before.then(() => this.load())).finally(() => {
+      if (this.inFlight?.done === done) this.inFlight = undefined;
     });
-    return this.inFlight;
+    this.inFlight = { done, invalidations: this.invalidations };
+    return done;
   }
 
   /**

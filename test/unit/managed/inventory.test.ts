@@ -109,6 +109,32 @@ describe("Inventory", () => {
     expect(inv.findByMarker("u1").map((o) => o.id)).toEqual(["vm-1"]);
   });
 
+  it("reads again after a read in flight since before the snapshot was marked stale, for whoever asks for a read", async () => {
+    const service: Obj[] = [];
+    const releases: Array<() => void> = [];
+    let calls = 0;
+    const inv = inventory(async () => {
+      calls++;
+      const listed = [...service];
+      await new Promise<void>((resolve) => releases.push(resolve));
+      return listed;
+    }, { maxAgeMs: 60_000 });
+    const first = inv.refresh();
+    await Promise.resolve();
+    service.push({ id: "vm-1", uid: "u1" });
+    inv.invalidate();
+    // A deletion reads the service to find every object of the resource (SandboxClient.delete).
+    const again = [inv.refresh(), inv.refresh()];
+    releases.shift()!();
+    await first;
+    await new Promise((r) => setTimeout(r, 0));
+    expect(calls).toBe(2); // one more read, shared by both callers
+    releases.shift()!();
+    await Promise.all(again);
+    expect(inv.findByMarker("u1").map((o) => o.id)).toEqual(["vm-1"]);
+    expect(inv.ageOf("vm-1")).toBeLessThan(Infinity);
+  });
+
   it("reports objects that changed or vanished out of band", async () => {
     let items: Obj[] = [
       { id: "a", v: 1 },
