@@ -14,6 +14,11 @@ export const STATUS_TAIL_BYTES = 2048;
 export const CONFIGMAP_BUDGET_BYTES = 768 * 1024;
 /** Secret values shorter than this are not masked (they would mask ordinary words). */
 const MIN_MASKED = 4;
+/**
+ * Nor lines of a value of several shorter than this: a YAML or JSON Secret's lines ("true",
+ * "name: x", "{") would mask ordinary output. A PEM line is 64 characters.
+ */
+const MIN_MASKED_LINE = 16;
 export const MASK = "***";
 
 /** The last `bytes` of text, on a UTF-8 character boundary. */
@@ -58,16 +63,16 @@ export function cap(text: string, bytes: number): string {
  * What `mask` masks of each secret value: the value, the value without the line break it ends
  * with (a Secret made with `kubectl create secret --from-file` keeps the file's last newline,
  * and a step prints the value without it), and each line of a value of several (a PEM key,
- * printed a line at a time), as CI systems mask theirs.
+ * printed a line at a time) long enough not to be ordinary text, as CI systems mask theirs.
  */
 function maskedValues(secrets: Iterable<string>): string[] {
   const forms = new Set<string>();
   for (const value of secrets) {
-    forms.add(value);
-    forms.add(value.trim());
-    for (const line of value.split(/\r?\n/)) forms.add(line.trim());
+    for (const whole of [value, value.trim()]) if (whole.length >= MIN_MASKED) forms.add(whole);
+    const lines = value.trim().split(/\r?\n/);
+    if (lines.length > 1) for (const line of lines) if (line.trim().length >= MIN_MASKED_LINE) forms.add(line.trim());
   }
-  return [...forms].filter((s) => s.length >= MIN_MASKED);
+  return [...forms];
 }
 
 /**

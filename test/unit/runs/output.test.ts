@@ -43,8 +43,9 @@ describe("step output", () => {
     const printed = "line 1: hkiG9w0BAQEFAASC (from the key)";
     expect(mask(printed, [pem])).toBe("line 1: *** (from the key)");
     expect(mask(`key:\n${pem}`, [pem])).toBe("key:\n***");
-    // Lines too short to mask alone stay (they would mask ordinary words).
-    expect(mask("a b", ["a\nb\nlongenough"])).toBe("a b");
+    // Lines too short to be anything but ordinary text stay (a YAML Secret's "enabled: true").
+    expect(mask("enabled: true; name: admin", ["enabled: true\nname: admin\ntoken: 0123456789abcdef"])).toBe("enabled: true; name: admin");
+    expect(mask("token: 0123456789abcdef", ["enabled: true\nname: admin\ntoken: 0123456789abcdef"])).toBe("***");
   });
 
   it("masks overlapping secret values as one, leaving no part of either", () => {
