@@ -245,6 +245,9 @@ export class ManagedReconciler<R extends ManagedResource, Plan = unknown> implem
           : { state: "ready", reason: "Available", message: withPollNote(cr, availableMessage(management, drift)) },
     );
     if (!management.update) conditions.push(this.driftCondition(cr, management, drift ?? []));
+    // Update allowed (again): what was reported drifted has been put back by this pass, and the
+    // condition must say so rather than stay True (the synced metric reads it).
+    else if (notReady === undefined && unconfirmed === undefined && findCondition(cr, ConditionType.Drifted) !== undefined) conditions.push(this.driftCondition(cr, management, []));
     // What the action did supersedes what was observed before it (a renewal moves the next one).
     const scheduled = action !== undefined ? action.requeueAfterMs : observed.requeueAfterMs;
     // What could not be compared with the spec is looked at again soon, not at the next

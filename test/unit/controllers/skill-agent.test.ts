@@ -150,7 +150,7 @@ describe("Skill", () => {
     expect((await kind().client(w.handle()).observe(skill())).differences).toEqual(["description"]);
   });
 
-  it("imports a skill without naming its content ([Observe]): in sync, nothing written, only the fields named compared", async () => {
+  it("imports a skill without naming its content ([Observe]): in sync, nothing written, only the fields named compared; Drifted cleared once Update is allowed", async () => {
     w.emu.state.createSkill({ name: "sk", content: "theirs", description: "shared", resources: { "a.md": "a" } });
     apply({ managementPolicies: ["Observe"] }, { [Annotations.externalId]: "sk" });
     await w.reconcile(kind(), "sk");
@@ -166,6 +166,13 @@ describe("Skill", () => {
     expect(condition(skill(), "Drifted")).toMatchObject({ status: "True" });
     expect(condition(skill(), "Drifted")?.message).toContain("content");
     expect(condition(skill(), "Drifted")?.message).not.toContain("resources");
+
+    // Update allowed now: the content is put back, and Drifted says so.
+    apply({ managementPolicies: ["Observe", "Update"], content: "ours" }, { [Annotations.externalId]: "sk" });
+    await w.reconcile(kind(), "sk");
+    expect(w.writes()).toEqual(["skills.update"]);
+    expect(condition(skill(), "Ready")).toMatchObject({ status: "True" });
+    expect(condition(skill(), "Drifted")).toMatchObject({ status: "False", reason: "InSync" });
   });
 
   it("an import allowed to update sends what it names and keeps the rest as the service has it", async () => {
