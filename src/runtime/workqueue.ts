@@ -228,7 +228,7 @@ export class WorkQueue {
     // backlog): keep the timer so it can promote the key when due.
     const pending = this.dirty.get(key);
     if (pending && (pending.priority || !priority)) return;
-    const readyAt = Date.now() + delayMs;
+    const readyAt = performance.now() + delayMs;
     const existing = this.waiting.get(key);
     if (existing) {
       existing.priority ||= priority;
@@ -381,7 +381,7 @@ export class WorkQueue {
     }
     if (this.timer && this.timerAt <= next.readyAt) return;
     if (this.timer) clearTimeout(this.timer);
-    const delay = Math.min(Math.max(0, next.readyAt - Date.now()), MAX_TIMER_MS);
+    const delay = Math.min(Math.max(0, next.readyAt - performance.now()), MAX_TIMER_MS);
     this.timerAt = next.readyAt;
     this.timer = setTimeout(() => this.fire(), delay);
     // The queue alone must not keep the process alive (tests, CLI exit).
@@ -391,7 +391,7 @@ export class WorkQueue {
   private fire(): void {
     this.timer = undefined;
     this.timerAt = Infinity;
-    const now = Date.now();
+    const now = performance.now();
     for (let w = this.heap.peek(); w && w.readyAt <= now; w = this.heap.peek()) {
       this.heap.pop();
       this.waiting.delete(w.key);

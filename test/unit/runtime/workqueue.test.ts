@@ -168,6 +168,20 @@ describe("delayed adds", () => {
     spy.mockRestore();
   });
 
+  it("is not held back by the wall clock stepping back (NTP, a resumed VM): a renewal due in 50 ms comes in 50 ms", async () => {
+    const q = new WorkQueue({ name: "t" });
+    const wall = Date.now();
+    q.addAfter("ns/renew", 50, { priority: true });
+    const now = vi.spyOn(Date, "now").mockReturnValue(wall - 60_000);
+    try {
+      const got = await Promise.race([q.get(), new Promise<undefined>((r) => setTimeout(() => r(undefined), 5_000))]);
+      expect(got?.key).toBe("ns/renew");
+    } finally {
+      now.mockRestore();
+      q.shutDown();
+    }
+  });
+
   it("an earlier addAfter for the same key wins; a later one does not postpone it", async () => {
     vi.useFakeTimers();
     const q = new WorkQueue({ name: "t" });
