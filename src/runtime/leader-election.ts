@@ -77,7 +77,7 @@ export class LeaderElector {
     LeaderElectorOptions;
   private readonly log: Logger;
   private observed: Lease | undefined;
-  /** local monotonic-ish clock (Date.now) when `observed` last changed */
+  /** When `observed` last changed, on the monotonic clock: a step of the wall clock must not make a held lease look expired (client-go uses the monotonic clock too). */
   private observedTime = 0;
   private observedRaw = "";
   /** When the lease another holds runs out on our clock, unless it changes before (0: not held). */
@@ -168,7 +168,7 @@ export class LeaderElector {
         this.log.info("acquired leader lease");
         return true;
       }
-      const untilExpiry = this.heldUntil - Date.now();
+      const untilExpiry = this.heldUntil - performance.now();
       const delay = jitter(this.o.retryPeriodMs);
       if (!(await this.wait(untilExpiry >= 0 && untilExpiry < delay ? untilExpiry + 1 : delay, signal))) return false;
     }
@@ -181,13 +181,13 @@ export class LeaderElector {
       if (!(await this.wait(this.o.retryPeriodMs, signal))) return;
       // One round = retry every retryPeriod until renewed or renewDeadline has passed
       // (client-go: PollImmediateUntil(retryPeriod, tryAcquireOrRenew, renewDeadline ctx)).
-      const deadline = Date.now() + this.o.renewDeadlineMs;
+      const deadline = performance.now() + this.o.renewDeadlineMs;
       let renewed = false;
       while (!signal.aborted) {
-        const attemptSignal = AbortSignal.any([signal, AbortSignal.timeout(Math.max(1, deadline - Date.now()))]);
+        const attemptSignal = AbortSignal.any([signal, AbortSignal.timeout(Math.max(1, deadline - performance.now()))]);
         renewed = await this.tryAcquireOrRenew(attemptSignal);
-        if (renewed || Date.now() >= deadline) break;
-        if (!(await this.wait(Math.min(this.o.retryPeriodMs, Math.max(1, deadline - Date.now())), signal))) return;
+        if (renewed || performance.now() >= deadline) break;
+        if (!(await this.wait(Math.min(this.o.retryPeriodMs, Math.max(1, deadline - performance.now())), signal))) return;
       }
       if (signal.aborted) return;
       if (!renewed) {
@@ -234,7 +234,7 @@ export class LeaderElector {
     const spec = current.spec ?? {};
     const holder = spec.holderIdentity ?? "";
     const observedDurationMs = (spec.leaseDurationSeconds ?? leaseDurationSeconds) * 1000;
-    const held = holder !== "" && holder !== this.identity && this.observedTime + observedDurationMs > Date.now();
+    const held = holder !== "" && holder !== this.identity && this.observedTime + observedDurationMs > performance.now();
     this.heldUntil = held ? this.observedTime + observedDurationMs : 0;
     if (held) return false;
     const iAmHolder = holder === this.identity && this.leading;
@@ -292,7 +292,7 @@ export class LeaderElector {
     // Only a changed record resets the observed time (client-go compares the whole record).
     if (raw !== this.observedRaw) {
       this.observedRaw = raw;
-      this.observedTime = Date.now();
+      this.observedTime = performance.now();
     }
     this.observed = lease;
     const holder = lease.spec?.holderIdentity ?? "";
