@@ -77,7 +77,12 @@ export interface ActionResult<Status> {
 export interface ExternalClient<R extends ManagedResource, Plan = unknown> {
   /** Reads the service object and compares it with the spec; changes nothing in the service. */
   observe(cr: R): Promise<Observation<StatusOf<R>, Plan>>;
-  create(cr: R): Promise<ActionResult<StatusOf<R>>>;
+  /**
+   * `first`: the resource got its finalizer in this very pass, so no create of it can have been
+   * made before (creates come after the finalizer): an object found in the way (a 409) is not
+   * one a lost create of its own made, whatever it holds.
+   */
+  create(cr: R, opts?: { first?: boolean }): Promise<ActionResult<StatusOf<R>>>;
   update(cr: R, observed: Planned<StatusOf<R>, Plan>): Promise<ActionResult<StatusOf<R>>>;
   /**
    * For kinds whose service objects die unless written to (a VM's TTL): what to do after

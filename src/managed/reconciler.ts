@@ -113,6 +113,9 @@ export class ManagedReconciler<R extends ManagedResource, Plan = unknown> implem
       // Once per bad value: the Ready message carries it from now on.
       this.opts.events.warning(cr, "InvalidPollInterval", `${poll.message}; using --sync-period instead`);
     }
+    // Nothing is created before the finalizer is there: a resource without it at the start of
+    // this pass made nothing in the service yet, so what a create runs into is not its own.
+    const first = !hasFinalizer(cr);
     // A kind that claims (a Skill its name) adds the finalizer after observing, with the claim
     // in the same write: the claim must be made only for a name observe found free.
     if (!hasFinalizer(cr) && this.opts.claim === undefined) {
@@ -192,7 +195,7 @@ export class ManagedReconciler<R extends ManagedResource, Plan = unknown> implem
           if (claimed === undefined) return; // deleted meanwhile
           cr = { ...claimed, status: cr.status };
         }
-        action = await external.create(cr);
+        action = await external.create(cr, { first });
         // A create of an object that existed (gone out of band) is drift put back; the first is not (no success before it).
         this.opts.resourceMetrics?.drifted(cr, this.now());
         this.record(cr, action, "Created", `created the ${this.opts.kind.kind.toLowerCase()} in the service`);

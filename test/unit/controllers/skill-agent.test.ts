@@ -105,6 +105,24 @@ describe("Skill", () => {
     expect(w.emu.state.skills.get("sk")?.content).toBe("someone else's");
   });
 
+  it("never takes over a skill of its name and content made by another resource (another Connection to the account) before its first create", async () => {
+    await w.handle().skills.ensureFresh();
+    w.emu.state.createSkill({ name: "sk", content: "same" }); // the other resource's create
+    apply({ content: "same" });
+    await w.reconcile(kind(), "sk");
+    expect(condition(skill(), "Stalled")).toMatchObject({ status: "True", reason: "NameTaken" });
+    expect(w.events.map((e) => e.reason)).not.toContain("Adopted");
+    // Nor at its next look, the snapshot showing the skill with the content it claimed...
+    resync();
+    await w.reconcile(kind(), "sk");
+    expect(condition(skill(), "Stalled")).toMatchObject({ status: "True", reason: "NameTaken" });
+    expect(skill().status?.skillName).toBeUndefined();
+    // ...nor at its deletion: the other resource's skill stays.
+    w.apply<Skill>("skills", { metadata: { name: "sk", deletionTimestamp: "2030-01-01T00:00:00Z" }, spec: skill().spec });
+    await w.reconcile(kind(), "sk");
+    expect(w.emu.state.skills.get("sk")?.content).toBe("same");
+  });
+
   it("sends a refused skill again when the ConfigMap it reads is fixed, not before", async () => {
     // A ConfigMap key may be "..", which the service refuses as a file name.
     w.configMaps.set({ metadata: { name: "files", namespace: NS }, data: { "..": "x", "ok.md": "fine" } });
