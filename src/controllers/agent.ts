@@ -153,10 +153,18 @@ class AgentClient implements ExternalClient<Agent, AgentPlan> {
     return { status: { ...statusOf(updated), revision: agentRevision(cr) } };
   }
 
+  /**
+   * The agent status names (or the annotation), and every agent carrying this resource's
+   * marker: one created again after the named one vanished, whose status write was lost,
+   * would otherwise be left holding the name.
+   */
   async delete(cr: Agent): Promise<void> {
-    const id = agentExternalId(cr) ?? (await this.find(cr))?.id;
-    if (id === undefined) return;
-    await removeObject(this.handle.agents, id, (key) => this.handle.client.agents.delete(key));
+    await this.handle.agents.ensureFresh();
+    await this.handle.agents.readSinceArrival(cr.metadata.uid); // moved in (sharding): its previous owner may have made one since
+    const ids = new Set(this.handle.agents.findByMarker(cr.metadata.uid).map((a) => a.id));
+    const id = agentExternalId(cr);
+    if (id !== undefined) ids.add(id);
+    for (const each of ids) await removeObject(this.handle.agents, each, (key) => this.handle.client.agents.delete(key));
   }
 
   /**

@@ -270,6 +270,21 @@ describe("Agent", () => {
     expect(agent().status?.revision).toBe(agentRevision(cr));
   });
 
+  it("deletes the agent it created again after the one status names vanished, though its status write was lost", async () => {
+    const cr = apply({});
+    await w.reconcile(kind(), "ag");
+    const first = agent().status?.agentId as string;
+    w.emu.state.deleteAgent(first); // out of band
+    resync();
+    await w.losingStatus("agents", "ag", () => w.reconcile(kind(), "ag")); // created again; status still names the first
+    const ours = () => [...w.emu.state.agents.values()].filter((a) => a.metadata?.[MARKER_KEY] === cr.metadata.uid);
+    expect(ours()).toHaveLength(1);
+    expect(agent().status?.agentId).toBe(first);
+    w.apply<Agent>("agents", { metadata: { name: "ag", deletionTimestamp: "2030-01-01T00:00:00Z" }, spec: agent().spec });
+    await w.reconcile(kind(), "ag");
+    expect(ours()).toEqual([]);
+  });
+
   it("does not manage fields the spec leaves out: values set in the registry stay", async () => {
     apply({});
     await w.reconcile(kind(), "ag");
