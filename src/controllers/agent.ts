@@ -2,7 +2,7 @@
 // marker in its metadata, so an agent created by a process that died before writing status is
 // found again (inventory by marker, or the registry's 409 on the name) instead of duplicated.
 import { createHash } from "node:crypto";
-import { Annotations, MARKER_KEY, kindNames } from "../api/names.js";
+import { Annotations, ConditionType, MARKER_KEY, kindNames } from "../api/names.js";
 import type { Agent, AgentStatus } from "../api/index.js";
 import { NotReadyError, StalledError } from "../managed/errors.js";
 import { managementOf } from "../managed/management-policies.js";
@@ -112,7 +112,7 @@ class AgentClient implements ExternalClient<Agent, AgentPlan> {
     };
   }
 
-  async create(cr: Agent): Promise<ActionResult<AgentStatus>> {
+  async create(cr: Agent, opts: { first?: boolean } = {}): Promise<ActionResult<AgentStatus>> {
     const orgId = this.orgId(cr);
     // public_key is updatable but not in models.CreateAgentRequest: set by an update after it.
     const { public_key: publicKey, ...updatable } = desiredUpdatable(cr);
@@ -143,7 +143,7 @@ class AgentClient implements ExternalClient<Agent, AgentPlan> {
     } catch (err) {
       if (isOutcomeUnknown(err)) this.handle.agents.invalidate();
       if (!isConflict(err)) throw err;
-      return this.adoptAfterConflict(cr, body.name, orgId);
+      return this.adoptAfterConflict(cr, body.name, orgId, opts.first === true);
     }
   }
 
@@ -180,7 +180,7 @@ class AgentClient implements ExternalClient<Agent, AgentPlan> {
     return found;
   }
 
-  private async adoptAfterConflict(cr: Agent, name: string, orgId: string): Promise<ActionResult<AgentStatus>> {
+  private async adoptAfterConflict(cr: Agent, name: string, orgId: string, first: boolean): Promise<ActionResult<AgentStatus>> {
     // The name is taken in the org. If it is our own agent (an earlier create whose answer
     // was lost), adopt it; otherwise the user has to choose.
     await this.handle.agents.refresh();
@@ -192,6 +192,14 @@ class AgentClient implements ExternalClient<Agent, AgentPlan> {
       };
     }
     const other = [...this.handle.agents.values()].find((a) => a.name === name && (a.org_id ?? orgId) === orgId);
+    if (other === undefined && !first && !takenAtThisGeneration(cr)) {
+      // The list does not show what took the name (it lags the registry): maybe this very
+      // resource's lost create, of an earlier pass. Not a refusal to stall on and tell the user
+      // to rename over: tried again, with backoff, on a list read again. (On the first pass no
+      // create of its own can be it, and a name found taken before stays so.)
+      this.handle.agents.invalidate();
+      throw new Error(`the agent name "${name}" is taken in org "${orgId}" (409), but the registry's list does not show by which agent yet; looking again`);
+    }
     const hint = other ? ` (agent ${other.id})` : "";
     throw new StalledError(
       "NameTaken",
@@ -209,6 +217,12 @@ class AgentClient implements ExternalClient<Agent, AgentPlan> {
     }
     return orgId;
   }
+}
+
+/** The Agent was found NameTaken at its current generation already. */
+function takenAtThisGeneration(cr: Agent): boolean {
+  const stalled = cr.status?.conditions?.find((c) => c.type === ConditionType.Stalled);
+  return stalled?.status === "True" && stalled.reason === "NameTaken" && stalled.observedGeneration === cr.metadata.generation;
 }
 
 /** The fields to send so the registry matches the spec (empty when it already does). */

@@ -379,6 +379,23 @@ describe("Agent", () => {
     expect(agentPatch(cr, { ...base, metadata: marker })).toEqual({ metadata: { team: "", ...marker } });
   });
 
+  it("does not stall over a 409 while the registry's list does not yet show what took the name: its own lost create is found after", async () => {
+    apply({});
+    // A create whose answer is lost: the agent is made.
+    w.emu.injectFault({ method: "POST", path: "/registry/v1/agents", times: 1, action: { drop: "after" } });
+    await w.reconcile(kind(), "ag").catch(() => undefined);
+    const made = [...w.emu.state.agents.values()].find((a) => a.name === "ag");
+    expect(made).toBeDefined();
+    // The next pass: the list lags (shows nothing), so it creates again and meets a 409.
+    w.emu.injectFault({ method: "GET", path: "/registry/v1/agents", times: 2, action: { status: 200, body: { agents: [], total: 0 } } });
+    await w.reconcile(kind(), "ag").catch(() => undefined);
+    expect(condition(agent(), "Stalled")?.status).not.toBe("True");
+    // The list catches up: adopted, not created again.
+    await w.reconcile(kind(), "ag");
+    expect(agent().status?.agentId).toBe(made?.id);
+    expect([...w.emu.state.agents.values()].filter((a) => a.name === "ag")).toHaveLength(1);
+  });
+
   it("stalls with NameTaken when the name is another agent's", async () => {
     w.emu.state.createAgent({ name: "ag", org_id: ORG, image: "other" });
     apply({});
