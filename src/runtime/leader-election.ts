@@ -184,10 +184,10 @@ export class LeaderElector {
       const deadline = performance.now() + this.o.renewDeadlineMs;
       let renewed = false;
       while (!signal.aborted) {
-        const attemptSignal = AbortSignal.any([signal, AbortSignal.timeout(Math.max(1, deadline - performance.now()))]);
+        const attemptSignal = AbortSignal.any([signal, AbortSignal.timeout(Math.max(1, Math.ceil(deadline - performance.now())))]);
         renewed = await this.tryAcquireOrRenew(attemptSignal);
         if (renewed || performance.now() >= deadline) break;
-        if (!(await this.wait(Math.min(this.o.retryPeriodMs, Math.max(1, deadline - performance.now())), signal))) return;
+        if (!(await this.wait(Math.min(this.o.retryPeriodMs, Math.max(1, Math.ceil(deadline - performance.now()))), signal))) return;
       }
       if (signal.aborted) return;
       if (!renewed) {

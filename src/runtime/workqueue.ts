@@ -381,7 +381,7 @@ export class WorkQueue {
     }
     if (this.timer && this.timerAt <= next.readyAt) return;
     if (this.timer) clearTimeout(this.timer);
-    const delay = Math.min(Math.max(0, next.readyAt - performance.now()), MAX_TIMER_MS);
+    const delay = Math.min(Math.max(0, Math.ceil(next.readyAt - performance.now())), MAX_TIMER_MS);
     this.timerAt = next.readyAt;
     this.timer = setTimeout(() => this.fire(), delay);
     // The queue alone must not keep the process alive (tests, CLI exit).
