@@ -354,7 +354,11 @@ export class Manager {
 
   private async doStop(): Promise<void> {
     this.state = "stopping";
-    const grace = this.o.gracefulShutdownTimeoutMs ?? 30_000;
+    // Leadership lost: another replica may lead by now (it takes the Lease once it runs out,
+    // some 3 s after this one gave up renewing), so the reconciles in flight are stopped at once
+    // rather than given the grace period beside it (controller-runtime sets
+    // gracefulShutdownTimeout to 0 in OnStoppedLeading for this). The process then ends.
+    const grace = this.stopReason === "leadership-lost" ? 0 : (this.o.gracefulShutdownTimeoutMs ?? 30_000);
     this.logger.info({ reason: this.stopReason, graceMs: grace }, "manager stopping");
     const deadline = Date.now() + grace;
     const outcomes = await Promise.all(this.controllers.map((c) => c.stop(grace).catch(() => "timeout" as const)));

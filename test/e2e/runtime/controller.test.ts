@@ -219,4 +219,48 @@ describe("Controller, EventRecorder, Manager (real kube-apiserver)", () => {
       await mgr.stop();
     }
   });
+
+  it("manager: leadership lost stops the reconciles in flight at once, not after the grace period beside the new leader", async () => {
+    await client.create(path(ns), widget(ns, "long"));
+    let signal: AbortSignal | undefined;
+    let finish!: () => void;
+    const hung = new Promise<void>((resolve) => (finish = resolve));
+    const mgr = new Manager({
+      client: clientFor(),
+      logger: testLogger(),
+      namespaces: [ns],
+      metricsBindAddress: "0",
+      healthProbeBindAddress: "0",
+      leaderElection: { namespace: ns, name: "rt-lost", leaseDurationMs: 3_000, renewDeadlineMs: 2_000, retryPeriodMs: 500 },
+      handleSignals: false,
+      gracefulShutdownTimeoutMs: 120_000,
+    });
+    const c = mgr.newController({
+      name: "long-widgets",
+      concurrency: 1,
+      reconciler: {
+        async reconcile(req, ctx) {
+          if (req.name !== "long") return;
+          signal = ctx.signal;
+          await hung;
+        },
+      },
+    });
+    c.watch(mgr.informerFor<Widget>(path()));
+    try {
+      await mgr.start();
+      await poll(() => signal !== undefined, 60_000, "the reconcile to start");
+      // Another replica takes the Lease (as after this one's renewals failed).
+      const lease = await client.get<Lease>(leasesPath(ns, "rt-lost"));
+      const now = new Date().toISOString().replace(/\.(\d{3})Z$/, ".$1000Z");
+      await client.replace(leasesPath(ns, "rt-lost"), { ...lease, spec: { ...lease.spec, holderIdentity: "the-new-leader", leaseDurationSeconds: 3600, renewTime: now, acquireTime: now } });
+      // Well inside the 120 s grace a signal or a plain stop would give.
+      await poll(() => signal?.aborted === true, 30_000, "the reconcile's signal aborted");
+      await mgr.stop(); // the stop leadership loss began
+      expect(mgr.abandonedWork()).toBe(true);
+    } finally {
+      finish();
+      await mgr.stop();
+    }
+  });
 });
