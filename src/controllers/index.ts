@@ -34,7 +34,7 @@ export function setupOperator(manager: Manager, opts: OperatorOptions): Operator
       agent: managed(agents),
       agentDeployment: managed(agentDeployments),
       sandbox: managed(sandboxes),
-      sandboxRun: setupSandboxRun(ctx),
+      sandboxRun: setupSandboxRun(ctx, connection),
     },
   };
 }

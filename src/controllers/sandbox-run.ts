@@ -33,7 +33,7 @@ import type { ObjectStore } from "./object-store.js";
 /** Index of runs by the Sandbox they name. */
 const SANDBOX_INDEX = "sandboxRef";
 
-export function setupSandboxRun(ctx: OperatorContext): Controller {
+export function setupSandboxRun(ctx: OperatorContext, connection: Controller): Controller {
   const runs = ctx.manager.informerFor<SandboxRun>(collection(kindNames.sandboxRun.plural));
   const sandboxes = ctx.informer<Sandbox>(kindNames.sandbox);
   const reconciler = new SandboxRunReconciler({
@@ -71,10 +71,20 @@ export function setupSandboxRun(ctx: OperatorContext): Controller {
   const usingConnection = referrers(runs, "runConnection", (r) => [
     r.spec.sandboxTemplate === undefined ? undefined : (r.spec.sandboxTemplate.connectionRef?.name ?? DEFAULT_CONNECTION),
   ]);
-  controller.watch(ctx.connections, (c) => unfinished(usingConnection(c)), { filter: readinessChanged });
+  // Finished ones too while they hold it: their VM is given back once it can be.
+  controller.watch(ctx.connections, (c) => usingConnection(c).filter((r) => heldConnection(r) !== undefined).map(requestOf), { filter: readinessChanged });
   // A template run holds its Connection until its VM is given back: `kubectl delete -k` of
   // the runs with their Connection must not take the Connection first.
   ctx.addConnectionUsers(kindNames.sandboxRun.kind, runs, heldConnection);
+  // A deleting Connection waits for them: one letting go (its VM given back, or deleted) brings it back.
+  const templateConnection = (r: SandboxRun) => (r.spec.sandboxTemplate === undefined ? [] : [{ namespace: r.metadata.namespace ?? "", name: r.spec.sandboxTemplate.connectionRef?.name ?? DEFAULT_CONNECTION }]);
+  connection.watch(runs, templateConnection, {
+    filter: (r, old, event) => {
+      const before = heldConnection(event === "delete" ? r : (old ?? r));
+      const lettingGo = before !== undefined && (event === "delete" || heldConnection(r) === undefined);
+      return lettingGo && ctx.connections.get(r.metadata.namespace, before)?.metadata.deletionTimestamp !== undefined;
+    },
+  });
   const skills = ctx.informer<Skill>(kindNames.skill);
   const loading = referrers(runs, "runSkill", (r) => r.spec.sandboxTemplate?.skills ?? []);
   controller.watch(skills, (sk) => unfinished(loading({ metadata: { namespace: sk.metadata.namespace, name: skillName(sk) } })));
@@ -163,7 +173,7 @@ export class SandboxRunReconciler implements Reconciler {
       run = this.latest(this.o.status.fresh(updated));
     }
     const st: SandboxRunStatus = structuredClone(run.status ?? {});
-    if (isFinished(st)) return this.afterFinish(run, st);
+    if (isFinished(st)) return this.afterFinish(run, st, ctx.log);
     const pass = new Pass(this, run, st, ctx.log);
     try {
       return await pass.execute();
@@ -464,7 +474,7 @@ export class SandboxRunReconciler implements Reconciler {
   private async finalize(run: SandboxRun, ctx: ReconcileContext): Promise<void> {
     const finalizers = run.metadata.finalizers ?? [];
     if (!finalizers.includes(FINALIZER)) return;
-    if (run.spec.sandboxTemplate !== undefined) await this.giveBackOwnVM(run, ctx);
+    if (run.spec.sandboxTemplate !== undefined) await this.giveBackOwnVM(run, run.status?.vmId, ctx.log);
     else await this.stopStep(this.latest(this.o.status.fresh(run)), ctx);
     this.finalized.add(run.metadata.uid);
     await removeFinalizer(this.o.kube, this.path(run), run, FINALIZER);
@@ -472,22 +482,24 @@ export class SandboxRunReconciler implements Reconciler {
   }
 
   /**
-   * A deleted template run's VM given back. Not without a client to reach the service with
-   * (its Connection deleted, as `kubectl delete -k` may do first, or never made; or its Secret
-   * gone with no client built before): said in the log, and the deletion goes on rather than
-   * wait for ever, as a sandboxRef run's does. A VM left behind is renewed by no one and runs
-   * out at its TTL. Other failures are retried, and the deletion waits.
+   * A template run's VM given back (the run ended, or was deleted); whether it was. Not without
+   * a client to reach the service with (its Connection deleted, or never made; or its Secret
+   * gone with no client built before): said in the log, and the run's end or deletion goes on
+   * rather than wait for ever, as a sandboxRef run's does. A VM left behind is renewed by no
+   * one and runs out at its TTL; an ended run tries again at its next pass. Other failures are
+   * thrown: retried, and the deletion waits.
    */
-  private async giveBackOwnVM(run: SandboxRun, ctx: ReconcileContext): Promise<void> {
+  private async giveBackOwnVM(run: SandboxRun, vmId: string | undefined, log: Logger): Promise<boolean> {
     let handle: ServiceHandle;
     try {
       handle = this.handleOf(run, true);
     } catch (err) {
       if (!(err instanceof NotReadyError)) throw err;
-      ctx.log.warn({ reason: err.reason, vmId: run.status?.vmId }, `cannot give back the deleted run's VM (if it has one; it runs out at its TTL): ${err.message}`);
-      return;
+      log.warn({ reason: err.reason, vmId }, `cannot give back the run's VM (if it has one; it runs out at its TTL): ${err.message}`);
+      return false;
     }
-    await releaseRunVMs(run, handle, run.status?.vmId);
+    await releaseRunVMs(run, handle, vmId);
+    return true;
   }
 
   /**
@@ -551,21 +563,30 @@ export class SandboxRunReconciler implements Reconciler {
    * A finished run: its own VM given back (then its finalizer removed), and the run deleted
    * once its ttlSecondsAfterFinished has passed.
    */
-  async afterFinish(written: SandboxRun, st: SandboxRunStatus): Promise<Result | void> {
+  async afterFinish(written: SandboxRun, st: SandboxRunStatus, log: Logger): Promise<Result | void> {
     this.lostVMs.delete(written.metadata.uid);
     this.startedHere.delete(written.metadata.uid);
     const run = this.latest(this.o.status.fresh(written)); // with the status this pass wrote, if it did
+    // Its own VM not given back for want of a client (its Connection or the Connection's Secret
+    // gone): the finalizer stays, the give-back is tried again (the Connection's coming back
+    // brings the run back too), and ttlSecondsAfterFinished still applies.
+    let holding = false;
     if (run.spec.sandboxTemplate !== undefined && run.status?.vmReleased !== true) {
-      await releaseRunVMs(run, this.handleOf(run, true), st.vmId);
-      await this.o.status.write(this.path(run, "status"), run, { vmReleased: true }, []);
-      this.remember(run);
+      holding = !(await this.giveBackOwnVM(run, st.vmId, log));
+      if (!holding) {
+        await this.o.status.write(this.path(run, "status"), run, { vmReleased: true }, []);
+        this.remember(run);
+      }
     }
     // After the status this pass may have written: a JSON patch, which needs no resourceVersion.
-    await removeFinalizer(this.o.kube, this.path(run), run, FINALIZER);
+    if (!holding) await removeFinalizer(this.o.kube, this.path(run), run, FINALIZER);
     const at = expiresAt(run.spec.ttlSecondsAfterFinished, st);
-    if (at === undefined) return;
-    const left = at - this.now().getTime();
-    if (left > 0) return { requeueAfterMs: left + 50 };
+    const left = at === undefined ? undefined : at - this.now().getTime();
+    if (left === undefined || left > 0) {
+      const deleteIn = left === undefined ? undefined : { ms: left + 50, priority: false };
+      if (holding) return afterBackoff(deleteIn);
+      return deleteIn && { requeueAfterMs: deleteIn.ms };
+    }
     try {
       await this.o.kube.delete(this.path(run), { preconditions: { uid: run.metadata.uid }, propagationPolicy: "Background" });
     } catch (err) {
@@ -579,6 +600,8 @@ class Pass {
   private readonly outputs = new Map<string, string>();
   private clearOutputs: string[] = [];
   private readonly vms = new Map<string, RunVM>();
+  /** This pass found the attempt's VM gone before a step started (see execute). */
+  private lostBeforeStart = false;
   private handle: ServiceHandle | undefined;
   private inputs: Inputs | undefined;
   private readonly now: Date;
@@ -605,7 +628,7 @@ class Pass {
         forced = undefined;
         switch (n.kind) {
           case "finished":
-            return this.r.afterFinish(run, st);
+            return this.r.afterFinish(run, st, this.log);
           case "wait":
             await this.flush(RunPhase.Pending, n.reason, n.message);
             return this.waitResult();
@@ -648,7 +671,10 @@ class Pass {
           this.r.vmLost(run, err.vmId);
           // Gone before the attempt started anything (its Sandbox still named it): nothing
           // failed. It waits for the Sandbox's next VM, or allocates its own again.
-          if ((st.steps ?? []).every((s) => s.startedAt === undefined)) {
+          // Once a pass: a VM of its own found gone again (one dying at boot) is a failed attempt,
+          // or each turn of this loop would allocate another.
+          if (!this.lostBeforeStart && (st.steps ?? []).every((s) => s.startedAt === undefined)) {
+            this.lostBeforeStart = true;
             if (run.spec.sandboxTemplate !== undefined) st.vmId = "";
             continue;
           }
@@ -685,7 +711,9 @@ class Pass {
       this.log.warn({ err: errorMessage(writeErr) }, "could not report the service's failure in status"),
     );
     // What is thrown is logged ("reconciler error"): with the run's secrets masked, as in status.
-    const retry = message === errorMessage(err) ? err : new Error(message);
+    const raw = errorMessage(err);
+    const maskedRaw = this.masked(raw);
+    const retry = maskedRaw === raw ? err : new Error(maskedRaw);
     // The retry backs off, but comes back no later than the run's VM's next renewal (a failing
     // agentd or API server must not cost the run its VM), nor than its deadline (the failures
     // would otherwise hold the run up to the backoff's 1,000 s past it). A deadline passed
@@ -833,7 +861,7 @@ class Pass {
     if (st.vmId !== undefined && this.handle !== undefined) {
       await this.vm(st.vmId).removeDir(runDir(run.metadata.uid)).catch(() => undefined);
     }
-    return this.r.afterFinish(run, st);
+    return this.r.afterFinish(run, st, this.log);
   }
 
   /** The output first (so status never names output that is not there), then status. */

@@ -177,7 +177,9 @@ export class Sharding {
         kinds: [...SHARDED_CONTROLLERS.values()],
         // The last user of a deleting Connection going brings the Connection back (its
         // controller runs here, on the leader, and sees every replica's objects through the sharder).
-        onDeleted: (_kind, obj) => {
+        onDeleted: (kind, obj) => {
+          // A SandboxRun's slim copy names a Connection only while the run holds it.
+          if (kind.plural === kindNames.sandboxRun.plural && obj.spec?.connectionRef === undefined) return;
           const ns = obj.metadata.namespace ?? "";
           const name = obj.spec?.connectionRef?.name ?? DEFAULT_CONNECTION;
           if (connections.get(ns, name)?.metadata.deletionTimestamp !== undefined) operator.controllers.connection.enqueue({ namespace: ns, name });

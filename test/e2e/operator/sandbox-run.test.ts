@@ -411,6 +411,17 @@ spec:
     await kubectlOk(["delete", "sandboxrun", "no-connection", "--timeout=60s"], { namespace: t.namespace });
   });
 
+  it("with a sandboxTemplate naming a Connection that does not exist: fails at its deadline, and ends (ttlSecondsAfterFinished) all the same", async () => {
+    await apply(templateRunManifest("never-connected", "tier: standard, connectionRef: {name: missing}", `
+  activeDeadlineSeconds: 3
+  ttlSecondsAfterFinished: 1
+  steps: [{name: s, command: "true"}]`), t.namespace);
+    const r = await finished("never-connected");
+    expect(condition(r, "Failed")).toMatchObject({ status: "True", reason: "DeadlineExceeded" });
+    // Nothing to give back: its finalizer goes, and the run with it.
+    await kubectlOk(["wait", "--for=delete", "sandboxrun/never-connected", "--timeout=60s"], { namespace: t.namespace });
+  }, 90_000);
+
   it("asks for its template's TTL when the service refuses one lengthened for a long deadline", async () => {
     const before = t.stack.emulator.state.poolConfig.max_vm_ttl_seconds;
     t.stack.emulator.state.updatePoolConfig({ max_vm_ttl_seconds: 7200 });
@@ -596,9 +607,10 @@ spec:
       await waitForReady(t.stack, "connections", "fragile", { status: "False" });
       const from = t.stack.logs.length;
       await t.stack.restartOperator();
-      await waitFor(() => t.stack.logs.slice(from).some((l) => l.includes("reconciler error") && l.includes("stranded") && l.includes("fragile")), {
+      await waitFor(() => t.stack.logs.slice(from).some((l) => l.includes("cannot give back the run's VM") && l.includes("stranded") && l.includes("fragile")), {
         description: "a pass of the run that found no client of its Connection",
       });
+      expect((await run("stranded")).metadata.finalizers).toContain("agentcompute.dev/finalizer"); // the give-back is still owed
       const r = await run("stranded");
       expect(r.status?.phase).toBe("Succeeded");
       expect(condition(r, "Ready")?.status).toBe("True");
