@@ -355,13 +355,16 @@ export class Manager {
   private async doStop(): Promise<void> {
     this.state = "stopping";
     // Leadership lost: another replica may lead by now (it takes the Lease once it runs out,
-    // some 3 s after this one gave up renewing), so the reconciles in flight are stopped at once
-    // rather than given the grace period beside it (controller-runtime sets
+    // some 3 s after this one gave up renewing), so the leader's reconciles in flight are stopped
+    // at once rather than given the grace period beside it (controller-runtime sets
     // gracefulShutdownTimeout to 0 in OnStoppedLeading for this). The process then ends.
-    const grace = this.stopReason === "leadership-lost" ? 0 : (this.o.gracefulShutdownTimeoutMs ?? 30_000);
+    // Controllers that run without leading (sharded mode) are fenced by their own member Lease,
+    // not by this one: they keep the grace period, and their share moves at once if they drain.
+    const grace = this.o.gracefulShutdownTimeoutMs ?? 30_000;
+    const graceOf = (c: Controller) => (this.stopReason === "leadership-lost" && !this.runsWithoutLeading(c) ? 0 : grace);
     this.logger.info({ reason: this.stopReason, graceMs: grace }, "manager stopping");
     const deadline = Date.now() + grace;
-    const outcomes = await Promise.all(this.controllers.map((c) => c.stop(grace).catch(() => "timeout" as const)));
+    const outcomes = await Promise.all(this.controllers.map((c) => c.stop(graceOf(c)).catch(() => "timeout" as const)));
     const drained = outcomes.every((o) => o === "drained");
     if (!drained) {
       // Abandoned reconciles may still write: a successor must not start beside them. Leave the

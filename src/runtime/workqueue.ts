@@ -83,7 +83,7 @@ export class ItemExponentialFailureRateLimiter implements RateLimiter {
  */
 export class BucketRateLimiter implements RateLimiter {
   private readonly bucket: TokenBucket;
-  constructor(qps = 10, burst = 100, now: () => number = Date.now) {
+  constructor(qps = 10, burst = 100, now: () => number = () => performance.now()) {
     this.bucket = new TokenBucket({ rate: qps, burst, now });
   }
   when(_key: string): number {
