@@ -2,7 +2,7 @@
 // marker in its metadata, so an agent created by a process that died before writing status is
 // found again (inventory by marker, or the registry's 409 on the name) instead of duplicated.
 import { createHash } from "node:crypto";
-import { Annotations, ConditionType, MARKER_KEY, kindNames } from "../api/names.js";
+import { Annotations, MARKER_KEY, kindNames } from "../api/names.js";
 import type { Agent, AgentStatus } from "../api/index.js";
 import { NotReadyError, StalledError } from "../managed/errors.js";
 import { managementOf } from "../managed/management-policies.js";
@@ -33,8 +33,16 @@ export function agentRevision(cr: Agent): string {
   return createHash("sha256").update(JSON.stringify([image, version ?? null, manifest ?? null, endpoint ?? null])).digest("hex").slice(0, 16);
 }
 
+/**
+ * How long after a create whose answer was lost a 409 whose taker the registry's list does not
+ * show is put down to that create (the list lagging) and retried, rather than a NameTaken.
+ */
+const UNCERTAIN_CREATE_MS = 5 * 60_000;
+
 /** Agents in the registry; an image pull Secret is read once, at creation. */
 export function agents(ctx: KindContext): ManagedKind<Agent, AgentPlan> {
+  /** Agents (CR uid) whose create's answer this process lost, and when. */
+  const uncertain = new Map<string, number>();
   return {
     names: kindNames.agent,
     controller: "agent",
@@ -43,7 +51,7 @@ export function agents(ctx: KindContext): ManagedKind<Agent, AgentPlan> {
     connectionSecret: false,
     // The image pull Secret goes with the create: fixing it is a fix of a refused agent.
     inputs: (cr) => (cr.spec.imagePullSecretRef ? fingerprint(ctx.store.secretData(cr.metadata.namespace, cr.spec.imagePullSecretRef.name, "spec.imagePullSecretRef.name")) : undefined),
-    client: (handle) => new AgentClient(handle, ctx.store),
+    client: (handle) => new AgentClient(handle, ctx.store, uncertain, () => ctx.now().getTime()),
     watches(controller, own) {
       const usingSecret = referrers(own, "imagePullSecret", (a) => [a.spec.imagePullSecretRef?.name]);
       // Only an agent still to be created reads the Secret.
@@ -52,6 +60,7 @@ export function agents(ctx: KindContext): ManagedKind<Agent, AgentPlan> {
           .filter((a) => a.status?.agentId === undefined)
           .map(requestOf),
       );
+      own.on("delete", (a) => uncertain.delete(a.metadata.uid));
     },
   };
 }
@@ -95,6 +104,8 @@ class AgentClient implements ExternalClient<Agent, AgentPlan> {
   constructor(
     private readonly handle: ServiceHandle,
     private readonly store: ObjectStore,
+    private readonly uncertain: Map<string, number>,
+    private readonly now: () => number,
   ) {}
 
   async observe(cr: Agent): Promise<Observation<AgentStatus, AgentPlan>> {
@@ -112,7 +123,7 @@ class AgentClient implements ExternalClient<Agent, AgentPlan> {
     };
   }
 
-  async create(cr: Agent, opts: { first?: boolean } = {}): Promise<ActionResult<AgentStatus>> {
+  async create(cr: Agent): Promise<ActionResult<AgentStatus>> {
     const orgId = this.orgId(cr);
     // public_key is updatable but not in models.CreateAgentRequest: set by an update after it.
     const { public_key: publicKey, ...updatable } = desiredUpdatable(cr);
@@ -141,9 +152,12 @@ class AgentClient implements ExternalClient<Agent, AgentPlan> {
       }
       return { status: { ...statusOf(created), revision: agentRevision(cr) } };
     } catch (err) {
-      if (isOutcomeUnknown(err)) this.handle.agents.invalidate();
+      if (isOutcomeUnknown(err)) {
+        this.handle.agents.invalidate();
+        this.uncertain.set(cr.metadata.uid, this.now());
+      }
       if (!isConflict(err)) throw err;
-      return this.adoptAfterConflict(cr, body.name, orgId, opts.first === true);
+      return this.adoptAfterConflict(cr, body.name, orgId);
     }
   }
 
@@ -180,26 +194,28 @@ class AgentClient implements ExternalClient<Agent, AgentPlan> {
     return found;
   }
 
-  private async adoptAfterConflict(cr: Agent, name: string, orgId: string, first: boolean): Promise<ActionResult<AgentStatus>> {
+  private async adoptAfterConflict(cr: Agent, name: string, orgId: string): Promise<ActionResult<AgentStatus>> {
     // The name is taken in the org. If it is our own agent (an earlier create whose answer
     // was lost), adopt it; otherwise the user has to choose.
     await this.handle.agents.refresh();
     const ours = newest(this.handle.agents.findByMarker(cr.metadata.uid));
+    const lostAt = this.uncertain.get(cr.metadata.uid);
     if (ours !== undefined) {
+      this.uncertain.delete(cr.metadata.uid);
       return {
         status: statusOf(ours),
         event: { reason: "Adopted", message: `found agent ${ours.id} created earlier for this resource; adopted it` },
       };
     }
     const other = [...this.handle.agents.values()].find((a) => a.name === name && (a.org_id ?? orgId) === orgId);
-    if (other === undefined && !first && !takenAtThisGeneration(cr)) {
-      // The list does not show what took the name (it lags the registry): maybe this very
-      // resource's lost create, of an earlier pass. Not a refusal to stall on and tell the user
-      // to rename over: tried again, with backoff, on a list read again. (On the first pass no
-      // create of its own can be it, and a name found taken before stays so.)
+    if (other === undefined && lostAt !== undefined && this.now() - lostAt < UNCERTAIN_CREATE_MS) {
+      // The list does not show what took the name (it lags the registry): likely the create
+      // this process lost the answer of. Not a refusal to stall on and tell the user to rename
+      // over: tried again, with backoff, on a list read again, for a while.
       this.handle.agents.invalidate();
       throw new Error(`the agent name "${name}" is taken in org "${orgId}" (409), but the registry's list does not show by which agent yet; looking again`);
     }
+    this.uncertain.delete(cr.metadata.uid);
     const hint = other ? ` (agent ${other.id})` : "";
     throw new StalledError(
       "NameTaken",
@@ -217,12 +233,6 @@ class AgentClient implements ExternalClient<Agent, AgentPlan> {
     }
     return orgId;
   }
-}
-
-/** The Agent was found NameTaken at its current generation already. */
-function takenAtThisGeneration(cr: Agent): boolean {
-  const stalled = cr.status?.conditions?.find((c) => c.type === ConditionType.Stalled);
-  return stalled?.status === "True" && stalled.reason === "NameTaken" && stalled.observedGeneration === cr.metadata.generation;
 }
 
 /** The fields to send so the registry matches the spec (empty when it already does). */

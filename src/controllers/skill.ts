@@ -1,9 +1,9 @@
 // Skill: a named bundle of instructions and files in the Compute Service. Its key there is
 // its name; skills carry no metadata, so the name is claimed before the create (annotations
 // written with the finalizer: the name, and a hash of what the create sends; see isOwn).
-import { Annotations, ConditionType, kindNames } from "../api/names.js";
+import { Annotations, kindNames } from "../api/names.js";
 import type { Skill, SkillStatus } from "../api/index.js";
-import { NotReadyError, StalledError } from "../managed/errors.js";
+import { ClaimTaken, NotReadyError, StalledError } from "../managed/errors.js";
 import type { ActionResult, ExternalClient, Observation, Planned } from "../managed/external.js";
 import { isConflict, isNotFound, isOutcomeUnknown, type SkillRequest, type Skill as ServiceSkill } from "../service/index.js";
 import { deepEqual } from "../runtime/status.js";
@@ -51,10 +51,6 @@ function isOwn(cr: Skill, found: ServiceSkill, desired: () => DesiredSkill): boo
   const { status } = cr;
   if (status?.skillName === name && (status.contentHash !== undefined || status.createdAt !== undefined)) return true;
   if (!claimed(cr, name)) return false;
-  // Found taken at this generation by its first create's 409, which no lost create of its own
-  // can explain (see ExternalClient.create's `first`): the claim stays, the skill is another's.
-  const stalled = status?.conditions?.find((c) => c.type === ConditionType.Stalled);
-  if (stalled?.status === "True" && stalled.reason === NAME_TAKEN && stalled.observedGeneration === cr.metadata.generation) return false;
   const sent = annotations[Annotations.claimedContent];
   return contentHash(found) === (sent ?? contentHash(desired()));
 }
@@ -191,7 +187,9 @@ class SkillClient implements ExternalClient<Skill, SkillPlan> {
       // Skill of the same name and content through another Connection to the account).
       const existing = await this.read(desired.name);
       if (existing === undefined) throw err; // gone again meanwhile: the retry creates it
-      if (opts.first === true || !isOwn(cr, existing, () => desired)) throw nameTaken(desired.name);
+      // The first: the claim is withdrawn (ClaimTaken), so that later looks do not take it either.
+      if (opts.first === true) throw nameTaken(desired.name, ClaimTaken);
+      if (!isOwn(cr, existing, () => desired)) throw nameTaken(desired.name);
       return { status: statusOf(existing), event: { reason: "Adopted", message: `adopted the existing skill "${desired.name}", which an earlier create whose answer was lost made` } };
     }
   }
@@ -283,11 +281,9 @@ function skillGone(name: string): NotReadyError {
   return new NotReadyError("ExternalGone", `skill "${name}" is gone from the service since it was observed; it is looked for again`);
 }
 
-const NAME_TAKEN = "NameTaken";
-
-function nameTaken(name: string): StalledError {
-  return new StalledError(
-    NAME_TAKEN,
+function nameTaken(name: string, as: typeof StalledError = StalledError): StalledError {
+  return new as(
+    "NameTaken",
     `a skill named "${name}" already exists in the service and is not managed by this resource; choose another spec.name, or adopt it with the annotation ${Annotations.externalId}: "${name}"`,
   );
 }

@@ -37,6 +37,13 @@ export class StalledError extends Error {
   }
 }
 
+/**
+ * A first create met an object of the name the resource claimed (a Skill's), which no create of
+ * its own can have made: the reconciler withdraws the claim, so that no later look (nor the
+ * deletion) takes that object for one a lost create made.
+ */
+export class ClaimTaken extends StalledError {}
+
 export type Failure =
   | { kind: "notReady"; reason: string; message: string; dependencyProgressing: boolean }
   | { kind: "stalled"; reason: string; message: string }

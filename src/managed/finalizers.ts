@@ -13,7 +13,8 @@ export async function patchFinalizers<T extends { metadata: ObjectMeta }>(
   path: string,
   obj: T,
   finalizers: string[] | undefined,
-  annotations?: Record<string, string>,
+  /** Annotations to set; null removes one. */
+  annotations?: Record<string, string | null>,
 ): Promise<T | undefined> {
   try {
     const metadata = { resourceVersion: obj.metadata.resourceVersion, ...(finalizers !== undefined && { finalizers }), ...(annotations !== undefined && { annotations }) };

@@ -15,7 +15,7 @@ import { PAUSED_REASON, kstatusConditions, pausedConditions, type StatedConditio
 import { patchFinalizers } from "./finalizers.js";
 import type { StatusWriter } from "./status-writer.js";
 import type { ConnectionSecretWriter } from "./connection-secret.js";
-import { StalledError, classify, type Failure } from "./errors.js";
+import { ClaimTaken, StalledError, classify, type Failure } from "./errors.js";
 import type { ActionResult, Connector, ExternalClient, ManagedResource, Observation, StatusOf } from "./external.js";
 import { managementOf, type Management } from "./management-policies.js";
 import type { ResourceMetricsRecorder } from "./resource-metrics.js";
@@ -195,7 +195,12 @@ export class ManagedReconciler<R extends ManagedResource, Plan = unknown> implem
           if (claimed === undefined) return; // deleted meanwhile
           cr = { ...claimed, status: cr.status };
         }
-        action = await external.create(cr, { first });
+        try {
+          action = await external.create(cr, { first });
+        } catch (err) {
+          if (err instanceof ClaimTaken) await this.withdrawClaim(cr);
+          throw err;
+        }
         // A create of an object that existed (gone out of band) is drift put back; the first is not (no success before it).
         this.opts.resourceMetrics?.drifted(cr, this.now());
         this.record(cr, action, "Created", `created the ${this.opts.kind.kind.toLowerCase()} in the service`);
@@ -529,6 +534,13 @@ export class ManagedReconciler<R extends ManagedResource, Plan = unknown> implem
   /** Returns the object as the API server answered, or undefined if it is gone. */
   private setFinalizers(cr: R, finalizers: string[], annotations?: Record<string, string>): Promise<R | undefined> {
     return patchFinalizers(this.opts.kube, this.path(cr), cr, finalizers, annotations);
+  }
+
+  /** The claim's annotations removed (ClaimTaken); made again only for a name observe finds free. */
+  private async withdrawClaim(cr: R): Promise<void> {
+    const claim = this.opts.claim?.(cr);
+    if (claim === undefined) return;
+    await patchFinalizers(this.opts.kube, this.path(cr), cr, undefined, Object.fromEntries(Object.keys(claim).map((k) => [k, null])));
   }
 
   /** The claim annotations the resource does not carry yet, if its kind claims anything. */

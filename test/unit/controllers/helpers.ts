@@ -291,7 +291,7 @@ export class World {
       failing(path);
       return secret(path, () => body);
     };
-    const patch = async (path: string, body: { data?: Record<string, string>; metadata?: { finalizers?: string[]; annotations?: Record<string, string> }; status?: Record<string, unknown> }) => {
+    const patch = async (path: string, body: { data?: Record<string, string>; metadata?: { finalizers?: string[]; annotations?: Record<string, string | null> }; status?: Record<string, unknown> }) => {
       failing(path);
       if (path.startsWith(`${secretsPath(NS)}/`)) {
         return secret(path, (name) => {
@@ -307,7 +307,15 @@ export class World {
       const next: Stored = { ...obj, metadata: { ...obj.metadata, resourceVersion: String(++uids) } };
       if (body.status !== undefined) next.status = { ...(obj.status as object), ...body.status };
       if (body.metadata?.finalizers !== undefined) next.metadata.finalizers = body.metadata.finalizers;
-      if (body.metadata?.annotations !== undefined) next.metadata.annotations = { ...obj.metadata.annotations, ...body.metadata.annotations };
+      if (body.metadata?.annotations !== undefined) {
+        // A JSON merge patch: null removes the key.
+        const merged: Record<string, string> = { ...obj.metadata.annotations };
+        for (const [k, v] of Object.entries(body.metadata.annotations)) {
+          if (v === null) delete merged[k];
+          else merged[k] = v;
+        }
+        next.metadata.annotations = merged;
+      }
       return this.byPlural(plural).set(next);
     };
     return { patch, create } as unknown as KubeClient;

@@ -93,7 +93,7 @@ describe("Skill", () => {
     apply({ content: "mine" });
     await w.reconcile(kind(), "sk");
     expect(condition(skill(), "Stalled")).toMatchObject({ status: "True", reason: "NameTaken" });
-    // The claim stays on the resource, but does not make the skill its own at the next look...
+    // The claim is withdrawn: the skill is not its own at the next look...
     resync();
     await w.reconcile(kind(), "sk");
     expect(condition(skill(), "Stalled")).toMatchObject({ status: "True", reason: "NameTaken" });
@@ -112,7 +112,13 @@ describe("Skill", () => {
     await w.reconcile(kind(), "sk");
     expect(condition(skill(), "Stalled")).toMatchObject({ status: "True", reason: "NameTaken" });
     expect(w.events.map((e) => e.reason)).not.toContain("Adopted");
-    // Nor at its next look, the snapshot showing the skill with the content it claimed...
+    expect(skill().metadata.annotations?.[Annotations.claimedName]).toBeUndefined(); // the claim withdrawn
+    // Nor at its next look, the snapshot showing the skill with the content it claimed, nor
+    // after a change of the spec (a new generation)...
+    resync();
+    await w.reconcile(kind(), "sk");
+    expect(condition(skill(), "Stalled")).toMatchObject({ status: "True", reason: "NameTaken" });
+    apply({ content: "same", description: "edited" });
     resync();
     await w.reconcile(kind(), "sk");
     expect(condition(skill(), "Stalled")).toMatchObject({ status: "True", reason: "NameTaken" });
@@ -394,6 +400,19 @@ describe("Agent", () => {
     await w.reconcile(kind(), "ag");
     expect(agent().status?.agentId).toBe(made?.id);
     expect([...w.emu.state.agents.values()].filter((a) => a.name === "ag")).toHaveLength(1);
+  });
+
+  it("stalls with NameTaken over a 409 whose taker the list does not show when no create of its own was lost", async () => {
+    // Its first pass finds the Connection not Ready (as at a GitOps apply of everything): the
+    // finalizer goes on, nothing is created.
+    apply({});
+    w.connectionNotReady("Pending", "not checked yet");
+    await w.reconcile(kind(), "ag");
+    w.setStatus("connections", "default", { observedGeneration: 1, conditions: [{ type: "Ready", status: "True", lastTransitionTime: "2030-01-01T00:00:00Z" }] });
+    w.emu.state.createAgent({ name: "ag", org_id: ORG, image: "other" });
+    w.emu.injectFault({ method: "GET", path: "/registry/v1/agents", times: 2, action: { status: 200, body: { agents: [], total: 0 } } });
+    await w.reconcile(kind(), "ag").catch(() => undefined);
+    expect(condition(agent(), "Stalled")).toMatchObject({ status: "True", reason: "NameTaken" });
   });
 
   it("stalls with NameTaken when the name is another agent's", async () => {
