@@ -38,9 +38,19 @@ async function configMap(name: string): Promise<{ data?: Record<string, string>;
   return JSON.parse(await kubectlOk(["get", "configmap", name, "-o", "json"], { namespace: t.namespace })) as never;
 }
 
-async function sandboxVM(): Promise<string> {
-  const sb = await waitForReady(t.stack, "sandboxes", "box");
+async function sandboxVM(name = "box"): Promise<string> {
+  const sb = await waitForReady(t.stack, "sandboxes", name);
   return sb.status?.vmId as string;
+}
+
+/** A Sandbox of its own for one test, Ready; its VM's id. */
+async function readySandbox(name: string): Promise<string> {
+  await apply(`
+apiVersion: agentcompute.dev/v1alpha1
+kind: Sandbox
+metadata: {name: ${name}}
+spec: {tier: standard, ttlSeconds: 3600}`, t.namespace);
+  return sandboxVM(name);
 }
 
 const runManifest = (name: string, spec: string) => `
@@ -516,13 +526,7 @@ data: {mine: keep}
   }, 90_000);
 
   it("waits for its Sandbox's next VM when the one its step ran in is gone, rather than spend its retries on it", async () => {
-    await apply(`
-apiVersion: agentcompute.dev/v1alpha1
-kind: Sandbox
-metadata: {name: lost-box}
-spec: {tier: standard, ttlSeconds: 3600}`, t.namespace);
-    const sb = await waitForReady(t.stack, "sandboxes", "lost-box");
-    const first = sb.status?.vmId as string;
+    const first = await readySandbox("lost-box");
     await apply(`
 apiVersion: agentcompute.dev/v1alpha1
 kind: SandboxRun
@@ -543,13 +547,7 @@ spec:
   }, 90_000);
 
   it("does not count an attempt when its Sandbox's VM is gone before the first step started: it waits for the next VM", async () => {
-    await apply(`
-apiVersion: agentcompute.dev/v1alpha1
-kind: Sandbox
-metadata: {name: stale-box}
-spec: {tier: standard, ttlSeconds: 3600}`, t.namespace);
-    const sb = await waitForReady(t.stack, "sandboxes", "stale-box");
-    const first = sb.status?.vmId as string;
+    const first = await readySandbox("stale-box");
     t.stack.emulator.state.deleteVM(first); // gone outside the operator; the Sandbox still names it
     await apply(`
 apiVersion: agentcompute.dev/v1alpha1

@@ -179,87 +179,70 @@ describe("Controller, EventRecorder, Manager (real kube-apiserver)", () => {
     expect(released.spec?.holderIdentity ?? "").toBe("");
   });
 
-  it("manager: a reconcile that outlives the grace period keeps the lease from being released (a successor would act beside it)", async () => {
-    await client.create(path(ns), widget(ns, "stuck"));
-    let started = false;
-    let finish!: () => void;
-    const hung = new Promise<void>((resolve) => (finish = resolve));
+  /**
+   * A leader-elected manager over `ns` whose reconcile of the widget `name` hangs, ignoring its
+   * abort signal, until `finish()`; `signal` is that reconcile's once it has started.
+   */
+  function hangingManager(lease: string, name: string, gracefulShutdownTimeoutMs: number) {
+    const hang: { signal?: AbortSignal; finish: () => void } = { finish: () => undefined };
+    const hung = new Promise<void>((resolve) => (hang.finish = resolve));
     const mgr = new Manager({
       client: clientFor(),
       logger: testLogger(),
       namespaces: [ns],
       metricsBindAddress: "0",
       healthProbeBindAddress: "0",
-      leaderElection: { namespace: ns, name: "rt-abandoned", leaseDurationMs: 3_000, renewDeadlineMs: 2_000, retryPeriodMs: 500 },
+      leaderElection: { namespace: ns, name: lease, leaseDurationMs: 3_000, renewDeadlineMs: 2_000, retryPeriodMs: 500 },
       handleSignals: false,
-      gracefulShutdownTimeoutMs: 300,
+      gracefulShutdownTimeoutMs,
     });
     const c = mgr.newController({
-      name: "stuck-widgets",
+      name: `${name}-widgets`,
       concurrency: 1,
       reconciler: {
-        // A call that ignores its abort signal: the reconcile goes on after the grace period.
-        async reconcile(req) {
-          if (req.name !== "stuck") return;
-          started = true;
+        async reconcile(req, ctx) {
+          if (req.name !== name) return;
+          hang.signal = ctx.signal;
           await hung;
         },
       },
     });
     c.watch(mgr.informerFor<Widget>(path()));
+    return { mgr, hang };
+  }
+
+  it("manager: a reconcile that outlives the grace period keeps the lease from being released (a successor would act beside it)", async () => {
+    await client.create(path(ns), widget(ns, "stuck"));
+    const { mgr, hang } = hangingManager("rt-abandoned", "stuck", 300);
     try {
       await mgr.start();
-      await poll(() => started, 60_000, "the reconcile to start");
+      await poll(() => hang.signal !== undefined, 60_000, "the reconcile to start");
       await mgr.stop();
       expect(mgr.abandonedWork()).toBe(true);
       const lease = await client.get<Lease>(leasesPath(ns, "rt-abandoned"));
       expect(lease.spec?.holderIdentity).toBe(mgr.identity);
     } finally {
-      finish();
+      hang.finish();
       await mgr.stop();
     }
   });
 
   it("manager: leadership lost stops the reconciles in flight at once, not after the grace period beside the new leader", async () => {
     await client.create(path(ns), widget(ns, "long"));
-    let signal: AbortSignal | undefined;
-    let finish!: () => void;
-    const hung = new Promise<void>((resolve) => (finish = resolve));
-    const mgr = new Manager({
-      client: clientFor(),
-      logger: testLogger(),
-      namespaces: [ns],
-      metricsBindAddress: "0",
-      healthProbeBindAddress: "0",
-      leaderElection: { namespace: ns, name: "rt-lost", leaseDurationMs: 3_000, renewDeadlineMs: 2_000, retryPeriodMs: 500 },
-      handleSignals: false,
-      gracefulShutdownTimeoutMs: 120_000,
-    });
-    const c = mgr.newController({
-      name: "long-widgets",
-      concurrency: 1,
-      reconciler: {
-        async reconcile(req, ctx) {
-          if (req.name !== "long") return;
-          signal = ctx.signal;
-          await hung;
-        },
-      },
-    });
-    c.watch(mgr.informerFor<Widget>(path()));
+    const { mgr, hang } = hangingManager("rt-lost", "long", 120_000);
     try {
       await mgr.start();
-      await poll(() => signal !== undefined, 60_000, "the reconcile to start");
+      await poll(() => hang.signal !== undefined, 60_000, "the reconcile to start");
       // Another replica takes the Lease (as after this one's renewals failed).
       const lease = await client.get<Lease>(leasesPath(ns, "rt-lost"));
       const now = new Date().toISOString().replace(/\.(\d{3})Z$/, ".$1000Z");
       await client.replace(leasesPath(ns, "rt-lost"), { ...lease, spec: { ...lease.spec, holderIdentity: "the-new-leader", leaseDurationSeconds: 3600, renewTime: now, acquireTime: now } });
       // Well inside the 120 s grace a signal or a plain stop would give.
-      await poll(() => signal?.aborted === true, 30_000, "the reconcile's signal aborted");
+      await poll(() => hang.signal?.aborted === true, 30_000, "the reconcile's signal aborted");
       await mgr.stop(); // the stop leadership loss began
       expect(mgr.abandonedWork()).toBe(true);
     } finally {
-      finish();
+      hang.finish();
       await mgr.stop();
     }
   });
