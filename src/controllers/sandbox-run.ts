@@ -484,7 +484,7 @@ export class SandboxRunReconciler implements Reconciler {
   /**
    * A template run's VM given back (the run ended, or was deleted); whether it was. Not without
    * a client to reach the service with (its Connection deleted, or never made; or its Secret
-   * gone with no client built before): said in the log, and the run's end or deletion goes on
+   * gone with no client built before): said in the log and a Warning Event, and the run's end or deletion goes on
    * rather than wait for ever, as a sandboxRef run's does. A VM left behind is renewed by no
    * one and runs out at its TTL; an ended run tries again at its next pass. Other failures are
    * thrown: retried, and the deletion waits.
@@ -496,6 +496,11 @@ export class SandboxRunReconciler implements Reconciler {
     } catch (err) {
       if (!(err instanceof NotReadyError)) throw err;
       log.warn({ reason: err.reason, vmId }, `cannot give back the run's VM (if it has one; it runs out at its TTL): ${err.message}`);
+      // An Event too: a VM left running costs the user until its TTL, and the log is not where
+      // its owner looks. Repeats (a finished run tries at every pass) fold into one Event.
+      if (vmId !== undefined) {
+        this.o.events.warning(run, "VMNotReleased", `VM ${vmId} was not given back and runs until its TTL: ${err.message}`);
+      }
       return false;
     }
     await releaseRunVMs(run, handle, vmId);

@@ -5,7 +5,7 @@
 // reported, not put back; an [Observe] Sandbox is never renewed; contradictions are refused.
 import { describe, expect, it } from "vitest";
 import { kubectl as runKubectl, kubectlOk, waitFor } from "../support/kube.js";
-import { apply, condition, getResource, useStack, waitForReady } from "../support/operator.js";
+import { apply, condition, eventReasons, getResource, useStack, waitForReady } from "../support/operator.js";
 
 const SYNC_MS = 3_000;
 const t = useStack("policies", { syncPeriodMs: SYNC_MS });
@@ -16,13 +16,6 @@ const mark = () => t.stack.emulator.requests.length;
 const writesTo = (id: string, from: number) =>
   t.stack.emulator.requests.slice(from).filter((r) => r.method !== "GET" && r.operation !== "token" && r.path.includes(id)).map((r) => r.operation);
 const kubectl = (...args: string[]) => kubectlOk(args, { namespace: t.namespace });
-
-async function eventReasons(name: string): Promise<string[]> {
-  const out = JSON.parse(await kubectl("get", "events", "--field-selector", `involvedObject.name=${name}`, "-o", "json")) as {
-    items: Array<{ reason: string; count?: number }>;
-  };
-  return out.items.flatMap((e) => Array<string>(e.count ?? 1).fill(e.reason));
-}
 
 describe("managementPolicies: [Observe]", () => {
   it("imports an agent by id read-only: its fields in status, no write, and an AgentDeployment deploys it", async () => {
@@ -62,7 +55,7 @@ spec:
     expect(t.stack.emulator.state.agents.get(shared.id)).toBeDefined();
     expect(writesTo(shared.id, from).filter((op) => op.startsWith("agents."))).toEqual([]);
     // Recorded once the finalizer is off, so it may land just after the delete returns.
-    await waitFor(async () => (await eventReasons("shared-triage")).includes("Orphaned"), { description: "the Orphaned Event" });
+    await waitFor(async () => (await eventReasons(t.stack, "shared-triage")).includes("Orphaned"), { description: "the Orphaned Event" });
   }, 90_000);
 
   it("imports a skill by name without its content: Ready, not drifted, nothing written", async () => {
@@ -81,7 +74,7 @@ spec:
     expect(condition(skill, "Drifted")).toMatchObject({ status: "False" });
     await sleep(SYNC_MS * 2);
     expect(writesTo("shared-skill", from)).toEqual([]);
-    expect(await eventReasons("shared-skill")).not.toContain("DriftNotCorrected");
+    expect(await eventReasons(t.stack, "shared-skill")).not.toContain("DriftNotCorrected");
   }, 60_000);
 
   it("is Stalled, with the fix named, when there is nothing to observe; and creates nothing", async () => {
@@ -161,7 +154,7 @@ spec:
     await sleep(SYNC_MS * 2);
     expect(writesTo(id, from)).toEqual([]);
     expect(t.stack.emulator.state.agents.get(id)).toMatchObject({ image: "example/frozen:1", description: "first" });
-    expect((await eventReasons("frozen")).filter((r) => r === "DriftNotCorrected")).toHaveLength(1);
+    expect((await eventReasons(t.stack, "frozen")).filter((r) => r === "DriftNotCorrected")).toHaveLength(1);
 
     // Deletion is still allowed: the agent goes with the resource.
     await kubectl("delete", "agent", "frozen", "--wait=true", "--timeout=30s");

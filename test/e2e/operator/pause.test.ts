@@ -5,7 +5,7 @@
 // waits, finalizer and service object kept, until it is resumed.
 import { describe, expect, it } from "vitest";
 import { kubectlOk, waitFor } from "../support/kube.js";
-import { apply, condition, getResource, useStack, waitForReady } from "../support/operator.js";
+import { apply, condition, eventReasons, getResource, useStack, waitForReady } from "../support/operator.js";
 
 // Short, so that several resyncs happen while paused: they must not write either.
 const SYNC_MS = 3_000;
@@ -17,13 +17,6 @@ const mark = () => t.stack.emulator.requests.length;
 const opsSince = (from: number) => t.stack.emulator.requests.slice(from).filter((r) => r.operation !== "token");
 const writesSince = (from: number) => opsSince(from).filter((r) => r.method !== "GET").map((r) => r.operation);
 const kubectl = (...args: string[]) => kubectlOk(args, { namespace: t.namespace });
-
-async function eventReasons(name: string): Promise<string[]> {
-  const out = JSON.parse(await kubectl("get", "events", "--field-selector", `involvedObject.name=${name}`, "-o", "json")) as {
-    items: Array<{ reason: string; count?: number }>;
-  };
-  return out.items.flatMap((e) => Array<string>(e.count ?? 1).fill(e.reason));
-}
 
 async function waitPaused(plural: string, name: string) {
   return waitFor(
@@ -76,7 +69,7 @@ spec: {content: "v1"}`, t.namespace);
     expect(t.stack.emulator.state.agents.get(agentId)?.image).toBe("example/still:2");
     expect(t.stack.emulator.state.skills.get("still-skill")?.content).toBe("v2");
     for (const name of ["still", "still-skill"]) {
-      const reasons = await eventReasons(name);
+      const reasons = await eventReasons(t.stack, name);
       expect(reasons.filter((r) => r === "Paused"), name).toHaveLength(1);
       expect(reasons.filter((r) => r === "Resumed"), name).toHaveLength(1);
     }
@@ -134,7 +127,7 @@ spec: {tier: standard, ttlSeconds: 6, renewBeforeSeconds: 2}`, t.namespace);
     }, { timeoutMs: 20_000, description: "replaced after the resume" });
     expect(t.stack.emulator.state.vms.get(after.status?.vmId as string)?.tier).toBe("large");
     expect(writesSince(from).filter((op) => op !== "vms.renew")).toEqual(["vms.allocate", "vms.release"]);
-    const reasons = await eventReasons("held");
+    const reasons = await eventReasons(t.stack, "held");
     expect(reasons.filter((r) => r === "Paused")).toHaveLength(1);
     expect(reasons.filter((r) => r === "Resumed")).toHaveLength(1);
   }, 90_000);

@@ -6,7 +6,7 @@ import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import { main as logs, type LogsIO } from "../../../src/commands/logs.js";
 import { kubectl, kubectlOk, testKubeconfig, waitFor } from "../support/kube.js";
-import { apply, condition, connectionManifest, everythingSaid, getResource, useStack, waitForReady, type Resource } from "../support/operator.js";
+import { apply, condition, connectionManifest, eventReasons, everythingSaid, getResource, useStack, waitForReady, type Resource } from "../support/operator.js";
 
 const t = useStack("sbxrun");
 const SECRET_VALUE = "run-secret-value-8d2f61";
@@ -609,6 +609,7 @@ spec:
         description: "a pass of the run that found no client of its Connection",
       });
       expect((await run("stranded")).metadata.finalizers).toContain("agentcompute.dev/finalizer"); // the give-back is still owed
+      expect(await eventReasons(t.stack, "stranded")).toContain("VMNotReleased"); // where the run's owner looks
       const r = await run("stranded");
       expect(r.status?.phase).toBe("Succeeded");
       expect(condition(r, "Ready")?.status).toBe("True");

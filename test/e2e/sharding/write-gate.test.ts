@@ -9,7 +9,7 @@ import { describe, expect, it } from "vitest";
 import { OWNER_LABEL } from "../../../src/sharding/labels.js";
 import { MembershipLapsed } from "../../../src/sharding/membership.js";
 import { kubectlOk, waitFor } from "../support/kube.js";
-import { apply, condition, getResource, useStack, waitForReady } from "../support/operator.js";
+import { apply, condition, eventReasons, getResource, useStack, waitForReady } from "../support/operator.js";
 
 const OWNER = "gate-test";
 let open = false;
@@ -27,12 +27,6 @@ const t = useStack("write-gate", {
 const applySandbox = (name: string): Promise<string> =>
   apply(`apiVersion: agentcompute.dev/v1alpha1\nkind: Sandbox\nmetadata: {name: ${name}, labels: {${OWNER_LABEL}: ${OWNER}}}\nspec: {tier: standard, ttlSeconds: 600}`, t.namespace);
 const sandbox = (name: string) => getResource(t.stack.kube, "sandboxes", t.namespace, name);
-/** The reasons of the Events recorded for `name`, once the operator's pending Event writes are done. */
-async function eventsOf(name: string): Promise<string[]> {
-  await t.stack.operator.manager.events.flush();
-  const out = await kubectlOk(["get", "events", "--field-selector", `involvedObject.name=${name}`, "-o", "json"], { namespace: t.namespace });
-  return (JSON.parse(out) as { items: Array<{ reason?: string }> }).items.map((e) => e.reason ?? "");
-}
 const serviceWrites = () => t.stack.emulator.requests.filter((r) => r.method !== "GET" && r.operation !== "token").map((r) => r.operation);
 
 describe("sharded mode: the membership's write gate", () => {
@@ -81,7 +75,7 @@ describe("sharded mode: the membership's write gate", () => {
     expect(s.status?.vmId).toBeUndefined();
     // Nor the Event the allocation records: a replica whose membership lapsed does not report
     // on objects another replica may own by now.
-    expect(await eventsOf("midway")).toEqual([]);
+    expect(await eventReasons(t.stack, "midway")).toEqual([]);
     open = true;
     const ready = await waitForReady(t.stack, "sandboxes", "midway", { timeoutMs: 60_000 });
     // The next reconcile (the next owner's, in `run --sharding`) finds that VM by its marker.

@@ -199,6 +199,17 @@ export async function waitForReady(
   );
 }
 
+/**
+ * The reasons of the Events recorded for the object `name` in the stack's namespace, each as
+ * many times as its count, once the operator's pending Event writes are done.
+ */
+export async function eventReasons(stack: Stack, name: string): Promise<string[]> {
+  await stack.operator.manager.events.flush();
+  const out = await kubectlOk(["get", "events", "--field-selector", `involvedObject.name=${name}`, "-o", "json"], { namespace: stack.namespace });
+  const { items } = JSON.parse(out) as { items: Array<{ reason?: string; count?: number }> };
+  return items.flatMap((e) => Array<string>(e.count ?? 1).fill(e.reason ?? ""));
+}
+
 /** Everything the operator said: logs, Events and status of every resource in the namespace. */
 export async function everythingSaid(stack: Stack): Promise<string> {
   const events = await kubectlOk(["get", "events", "-o", "json"], { namespace: stack.namespace });
