@@ -22,6 +22,9 @@ import { ConnectionPool, type InventoryKind, type ServiceHandle } from "./connec
 import { ObjectStore, type ConfigMapObject } from "./object-store.js";
 import { REFERENCE_VIEW } from "./reference-view.js";
 
+/** The type of the Secrets Helm keeps its releases in (helm.sh/helm/v3 pkg/storage/driver/secrets.go). */
+const HELM_RELEASE_SECRET_TYPE = "helm.sh/release.v1";
+
 export interface OperatorOptions {
   /** Every resource is observed again this often (jittered); default 10 min. */
   syncPeriodMs: number;
@@ -127,10 +130,13 @@ export class OperatorContext implements KindContext {
     readonly options: OperatorOptions,
   ) {
     this.connections = manager.informerFor<Connection>(collection(kindNames.connection));
-    // Not ours, and not bounded in size: a namespace may hold hundreds of large Secrets (Helm
-    // keeps each release in one). Listed in pages, so a start holds one page's text at a
-    // time, not the whole collection's; the API server reads these pages from etcd.
-    this.secrets = manager.informerFor<SecretObject>(secretsPath(), { pageSize: 500 });
+    // Not ours, and not bounded in size: a namespace may hold hundreds of large Secrets. Listed
+    // in pages, so a start holds one page's text at a time, not the whole collection's; the API
+    // server reads these pages from etcd. Helm's release Secrets (a compressed copy of every
+    // release's manifests, up to 1 MiB each, one per revision kept) are left out by the API
+    // server: no resource can name one for anything the operator reads, and in a shared
+    // cluster they would be most of the cache.
+    this.secrets = manager.informerFor<SecretObject>(secretsPath(), { pageSize: 500, fieldSelector: `type!=${HELM_RELEASE_SECRET_TYPE}` });
     this.configMaps = manager.informerFor<ConfigMapObject>(configMapsPath(), { pageSize: 500 });
     this.store = new ObjectStore(this.secrets, this.configMaps);
     const gate = options.sharding?.writeGate;

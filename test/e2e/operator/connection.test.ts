@@ -2,6 +2,7 @@
 // or wrong (on the Connection and on what depends on it), recovery without a restart, and
 // tokens that expire while work goes on.
 import { describe, expect, it } from "vitest";
+import { secretsPath, type KubeObject } from "../../../src/runtime/kube-client.js";
 import { kubectlOk, waitFor } from "../support/kube.js";
 import { API_KEY, apply, condition, connectionManifest, useStack, waitForReady } from "../support/operator.js";
 
@@ -107,4 +108,16 @@ spec: {content: "0"}`, t.namespace);
     const busy = await waitForReady(t.stack, "sandboxes", "busy");
     expect(busy.status?.renewals as number).toBeGreaterThan(5);
   }, 120_000);
+
+  it("keeps Helm's release Secrets (up to 1 MiB each, one per revision kept) out of its cache, and every other Secret in", async () => {
+    const helmRelease = "sh.helm.release.v1.some-app.v3";
+    await kubectlOk(["create", "secret", "generic", helmRelease, "--type=helm.sh/release.v1", "--from-literal=release=H4sIAAAA"], { namespace: t.namespace });
+    await kubectlOk(["create", "secret", "generic", "plain", "--from-literal=key=value"], { namespace: t.namespace });
+    // The operator's own cache: already there and synced when asked for (asking for a cache the
+    // operator does not have makes a new one, which has not listed yet).
+    const secrets = t.stack.operator.manager.informerFor<KubeObject>(secretsPath(), { pageSize: 500, fieldSelector: "type!=helm.sh/release.v1" });
+    expect(secrets.hasSynced()).toBe(true);
+    await waitFor(() => secrets.get(t.namespace, "plain"), { description: "the plain Secret in the operator's cache" });
+    expect(secrets.get(t.namespace, helmRelease)).toBeUndefined();
+  });
 });
