@@ -272,6 +272,23 @@ describe("charts/agent-operator", () => {
     expect(refused.stderr).toContain("needs leaderElection.enabled");
     const single = await template("--set", "leaderElection.enabled=false", "--set", "replicaCount=1");
     expect(single.filter((o) => o.kind === "PodDisruptionBudget" || o.metadata.name.endsWith("-leader-election"))).toEqual([]);
+    // Nor one after the other: a rolling update's surge pod would reconcile beside the old one.
+    const strategy = (objects: KubeObject[]) => (objects.find((o) => o.kind === "Deployment") as KubeObject & { spec: { strategy: unknown } }).spec.strategy;
+    expect(strategy(single)).toEqual({ type: "Recreate" });
+    expect(strategy(objects)).toEqual({ type: "RollingUpdate", rollingUpdate: { maxSurge: 1, maxUnavailable: 0 } });
+
+    // A PodDisruptionBudget never blocks a drain, unless minAvailable is asked for.
+    const pdb = (objects: KubeObject[]) => (objects.find((o) => o.kind === "PodDisruptionBudget") as KubeObject & { spec: Record<string, unknown> }).spec;
+    expect(pdb(objects)).toMatchObject({ maxUnavailable: 1 });
+    expect(pdb(objects)).not.toHaveProperty("minAvailable");
+    const strict = pdb(await template("--set", "podDisruptionBudget.minAvailable=2", "--set", "replicaCount=3"));
+    expect(strict).toMatchObject({ minAvailable: 2 });
+    expect(strict).not.toHaveProperty("maxUnavailable");
+
+    // Values with YAML's special characters reach the pod as they were given.
+    const odd = operatorContainer(await template("--set", "nodeOptions=--max-old-space-size=512 --title=a: b", "--set", "leaderElection.id=lease: x"));
+    expect(odd.env).toContainEqual({ name: "NODE_OPTIONS", value: "--max-old-space-size=512 --title=a: b" });
+    expect(odd.args).toContain("--leader-election-id=lease: x");
   });
 });
 
@@ -373,7 +390,7 @@ spec: {content: "# More notes"}`, ns.name);
 
   it("switches to sharded mode with helm upgrade --set sharding.enabled=true, its member Leases allowed in the release namespace only", async () => {
     const res = await helm(
-      ["upgrade", release, CHART_DIR, "--namespace", releaseNs.name, "--reuse-values", "--set", "sharding.enabled=true", "--set", "replicaCount=3"],
+      ["upgrade", release, CHART_DIR, "--namespace", releaseNs.name, "--reset-then-reuse-values", "--set", "sharding.enabled=true", "--set", "replicaCount=3"],
       { kubeconfig },
     );
     expect(res.exitCode, res.stderr).toBe(0);
