@@ -178,7 +178,7 @@ const ANNOTATIONS: Array<{ key: string; kinds: (k: string) => boolean; descripti
     key: Annotations.externalId,
     kinds: (k) => k !== "Connection",
     description:
-      "Adopt an existing service object with this id (for a Skill, its name) instead of creating one. An id that names nothing stalls the resource with reason `ExternalNotFound`. A Sandbox's VM adopted this way is never replaced: a spec change that needs a new VM stalls it with reason `AdoptedVMNotReplaced` (the VM still renewed) until the annotation is removed.",
+      "Adopt an existing service object with this id (for a Skill, its name) instead of creating one. An id that names nothing stalls the resource with reason `ExternalNotFound`. A Sandbox's VM or an AgentDeployment's deployment adopted this way is never replaced: a spec change that needs a new one stalls the resource with reason `AdoptedVMNotReplaced` (the VM still renewed) or `AdoptedDeploymentNotReplaced` until the annotation is removed.",
   },
   {
     key: Annotations.redeployAt,

@@ -14,7 +14,7 @@ import { Annotations, ConditionType, MARKER_KEY, OPTIONS_HASH_KEY, kindNames } f
 import type { Agent, AgentDeployment, AgentDeploymentStatus } from "../api/index.js";
 import { notReportedYet, troubleOf } from "../managed/conditions.js";
 import { managementOf } from "../managed/management-policies.js";
-import { NotReadyError } from "../managed/errors.js";
+import { NotReadyError, StalledError } from "../managed/errors.js";
 import { errorMessage } from "../lib/errors.js";
 import type { ActionResult, ConnectionDetails, ExternalClient, Observation, Planned } from "../managed/external.js";
 import type { Informer } from "../runtime/informer.js";
@@ -147,6 +147,16 @@ class DeploymentClient implements ExternalClient<AgentDeployment, DeploymentPlan
     const client = this.handle.client.deployments;
     switch (plan.action) {
       case "replace": {
+        // The user named this deployment to take over (it may run an agent of theirs, with
+        // options the operator never saw): deleting it would lose it, and leave the annotation
+        // naming nothing. The user decides, as for a Sandbox's adopted VM.
+        if (cr.metadata.annotations?.[Annotations.externalId] === current.id) {
+          throw new StalledError(
+            "AdoptedDeploymentNotReplaced",
+            `${plan.why}, which needs a new deployment (the service cannot change one), but the annotation ${Annotations.externalId} names deployment ${current.id}, taken over as it is: ` +
+              `remove the annotation ${Annotations.externalId} to have it replaced (${current.id} deleted, a new one deployed), or put the spec back`,
+          );
+        }
         await this.remove(current.id);
         const deployed = await this.deploy(cr, plan.target);
         return {

@@ -200,6 +200,32 @@ describe("AgentDeployment against the service", () => {
     expect(deployment().status?.deploymentId).toBe(other.id);
   });
 
+  it("never replaces a deployment imported with the adoption annotation: a spec change that needs a new one stalls until the annotation goes", async () => {
+    const imported = w.emu.state.deploy(agentId, { tier: "standard" });
+    apply({}, { [Annotations.externalId]: imported.id });
+    await w.reconcile(kind(), "d");
+    expect(condition(deployment(), "Ready")?.status).toBe("True");
+    w.calls();
+    apply({ tier: "large" }, { [Annotations.externalId]: imported.id });
+    await w.reconcile(kind(), "d");
+    expect(w.writes()).toEqual([]);
+    expect(w.emu.state.deployments.get(imported.id)).toBeDefined();
+    expect(condition(deployment(), "Stalled")).toMatchObject({ status: "True", reason: "AdoptedDeploymentNotReplaced" });
+    expect(condition(deployment(), "Stalled")?.message).toContain(`remove the annotation ${Annotations.externalId}`);
+    // The annotation removed: replaced, and status names the new one from then on.
+    apply({ tier: "large" });
+    await w.reconcile(kind(), "d");
+    expect(w.writes()).toEqual(["deployments.delete", "deployments.deploy"]);
+    const replacement = deployment().status?.deploymentId as string;
+    expect(replacement).not.toBe(imported.id);
+    w.calls();
+    resync();
+    await w.reconcile(kind(), "d");
+    expect(w.writes()).toEqual([]);
+    expect(condition(deployment(), "Ready")?.status).toBe("True");
+    expect(deployment().status?.deploymentId).toBe(replacement);
+  });
+
   it("moved in from another owner mid-replacement (sharding): adopts the deployment it made for the spec, and keeps it", async () => {
     apply();
     await w.reconcile(kind(), "d");
