@@ -137,7 +137,8 @@ export class ConnectionPool {
     if (opts.deleting) return this.evenIfNotReady(connection);
     const ready = connection.status?.conditions?.find((c) => c.type === ConditionType.Ready);
     if (ready?.status !== "True" || connection.status?.observedGeneration !== connection.metadata.generation) {
-      const why = ready?.message ? `: ${ready.message}` : "";
+      // Ready for an earlier spec: its message would say all is well.
+      const why = ready?.status === "True" ? ": its changed spec has not been checked yet" : ready?.message ? `: ${ready.message}` : "";
       throw new NotReadyError("ConnectionNotReady", `Connection "${name}" is not Ready${why}`, notReportedYet(connection));
     }
     return this.clientFor(connection);

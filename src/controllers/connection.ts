@@ -15,7 +15,7 @@ import type { Informer } from "../runtime/informer.js";
 import { resourcePath, type KubeClient } from "../runtime/kube-client.js";
 import type { Controller, ReconcileContext, Reconciler, Request, Result } from "../runtime/controller.js";
 import { formatTime } from "../runtime/status.js";
-import { ServiceError, tlsErrorCode, type ServiceClient, type UsageRecord } from "../service/index.js";
+import { InvalidEndpointError, ServiceError, tlsErrorCode, type ServiceClient, type UsageRecord } from "../service/index.js";
 import type { ConnectionPool } from "./connection-pool.js";
 import { requestOf, specOrMetaChanged, type OperatorContext } from "./kind.js";
 import { UsageGauges } from "./usage-metrics.js";
@@ -92,23 +92,42 @@ export class ConnectionReconciler implements Reconciler {
     try {
       const handle = this.opts.pool.clientFor(conn);
       const { expiresAt } = await handle.client.authenticate();
-      const observed: Partial<ConnectionStatus> = { tokenExpiresAt: formatTime(expiresAt) };
+      const observed: { [K in keyof ConnectionStatus]?: ConnectionStatus[K] | null } = { tokenExpiresAt: formatTime(expiresAt) };
+      // The reports are extras: one the service refuses (an account that may not list its
+      // access clients, a workspace it does not know) is said, and the Connection is still
+      // Ready, since every resource needs only the token. A service that cannot be reached
+      // or fails is still the Connection's trouble (below), as every resource would meet it.
+      const unread: string[] = [];
       if (this.refreshDue(conn, refreshMs)) {
-        const clients = await handle.client.accessClients();
-        observed.accessClients = clients.map((c) => ({ name: c.name, clientId: c.client_id, active: c.is_active }));
-        observed.accessClientsRefreshedAt = formatTime(this.now());
-        if (conn.spec.workspaceId && conn.spec.environmentId) {
-          observed.usage = await this.usageSummary(handle.client, conn.spec.workspaceId, conn.spec.environmentId);
-          this.opts.usage?.set(handle.key, observed.usage.byTier);
+        try {
+          const clients = await handle.client.accessClients();
+          observed.accessClients = clients.map((c) => ({ name: c.name, clientId: c.client_id, active: c.is_active }));
+          observed.accessClientsRefreshedAt = formatTime(this.now());
+        } catch (err) {
+          unread.push(`the access clients could not be read (${refused(err)})`);
+          observed.accessClients = null;
+          observed.accessClientsRefreshedAt = null;
         }
+        const { workspaceId, environmentId } = conn.spec;
+        let usage: ConnectionStatus["usage"] | null = null;
+        if (workspaceId && environmentId) {
+          try {
+            usage = await this.usageSummary(handle.client, workspaceId, environmentId);
+          } catch (err) {
+            unread.push(`the usage could not be read (${refused(err)}): check spec.workspaceId and spec.environmentId`);
+          }
+        }
+        // No usage (not asked for any more, or refused): none shown, none exported, rather
+        // than the last one read, which may be another workspace's.
+        observed.usage = usage;
+        if (usage === null) this.opts.usage?.remove(handle.key);
+        else this.opts.usage?.set(handle.key, usage.byTier);
       }
-      await this.opts.status.write(
-        path,
-        conn,
-        observed,
-        kstatusConditions({ state: "ready", reason: "Authenticated", message: "a token was obtained from the token service" }),
-      );
+      const authenticated = "a token was obtained from the token service";
+      const message = unread.length === 0 ? authenticated : `${authenticated}; ${unread.join("; ")}`;
+      await this.opts.status.write(path, conn, observed, kstatusConditions({ state: "ready", reason: "Authenticated", message }));
       if (wasReady?.status !== "True") this.opts.events.normal(conn, "Authenticated", "credentials accepted by the token service");
+      if (unread.length > 0 && wasReady?.message !== message) this.opts.events.warning(conn, "ReportNotRead", unread.join("; "));
       return { requeueAfterMs: jittered(refreshMs) };
     } catch (err) {
       const { kind, reason, message } = describe(err, conn);
@@ -206,9 +225,29 @@ export function summarise(records: UsageRecord[]) {
   };
 }
 
+/**
+ * What the service said in refusing a read of a report (access clients, usage), for the Ready
+ * message; anything but a refusal (the service unreachable or failing, a token refused) is
+ * rethrown: the Connection's own trouble.
+ */
+function refused(err: unknown): string {
+  if (err instanceof ServiceError && err.status !== undefined && REPORT_REFUSALS.has(err.status)) return err.message;
+  throw err;
+}
+
+/** Answers to a report's read that the same read would get again: the account or the spec is at fault, not the service. */
+const REPORT_REFUSALS = new Set([400, 403, 404, 422]);
+
 /** A Connection's own sorting of failures: what the token service and TLS say is about the Connection. */
 function describe(err: unknown, conn: Connection): Failure {
   if (err instanceof NotReadyError) return classify(err);
+  if (err instanceof InvalidEndpointError) {
+    return {
+      kind: "stalled",
+      reason: "InvalidURL",
+      message: `spec.${err.option} ${err.message.replace(/^service client: \S+ /, "")}: set it to an http(s) URL, e.g. https://api.example.com`,
+    };
+  }
   if (err instanceof ServiceError) {
     if (err.operation === "token" && (err.status === 400 || err.status === 401 || err.status === 403)) {
       return {

@@ -70,7 +70,7 @@ export class StatusWriter {
   async write<S extends ManagedStatusBase>(
     statusPath: string,
     target: StatusTarget<S>,
-    observed: Partial<S>,
+    observed: NoInfer<{ [K in keyof S]?: S[K] | null }>,
     conditions: Array<Omit<ConditionInput, "observedGeneration">>,
   ): Promise<void> {
     const generation = target.metadata.generation ?? 0;
@@ -80,14 +80,19 @@ export class StatusWriter {
       nextConditions = setCondition(nextConditions, { ...c, observedGeneration: generation }, this.now());
     }
     const next = { ...current, observedGeneration: generation, conditions: nextConditions } as S;
+    // A field given as null is removed (a merge patch removes a key only when told to with null).
+    const removed: Record<string, null> = {};
     for (const [k, v] of Object.entries(observed)) {
-      if (v !== undefined) (next as Record<string, unknown>)[k] = v;
+      if (v === null) {
+        if (Object.hasOwn(next, k)) removed[k] = null;
+        delete (next as Record<string, unknown>)[k];
+      } else if (v !== undefined) (next as Record<string, unknown>)[k] = v;
     }
     if (deepEqual(next, current)) return;
     try {
       // A merge patch without resourceVersion: the operator is the only writer of status, and
       // the base it merged over is the freshest it knows (see fresh()).
-      await this.kube.patch(statusPath, { status: next }, "merge", { discardResult: true });
+      await this.kube.patch(statusPath, { status: { ...next, ...removed } }, "merge", { discardResult: true });
       this.written.set(target.metadata.uid, { basedOn: target.metadata.resourceVersion, status: next });
     } catch (err) {
       if (!isNotFound(err)) throw err; // deleted meanwhile: nothing to report on

@@ -5,7 +5,7 @@
 // them together, pages through lists, and talks to the token service.
 
 import pino from "pino";
-import { ServiceError, isAuthError } from "./errors.js";
+import { InvalidEndpointError, ServiceError, isAuthError } from "./errors.js";
 import { HttpTransport } from "./http.js";
 import { OPERATIONS, REGISTRY, decodeJson, dedupe, pathOf, queryString } from "./operations.js";
 import type { AgentsAPI, ArgsOf, DeploymentsAPI, OperationName, OperationSpec, ResultOf, SkillsAPI, UsageAPI, VMsAPI } from "./operations.js";
@@ -309,10 +309,10 @@ function endpoint(raw: string, what: string): Endpoint {
   try {
     u = new URL(raw);
   } catch {
-    throw new TypeError(`service client: ${what} is not a URL: ${JSON.stringify(raw)}`);
+    throw new InvalidEndpointError(what, `service client: ${what} is not a URL: ${JSON.stringify(raw)}`);
   }
   if (u.protocol !== "http:" && u.protocol !== "https:") {
-    throw new TypeError(`service client: ${what} must be http(s), got ${u.protocol}`);
+    throw new InvalidEndpointError(what, `service client: ${what} must be http(s), got ${u.protocol}`);
   }
   return { origin: u.origin, prefix: u.pathname.replace(/\/+$/, "") };
 }

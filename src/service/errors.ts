@@ -99,6 +99,20 @@ export class ServiceError extends Error {
   }
 }
 
+/**
+ * An endpoint option (baseURL, registryURL, authURL) that is not an http(s) URL: thrown when the
+ * client is built; only a change of the option helps.
+ */
+export class InvalidEndpointError extends TypeError {
+  constructor(
+    readonly option: string,
+    message: string,
+  ) {
+    super(message);
+    this.name = "InvalidEndpointError";
+  }
+}
+
 export function isServiceError(e: unknown): e is ServiceError {
   return e instanceof ServiceError;
 }

@@ -5,6 +5,7 @@ export type { AgentsAPI, CredentialsVerdict, DeploymentsAPI, VMsAPI, SkillsAPI, 
 export type { ServiceClientOptions, ServiceClientHooks } from "./options.js";
 export { DEFAULTS } from "./options.js";
 export {
+  InvalidEndpointError,
   ServiceError,
   isServiceError,
   isNotFound,

@@ -5,6 +5,8 @@ import { FINALIZER } from "../../../src/api/names.js";
 import type { Connection } from "../../../src/api/index.js";
 import { ConnectionReconciler } from "../../../src/controllers/connection.js";
 import { StatusWriter } from "../../../src/managed/status-writer.js";
+import { UsageGauges } from "../../../src/controllers/usage-metrics.js";
+import { Registry } from "prom-client";
 import type { Informer } from "../../../src/runtime/informer.js";
 import { condition, NS, reconcileContext, World } from "./helpers.js";
 
@@ -21,7 +23,7 @@ afterEach(async () => {
 });
 
 const connection = (name = "c") => w.get<Connection>("connections", name);
-const reconcile = () =>
+const reconcileWith = (opts: { usage?: UsageGauges } = {}) =>
   new ConnectionReconciler({
     informer: w.informer({ kind: "Connection", plural: "connections" }).as<Connection>() as unknown as Informer<Connection>,
     usersOf: () => users,
@@ -30,7 +32,11 @@ const reconcile = () =>
     status: new StatusWriter(w.kube),
     events: w.recorder(),
     now: () => new Date(w.clock.ms),
+    ...opts,
   }).reconcile({ namespace: NS, name: "c" }, reconcileContext());
+const reconcile = () => reconcileWith();
+/** The tiers the usage gauges export. */
+const exportedTiers = async (registry: Registry) => ((await registry.getSingleMetric("agentcompute_usage_vm_seconds")?.get())?.values ?? []).map((v) => v.labels.tier);
 
 describe("Connection", () => {
   it("is Ready once a token is obtained, with its finalizer, and looks again on the usage interval", async () => {
@@ -75,6 +81,71 @@ describe("Connection", () => {
     expect(condition(connection(), "Stalled")).toMatchObject({ status: "True", reason: "CredentialsRefused" });
     expect(condition(connection(), "Reconciling")?.status).toBe("False");
     expect(w.events.at(-1)).toMatchObject({ type: "Warning", reason: "CredentialsRefused" });
+  });
+
+  it("stays Ready when the service refuses a report (usage of an unknown workspace, access clients not allowed), and says so", async () => {
+    const registry = new Registry();
+    const usage = new UsageGauges(registry);
+    w.emu.state.releaseVM(w.emu.state.allocateVM({ tier: "standard" }).vm_id);
+    w.apply<Connection>("connections", { metadata: { name: "c" }, spec: { ...connection().spec, workspaceId: "ws", environmentId: "env" } });
+    await reconcileWith({ usage });
+    expect(connection().status?.usage?.vmCount).toBe(1);
+    expect(await exportedTiers(registry)).toEqual(["standard"]);
+
+    // A workspace the service does not know: 400 on the usage; the access clients not allowed: 403.
+    w.emu.injectFault({ method: "GET", path: "/compute/v1/usage", times: 1, action: { status: 400, body: { code: 400, error_code: "bad_request", message: "unknown workspace" } } });
+    w.emu.injectFault({ method: "GET", path: "/compute/v1/access/clients", times: 1, action: { status: 403, body: { code: 403, error_code: "forbidden", message: "not allowed" } } });
+    w.apply<Connection>("connections", { metadata: { name: "c" }, spec: { ...connection().spec, workspaceId: "ws-typo" } });
+    await reconcileWith({ usage });
+    const ready = condition(connection(), "Ready");
+    expect(ready).toMatchObject({ status: "True", reason: "Authenticated" });
+    expect(ready?.message).toContain("the access clients could not be read");
+    expect(ready?.message).toContain("the usage could not be read");
+    expect(ready?.message).toContain("check spec.workspaceId and spec.environmentId");
+    expect(condition(connection(), "Stalled")?.status).toBe("False");
+    expect(w.events.at(-1)).toMatchObject({ type: "Warning", reason: "ReportNotRead" });
+    // Not the last ones read, which were another workspace's.
+    expect(connection().status?.usage).toBeUndefined();
+    expect(connection().status?.accessClients).toBeUndefined();
+    expect(await exportedTiers(registry)).toEqual([]);
+    // What depends on it is not held up.
+    expect(() => w.pool.forResource(NS, { name: "c" })).not.toThrow();
+  });
+
+  it("no longer shows nor exports usage once workspaceId and environmentId are removed", async () => {
+    const registry = new Registry();
+    const usage = new UsageGauges(registry);
+    w.emu.state.releaseVM(w.emu.state.allocateVM({ tier: "standard" }).vm_id);
+    w.apply<Connection>("connections", { metadata: { name: "c" }, spec: { ...connection().spec, workspaceId: "ws", environmentId: "env" } });
+    await reconcileWith({ usage });
+    expect(connection().status?.usage?.vmCount).toBe(1);
+    expect(await exportedTiers(registry)).toEqual(["standard"]);
+    const { workspaceId: _w, environmentId: _e, ...spec } = connection().spec;
+    w.apply<Connection>("connections", { metadata: { name: "c" }, spec });
+    await reconcileWith({ usage });
+    expect(connection().status?.usage).toBeUndefined();
+    expect(await exportedTiers(registry)).toEqual([]);
+    expect(condition(connection(), "Ready")?.status).toBe("True");
+  });
+
+  it("is still not Ready when the service fails a report's read (not a refusal): every resource would meet the same", async () => {
+    w.emu.injectFault({ method: "GET", path: "/compute/v1/access/clients", times: Infinity, action: { status: 500 } });
+    await expect(reconcile()).rejects.toThrow();
+    expect(condition(connection(), "Ready")).toMatchObject({ status: "False", reason: "ServiceError" });
+  });
+
+  it("stalls, naming the field, on a base URL that is not a URL", async () => {
+    w.apply<Connection>("connections", { metadata: { name: "c" }, spec: { ...connection().spec, baseURL: "http://" } });
+    const result = (await reconcile()) as { requeueAfterMs: number };
+    expect(result.requeueAfterMs).toBeGreaterThan(0);
+    expect(condition(connection(), "Stalled")).toMatchObject({ status: "True", reason: "InvalidURL" });
+    expect(condition(connection(), "Stalled")?.message).toMatch(/^spec\.baseURL is not a URL: "http:\/\/": set it to an http\(s\) URL/);
+  });
+
+  it("tells its resources, while its changed spec has not been checked, that it has not, not that all is well", async () => {
+    await reconcile();
+    w.apply<Connection>("connections", { metadata: { name: "c" }, spec: { ...connection().spec, timeoutSeconds: 7 } });
+    expect(() => w.pool.forResource(NS, { name: "c" })).toThrow('Connection "c" is not Ready: its changed spec has not been checked yet');
   });
 
   it("keeps its finalizer while a resource uses it, and lets go once none does", async () => {

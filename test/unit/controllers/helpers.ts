@@ -305,21 +305,23 @@ export class World {
       const [, , plural, name] = m as unknown as [string, string, string, string];
       const obj = this.get<Stored>(plural, name);
       const next: Stored = { ...obj, metadata: { ...obj.metadata, resourceVersion: String(++uids) } };
-      if (body.status !== undefined) next.status = { ...(obj.status as object), ...body.status };
+      if (body.status !== undefined) next.status = mergeKeys(obj.status as Record<string, unknown> | undefined, body.status);
       if (body.metadata?.finalizers !== undefined) next.metadata.finalizers = body.metadata.finalizers;
-      if (body.metadata?.annotations !== undefined) {
-        // A JSON merge patch: null removes the key.
-        const merged: Record<string, string> = { ...obj.metadata.annotations };
-        for (const [k, v] of Object.entries(body.metadata.annotations)) {
-          if (v === null) delete merged[k];
-          else merged[k] = v;
-        }
-        next.metadata.annotations = merged;
-      }
+      if (body.metadata?.annotations !== undefined) next.metadata.annotations = mergeKeys(obj.metadata.annotations, body.metadata.annotations) as Record<string, string>;
       return this.byPlural(plural).set(next);
     };
     return { patch, create } as unknown as KubeClient;
   }
+}
+
+/** A JSON merge patch's top level: each key replaced, null removes it. */
+function mergeKeys(base: Record<string, unknown> | undefined, patch: Record<string, unknown>): Record<string, unknown> {
+  const merged: Record<string, unknown> = { ...base };
+  for (const [k, v] of Object.entries(patch)) {
+    if (v === null) delete merged[k];
+    else merged[k] = v;
+  }
+  return merged;
 }
 
 export function reconcileContext(): ReconcileContext {
