@@ -14,7 +14,7 @@ import { Annotations, ConditionType, MARKER_KEY, OPTIONS_HASH_KEY, kindNames } f
 import type { Agent, AgentDeployment, AgentDeploymentStatus } from "../api/index.js";
 import { notReportedYet, troubleOf } from "../managed/conditions.js";
 import { managementOf } from "../managed/management-policies.js";
-import { NotReadyError, StalledError } from "../managed/errors.js";
+import { FailedAfterChange, NotReadyError, StalledError } from "../managed/errors.js";
 import { errorMessage } from "../lib/errors.js";
 import type { ActionResult, ConnectionDetails, ExternalClient, Observation, Planned } from "../managed/external.js";
 import type { Informer } from "../runtime/informer.js";
@@ -158,7 +158,13 @@ class DeploymentClient implements ExternalClient<AgentDeployment, DeploymentPlan
           );
         }
         await this.remove(current.id);
-        const deployed = await this.deploy(cr, plan.target);
+        let deployed: Deployment;
+        try {
+          deployed = await this.deploy(cr, plan.target);
+        } catch (err) {
+          // Status must not go on naming the deployment just deleted, running, with its endpoint.
+          throw new FailedAfterChange(err, { deploymentId: null, state: null, endpoint: null, endpointName: null, agentRevision: null });
+        }
         return {
           status: this.statusAfterDeploy(cr, deployed, plan.target),
           connectionDetails: detailsOf(deployed),

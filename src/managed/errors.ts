@@ -44,6 +44,21 @@ export class StalledError extends Error {
  */
 export class ClaimTaken extends StalledError {}
 
+/**
+ * A failure after a step that changed what status must say (a deployment deleted, its
+ * replacement then refused): the reconciler writes `status` (a field given as null is removed)
+ * with the conditions of the failure, which is sorted by its cause.
+ */
+export class FailedAfterChange extends Error {
+  constructor(
+    override readonly cause: unknown,
+    readonly status: Record<string, unknown>,
+  ) {
+    super(errorMessage(cause), { cause });
+    this.name = "FailedAfterChange";
+  }
+}
+
 export type Failure =
   | { kind: "notReady"; reason: string; message: string; dependencyProgressing: boolean }
   | { kind: "stalled"; reason: string; message: string }
@@ -52,7 +67,7 @@ export type Failure =
 /** Sorts any thrown value into what the user should see and whether retrying can help. */
 export function classify(err: unknown): Failure {
   // Says when to retry, not what went wrong: the cause does.
-  if (err instanceof RetryNoLaterThan) return classify(err.cause);
+  if (err instanceof RetryNoLaterThan || err instanceof FailedAfterChange) return classify(err.cause);
   if (err instanceof NotReadyError) {
     return { kind: "notReady", reason: err.reason, message: err.message, dependencyProgressing: err.dependencyProgressing };
   }

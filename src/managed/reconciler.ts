@@ -15,7 +15,7 @@ import { PAUSED_REASON, kstatusConditions, pausedConditions, type StatedConditio
 import { patchFinalizers } from "./finalizers.js";
 import type { StatusWriter } from "./status-writer.js";
 import type { ConnectionSecretWriter } from "./connection-secret.js";
-import { ClaimTaken, StalledError, classify, type Failure } from "./errors.js";
+import { ClaimTaken, FailedAfterChange, StalledError, classify, type Failure } from "./errors.js";
 import type { ActionResult, Connector, ExternalClient, ManagedResource, Observation, StatusOf } from "./external.js";
 import { managementOf, type Management } from "./management-policies.js";
 import type { ResourceMetricsRecorder } from "./resource-metrics.js";
@@ -240,6 +240,7 @@ export class ManagedReconciler<R extends ManagedResource, Plan = unknown> implem
       // No client for changes (the Connection is not Ready): what exists is still kept alive.
       const forUpkeep = this.opts.connector.connectForUpkeep?.bind(this.opts.connector);
       if (!connected && failure.kind === "notReady" && forUpkeep !== undefined) kept = await this.upkeepOnly(cr, async () => forUpkeep(cr));
+      if (err instanceof FailedAfterChange) kept = { keeping: false, ...kept, status: { ...kept?.status, ...(err.status as Partial<StatusOf<R>>) } };
       return this.fail(cr, failure, ctx, err, kept);
     }
 

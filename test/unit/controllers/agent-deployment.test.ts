@@ -226,6 +226,27 @@ describe("AgentDeployment against the service", () => {
     expect(deployment().status?.deploymentId).toBe(replacement);
   });
 
+  it("stops naming the deployment it deleted for a replacement the service then refused", async () => {
+    apply();
+    await w.reconcile(kind(), "d");
+    const old = deployment().status?.deploymentId as string;
+    expect(deployment().status?.state).toBe("running");
+    w.emu.injectFault({ method: "POST", path: /\/deploy$/, times: 1, action: { status: 400, body: { code: 400, error_code: "bad_request", message: "unknown tier huge" } } });
+    apply({ tier: "huge" });
+    await w.reconcile(kind(), "d");
+    expect(w.emu.state.deployments.get(old)).toBeUndefined();
+    expect(condition(deployment(), "Stalled")).toMatchObject({ status: "True", reason: "ServiceRejected" });
+    const st = deployment().status;
+    expect(st?.deploymentId).toBeUndefined();
+    expect(st?.state).toBeUndefined();
+    expect(st?.endpoint).toBeUndefined();
+    // The spec fixed: deployed again, and named.
+    apply({ tier: "large" });
+    await w.reconcile(kind(), "d");
+    expect(condition(deployment(), "Ready")?.status).toBe("True");
+    expect(deployment().status?.deploymentId).toBeDefined();
+  });
+
   it("moved in from another owner mid-replacement (sharding): adopts the deployment it made for the spec, and keeps it", async () => {
     apply();
     await w.reconcile(kind(), "d");
