@@ -42,6 +42,7 @@ export function setupConnection(ctx: OperatorContext): Controller {
     }),
   });
   controller.watch(connections, undefined, { filter: specOrMetaChanged });
+  ctx.whenCredentialsRefused((namespace, name) => controller.enqueue({ namespace, name }));
   controller.watch(secrets, (s) =>
     connections
       .list(s.metadata.namespace)

@@ -124,6 +124,7 @@ export class OperatorContext implements KindContext {
   /** Per kind that holds Connections: its resources (kind/name) that use one, for "who uses this Connection". */
   private readonly users: Array<(namespace: string, connection: string) => string[]> = [];
   private readonly onInventoryChange = new Map<InventoryKind, (namespace: string, connection: string, changed: Set<string>) => void>();
+  private credentialsRefused: ((namespace: string, name: string) => void) | undefined;
 
   constructor(
     readonly manager: Manager,
@@ -150,7 +151,13 @@ export class OperatorContext implements KindContext {
       connections: this.connections,
       secrets: this.secrets,
       logger: manager.logger,
-      hooks: (connection) => serviceClientHooks(manager.metrics, connection),
+      hooks: (connection) => ({
+        ...serviceClientHooks(manager.metrics, connection),
+        onCredentialsRefused: () => {
+          const [namespace, name] = connection.split("/") as [string, string];
+          this.credentialsRefused?.(namespace, name);
+        },
+      }),
       inventoryMaxAgeMs: options.syncPeriodMs,
       writeGate: gate,
       onInventoryChange: (connectionKey, kind, keys) => {
@@ -162,6 +169,15 @@ export class OperatorContext implements KindContext {
 
   now(): Date {
     return new Date();
+  }
+
+  /**
+   * Told when the token service refuses a Connection's credentials in any call of any resource
+   * (revoked, rotated out): the Connection controller looks at once, rather than stay Ready
+   * until its next look while every resource fails.
+   */
+  whenCredentialsRefused(then: (namespace: string, name: string) => void): void {
+    this.credentialsRefused = then;
   }
 
   /**

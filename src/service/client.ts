@@ -17,6 +17,9 @@ import { TokenSource, parseTokenResponse } from "./token.js";
 import type { IssuedToken } from "./token.js";
 import type { AccessClient, Agent, Credentials } from "./types.js";
 
+/** How long a refusal of the credentials by the token service is answered again without asking. */
+export const REFUSAL_HOLD_MS = 30_000;
+
 /** What the token service said of a client's credentials (`ServiceClient.credentials()`). */
 export type CredentialsVerdict = "accepted" | "refused" | "unknown";
 
@@ -143,6 +146,10 @@ export class ServiceClient {
   private readonly writeGate: (() => void) | undefined;
   private closed = false;
   private verdict: CredentialsVerdict = "unknown";
+  /** The token service's last refusal, answered again without asking for REFUSAL_HOLD_MS. */
+  private refusal: { err: unknown; at: number } | undefined;
+  private readonly now: () => number;
+  private readonly hooks: ServiceClientHooks;
 
   constructor(opts: ServiceClientOptions) {
     this.service = endpoint(opts.baseURL, "baseURL");
@@ -171,6 +178,8 @@ export class ServiceClient {
       caCert: opts.caCert,
     });
     const hooks: ServiceClientHooks = opts.hooks ?? {};
+    this.hooks = hooks;
+    this.now = opts.now ?? Date.now;
     this.limiter = new ClientRateLimiter(opts.rateLimit ?? { qps: DEFAULTS.qps, burst: DEFAULTS.burst });
     this.requester = new Requester({
       transport: this.transport,
@@ -182,7 +191,7 @@ export class ServiceClient {
       userAgent: USER_AGENT + replicaSuffix,
       writeGate: opts.writeGate,
     });
-    this.tokens = new TokenSource(() => this.requestToken(opts), opts.now ?? Date.now, log);
+    this.tokens = new TokenSource(() => this.requestToken(opts), this.now, log);
     this.requester.setTokenSource(this.tokens);
   }
 
@@ -261,14 +270,27 @@ export class ServiceClient {
     return spec.decode(operation, decodeJson(operation, res.status, res.text));
   }
 
-  /** The token endpoint: API key in a header, or client credentials in a JSON body. */
+  /**
+   * The token endpoint: API key in a header, or client credentials in a JSON body. Refused
+   * credentials stay refused until they change (a new client): for REFUSAL_HOLD_MS the refusal
+   * is answered again without asking, so that every call of every resource does not cost the
+   * token service a request (revoked credentials, thousands of resources).
+   */
   private async requestToken(opts: ServiceClientOptions): Promise<IssuedToken> {
+    const held = this.refusal;
+    if (held !== undefined && this.now() - held.at < REFUSAL_HOLD_MS) throw held.err;
     try {
       const t = await this.fetchToken(opts.credentials);
       this.verdict = "accepted";
+      this.refusal = undefined;
       return t;
     } catch (err) {
-      if (isAuthError(err)) this.verdict = "refused";
+      if (isAuthError(err)) {
+        const news = this.verdict !== "refused";
+        this.verdict = "refused";
+        this.refusal = { err, at: this.now() };
+        if (news) this.hooks.onCredentialsRefused?.();
+      }
       throw err;
     }
   }

@@ -57,7 +57,10 @@ export class ServiceMetrics {
  * `connectionLabel` (e.g. "namespace/name" of the Connection CR) tells clients apart; empty
  * when omitted.
  */
-export function serviceClientHooks(metrics: ServiceMetrics | { service: ServiceMetrics }, connectionLabel = ""): Required<ServiceClientHooks> {
+export function serviceClientHooks(
+  metrics: ServiceMetrics | { service: ServiceMetrics },
+  connectionLabel = "",
+): Required<Omit<ServiceClientHooks, "onCredentialsRefused">> {
   const m = metrics instanceof ServiceMetrics ? metrics : metrics.service;
   const connection = connectionLabel;
   return {

@@ -57,6 +57,8 @@ export interface ServiceClientHooks {
   onRetry?(e: { operation: string; attempt: number; delayMs: number; reason: string }): void;
   /** An attempt waited in the client-side rate limiter. */
   onRateLimited?(e: { operation: string; waitMs: number }): void;
+  /** The token service refused the credentials, having accepted them before or not yet been asked. */
+  onCredentialsRefused?(): void;
 }
 
 export const DEFAULTS = {

@@ -52,6 +52,33 @@ spec: {image: "example/blocked:1"}`, t.namespace);
     await waitForReady(t.stack, "agents", "blocked-agent");
   });
 
+  it("reports credentials revoked while it was Ready as soon as a resource's call meets the refusal, not at its next look", async () => {
+    const client = t.stack.emulator.state.createAccessClient("to-revoke");
+    await apply(connectionManifest(t.namespace, t.stack.emulator, { name: "revocable", secretName: "revocable-credentials" }));
+    await kubectlOk(["patch", "secret", "revocable-credentials", "--type=json", "-p", JSON.stringify([
+      { op: "remove", path: "/data/apiKey" },
+      { op: "add", path: "/stringData", value: { clientId: client.client_id, clientSecret: client.client_secret } },
+    ])], { namespace: t.namespace });
+    await waitForReady(t.stack, "connections", "revocable");
+    await apply(`
+apiVersion: agentcompute.dev/v1alpha1
+kind: Skill
+metadata: {name: on-revocable}
+spec: {content: "hello", connectionRef: {name: revocable}}`, t.namespace);
+    await waitForReady(t.stack, "skills", "on-revocable");
+    // Its next look is 10 minutes away (usageRefreshSeconds); the Skill's resync (3 s) calls the service.
+    t.stack.emulator.state.revokeAccessClient(client.client_id);
+    const conn = await waitForReady(t.stack, "connections", "revocable", { status: "False", reason: "CredentialsRefused", timeoutMs: 20_000 });
+    expect(condition(conn, "Stalled")?.status).toBe("True");
+    const refused = t.stack.emulator.requests.filter((r) => r.operation === "token" && r.status === 401).length;
+    expect(refused).toBeLessThanOrEqual(3);
+    // Credentials that work again, so that the Skill can be deleted with the namespace.
+    await kubectlOk(["create", "secret", "generic", "revocable-credentials", `--from-literal=apiKey=${API_KEY}`, "--dry-run=client", "-o", "yaml"], { namespace: t.namespace }).then((yaml) =>
+      kubectlOk(["replace", "-f", "-"], { input: yaml, namespace: t.namespace }),
+    );
+    await waitForReady(t.stack, "connections", "revocable");
+  });
+
   it("lists access clients and a usage summary by tier in status", async () => {
     await apply(`
 apiVersion: agentcompute.dev/v1alpha1

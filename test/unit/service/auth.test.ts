@@ -162,6 +162,27 @@ describe("credentials", () => {
     }
   });
 
+  it("revoked credentials: the refusal is answered again without asking for 30 s, and said once", async () => {
+    const clock = new FakeClock();
+    let refusals = 0;
+    h = await start({ clients: [CLIENT], now: clock.now, tokenTTLSeconds: 60 }, { credentials: CLIENT, now: clock.now, hooks: { onCredentialsRefused: () => refusals++ } });
+    await h.client.skills.list();
+    expect(h.client.credentials()).toBe("accepted");
+    h.emu.state.revokeAccessClient(CLIENT.clientId);
+    // Every resource's next call, many times over: one token request.
+    const failures = await Promise.all(Array.from({ length: 20 }, () => rejection(h!.client.skills.list())));
+    for (let i = 0; i < 20; i++) failures.push(await rejection(h.client.skills.list()));
+    expect(failures.every((e) => isAuthError(e))).toBe(true);
+    expect(count(h.emu, "token", 401)).toBe(1);
+    expect(h.client.credentials()).toBe("refused");
+    expect(refusals).toBe(1);
+    // Past the hold: asked again (the credentials may be back), and still refused: not news.
+    clock.advance(30_000);
+    await rejection(h.client.skills.list());
+    expect(count(h.emu, "token", 401)).toBe(2);
+    expect(refusals).toBe(1);
+  });
+
   it("a token service that is briefly down is retried", async () => {
     h = await start();
     h.emu.injectFault({ method: "POST", path: "/auth/token", times: 2, action: { status: 503 } });
