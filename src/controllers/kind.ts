@@ -7,7 +7,7 @@
 import { createHash } from "node:crypto";
 import { Annotations, ConditionType, DEFAULT_CONNECTION, FINALIZER, GROUP, VERSION, kindNames, type KindNames } from "../api/names.js";
 import type { Connection, ObjectMeta } from "../api/index.js";
-import { ConnectionSecretWriter, type SecretObject } from "../managed/connection-secret.js";
+import { ConnectionSecretWriter, connectionSecretOwner, type SecretObject } from "../managed/connection-secret.js";
 import type { Connector, ExternalClient, ManagedResource } from "../managed/external.js";
 import { ManagedReconciler } from "../managed/reconciler.js";
 import { ResourceMetrics } from "../managed/resource-metrics.js";
@@ -18,6 +18,7 @@ import { eventsWhile, type Events } from "../runtime/events.js";
 import { configMapsPath, resourcePath, secretsPath, withWriteGate, type KubeClient, type KubeObject } from "../runtime/kube-client.js";
 import type { Manager } from "../runtime/manager.js";
 import { serviceClientHooks, type Metrics } from "../runtime/metrics.js";
+import { deepEqual } from "../runtime/status.js";
 import { ConnectionPool, type InventoryKind, type ServiceHandle } from "./connection-pool.js";
 import { ObjectStore, type ConfigMapObject } from "./object-store.js";
 import { REFERENCE_VIEW } from "./reference-view.js";
@@ -279,6 +280,19 @@ export function setupManagedKind<R extends ManagedResource, Plan>(
       if (id !== undefined && changed.has(id)) controller.enqueue(requestOf(cr));
     }
   });
+  if (kind.connectionSecret) {
+    // Its connection Secret deleted or edited by someone else: written again now, not at the
+    // next resync (controller-runtime's Owns). Not on its creation, nor on a write that leaves
+    // the data as it was: the operator's own writes would each bring the resource back.
+    controller.watch(
+      ctx.secrets,
+      (s) => {
+        const owner = connectionSecretOwner(s);
+        return owner?.kind === kind.names.kind ? [{ namespace: s.metadata.namespace, name: owner.name }] : [];
+      },
+      { filter: (s, old, event) => event === "delete" || (event === "update" && !deepEqual(old?.data, s.data)) },
+    );
+  }
   kind.watches?.(controller, informer);
   return controller;
 }

@@ -15,7 +15,7 @@ export interface SecretObject {
     name: string;
     namespace: string;
     labels?: Record<string, string>;
-    ownerReferences?: Array<{ uid: string; controller?: boolean }>;
+    ownerReferences?: Array<{ uid: string; controller?: boolean; kind?: string; name?: string }>;
     resourceVersion?: string;
   };
   type?: string;
@@ -28,11 +28,26 @@ export function connectionSecretName(cr: ManagedResource): string {
   return cr.spec.writeConnectionSecretTo?.name ?? `${cr.metadata.name}-agentcompute`;
 }
 
+/** Connection Secrets by the uid of the resource they are written for. */
+const OWNER_INDEX = "connection-secret-owner";
+
+/** The resource a connection Secret is written for (its controller owner), if it is one. */
+export function connectionSecretOwner(secret: SecretObject): { kind: string; name: string; uid: string } | undefined {
+  if (secret.type !== CONNECTION_SECRET_TYPE) return undefined;
+  const owner = secret.metadata.ownerReferences?.find((o) => o.controller === true);
+  return owner?.kind !== undefined && owner.name !== undefined ? { kind: owner.kind, name: owner.name, uid: owner.uid } : undefined;
+}
+
 export class ConnectionSecretWriter {
   constructor(
     private readonly kube: KubeClient,
     private readonly secrets: Informer<SecretObject>,
-  ) {}
+  ) {
+    secrets.addIndex(OWNER_INDEX, (s) => {
+      const owner = connectionSecretOwner(s);
+      return owner === undefined ? [] : [owner.uid];
+    });
+  }
 
   async ensure(cr: ManagedResource, kind: string, details: Record<string, string>): Promise<void> {
     const name = connectionSecretName(cr);
@@ -64,32 +79,46 @@ export class ConnectionSecretWriter {
         type: CONNECTION_SECRET_TYPE,
         data,
       };
+      let created = false;
       try {
         await this.kube.create(path, body, { discardResult: true });
-        return;
+        created = true;
       } catch (err) {
         // Created meanwhile (the cache lags behind our own writes): fall through to a patch.
         if (!isAlreadyExists(err)) throw err;
       }
+      if (!created) await this.kube.patch(`${path}/${name}`, { data }, "merge", { discardResult: true });
     } else {
       assertOwned(existing, cr);
       // Observations do not always carry every detail (a list may omit the token): a key is
       // overwritten when it is given, and kept when it is not.
       const current = existing.data ?? {};
-      if (Object.entries(data).every(([k, v]) => current[k] === v)) return;
+      if (!Object.entries(data).every(([k, v]) => current[k] === v)) {
+        await this.kube.patch(`${path}/${name}`, { data }, "merge", { discardResult: true });
+      }
     }
-    await this.kube.patch(`${path}/${name}`, { data }, "merge", { discardResult: true });
+    // Written under another name before (spec.writeConnectionSecretTo changed): the credentials
+    // must not stay behind there until the resource is deleted.
+    await this.delete(this.owned(cr).filter((s) => s.metadata.name !== name));
   }
 
-  /** Deletes the Secret when its owner is finalized (garbage collection may not run). */
+  /** Deletes the resource's Secrets when it is finalized (garbage collection may not run). */
   async remove(cr: ManagedResource): Promise<void> {
-    const name = connectionSecretName(cr);
-    const existing = this.secrets.get(cr.metadata.namespace, name);
-    if (existing === undefined || !isOwnedBy(existing, cr)) return;
-    try {
-      await this.kube.delete(secretsPath(cr.metadata.namespace, name));
-    } catch (err) {
-      if (!isNotFound(err)) throw err;
+    await this.delete(this.owned(cr));
+  }
+
+  /** The connection Secrets written for `cr`, whatever their names. */
+  private owned(cr: ManagedResource): SecretObject[] {
+    return this.secrets.byIndex(OWNER_INDEX, cr.metadata.uid).filter((s) => s.metadata.namespace === cr.metadata.namespace);
+  }
+
+  private async delete(secrets: SecretObject[]): Promise<void> {
+    for (const s of secrets) {
+      try {
+        await this.kube.delete(secretsPath(s.metadata.namespace, s.metadata.name));
+      } catch (err) {
+        if (!isNotFound(err)) throw err;
+      }
     }
   }
 }
