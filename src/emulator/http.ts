@@ -31,13 +31,20 @@ export function readBody(req: IncomingMessage, limit = MAX_BODY_BYTES): Promise<
   });
 }
 
-/** Lazily parsed JSON object body: only handlers that take a body pay for (and 400 on) it. */
-export function bodyParser(raw: Buffer): () => JsonObject {
+/**
+ * Lazily parsed JSON object body: only handlers that take a body pay for (and 400 on) it. An
+ * empty body is `{}`, unless `required` names the published model of an operation whose
+ * requestBody is `required: true`: then it is a 400 naming the missing body (decision 25).
+ */
+export function bodyParser(raw: Buffer): (required?: string) => JsonObject {
   let parsed: JsonObject | undefined;
-  return () => {
+  return (required) => {
     if (parsed) return parsed;
     const text = raw.toString("utf8");
-    if (text.trim() === "") return (parsed = {});
+    if (text.trim() === "") {
+      if (required !== undefined) throw badRequest(`request body is required: a JSON object (${required})`);
+      return (parsed = {});
+    }
     let value: unknown;
     try {
       value = JSON.parse(text);

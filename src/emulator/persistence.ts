@@ -4,7 +4,7 @@
 import { readFile, rename, writeFile } from "node:fs/promises";
 import type { StoredToken } from "./auth.js";
 import { defaultPoolConfig } from "./pool.js";
-import type { StoredAccessClient, StoredAgent, StoredDeployment, StoredSkill, StoredTool, StoredVM } from "./records.js";
+import type { StoredAccessClient, StoredAgent, StoredDeployment, StoredSkill, StoredTool, StoredUsage, StoredVM } from "./records.js";
 import type { PoolConfig, UsageRecord } from "./wire.js";
 
 /**
@@ -21,7 +21,8 @@ export interface StateSnapshot {
   vms: StoredVM[];
   skills: StoredSkill[];
   tools: StoredTool[];
-  usage: UsageRecord[];
+  /** A record saved before usage was org-scoped has no org_id: it is restored as the caller's org's. */
+  usage: (UsageRecord & Partial<Pick<StoredUsage, "org_id">>)[];
   poolConfig: PoolConfig;
   /** Clients created through the API. */
   accessClients: StoredAccessClient[];

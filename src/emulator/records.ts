@@ -50,6 +50,12 @@ export interface StoredVM {
   expiresAt: number;
 }
 
+/** A usage record with the org of its VM: the usage endpoints answer the caller's org only. */
+export interface StoredUsage extends UsageRecord {
+  /** Not on the record: it scopes the usage list and summary, as a VM's scopes the VM list. */
+  org_id: string;
+}
+
 export type StoredSkill = Skill;
 
 export type StoredTool = Tool;
@@ -163,4 +169,11 @@ export function skillView(s: StoredSkill): Skill {
 
 export const toolView = (t: StoredTool): Tool => ({ id: t.id, name: t.name, category: t.category, description: t.description, created_at: t.created_at });
 
-export const usageView = (u: UsageRecord): UsageRecord => ({ ...u });
+export const usageView = (u: StoredUsage): UsageRecord => ({
+  vm_id: u.vm_id,
+  tier: u.tier,
+  started_at: u.started_at,
+  ended_at: u.ended_at,
+  duration_seconds: u.duration_seconds,
+  reason: u.reason,
+});

@@ -12,8 +12,11 @@ export interface HandlerContext {
   params: Record<string, string>;
   query: URLSearchParams;
   headers: IncomingHttpHeaders;
-  /** The parsed JSON body; {} when empty; throws 400 when malformed or not an object. */
-  body(): JsonObject;
+  /**
+   * The parsed JSON body; {} when empty, or 400 when empty and `required` (the published model's
+   * name) says the operation's requestBody is required; 400 when malformed or not an object.
+   */
+  body(required?: string): JsonObject;
   state: EmulatorState;
   tokens: TokenStore;
   options: Readonly<ResolvedOptions>;

@@ -21,6 +21,7 @@ import {
   type StoredDeployment,
   type StoredSkill,
   type StoredTool,
+  type StoredUsage,
   type StoredVM,
 } from "./records.js";
 import { DAY_MS, newId, newToken, parseUTCDate, rfc3339, utcDate } from "./util.js";
@@ -85,7 +86,7 @@ export class EmulatorState {
   private readonly expiry = new ExpiryHeap();
   private readonly _skills = new Map<string, StoredSkill>();
   private readonly _tools = new Map<string, StoredTool>();
-  private readonly _usage: UsageRecord[] = [];
+  private readonly _usage: StoredUsage[] = [];
   private _poolConfig: PoolConfig = defaultPoolConfig();
   private readonly clients: AccessClients;
 
@@ -125,7 +126,7 @@ export class EmulatorState {
     return this._tools;
   }
   /** Usage records, oldest first; like `vms`, reading it expires VMs that are due. */
-  get usage(): readonly UsageRecord[] {
+  get usage(): readonly Readonly<StoredUsage>[] {
     this.sweep();
     return this._usage;
   }
@@ -500,6 +501,7 @@ export class EmulatorState {
     this._vms.delete(vm.id);
     this.onVMEnd(vm, reason);
     this._usage.push({
+      org_id: vm.org_id,
       vm_id: vm.id,
       tier: vm.tier,
       started_at: rfc3339(vm.allocatedAt),
@@ -620,21 +622,26 @@ export class EmulatorState {
   // ---------------------------------------------------------------------------------------
   // Usage
 
-  /** Records whose ended_at falls on a UTC day within [from, to] (YYYY-MM-DD, inclusive). */
+  /**
+   * The caller's org's records (as the VM list is the caller's org's, decision 5) whose ended_at
+   * falls on a UTC day within [from, to] (YYYY-MM-DD, inclusive).
+   */
   listUsage(q: { from?: string; to?: string; tier?: string }, page: Page): UsageRecord[] {
     this.sweep();
+    const org = this.policy.orgId();
     const today = utcDate(this.now());
     const fromMs = parseDay(q.from ?? utcDate(this.now() - 30 * DAY_MS), "from");
     const toMs = parseDay(q.to ?? today, "to") + DAY_MS;
     return paginate(this._usage, page, (u) => {
       const ended = Date.parse(u.ended_at);
-      return ended >= fromMs && ended < toMs && (q.tier === undefined || u.tier === q.tier);
+      return u.org_id === org && ended >= fromMs && ended < toMs && (q.tier === undefined || u.tier === q.tier);
     }).items.map(usageView);
   }
 
-  /** The current calendar month (UTC) of the emulator's clock. */
+  /** The caller's org's usage in the current calendar month (UTC) of the emulator's clock. */
   usageSummary(): UsageSummary {
     this.sweep();
+    const org = this.policy.orgId();
     const now = new Date(this.now());
     const start = Date.UTC(now.getUTCFullYear(), now.getUTCMonth(), 1);
     const next = Date.UTC(now.getUTCFullYear(), now.getUTCMonth() + 1, 1);
@@ -643,7 +650,7 @@ export class EmulatorState {
     let total = 0;
     for (const u of this._usage) {
       const ended = Date.parse(u.ended_at);
-      if (ended < start || ended >= next) continue;
+      if (u.org_id !== org || ended < start || ended >= next) continue;
       total += u.duration_seconds;
       vms.add(u.vm_id);
       byTier[u.tier] = (byTier[u.tier] ?? 0) + u.duration_seconds;
@@ -699,7 +706,8 @@ export class EmulatorState {
     for (const s of p.skills) this._skills.set(s.name, s);
     for (const t of p.tools) this._tools.set(t.id, t);
     // A loop, not push(...): a spread of a long array overflows the call stack.
-    for (const u of p.usage) this._usage.push(u);
+    // A record saved before usage was org-scoped (no org_id) counts as the caller's org's.
+    for (const u of p.usage) this._usage.push({ ...u, org_id: u.org_id ?? this.policy.orgId() });
     this._poolConfig = { ...defaultPoolConfig(), ...p.poolConfig };
     this.clients.restore({ created: p.accessClients, revokedConfigured: p.revokedClientIds });
   }

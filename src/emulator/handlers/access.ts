@@ -4,7 +4,7 @@ import type { HandlerContext, HandlerResult, Route } from "../router.js";
 import { rejectUnknown, requiredString } from "../validate.js";
 
 function create(ctx: HandlerContext): HandlerResult {
-  const body = ctx.body();
+  const body = ctx.body("{name}");
   rejectUnknown(ctx.options.strictBodies, body, new Set(["name"]));
   return { status: 201, body: ctx.state.createAccessClient(requiredString(body, "name")) };
 }

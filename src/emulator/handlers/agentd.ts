@@ -72,9 +72,10 @@ function objectBody(raw: Buffer): JsonObject {
   return v;
 }
 
+/** A JSON array of paths; the published schema sets no minItems: an empty one is a no-op. */
 function stringArrayBody(raw: Buffer, what: string): string[] {
   const v = json(raw);
-  if (!Array.isArray(v) || v.length === 0) throw badRequest(`request body must be a non-empty JSON array of ${what}`);
+  if (!Array.isArray(v)) throw badRequest(`request body must be a JSON array of ${what}`);
   return v.map((p, i) => {
     if (typeof p !== "string" || p === "") throw badRequest(`paths[${i}] must be a non-empty string`);
     return p;
@@ -188,8 +189,9 @@ function deleteContext(req: AgentdRequest, p: Record<string, string>): HandlerRe
 
 function executeCode(req: AgentdRequest): HandlerResult {
   const body = objectBody(req.raw);
-  const code = str(body, "code", false);
-  if (code === undefined) throw badRequest("code is required");
+  // models.ExecuteCodeRequest requires code: an empty (or blank) block is refused as an empty
+  // command is.
+  const code = str(body, "code", true)!;
   const id = str(body, "context_id", true)!;
   const k = req.runtime.context(id);
   if (!k) throw notFound(`code context ${id} not found`);
@@ -269,7 +271,7 @@ async function deleteFiles(req: AgentdRequest): Promise<HandlerResult> {
 
 async function move(req: AgentdRequest): Promise<HandlerResult> {
   const v = json(req.raw);
-  if (!Array.isArray(v) || v.length === 0) throw badRequest("request body must be a non-empty JSON array of {src, dst}");
+  if (!Array.isArray(v)) throw badRequest("request body must be a JSON array of {src, dst}"); // [] moves nothing
   const moves = v.map((m, i) => {
     if (!isObject(m)) throw badRequest(`moves[${i}] must be an object {src, dst}`);
     return { src: req.runtime.hostPath(m["src"], `moves[${i}].src`), dst: req.runtime.hostPath(m["dst"], `moves[${i}].dst`), i };

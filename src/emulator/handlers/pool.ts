@@ -11,6 +11,6 @@ export const poolRoutes: Route[] = [
     pattern: "/compute/v1/pool/config",
     operation: "pool.config.update",
     auth: true,
-    handler: (ctx) => ({ status: 200, body: ctx.state.updatePoolConfig(parsePoolConfigPatch(ctx.body(), ctx.options.strictBodies)) }),
+    handler: (ctx) => ({ status: 200, body: ctx.state.updatePoolConfig(parsePoolConfigPatch(ctx.body("models.PoolConfig"), ctx.options.strictBodies)) }),
   },
 ];

@@ -77,7 +77,7 @@ function manifest(body: JsonObject): AgentManifest | undefined {
 }
 
 function create(ctx: HandlerContext): HandlerResult {
-  const body = ctx.body();
+  const body = ctx.body("models.CreateAgentRequest");
   rejectUnknown(ctx.options.strictBodies, body, CREATE_FIELDS, SERVICE_OWNED);
   const req: CreateAgentRequest = {
     image: requiredString(body, "image"),
@@ -104,15 +104,18 @@ function create(ctx: HandlerContext): HandlerResult {
 }
 
 function update(ctx: HandlerContext): HandlerResult {
-  const body = ctx.body();
+  const body = ctx.body("models.UpdateAgentRequest");
   rejectUnknown(ctx.options.strictBodies, body, UPDATE_FIELDS, CREATE_ONLY);
   const patch: UpdateAgentRequest = {};
   for (const k of ["description", "endpoint", "public_key", "version"] as const) {
     const v = optionalString(body, k);
     if (v !== undefined) patch[k] = v;
   }
-  if (body["name"] !== undefined) patch.name = requiredString(body, "name");
-  if (body["image"] !== undefined) patch.image = requiredString(body, "image");
+  // Every field of models.UpdateAgentRequest is optional: null counts as not given, as for the
+  // others (decision 19); an empty name or image is refused as on create (decision 4).
+  for (const k of ["name", "image"] as const) {
+    if (body[k] !== undefined && body[k] !== null) patch[k] = requiredString(body, k);
+  }
   const state = optionalString(body, "state");
   if (state !== undefined) {
     if (!AGENT_STATES.has(state)) throw badRequest(`state must be one of ${[...AGENT_STATES].join(", ")}`);

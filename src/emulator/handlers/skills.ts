@@ -28,14 +28,14 @@ function skillBody(ctx: HandlerContext, body: JsonObject, name: string): SkillRe
 }
 
 function create(ctx: HandlerContext): HandlerResult {
-  const body = ctx.body();
+  const body = ctx.body("models.CreateSkillRequest");
   const name = requiredString(body, "name");
   return { status: 201, body: ctx.state.createSkill(skillBody(ctx, body, name)) };
 }
 
 function replace(ctx: HandlerContext): HandlerResult {
   const name = ctx.params["name"]!;
-  const body = ctx.body();
+  const body = ctx.body("models.CreateSkillRequest");
   // The body is models.CreateSkillRequest, as create's: name is required, and must be the
   // path's (a rename is not published) (D).
   if (requiredString(body, "name") !== name) throw badRequest("name must match the skill name in the path");

@@ -7,7 +7,7 @@ import type { CreateToolRequest } from "../wire.js";
 const CREATE_FIELDS = new Set(["id", "name", "category", "description"]);
 
 function create(ctx: HandlerContext): HandlerResult {
-  const body = ctx.body();
+  const body = ctx.body("models.CreateToolRequest");
   rejectUnknown(ctx.options.strictBodies, body, CREATE_FIELDS);
   const req: CreateToolRequest = { id: requiredString(body, "id"), name: requiredString(body, "name") };
   const category = optionalString(body, "category");

@@ -20,7 +20,7 @@ const DEFAULT_LIMIT = 100;
 const ALLOCATE_FIELDS = new Set(["tier", "env", "metadata", "org_id", "secure_runtime", "skills", "ttl_seconds"]);
 
 function allocate(ctx: HandlerContext): HandlerResult {
-  const body = ctx.body();
+  const body = ctx.body("models.AllocateRequest");
   rejectUnknown(ctx.options.strictBodies, body, ALLOCATE_FIELDS);
   const req: AllocateRequest = { tier: requiredString(body, "tier") };
   const env = optionalStringMap(body, "env");
@@ -50,14 +50,14 @@ function list(ctx: HandlerContext): HandlerResult {
 }
 
 function renew(ctx: HandlerContext): HandlerResult {
-  const body = ctx.body();
+  const body = ctx.body("models.RenewRequest");
   rejectUnknown(ctx.options.strictBodies, body, new Set(["ttl_seconds"]));
   const ttl = requiredPositiveInt(body, "ttl_seconds");
   return { status: 200, body: ctx.state.renewVM(ctx.params["id"]!, ttl) };
 }
 
 function release(ctx: HandlerContext): HandlerResult {
-  const body = ctx.body();
+  const body = ctx.body("models.ReleaseRequest");
   rejectUnknown(ctx.options.strictBodies, body, new Set(["recycle"]));
   // recycle is accepted and validated; the emulator has no warm pool for it to change (D).
   optionalBoolean(body, "recycle");
@@ -79,6 +79,7 @@ async function execute(ctx: HandlerContext): Promise<HandlerResult> {
   const code = optionalString(body, "code");
   const command = optionalString(body, "command");
   if ((code === undefined) === (command === undefined)) throw badRequest("exactly one of code and command is required");
+  if (code !== undefined && code.trim() === "") throw badRequest("code must not be empty");
   if (command !== undefined) {
     const started = await startCommand(body, runtime);
     return { status: 200, body: executionSSE(started.command.execution) };

@@ -180,6 +180,7 @@ class Session {
       case "execute": {
         const code = msg["code"];
         if (typeof code !== "string") return this.send({ type: "error", data: "code is required (a string)" });
+        if (code.trim() === "") return this.send({ type: "error", data: "code must not be empty" });
         const language = typeof msg["language"] === "string" && msg["language"] !== "" ? msg["language"] : undefined;
         const contextId = typeof msg["context_id"] === "string" && msg["context_id"] !== "" ? msg["context_id"] : undefined;
         const kernel = contextId !== undefined ? this.rt.context(contextId) : this.rt.defaultContext(language ?? "python");
@@ -202,7 +203,6 @@ class Session {
   private follow(execution: Execution): Promise<void> {
     return new Promise((resolve) => {
       const lines = { stdout: new LineSplitter(), stderr: new LineSplitter() };
-      let timeoutMs: number | undefined;
       let error: { name?: string; value?: string } | undefined;
       const flush = (): void => {
         for (const s of ["stdout", "stderr"] as const) for (const line of lines[s].flush()) this.send({ type: s, data: line });
@@ -225,8 +225,7 @@ class Session {
           case "stderr":
             for (const line of lines[e.event].push(e.data)) this.send({ type: e.event, data: line });
             break;
-          case "timeout":
-            timeoutMs = Number(data()["timeout_ms"]);
+          case "timeout": // the end event says so (its error)
             break;
           case "error":
             error = data() as typeof error;
@@ -235,10 +234,11 @@ class Session {
             flush();
             const end = data();
             if (execution.kind === "command") {
+              // The end event's status and error (runtime/commands.ts commandEnd) are the SSE
+              // transports' words for the same outcome: both transports say it alike.
               const exitCode = Number(end["exit_code"]);
-              if (timeoutMs !== undefined) this.send({ type: "error", data: `command timed out after ${timeoutMs} ms`, exit_code: exitCode });
-              else if (exitCode !== 0) this.send({ type: "error", data: `command exited with code ${exitCode}`, exit_code: exitCode });
-              else this.send({ type: "done", data: "", exit_code: 0 });
+              if (end["status"] === "ok") this.send({ type: "done", data: "", exit_code: exitCode });
+              else this.send({ type: "error", data: typeof end["error"] === "string" ? end["error"] : `command exited with code ${exitCode}`, exit_code: exitCode });
             } else if (end["status"] === "ok") {
               this.send({ type: "done", data: "" });
             } else {

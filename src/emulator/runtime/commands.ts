@@ -40,7 +40,8 @@ export class Command {
   private exitCode: number | undefined;
   private child: ChildProcess | undefined;
   private timer: NodeJS.Timeout | undefined;
-  private timedOut = false;
+  private timedOut: number | undefined;
+  private failure: string | undefined;
 
   /** Spawns at once. */
   constructor(
@@ -67,7 +68,7 @@ export class Command {
     child.once("close", () => (closed = true));
     child.once("error", (err) => this.fail(err));
     child.once("exit", (code, signal) => {
-      const exitCode = this.timedOut ? TIMEOUT_EXIT_CODE : exitCodeOf(code, signal);
+      const exitCode = this.timedOut !== undefined ? TIMEOUT_EXIT_CODE : exitCodeOf(code, signal);
       const finish = (): void => {
         this.execution.output("stdout", out.end());
         this.execution.output("stderr", errs.end());
@@ -90,7 +91,7 @@ export class Command {
       const ms = spec.timeoutMs;
       this.timer = setTimeout(() => {
         if (!this.running) return;
-        this.timedOut = true;
+        this.timedOut = ms;
         this.execution.emit("timeout", { timeout_ms: ms });
         this.kill();
       }, ms);
@@ -126,11 +127,31 @@ export class Command {
     if (pid !== undefined) killGroup(pid); // leftovers of the shell
     this.exitCode = exitCode;
     this.finishedAt = this.now();
-    this.execution.end({ exit_code: exitCode });
+    this.execution.end(commandEnd(exitCode, this.timedOut, this.failure));
   }
 
   private fail(err: unknown): void {
-    this.execution.output("stderr", `cannot run the command: ${(err as Error).message}\n`);
+    this.failure = `cannot run the command: ${(err as Error).message}`;
+    this.execution.output("stderr", `${this.failure}\n`);
     this.finish(127);
   }
+}
+
+/** A command's end event data: see commandEnd. */
+export interface CommandEnd {
+  exit_code: number;
+  status: "ok" | "error";
+  error?: string;
+}
+
+/**
+ * The data of a command's `end` event: `exit_code` (agentd's), plus `status` ("ok" for exit
+ * code 0, else "error") and, on failure, `error` (why, as the ws_url's `error` message says it),
+ * the keys the official SDK's parser reads, so that a failed command never reads as ok.
+ */
+export function commandEnd(exitCode: number, timedOutMs?: number, failure?: string): CommandEnd {
+  if (timedOutMs !== undefined) return { exit_code: exitCode, status: "error", error: `command timed out after ${timedOutMs} ms` };
+  if (failure !== undefined) return { exit_code: exitCode, status: "error", error: failure };
+  if (exitCode !== 0) return { exit_code: exitCode, status: "error", error: `command exited with code ${exitCode}` };
+  return { exit_code: 0, status: "ok" };
 }

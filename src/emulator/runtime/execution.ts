@@ -9,7 +9,9 @@
 //   stderr  output text
 //   timeout JSON {"timeout_ms"}: a command ran out of time and was killed (then end)
 //   error   JSON {"name","value"}: code raised (its traceback went to stderr; then end)
-//   end     JSON: {"exit_code"} for a command, {"status": "ok"|"error"|"interrupted"} for code
+//   end     JSON: {"exit_code", "status": "ok"|"error", "error"?} for a command (status "ok" for
+//           exit code 0; `error` says why it failed: "command exited with code 3"),
+//           {"status": "ok"|"error"|"interrupted", "error"?} for code ("ZeroDivisionError: ...")
 // `end` is always the last event.
 
 export interface ExecEvent {

@@ -72,8 +72,7 @@ export class Kernel {
   execute(code: string): Execution {
     const execution = new Execution("code", this.id, this.opts.limitBytes);
     if (this.closed) {
-      execution.emit("error", { name: "ContextClosed", value: "the code context was deleted" });
-      execution.end({ status: "error" });
+      failBlock(execution, "error", "ContextClosed", "the code context was deleted");
       return execution;
     }
     this.queue.push({ execution, code });
@@ -99,8 +98,7 @@ export class Kernel {
     this.current = undefined;
     this.queue.length = 0;
     for (const e of pending) {
-      e.emit("error", { name: "ContextClosed", value: reason });
-      e.end({ status: "error" });
+      failBlock(e, "error", "ContextClosed", reason);
     }
   }
 
@@ -162,8 +160,7 @@ export class Kernel {
     const cur = this.current;
     this.current = undefined;
     if (cur) {
-      cur.execution.emit("error", { name: "KernelDied", value: why });
-      cur.execution.end({ status: "error" });
+      failBlock(cur.execution, "error", "KernelDied", why);
     }
     if (!this.closed && this.queue.length > 0) {
       this.start();
@@ -176,8 +173,8 @@ export class Kernel {
     if (!cur || !cur.outDone || !cur.errDone) return;
     this.current = undefined;
     const status = cur.info.status === "ok" || cur.info.status === "interrupted" ? cur.info.status : "error";
-    if (status !== "ok") cur.execution.emit("error", { name: cur.info.ename ?? "Error", value: cur.info.evalue ?? "" });
-    cur.execution.end({ status });
+    if (status === "ok") cur.execution.end({ status });
+    else failBlock(cur.execution, status, cur.info.ename ?? "Error", cur.info.evalue ?? "");
     this.next();
   }
 
@@ -188,8 +185,7 @@ export class Kernel {
     if (this.proc === undefined) this.start();
     const proc = this.proc;
     if (proc?.stdin == null) {
-      item.execution.emit("error", { name: "KernelDied", value: this.startError ?? `the ${this.language} interpreter is not running` });
-      item.execution.end({ status: "error" });
+      failBlock(item.execution, "error", "KernelDied", this.startError ?? `the ${this.language} interpreter is not running`);
       return this.next();
     }
     this.current = { execution: item.execution, outDone: false, errDone: false, info: {} };
@@ -249,4 +245,14 @@ function partialSuffix(buf: Buffer, marker: Buffer): number {
     if (buf.subarray(buf.length - k).equals(marker.subarray(0, k))) return k;
   }
   return 0;
+}
+
+/**
+ * A block that did not succeed: an `error` event {name, value}, then `end` with its `status`
+ * ("error" or "interrupted") and an `error` message ("ZeroDivisionError: division by zero", as
+ * the ws_url's `error` message says it), the key the official SDK's parser reads besides `status`.
+ */
+function failBlock(execution: Execution, status: "error" | "interrupted", name: string, value: string): void {
+  execution.emit("error", { name, value });
+  execution.end({ status, error: value !== "" ? `${name}: ${value}` : name });
 }

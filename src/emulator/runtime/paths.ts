@@ -58,6 +58,22 @@ export function isPlainSegment(s: string): boolean {
   return /^[A-Za-z0-9][A-Za-z0-9._-]{0,252}$/.test(s);
 }
 
+/** The longest file name most file systems take, in bytes (NAME_MAX). */
+const NAME_MAX = 255;
+
+/**
+ * Why `s` cannot be used as one path segment as it is (a session id): empty, `.` or `..`, a
+ * `/`, `\` or NUL in it, or longer than NAME_MAX bytes; undefined when it can. Anything else
+ * (`user:42`, spaces, non-ASCII) is a valid directory name on the emulator's (POSIX) host.
+ */
+export function unsafeSegment(s: string): string | undefined {
+  if (s === "") return "must not be empty";
+  if (s === "." || s === "..") return "must not be . or ..";
+  if (/[/\\\0]/.test(s)) return "must not contain /, \\ or a NUL character";
+  if (Buffer.byteLength(s) > NAME_MAX) return `must be at most ${NAME_MAX} bytes long`;
+  return undefined;
+}
+
 function within(root: string, p: string): boolean {
   return p === root || p.startsWith(root.endsWith(sep) ? root : root + sep);
 }

@@ -10,7 +10,7 @@ import { badRequest, notFound } from "../errors.js";
 import { Command } from "./commands.js";
 import { driverFor, SUPPORTED_LANGUAGES } from "./drivers.js";
 import { Kernel } from "./kernel.js";
-import { hostPath, isPlainSegment, VM_WORKSPACE } from "./paths.js";
+import { hostPath, isPlainSegment, unsafeSegment, VM_WORKSPACE } from "./paths.js";
 
 /** The file a skill's `content` is written to, in /workspace/skills/<name>/. */
 export const SKILL_CONTENT_FILE = "SKILL.md";
@@ -207,15 +207,20 @@ export class VMRuntime {
   // ---------------------------------------------------------------------------------------
   // Sessions and the workspace
 
-  /** The host directory of a session (/workspace/sessions/<id>); 400 for an id that is not a plain name. */
-  sessionDir(id: string): string {
-    if (!isPlainSegment(id)) throw badRequest(`session_id ${JSON.stringify(id)} must be a plain name ([A-Za-z0-9][A-Za-z0-9._-]*)`);
-    return join(this.workspace, SESSIONS_DIR, id);
+  /**
+   * The host directory of a session (/workspace/sessions/<id>, the id as it is). 400 naming
+   * `field` only for an id that is unsafe as one path segment (see unsafeSegment), or whose
+   * directory a symbolic link would lead out of the workspace.
+   */
+  sessionDir(id: string, field = "session_id"): string {
+    const why = unsafeSegment(id);
+    if (why !== undefined) throw badRequest(`${field} ${JSON.stringify(id)} ${why}`);
+    return this.hostPath(`${VM_WORKSPACE}/${SESSIONS_DIR}/${id}`, field);
   }
 
   /** Removes a session's directory and closes its code contexts. */
   async deleteSession(id: string): Promise<void> {
-    const dir = this.sessionDir(id);
+    const dir = this.sessionDir(id, "session id");
     for (const [cid, k] of this._contexts) if (k.sessionId === id) this.deleteContext(cid);
     await rm(dir, { recursive: true, force: true, maxRetries: 3 });
   }

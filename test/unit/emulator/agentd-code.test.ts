@@ -49,7 +49,7 @@ describe("emulator agentd: code contexts (r/v1/code)", () => {
     const err = await a.execute(other.id, "print(x)");
     expect(streamText(err, "stderr")).toContain("NameError: name 'x' is not defined");
     expect(err.find((e) => e.event === "error")?.data).toBe(JSON.stringify({ name: "NameError", value: "name 'x' is not defined" }));
-    expect(endOf(err)).toEqual({ status: "error" });
+    expect(endOf(err)).toEqual({ status: "error", error: "NameError: name 'x' is not defined" });
     // The context runs in its session's directory, in the workspace.
     expect(streamText(await a.execute(ctx.id, "import os; print(os.getcwd())"), "stdout")).toBe(`${emu.runtimes.get(vm.vm_id)!.workspace}/sessions/s1\n`);
     const missing = await a.call("POST", "v1/code/execute", { code: "1", context_id: "nope" });
@@ -71,7 +71,7 @@ describe("emulator agentd: code contexts (r/v1/code)", () => {
     expect(streamText(parseSSE(one.text), "stdout")).toBe("one\n");
     expect(streamText(parseSSE(two.text), "stdout")).toBe("two 1\n");
     expect(streamText(await a.execute(ctx.id, "import sys; print(repr(sys.stdin.read()))"), "stdout")).toBe("''\n");
-    expect(endOf(await a.execute(ctx.id, "raise SystemExit(3)"))).toEqual({ status: "error" });
+    expect(endOf(await a.execute(ctx.id, "raise SystemExit(3)"))).toEqual({ status: "error", error: "SystemExit: 3" });
     expect(streamText(await a.execute(ctx.id, "print(y)"), "stdout"), "sys.exit does not end the context").toBe("1\n");
     const died = await a.execute(ctx.id, "import os; os._exit(1)");
     expect(died.find((e) => e.event === "error")?.data).toMatch(/KernelDied/);
@@ -109,9 +109,41 @@ describe("emulator agentd: code contexts (r/v1/code)", () => {
     }
     const events = parseSSE(text);
     expect(streamText(events, "stdout")).toBe("sleeping\n");
-    expect(endOf(events)).toEqual({ status: "interrupted" });
+    expect(endOf(events)).toMatchObject({ status: "interrupted", error: expect.stringMatching(/^KeyboardInterrupt/) });
     expect(streamText(await a.execute(ctx.id, "print(z)"), "stdout")).toBe("kept\n");
     expect((await a.call("DELETE", "v1/code/execute/nope")).status).toBe(404);
+  });
+
+  it("ends a failed block's stream with status error and an error message (the keys the official SDK reads)", async () => {
+    const emu = await emulator();
+    const c = await client(emu);
+    const vm = await allocate(c);
+    const a = agentd(c, vm.vm_id);
+    const ctx = await context(c, vm.vm_id);
+    expect(endOf(await a.execute(ctx.id, "1 / 0"))).toEqual({ status: "error", error: "ZeroDivisionError: division by zero" });
+    expect(endOf(await a.execute(ctx.id, "print(1)"))).toEqual({ status: "ok" });
+    const viaExecute = await c.post(`/compute/v1/vms/${vm.vm_id}/execute`, { code: "1 / 0" });
+    expect(endOf(parseSSE(viaExecute.text))).toEqual({ status: "error", error: "ZeroDivisionError: division by zero" });
+  });
+
+  it("refuses empty code with 400 naming the field, as an empty command (models.ExecuteCodeRequest requires code)", async () => {
+    const emu = await emulator();
+    const c = await client(emu);
+    const vm = await allocate(c);
+    const a = agentd(c, vm.vm_id);
+    const ctx = await context(c, vm.vm_id);
+    // models.ExecuteCodeRequest requires code: an empty one is refused as an empty command is.
+    for (const code of ["", "  \n"]) {
+      const empty = await a.call("POST", "v1/code/execute", { code, context_id: ctx.id });
+      expect(empty.status).toBe(400);
+      expect(empty.body).toEqual({ code: 400, message: "code must not be empty" });
+      const emptyExecute = await c.post(`/compute/v1/vms/${vm.vm_id}/execute`, { code });
+      expect(emptyExecute.status).toBe(400);
+      expect(emptyExecute.body).toEqual({ code: 400, error_code: "bad_request", message: "code must not be empty" });
+    }
+    expect((await a.call("POST", "v1/commands/run", { command: "" })).body).toEqual({ code: 400, message: "command must not be empty" });
+    expect((await a.call("POST", "v1/code/execute", { code: 7, context_id: ctx.id })).body).toEqual({ code: 400, message: "code must be a string" });
+    expect(emu.runtimes.executions).toBe(0);
   });
 
   it("runs javascript too, with state carried between blocks", async () => {

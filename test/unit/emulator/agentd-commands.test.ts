@@ -26,7 +26,7 @@ describe("emulator agentd: commands (r/v1/commands)", () => {
     // The request's envs win over the allocation's env.
     expect(streamText(events, "stdout")).toBe(`a r request\n${emu.runtimes.get(vm.vm_id)!.workspace}\n`);
     expect(streamText(events, "stderr")).toBe("oops\n");
-    expect(endOf(events)).toEqual({ exit_code: 3 });
+    expect(endOf(events)).toEqual({ exit_code: 3, status: "error", error: "command exited with code 3" });
     const status = await agentd(c, vm.vm_id).call(`GET`, `v1/commands/${id}/status`);
     expect(status.status).toBe(200);
     expect(status.body).toEqual({ id, running: false, exit_code: 3, started_at: expect.any(String), finished_at: expect.any(String) });
@@ -38,11 +38,11 @@ describe("emulator agentd: commands (r/v1/commands)", () => {
     const vm = await allocate(c);
     const a = agentd(c, vm.vm_id);
     const { events } = await a.run({ command: "true" });
-    expect(endOf(events)).toEqual({});
+    expect(endOf(events)).toEqual({ status: "ok" });
     const id = startId(events);
     expect((await a.call("GET", `v1/commands/${id}/status`)).body).toEqual({ id, started_at: expect.any(String), finished_at: expect.any(String) });
     const failed = await a.run({ command: "exit 3" });
-    expect(endOf(failed.events)).toEqual({ exit_code: 3 });
+    expect(endOf(failed.events)).toEqual({ exit_code: 3, status: "error", error: "command exited with code 3" });
   });
 
   it("does not pass the emulator's own environment on (only PATH, HOME and the like)", async () => {
@@ -99,7 +99,7 @@ describe("emulator agentd: commands (r/v1/commands)", () => {
     const vm = await allocate(c);
     const pidFile = join(outside, "leftover.pid");
     const { events } = await agentd(c, vm.vm_id).run({ command: `sleep 30 >/dev/null 2>&1 & echo $! > ${pidFile}` });
-    expect(endOf(events)).toEqual({ exit_code: 0 });
+    expect(endOf(events)).toEqual({ exit_code: 0, status: "ok" });
     const pid = Number(readFileSync(pidFile, "utf8"));
     await eventually(() => !alive(pid), 5000, "the leftover to die");
   });
@@ -113,7 +113,7 @@ describe("emulator agentd: commands (r/v1/commands)", () => {
     expect(Date.now() - started).toBeLessThan(5000);
     expect(streamText(events, "stdout")).toBe("before\n");
     expect(events.find((e) => e.event === "timeout")?.data).toBe('{"timeout_ms":300}');
-    expect(endOf(events)).toEqual({ exit_code: 124 });
+    expect(endOf(events)).toEqual({ exit_code: 124, status: "error", error: "command timed out after 300 ms" });
   });
 
   it("a command still running is killed when its VM is released, deleted or expires; the VM then answers 404 on every r/ path", async () => {
@@ -134,7 +134,7 @@ describe("emulator agentd: commands (r/v1/commands)", () => {
       const a = agentd(c, vm.vm_id);
       const cmd = emu.runtimes.get(vm.vm_id)!.command(id)!;
       expect(alive(pid)).toBe(true);
-      if (end === "release") expect((await c.post(`/compute/v1/vms/${vm.vm_id}/release`)).status).toBe(200);
+      if (end === "release") expect((await c.post(`/compute/v1/vms/${vm.vm_id}/release`, {})).status).toBe(200);
       if (end === "delete") expect((await c.del(`/compute/v1/vms/${vm.vm_id}`)).status).toBe(204);
       if (end === "expire") emu.state.expireVM(vm.vm_id);
       await eventually(() => !alive(pid), 5000, `the command to die (${end})`);
@@ -161,7 +161,7 @@ describe("emulator agentd: commands (r/v1/commands)", () => {
     const vm = await allocate(c);
     const dir = emu.runtimes.get(vm.vm_id)!.workspace;
     expect(existsSync(dir)).toBe(true);
-    await c.post(`/compute/v1/vms/${vm.vm_id}/release`);
+    await c.post(`/compute/v1/vms/${vm.vm_id}/release`, {});
     await eventually(() => !existsSync(dir), 5000, "the workspace to go");
   });
 
@@ -174,7 +174,28 @@ describe("emulator agentd: commands (r/v1/commands)", () => {
     expect(out.startsWith("x".repeat(1000))).toBe(true);
     expect(out).toContain("[output truncated: more than 1000 bytes]");
     expect(out.length).toBeLessThan(1100);
-    expect(endOf(events)).toEqual({ exit_code: 0 });
+    expect(endOf(events)).toEqual({ exit_code: 0, status: "ok" });
+  });
+
+  it("ends a command's stream with status ok|error and, on failure, an error message beside exit_code (the keys the official SDK reads)", async () => {
+    const emu = await emulator();
+    const c = await client(emu);
+    const vm = await allocate(c);
+    const a = agentd(c, vm.vm_id);
+    // A reader written from SERVICE.md ("the SDK reports {output, status: ok|error}"): it reads
+    // status and error, never exit_code.
+    const sdkView = (events: readonly { event: string; data: string }[]): { status: unknown; error?: unknown } => {
+      const end = endOf(events);
+      return { status: end["status"], ...(end["error"] !== undefined && { error: end["error"] }) };
+    };
+    expect(sdkView((await a.run({ command: "echo fine" })).events)).toEqual({ status: "ok" });
+    expect(sdkView((await a.run({ command: "exit 3" })).events)).toEqual({ status: "error", error: "command exited with code 3" });
+    expect(sdkView((await a.run({ command: "sleep 10", timeout_ms: 200 })).events)).toEqual({ status: "error", error: "command timed out after 200 ms" });
+    // Additive: exit_code is still there, for readers of agentd's own events.
+    expect(endOf((await a.run({ command: "exit 3" })).events)).toMatchObject({ exit_code: 3 });
+    // The same over the older SDKs' POST /compute/v1/vms/{id}/execute.
+    const viaExecute = await c.post(`/compute/v1/vms/${vm.vm_id}/execute`, { command: "exit 5" });
+    expect(endOf(parseSSE(viaExecute.text))).toEqual({ exit_code: 5, status: "error", error: "command exited with code 5" });
   });
 
   it("refuses a bad request with 400 in agentd's dialect, naming the field", async () => {
@@ -215,7 +236,7 @@ describe("emulator agentd: commands (r/v1/commands)", () => {
     expect(emu.runtimes.get(one.vm_id)!.executions).toBe(2);
     expect(emu.runtimes.get(two.vm_id)!.executions).toBe(1);
     expect(emu.runtimes.executions).toBe(3);
-    await c.post(`/compute/v1/vms/${one.vm_id}/release`);
+    await c.post(`/compute/v1/vms/${one.vm_id}/release`, {});
     expect(emu.runtimes.executions, "released VMs still count").toBe(3);
   });
 

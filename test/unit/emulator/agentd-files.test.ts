@@ -1,4 +1,4 @@
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, symlinkSync } from "node:fs";
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, symlinkSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, relative } from "node:path";
 import { describe, expect, it } from "vitest";
@@ -129,6 +129,70 @@ describe("emulator agentd: files, directories, sessions, workspace (r/v1/...)", 
     expect((await a.call("GET", "v1/files/info?path=/workspace/a")).status).toBe(404);
     expect((await a.call("DELETE", "v1/directories", ["/workspace"])).status, "not the workspace itself").toBe(400);
     expect((await a.call("POST", "v1/directories", {})).status).toBe(400);
+  });
+
+  it("an empty JSON array is a no-op success: DELETE v1/files 204, POST 201 and DELETE 204 v1/directories, POST v1/files/mv 204 (no minItems is published)", async () => {
+    const emu = await emulator();
+    const c = await client(emu);
+    const vm = await allocate(c);
+    const a = agentd(c, vm.vm_id);
+    await upload(emu, c, vm.vm_id, uploadForm("/workspace/kept.txt", "k"));
+    const cases: [string, string, number][] = [
+      ["DELETE", "v1/files", 204],
+      ["POST", "v1/directories", 201],
+      ["DELETE", "v1/directories", 204],
+      ["POST", "v1/files/mv", 204],
+    ];
+    for (const [method, path, status] of cases) {
+      const res = await a.call(method, path, []);
+      expect(res.status, `${method} ${path} []`).toBe(status);
+      expect(res.text).toBe("");
+    }
+    expect(readFileSync(join(emu.runtimes.get(vm.vm_id)!.workspace, "kept.txt"), "utf8")).toBe("k");
+    // Still an array: anything else is refused, naming what is expected.
+    expect((await a.call("DELETE", "v1/files", { paths: [] })).body).toEqual({ code: 400, message: "request body must be a JSON array of file paths" });
+    expect((await a.call("POST", "v1/files/mv", {})).body).toEqual({ code: 400, message: "request body must be a JSON array of {src, dst}" });
+  });
+
+  it("session ids: anything safe as one path segment is taken as it is (user:42); only /, \\, ., .., NUL and empty are refused", async () => {
+    const emu = await emulator();
+    const c = await client(emu);
+    const vm = await allocate(c);
+    const a = agentd(c, vm.vm_id);
+    const ws = emu.runtimes.get(vm.vm_id)!.workspace;
+    for (const id of ["user:42", "a b", "émile@home", "-x", "..x", "x.."]) {
+      const init = await a.call("POST", "v1/sessions/init", { session_id: id });
+      expect(init.status, id).toBe(201);
+      expect(init.body).toEqual({ session_id: id, path: `/workspace/sessions/${id}` });
+      expect(existsSync(join(ws, "sessions", id)), id).toBe(true);
+      // A code context of that session runs in its directory.
+      const ctx = await a.call<{ id: string; session_id: string }>("POST", "v1/code/contexts", { language: "python", session_id: id });
+      expect(ctx.status, id).toBe(201);
+      const del = await a.call("DELETE", `v1/sessions/${encodeURIComponent(id)}`);
+      expect(del.status, id).toBe(204);
+      expect(existsSync(join(ws, "sessions", id)), id).toBe(false);
+      expect((await a.call("GET", `v1/code/contexts/${ctx.body.id}`)).status, "the session's contexts go with it").toBe(404);
+    }
+    const refused: [string, string][] = [
+      ["a/b", 'session_id "a/b" must not contain /, \\ or a NUL character'],
+      ["a\\b", 'session_id "a\\\\b" must not contain /, \\ or a NUL character'],
+      ["a\u0000b", 'session_id "a\\u0000b" must not contain /, \\ or a NUL character'],
+      [".", 'session_id "." must not be . or ..'],
+      ["..", 'session_id ".." must not be . or ..'],
+      ["x".repeat(256), `session_id "${"x".repeat(256)}" must be at most 255 bytes long`],
+    ];
+    for (const [id, message] of refused) {
+      expect((await a.call("POST", "v1/sessions/init", { session_id: id })).body, JSON.stringify(id)).toEqual({ code: 400, message });
+      expect((await a.call("POST", "v1/code/contexts", { language: "python", session_id: id })).body, JSON.stringify(id)).toEqual({ code: 400, message });
+    }
+    expect((await a.call("POST", "v1/sessions/init", { session_id: "" })).body).toEqual({ code: 400, message: "session_id must not be empty" });
+    // (A URL's "." and ".." segments, even %2E-escaped, are resolved by the client's URL parser.)
+    for (const id of ["a\\b", "a\u0000b"]) {
+      const del = await a.call("DELETE", `v1/sessions/${encodeURIComponent(id)}`);
+      expect(del.status, JSON.stringify(id)).toBe(400);
+      expect(del.body).toMatchObject({ code: 400, message: expect.stringMatching(/^session id /) });
+    }
+    expect(readdirSync(join(ws, "sessions")), "every session made was removed, none refused was made").toEqual([]);
   });
 
   it("sessions: init makes /workspace/sessions/<id>; delete removes it", async () => {

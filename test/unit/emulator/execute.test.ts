@@ -31,7 +31,7 @@ describe("emulator POST /compute/v1/vms/{id}/execute (older SDKs)", () => {
     expect(res.status).toBe(200);
     const events = parseSSE(res.text);
     expect(streamText(events, "stdout")).toBe("hi vm\n");
-    expect(endOf(events)).toEqual({ exit_code: 2 });
+    expect(endOf(events)).toEqual({ exit_code: 2, status: "error", error: "command exited with code 2" });
   });
 
   it("answers 400 without exactly one of code and command, 404 for an unknown context or VM", async () => {

@@ -51,7 +51,7 @@ describe("emulator forwarding to a VM's runtime (/vms/{id}/r/{path})", () => {
     expect(unknown.status).toBe(404);
     expect(unknown.body).toEqual({ code: 404, error_code: "not_found", message: "vm nope not found" });
     const vm = (await c.post<Allocation>("/compute/v1/vms/allocate", { tier: "standard" })).body;
-    await c.post(`/compute/v1/vms/${vm.vm_id}/release`);
+    await c.post(`/compute/v1/vms/${vm.vm_id}/release`, {});
     const released = await c.post(`/compute/v1/vms/${vm.vm_id}/r/v1/commands/run`, { command: "ls" });
     expect(released.status).toBe(404);
     expect(released.body).toEqual({ code: 404, error_code: "not_found", message: `vm ${vm.vm_id} not found` });

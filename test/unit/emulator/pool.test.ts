@@ -27,7 +27,7 @@ describe("emulator VM pool", () => {
     const gone = (await c.post<Allocation>("/compute/v1/vms/allocate", { tier: "large" })).body;
     await c.post("/compute/v1/vms/allocate", { tier: "large", org_id: "another-org" }); // the pool is shared
     expect((await c.get<PoolStatus>("/compute/v1/pool/status")).body).toEqual({ allocated: 4, by_tier: { standard: 2, large: 2 }, total: 6, warm: 2 });
-    await c.post(`/compute/v1/vms/${gone.vm_id}/release`);
+    await c.post(`/compute/v1/vms/${gone.vm_id}/release`, {});
     expect((await c.get<PoolStatus>("/compute/v1/pool/status")).body).toEqual({ allocated: 3, by_tier: { standard: 2, large: 1 }, total: 5, warm: 2 });
     expect(emu.requests.map((r) => r.operation).filter((o) => o.startsWith("pool."))).toEqual(["pool.config.get", "pool.status", "pool.status", "pool.status"]);
   });

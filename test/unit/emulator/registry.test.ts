@@ -126,6 +126,25 @@ describe("emulator registry", () => {
     expect((await c.post("/registry/v1/agents", agentBody("u2"))).status).toBe(409);
   });
 
+  it("treats a null name or image on update as not given (every UpdateAgentRequest field is optional); an empty one is refused naming it", async () => {
+    const emu = await emulator();
+    const c = await client(emu);
+    const { agent } = (await c.post<One>("/registry/v1/agents", agentBody("keep"))).body;
+    const res = await c.put<One>(`/registry/v1/agents/${agent.id}`, { name: null, image: null, description: "d" });
+    expect(res.status).toBe(200);
+    expect(res.body.agent).toMatchObject({ id: agent.id, name: "keep", image: agent.image, description: "d" });
+    for (const [body, message] of [
+      [{ name: "" }, "name must not be empty"],
+      [{ image: " " }, "image must not be empty"],
+      [{ name: 7 }, "name must be a string"],
+    ] as const) {
+      const bad = await c.put(`/registry/v1/agents/${agent.id}`, body);
+      expect(bad.status, message).toBe(400);
+      expect(bad.body).toEqual({ error: "bad_request", message });
+    }
+    expect(emu.state.agents.get(agent.id)).toMatchObject({ name: "keep", image: agent.image });
+  });
+
   it("rejects create-only, service-owned and unknown fields on update, naming them", async () => {
     const emu = await emulator();
     const c = await client(emu);

@@ -4,7 +4,7 @@ import { join } from "node:path";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { startEmulator } from "../../../src/emulator/index.js";
 import type { AccessClient, Agent, AgentVM, Allocation, CreatedAccessClient, Deployment, PoolConfig, Skill, Tool } from "../../../src/emulator/wire.js";
-import { API_KEY, FakeClock, agentBody, client, emulator, raw } from "./helpers.js";
+import { API_KEY, FakeClock, T0, agentBody, client, emulator, raw } from "./helpers.js";
 
 describe("emulator state file", () => {
   let dir: string;
@@ -25,7 +25,7 @@ describe("emulator state file", () => {
     await c.post<Skill>("/compute/v1/skills", { name: "s", content: "c" });
     const vm = (await c.post<Allocation>("/compute/v1/vms/allocate", { tier: "standard", ttl_seconds: 60 })).body;
     const gone = (await c.post<Allocation>("/compute/v1/vms/allocate", { tier: "standard" })).body;
-    await c.post(`/compute/v1/vms/${gone.vm_id}/release`);
+    await c.post(`/compute/v1/vms/${gone.vm_id}/release`, {});
     const tool = (await c.post<{ tool: Tool }>("/registry/v1/tools", { id: "t", name: "T" })).body.tool;
     const pool = (await c.put<PoolConfig>("/compute/v1/pool/config", { max_total: 50 })).body;
     const made = (await c.post<CreatedAccessClient>("/compute/v1/access/clients", { name: "kept" })).body;
@@ -76,6 +76,33 @@ describe("emulator state file", () => {
       })
       .toMatchObject({ version: 2, skills: [{ name: "early" }] });
     await emu.close(); // before the directory goes: close saves once more
+  });
+
+  it("keeps each usage record's org across a restart; a record saved without one counts as the caller's org's", async () => {
+    const stateFile = join(dir, "state.json");
+    const record = (vm_id: string, extra: Record<string, unknown> = {}) => ({
+      vm_id,
+      tier: "standard",
+      started_at: new Date(T0).toISOString(),
+      ended_at: new Date(T0 + 10_000).toISOString(),
+      duration_seconds: 10,
+      reason: "released",
+      ...extra,
+    });
+    const usage = [record("old-format"), record("mine", { org_id: "org-mine" }), record("theirs", { org_id: "org-other" })];
+    await writeFile(stateFile, JSON.stringify({ version: 2, usage }));
+    const emu = await emulator({ stateFile, orgId: "org-mine", now: () => T0 + 60_000 });
+    const c = await client(emu);
+    const list = await c.get<{ vm_id: string }[]>("/compute/v1/usage", { "X-Workspace-Id": "ws", "X-Environment-Id": "env" });
+    expect(list.body.map((u) => u.vm_id)).toEqual(["old-format", "mine"]);
+    expect(emu.state.usage.map((u) => u.org_id)).toEqual(["org-mine", "org-mine", "org-other"]);
+    await emu.close(); // before the directory goes: close saves once more
+    const saved = JSON.parse(await readFile(stateFile, "utf8")) as { usage: { vm_id: string; org_id: string }[] };
+    expect(saved.usage.map((u) => [u.vm_id, u.org_id])).toEqual([
+      ["old-format", "org-mine"],
+      ["mine", "org-mine"],
+      ["theirs", "org-other"],
+    ]);
   });
 
   it("refuses a corrupt or foreign state file with a clear error", async () => {

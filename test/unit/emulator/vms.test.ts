@@ -171,7 +171,7 @@ describe("emulator agent VMs", () => {
     for (const r of [
       await c.get(`/compute/v1/vms/${a.vm_id}`),
       await c.post(`/compute/v1/vms/${a.vm_id}/renew`, { ttl_seconds: 60 }),
-      await c.post(`/compute/v1/vms/${a.vm_id}/release`),
+      await c.post(`/compute/v1/vms/${a.vm_id}/release`, {}),
       await c.get(`/compute/v1/vms/${a.vm_id}/endpoint`),
       await c.post(`/compute/v1/vms/${a.vm_id}/execute`, { command: "ls" }),
     ]) {
@@ -179,7 +179,7 @@ describe("emulator agent VMs", () => {
       expect(r.body).toEqual({ code: 404, error_code: "not_found", message: `vm ${a.vm_id} not found` });
     }
     expect(emu.state.usage).toEqual([
-      { vm_id: a.vm_id, tier: "standard", started_at: new Date(T0).toISOString(), ended_at: new Date(T0 + 90_000).toISOString(), duration_seconds: 90, reason: "released" },
+      { org_id: "org-emulator", vm_id: a.vm_id, tier: "standard", started_at: new Date(T0).toISOString(), ended_at: new Date(T0 + 90_000).toISOString(), duration_seconds: 90, reason: "released" },
     ]);
     expect((await c.post(`/compute/v1/vms/${a.vm_id}/release`, { recycle: "yes" })).status).toBe(400);
   });
@@ -209,7 +209,7 @@ describe("emulator agent VMs", () => {
     expect((await c.post(`/compute/v1/vms/${a.vm_id}/renew`, { ttl_seconds: 60 })).status).toBe(404);
     expect((await c.get<AgentVM[]>("/compute/v1/vms")).body.map((v) => v.id)).toEqual([b.vm_id]);
     expect(emu.state.usage).toEqual([
-      { vm_id: a.vm_id, tier: "standard", started_at: new Date(T0).toISOString(), ended_at: new Date(T0 + 60_000).toISOString(), duration_seconds: 60, reason: "expired" },
+      { org_id: "org-emulator", vm_id: a.vm_id, tier: "standard", started_at: new Date(T0).toISOString(), ended_at: new Date(T0 + 60_000).toISOString(), duration_seconds: 60, reason: "expired" },
     ]);
     // By the sweep: no request needed for the record to appear; ended_at is the expiry time.
     clock.advance(1000);
@@ -226,7 +226,7 @@ describe("emulator agent VMs", () => {
     const run = async (tier: string, seconds: number): Promise<string> => {
       const a = (await c.post<Allocation>("/compute/v1/vms/allocate", { tier })).body;
       clock.advance(seconds);
-      await c.post(`/compute/v1/vms/${a.vm_id}/release`);
+      await c.post(`/compute/v1/vms/${a.vm_id}/release`, {});
       return a.vm_id;
     };
     const old = await run("standard", 10); // 2026-05-15
@@ -256,5 +256,71 @@ describe("emulator agent VMs", () => {
     const summary = await c.get<UsageSummary>("/compute/v1/usage/summary");
     expect(summary.status).toBe(200);
     expect(summary.body).toEqual({ period_start: "2026-06-01", period_end: "2026-06-30", total_seconds: 600, vm_count: 3, by_tier: { standard: 400, large: 200 } });
+  });
+
+  it("answers 400 naming the missing body on operations whose requestBody is published as required; {} is a body", async () => {
+    const emu = await emulator();
+    const c = await client(emu);
+    const vm = (await c.post<Allocation>("/compute/v1/vms/allocate", { tier: "standard" })).body;
+    const { agent } = (await c.post<{ agent: { id: string } }>("/registry/v1/agents", { name: "a", org_id: "o", image: "i" })).body;
+    await c.post("/compute/v1/skills", { name: "s", content: "c" });
+    const compute: [string, string, string][] = [
+      ["POST", `/compute/v1/vms/${vm.vm_id}/release`, "models.ReleaseRequest"],
+      ["PUT", "/compute/v1/pool/config", "models.PoolConfig"],
+      ["POST", "/compute/v1/vms/allocate", "models.AllocateRequest"],
+      ["POST", `/compute/v1/vms/${vm.vm_id}/renew`, "models.RenewRequest"],
+      ["POST", "/compute/v1/skills", "models.CreateSkillRequest"],
+      ["PUT", "/compute/v1/skills/s", "models.CreateSkillRequest"],
+      ["POST", "/compute/v1/access/clients", "{name}"],
+    ];
+    for (const [method, path, model] of compute) {
+      for (const empty of [undefined, "", " \n"]) {
+        const res = await c.call(method, path, empty);
+        expect(res.status, `${method} ${path} ${JSON.stringify(empty)}`).toBe(400);
+        expect(res.body).toEqual({ code: 400, error_code: "bad_request", message: `request body is required: a JSON object (${model})` });
+      }
+    }
+    const registry: [string, string, string][] = [
+      ["POST", "/registry/v1/agents", "models.CreateAgentRequest"],
+      ["PUT", `/registry/v1/agents/${agent.id}`, "models.UpdateAgentRequest"],
+      ["POST", "/registry/v1/tools", "models.CreateToolRequest"],
+    ];
+    for (const [method, path, model] of registry) {
+      const res = await c.call(method, path);
+      expect(res.status, `${method} ${path}`).toBe(400);
+      expect(res.body).toEqual({ error: "bad_request", message: `request body is required: a JSON object (${model})` });
+    }
+    // Nothing changed: the VM is still there, and the pool config is the default.
+    expect((await c.get(`/compute/v1/vms/${vm.vm_id}`)).status).toBe(200);
+    expect(emu.state.vms.size).toBe(1);
+    // An empty object is a body: every field of ReleaseRequest and PoolConfig is optional.
+    expect((await c.put("/compute/v1/pool/config", {})).status).toBe(200);
+    expect((await c.post(`/compute/v1/vms/${vm.vm_id}/release`, {})).status).toBe(200);
+    // The deploy body is not published as required: none still means no options.
+    expect((await c.post(`/compute/v1/agents/${agent.id}/deploy`)).status).toBe(200);
+  });
+
+  it("answers usage and its summary for the caller's org only, as the VM list (records never show the org)", async () => {
+    const clock = new FakeClock();
+    const emu = await emulator({ now: clock.now, orgId: "org-mine", tokenTTLSeconds: 86_400 });
+    const c = await client(emu);
+    const run = async (body: Record<string, unknown>, seconds: number): Promise<string> => {
+      const a = (await c.post<Allocation>("/compute/v1/vms/allocate", body)).body;
+      clock.advance(seconds);
+      await c.post(`/compute/v1/vms/${a.vm_id}/release`, {});
+      return a.vm_id;
+    };
+    const mine = await run({ tier: "standard" }, 100);
+    const named = await run({ tier: "large", org_id: "org-mine" }, 50);
+    await run({ tier: "standard", org_id: "org-other" }, 1000);
+    await run({ tier: "gpu", org_id: "org-other" }, 7);
+    const list = await c.get<UsageRecord[]>("/compute/v1/usage", USAGE_HEADERS);
+    expect(list.status).toBe(200);
+    expect(list.body.map((u) => u.vm_id)).toEqual([mine, named]);
+    for (const u of list.body) expect(Object.keys(u).sort()).toEqual(["duration_seconds", "ended_at", "reason", "started_at", "tier", "vm_id"]);
+    const summary = await c.get<UsageSummary>("/compute/v1/usage/summary");
+    expect(summary.body).toEqual({ period_start: "2026-05-01", period_end: "2026-05-31", total_seconds: 150, vm_count: 2, by_tier: { standard: 100, large: 50 } });
+    // The other org's records are kept (out of band), only not answered.
+    expect(emu.state.usage).toHaveLength(4);
   });
 });

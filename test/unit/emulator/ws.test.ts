@@ -131,6 +131,8 @@ describe("emulator ws_url (the SDK's WebSocket protocol)", () => {
       expect(junk.last).toEqual({ type: "error", data: 'unknown message type "dance" (expected "execute" or "command")' });
       const noCode = await sdk.request({ type: "command" });
       expect(noCode.last).toEqual({ type: "error", data: "command is required" });
+      const emptyCode = await sdk.request({ type: "execute", code: "" });
+      expect(emptyCode.last).toEqual({ type: "error", data: "code must not be empty" });
       expect(emu.runtimes.get(vmId)!.executions).toBe(3);
     } finally {
       sdk.close();
@@ -180,7 +182,7 @@ describe("emulator ws_url (the SDK's WebSocket protocol)", () => {
     const vm = await allocate(c);
     const sdk = await SdkClient.connect(vm.ws_url, c.token);
     const closed = new Promise<number>((resolve) => sdk.ws.once("close", (code) => resolve(code)));
-    await c.post(`/compute/v1/vms/${vm.vm_id}/release`);
+    await c.post(`/compute/v1/vms/${vm.vm_id}/release`, {});
     expect(await closed).toBe(1001);
   });
 
