@@ -48,7 +48,7 @@ describe("AgentdClient", () => {
     expect(events[0]).toMatchObject({ type: "start", id: expect.any(String) });
     expect(text(events, "stdout")).toBe("out\na\nb\n");
     expect(text(events, "stderr")).toBe("err\n");
-    expect(events.at(-1)).toEqual({ type: "end", exitCode: 3 });
+    expect(events.at(-1)).toEqual({ type: "end", exitCode: 3, status: "error" });
   });
 
   it("hands over output while the command still runs", async () => {
@@ -60,7 +60,7 @@ describe("AgentdClient", () => {
       if (e.type === "stdout" && e.text.includes("waiting")) writeFileSync(gate, "");
     }
     expect(text(seen, "stdout")).toBe("waiting\nreleased\n");
-    expect(seen.at(-1)).toEqual({ type: "end", exitCode: 0 });
+    expect(seen.at(-1)).toEqual({ type: "end", exitCode: 0, status: "ok" });
   });
 
   it("passes cwd, envs and timeout to the VM", async () => {
@@ -70,7 +70,7 @@ describe("AgentdClient", () => {
     expect(text(events, "stdout")).toBe("hi there\nsub\n");
     const timed = await collect(c.runCommand("sleep 30", { timeoutMs: 200 }));
     expect(timed.some((e) => e.type === "timeout")).toBe(true);
-    expect(timed.at(-1)).toEqual({ type: "end", exitCode: 124 });
+    expect(timed.at(-1)).toEqual({ type: "end", exitCode: 124, status: "error" });
   });
 
   it("starts a background command and follows it by id: status, then kill", async () => {
