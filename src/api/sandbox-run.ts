@@ -129,6 +129,20 @@ export const SandboxRunStatusSchema = statusSchema("Where the run stands: phase,
   vmId: Type.Optional(Type.String({ description: "The VM the current attempt runs in." })),
   vmReleased: Type.Optional(Type.Boolean({ description: "With sandboxTemplate: the run's VM was given back." })),
   steps: Type.Optional(Type.Array(RunStepStatusSchema, { description: "The steps of the current attempt, in order, as far as it got.", maxItems: 16 })),
+  lastFailedAttempt: Type.Optional(
+    Type.Object(
+      {
+        attempt: Type.Integer({ description: "The attempt's number.", minimum: 1 }),
+        reason: Type.String({ description: "Why it failed: StepFailed, VMLost, ..." }),
+        message: Type.String({ description: "What failed, as the Retrying Event said." }),
+        step: Type.Optional(RunStepStatusSchema),
+      },
+      {
+        description:
+          "The attempt that failed last, when another was started after it (spec.backoffLimit): its failing step as it ended (exit code, the last few KiB of its output). The next attempt's steps replace status.steps and its output the ConfigMap's.",
+      },
+    ),
+  ),
   outputConfigMap: Type.Optional(
     Type.String({
       description:

@@ -6,7 +6,7 @@
 import { createHash } from "node:crypto";
 import type { Logger } from "pino";
 import { API_VERSION, DEFAULT_CONNECTION, FINALIZER, GROUP, RUN_LABEL, RunPhase, VERSION, kindNames, type RunPhaseName } from "../api/names.js";
-import type { Sandbox, SandboxRun, SandboxRunStatus, Skill } from "../api/index.js";
+import type { RunStepStatus, Sandbox, SandboxRun, SandboxRunStatus, Skill } from "../api/index.js";
 import { heldConnection } from "../api/sandbox-run.js";
 import { errorMessage } from "../lib/errors.js";
 import { NotReadyError, classify } from "../managed/errors.js";
@@ -639,6 +639,10 @@ class Pass {
             return this.waitResult();
           case "retry":
             this.r.events.warning(run, RunReason.Retrying, n.message);
+            // What failed stays in status for the next attempt's time (logs prints it): the
+            // steps and the ConfigMap start over.
+            const failing = failingStep(st);
+            st.lastFailedAttempt = { attempt: Math.max(1, st.attempts ?? 1), reason: n.reason, message: n.message, ...(failing && { step: failing }) };
             st.attempts = Math.max(1, st.attempts ?? 1) + 1;
             st.steps = [];
             // A run's own VM that is gone is replaced for the next attempt.
@@ -947,6 +951,12 @@ interface RunningCommand {
 interface StartedStep extends RunningCommand {
   attempt: number;
   index: number;
+}
+
+/** The step a failed attempt failed at: the last that ended with another exit code than 0, else the last it got to (its VM lost). */
+function failingStep(st: SandboxRunStatus): RunStepStatus | undefined {
+  const steps = st.steps ?? [];
+  return steps.findLast((s) => s.finishedAt !== undefined && s.exitCode !== 0) ?? steps.at(-1);
 }
 
 function runningCommand(st: SandboxRunStatus | undefined): RunningCommand | undefined {

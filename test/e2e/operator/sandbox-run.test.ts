@@ -260,6 +260,8 @@ spec: {tier: standard, ttlSeconds: 3600}`, t.namespace);
     expect(condition(r, "Ready")).toMatchObject({ status: "False", reason: "BackoffLimitExceeded" });
     expect(rt.executions - before).toBe(2);
     expect(readFileSync(join(rt.workspace, "retried-count.txt"), "utf8")).toBe("ran\nran\n");
+    // The first attempt's failure stays in status past the second's start.
+    expect(r.status?.lastFailedAttempt).toMatchObject({ attempt: 1, reason: "StepFailed", message: expect.stringContaining("attempt 1 failed"), step: { name: "flaky", exitCode: 1 } });
     const events = await kubectlOk(["get", "events", "--field-selector", "involvedObject.name=retried,reason=Retrying", "-o", "json"], { namespace: t.namespace });
     expect(events).toContain("attempt 1 failed");
   }, 90_000);
