@@ -637,7 +637,7 @@ class Pass {
           case "wait":
             await this.flush(RunPhase.Pending, n.reason, n.message);
             return this.waitResult();
-          case "retry":
+          case "retry": {
             this.r.events.warning(run, RunReason.Retrying, n.message);
             // What failed stays in status for the next attempt's time (logs prints it): the
             // steps and the ConfigMap start over.
@@ -649,6 +649,7 @@ class Pass {
             if (run.spec.sandboxTemplate !== undefined && n.reason === RunReason.VMLost) st.vmId = "";
             this.clearOutputs = run.spec.steps.map((s) => s.name);
             continue;
+          }
           case "fail":
             if (n.kill !== undefined) {
               await this.kill(n.kill.vmId, n.kill.commandId);
