@@ -6,13 +6,13 @@
 //
 // Exit codes (kubectl's habits): the command's own; 1 when it could not be run (Sandbox not
 // found or not Ready, Connection missing, credentials refused, service unreachable); 2 for a
-// usage error; 128+n after signal n (Ctrl-C: 130), once the remote command has been killed.
-import { once } from "node:events";
+// usage error; 128+n after signal n (Ctrl-C: 130), once the remote command has been killed; 141
+// (128 + SIGPIPE) when its output was closed (`| head`), once the remote command has been killed.
 import { parseArgs } from "node:util";
 import { ConditionType, DEFAULT_CONNECTION, GROUP, VERSION, kindNames } from "../api/names.js";
 import type { Connection, Sandbox } from "../api/index.js";
 import { ConnectionPool } from "../controllers/connection-pool.js";
-import { parseDuration } from "../lib/duration.js";
+import { durationMs } from "../lib/duration.js";
 import { errorMessage } from "../lib/errors.js";
 import type { SecretObject } from "../managed/connection-secret.js";
 import { NotReadyError } from "../managed/errors.js";
@@ -21,7 +21,9 @@ import { KubeApiError, resourcePath, secretsPath, type KubeClient } from "../run
 import { silentLogger } from "../runtime/logging.js";
 import { AgentdClient, type CommandOptions, type ExecStream } from "../service/agentd.js";
 import { ServiceError, isAuthError, isNotFound, type ServiceClient } from "../service/index.js";
-import { kubeClientOf, kubeFlagOptions, kubeFlagsHelp, kubeFlagsOf, namespaceOf, type KubeFlags } from "./kube-flags.js";
+import { goBooleans } from "./booleans.js";
+import { explainKubeError, kubeClientOf, kubeFlagOptions, kubeFlagsHelp, kubeFlagsOf, namespaceOf, type KubeFlags } from "./kube-flags.js";
+import { CLOSED_OUTPUT_EXIT_CODE, exitOnClosedOutput, whenOutputClosed, writeOut } from "./output.js";
 
 const help = (prog: string) => `usage: ${prog} [flags] <sandbox> -- <command> [args...]
 
@@ -37,9 +39,11 @@ flags:
 ${kubeFlagsHelp("namespace of the Sandbox", 28)}
       --cwd <dir>           working directory in the VM
   -e, --env <KEY=VALUE>     environment variable for the command; repeatable
-      --timeout <duration>  kill the command after this long, e.g. 30s, 10m (exit code 124)
+      --timeout <duration>  kill the command after this long, e.g. 30s, 10m (exit code 124);
+                            at least 1ms (leave it out for no timeout)
 
-exit codes: the command's; 1 if it could not be run; 2 usage error; 130 interrupted (Ctrl-C)
+exit codes: the command's; 1 if it could not be run; 2 usage error; 130 interrupted (Ctrl-C);
+141 output closed (e.g. | head), the command killed
 `;
 
 export interface ExecFlags extends KubeFlags {
@@ -84,11 +88,15 @@ export function parseExecFlags(argv: string[]): ExecFlags | "help" {
     options.envs = envs;
   }
   if (values.timeout !== undefined) {
+    let ms: number;
     try {
-      options.timeoutMs = parseDuration(values.timeout, "--timeout");
+      ms = durationMs(values.timeout, "--timeout");
     } catch (err) {
       throw new UsageError(errorMessage(err));
     }
+    // 0 (or 100us, 0 once in whole milliseconds) would reach the VM as no timeout at all.
+    if (ms < 1) throw new UsageError(`--timeout: "${values.timeout}" is less than 1ms; give a longer one (e.g. 30s), or leave --timeout out for no timeout`);
+    options.timeoutMs = Math.round(ms);
   }
   return {
     sandbox,
@@ -100,7 +108,7 @@ export function parseExecFlags(argv: string[]): ExecFlags | "help" {
 
 function parse(args: string[]) {
   return parseArgs({
-    args,
+    args: goBooleans(args, ["help", "h"]),
     strict: true,
     allowPositionals: true,
     options: {
@@ -131,6 +139,7 @@ class ExecError extends Error {
 }
 
 export async function main(argv: string[], prog = "agent-operator exec"): Promise<number> {
+  exitOnClosedOutput();
   let flags: ExecFlags | "help";
   try {
     flags = parseExecFlags(argv);
@@ -146,7 +155,8 @@ export async function main(argv: string[], prog = "agent-operator exec"): Promis
   let target: Target | undefined;
   try {
     kube = kubeClientOf(flags);
-    target = await resolve(kube, namespaceOf(flags, kube), flags.sandbox);
+    const [k, f] = [kube, flags];
+    target = await resolve(k, namespaceOf(f, k), f.sandbox, (err) => explainKubeError(err, k, f));
     return await runStreaming(target, flags.command, flags.options, prog);
   } catch (err) {
     console.error(`${prog}: ${errorMessage(err)}`);
@@ -165,9 +175,13 @@ interface Target {
   close(): Promise<void>;
 }
 
-async function resolve(kube: KubeClient, namespace: string, name: string): Promise<Target> {
+/** A failure of the API server's, told with which server and kubeconfig (explainKubeError). */
+type Explain = (err: unknown) => unknown;
+
+async function resolve(kube: KubeClient, namespace: string, name: string, explain: Explain): Promise<Target> {
   const what = `Sandbox "${name}" in namespace "${namespace}"`;
-  const sandbox = await read<Sandbox>(kube, resourcePath({ group: GROUP, version: VERSION, plural: kindNames.sandbox.plural, namespace, name }), what);
+  const read = <T>(path: string, what: string) => readObject<T>(kube, path, what, explain);
+  const sandbox = await read<Sandbox>(resourcePath({ group: GROUP, version: VERSION, plural: kindNames.sandbox.plural, namespace, name }), what);
   if (sandbox === undefined) throw new ExecError(`${what} not found (kubectl get sandboxes -n ${namespace})`);
   const vmId = sandbox.status?.vmId;
   const ready = sandbox.status?.conditions?.find((c) => c.type === ConditionType.Ready);
@@ -177,12 +191,11 @@ async function resolve(kube: KubeClient, namespace: string, name: string): Promi
   }
   const connectionName = sandbox.spec.connectionRef?.name ?? DEFAULT_CONNECTION;
   const connection = await read<Connection>(
-    kube,
     resourcePath({ group: GROUP, version: VERSION, plural: kindNames.connection.plural, namespace, name: connectionName }),
     `Connection "${connectionName}" in namespace "${namespace}"`,
   );
   const secretName = connection?.spec.credentials.secretRef.name;
-  const secret = secretName === undefined ? undefined : await read<SecretObject>(kube, secretsPath(namespace, secretName), `Secret "${secretName}" in namespace "${namespace}"`);
+  const secret = secretName === undefined ? undefined : await read<SecretObject>(secretsPath(namespace, secretName), `Secret "${secretName}" in namespace "${namespace}"`);
 
   // The operator's own construction of a client from a Connection and its Secret (and its
   // messages for what is missing), over the two objects just read.
@@ -226,7 +239,7 @@ async function resolve(kube: KubeClient, namespace: string, name: string): Promi
 }
 
 /** GET; undefined for 404; a one-line error naming the object otherwise. */
-async function read<T>(kube: KubeClient, path: string, what: string): Promise<T | undefined> {
+async function readObject<T>(kube: KubeClient, path: string, what: string, explain: Explain): Promise<T | undefined> {
   try {
     return await kube.get<T>(path);
   } catch (err) {
@@ -238,7 +251,7 @@ async function read<T>(kube: KubeClient, path: string, what: string): Promise<T 
     if (err instanceof KubeApiError && (err.status === 401 || err.status === 403)) {
       throw new ExecError(`cannot read ${what}: ${err.message} (exec needs get on sandboxes, connections and the Connection's Secret)`);
     }
-    throw new ExecError(`cannot read ${what}: ${errorMessage(err)}`);
+    throw new ExecError(`cannot read ${what}: ${errorMessage(explain(err))}`);
   }
 }
 
@@ -252,7 +265,9 @@ function lookup<T extends { metadata: { name?: string; namespace?: string } }>(o
 // Running: output as it comes, the exit code at the end, Ctrl-C kills the remote command
 
 const SIGNALS = { SIGINT: 2, SIGTERM: 15, SIGHUP: 1 } as const;
-type Signal = keyof typeof SIGNALS;
+/** What ends the command early: a signal, or the output found closed (as SIGPIPE would). */
+type Signal = keyof typeof SIGNALS | "SIGPIPE";
+const exitCodeAfter = (s: Signal) => (s === "SIGPIPE" ? CLOSED_OUTPUT_EXIT_CODE : 128 + SIGNALS[s]);
 /** After Ctrl-C, how long to wait for the command's id before giving up on killing it. */
 const KILL_WAIT_MS = 5_000;
 /** How often to ask how the command ended when its stream broke off. */
@@ -265,13 +280,15 @@ async function runStreaming(target: Target, command: string, options: CommandOpt
   let giveUp: NodeJS.Timeout | undefined;
   const onSignal = (s: Signal) => {
     // A second Ctrl-C: leave now, whatever the remote command does.
-    if (signal !== undefined) process.exit(128 + SIGNALS[s]);
+    if (signal !== undefined) process.exit(exitCodeAfter(s));
     signal = s;
     if (id !== undefined) stream.close();
     else giveUp = setTimeout(() => stream.close(), KILL_WAIT_MS);
   };
-  const handlers = (Object.keys(SIGNALS) as Signal[]).map((s) => [s, () => onSignal(s)] as const);
+  const handlers = (Object.keys(SIGNALS) as Array<keyof typeof SIGNALS>).map((s) => [s, () => onSignal(s)] as const);
   for (const [s, h] of handlers) process.on(s, h);
+  // Output closed (`| head`): the command is killed as on Ctrl-C, and nothing more is written.
+  const undoClosed = whenOutputClosed(() => onSignal("SIGPIPE"));
   let exitCode: number | undefined;
   let ended = false;
   try {
@@ -280,9 +297,9 @@ async function runStreaming(target: Target, command: string, options: CommandOpt
         if (e.type === "start") {
           id = e.id;
           if (signal !== undefined) break;
-        } else if (e.type === "stdout") await write(process.stdout, e.text);
-        else if (e.type === "stderr") await write(process.stderr, e.text);
-        else if (e.type === "timeout") await write(process.stderr, `${prog}: the command ran out of time (--timeout) and was killed\n`);
+        } else if (e.type === "stdout") await writeOut(process.stdout, e.text);
+        else if (e.type === "stderr") await writeOut(process.stderr, e.text);
+        else if (e.type === "timeout") await writeOut(process.stderr, `${prog}: the command ran out of time (--timeout) and was killed\n`);
         else if (e.type === "end") {
           ended = true;
           exitCode = e.exitCode;
@@ -295,17 +312,17 @@ async function runStreaming(target: Target, command: string, options: CommandOpt
     }
     if (signal !== undefined) {
       if (id !== undefined && exitCode === undefined) await target.vm.killCommand(id).catch(() => false);
-      return 128 + SIGNALS[signal];
+      return exitCodeAfter(signal);
     }
     if (exitCode !== undefined) return processExitCode(exitCode);
     if (id === undefined) throw new ExecError("the VM answered without running the command (no start event)");
     // The stream broke off: the command may still run. (An end without an exit code, as a Go
     // server's omitempty sends for 0, is asked about the same way: its status says.)
-    if (!ended) await write(process.stderr, `${prog}: the output stream of command ${id} ended early; waiting for it to finish\n`);
+    if (!ended) await writeOut(process.stderr, `${prog}: the output stream of command ${id} ended early; waiting for it to finish\n`);
     for (;;) {
       if (signal !== undefined) {
         await target.vm.killCommand(id).catch(() => false);
-        return 128 + SIGNALS[signal];
+        return exitCodeAfter(signal);
       }
       const st = await target.vm.commandStatus(id).catch((err: unknown) => {
         // Still cut off, or the way to the VM failing for now (a proxy's 502/503/504, a 429):
@@ -330,15 +347,11 @@ async function runStreaming(target: Target, command: string, options: CommandOpt
     clearTimeout(giveUp);
     stream.close();
     for (const [s, h] of handlers) process.off(s, h);
+    undoClosed();
   }
 }
 
 /** A failure below HTTP (no answer, a connection cut): the service may still be at work. */
 function isTransportFailure(err: unknown): boolean {
   return err instanceof ServiceError && err.status === undefined;
-}
-
-/** Writes and waits for a full pipe to drain, so that a slow reader slows the stream instead of filling memory. */
-async function write(out: NodeJS.WriteStream, text: string): Promise<void> {
-  if (!out.write(text)) await once(out, "drain");
 }

@@ -1,8 +1,15 @@
 // The kubectl flags of the client commands (exec, logs, plan): -n/--namespace, --kubeconfig and
-// --context, with kubectl's meaning. One place for their parseArgs options, their help lines
-// and what they resolve to, so that the commands cannot drift apart. (`run` is not one of
-// them: its --namespace is repeatable and names the namespaces to watch.)
-import { KubeClient } from "../runtime/kube-client.js";
+// --context, with kubectl's meaning. One place for their parseArgs options, their help lines,
+// what they resolve to and how an API server they name that cannot be reached is told, so that
+// the commands cannot drift apart. (`run` is not one of them: its --namespace is repeatable and
+// names the namespaces to watch.)
+import { existsSync, readFileSync } from "node:fs";
+import { homedir } from "node:os";
+import { delimiter, join } from "node:path";
+import { parse as parseYAML } from "yaml";
+import { errorMessage } from "../lib/errors.js";
+import { KubeApiError, KubeClient, KubeTimeoutError } from "../runtime/kube-client.js";
+import { ServiceError } from "../service/errors.js";
 
 /** The flags' parseArgs options, to spread into a command's own. */
 export const kubeFlagOptions = {
@@ -17,9 +24,14 @@ export interface KubeFlags {
   context?: string;
 }
 
-/** The kube flags out of a command's parsed values. */
+/**
+ * The kube flags out of a command's parsed values. An empty value is a flag not given, as
+ * kubectl takes it: `-n "$NS"` with $NS unset is the context's namespace (`kubectl get pods -n ""`
+ * lists the context's), and so for --kubeconfig and --context.
+ */
 export function kubeFlagsOf(values: KubeFlags): KubeFlags {
-  return { namespace: values.namespace, kubeconfig: values.kubeconfig, context: values.context };
+  const given = (v: string | undefined) => (v === "" ? undefined : v);
+  return { namespace: given(values.namespace), kubeconfig: given(values.kubeconfig), context: given(values.context) };
 }
 
 /**
@@ -43,4 +55,61 @@ export function kubeClientOf(flags: KubeFlags): KubeClient {
 /** The namespace the flags name: -n, else the context's, else "default". */
 export function namespaceOf(flags: KubeFlags, kube: KubeClient | undefined): string {
   return flags.namespace ?? kube?.currentNamespace() ?? "default";
+}
+
+/** Error codes of a request that got no answer from the server: the network, DNS or TLS failing. */
+const NO_ANSWER = /^(ECONNREFUSED|ECONNRESET|ECONNABORTED|ETIMEDOUT|ENOTFOUND|EAI_AGAIN|EHOSTUNREACH|ENETUNREACH|ENETDOWN|EPIPE|UND_ERR.*|ERR_TLS.*|ERR_SSL.*|CERT_.*|DEPTH_ZERO_SELF_SIGNED_CERT|SELF_SIGNED_CERT_IN_CHAIN|UNABLE_TO_.*)$/;
+
+/**
+ * A failure to reach the API server, told with the server's URL and the kubeconfig and context
+ * it came from (a bare "connect ECONNREFUSED 127.0.0.1:1" says neither); any other error (an
+ * answer of the API server's, one of ours) as it is. No credentials: the URL's user and password,
+ * if it has any, are left out.
+ */
+export function explainKubeError(err: unknown, kube: KubeClient | undefined, flags: KubeFlags): unknown {
+  // The service's failures (plan and exec talk to it too) are not the API server's.
+  if (kube === undefined || err instanceof KubeApiError || err instanceof ServiceError) return err;
+  const code = (err as { code?: unknown } | undefined)?.code ?? ((err as { cause?: { code?: unknown } } | undefined)?.cause?.code);
+  if (!(err instanceof KubeTimeoutError) && !(typeof code === "string" && NO_ANSWER.test(code))) return err;
+  return new Error(`cannot reach the API server ${withoutUserinfo(kube.server)} (${kubeconfigOf(flags)}): ${errorMessage(err)}`, { cause: err });
+}
+
+function withoutUserinfo(server: string): string {
+  try {
+    const url = new URL(server);
+    url.username = "";
+    url.password = "";
+    return url.toString().replace(/\/$/, "");
+  } catch {
+    return server;
+  }
+}
+
+/** Which kubeconfig and context the flags resolve to (as KubeClient.fromKubeconfig does), to be named. */
+export function kubeconfigOf(flags: KubeFlags): string {
+  const list = flags.kubeconfig ?? process.env.KUBECONFIG ?? "";
+  let files = list.split(delimiter).filter((f) => f.length > 0);
+  if (files.length === 0) {
+    const home = join(homedir(), ".kube", "config");
+    if (existsSync(home)) files = [home];
+  }
+  if (files.length === 0) return "in-cluster config";
+  const from = flags.kubeconfig === undefined && process.env.KUBECONFIG ? " ($KUBECONFIG)" : "";
+  const source = `kubeconfig ${files.join(delimiter)}${from}`;
+  const context = flags.context ?? currentContext(files);
+  return context === undefined ? source : `${source}, context "${context}"`;
+}
+
+/** The current-context of merged kubeconfig files: the first file's that sets one (kubectl's rule). */
+function currentContext(files: string[]): string | undefined {
+  for (const f of files) {
+    try {
+      const doc = parseYAML(readFileSync(f, "utf8")) as { "current-context"?: unknown } | null;
+      const name = doc?.["current-context"];
+      if (typeof name === "string" && name !== "") return name;
+    } catch {
+      // Unreadable: the loader said so already, or the file is not the one that failed.
+    }
+  }
+  return undefined;
 }

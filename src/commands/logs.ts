@@ -7,27 +7,30 @@
 // attempt starts, go to stderr, so that stdout can be piped.
 //
 // Exit codes: 0 printed (with -f: the run succeeded); 1 the run could not be read, or (with
-// -f) it failed; 2 usage error.
+// -f) it failed; 2 usage error; 141 (128 + SIGPIPE) its output closed early (`| head`).
 import { setTimeout as sleep } from "node:timers/promises";
 import { parseArgs } from "node:util";
 import { GROUP, VERSION, kindNames } from "../api/names.js";
 import type { SandboxRun, SandboxRunStatus } from "../api/index.js";
 import { errorMessage } from "../lib/errors.js";
 import { configMapsPath, isNotFound, resourcePath, type KubeClient } from "../runtime/kube-client.js";
-import { kubeClientOf, kubeFlagOptions, kubeFlagsHelp, kubeFlagsOf, namespaceOf, type KubeFlags } from "./kube-flags.js";
+import { goBooleans } from "./booleans.js";
+import { explainKubeError, kubeClientOf, kubeFlagOptions, kubeFlagsHelp, kubeFlagsOf, namespaceOf, type KubeFlags } from "./kube-flags.js";
+import { exitOnClosedOutput } from "./output.js";
 
 const help = (prog: string) => `usage: ${prog} [flags] <sandboxrun>
 
 Prints the output of a SandboxRun's steps (stdout and stderr of each, in order); a line naming
 each step and its exit code goes to stderr, and so does one when a step is running (its output
-is printed once it has ended), when the run waits or cannot go on (and why), and when a new
-attempt starts.
+is printed once it has ended: -f waits for it), when the run waits or cannot go on (and why),
+and when a new attempt starts.
 
 flags:
   -f, --follow              follow the run while it runs; exit when it has ended
 ${kubeFlagsHelp("namespace of the SandboxRun", 28)}
 
-exit codes: 0 printed (with -f: the run succeeded); 1 error (with -f: the run failed); 2 usage error
+exit codes: 0 printed (with -f: the run succeeded); 1 error (with -f: the run failed); 2 usage error;
+141 output closed early (e.g. | head)
 `;
 
 export interface LogsFlags extends KubeFlags {
@@ -37,7 +40,7 @@ export interface LogsFlags extends KubeFlags {
 
 export function parseLogsFlags(argv: string[]): LogsFlags | "help" {
   const { values, positionals } = parseArgs({
-    args: argv,
+    args: goBooleans(argv, ["help", "h", "follow", "f"]),
     strict: true,
     allowPositionals: true,
     options: {
@@ -68,6 +71,8 @@ const defaultIO: LogsIO = {
 };
 
 export async function main(argv: string[], prog = "agent-operator logs", io: LogsIO = defaultIO): Promise<number> {
+  // Writing to the process's own stdout and stderr (not a caller's io): a closed one ends it.
+  if (io === defaultIO) exitOnClosedOutput();
   let flags: LogsFlags | "help";
   try {
     flags = parseLogsFlags(argv);
@@ -84,7 +89,7 @@ export async function main(argv: string[], prog = "agent-operator logs", io: Log
     kube = kubeClientOf(flags);
     return await printLogs(kube, namespaceOf(flags, kube), flags.run, flags.follow, io);
   } catch (err) {
-    io.err(`${prog}: ${errorMessage(err)}\n`);
+    io.err(`${prog}: ${errorMessage(explainKubeError(err, kube, flags))}\n`);
     return 1;
   } finally {
     await kube?.close();
@@ -121,7 +126,7 @@ export async function printLogs(kube: KubeClient, namespace: string, name: strin
       }
     }
     const done = st.phase === "Succeeded" || st.phase === "Failed";
-    if (!done) sayProgress(st, name, sayOnce);
+    if (!done) sayProgress(st, name, sayOnce, follow);
     if (!follow) return 0;
     if (done) {
       if (st.phase === "Succeeded") return 0;
@@ -136,9 +141,11 @@ export async function printLogs(kube: KubeClient, namespace: string, name: strin
 /**
  * Where a run that has not ended stands, each thing said once: a new attempt (the one before
  * failed), a step running, or why it waits or cannot go on (its Ready reason, when it is not
- * Running: a Sandbox not Ready, a Secret missing, the service failing).
+ * Running: a Sandbox not Ready, a Secret missing, the service failing). `follow`: whether the
+ * run is followed (-f), and so a running step's output printed once it ends, or not (the
+ * command ends now, without it).
  */
-export function sayProgress(st: SandboxRunStatus, name: string, sayOnce: (key: string, line: string) => void): void {
+export function sayProgress(st: SandboxRunStatus, name: string, sayOnce: (key: string, line: string) => void, follow: boolean): void {
   const attempt = st.attempts ?? 1;
   if (attempt > 1) sayOnce(`attempt/${attempt}`, `--- attempt ${attempt} (attempt ${attempt - 1} failed) ---\n`);
   const ready = st.conditions?.find((c) => c.type === "Ready");
@@ -148,7 +155,13 @@ export function sayProgress(st: SandboxRunStatus, name: string, sayOnce: (key: s
   }
   const running = (st.steps ?? []).find((s) => s.finishedAt === undefined);
   if (running !== undefined) {
-    sayOnce(`${attempt}/${running.name}/running`, `--- step "${running.name}" (attempt ${attempt}) is running; its output is printed once it has ended ---\n`);
+    const step = `--- step "${running.name}" (attempt ${attempt})`;
+    sayOnce(
+      `${attempt}/${running.name}/running`,
+      follow
+        ? `${step} is running; its output is printed once it has ended ---\n`
+        : `${step} is still running; its output is not printed yet (-f follows the run and prints it once the step has ended) ---\n`,
+    );
   }
 }
 

@@ -1,7 +1,8 @@
 // `agent-operator plan`: what the operator would do in the service if the manifests were
 // applied now (terraform plan for the agentcompute.dev kinds). Reads the cluster and the
 // service; writes nothing to either. Flags follow kubectl's. Exit codes follow
-// `terraform plan -detailed-exitcode`: 0 no changes, 1 error, 2 changes.
+// `terraform plan -detailed-exitcode`: 0 no changes, 1 error, 2 changes; 141 (128 + SIGPIPE)
+// when its output is closed early (`| head`), as a program killed by the closed pipe.
 import { parseArgs } from "node:util";
 import { errorMessage } from "../lib/errors.js";
 import type { KubeClient } from "../runtime/kube-client.js";
@@ -10,9 +11,11 @@ import { exitCodeOf } from "../plan/model.js";
 import { kubeReader, plan } from "../plan/planner.js";
 import { render } from "../plan/render.js";
 import { parseSelector, type LabelMatcher } from "../plan/selector.js";
-import { kubeClientOf, kubeFlagOptions, kubeFlagsHelp, kubeFlagsOf, namespaceOf, type KubeFlags } from "./kube-flags.js";
+import { goBooleans } from "./booleans.js";
+import { explainKubeError, kubeClientOf, kubeFlagOptions, kubeFlagsHelp, kubeFlagsOf, namespaceOf, type KubeFlags } from "./kube-flags.js";
+import { exitOnClosedOutput } from "./output.js";
 
-const HELP = `usage: agent-operator plan (-f FILENAME | -k DIRECTORY) [flags]
+const help = (prog: string) => `usage: ${prog} (-f FILENAME | -k DIRECTORY) [flags]
 
 Shows what the operator would do in the service if the manifests were applied now: each
 Skill, Agent, AgentDeployment and Sandbox created, updated (fields old -> new), replaced (and
@@ -29,7 +32,8 @@ ${kubeFlagsHelp("namespace of manifests that name none", 29)}
   -l, --selector <sel>       only manifests (and, with --prune, live resources) whose labels match
   -o, --output <format>      text (default), json or markdown
 
-exit codes: 0 no changes, 2 changes (or something that cannot be planned), 1 error
+exit codes: 0 no changes, 2 changes (or something that cannot be planned), 1 error;
+141 output closed early (e.g. | head)
 `;
 
 export interface PlanFlags extends KubeFlags {
@@ -44,7 +48,7 @@ export interface PlanFlags extends KubeFlags {
 /** Parses and validates the flags; throws an Error whose message names the flag. */
 export function parsePlanFlags(argv: string[]): PlanFlags | "help" {
   const { values, positionals } = parseArgs({
-    args: argv,
+    args: goBooleans(argv, ["help", "h", "recursive", "R", "prune"]),
     strict: true,
     allowPositionals: true,
     options: {
@@ -76,16 +80,17 @@ export function parsePlanFlags(argv: string[]): PlanFlags | "help" {
   };
 }
 
-export async function main(argv: string[]): Promise<number> {
+export async function main(argv: string[], prog = "agent-operator plan"): Promise<number> {
+  exitOnClosedOutput();
   let flags: PlanFlags | "help";
   try {
     flags = parsePlanFlags(argv);
   } catch (err) {
-    console.error(`agent-operator plan: ${errorMessage(err)}\n\n${HELP}`);
+    console.error(`${prog}: ${errorMessage(err)}\n\n${help(prog)}`);
     return 1;
   }
   if (flags === "help") {
-    console.log(HELP);
+    console.log(help(prog));
     return 0;
   }
   let kube: KubeClient | undefined;
@@ -98,14 +103,15 @@ export async function main(argv: string[]): Promise<number> {
     } catch (err) {
       kubeError = err;
     }
-    const manifests = parseSources(sources, namespaceOf(flags, kube));
+    // -n given: a manifest naming another namespace is refused, as kubectl apply -n refuses it.
+    const manifests = parseSources(sources, namespaceOf(flags, kube), { enforceNamespace: flags.namespace !== undefined });
     if (kube === undefined) throw kubeError;
     const result = await plan(kubeReader(kube), manifests, { prune: flags.prune, selector: flags.selector });
     process.stdout.write(render(result, flags.output));
     return exitCodeOf(result);
   } catch (err) {
     const prefix = err instanceof ManifestError ? "bad manifest: " : "";
-    console.error(`agent-operator plan: ${prefix}${errorMessage(err)}`);
+    console.error(`${prog}: ${prefix}${errorMessage(explainKubeError(err, kube, flags))}`);
     return 1;
   } finally {
     await kube?.close();

@@ -7,6 +7,7 @@ import { KubeClient } from "../runtime/kube-client.js";
 import { createLogger } from "../runtime/logging.js";
 import { Manager } from "../runtime/manager.js";
 import { parseDuration } from "../lib/duration.js";
+import { goBooleans } from "./booleans.js";
 import { setServiceReplica } from "../service/client.js";
 import { Sharding, replicaIdentity } from "../sharding/index.js";
 
@@ -100,24 +101,6 @@ export function parseRunFlags(argv: string[]): RunFlags | "help" {
     gracefulShutdownTimeoutMs: parseDuration(values["graceful-shutdown-timeout"], "--graceful-shutdown-timeout"),
     logLevel: values["log-level"],
   };
-}
-
-/**
- * Go's flag package (controller-runtime's manifests are written for it) also takes a boolean as
- * --flag=true or --flag=false, and a flag with one dash: both are read as Node's parseArgs
- * wants them. Every boolean here defaults to false, so =false is the flag left out.
- */
-function goBooleans(argv: string[], names: readonly string[]): string[] {
-  return argv.flatMap((arg) => {
-    const m = /^--?([a-z][a-z-]*)(?:=(.*))?$/.exec(arg);
-    const name = m?.[1];
-    if (m === null || name === undefined || !names.includes(name)) return [arg];
-    const value = m[2];
-    if (value === undefined) return [`--${name}`];
-    if (["1", "t", "true"].includes(value.toLowerCase())) return [`--${name}`];
-    if (["0", "f", "false"].includes(value.toLowerCase())) return [];
-    throw new Error(`--${name}: "${value}" is not true or false`);
-  });
 }
 
 export async function main(argv: string[]): Promise<number> {

@@ -26,11 +26,26 @@ export function agentExternalId(cr: Agent): string | undefined {
 
 /**
  * What a deployment runs: a change of these redeploys the AgentDeployments that use the agent.
- * Description, capabilities and metadata are registry bookkeeping and do not.
+ * Description, capabilities and metadata are registry bookkeeping and do not. The manifest is
+ * hashed with its keys in the order the API server gives them (Go sorts a map's keys by their
+ * bytes, at every depth), whatever order they were written in: a manifest file (the planner's
+ * input) keeps the author's. Objects are rebuilt with their keys inserted in that order and then
+ * JSON.stringify'd, so that an object read from the API server hashes exactly as it did before
+ * (revisions recorded in status stay the same), integer-like keys (which a JavaScript object
+ * puts first) included.
  */
 export function agentRevision(cr: Agent): string {
+  const goOrder = (a: string, b: string) => Buffer.compare(Buffer.from(a, "utf8"), Buffer.from(b, "utf8"));
+  const sorted = (v: unknown): unknown => {
+    if (Array.isArray(v)) return v.map(sorted);
+    if (typeof v !== "object" || v === null) return v;
+    // No prototype: a "__proto__" key is then a key like any other, as JSON.parse makes it.
+    const out = Object.create(null) as Record<string, unknown>;
+    for (const k of Object.keys(v).sort(goOrder)) out[k] = sorted((v as Record<string, unknown>)[k]);
+    return out;
+  };
   const { image, version, manifest, endpoint } = cr.spec;
-  return createHash("sha256").update(JSON.stringify([image, version ?? null, manifest ?? null, endpoint ?? null])).digest("hex").slice(0, 16);
+  return createHash("sha256").update(JSON.stringify([image, version ?? null, sorted(manifest ?? null), endpoint ?? null])).digest("hex").slice(0, 16);
 }
 
 /**

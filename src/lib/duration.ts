@@ -3,8 +3,16 @@
 
 const UNITS: Record<string, number> = { ns: 1e-6, us: 1e-3, "µs": 1e-3, ms: 1, s: 1000, m: 60_000, h: 3_600_000 };
 
-/** Milliseconds; throws an Error naming `flag` when the text is not a duration. */
+/** Milliseconds, in whole milliseconds; throws an Error naming `flag` when the text is not a duration. */
 export function parseDuration(text: string, flag: string): number {
+  return Math.round(durationMs(text, flag));
+}
+
+/**
+ * Milliseconds as written, not rounded (100us is 0.1): for a flag that must refuse what would
+ * round to 0. Throws an Error naming `flag` when the text is not a duration.
+ */
+export function durationMs(text: string, flag: string): number {
   if (text === "0") return 0;
   // Longer units first: "ms" before "m".
   const re = /(\d+(?:\.\d+)?|\.\d+)(ns|us|µs|ms|s|m|h)/y;
@@ -20,5 +28,5 @@ export function parseDuration(text: string, flag: string): number {
   if (text.length === 0 || pos !== text.length) {
     throw new Error(`${flag}: "${text}" is not a duration (examples: 30s, 10m, 1h30m)`);
   }
-  return Math.round(total);
+  return total;
 }

@@ -87,16 +87,25 @@ export function renderKustomization(dir: string): Promise<Source> {
   });
 }
 
+export interface ParseOptions {
+  /**
+   * The namespace was given with -n: an object that names another one is refused, as `kubectl
+   * apply -n` refuses it (rather than planned in a namespace the caller did not ask for).
+   */
+  enforceNamespace?: boolean;
+}
+
 /**
  * The objects of the sources. `namespace` is given to objects without one (-n, else the
  * kubeconfig context's, else "default"). Objects of our group must be of our kinds and
  * version; other kinds are kept (Secrets and ConfigMaps are read by the plan, the rest ignored).
+ * YAML is read as kubectl reads it: merge keys (`<<: *anchor`) are resolved.
  */
-export function parseSources(sources: Source[], namespace: string): ManifestObject[] {
+export function parseSources(sources: Source[], namespace: string, opts: ParseOptions = {}): ManifestObject[] {
   const out: ManifestObject[] = [];
   const seen = new Map<string, string>();
   for (const source of sources) {
-    const docs = parseAllDocuments(source.text);
+    const docs = parseAllDocuments(source.text, { merge: true });
     if (!Array.isArray(docs)) continue; // an empty file
     docs.forEach((doc, i) => {
       const where = docs.length > 1 ? `${source.name}: document ${i + 1}` : source.name;
@@ -105,7 +114,7 @@ export function parseSources(sources: Source[], namespace: string): ManifestObje
       const value: unknown = doc.toJS();
       if (value === null || value === undefined) return; // an empty document
       for (const obj of expandList(value, where)) {
-        const m = toManifest(obj, where, namespace);
+        const m = toManifest(obj, where, namespace, opts.enforceNamespace ?? false);
         const key = `${m.kind}/${m.metadata.namespace}/${m.metadata.name}`;
         const first = seen.get(key);
         if (first !== undefined) throw new ManifestError(`${where}: ${m.kind} ${m.metadata.namespace}/${m.metadata.name} is also in ${first}`);
@@ -125,7 +134,7 @@ function expandList(value: unknown, where: string): unknown[] {
   return [value];
 }
 
-function toManifest(obj: unknown, where: string, namespace: string): ManifestObject {
+function toManifest(obj: unknown, where: string, namespace: string, enforceNamespace: boolean): ManifestObject {
   if (!isRecord(obj)) throw new ManifestError(`${where}: not a Kubernetes object (a mapping with apiVersion, kind and metadata)`);
   const { apiVersion, kind, metadata } = obj;
   if (typeof apiVersion !== "string" || apiVersion === "") throw new ManifestError(`${where}: apiVersion is missing`);
@@ -142,6 +151,12 @@ function toManifest(obj: unknown, where: string, namespace: string): ManifestObj
     if (obj.spec !== undefined && !isRecord(obj.spec)) throw new ManifestError(`${where}: ${label}: spec is not a mapping`);
   }
   const ns = typeof metadata.namespace === "string" && metadata.namespace !== "" ? metadata.namespace : namespace;
+  if (enforceNamespace && ns !== namespace) {
+    // kubectl's words (kubectl apply -n).
+    throw new ManifestError(
+      `${where}: ${label}: the namespace from the provided object "${ns}" does not match the namespace "${namespace}". You must pass '--namespace=${ns}' to perform this operation.`,
+    );
+  }
   const m: ManifestObject = {
     apiVersion,
     kind,

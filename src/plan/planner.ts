@@ -6,13 +6,13 @@
 import { Annotations, ConditionType, DEFAULT_CONNECTION, GROUP, MARKER_KEY, VERSION, kindNames, type KindNames } from "../api/names.js";
 import Value from "typebox/value";
 import { allKinds, type Agent, type AgentDeployment, type Connection, type Sandbox, type Skill } from "../api/index.js";
-import { agentDeployments, type DeploymentPlan } from "../controllers/agent-deployment.js";
-import { agentRevision, agents, type AgentPlan } from "../controllers/agent.js";
+import { agentDeployments, deploymentExternalId, type DeploymentPlan } from "../controllers/agent-deployment.js";
+import { agentExternalId, agentRevision, agents, type AgentPlan } from "../controllers/agent.js";
 import { ConnectionPool, type ServiceHandle } from "../controllers/connection-pool.js";
 import type { KindContext, ManagedKind } from "../controllers/kind.js";
 import { ObjectStore, type ConfigMapObject } from "../controllers/object-store.js";
-import { sandboxes, type SandboxPlan } from "../controllers/sandbox.js";
-import { skillName, skills, type SkillPlan } from "../controllers/skill.js";
+import { sandboxExternalId, sandboxes, type SandboxPlan } from "../controllers/sandbox.js";
+import { skillExternalId, skillName, skills, type SkillPlan } from "../controllers/skill.js";
 import type { SecretObject } from "../managed/connection-secret.js";
 import { NotReadyError, classify } from "../managed/errors.js";
 import { managementOf } from "../managed/management-policies.js";
@@ -427,7 +427,7 @@ async function observeOne(
     }
     return { ...base, action: "unknown", reason: `${f.reason}: ${f.message}`, changes: specChanges, notes };
   }
-  const serviceId = kind.externalId(cr) ?? idOf(observed);
+  const serviceId = kind.externalId(cr) ?? idOf(cr.kind, observed);
   const withId = serviceId !== undefined ? { serviceId } : {};
   if (!observed.exists) {
     const adopting = cr.metadata.annotations?.[Annotations.externalId];
@@ -496,6 +496,16 @@ function actionOf(cr: Obj, observed: Observation<unknown, unknown>, handle: Serv
     }
     case "AgentDeployment": {
       const p = observed.plan as DeploymentPlan;
+      // As for a Sandbox's VM: the operator does not replace a deployment the user named to take
+      // over (reason AdoptedDeploymentNotReplaced, until the annotation is removed).
+      if (p.action === "replace" && cr.metadata.annotations?.[Annotations.externalId] === p.deployment.id) {
+        return {
+          action: "unknown",
+          reason: `AdoptedDeploymentNotReplaced: ${p.why}, which needs a new deployment, but the annotation ${Annotations.externalId} names deployment ${p.deployment.id}: the operator will not replace it (remove the annotation to have it replaced)`,
+          changes: specChanges,
+          notes,
+        };
+      }
       if (p.action === "replace") return { action: "replace", reason: `${p.why}; the endpoint may change`, changes: specChanges, notes };
       if (p.action === "stop") return { action: "update", reason: "stop the deployment (spec.suspend: true)", changes: specChanges, notes };
       if (p.action === "redeploy") return { action: "update", reason: `redeploy: ${p.why}`, changes: specChanges, notes };
@@ -530,9 +540,25 @@ function withoutMarker(v: unknown): unknown {
   return rest;
 }
 
-function idOf(observed: Observation<unknown, unknown>): string | undefined {
-  const s = observed.status as Record<string, unknown> | undefined;
-  const id = s?.agentId ?? s?.deploymentId ?? s?.vmId ?? s?.skillName;
+/**
+ * Each kind's own id of its service object, as its controller reads it (the adoption
+ * annotation, else status): an AgentDeployment's status also holds its Agent's id, which is not
+ * its object.
+ */
+const EXTERNAL_IDS: Record<string, (o: Obj) => string | undefined> = {
+  Skill: (o) => skillExternalId(o as unknown as Skill),
+  Agent: (o) => agentExternalId(o as unknown as Agent),
+  AgentDeployment: (o) => deploymentExternalId(o as unknown as AgentDeployment),
+  Sandbox: (o) => sandboxExternalId(o as unknown as Sandbox),
+};
+
+/** The status field of each kind that holds its service object's id. */
+const STATUS_IDS: Record<string, string> = { Skill: "skillName", Agent: "agentId", AgentDeployment: "deploymentId", Sandbox: "vmId" };
+
+/** The id of the service object observe found, out of the status it would write. */
+function idOf(kind: string, observed: Observation<unknown, unknown>): string | undefined {
+  const field = STATUS_IDS[kind];
+  const id = field === undefined ? undefined : (observed.status as Record<string, unknown> | undefined)?.[field];
   return typeof id === "string" ? id : undefined;
 }
 
@@ -597,8 +623,7 @@ function pruned(live: Live, planned: ManifestObject[], namespaces: string[], sel
       } else if (names.kind === kindNames.sandboxRun.kind) {
         r.reason = "the run and its output ConfigMap go (a step still running is stopped)";
       } else {
-        const status = o.status as Record<string, unknown> | undefined;
-        const id = annotations[Annotations.externalId] ?? status?.agentId ?? status?.deploymentId ?? status?.vmId ?? status?.skillName;
+        const id = EXTERNAL_IDS[names.kind]?.(o);
         if (typeof id === "string") r.serviceId = id;
         const management = managementOf(o.spec);
         if (o.spec.deletionPolicy === "Orphan") r.reason = "the service object is left in place (deletionPolicy: Orphan)";

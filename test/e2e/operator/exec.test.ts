@@ -124,6 +124,21 @@ spec: {tier: standard, ttlSeconds: 3600}`, t.namespace);
     expect(sleeping[0]?.status().exit_code).toBe(137);
   });
 
+  it("kills the command in the VM and exits 141, quietly, when its output is closed (| head)", async () => {
+    const runtime = t.stack.emulator.runtimes.get(String((await t.stack.kube.get<{ status: { vmId: string } }>(`/apis/agentcompute.dev/v1alpha1/namespaces/${t.namespace}/sandboxes/box`)).status.vmId));
+    let child: ChildProcess | undefined;
+    // The reader goes away after the first line, as `| head -1` does; the command writes again.
+    const r = await exec(["-n", t.namespace, "box", "--", "echo first; sleep 1; echo second; sleep 300; echo never"], {
+      onStart: (c) => (child = c),
+      onStdout: () => child?.stdout?.destroy(),
+    });
+    expect(r).toEqual({ code: 141, stdout: "first\n", stderr: "" });
+    const sleeping = [...(runtime?.commands.values() ?? [])].filter((c) => c.spec.command.includes("echo second"));
+    expect(sleeping).toHaveLength(1);
+    await waitFor(() => sleeping[0]?.running === false, { timeoutMs: 10_000, description: "the remote command to be killed" });
+    expect(sleeping[0]?.status().exit_code).toBe(137);
+  });
+
   it("waits for the command, and exits with its code, when its output stream is cut mid-way", async () => {
     // A proxy in front of the emulator that cuts the first command stream after its first bytes,
     // and answers the first question of how the command is doing with a 503 of its own.

@@ -32,10 +32,12 @@ function run(args: string[], input?: string): Promise<{ code: number; stdout: st
   });
 }
 
+// The manifest's keys are not in sorted order (the API server's copy has them sorted): an
+// unchanged Agent must still plan as unchanged, and its deployments as not redeployed.
 const agent = (name: string, image: string) => `apiVersion: agentcompute.dev/v1alpha1
 kind: Agent
 metadata: {name: ${name}}
-spec: {image: "${image}", manifest: {name: ${name}, skills: [{id: run, inputModes: [text]}]}}`;
+spec: {image: "${image}", manifest: {skills: [{inputModes: [text], id: run}], name: ${name}}}`;
 const skill = (name: string, content: string) => `apiVersion: agentcompute.dev/v1alpha1
 kind: Skill
 metadata: {name: ${name}}

@@ -33,9 +33,19 @@ describe("exec: parseExecFlags", () => {
     [["--bogus", "box", "--", "ls"], /bogus/],
     [["box", "-e", "NOEQUALS", "--", "ls"], /--env: "NOEQUALS" is not KEY=VALUE/],
     [["box", "--timeout", "soon", "--", "ls"], /--timeout/],
+    // 0, or less than a millisecond, would reach the VM as no timeout at all.
+    [["box", "--timeout", "0", "--", "ls"], /^--timeout: "0" is less than 1ms; give a longer one \(e\.g\. 30s\), or leave --timeout out for no timeout$/],
+    [["box", "--timeout", "100us", "--", "ls"], /^--timeout: "100us" is less than 1ms/],
+    [["box", "--timeout=999us", "--", "ls"], /^--timeout: "999us" is less than 1ms/],
   ])("refuses %j", (argv, message) => {
     expect(() => parseExecFlags(argv)).toThrow(UsageError);
     expect(() => parseExecFlags(argv)).toThrow(message);
+  });
+
+  it("takes a timeout of 1ms or more, in whole milliseconds", () => {
+    expect(parseExecFlags(["box", "--timeout", "1ms", "--", "ls"])).toMatchObject({ options: { timeoutMs: 1 } });
+    expect(parseExecFlags(["box", "--timeout", "1500us", "--", "ls"])).toMatchObject({ options: { timeoutMs: 2 } });
+    expect(parseExecFlags(["box", "--timeout", "1h30m", "--", "ls"])).toMatchObject({ options: { timeoutMs: 5_400_000 } });
   });
 
   it("answers --help", () => {

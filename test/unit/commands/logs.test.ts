@@ -4,15 +4,20 @@ import type { SandboxRunStatus } from "../../../src/api/index.js";
 import { sayProgress } from "../../../src/commands/logs.js";
 
 /** The lines said over a sequence of looks at a run, as printLogs says them (once each). */
-function said(looks: SandboxRunStatus[]): string[] {
+function said(looks: SandboxRunStatus[], follow = true): string[] {
   const keys = new Set<string>();
   const lines: string[] = [];
   for (const st of looks) {
-    sayProgress(st, "job", (key, line) => {
-      if (keys.has(key)) return;
-      keys.add(key);
-      lines.push(line.trimEnd());
-    });
+    sayProgress(
+      st,
+      "job",
+      (key, line) => {
+        if (keys.has(key)) return;
+        keys.add(key);
+        lines.push(line.trimEnd());
+      },
+      follow,
+    );
   }
   return lines;
 }
@@ -32,6 +37,16 @@ describe("logs: what a run that has not ended is doing", () => {
       'sandboxrun/job: WaitingForSandbox: Sandbox "box" is not Ready yet',
       '--- step "build" (attempt 1) is running; its output is printed once it has ended ---',
     ]);
+  });
+
+  it("without -f, says a running step's output is not printed yet and that -f follows it", () => {
+    const running: SandboxRunStatus = {
+      phase: "Running",
+      attempts: 1,
+      steps: [{ name: "build", commandId: "c1", startedAt: "2026-11-25T00:00:01Z" }],
+      conditions: ready("Running", 'step 1/1 "build" is running'),
+    };
+    expect(said([running], false)).toEqual(['--- step "build" (attempt 1) is still running; its output is not printed yet (-f follows the run and prints it once the step has ended) ---']);
   });
 
   it("says a trouble met while a step runs, rather than only that the step runs", () => {

@@ -39,6 +39,29 @@ describe("manifest loading", () => {
     expect(bad("kind: Skill\nmetadata: {name: [oops")).toThrow(ManifestError);
   });
 
+  it("resolves YAML merge keys (<<: *anchor), as kubectl reads them", () => {
+    const text = `apiVersion: agentcompute.dev/v1alpha1
+kind: Sandbox
+metadata: {name: box, labels: &labels {app: web}}
+spec:
+  <<: [{tier: large, ttlSeconds: 600}, {tier: standard, keepAlive: true}]
+  ttlSeconds: 900
+  env:
+    <<: *labels`;
+    // The mapping's own keys win, then the first merged mapping's.
+    expect(parseSources([{ name: "m.yaml", text }], "ns")[0]?.spec).toEqual({ tier: "large", keepAlive: true, ttlSeconds: 900, env: { app: "web" } });
+  });
+
+  it("with -n given, refuses an object naming another namespace, as kubectl apply -n does; without, keeps it", () => {
+    const text = [skill("a"), skill("b", "other")].join("\n---\n");
+    expect(() => parseSources([{ name: "m.yaml", text }], "staging", { enforceNamespace: true })).toThrow(
+      `m.yaml: document 2: Skill "b": the namespace from the provided object "other" does not match the namespace "staging". You must pass '--namespace=other' to perform this operation.`,
+    );
+    expect(() => parseSources([{ name: "m.yaml", text }], "staging", { enforceNamespace: true })).toThrow(ManifestError);
+    expect(parseSources([{ name: "m.yaml", text: skill("b", "staging") }], "staging", { enforceNamespace: true })[0]?.metadata.namespace).toBe("staging");
+    expect(parseSources([{ name: "m.yaml", text }], "staging").map((o) => o.metadata.namespace)).toEqual(["staging", "other"]);
+  });
+
   it("reads files, directories (sorted, .yaml/.yml/.json only; -R for sub-directories) and stdin", () => {
     const dir = mkdtempSync(join(tmpdir(), "plan-unit-"));
     writeFileSync(join(dir, "b.yaml"), skill("b"));

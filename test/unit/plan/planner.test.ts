@@ -5,10 +5,15 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startEmulator, type Emulator } from "../../../src/emulator/index.js";
 import { MARKER_KEY } from "../../../src/api/names.js";
+import type { Agent, Sandbox } from "../../../src/api/index.js";
+import { agentRevision } from "../../../src/controllers/agent.js";
+import { allocationHash } from "../../../src/controllers/sandbox.js";
+import type { AllocateVMRequest } from "../../../src/service/index.js";
 import { parseSources } from "../../../src/plan/manifests.js";
 import { LAST_APPLIED, plan, type ClusterReader } from "../../../src/plan/planner.js";
 import { parseSelector } from "../../../src/plan/selector.js";
 import type { PlanResult, ResourcePlan } from "../../../src/plan/model.js";
+import { renderText } from "../../../src/plan/render.js";
 
 const NS = "team";
 const ORG = "org-unit";
@@ -315,6 +320,126 @@ spec: {agentId: "${agent.id}", tier: large, managementPolicies: [Observe, Create
       expect(r.action).toBe("none");
       expect(r.reason).toMatch(/leaves out Update: the replacement would be reported \(condition Drifted\)/);
       expect(r.notes.join("\n")).toMatch(/DeploymentFailed: the service reports deployment \S+ as failed/);
+    } finally {
+      cluster.set("agentdeployments", []);
+    }
+  });
+
+  it("plans no redeploy for an unchanged Agent whose manifest is written in another key order than the API server's", async () => {
+    // The API server hands a free-form manifest back with its keys sorted (Go's maps); the
+    // revision recorded by the operator was taken over that copy.
+    const sortedManifest = { description: "Labels tickets.", input_schema: { properties: { ticket: { type: "string" } }, type: "object" }, name: "triage", version: "1.4.2" };
+    const registry = emu.state.createAgent({ name: "triage", org_id: ORG, image: "t:1", metadata: { [MARKER_KEY]: "uid-triage" } });
+    const dep = emu.state.deploy(registry.id, { tier: "standard" });
+    const liveAgent = live("triage", { image: "t:1", manifest: sortedManifest }, { agentId: registry.id });
+    const revision = agentRevision(liveAgent as unknown as Agent);
+    (liveAgent.status as Record<string, unknown>).revision = revision;
+    const agents = cluster.get("agents")!;
+    cluster.set("agents", [...agents, liveAgent]);
+    cluster.set("agentdeployments", [live("triage-prod", { agentRef: { name: "triage" }, tier: "standard" }, { deploymentId: dep.id, agentId: registry.id, agentRevision: revision })]);
+    try {
+      const yaml = `apiVersion: agentcompute.dev/v1alpha1
+kind: Agent
+metadata: {name: triage}
+spec:
+  image: "t:1"
+  manifest:
+    name: triage
+    version: "1.4.2"
+    description: Labels tickets.
+    input_schema:
+      type: object
+      properties:
+        ticket: {type: string}
+---
+apiVersion: agentcompute.dev/v1alpha1
+kind: AgentDeployment
+metadata: {name: triage-prod}
+spec: {agentRef: {name: triage}, tier: standard}`;
+      const p = await plan(reader, manifests(yaml), { prune: false });
+      const d = find(p, "AgentDeployment", "triage-prod");
+      expect(d.reason).toBeUndefined();
+      expect(d.action).toBe("none");
+      // A real change of the manifest is still a redeploy.
+      const changed = await plan(reader, manifests(yaml.replace("ticket: {type: string}", "ticket: {type: integer}")), { prune: false });
+      expect(find(changed, "AgentDeployment", "triage-prod").reason).toMatch(/^redeploy: the Agent changed/);
+    } finally {
+      cluster.set("agents", agents);
+      cluster.set("agentdeployments", []);
+    }
+  });
+
+  it("reads YAML merge keys as kubectl does: a Sandbox written with one plans as it does without", async () => {
+    const vm = emu.state.allocateVM({ tier: "large", ttl_seconds: 600, org_id: ORG, metadata: {} });
+    const sandboxes = cluster.get("sandboxes")!;
+    // Made for tier large: a spec that reads otherwise (a merge key left unread: no tier) replaces it.
+    const configHash = allocationHash({ metadata: { uid: "uid-merged" } } as Sandbox, { tier: "large", org_id: ORG } as AllocateVMRequest);
+    cluster.set("sandboxes", [...sandboxes, live("merged", { tier: "large", ttlSeconds: 600 }, { vmId: vm.vm_id, tier: "large", configHash })]);
+    try {
+      const plain = "apiVersion: agentcompute.dev/v1alpha1\nkind: Sandbox\nmetadata: {name: merged}\nspec: {tier: large, ttlSeconds: 600}";
+      const merged = "apiVersion: agentcompute.dev/v1alpha1\nkind: Sandbox\nmetadata: {name: merged}\nspec:\n  <<: &common\n    tier: large\n  ttlSeconds: 600";
+      const withMerge = find(await plan(reader, manifests(merged), { prune: false }), "Sandbox", "merged");
+      const without = find(await plan(reader, manifests(plain), { prune: false }), "Sandbox", "merged");
+      expect(withMerge).toEqual({ ...without, source: withMerge.source });
+      expect(withMerge).toMatchObject({ action: "none", changes: [] });
+    } finally {
+      cluster.set("sandboxes", sandboxes);
+    }
+  });
+
+  it("names each pruned resource by its own service object: an AgentDeployment by its deployment, not its Agent", async () => {
+    const status = { deploymentId: "dep-to-go", agentId: "ag-of-the-agent" };
+    cluster.set("agentdeployments", [live("dropped-dep", { agentRef: { name: "drifted" }, tier: "standard" }, status)]);
+    try {
+      const yaml = "apiVersion: agentcompute.dev/v1alpha1\nkind: Skill\nmetadata: {name: paused-skill}\nspec: {content: old}";
+      const p = await plan(reader, manifests(yaml), { prune: true });
+      expect(find(p, "AgentDeployment", "dropped-dep")).toMatchObject({ action: "delete", serviceId: "dep-to-go" });
+      expect(renderText(p)).toContain(`  - AgentDeployment ${NS}/dropped-dep will be deleted (dep-to-go): its service object is deleted`);
+    } finally {
+      cluster.set("agentdeployments", []);
+    }
+  });
+
+  it("names an AgentDeployment's deployment, not its Agent, when observe finds it by its marker", async () => {
+    const agent = emu.state.createAgent({ name: "found-again", org_id: ORG, image: "f:1" });
+    const dep = emu.state.deploy(agent.id, { tier: "standard", metadata: { [MARKER_KEY]: "uid-lost-status" } });
+    // Its status write was lost: no deploymentId; the deployment carries the resource's marker.
+    cluster.set("agentdeployments", [live("lost-status", { agentId: agent.id, tier: "standard" }, {}, { uid: "uid-lost-status" })]);
+    try {
+      const yaml = `apiVersion: agentcompute.dev/v1alpha1\nkind: AgentDeployment\nmetadata: {name: lost-status}\nspec: {agentId: "${agent.id}", tier: standard}`;
+      const r = find(await plan(reader, manifests(yaml), { prune: false }), "AgentDeployment", "lost-status");
+      expect(r.serviceId).toBe(dep.id);
+    } finally {
+      cluster.set("agentdeployments", []);
+    }
+  });
+
+  it("says a deployment adopted with the annotation is not replaced for a spec that needs a new one", async () => {
+    const agent = emu.state.createAgent({ name: "imported-agent", org_id: ORG, image: "i:1" });
+    const dep = emu.state.deploy(agent.id, { tier: "standard" });
+    const spec = { agentId: agent.id, tier: "standard" };
+    cluster.set("agentdeployments", [
+      live("imported-dep", spec, { deploymentId: dep.id, optionsHash: "applied-before", configHash: dep.config_hash }, {
+        annotations: { [LAST_APPLIED]: "{}", "agentcompute.dev/external-id": dep.id },
+      }),
+    ]);
+    try {
+      const yaml = `apiVersion: agentcompute.dev/v1alpha1
+kind: AgentDeployment
+metadata: {name: imported-dep, annotations: {agentcompute.dev/external-id: ${dep.id}}}
+spec: {agentId: "${agent.id}", tier: large}`;
+      const p = await plan(reader, manifests(yaml), { prune: false });
+      const r = find(p, "AgentDeployment", "imported-dep");
+      expect(r).toMatchObject({ action: "unknown", serviceId: dep.id, changes: [{ path: "spec.tier", old: "standard", new: "large" }] });
+      expect(r.reason).toMatch(
+        new RegExp(
+          `^AdoptedDeploymentNotReplaced: the deploy options in the spec changed \\(.*\\), which needs a new deployment, but the annotation agentcompute\\.dev/external-id names deployment ${dep.id}: the operator will not replace it \\(remove the annotation to have it replaced\\)$`,
+        ),
+      );
+      // Without the annotation, the same change is a replacement.
+      const plainYaml = yaml.replace(/, annotations: \{[^}]*\}/, "");
+      cluster.set("agentdeployments", [live("imported-dep", spec, { deploymentId: dep.id, optionsHash: "applied-before", configHash: dep.config_hash })]);
+      expect(find(await plan(reader, manifests(plainYaml), { prune: false }), "AgentDeployment", "imported-dep").action).toBe("replace");
     } finally {
       cluster.set("agentdeployments", []);
     }

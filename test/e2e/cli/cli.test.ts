@@ -1,0 +1,261 @@
+// The client commands as a user runs them (child processes: src/cli.ts, and the kubectl plugin
+// through the real kubectl) against the real API server: what they print and how they exit when
+// their output is closed (`| head`), when -n is empty or disagrees with a manifest, when the API
+// server cannot be reached, and under the plugin's name. No operator runs: the objects the
+// commands read (a SandboxRun that has ended, one with a step running, a Sandbox) are real
+// objects of a test namespace, their status written through the status subresource.
+import { spawn } from "node:child_process";
+import { chmodSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { createServer, type AddressInfo } from "node:net";
+import { tmpdir } from "node:os";
+import { delimiter, join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import type { PlanResult } from "../../../src/plan/model.js";
+import { kubectlOk, testKubeconfig, useTestNamespace } from "../support/kube.js";
+import { apply, installCRDs } from "../support/operator.js";
+
+const CLI = fileURLToPath(new URL("../../../src/cli.ts", import.meta.url));
+const PLUGIN = fileURLToPath(new URL("../../../src/kubectl-plugin.ts", import.meta.url));
+const TSX = fileURLToPath(new URL("../../../node_modules/tsx/dist/loader.mjs", import.meta.url));
+
+const ns = useTestNamespace("cli");
+
+interface Result {
+  code: number | null;
+  stdout: string;
+  stderr: string;
+}
+
+/**
+ * Runs `cmd args` to its end, without $KUBECONFIG (the commands are given --kubeconfig) unless
+ * `env` sets it. `closeAfterFirstChunk`: stdout is closed once its first bytes arrived, as
+ * `| head -2` closes it.
+ */
+function spawnRun(cmd: string, args: string[], opts: { env?: NodeJS.ProcessEnv; closeAfterFirstChunk?: boolean } = {}): Promise<Result> {
+  return new Promise((resolve, reject) => {
+    const env = { ...process.env };
+    delete env.KUBECONFIG;
+    const child = spawn(cmd, args, { env: { ...env, ...opts.env }, stdio: ["ignore", "pipe", "pipe"] });
+    let stdout = "";
+    let stderr = "";
+    child.stdout.on("data", (b: Buffer) => {
+      stdout += b.toString("utf8");
+      if (opts.closeAfterFirstChunk) child.stdout.destroy();
+    });
+    child.stderr.on("data", (b: Buffer) => (stderr += b.toString("utf8")));
+    child.on("error", reject);
+    child.on("close", (code) => resolve({ code, stdout, stderr }));
+  });
+}
+
+/** `agent-operator <args>` */
+const run = (args: string[], opts: { closeAfterFirstChunk?: boolean } = {}) => spawnRun(process.execPath, ["--import", "tsx", CLI, ...args], opts);
+
+interface KubeconfigDoc {
+  "current-context": string;
+  contexts: Array<{ name: string; context: { cluster: string; user: string; namespace?: string } }>;
+  clusters: Array<{ name: string; cluster: { server: string } }>;
+  users: Array<{ name: string; user: Record<string, unknown> }>;
+}
+
+let dir: string;
+let pluginDir: string;
+/** The test API server's kubeconfig, one context (the current one), its namespace the test namespace. */
+let kubeconfig: string;
+let context: string;
+let doc: KubeconfigDoc;
+
+const skill = (name: string, namespace?: string) =>
+  `apiVersion: agentcompute.dev/v1alpha1\nkind: Skill\nmetadata: {name: ${name}${namespace === undefined ? "" : `, namespace: ${namespace}`}}\nspec: {content: "${"x".repeat(100)}"}`;
+
+const file = (name: string, text: string) => {
+  const path = join(dir, name);
+  writeFileSync(path, text);
+  return path;
+};
+
+/** Writes `status` through the status subresource (no operator runs to write it). */
+async function setStatus(resource: string, status: unknown): Promise<void> {
+  await kubectlOk(["patch", resource, "--subresource=status", "--type=merge", "-p", JSON.stringify({ status })], { namespace: ns.name });
+}
+
+/** A loopback port nothing listens on: bound, then closed. */
+async function closedPort(): Promise<number> {
+  const server = createServer();
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  const { port } = server.address() as AddressInfo;
+  await new Promise<void>((resolve) => server.close(() => resolve()));
+  return port;
+}
+
+beforeAll(async () => {
+  await installCRDs();
+  dir = mkdtempSync(join(tmpdir(), "cli-e2e-"));
+  // The test API server's address and credentials (inlined), its current context only; the
+  // context's namespace becomes the test namespace, for -n "" to resolve to.
+  doc = JSON.parse(await kubectlOk(["config", "view", "--raw", "--minify", "--flatten", "-o", "json"])) as KubeconfigDoc;
+  context = doc["current-context"];
+  doc.contexts[0]!.context.namespace = ns.name;
+  kubeconfig = file("kubeconfig", JSON.stringify(doc));
+
+  await apply(
+    `apiVersion: agentcompute.dev/v1alpha1
+kind: Sandbox
+metadata: {name: box}
+spec: {tier: standard, ttlSeconds: 3600}
+---
+apiVersion: agentcompute.dev/v1alpha1
+kind: SandboxRun
+metadata: {name: big}
+spec: {sandboxRef: {name: box}, steps: [{name: dump, command: "cat big"}]}
+---
+apiVersion: agentcompute.dev/v1alpha1
+kind: SandboxRun
+metadata: {name: busy}
+spec: {sandboxRef: {name: box}, steps: [{name: build, command: make}]}`,
+    ns.name,
+  );
+  // Some 900 KB of output (a ConfigMap holds at most 1 MiB): more than a pipe holds. Created, not
+  // applied: kubectl apply would copy it into an annotation, which holds far less.
+  await kubectlOk(["create", "-f", "-"], {
+    namespace: ns.name,
+    input: JSON.stringify({ apiVersion: "v1", kind: "ConfigMap", metadata: { name: "big-output" }, data: { dump: "line of output\n".repeat(60_000) } }),
+  });
+  await setStatus("sandboxrun/big", {
+    phase: "Succeeded",
+    attempts: 1,
+    outputConfigMap: "big-output",
+    steps: [{ name: "dump", startedAt: "2026-11-25T00:00:00Z", finishedAt: "2026-11-25T00:00:01Z", exitCode: 0 }],
+  });
+  await setStatus("sandboxrun/busy", {
+    phase: "Running",
+    attempts: 1,
+    steps: [{ name: "build", commandId: "c1", startedAt: "2026-11-25T00:00:00Z" }],
+    conditions: [{ type: "Ready", status: "False", reason: "Running", message: 'step 1/1 "build" is running', lastTransitionTime: "2026-11-25T00:00:00Z" }],
+  });
+
+  // What `npm install -g` or a krew install leaves on PATH: an executable kubectl-agentcompute.
+  pluginDir = mkdtempSync(join(tmpdir(), "cli-e2e-plugin-"));
+  const shim = join(pluginDir, "kubectl-agentcompute");
+  writeFileSync(shim, `#!/bin/sh\nexec "${process.execPath}" --import "${TSX}" "${PLUGIN}" "$@"\n`);
+  chmodSync(shim, 0o755);
+}, 120_000);
+
+afterAll(() => {
+  if (dir !== undefined) rmSync(dir, { recursive: true, force: true });
+  if (pluginDir !== undefined) rmSync(pluginDir, { recursive: true, force: true });
+});
+
+describe("a closed output (| head)", () => {
+  it("ends plan quietly with 141, as a program killed by SIGPIPE", async () => {
+    // Some 400 KB of plan: more than a pipe holds, so plan is still writing when it is closed.
+    const many = file("many.yaml", Array.from({ length: 1500 }, (_, i) => skill(`s-${i}`)).join("\n---\n"));
+    const r = await run(["plan", "--kubeconfig", testKubeconfig(), "-n", ns.name, "-f", many], { closeAfterFirstChunk: true });
+    expect(r.stderr).toBe("");
+    expect(r.code).toBe(141);
+    expect(r.stdout).toMatch(/^agent-operator would perform the following actions/);
+  });
+
+  it("ends logs quietly with 141", async () => {
+    const r = await run(["logs", "--kubeconfig", testKubeconfig(), "-n", ns.name, "big"], { closeAfterFirstChunk: true });
+    expect(r.stderr).toBe('--- step "dump" (attempt 1, exit code 0) ---\n');
+    expect(r.code).toBe(141);
+  });
+});
+
+describe("logs without -f", () => {
+  it("says a running step is still running, its output not printed yet, and that -f follows it", async () => {
+    const r = await run(["logs", "--kubeconfig", testKubeconfig(), "-n", ns.name, "busy"]);
+    expect(r).toEqual({
+      code: 0,
+      stdout: "",
+      stderr: '--- step "build" (attempt 1) is still running; its output is not printed yet (-f follows the run and prints it once the step has ended) ---\n',
+    });
+  });
+});
+
+describe('-n "" (an unset $NS)', () => {
+  it("is the context's namespace, as kubectl takes it, for plan, exec and logs", async () => {
+    const r = await run(["plan", "--kubeconfig", kubeconfig, "-n", "", "-f", file("one.yaml", skill("one")), "-o", "json"]);
+    expect(r.stderr).toBe("");
+    expect((JSON.parse(r.stdout) as PlanResult).resources.map((x) => `${x.namespace}/${x.name}`)).toEqual([`${ns.name}/one`]);
+    // The Sandbox and the SandboxRun of the context's namespace are found (and nothing elsewhere has their names).
+    const exec = await run(["exec", "--kubeconfig", kubeconfig, "-n", "", "box", "--", "ls"]);
+    expect(exec).toMatchObject({
+      code: 1,
+      stderr: `agent-operator exec: Sandbox "box" in namespace "${ns.name}" has no running VM: no Ready condition yet; wait for it: kubectl wait --for=condition=Ready sandbox/box -n ${ns.name}\n`,
+    });
+    const logs = await run(["logs", "--kubeconfig", kubeconfig, "-n", "", "busy"]);
+    expect(logs).toEqual({
+      code: 0,
+      stdout: "",
+      stderr: '--- step "build" (attempt 1) is still running; its output is not printed yet (-f follows the run and prints it once the step has ended) ---\n',
+    });
+    const missing = await run(["logs", "--kubeconfig", kubeconfig, "-n", "", "nothing"]);
+    expect(missing.stderr).toBe(`agent-operator logs: SandboxRun "nothing" not found in namespace "${ns.name}" (kubectl get sandboxruns -n ${ns.name})\n`);
+  });
+});
+
+describe("plan -n with a manifest of another namespace", () => {
+  it("is refused as kubectl apply -n refuses it, naming the file and document (exit 1)", async () => {
+    const path = file("other.yaml", `${skill("mine")}\n---\n${skill("theirs", "production")}`);
+    const r = await run(["plan", "--kubeconfig", kubeconfig, "-n", ns.name, "-f", path]);
+    expect(r.code).toBe(1);
+    expect(r.stdout).toBe("");
+    expect(r.stderr).toBe(
+      `agent-operator plan: bad manifest: ${path}: document 2: Skill "theirs": the namespace from the provided object "production" does not match the namespace "${ns.name}". You must pass '--namespace=production' to perform this operation.\n`,
+    );
+    // So does kubectl apply -n itself (nothing is created).
+    const kubectlSays = await spawnRun(process.env.KUBECTL ?? "kubectl", ["apply", "--dry-run=server", "--kubeconfig", kubeconfig, "-n", ns.name, "-f", path]);
+    expect(kubectlSays.code).not.toBe(0);
+    expect(kubectlSays.stderr).toContain(`the namespace from the provided object "production" does not match the namespace "${ns.name}". You must pass '--namespace=production' to perform this operation.`);
+    // Without -n, each object keeps its own namespace.
+    const ok = await run(["plan", "--kubeconfig", kubeconfig, "-f", path, "-o", "json"]);
+    expect((JSON.parse(ok.stdout) as PlanResult).resources.map((x) => x.namespace)).toEqual([ns.name, "production"]);
+  });
+});
+
+describe("an API server that cannot be reached", () => {
+  it("is named, with its URL, the kubeconfig and the context, by plan, logs and exec; no credentials shown", async () => {
+    // The test API server's kubeconfig (its credentials, and a token besides), its server a
+    // loopback port nothing listens on.
+    const port = await closedPort();
+    const token = "kubeconfig-token-never-shown-5Zq";
+    const down: KubeconfigDoc = JSON.parse(JSON.stringify(doc)) as KubeconfigDoc;
+    down.clusters[0]!.cluster.server = `https://127.0.0.1:${port}`;
+    down.users[0]!.user.token = token;
+    const credentials = Object.values(down.users[0]!.user).filter((v): v is string => typeof v === "string" && v.length >= 16);
+    const unreachable = file("kubeconfig-down", JSON.stringify(down));
+
+    const said = `cannot reach the API server https://127.0.0.1:${port} (kubeconfig ${unreachable}, context "${context}"): connect ECONNREFUSED 127.0.0.1:${port}`;
+    const plan = await run(["plan", "--kubeconfig", unreachable, "-f", file("reach.yaml", skill("one"))]);
+    expect(plan).toMatchObject({ code: 1, stdout: "", stderr: `agent-operator plan: ${said}\n` });
+    const logs = await run(["logs", "--kubeconfig", unreachable, "some-run"]);
+    expect(logs).toMatchObject({ code: 1, stderr: `agent-operator logs: ${said}\n` });
+    const exec = await run(["exec", "--kubeconfig", unreachable, "box", "--", "ls"]);
+    expect(exec).toMatchObject({ code: 1, stderr: `agent-operator exec: cannot read Sandbox "box" in namespace "${ns.name}": ${said}\n` });
+    expect(credentials).toContain(token);
+    for (const r of [plan, logs, exec]) for (const secret of credentials) expect(r.stderr).not.toContain(secret);
+  });
+});
+
+describe("the kubectl plugin", () => {
+  it("names plan as kubectl agentcompute plan in its errors and usage", async () => {
+    const kubectlBin = process.env.KUBECTL ?? "kubectl";
+    const env = { PATH: `${pluginDir}${delimiter}${process.env.PATH ?? ""}`, KUBECONFIG: kubeconfig };
+    const r = await spawnRun(kubectlBin, ["agentcompute", "plan", "--bogus"], { env });
+    expect(r.code).toBe(1);
+    expect(r.stderr).toMatch(/^kubectl agentcompute plan: Unknown option '--bogus'/);
+    expect(r.stderr).toContain("usage: kubectl agentcompute plan (-f FILENAME | -k DIRECTORY) [flags]");
+    expect(r.stderr).not.toContain("agent-operator plan");
+    const help = await spawnRun(kubectlBin, ["agentcompute", "plan", "--help"], { env });
+    expect(help.stdout).toMatch(/^usage: kubectl agentcompute plan /);
+    const bad = await spawnRun(kubectlBin, ["agentcompute", "plan", "-f", join(dir, "missing.yaml")], { env });
+    expect(bad.stderr).toBe(`kubectl agentcompute plan: bad manifest: ${join(dir, "missing.yaml")}: no such file or directory\n`);
+    // And a plan through the plugin, against the real API server (KUBECONFIG, its context's namespace).
+    const ok = await spawnRun(kubectlBin, ["agentcompute", "plan", "-f", file("plugin.yaml", skill("via-plugin")), "-o", "json"], { env });
+    expect(ok.stderr).toBe("");
+    expect((JSON.parse(ok.stdout) as PlanResult).resources.map((x) => `${x.namespace}/${x.name}`)).toEqual([`${ns.name}/via-plugin`]);
+  });
+});
