@@ -120,9 +120,10 @@ class DeploymentClient implements ExternalClient<AgentDeployment, DeploymentPlan
       status: {
         ...statusOf(found),
         // Both hashes are what we applied and what the service said then; a drifted config_hash
-        // must not be recorded before it is put back, or the drift would be forgotten.
+        // must not be recorded before it is put back, or the drift would be forgotten. (An
+        // imported deployment's is never put back: recorded as it is.)
         optionsHash: applied.status?.optionsHash ?? optionsHash(cr),
-        configHash: applied.status?.configHash ?? found.config_hash,
+        configHash: cr.metadata.annotations?.[Annotations.externalId] === found.id ? found.config_hash : (applied.status?.configHash ?? found.config_hash),
         // The agent revision is only recorded once it is what runs.
         agentRevision: upToDate ? target.revision : cr.status?.agentRevision,
         redeployAt: cr.status?.redeployAt ?? cr.metadata.annotations?.[Annotations.redeployAt],
@@ -163,7 +164,7 @@ class DeploymentClient implements ExternalClient<AgentDeployment, DeploymentPlan
           deployed = await this.deploy(cr, plan.target);
         } catch (err) {
           // Status must not go on naming the deployment just deleted, running, with its endpoint.
-          throw new FailedAfterChange(err, { deploymentId: null, state: null, endpoint: null, endpointName: null, agentRevision: null });
+          throw new FailedAfterChange(err, { deploymentId: null, agentId: null, state: null, endpoint: null, endpointName: null, tier: null, agentRevision: null });
         }
         return {
           status: this.statusAfterDeploy(cr, deployed, plan.target),
@@ -265,7 +266,10 @@ export function planFor(cr: AgentDeployment, found: Deployment, target: Target):
     return { action: "replace", why: `the deploy options in the spec changed (optionsHash ${applied} is now ${optionsHash(cr)})` };
   }
   const known = cr.status?.configHash;
-  if (known !== undefined && found.config_hash !== undefined && found.config_hash !== known) {
+  // One the user named with the annotation is taken as it is, changes made to it in the service
+  // included: they are its owner's, and replacing it would delete it.
+  const imported = cr.metadata.annotations?.[Annotations.externalId] === found.id;
+  if (!imported && known !== undefined && found.config_hash !== undefined && found.config_hash !== known) {
     return {
       action: "replace",
       why: `its configuration was changed outside the operator (config_hash ${known} is now ${found.config_hash})`,

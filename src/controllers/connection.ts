@@ -93,6 +93,10 @@ export class ConnectionReconciler implements Reconciler {
     try {
       const handle = this.opts.pool.clientFor(conn);
       const { expiresAt } = await handle.client.authenticate();
+      // A token obtained before still works, but the token service refused the credentials at
+      // its refresh (revoked, tokens issued before left alive): they are refused, and every
+      // call fails once that token runs out.
+      if (handle.client.credentials() === "refused") throw new RefusedAtRefresh(expiresAt);
       const observed: { [K in keyof ConnectionStatus]?: ConnectionStatus[K] | null } = { tokenExpiresAt: formatTime(expiresAt) };
       // The reports are extras: one the service refuses (an account that may not list its
       // access clients, a workspace it does not know) is said, and the Connection is still
@@ -239,9 +243,23 @@ function refused(err: unknown): string {
 /** Answers to a report's read that the same read would get again: the account or the spec is at fault, not the service. */
 const REPORT_REFUSALS = new Set([400, 403, 404, 422]);
 
+/** The credentials refused when the token was refreshed, the one obtained before still good until `expiresAt`. */
+class RefusedAtRefresh extends Error {
+  constructor(readonly expiresAt: Date) {
+    super("credentials refused at the token's refresh");
+  }
+}
+
 /** A Connection's own sorting of failures: what the token service and TLS say is about the Connection. */
 function describe(err: unknown, conn: Connection): Failure {
   if (err instanceof NotReadyError) return classify(err);
+  if (err instanceof RefusedAtRefresh) {
+    return {
+      kind: "stalled",
+      reason: "CredentialsRefused",
+      message: `the token service at ${conn.spec.authURL} refused the credentials in Secret "${conn.spec.credentials.secretRef.name}" when the token was refreshed; the token obtained before works until ${formatTime(err.expiresAt)}`,
+    };
+  }
   if (err instanceof InvalidEndpointError) {
     return {
       kind: "stalled",

@@ -84,10 +84,16 @@ export class ConnectionSecretWriter {
         await this.kube.create(path, body, { discardResult: true });
         created = true;
       } catch (err) {
-        // Created meanwhile (the cache lags behind our own writes): fall through to a patch.
         if (!isAlreadyExists(err)) throw err;
       }
-      if (!created) await this.kube.patch(`${path}/${name}`, { data }, "merge", { discardResult: true });
+      if (!created) {
+        // There, but not in the cache: created meanwhile (the cache lags behind our own
+        // writes), or one the cache leaves out (a Helm release's): patched only if it is ours.
+        const { items } = await this.kube.list<SecretObject>(path, { fieldSelector: `metadata.name=${name}` });
+        const found = items[0];
+        if (found !== undefined) assertOwned(found, cr);
+        await this.kube.patch(`${path}/${name}`, { data }, "merge", { discardResult: true });
+      }
     } else {
       assertOwned(existing, cr);
       // Observations do not always carry every detail (a list may omit the token): a key is

@@ -326,7 +326,8 @@ export class ManagedReconciler<R extends ManagedResource, Plan = unknown> implem
         failure.dependencyProgressing && firstWait ? (this.opts.progressingGraceMs ?? 120_000) : (this.opts.dependencyGraceMs ?? 5_000);
       // Just resumed: the Ready condition still says paused, which would be wrong to leave.
       const reported = (previousReady?.status === "False" && previousReady.reason === failure.reason) || previousReady?.reason === PAUSED_REASON;
-      if (!reported && now - since < graceMs) {
+      // A failure after a change status must show (a deployment deleted) is reported at once.
+      if (!reported && now - since < graceMs && !(err instanceof FailedAfterChange)) {
         // Not reported yet: come back when the grace is over (or for the next renewal, if
         // sooner), or sooner still when the dependency's watch brings the resource back.
         ctx.log.debug({ reason: failure.reason }, `${failure.message} (not reported yet)`);

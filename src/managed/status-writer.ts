@@ -84,7 +84,8 @@ export class StatusWriter {
     const removed: Record<string, null> = {};
     for (const [k, v] of Object.entries(observed)) {
       if (v === null) {
-        if (Object.hasOwn(next, k)) removed[k] = null;
+        // Sent even when the base lacks it: the base may be older than what is stored.
+        removed[k] = null;
         delete (next as Record<string, unknown>)[k];
       } else if (v !== undefined) (next as Record<string, unknown>)[k] = v;
     }

@@ -43,4 +43,12 @@ describe("connection Secrets", () => {
     expect(moved.vmId).toBeTruthy();
     await waitFor(async () => (await secretData("box-agentcompute")) === undefined, { timeoutMs: 15_000, description: "the old Secret deleted" });
   });
+
+  it("are never written into a Secret that is not the resource's, even one left out of the operator's cache", async () => {
+    // A Helm release's Secret (not cached) under the name the Sandbox would write.
+    await kubectlOk(["create", "secret", "generic", "other-agentcompute", "--type=helm.sh/release.v1", "--from-literal=release=H4sIAAAA"], { namespace: t.namespace });
+    await apply(sandbox().replace("name: box", "name: other"), t.namespace);
+    await waitForReady(t.stack, "sandboxes", "other", { status: "False", reason: "SecretConflict" });
+    expect(await secretData("other-agentcompute")).toEqual({ release: "H4sIAAAA" });
+  });
 });

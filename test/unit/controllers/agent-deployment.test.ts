@@ -67,6 +67,11 @@ describe("AgentDeployment plan", () => {
     expect(planFor(cr(), running, { ...target, revision: "rev-2" })).toEqual({ action: "redeploy", why: "the Agent changed (revision rev-2)" });
   });
 
+  it("does not replace a deployment the adoption annotation names for a configuration changed in the service", () => {
+    const imported = cr({ annotations: { [Annotations.externalId]: "dep-1" } });
+    expect(planFor(imported, { ...running, config_hash: "cfg-other" }, target)).toEqual({ action: "none" });
+  });
+
   it("takes a deployment with no recorded optionsHash as running the spec (adopted): no action", () => {
     const adopted = cr({ status: { optionsHash: undefined, configHash: undefined, agentRevision: undefined } });
     expect(planFor(adopted, { ...running, config_hash: "whatever" }, target)).toEqual({ action: "none" });
@@ -245,6 +250,20 @@ describe("AgentDeployment against the service", () => {
     await w.reconcile(kind(), "d");
     expect(condition(deployment(), "Ready")?.status).toBe("True");
     expect(deployment().status?.deploymentId).toBeDefined();
+  });
+
+  it("stops naming the deployment it deleted at once, though the agent for the new one is only waited for", async () => {
+    w.dependencyGraceMs = 5_000;
+    apply({ agentId });
+    await w.reconcile(kind(), "d");
+    const old = deployment().status?.deploymentId as string;
+    // Another agent, not registered yet: the old deployment is deleted, the deploy answers 404.
+    apply({ agentId: "agent-registered-later" });
+    await w.reconcile(kind(), "d");
+    expect(w.emu.state.deployments.get(old)).toBeUndefined();
+    expect(deployment().status?.deploymentId).toBeUndefined();
+    expect(deployment().status?.state).toBeUndefined();
+    expect(condition(deployment(), "Ready")).toMatchObject({ status: "False", reason: "WaitingForAgent" });
   });
 
   it("moved in from another owner mid-replacement (sharding): adopts the deployment it made for the spec, and keeps it", async () => {

@@ -8,7 +8,9 @@ import { StatusWriter } from "../../../src/managed/status-writer.js";
 import { UsageGauges } from "../../../src/controllers/usage-metrics.js";
 import { Registry } from "prom-client";
 import type { Informer } from "../../../src/runtime/informer.js";
-import { condition, NS, reconcileContext, World } from "./helpers.js";
+import { API_KEY, condition, NS, reconcileContext, World } from "./helpers.js";
+import type { ConnectionPool } from "../../../src/controllers/connection-pool.js";
+import { ServiceClient } from "../../../src/service/index.js";
 
 let w: World;
 let users: string[];
@@ -23,7 +25,7 @@ afterEach(async () => {
 });
 
 const connection = (name = "c") => w.get<Connection>("connections", name);
-const reconcileWith = (opts: { usage?: UsageGauges } = {}) =>
+const reconcileWith = (opts: { usage?: UsageGauges; pool?: ConnectionPool } = {}) =>
   new ConnectionReconciler({
     informer: w.informer({ kind: "Connection", plural: "connections" }).as<Connection>() as unknown as Informer<Connection>,
     usersOf: () => users,
@@ -140,6 +142,25 @@ describe("Connection", () => {
     expect(result.requeueAfterMs).toBeGreaterThan(0);
     expect(condition(connection(), "Stalled")).toMatchObject({ status: "True", reason: "InvalidURL" });
     expect(condition(connection(), "Stalled")?.message).toMatch(/^spec\.baseURL is not a URL: "http:\/\/": set it to an http\(s\) URL/);
+  });
+
+  it("says CredentialsRefused when the token service refused them at a refresh, though the token obtained before still works", async () => {
+    // A client on the World's clock (the pool's run on the machine's), so that the refresh comes.
+    const client = new ServiceClient({ baseURL: w.emu.baseURL, authURL: w.emu.authURL, credentials: { apiKey: API_KEY }, now: () => w.clock.ms });
+    const pool = { clientFor: () => ({ key: `${NS}/c`, client }) } as unknown as ConnectionPool;
+    try {
+      await reconcileWith({ pool });
+      expect(condition(connection(), "Ready")?.status).toBe("True");
+      // Revoked, the tokens issued before left alive: the refresh (30 s before the 900 s are up) is refused.
+      w.emu.injectFault({ method: "POST", path: "/auth/token", times: Infinity, action: { status: 401, body: { code: 401, error_code: "invalid_client", message: "revoked" } } });
+      w.advance(880_000);
+      await client.skills.list(); // still served, on the token obtained before
+      await reconcileWith({ pool });
+      expect(condition(connection(), "Stalled")).toMatchObject({ status: "True", reason: "CredentialsRefused" });
+      expect(condition(connection(), "Ready")?.message).toContain("when the token was refreshed; the token obtained before works until");
+    } finally {
+      await client.close();
+    }
   });
 
   it("tells its resources, while its changed spec has not been checked, that it has not, not that all is well", async () => {

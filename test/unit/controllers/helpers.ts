@@ -21,7 +21,7 @@ import { silentLogger } from "../../../src/runtime/logging.js";
 
 export const NS = "team-a";
 export const ORG = "org-emulator";
-const API_KEY = "unit-test-api-key-5d1e";
+export const API_KEY = "unit-test-api-key-5d1e";
 
 interface Stored {
   metadata: {
@@ -97,6 +97,8 @@ export class World {
   readonly kube: KubeClient;
   /** Set: every write to a path it matches (e.g. /\/secrets\//, /\/status$/) fails with `error` (the API server refusing, or down). */
   writeFault: { path: RegExp; error: Error } | undefined;
+  /** How long a wait for a dependency goes unreported (the operator's is 5 s); set before a kind's first reconcile. */
+  dependencyGraceMs = 0;
   private constructor(
     readonly emu: Emulator,
     readonly clock: { ms: number },
@@ -244,7 +246,7 @@ export class World {
       ...(kind.inputs && { inputs: kind.inputs }),
       status: new StatusWriter(this.kube, () => new Date(this.clock.ms)),
       syncPeriodMs: 600_000,
-      dependencyGraceMs: 0,
+      dependencyGraceMs: this.dependencyGraceMs,
       needsUpkeep: kind.needsUpkeep ?? false,
       ...(kind.connectionSecret && { secrets: new ConnectionSecretWriter(this.kube, this.secrets.as<SecretObject>()) }),
       ...(kind.keepsAlive && { keepsAlive: kind.keepsAlive }),

@@ -1,6 +1,6 @@
 // A step in a real (emulated) VM: started, followed, and started twice for one attempt (the
 // operator killed between starting it and recording its command id) without running twice.
-import { readFileSync } from "node:fs";
+import { readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { waitFor } from "../../../dev/wait.js";
@@ -49,9 +49,10 @@ describe("a step in the VM", () => {
   it("started twice for one attempt, runs once; the second start is followed to the first one's end", async () => {
     const rt = h.emu.runtimes.get(vmId)!;
     const ref = { runUid: "uid-2", attempt: 1, index: 0 };
-    // Long enough that the first start is still at work when the second is looked at, on a
-    // loaded machine too (with 1 s it had ended once, and the test failed).
-    const step = { command: "echo ran >> twice.txt; sleep 3; echo done; exit 7" };
+    // The first start stays at work until the test has looked at the second (a gate file the
+    // test writes): a sleep of any length was once outlasted on a loaded machine.
+    const gate = join(workspace(), "gate-uid-2");
+    const step = { command: `echo ran >> twice.txt; while [ ! -f ${shellQuote(gate)} ]; do sleep 0.05; done; echo done; exit 7` };
     const before = rt.executions;
     const first = await startStep(vm, ref, step, {});
     // The operator dies here, before recording `first`; the next one starts the step again.
@@ -60,12 +61,13 @@ describe("a step in the VM", () => {
     expect((await vm.status(second))?.exitCode).toBe(ALREADY_STARTED);
     // Followed by the second id, the step is still running (the first start is at work)...
     expect(await observeStep(vm, ref, second)).toEqual<StepObservation>({ state: "running" });
+    writeFileSync(gate, "");
     // ...and ends as the first start ends, with its output.
     expect(await ended(ref, second)).toEqual({ state: "ended", exitCode: 7, output: "done\n" });
     expect(await ended(ref, first)).toEqual({ state: "ended", exitCode: 7, output: "done\n" });
     expect(readFileSync(join(workspace(), "twice.txt"), "utf8")).toBe("ran\n");
     expect(rt.executions - before).toBe(2); // two commands, one of which ran nothing
-    // Another attempt of the same run is another marker: it runs.
+    // Another attempt of the same run is another marker: it runs (the gate is open).
     const again = await startStep(vm, { ...ref, attempt: 2 }, step, {});
     expect(await ended({ ...ref, attempt: 2 }, again)).toMatchObject({ exitCode: 7 });
     expect(readFileSync(join(workspace(), "twice.txt"), "utf8")).toBe("ran\nran\n");
