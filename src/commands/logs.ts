@@ -113,6 +113,9 @@ export async function printLogs(kube: KubeClient, namespace: string, name: strin
     const run = await readRun(kube, namespace, name);
     const st = run.status ?? {};
     const attempt = st.attempts ?? 1;
+    // An attempt that failed before this one: where it failed, then the new attempt, before
+    // any step of it.
+    sayFailedAttempt(st, printed, sayOnce, io);
     const ended = (st.steps ?? []).filter((s) => s.finishedAt !== undefined);
     if (ended.some((s) => !printed.has(`${attempt}/${s.name}`))) {
       const data = st.outputConfigMap === undefined ? {} : await readData(kube, namespace, st.outputConfigMap);
@@ -147,7 +150,7 @@ export async function printLogs(kube: KubeClient, namespace: string, name: strin
  */
 export function sayProgress(st: SandboxRunStatus, name: string, sayOnce: (key: string, line: string) => void, follow: boolean): void {
   const attempt = st.attempts ?? 1;
-  if (attempt > 1) sayOnce(`attempt/${attempt}`, `--- attempt ${attempt} (attempt ${attempt - 1} failed) ---\n`);
+  if (attempt > 1) sayOnce(`attempt/${attempt}`, attemptBanner(st));
   const ready = st.conditions?.find((c) => c.type === "Ready");
   if (ready?.reason !== undefined && ready.reason !== "Running") {
     sayOnce(`${attempt}/${ready.reason}/${ready.message ?? ""}`, `sandboxrun/${name}: ${ready.reason}${ready.message ? `: ${ready.message}` : ""}\n`);
@@ -163,6 +166,32 @@ export function sayProgress(st: SandboxRunStatus, name: string, sayOnce: (key: s
         : `${step} is still running; its output is not printed yet (-f follows the run and prints it once the step has ended) ---\n`,
     );
   }
+}
+
+/**
+ * The attempt that failed last (status.lastFailedAttempt): its failing step, with the last of
+ * its output (the ConfigMap holds the next attempt's), unless printed when it ended; then the
+ * banner of the attempt after it.
+ */
+export function sayFailedAttempt(st: SandboxRunStatus, printed: Set<string>, sayOnce: (key: string, line: string) => void, io: Pick<LogsIO, "out" | "err">): void {
+  const attempt = st.attempts ?? 1;
+  const failed = st.lastFailedAttempt;
+  const step = failed?.step;
+  if (failed !== undefined && step !== undefined && step.finishedAt !== undefined && !printed.has(`${failed.attempt}/${step.name}`)) {
+    printed.add(`${failed.attempt}/${step.name}`);
+    const code = step.exitCode === undefined ? "no exit code" : `exit code ${step.exitCode}`;
+    io.err(`--- step "${step.name}" (attempt ${failed.attempt}, ${code}; the last of its output) ---\n`);
+    io.out(step.output ?? "");
+  }
+  if (attempt > 1) sayOnce(`attempt/${attempt}`, attemptBanner(st));
+}
+
+/** `--- attempt 2 (attempt 1 failed: <why>) ---` */
+function attemptBanner(st: SandboxRunStatus): string {
+  const attempt = st.attempts ?? 1;
+  const failed = st.lastFailedAttempt;
+  const why = failed?.attempt === attempt - 1 ? failed.message.replace(new RegExp(`^attempt ${attempt - 1} failed: `), "") : undefined;
+  return `--- attempt ${attempt} (attempt ${attempt - 1} failed${why === undefined ? "" : `: ${why}`}) ---\n`;
 }
 
 async function readRun(kube: KubeClient, namespace: string, name: string): Promise<SandboxRun> {

@@ -262,6 +262,14 @@ spec: {tier: standard, ttlSeconds: 3600}`, t.namespace);
     expect(readFileSync(join(rt.workspace, "retried-count.txt"), "utf8")).toBe("ran\nran\n");
     // The first attempt's failure stays in status past the second's start.
     expect(r.status?.lastFailedAttempt).toMatchObject({ attempt: 1, reason: "StepFailed", message: expect.stringContaining("attempt 1 failed"), step: { name: "flaky", exitCode: 1 } });
+    // logs tells both attempts, the first's failure before the second.
+    const o = { out: "", err: "" };
+    expect(await logs(["-n", t.namespace, "--kubeconfig", testKubeconfig(), "retried"], "logs", { out: (x) => void (o.out += x), err: (x) => void (o.err += x) })).toBe(0);
+    expect(o.err).toBe(
+      '--- step "flaky" (attempt 1, exit code 1; the last of its output) ---\n' +
+        '--- attempt 2 (attempt 1 failed: step "flaky" failed with exit code 1) ---\n' +
+        '--- step "flaky" (attempt 2, exit code 1) ---\n',
+    );
     const events = await kubectlOk(["get", "events", "--field-selector", "involvedObject.name=retried,reason=Retrying", "-o", "json"], { namespace: t.namespace });
     expect(events).toContain("attempt 1 failed");
   }, 90_000);

@@ -1,7 +1,7 @@
 // What `logs` says on stderr about a run that has not ended: each situation once.
 import { describe, expect, it } from "vitest";
 import type { SandboxRunStatus } from "../../../src/api/index.js";
-import { sayProgress } from "../../../src/commands/logs.js";
+import { sayFailedAttempt, sayProgress } from "../../../src/commands/logs.js";
 
 /** The lines said over a sequence of looks at a run, as printLogs says them (once each). */
 function said(looks: SandboxRunStatus[], follow = true): string[] {
@@ -66,5 +66,34 @@ describe("logs: what a run that has not ended is doing", () => {
       "--- attempt 2 (attempt 1 failed) ---",
       "sandboxrun/job: WaitingForSandbox: not Ready yet",
     ]);
+  });
+
+  it("prints where the attempt before failed (its step's last output), then the new attempt, before any step of it", () => {
+    const st: SandboxRunStatus = {
+      phase: "Running",
+      attempts: 2,
+      steps: [{ name: "one", commandId: "c3", startedAt: "2026-11-25T00:01:00Z", finishedAt: "2026-11-25T00:01:01Z", exitCode: 0 }],
+      lastFailedAttempt: {
+        attempt: 1,
+        reason: "StepFailed",
+        message: 'attempt 1 failed: step "two" failed with exit code 4',
+        step: { name: "two", commandId: "c2", startedAt: "2026-11-25T00:00:02Z", finishedAt: "2026-11-25T00:00:03Z", exitCode: 4, output: "boom\n" },
+      },
+      conditions: ready("Running", "between steps"),
+    };
+    const out: string[] = [];
+    const err: string[] = [];
+    const printed = new Set(["1/one"]); // attempt 1's first step, printed when it ended
+    const keys = new Set<string>();
+    const sayOnce = (key: string, line: string) => {
+      if (keys.has(key)) return;
+      keys.add(key);
+      err.push(line);
+    };
+    const io = { out: (t: string) => void out.push(t), err: (t: string) => void err.push(t) };
+    sayFailedAttempt(st, printed, sayOnce, io);
+    sayFailedAttempt(st, printed, sayOnce, io); // looked at again: said once
+    expect(err).toEqual(['--- step "two" (attempt 1, exit code 4; the last of its output) ---\n', '--- attempt 2 (attempt 1 failed: step "two" failed with exit code 4) ---\n']);
+    expect(out).toEqual(["boom\n"]);
   });
 });
