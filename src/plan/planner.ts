@@ -499,12 +499,7 @@ function actionOf(cr: Obj, observed: Observation<unknown, unknown>, handle: Serv
       // As for a Sandbox's VM: the operator does not replace a deployment the user named to take
       // over (reason AdoptedDeploymentNotReplaced, until the annotation is removed).
       if (p.action === "replace" && cr.metadata.annotations?.[Annotations.externalId] === p.deployment.id) {
-        return {
-          action: "unknown",
-          reason: `AdoptedDeploymentNotReplaced: ${p.why}, which needs a new deployment, but the annotation ${Annotations.externalId} names deployment ${p.deployment.id}: the operator will not replace it (remove the annotation to have it replaced)`,
-          changes: specChanges,
-          notes,
-        };
+        return adoptedNotReplaced("AdoptedDeploymentNotReplaced", p.why, "deployment", p.deployment.id, specChanges, notes);
       }
       if (p.action === "replace") return { action: "replace", reason: `${p.why}; the endpoint may change`, changes: specChanges, notes };
       if (p.action === "stop") return { action: "update", reason: "stop the deployment (spec.suspend: true)", changes: specChanges, notes };
@@ -514,12 +509,7 @@ function actionOf(cr: Obj, observed: Observation<unknown, unknown>, handle: Serv
     case "Sandbox": {
       const p = observed.plan as SandboxPlan;
       if (p.action === "replace" && cr.metadata.annotations?.[Annotations.externalId] === p.vm.id) {
-        return {
-          action: "unknown",
-          reason: `AdoptedVMNotReplaced: ${p.why}, which needs a new VM, but the annotation ${Annotations.externalId} names VM ${p.vm.id}: the operator will not replace it (remove the annotation to have it replaced)`,
-          changes: specChanges,
-          notes,
-        };
+        return adoptedNotReplaced("AdoptedVMNotReplaced", p.why, "VM", p.vm.id, specChanges, notes);
       }
       if (p.action === "replace") {
         const fromSecrets = ((cr as unknown as Sandbox).spec.envFrom ?? []).map((e) => e.secretRef.name);
@@ -532,6 +522,16 @@ function actionOf(cr: Obj, observed: Observation<unknown, unknown>, handle: Serv
     default:
       return { action: "update", reason: (observed.differences ?? []).join(", "), changes: specChanges, notes };
   }
+}
+
+/** A replacement of what the adoption annotation names, which the operator does not make: `unknown`. */
+function adoptedNotReplaced(reason: string, why: string, what: string, id: string, changes: Change[], notes: string[]): Pick<ResourcePlan, "action" | "reason" | "changes" | "notes"> {
+  return {
+    action: "unknown",
+    reason: `${reason}: ${why}, which needs a new ${what}, but the annotation ${Annotations.externalId} names ${what} ${id}: the operator will not replace it (remove the annotation to have it replaced)`,
+    changes,
+    notes,
+  };
 }
 
 function withoutMarker(v: unknown): unknown {

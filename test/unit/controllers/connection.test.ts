@@ -37,6 +37,17 @@ const reconcileWith = (opts: { usage?: UsageGauges; pool?: ConnectionPool } = {}
     ...opts,
   }).reconcile({ namespace: NS, name: "c" }, reconcileContext());
 const reconcile = () => reconcileWith();
+/** The Connection reporting one VM's usage (a workspace and environment set), and its gauges. */
+async function reportingUsage(): Promise<{ registry: Registry; usage: UsageGauges }> {
+  const registry = new Registry();
+  const usage = new UsageGauges(registry);
+  w.emu.state.releaseVM(w.emu.state.allocateVM({ tier: "standard" }).vm_id);
+  w.apply<Connection>("connections", { metadata: { name: "c" }, spec: { ...connection().spec, workspaceId: "ws", environmentId: "env" } });
+  await reconcileWith({ usage });
+  expect(connection().status?.usage?.vmCount).toBe(1);
+  expect(await exportedTiers(registry)).toEqual(["standard"]);
+  return { registry, usage };
+}
 /** The tiers the usage gauges export. */
 const exportedTiers = async (registry: Registry) => ((await registry.getSingleMetric("agentcompute_usage_vm_seconds")?.get())?.values ?? []).map((v) => v.labels.tier);
 
@@ -86,13 +97,7 @@ describe("Connection", () => {
   });
 
   it("stays Ready when the service refuses a report (usage of an unknown workspace, access clients not allowed), and says so", async () => {
-    const registry = new Registry();
-    const usage = new UsageGauges(registry);
-    w.emu.state.releaseVM(w.emu.state.allocateVM({ tier: "standard" }).vm_id);
-    w.apply<Connection>("connections", { metadata: { name: "c" }, spec: { ...connection().spec, workspaceId: "ws", environmentId: "env" } });
-    await reconcileWith({ usage });
-    expect(connection().status?.usage?.vmCount).toBe(1);
-    expect(await exportedTiers(registry)).toEqual(["standard"]);
+    const { registry, usage } = await reportingUsage();
 
     // A workspace the service does not know: 400 on the usage; the access clients not allowed: 403.
     w.emu.injectFault({ method: "GET", path: "/compute/v1/usage", times: 1, action: { status: 400, body: { code: 400, error_code: "bad_request", message: "unknown workspace" } } });
@@ -115,13 +120,7 @@ describe("Connection", () => {
   });
 
   it("no longer shows nor exports usage once workspaceId and environmentId are removed", async () => {
-    const registry = new Registry();
-    const usage = new UsageGauges(registry);
-    w.emu.state.releaseVM(w.emu.state.allocateVM({ tier: "standard" }).vm_id);
-    w.apply<Connection>("connections", { metadata: { name: "c" }, spec: { ...connection().spec, workspaceId: "ws", environmentId: "env" } });
-    await reconcileWith({ usage });
-    expect(connection().status?.usage?.vmCount).toBe(1);
-    expect(await exportedTiers(registry)).toEqual(["standard"]);
+    const { registry, usage } = await reportingUsage();
     const { workspaceId: _w, environmentId: _e, ...spec } = connection().spec;
     w.apply<Connection>("connections", { metadata: { name: "c" }, spec });
     await reconcileWith({ usage });
