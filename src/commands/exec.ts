@@ -279,8 +279,12 @@ async function runStreaming(target: Target, command: string, options: CommandOpt
   let signal: Signal | undefined;
   let giveUp: NodeJS.Timeout | undefined;
   const onSignal = (s: Signal) => {
-    // A second Ctrl-C: leave now, whatever the remote command does.
-    if (signal !== undefined) process.exit(exitCodeAfter(s));
+    // A second Ctrl-C: leave now, whatever the remote command does. (Not the pipe found closed
+    // meanwhile: the kill under way goes on.)
+    if (signal !== undefined) {
+      if (s === "SIGPIPE") return;
+      process.exit(exitCodeAfter(s));
+    }
     signal = s;
     if (id !== undefined) stream.close();
     else giveUp = setTimeout(() => stream.close(), KILL_WAIT_MS);

@@ -170,8 +170,8 @@ export function sayProgress(st: SandboxRunStatus, name: string, sayOnce: (key: s
 
 /**
  * The attempt that failed last (status.lastFailedAttempt): its failing step, with the last of
- * its output (the ConfigMap holds the next attempt's), unless printed when it ended; then the
- * banner of the attempt after it.
+ * its output (the ConfigMap holds the next attempt's), on stderr, unless printed when it ended;
+ * then the banner of the attempt after it.
  */
 export function sayFailedAttempt(st: SandboxRunStatus, printed: Set<string>, sayOnce: (key: string, line: string) => void, io: Pick<LogsIO, "out" | "err">): void {
   const attempt = st.attempts ?? 1;
@@ -180,8 +180,9 @@ export function sayFailedAttempt(st: SandboxRunStatus, printed: Set<string>, say
   if (failed !== undefined && step !== undefined && step.finishedAt !== undefined && !printed.has(`${failed.attempt}/${step.name}`)) {
     printed.add(`${failed.attempt}/${step.name}`);
     const code = step.exitCode === undefined ? "no exit code" : `exit code ${step.exitCode}`;
-    io.err(`--- step "${step.name}" (attempt ${failed.attempt}, ${code}; the last of its output) ---\n`);
-    io.out(step.output ?? "");
+    // On stderr, as what is said about the run: stdout is the output of the attempt that counts.
+    const tail = step.output ?? "";
+    io.err(`--- step "${step.name}" (attempt ${failed.attempt}, ${code}; the last of its output) ---\n${tail}${tail === "" || tail.endsWith("\n") ? "" : "\n"}`);
   }
   if (attempt > 1) sayOnce(`attempt/${attempt}`, attemptBanner(st));
 }

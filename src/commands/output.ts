@@ -13,8 +13,10 @@ let closed = false;
 let handler: (() => void) | undefined;
 
 /**
- * From now on, EPIPE on stdout or stderr ends the process with 141, quietly; with a handler set
- * (whenOutputClosed), the handler is called instead, once, and the command ends itself.
+ * From now on, EPIPE on stdout ends the process with 141, quietly; with a handler set
+ * (whenOutputClosed), the handler is called instead, once, and the command ends itself. A
+ * closed stderr alone (`exec box -- make 2>&1 >build.log | grep -m1 error`) ends nothing: what
+ * is said there is dropped, and the work and its output go on.
  */
 export function exitOnClosedOutput(): void {
   if (installed) return;
@@ -23,6 +25,7 @@ export function exitOnClosedOutput(): void {
     stream.on("error", (err: NodeJS.ErrnoException) => {
       // Anything else is as unexpected as it was without this listener.
       if (err.code !== "EPIPE") throw err;
+      if (stream === process.stderr) return;
       const first = !closed;
       closed = true;
       if (handler === undefined) process.exit(CLOSED_OUTPUT_EXIT_CODE);
@@ -31,7 +34,7 @@ export function exitOnClosedOutput(): void {
   }
 }
 
-/** Whether stdout or stderr was found closed: what is still written to them is dropped. */
+/** Whether stdout was found closed: what is still written to it is dropped. */
 export function outputClosed(): boolean {
   return closed;
 }

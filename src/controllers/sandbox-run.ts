@@ -954,10 +954,9 @@ interface StartedStep extends RunningCommand {
   index: number;
 }
 
-/** The step a failed attempt failed at: the last that ended with another exit code than 0, else the last it got to (its VM lost). */
+/** The step a failed attempt failed at: the last that ended otherwise than with exit code 0 (none when its VM was lost between steps). */
 function failingStep(st: SandboxRunStatus): RunStepStatus | undefined {
-  const steps = st.steps ?? [];
-  return steps.findLast((s) => s.finishedAt !== undefined && s.exitCode !== 0) ?? steps.at(-1);
+  return (st.steps ?? []).findLast((s) => s.finishedAt !== undefined && s.exitCode !== 0);
 }
 
 function runningCommand(st: SandboxRunStatus | undefined): RunningCommand | undefined {

@@ -151,7 +151,10 @@ function toManifest(obj: unknown, where: string, namespace: string, enforceNames
     if (obj.spec !== undefined && !isRecord(obj.spec)) throw new ManifestError(`${where}: ${label}: spec is not a mapping`);
   }
   const ns = typeof metadata.namespace === "string" && metadata.namespace !== "" ? metadata.namespace : namespace;
-  if (enforceNamespace && ns !== namespace) {
+  // Only for the kinds plan reads (all namespaced): kubectl skips objects that are not
+  // namespaced (a Namespace, a ClusterRole), whatever namespace they carry.
+  const read = apiVersion.split("/")[0] === GROUP || (apiVersion === "v1" && (kind === "Secret" || kind === "ConfigMap"));
+  if (enforceNamespace && read && ns !== namespace) {
     // kubectl's words (kubectl apply -n).
     throw new ManifestError(
       `${where}: ${label}: the namespace from the provided object "${ns}" does not match the namespace "${namespace}". You must pass '--namespace=${ns}' to perform this operation.`,

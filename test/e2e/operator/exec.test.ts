@@ -139,6 +139,19 @@ spec: {tier: standard, ttlSeconds: 3600}`, t.namespace);
     expect(sleeping[0]?.status().exit_code).toBe(137);
   });
 
+  it("runs on, output and all, when only its standard error is closed (2>&1 >log | grep -m1)", async () => {
+    let child: ChildProcess | undefined;
+    // The stderr reader goes away at once; the command writes to both after that.
+    const r = await exec(["-n", t.namespace, "box", "--", "echo err1 >&2; sleep 1; echo err2 >&2; echo out; exit 7"], {
+      onStart: (c) => {
+        child = c;
+        child.stderr?.destroy();
+      },
+    });
+    expect(r.code).toBe(7);
+    expect(r.stdout).toBe("out\n");
+  });
+
   it("waits for the command, and exits with its code, when its output stream is cut mid-way", async () => {
     // A proxy in front of the emulator that cuts the first command stream after its first bytes,
     // and answers the first question of how the command is doing with a 503 of its own.

@@ -265,6 +265,7 @@ spec: {tier: standard, ttlSeconds: 3600}`, t.namespace);
     // logs tells both attempts, the first's failure before the second.
     const o = { out: "", err: "" };
     expect(await logs(["-n", t.namespace, "--kubeconfig", testKubeconfig(), "retried"], "logs", { out: (x) => void (o.out += x), err: (x) => void (o.err += x) })).toBe(0);
+    expect(o.out).toBe(""); // the steps print nothing
     expect(o.err).toBe(
       '--- step "flaky" (attempt 1, exit code 1; the last of its output) ---\n' +
         '--- attempt 2 (attempt 1 failed: step "flaky" failed with exit code 1) ---\n' +

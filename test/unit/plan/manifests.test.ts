@@ -60,6 +60,9 @@ spec:
     expect(() => parseSources([{ name: "m.yaml", text }], "staging", { enforceNamespace: true })).toThrow(ManifestError);
     expect(parseSources([{ name: "m.yaml", text: skill("b", "staging") }], "staging", { enforceNamespace: true })[0]?.metadata.namespace).toBe("staging");
     expect(parseSources([{ name: "m.yaml", text }], "staging").map((o) => o.metadata.namespace)).toEqual(["staging", "other"]);
+    // Objects that are not namespaced are not held to it, as kubectl does not hold them.
+    const cluster = "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata: {name: r, namespace: other}\nrules: []";
+    expect(() => parseSources([{ name: "c.yaml", text: cluster }], "staging", { enforceNamespace: true })).not.toThrow();
   });
 
   it("reads files, directories (sorted, .yaml/.yml/.json only; -R for sub-directories) and stdin", () => {
