@@ -135,7 +135,15 @@ export const SandboxRunStatusSchema = statusSchema("Where the run stands: phase,
         attempt: Type.Integer({ description: "The attempt's number.", minimum: 1 }),
         reason: Type.String({ description: "Why it failed: StepFailed, VMLost, ..." }),
         message: Type.String({ description: "What failed, as the Retrying Event said." }),
-        step: Type.Optional({ ...RunStepStatusSchema, description: "The step it failed at, as it ended (none when its VM was lost between steps)." }),
+        step: Type.Optional(
+          Type.Object(
+            {
+              ...RunStepStatusSchema.properties,
+              output: Type.Optional(Type.String({ description: "The last few KiB of its output (stdout and stderr); the output ConfigMap holds the next attempt's." })),
+            },
+            { description: "The step it failed at, as it ended (none when its VM was lost between steps)." },
+          ),
+        ),
       },
       {
         description:

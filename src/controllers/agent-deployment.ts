@@ -164,7 +164,11 @@ class DeploymentClient implements ExternalClient<AgentDeployment, DeploymentPlan
           deployed = await this.deploy(cr, plan.target);
         } catch (err) {
           // Status must not go on naming the deployment just deleted, running, with its endpoint.
-          throw new FailedAfterChange(err, { deploymentId: null, agentId: null, state: null, endpoint: null, endpointName: null, tier: null, agentRevision: null });
+          throw new FailedAfterChange(
+            err,
+            { deploymentId: null, agentId: null, state: null, endpoint: null, endpointName: null, tier: null, agentRevision: null },
+            `deployment ${current.id} was deleted to be replaced (${plan.why})`,
+          );
         }
         return {
           status: this.statusAfterDeploy(cr, deployed, plan.target),

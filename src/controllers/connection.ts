@@ -15,7 +15,7 @@ import type { Informer } from "../runtime/informer.js";
 import { resourcePath, type KubeClient } from "../runtime/kube-client.js";
 import type { Controller, ReconcileContext, Reconciler, Request, Result } from "../runtime/controller.js";
 import { formatTime } from "../runtime/status.js";
-import { InvalidEndpointError, ServiceError, tlsErrorCode, type ServiceClient, type UsageRecord } from "../service/index.js";
+import { InvalidEndpointError, REFUSAL_HOLD_MS, ServiceError, tlsErrorCode, type ServiceClient, type UsageRecord } from "../service/index.js";
 import type { ConnectionPool } from "./connection-pool.js";
 import { requestOf, specOrMetaChanged, type OperatorContext } from "./kind.js";
 import { UsageGauges } from "./usage-metrics.js";
@@ -93,10 +93,12 @@ export class ConnectionReconciler implements Reconciler {
     try {
       const handle = this.opts.pool.clientFor(conn);
       const { expiresAt } = await handle.client.authenticate();
-      // A token obtained before still works, but the token service refused the credentials at
-      // its refresh (revoked, tokens issued before left alive): they are refused, and every
-      // call fails once that token runs out.
-      if (handle.client.credentials() === "refused") throw new RefusedAtRefresh(expiresAt);
+      // The token service refused the credentials at the token's refresh, and the token obtained
+      // before still works. Revoked (tokens issued before left alive), or a refusal that passes:
+      // still Ready while that token works, since every call does; said, and looked at again as
+      // soon as the client asks the token service again (its refusal hold), and when the token
+      // runs out. Then a refusal is CredentialsRefused (below).
+      const refusedAtRefresh = handle.client.credentials() === "refused";
       const observed: { [K in keyof ConnectionStatus]?: ConnectionStatus[K] | null } = { tokenExpiresAt: formatTime(expiresAt) };
       // The reports are extras: one the service refuses (an account that may not list its
       // access clients, a workspace it does not know) is said, and the Connection is still
@@ -129,10 +131,18 @@ export class ConnectionReconciler implements Reconciler {
         else this.opts.usage?.set(handle.key, usage.byTier);
       }
       const authenticated = "a token was obtained from the token service";
-      const message = unread.length === 0 ? authenticated : `${authenticated}; ${unread.join("; ")}`;
+      const refusal = refusedAtRefresh
+        ? `the token service at ${conn.spec.authURL} refused the credentials in Secret "${conn.spec.credentials.secretRef.name}" when the token was refreshed; the token obtained before works until ${formatTime(expiresAt)}, then every call fails unless the token service accepts them again`
+        : undefined;
+      const message = [authenticated, ...(refusal === undefined ? [] : [refusal]), ...unread].join("; ");
       await this.opts.status.write(path, conn, observed, kstatusConditions({ state: "ready", reason: "Authenticated", message }));
       if (wasReady?.status !== "True") this.opts.events.normal(conn, "Authenticated", "credentials accepted by the token service");
+      if (refusal !== undefined && wasReady?.message !== message) this.opts.events.warning(conn, "RefreshRefused", refusal);
       if (unread.length > 0 && wasReady?.message !== message) this.opts.events.warning(conn, "ReportNotRead", unread.join("; "));
+      if (refusal !== undefined) {
+        const runsOutIn = Math.max(1_000, expiresAt.getTime() - this.now().getTime() + 1_000);
+        return { requeueAfterMs: Math.min(runsOutIn, REFUSAL_HOLD_MS + 1_000) };
+      }
       return { requeueAfterMs: jittered(refreshMs) };
     } catch (err) {
       const { kind, reason, message } = describe(err, conn);
@@ -243,23 +253,9 @@ function refused(err: unknown): string {
 /** Answers to a report's read that the same read would get again: the account or the spec is at fault, not the service. */
 const REPORT_REFUSALS = new Set([400, 403, 404, 422]);
 
-/** The credentials refused when the token was refreshed, the one obtained before still good until `expiresAt`. */
-class RefusedAtRefresh extends Error {
-  constructor(readonly expiresAt: Date) {
-    super("credentials refused at the token's refresh");
-  }
-}
-
 /** A Connection's own sorting of failures: what the token service and TLS say is about the Connection. */
 function describe(err: unknown, conn: Connection): Failure {
   if (err instanceof NotReadyError) return classify(err);
-  if (err instanceof RefusedAtRefresh) {
-    return {
-      kind: "stalled",
-      reason: "CredentialsRefused",
-      message: `the token service at ${conn.spec.authURL} refused the credentials in Secret "${conn.spec.credentials.secretRef.name}" when the token was refreshed; the token obtained before works until ${formatTime(err.expiresAt)}`,
-    };
-  }
   if (err instanceof InvalidEndpointError) {
     return {
       kind: "stalled",

@@ -53,6 +53,8 @@ export class FailedAfterChange extends Error {
   constructor(
     override readonly cause: unknown,
     readonly status: Record<string, unknown>,
+    /** What the step before did, added to the failure's message. */
+    readonly done?: string,
   ) {
     super(errorMessage(cause), { cause });
     this.name = "FailedAfterChange";
@@ -67,7 +69,11 @@ export type Failure =
 /** Sorts any thrown value into what the user should see and whether retrying can help. */
 export function classify(err: unknown): Failure {
   // Says when to retry, not what went wrong: the cause does.
-  if (err instanceof RetryNoLaterThan || err instanceof FailedAfterChange) return classify(err.cause);
+  if (err instanceof RetryNoLaterThan) return classify(err.cause);
+  if (err instanceof FailedAfterChange) {
+    const failure = classify(err.cause);
+    return err.done === undefined ? failure : { ...failure, message: `${failure.message}; ${err.done}` };
+  }
   if (err instanceof NotReadyError) {
     return { kind: "notReady", reason: err.reason, message: err.message, dependencyProgressing: err.dependencyProgressing };
   }

@@ -80,23 +80,34 @@ export class StatusWriter {
       nextConditions = setCondition(nextConditions, { ...c, observedGeneration: generation }, this.now());
     }
     const next = { ...current, observedGeneration: generation, conditions: nextConditions } as S;
-    // A field given as null is removed (a merge patch removes a key only when told to with null).
-    const removed: Record<string, null> = {};
+    // A field given as null is removed; a field given is replaced whole, nested objects too.
     for (const [k, v] of Object.entries(observed)) {
-      if (v === null) {
-        // Sent even when the base lacks it: the base may be older than what is stored.
-        removed[k] = null;
-        delete (next as Record<string, unknown>)[k];
-      } else if (v !== undefined) (next as Record<string, unknown>)[k] = v;
+      if (v === null) delete (next as Record<string, unknown>)[k];
+      else if (v !== undefined) (next as Record<string, unknown>)[k] = v;
     }
     if (deepEqual(next, current)) return;
     try {
       // A merge patch without resourceVersion: the operator is the only writer of status, and
-      // the base it merged over is the freshest it knows (see fresh()).
-      await this.kube.patch(statusPath, { status: { ...next, ...removed } }, "merge", { discardResult: true });
+      // the base it merged over is the freshest it knows (see fresh()). A merge patch merges
+      // nested objects key by key and removes a key only when told to with null: what the base
+      // has and `next` does not is sent as null, at every depth.
+      await this.kube.patch(statusPath, { status: replacing(current, next) }, "merge", { discardResult: true });
       this.written.set(target.metadata.uid, { basedOn: target.metadata.resourceVersion, status: next });
     } catch (err) {
       if (!isNotFound(err)) throw err; // deleted meanwhile: nothing to report on
     }
   }
+}
+
+/** `next` as a JSON merge patch (RFC 7386) over `base`: every key `base` has and `next` does not, null, in nested objects too. */
+function replacing(base: unknown, next: unknown): unknown {
+  if (!isPlainObject(base) || !isPlainObject(next)) return next;
+  const out: Record<string, unknown> = {};
+  for (const [k, v] of Object.entries(next)) if (v !== undefined) out[k] = replacing(base[k], v);
+  for (const [k, v] of Object.entries(base)) if (v !== undefined && (next[k] === undefined)) out[k] = null;
+  return out;
+}
+
+function isPlainObject(v: unknown): v is Record<string, unknown> {
+  return typeof v === "object" && v !== null && !Array.isArray(v);
 }

@@ -224,7 +224,7 @@ export class Metrics {
 
     this.kubeRequestDuration = new Histogram({
       name: "rest_client_request_duration_seconds",
-      help: "Time until the Kubernetes API server's answer (headers; for watches, the stream opening), by method and resource",
+      help: "Time until the Kubernetes API server's answer (its headers), by method and resource; watches are not observed",
       labelNames: ["method", "resource"],
       buckets: KUBE_BUCKETS,
       registers,

@@ -264,6 +264,7 @@ describe("AgentDeployment against the service", () => {
     expect(deployment().status?.deploymentId).toBeUndefined();
     expect(deployment().status?.state).toBeUndefined();
     expect(condition(deployment(), "Ready")).toMatchObject({ status: "False", reason: "WaitingForAgent" });
+    expect(condition(deployment(), "Ready")?.message).toContain(`deployment ${old} was deleted to be replaced`);
   });
 
   it("moved in from another owner mid-replacement (sharding): adopts the deployment it made for the spec, and keeps it", async () => {

@@ -143,7 +143,7 @@ describe("Connection", () => {
     expect(condition(connection(), "Stalled")?.message).toMatch(/^spec\.baseURL is not a URL: "http:\/\/": set it to an http\(s\) URL/);
   });
 
-  it("says CredentialsRefused when the token service refused them at a refresh, though the token obtained before still works", async () => {
+  it("says the token service refused the credentials at a refresh while the token before works, then CredentialsRefused once it has run out", async () => {
     // A client on the World's clock (the pool's run on the machine's), so that the refresh comes.
     const client = new ServiceClient({ baseURL: w.emu.baseURL, authURL: w.emu.authURL, credentials: { apiKey: API_KEY }, now: () => w.clock.ms });
     const pool = { clientFor: () => ({ key: `${NS}/c`, client }) } as unknown as ConnectionPool;
@@ -154,9 +154,34 @@ describe("Connection", () => {
       w.emu.injectFault({ method: "POST", path: "/auth/token", times: Infinity, action: { status: 401, body: { code: 401, error_code: "invalid_client", message: "revoked" } } });
       w.advance(880_000);
       await client.skills.list(); // still served, on the token obtained before
+      const result = (await reconcileWith({ pool })) as { requeueAfterMs: number };
+      // Every call still works: Ready, with the refusal said, and looked at again within the client's refusal hold.
+      expect(condition(connection(), "Ready")).toMatchObject({ status: "True", reason: "Authenticated" });
+      expect(condition(connection(), "Ready")?.message).toContain("refused the credentials in Secret \"creds\" when the token was refreshed; the token obtained before works until");
+      expect(w.events.at(-1)).toMatchObject({ type: "Warning", reason: "RefreshRefused" });
+      expect(result.requeueAfterMs).toBeLessThanOrEqual(31_000);
+      // The token runs out, the refusal stands: CredentialsRefused.
+      w.advance(25_000);
       await reconcileWith({ pool });
       expect(condition(connection(), "Stalled")).toMatchObject({ status: "True", reason: "CredentialsRefused" });
-      expect(condition(connection(), "Ready")?.message).toContain("when the token was refreshed; the token obtained before works until");
+    } finally {
+      await client.close();
+    }
+  });
+
+  it("is Ready again, with nothing said, when the token service accepts the credentials again after refusing them once", async () => {
+    const client = new ServiceClient({ baseURL: w.emu.baseURL, authURL: w.emu.authURL, credentials: { apiKey: API_KEY }, now: () => w.clock.ms });
+    const pool = { clientFor: () => ({ key: `${NS}/c`, client }) } as unknown as ConnectionPool;
+    try {
+      await reconcileWith({ pool });
+      w.emu.injectFault({ method: "POST", path: "/auth/token", times: 1, action: { status: 401, body: { code: 401, error_code: "invalid_client", message: "blip" } } });
+      w.advance(880_000);
+      await client.skills.list();
+      await reconcileWith({ pool });
+      expect(condition(connection(), "Ready")?.message).toContain("when the token was refreshed");
+      w.advance(31_000); // past the client's refusal hold: asked again, and accepted
+      await reconcileWith({ pool });
+      expect(condition(connection(), "Ready")).toMatchObject({ status: "True", message: "a token was obtained from the token service" });
     } finally {
       await client.close();
     }

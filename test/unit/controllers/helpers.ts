@@ -316,14 +316,19 @@ export class World {
   }
 }
 
-/** A JSON merge patch's top level: each key replaced, null removes it. */
+/** A JSON merge patch (RFC 7386), as the API server applies one: nested objects merged key by key, null removes a key. */
 function mergeKeys(base: Record<string, unknown> | undefined, patch: Record<string, unknown>): Record<string, unknown> {
   const merged: Record<string, unknown> = { ...base };
   for (const [k, v] of Object.entries(patch)) {
     if (v === null) delete merged[k];
+    else if (isMapping(v) && isMapping(merged[k])) merged[k] = mergeKeys(merged[k], v);
     else merged[k] = v;
   }
   return merged;
+}
+
+function isMapping(v: unknown): v is Record<string, unknown> {
+  return typeof v === "object" && v !== null && !Array.isArray(v);
 }
 
 export function reconcileContext(): ReconcileContext {

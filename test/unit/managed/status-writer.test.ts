@@ -21,4 +21,15 @@ describe("StatusWriter", () => {
     expect(w.size).toBe(0);
     expect(w.fresh(obj("2", { state: "x" })).status).toEqual({ state: "x" });
   });
+
+  it("replaces a field it is given whole, nested objects too, and removes one given as null: as a merge patch must say it", async () => {
+    const patches: unknown[] = [];
+    const recording = { patch: async (_path: string, body: unknown) => void patches.push(body) } as unknown as KubeClient;
+    const w = new StatusWriter(recording, () => new Date(0));
+    const before = { last: { attempt: 1, step: { name: "build", exitCode: 2, output: "old" } }, usage: { total: 5 }, keep: "x" };
+    await w.write("/p", obj("1", before), { last: { attempt: 2 }, usage: null } as Record<string, unknown>, []);
+    // The API server merges nested objects key by key: what the new value lacks is sent as null.
+    expect(patches).toEqual([{ status: { last: { attempt: 2, step: null }, usage: null, keep: "x", observedGeneration: 1, conditions: [] } }]);
+    expect(w.fresh(obj("1", before)).status).toEqual({ last: { attempt: 2 }, keep: "x", observedGeneration: 1, conditions: [] });
+  });
 });
