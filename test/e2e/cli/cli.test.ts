@@ -4,53 +4,23 @@
 // server cannot be reached, and under the plugin's name. No operator runs: the objects the
 // commands read (a SandboxRun that has ended, one with a step running, a Sandbox) are real
 // objects of a test namespace, their status written through the status subresource.
-import { spawn } from "node:child_process";
-import { chmodSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { createServer, type AddressInfo } from "node:net";
 import { tmpdir } from "node:os";
 import { delimiter, join } from "node:path";
-import { fileURLToPath } from "node:url";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { PlanResult } from "../../../src/plan/model.js";
+import { installPluginShim, runCLI, runProcess } from "../support/cli.js";
 import { kubectlOk, testKubeconfig, useTestNamespace } from "../support/kube.js";
 import { apply, installCRDs } from "../support/operator.js";
 
-const CLI = fileURLToPath(new URL("../../../src/cli.ts", import.meta.url));
-const PLUGIN = fileURLToPath(new URL("../../../src/kubectl-plugin.ts", import.meta.url));
-const TSX = fileURLToPath(new URL("../../../node_modules/tsx/dist/loader.mjs", import.meta.url));
-
 const ns = useTestNamespace("cli");
 
-interface Result {
-  code: number | null;
-  stdout: string;
-  stderr: string;
-}
-
-/**
- * Runs `cmd args` to its end, without $KUBECONFIG (the commands are given --kubeconfig) unless
- * `env` sets it. `closeAfterFirstChunk`: stdout is closed once its first bytes arrived, as
- * `| head -2` closes it.
- */
-function spawnRun(cmd: string, args: string[], opts: { env?: NodeJS.ProcessEnv; closeAfterFirstChunk?: boolean } = {}): Promise<Result> {
-  return new Promise((resolve, reject) => {
-    const env = { ...process.env };
-    delete env.KUBECONFIG;
-    const child = spawn(cmd, args, { env: { ...env, ...opts.env }, stdio: ["ignore", "pipe", "pipe"] });
-    let stdout = "";
-    let stderr = "";
-    child.stdout.on("data", (b: Buffer) => {
-      stdout += b.toString("utf8");
-      if (opts.closeAfterFirstChunk) child.stdout.destroy();
-    });
-    child.stderr.on("data", (b: Buffer) => (stderr += b.toString("utf8")));
-    child.on("error", reject);
-    child.on("close", (code) => resolve({ code, stdout, stderr }));
-  });
-}
-
-/** `agent-operator <args>` */
-const run = (args: string[], opts: { closeAfterFirstChunk?: boolean } = {}) => spawnRun(process.execPath, ["--import", "tsx", CLI, ...args], opts);
+/** `agent-operator <args>`, without $KUBECONFIG; `closeAfterFirstChunk`: stdout closed once its first bytes arrived, as `| head -2` closes it. */
+const run = (args: string[], opts: { closeAfterFirstChunk?: boolean } = {}) =>
+  runCLI(args, { noKubeconfigEnv: true, ...(opts.closeAfterFirstChunk && { onStdout: (_s, child) => child.stdout?.destroy() }) });
+/** Another program (kubectl), without $KUBECONFIG unless `env` sets it. */
+const spawnRun = (cmd: string, args: string[], opts: { env?: NodeJS.ProcessEnv } = {}) => runProcess(cmd, args, { noKubeconfigEnv: true, ...opts });
 
 interface KubeconfigDoc {
   "current-context": string;
@@ -137,9 +107,7 @@ spec: {sandboxRef: {name: box}, steps: [{name: build, command: make}]}`,
 
   // What `npm install -g` or a krew install leaves on PATH: an executable kubectl-agentcompute.
   pluginDir = mkdtempSync(join(tmpdir(), "cli-e2e-plugin-"));
-  const shim = join(pluginDir, "kubectl-agentcompute");
-  writeFileSync(shim, `#!/bin/sh\nexec "${process.execPath}" --import "${TSX}" "${PLUGIN}" "$@"\n`);
-  chmodSync(shim, 0o755);
+  installPluginShim(pluginDir);
 }, 120_000);
 
 afterAll(() => {

@@ -3,50 +3,23 @@
 // the operator made Ready on the real API server and the emulator: output streamed to the right
 // stream, the command's exit code, Ctrl-C killing the command in the VM (exit 130), and one
 // clear line with exit 1 (or 2 for usage) when there is nothing to run it in. No secret shown.
-import { spawn, type ChildProcess } from "node:child_process";
-import { chmodSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import type { ChildProcess } from "node:child_process";
+import { mkdtempSync, rmSync } from "node:fs";
 import { createServer, request as httpRequest } from "node:http";
 import type { AddressInfo } from "node:net";
 import { tmpdir } from "node:os";
 import { delimiter, join } from "node:path";
-import { fileURLToPath } from "node:url";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { installPluginShim, runCLI, runProcess, type RunOptions } from "../support/cli.js";
 import { testKubeconfig, waitFor } from "../support/kube.js";
 import type { Emulator } from "../../../src/emulator/index.js";
 import { API_KEY, apply, connectionManifest, useStack, waitForReady } from "../support/operator.js";
 
-const CLI = fileURLToPath(new URL("../../../src/cli.ts", import.meta.url));
-const PLUGIN = fileURLToPath(new URL("../../../src/kubectl-plugin.ts", import.meta.url));
-const TSX = fileURLToPath(new URL("../../../node_modules/tsx/dist/loader.mjs", import.meta.url));
-
 const t = useStack("exec");
 
-interface Result {
-  code: number | null;
-  stdout: string;
-  stderr: string;
-}
-
-/** Runs a process to its end; `onStdout` sees each chunk as it arrives. */
-function run(cmd: string, args: string[], opts: { env?: NodeJS.ProcessEnv; onStart?: (child: ChildProcess) => void; onStdout?: (text: string) => void } = {}): Promise<Result> {
-  return new Promise((resolve, reject) => {
-    const child = spawn(cmd, args, { env: { ...process.env, ...opts.env }, stdio: ["ignore", "pipe", "pipe"] });
-    const out: string[] = [];
-    const err: string[] = [];
-    child.stdout.setEncoding("utf8").on("data", (s: string) => {
-      out.push(s);
-      opts.onStdout?.(s);
-    });
-    child.stderr.setEncoding("utf8").on("data", (s: string) => err.push(s));
-    child.on("error", reject);
-    child.on("close", (code) => resolve({ code, stdout: out.join(""), stderr: err.join("") }));
-    opts.onStart?.(child);
-  });
-}
-
 /** `agent-operator exec --kubeconfig <test> ...args` */
-const exec = (args: string[], opts: Parameters<typeof run>[2] = {}) =>
-  run(process.execPath, ["--import", "tsx", CLI, "exec", "--kubeconfig", testKubeconfig(), ...args], opts);
+const exec = (args: string[], opts: RunOptions = {}) => runCLI(["exec", "--kubeconfig", testKubeconfig(), ...args], opts);
+const run = runProcess;
 
 let pluginDir: string;
 
@@ -59,9 +32,7 @@ spec: {tier: standard, ttlSeconds: 3600}`, t.namespace);
     await waitForReady(t.stack, "sandboxes", "box", { timeoutMs: 60_000 });
     // What `npm install -g` or a krew install leaves on PATH: an executable kubectl-agentcompute.
     pluginDir = mkdtempSync(join(tmpdir(), "exec-e2e-plugin-"));
-    const shim = join(pluginDir, "kubectl-agentcompute");
-    writeFileSync(shim, `#!/bin/sh\nexec "${process.execPath}" --import "${TSX}" "${PLUGIN}" "$@"\n`);
-    chmodSync(shim, 0o755);
+    installPluginShim(pluginDir);
   }, 120_000);
 
   afterAll(() => {
