@@ -72,11 +72,14 @@ spec: {content: "hello", connectionRef: {name: revocable}}`, t.namespace);
     expect(condition(conn, "Stalled")?.status).toBe("True");
     const refused = t.stack.emulator.requests.filter((r) => r.operation === "token" && r.status === 401).length;
     expect(refused).toBeLessThanOrEqual(3);
-    // Credentials that work again, so that the Skill can be deleted with the namespace.
+    // Credentials that work again, so that the Skill can be deleted; then both go, so that the
+    // tests after this one see one Connection's token requests.
     await kubectlOk(["create", "secret", "generic", "revocable-credentials", `--from-literal=apiKey=${API_KEY}`, "--dry-run=client", "-o", "yaml"], { namespace: t.namespace }).then((yaml) =>
       kubectlOk(["replace", "-f", "-"], { input: yaml, namespace: t.namespace }),
     );
     await waitForReady(t.stack, "connections", "revocable");
+    await kubectlOk(["delete", "skill", "on-revocable", "--wait=true", "--timeout=30s"], { namespace: t.namespace });
+    await kubectlOk(["delete", "connection", "revocable", "--wait=true", "--timeout=30s"], { namespace: t.namespace });
   });
 
   it("lists access clients and a usage summary by tier in status", async () => {
