@@ -156,7 +156,7 @@ export async function main(argv: string[], prog = "agent-operator exec"): Promis
   try {
     kube = kubeClientOf(flags);
     const [k, f] = [kube, flags];
-    target = await resolve(k, namespaceOf(f, k), f.sandbox, (err) => explainKubeError(err, k, f));
+    target = await resolve(k, namespaceOf(f, k), f.sandbox, (err) => explainKubeError(err, k));
     return await runStreaming(target, flags.command, flags.options, prog);
   } catch (err) {
     console.error(`${prog}: ${errorMessage(err)}`);

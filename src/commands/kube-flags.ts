@@ -3,10 +3,6 @@
 // what they resolve to and how an API server they name that cannot be reached is told, so that
 // the commands cannot drift apart. (`run` is not one of them: its --namespace is repeatable and
 // names the namespaces to watch.)
-import { existsSync, readFileSync } from "node:fs";
-import { homedir } from "node:os";
-import { delimiter, join } from "node:path";
-import { parse as parseYAML } from "yaml";
 import { errorMessage } from "../lib/errors.js";
 import { KubeApiError, KubeClient, KubeTimeoutError } from "../runtime/kube-client.js";
 import { ServiceError } from "../service/errors.js";
@@ -66,12 +62,13 @@ const NO_ANSWER = /^(ECONNREFUSED|ECONNRESET|ECONNABORTED|ETIMEDOUT|ENOTFOUND|EA
  * answer of the API server's, one of ours) as it is. No credentials: the URL's user and password,
  * if it has any, are left out.
  */
-export function explainKubeError(err: unknown, kube: KubeClient | undefined, flags: KubeFlags): unknown {
+export function explainKubeError(err: unknown, kube: KubeClient | undefined): unknown {
   // The service's failures (plan and exec talk to it too) are not the API server's.
   if (kube === undefined || err instanceof KubeApiError || err instanceof ServiceError) return err;
   const code = (err as { code?: unknown } | undefined)?.code ?? ((err as { cause?: { code?: unknown } } | undefined)?.cause?.code);
   if (!(err instanceof KubeTimeoutError) && !(typeof code === "string" && NO_ANSWER.test(code))) return err;
-  return new Error(`cannot reach the API server ${withoutUserinfo(kube.server)} (${kubeconfigOf(flags)}): ${errorMessage(err)}`, { cause: err });
+  const source = kube.cluster.source === undefined ? "" : ` (${kube.cluster.source})`;
+  return new Error(`cannot reach the API server ${withoutUserinfo(kube.server)}${source}: ${errorMessage(err)}`, { cause: err });
 }
 
 function withoutUserinfo(server: string): string {
@@ -83,33 +80,4 @@ function withoutUserinfo(server: string): string {
   } catch {
     return server;
   }
-}
-
-/** Which kubeconfig and context the flags resolve to (as KubeClient.fromKubeconfig does), to be named. */
-export function kubeconfigOf(flags: KubeFlags): string {
-  const list = flags.kubeconfig ?? process.env.KUBECONFIG ?? "";
-  let files = list.split(delimiter).filter((f) => f.length > 0);
-  if (files.length === 0) {
-    const home = join(homedir(), ".kube", "config");
-    if (existsSync(home)) files = [home];
-  }
-  if (files.length === 0) return "in-cluster config";
-  const from = flags.kubeconfig === undefined && process.env.KUBECONFIG ? " ($KUBECONFIG)" : "";
-  const source = `kubeconfig ${files.join(delimiter)}${from}`;
-  const context = flags.context ?? currentContext(files);
-  return context === undefined ? source : `${source}, context "${context}"`;
-}
-
-/** The current-context of merged kubeconfig files: the first file's that sets one (kubectl's rule). */
-function currentContext(files: string[]): string | undefined {
-  for (const f of files) {
-    try {
-      const doc = parseYAML(readFileSync(f, "utf8")) as { "current-context"?: unknown } | null;
-      const name = doc?.["current-context"];
-      if (typeof name === "string" && name !== "") return name;
-    } catch {
-      // Unreadable: the loader said so already, or the file is not the one that failed.
-    }
-  }
-  return undefined;
 }

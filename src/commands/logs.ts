@@ -89,7 +89,7 @@ export async function main(argv: string[], prog = "agent-operator logs", io: Log
     kube = kubeClientOf(flags);
     return await printLogs(kube, namespaceOf(flags, kube), flags.run, flags.follow, io);
   } catch (err) {
-    io.err(`${prog}: ${errorMessage(explainKubeError(err, kube, flags))}\n`);
+    io.err(`${prog}: ${errorMessage(explainKubeError(err, kube))}\n`);
     return 1;
   } finally {
     await kube?.close();

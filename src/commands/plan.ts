@@ -111,7 +111,7 @@ export async function main(argv: string[], prog = "agent-operator plan"): Promis
     return exitCodeOf(result);
   } catch (err) {
     const prefix = err instanceof ManifestError ? "bad manifest: " : "";
-    console.error(`${prog}: ${prefix}${errorMessage(explainKubeError(err, kube, flags))}`);
+    console.error(`${prog}: ${prefix}${errorMessage(explainKubeError(err, kube))}`);
     return 1;
   } finally {
     await kube?.close();

@@ -40,6 +40,8 @@ export interface ClusterConnection {
   server: string;
   /** Namespace of the current context (or the pod's namespace in-cluster). */
   namespace?: string;
+  /** Where it was loaded from, to be named in messages: `kubeconfig <files>, context "<name>"`, or `in-cluster config`. */
+  source?: string;
   /** `force`: the server rejected the last credentials (401); do not serve a cache. */
   credentials(force?: boolean): Promise<Credentials>;
 }
@@ -168,7 +170,10 @@ export function loadKubeconfig(opts: LoadOptions = {}): ClusterConnection {
   for (const f of files) {
     if (opts.path !== undefined || existsSync(f)) readConfigFile(f, merged);
   }
-  return fromMergedConfig(merged, opts.context, files);
+  const from = opts.path === undefined && process.env.KUBECONFIG ? " ($KUBECONFIG)" : "";
+  const connection = fromMergedConfig(merged, opts.context, files);
+  const context = opts.context ?? merged.currentContext;
+  return { ...connection, source: `kubeconfig ${files.join(delimiter)}${from}${context === undefined ? "" : `, context "${context}"`}` };
 }
 
 function fromMergedConfig(cfg: MergedConfig, contextName: string | undefined, files: string[]): ClusterConnection {
@@ -237,6 +242,7 @@ export function inClusterConfig(dir = SERVICE_ACCOUNT_DIR): ClusterConnection {
   return {
     server: `https://${hostPart}:${port}`,
     namespace,
+    source: "in-cluster config",
     async credentials(): Promise<Credentials> {
       const token = readFileSync(join(dir, "token"), "utf8").trim();
       return { headers: { authorization: `Bearer ${token}` }, tls: { ca: readFileSync(join(dir, "ca.crt")) } };
