@@ -167,7 +167,8 @@ class DeploymentClient implements ExternalClient<AgentDeployment, DeploymentPlan
           throw new FailedAfterChange(
             err,
             { deploymentId: null, agentId: null, state: null, endpoint: null, endpointName: null, tier: null, agentRevision: null },
-            `deployment ${current.id} was deleted to be replaced (${plan.why})`,
+            `deployment ${current.id} was deleted to be replaced (${plan.why}); its connection Secret is deleted until a deployment runs again`,
+            true,
           );
         }
         return {

@@ -55,6 +55,11 @@ export class FailedAfterChange extends Error {
     readonly status: Record<string, unknown>,
     /** What the step before did, added to the failure's message. */
     readonly done?: string,
+    /**
+     * The step took away what the connection Secret points at (a deleted deployment's endpoint
+     * and token): the reconciler deletes the Secret, which the next success writes again.
+     */
+    readonly connectionGone = false,
   ) {
     super(errorMessage(cause), { cause });
     this.name = "FailedAfterChange";

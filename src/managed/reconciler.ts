@@ -240,7 +240,10 @@ export class ManagedReconciler<R extends ManagedResource, Plan = unknown> implem
       // No client for changes (the Connection is not Ready): what exists is still kept alive.
       const forUpkeep = this.opts.connector.connectForUpkeep?.bind(this.opts.connector);
       if (!connected && failure.kind === "notReady" && forUpkeep !== undefined) kept = await this.upkeepOnly(cr, async () => forUpkeep(cr));
-      if (err instanceof FailedAfterChange) kept = { keeping: false, ...kept, status: { ...kept?.status, ...(err.status as Partial<StatusOf<R>>) } };
+      if (err instanceof FailedAfterChange) {
+        kept = { keeping: false, ...kept, status: { ...kept?.status, ...(err.status as Partial<StatusOf<R>>) } };
+        if (err.connectionGone) await this.removeConnectionSecret(cr, ctx);
+      }
       return this.fail(cr, failure, ctx, err, kept);
     }
 
@@ -305,6 +308,18 @@ export class ManagedReconciler<R extends ManagedResource, Plan = unknown> implem
       return this.opts.inputs?.(cr);
     } catch {
       return undefined;
+    }
+  }
+
+  /**
+   * Consumers must not go on reading credentials for what no longer exists. Best effort: the
+   * failure being reported matters more, and the next success overwrites the Secret anyway.
+   */
+  private async removeConnectionSecret(cr: R, ctx: ReconcileContext): Promise<void> {
+    try {
+      await this.opts.secrets?.remove(cr);
+    } catch (err) {
+      ctx.log.warn({ err: errorMessage(err) }, "could not delete the connection Secret of the service object just deleted");
     }
   }
 

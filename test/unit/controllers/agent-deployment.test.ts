@@ -6,7 +6,7 @@ import { Annotations, MARKER_KEY, OPTIONS_HASH_KEY } from "../../../src/api/name
 import type { Agent, AgentDeployment, AgentDeploymentStatus } from "../../../src/api/index.js";
 import { agentDeployments, desiredOptions, optionsHash, planFor, type Target } from "../../../src/controllers/agent-deployment.js";
 import type { Deployment } from "../../../src/service/index.js";
-import { condition, ORG, World } from "./helpers.js";
+import { condition, NS, ORG, World } from "./helpers.js";
 
 describe("AgentDeployment plan", () => {
   const target: Target = { agentId: "ag-1", revision: "rev-1" };
@@ -245,11 +245,16 @@ describe("AgentDeployment against the service", () => {
     expect(st?.deploymentId).toBeUndefined();
     expect(st?.state).toBeUndefined();
     expect(st?.endpoint).toBeUndefined();
+    // Nor does the connection Secret hand out the deleted deployment's endpoint and token.
+    expect(w.secrets.get(NS, "d-agentcompute")).toBeUndefined();
+    expect(condition(deployment(), "Stalled")?.message).toContain("connection Secret is deleted");
     // The spec fixed: deployed again, and named.
     apply({ tier: "large" });
     await w.reconcile(kind(), "d");
     expect(condition(deployment(), "Ready")?.status).toBe("True");
-    expect(deployment().status?.deploymentId).toBeDefined();
+    const deployed = deployment().status?.deploymentId as string;
+    const secret = w.secrets.get(NS, "d-agentcompute");
+    expect(Buffer.from(secret?.data?.endpoint ?? "", "base64").toString()).toBe(w.emu.state.deployments.get(deployed)?.endpoint);
   });
 
   it("stops naming the deployment it deleted at once, though the agent for the new one is only waited for", async () => {

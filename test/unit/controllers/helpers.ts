@@ -279,7 +279,7 @@ export class World {
 
   /**
    * The writes the reconcilers make: finalizers (metadata), the status subresource, and
-   * connection Secrets (created, then merged into).
+   * connection Secrets (created, merged into, deleted).
    */
   private fakeKube(): KubeClient {
     const failing = (path: string) => {
@@ -312,7 +312,13 @@ export class World {
       if (body.metadata?.annotations !== undefined) next.metadata.annotations = mergeKeys(obj.metadata.annotations, body.metadata.annotations) as Record<string, string>;
       return this.byPlural(plural).set(next);
     };
-    return { patch, create } as unknown as KubeClient;
+    const remove = async (path: string) => {
+      failing(path);
+      const name = /\/secrets\/([^/]+)$/.exec(path)?.[1];
+      if (name === undefined) throw new Error(`unexpected delete of ${path}`);
+      this.secrets.delete(NS, name);
+    };
+    return { patch, create, delete: remove } as unknown as KubeClient;
   }
 }
 
