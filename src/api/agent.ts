@@ -101,7 +101,7 @@ export const AgentStatusSchema = statusSchema("Observed state of the registry ag
   revision: Type.Optional(
     Type.String({
       description:
-        "Hash of the spec last written to the registry; AgentDeployments redeploy when it changes.",
+        "Hash of what runs (spec.image, version, manifest and endpoint) as last written to the registry; AgentDeployments redeploy when it changes. Other fields (description, capabilities, metadata) change the agent without a redeploy.",
     }),
   ),
   createdAt: Type.Optional(Type.String({ description: "When the registry created the agent.", format: "date-time" })),

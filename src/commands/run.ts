@@ -13,8 +13,8 @@ import { Sharding, replicaIdentity } from "../sharding/index.js";
 
 const HELP = `usage: agent-operator run [flags]
 
-Runs the operator against the cluster of --kubeconfig, else $KUBECONFIG, else the in-cluster
-service account.
+Runs the operator against the cluster of --kubeconfig, else $KUBECONFIG, else ~/.kube/config,
+else the in-cluster service account.
 
 flags:
   --kubeconfig <path>                  kubeconfig file (default: $KUBECONFIG, ~/.kube/config, in-cluster)
