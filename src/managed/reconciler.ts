@@ -85,8 +85,14 @@ export interface ManagedReconcilerOptions<R extends ManagedResource, Plan = unkn
 
 export class ManagedReconciler<R extends ManagedResource, Plan = unknown> implements Reconciler {
   private readonly now: () => Date;
-  /** uid -> when the resource was first found waiting for a dependency (cleared on any other outcome). */
-  private readonly waitingSince = new Map<string, number>();
+  /**
+   * namespace/name -> when the resource (of that uid) was first found waiting for a dependency;
+   * cleared on any other outcome, and when the resource goes (deleted, or moved to another
+   * shard), finalizer or not.
+   */
+  private readonly waitingSince = new Map<string, { uid: string; since: number }>();
+  /** namespace/name -> the bad poll-interval an InvalidPollInterval Warning was recorded for. */
+  private readonly warnedPoll = new Map<string, { uid: string; message: string }>();
   /**
    * namespace/name -> the uid and inputs (ManagedReconcilerOptions.inputs) of the spec the
    * service refused; dropped when the resource goes (deleted, or moved to another shard). Kept
@@ -102,17 +108,16 @@ export class ManagedReconciler<R extends ManagedResource, Plan = unknown> implem
   async reconcile(req: Request, ctx: ReconcileContext): Promise<Result | void> {
     const cached = this.opts.informer.get(req.namespace, req.name);
     if (cached === undefined) {
-      this.refusedWith.delete(`${req.namespace ?? ""}/${req.name}`);
+      const key = `${req.namespace ?? ""}/${req.name}`;
+      this.refusedWith.delete(key);
+      this.waitingSince.delete(key);
+      this.warnedPoll.delete(key);
       return; // gone; the finalizer already did its work
     }
     let cr = this.opts.status.fresh(cached);
     if (isPaused(cr)) return this.paused(cr, ctx);
     if (cr.metadata.deletionTimestamp !== undefined) return this.finalize(cr, ctx);
-    const poll = pollIntervalOf(cr);
-    if (poll.kind === "invalid" && !(findCondition(cr, ConditionType.Ready)?.message ?? "").includes(poll.message)) {
-      // Once per bad value: the Ready message carries it from now on.
-      this.opts.events.warning(cr, "InvalidPollInterval", `${poll.message}; using --sync-period instead`);
-    }
+    this.warnOfBadPollInterval(cr);
     // Nothing is created before the finalizer is there: a resource without it at the start of
     // this pass made nothing in the service yet, so what a create runs into is not its own.
     const first = !hasFinalizer(cr);
@@ -247,11 +252,11 @@ export class ManagedReconciler<R extends ManagedResource, Plan = unknown> implem
       return this.fail(cr, failure, ctx, err, kept);
     }
 
-    this.waitingSince.delete(cr.metadata.uid);
+    this.waitingSince.delete(keyOf(cr));
     const { notReady, unconfirmed } = observed;
     const conditions = kstatusConditions(
       notReady
-        ? { state: "unavailable", ...notReady }
+        ? { state: "unavailable", reason: notReady.reason, message: withPollNote(cr, notReady.message) }
         : unconfirmed
           ? { state: "reconciling", reason: unconfirmed.reason, message: withPollNote(cr, unconfirmed.message) }
           : { state: "ready", reason: "Available", message: withPollNote(cr, availableMessage(management, drift)) },
@@ -323,6 +328,25 @@ export class ManagedReconciler<R extends ManagedResource, Plan = unknown> implem
     }
   }
 
+  /**
+   * One Warning per bad agentcompute.dev/poll-interval value: the conditions' messages carry it
+   * from then on. Remembered here as well as read from the Ready message, since some passes
+   * write no message (a wait within its grace) and a restart must not say it again.
+   */
+  private warnOfBadPollInterval(cr: R): void {
+    const poll = pollIntervalOf(cr);
+    const key = keyOf(cr);
+    if (poll.kind !== "invalid") {
+      this.warnedPoll.delete(key);
+      return;
+    }
+    const warned = this.warnedPoll.get(key);
+    if (warned?.uid === cr.metadata.uid && warned.message === poll.message) return;
+    this.warnedPoll.set(key, { uid: cr.metadata.uid, message: poll.message });
+    if ((findCondition(cr, ConditionType.Ready)?.message ?? "").includes(poll.message)) return;
+    this.opts.events.warning(cr, "InvalidPollInterval", `${poll.message}; using --sync-period instead`);
+  }
+
   /** `kept`: the upkeep done although the spec could not be applied (a VM renewed meanwhile). */
   private async fail(cr: R, failure: Failure, ctx: ReconcileContext, err?: unknown, kept?: Upkeep<StatusOf<R>>): Promise<Result> {
     const stalled = failure.kind === "stalled";
@@ -332,8 +356,9 @@ export class ManagedReconciler<R extends ManagedResource, Plan = unknown> implem
     if (kept?.trouble !== undefined) logTrouble(ctx, kept.trouble);
     if (failure.kind === "notReady") {
       const now = this.now().getTime();
-      const since = this.waitingSince.get(cr.metadata.uid) ?? now;
-      this.waitingSince.set(cr.metadata.uid, since);
+      const waiting = this.waitingSince.get(keyOf(cr));
+      const since = waiting?.uid === cr.metadata.uid ? waiting.since : now;
+      this.waitingSince.set(keyOf(cr), { uid: cr.metadata.uid, since });
       // The longer grace is for a resource never reported on (a cold start): one that shows a
       // Ready condition must not keep showing it for minutes while it cannot be reconciled.
       const firstWait = previousReady === undefined;
@@ -349,7 +374,7 @@ export class ManagedReconciler<R extends ManagedResource, Plan = unknown> implem
         return soonest(Math.max(1, since + graceMs - now), kept);
       }
     } else {
-      this.waitingSince.delete(cr.metadata.uid);
+      this.waitingSince.delete(keyOf(cr));
     }
     const message = withPollNote(cr, failure.message) + upkeepNote(kept, failure);
     await this.writeStatusBeforeUpkeep(cr, kept, kept?.status ?? {}, kstatusConditions({ state: stalled ? "stalled" : "reconciling", reason: failure.reason, message }));
@@ -380,7 +405,7 @@ export class ManagedReconciler<R extends ManagedResource, Plan = unknown> implem
    * ReconcilePaused), with one `Paused` Event when it starts; `Resumed` when it ends.
    */
   private async paused(cr: R, ctx: ReconcileContext): Promise<Result | void> {
-    this.waitingSince.delete(cr.metadata.uid);
+    this.waitingSince.delete(keyOf(cr));
     const previousReady = findCondition(cr, ConditionType.Ready);
     const deleting = cr.metadata.deletionTimestamp !== undefined;
     // Upkeep needs a client, not a Ready Connection.
@@ -466,7 +491,7 @@ export class ManagedReconciler<R extends ManagedResource, Plan = unknown> implem
 
   private async finalize(cr: R, ctx: ReconcileContext): Promise<Result | void> {
     this.refusedWith.delete(keyOf(cr));
-    this.waitingSince.delete(cr.metadata.uid);
+    this.waitingSince.delete(keyOf(cr));
     if (!(cr.metadata.finalizers ?? []).includes(FINALIZER)) return;
     const management = managementOf(cr.spec);
     let event: { reason: string; message: string } | undefined;

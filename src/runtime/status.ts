@@ -28,6 +28,19 @@ export function formatTime(d: Date): string {
  * Returns the conditions with `cond` set. The input is not modified. When nothing changes the
  * SAME array is returned, so callers can compare by reference.
  */
+/**
+ * Longest condition message written. The CRDs allow 32,768 characters (as metav1.Condition);
+ * a longer one (a service echoing a large body) would make every status write fail with 422
+ * and leave the resource's status stale, so it is cut well before that, saying so.
+ */
+export const MAX_CONDITION_MESSAGE = 4096;
+
+function boundedMessage(message: string): string {
+  if (message.length <= MAX_CONDITION_MESSAGE) return message;
+  const note = ` … (${message.length - MAX_CONDITION_MESSAGE} more characters cut)`;
+  return message.slice(0, MAX_CONDITION_MESSAGE - note.length) + note;
+}
+
 export function setCondition<C extends Condition>(
   conditions: readonly C[] | undefined,
   cond: ConditionInput,
@@ -42,7 +55,7 @@ export function setCondition<C extends Condition>(
       : (cond.lastTransitionTime ?? formatTime(now));
   const next: Condition = { type: cond.type, status: cond.status, lastTransitionTime: transition };
   if (cond.reason !== undefined) next.reason = cond.reason;
-  if (cond.message !== undefined) next.message = cond.message;
+  if (cond.message !== undefined) next.message = boundedMessage(cond.message);
   if (cond.observedGeneration !== undefined) next.observedGeneration = cond.observedGeneration;
   if (existing && deepEqual(existing, next)) return list as Condition[];
   if (i < 0) return [...list, next];

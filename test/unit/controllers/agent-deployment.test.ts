@@ -325,6 +325,57 @@ describe("AgentDeployment against the service", () => {
     expect(deployment().status).toMatchObject({ state: "running", agentRevision: "rev-2" });
   });
 
+  it("cuts a service message too long for a condition (the CRD allows 32,768 characters), saying so", async () => {
+    const long = `unknown tier: ${"x".repeat(50_000)}`;
+    w.emu.injectFault({ method: "POST", path: /\/deploy$/, times: 1, action: { status: 400, body: { code: 400, error_code: "bad_request", message: long } } });
+    apply();
+    await w.reconcile(kind(), "d");
+    const stalled = condition(deployment(), "Stalled");
+    expect(stalled).toMatchObject({ status: "True", reason: "ServiceRejected" });
+    expect(stalled?.message?.length).toBeLessThanOrEqual(4096);
+    expect(stalled?.message).toMatch(/unknown tier: x+ … \(\d+ more characters cut\)$/);
+  });
+
+  it("a bad poll-interval on a failed deployment: one Warning, and the Ready message says it", async () => {
+    apply({}, { [Annotations.pollInterval]: "every minute" });
+    await w.reconcile(w.kindOf(agentDeployments), "d");
+    w.emu.state.setDeploymentState(deployment().status?.deploymentId as string, "failed");
+    for (let i = 0; i < 3; i++) {
+      resync();
+      await w.reconcile(w.kindOf(agentDeployments), "d");
+    }
+    expect(condition(deployment(), "Ready")).toMatchObject({ status: "False", reason: "DeploymentFailed" });
+    expect(condition(deployment(), "Ready")?.message).toContain(`${Annotations.pollInterval}: "every minute" is not a duration`);
+    expect(w.events.filter((e) => e.reason === "InvalidPollInterval")).toHaveLength(1);
+  });
+
+  it("a bad poll-interval while waiting, unreported, for its Agent: one Warning however often it is looked at", async () => {
+    w.dependencyGraceMs = 60_000;
+    w.setStatus("agents", "a", { agentId: undefined });
+    apply({}, { [Annotations.pollInterval]: "every minute" });
+    for (let i = 0; i < 5; i++) await w.reconcile(w.kindOf(agentDeployments), "d");
+    expect(deployment().status).toBeUndefined();
+    expect(w.events.filter((e) => e.reason === "InvalidPollInterval")).toHaveLength(1);
+  });
+
+  it("a resource that left (deleted before its finalizer, or moved to another replica) and came back waits out a new grace", async () => {
+    w.dependencyGraceMs = 5_000;
+    w.setStatus("agents", "a", { agentId: undefined });
+    apply();
+    await w.reconcile(w.kindOf(agentDeployments), "d");
+    expect(deployment().status).toBeUndefined();
+    // Gone from this replica's cache, and back a while later (the same object).
+    const cache = w.informer({ kind: "AgentDeployment", plural: "agentdeployments" });
+    const cr = deployment();
+    cache.delete(NS, "d");
+    await w.reconcile(w.kindOf(agentDeployments), "d");
+    w.advance(10_000);
+    cache.set(cr);
+    await w.reconcile(w.kindOf(agentDeployments), "d");
+    expect(deployment().status).toBeUndefined();
+    expect(w.events).toEqual([]);
+  });
+
   it("reports a failed deployment whose policies leave out the Update that would redeploy it, with the drift", async () => {
     apply({ managementPolicies: ["Observe", "Create", "Delete"] });
     await w.reconcile(kind(), "d");
