@@ -143,6 +143,22 @@ export async function startCommand(body: JsonObject, rt: VMRuntime): Promise<{ b
   return { background: req.background, command: rt.runCommand(req) };
 }
 
+/**
+ * Why a file system call failed, for an answer: its errno code only (ENOTDIR, EACCES, ...), never
+ * its message, which holds the emulator's host path.
+ */
+function fsReason(err: unknown): string {
+  const code = (err as NodeJS.ErrnoException | undefined)?.code;
+  return typeof code === "string" && code !== "" ? code : "unexpected error";
+}
+
+/** mkdir -p of a file's parents. One of them a regular file is ENOTDIR (Node says EEXIST). */
+async function mkdirParents(file: string): Promise<void> {
+  await mkdir(dirname(file), { recursive: true }).catch((err: NodeJS.ErrnoException) => {
+    throw err.code === "EEXIST" ? Object.assign(new Error("a parent is not a directory"), { code: "ENOTDIR" }) : err;
+  });
+}
+
 // ---------------------------------------------------------------------------------------------
 // Handlers
 
@@ -227,11 +243,13 @@ async function upload(req: AgentdRequest): Promise<HandlerResult> {
     target = req.runtime.hostPath(`${vmPath(req.runtime.workspace, target)}/${name}`, "path");
   }
   const bytes = typeof file === "string" ? Buffer.from(file) : Buffer.from(await file.arrayBuffer());
-  await mkdir(dirname(target), { recursive: true });
+  // A parent that is a regular file (`plain.txt/x`: ENOTDIR), a symbolic link loop (ELOOP), ...:
+  // the caller's mistake, 400 naming the path as it was given.
   try {
+    await mkdirParents(target);
     await writeFile(target, bytes);
   } catch (err) {
-    throw badRequest(`cannot write path: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}`);
+    throw badRequest(`path ${JSON.stringify(path)} cannot be written: ${fsReason(err)}`);
   }
   return ok(201, { path: vmPath(req.runtime.workspace, target), size: String(bytes.length) });
 }
@@ -258,14 +276,17 @@ async function info(req: AgentdRequest): Promise<HandlerResult> {
 }
 
 async function deleteFiles(req: AgentdRequest): Promise<HandlerResult> {
-  const hosts = stringArrayBody(req.raw, "file paths").map((p, i) => req.runtime.hostPath(p, `paths[${i}]`));
+  const given = stringArrayBody(req.raw, "file paths");
+  const hosts = given.map((p, i) => req.runtime.hostPath(p, `paths[${i}]`));
   for (const [i, h] of hosts.entries()) {
     const st = await lstat(h).catch(() => undefined);
     if (st?.isDirectory()) throw badRequest(`paths[${i}] is a directory (DELETE v1/directories removes directories)`);
   }
-  for (const h of hosts) await unlink(h).catch((err: NodeJS.ErrnoException) => {
-    if (err.code !== "ENOENT") throw badRequest(`cannot delete ${vmPath(req.runtime.workspace, h)}: ${err.code}`);
-  });
+  for (const [i, h] of hosts.entries()) {
+    await unlink(h).catch((err: NodeJS.ErrnoException) => {
+      if (err.code !== "ENOENT") throw badRequest(`paths[${i}] ${JSON.stringify(given[i])} cannot be deleted: ${fsReason(err)}`);
+    });
+  }
   return ok(204);
 }
 
@@ -279,10 +300,12 @@ async function move(req: AgentdRequest): Promise<HandlerResult> {
   for (const { src, dst, i } of moves) {
     if (src === req.runtime.workspace || dst === req.runtime.workspace) throw badRequest(`moves[${i}] cannot move ${VM_WORKSPACE} itself`);
     if (!(await lstat(src).catch(() => undefined))) throw badRequest(`moves[${i}].src does not exist`);
-    await mkdir(dirname(dst), { recursive: true });
-    await rename(src, dst).catch((err: NodeJS.ErrnoException) => {
-      throw badRequest(`moves[${i}] failed: ${err.code ?? err.message}`);
-    });
+    try {
+      await mkdirParents(dst);
+      await rename(src, dst);
+    } catch (err) {
+      throw badRequest(`moves[${i}] failed: ${fsReason(err)}`);
+    }
   }
   return ok(204);
 }
@@ -299,8 +322,8 @@ async function searchFiles(req: AgentdRequest): Promise<HandlerResult> {
 async function createDirs(req: AgentdRequest): Promise<HandlerResult> {
   const hosts = stringArrayBody(req.raw, "directory paths").map((p, i) => req.runtime.hostPath(p, `paths[${i}]`));
   for (const [i, h] of hosts.entries()) {
-    await mkdir(h, { recursive: true }).catch((err: NodeJS.ErrnoException) => {
-      throw badRequest(`paths[${i}] cannot be created: ${err.code ?? err.message}`);
+    await mkdir(h, { recursive: true }).catch((err: unknown) => {
+      throw badRequest(`paths[${i}] cannot be created: ${fsReason(err)}`);
     });
   }
   return ok(201);
@@ -309,14 +332,21 @@ async function createDirs(req: AgentdRequest): Promise<HandlerResult> {
 async function deleteDirs(req: AgentdRequest): Promise<HandlerResult> {
   const hosts = stringArrayBody(req.raw, "directory paths").map((p, i) => req.runtime.hostPath(p, `paths[${i}]`));
   for (const [i, h] of hosts.entries()) if (h === req.runtime.workspace) throw badRequest(`paths[${i}] is ${VM_WORKSPACE} itself (POST v1/workspace/reset empties it)`);
-  for (const h of hosts) await rm(h, { recursive: true, force: true, maxRetries: 3 });
+  for (const [i, h] of hosts.entries()) {
+    // force: a missing directory is no error; one under a regular file (ENOTDIR) is refused.
+    await rm(h, { recursive: true, force: true, maxRetries: 3 }).catch((err: unknown) => {
+      throw badRequest(`paths[${i}] cannot be removed: ${fsReason(err)}`);
+    });
+  }
   return ok(204);
 }
 
 async function initSession(req: AgentdRequest): Promise<HandlerResult> {
   const id = str(objectBody(req.raw), "session_id", true)!;
   const dir = req.runtime.sessionDir(id);
-  await mkdir(dir, { recursive: true });
+  await mkdir(dir, { recursive: true }).catch((err: unknown) => {
+    throw badRequest(`session_id ${JSON.stringify(id)}: ${vmPath(req.runtime.workspace, dir)} cannot be created: ${fsReason(err)}`);
+  });
   return ok(201, { session_id: id, path: vmPath(req.runtime.workspace, dir) });
 }
 
@@ -477,6 +507,10 @@ export async function serveAgentd(req: AgentdRequest): Promise<HandlerResult> {
     return req.omitEmpty === true ? withoutEmpty(result) : result;
   } catch (err) {
     if (err instanceof ServiceError) return { status: err.status, body: agentdError(err.status, err.message), headers: err.headers };
-    throw err;
+    // Anything else is a bug in the emulator: logged in full here, answered as agentd would, in
+    // its dialect, and without the error's message (a file system error's names a host path).
+    console.error(`emulator: agentd ${req.method} ${req.path} failed:`, err);
+    const code = (err as NodeJS.ErrnoException | undefined)?.code;
+    return { status: 500, body: agentdError(500, typeof code === "string" ? `internal error: ${code}` : "internal error") };
   }
 }

@@ -1,7 +1,9 @@
 // One execution (a command, or a code block run in a context): the ordered events it produced,
 // kept so that any number of readers (a server-sent event stream, a WebSocket, a test) can
-// follow it from the start, whenever they arrive, and bounded: output beyond the limit is
-// dropped, with one marker saying so.
+// follow it from the start, whenever they arrive. What is kept is bounded: output beyond the
+// limit is not kept (one `truncated` event marks where it was left out), but every reader that is
+// attached when output is produced gets all of it, untouched: the limit bounds the emulator's
+// memory, never a live stream.
 //
 // Events (`event`, `data`: the published agentd SSEEvent):
 //   start   JSON: {"id"} for a command, {"context_id"} for code
@@ -12,6 +14,8 @@
 //   end     JSON: {"exit_code", "status": "ok"|"error", "error"?} for a command (status "ok" for
 //           exit code 0; `error` says why it failed: "command exited with code 3"),
 //           {"status": "ok"|"error"|"interrupted", "error"?} for code ("ZeroDivisionError: ...")
+//   truncated JSON {"limit_bytes"}: only in a replay (a reader that arrived late), where output
+//           beyond the limit was left out of what is kept; never sent to a live reader (D)
 // `end` is always the last event.
 
 export interface ExecEvent {
@@ -48,12 +52,12 @@ export class Execution {
   get ended(): boolean {
     return this._ended;
   }
-  /** True once output went beyond the limit (the rest was dropped). */
+  /** True once output went beyond the limit (the rest is not kept for replay). */
   get truncated(): boolean {
     return this._truncated;
   }
 
-  /** The stdout (or stderr) text kept so far, joined. */
+  /** The stdout (or stderr) text kept so far, joined (the first limit bytes of output). */
   text(stream: "stdout" | "stderr"): string {
     return this._events
       .filter((e) => e.event === stream)
@@ -61,20 +65,26 @@ export class Execution {
       .join("");
   }
 
-  /** Output of one stream. Beyond the limit it is dropped, after one marker. */
+  /**
+   * Output of one stream: to every attached reader, all of it; kept for later readers up to the
+   * limit, then one `truncated` event (kept only: a live reader misses nothing) and no more.
+   */
   output(stream: "stdout" | "stderr", text: string): void {
-    if (this._ended || this._truncated || text === "") return;
+    if (this._ended || text === "") return;
+    const e = { event: stream, data: text };
+    this.broadcast(e);
+    if (this._truncated) return;
     const size = Buffer.byteLength(text);
     if (this.outputBytes + size <= this.limitBytes) {
       this.outputBytes += size;
-      this.push({ event: stream, data: text });
+      this._events.push(e);
       return;
     }
     const head = utf8Prefix(text, this.limitBytes - this.outputBytes);
-    if (head !== "") this.push({ event: stream, data: head });
+    if (head !== "") this._events.push({ event: stream, data: head });
     this.outputBytes = this.limitBytes;
     this._truncated = true;
-    this.push({ event: stream, data: `\n[output truncated: more than ${this.limitBytes} bytes]\n` });
+    this._events.push({ event: "truncated", data: JSON.stringify({ limit_bytes: this.limitBytes }) });
   }
 
   /** A control event (start, timeout, error). */
@@ -115,8 +125,13 @@ export class Execution {
     return last ? (JSON.parse(last.data) as Record<string, unknown>) : undefined;
   }
 
+  /** Kept, and sent to every attached reader. */
   private push(e: ExecEvent): void {
     this._events.push(e);
+    this.broadcast(e);
+  }
+
+  private broadcast(e: ExecEvent): void {
     for (const fn of this.listeners) fn(e);
   }
 }

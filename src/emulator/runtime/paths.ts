@@ -2,7 +2,7 @@
 // emulator keeps each VM's workspace in a host directory. A path that leaves the workspace,
 // lexically (`..`, another absolute path) or through a symbolic link, is refused with 400
 // naming the request field, before anything touches the disk.
-import { lstatSync, readlinkSync, realpathSync } from "node:fs";
+import { lstatSync, readlinkSync, realpathSync, type Stats } from "node:fs";
 import { dirname, join, posix, relative, resolve, sep } from "node:path";
 import { badRequest, ServiceError } from "../errors.js";
 
@@ -11,7 +11,9 @@ export const VM_WORKSPACE = "/workspace";
 
 /**
  * The host path of `vmPath` inside `workspace` (a real path: no symbolic links in it). A relative
- * `vmPath` is relative to /workspace. Throws 400 `<field> ... is outside /workspace`.
+ * `vmPath` is relative to /workspace. Throws 400 `<field> ... is outside /workspace` (or `<field>
+ * is too long`). A path the file system cannot resolve (under a regular file, through a symbolic
+ * link loop) is not there: its host path is returned, and using it fails as for a missing one.
  */
 export function hostPath(workspace: string, vmPath: unknown, field: string): string {
   if (typeof vmPath !== "string" || vmPath === "") throw badRequest(`${field} is required`);
@@ -21,26 +23,56 @@ export function hostPath(workspace: string, vmPath: unknown, field: string): str
   const rel = abs.slice(VM_WORKSPACE.length + 1);
   const host = rel === "" ? workspace : join(workspace, ...rel.split("/"));
   // The lexical check passed; a symbolic link on the way may still lead out.
+  try {
+    followLinks(workspace, host, field, vmPath);
+  } catch (err) {
+    // A name over NAME_MAX bytes, or a path over PATH_MAX: the caller's mistake.
+    if ((err as NodeJS.ErrnoException).code === "ENAMETOOLONG") throw badRequest(`${field} is too long (a name over ${NAME_MAX} bytes or a path over 4096)`);
+    throw err;
+  }
+  return host;
+}
+
+/** Throws 400 `<field> ... is outside /workspace` if a symbolic link on the way to `host` leads out. */
+function followLinks(workspace: string, host: string, field: string, vmPath: string): void {
   let p = host;
   for (let links = 0; ; ) {
     try {
       if (!within(workspace, realpathSync(p))) throw outside(field, vmPath);
-      return host;
+      return;
     } catch (err) {
       if (err instanceof ServiceError) throw err;
       const code = (err as NodeJS.ErrnoException).code;
+      // A symbolic link loop on the way: the kernel cannot resolve the path either, so nothing
+      // can be read or written through it, inside or out. It is not there (reads 404, writes
+      // 400, in the handlers).
+      if (code === "ELOOP") return;
       if (code !== "ENOENT" && code !== "ENOTDIR") throw err;
       // A dangling symbolic link: a write through it creates its target, which decides.
-      if (lstatSync(p, { throwIfNoEntry: false })?.isSymbolicLink()) {
+      if (lstatOrUndefined(p)?.isSymbolicLink()) {
         if (++links > MAX_LINKS) throw outside(field, vmPath);
         // Relative to where the link really is: its directory may be reached through a link.
         p = resolve(realpathSync(dirname(p)), readlinkSync(p));
         continue;
       }
       const parent = dirname(p);
-      if (parent === p) return host;
+      if (parent === p) return;
       p = parent; // not there yet: the nearest existing ancestor decides
     }
+  }
+}
+
+/**
+ * lstat, with "not there" for a missing path, one under a regular file (ENOTDIR: `plain.txt/x`)
+ * and one through a symbolic link loop (ELOOP).
+ */
+function lstatOrUndefined(p: string): Stats | undefined {
+  try {
+    return lstatSync(p, { throwIfNoEntry: false });
+  } catch (err) {
+    const code = (err as NodeJS.ErrnoException).code;
+    if (code === "ENOTDIR" || code === "ELOOP") return undefined;
+    throw err;
   }
 }
 

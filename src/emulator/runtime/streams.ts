@@ -79,14 +79,20 @@ export function eventsSSE(events: readonly ExecEvent[]): SSEBody {
   });
 }
 
-/** A file's bytes (application/octet-stream). */
+/**
+ * A file's bytes (application/octet-stream): exactly the `size` its stat counted, which the
+ * Content-Length announces. A file that grows meanwhile sends its first `size` bytes (never more
+ * than announced: extra bytes would be read as the next answer on a kept-alive connection); one
+ * that shrinks cannot fill the announced length, so the connection is cut (the client sees an
+ * incomplete body at once instead of waiting for bytes that never come).
+ */
 export class FileBody extends StreamBody {
   readonly contentType = "application/octet-stream";
   override readonly headers: Record<string, string>;
 
   constructor(
     private readonly file: string,
-    size: number,
+    private readonly size: number,
     name: string,
   ) {
     super();
@@ -94,9 +100,16 @@ export class FileBody extends StreamBody {
   }
 
   writeTo(res: ServerResponse): void {
-    const stream = createReadStream(this.file);
+    if (this.size === 0) {
+      res.end();
+      return;
+    }
+    const stream = createReadStream(this.file, { start: 0, end: this.size - 1 });
+    let sent = 0;
+    stream.on("data", (chunk) => (sent += chunk.length));
     stream.once("error", () => res.destroy());
+    stream.once("end", () => (sent === this.size ? res.end() : res.destroy()));
     res.once("close", () => stream.destroy());
-    stream.pipe(res);
+    stream.pipe(res, { end: false });
   }
 }

@@ -138,7 +138,12 @@ export class VMRuntime {
     const driver = driverFor(language);
     if (!driver) throw badRequest(`language ${JSON.stringify(language)} is not supported (supported: ${SUPPORTED_LANGUAGES.join(", ")})`);
     const cwd = sessionId === DEFAULT_SESSION ? this.workspace : this.sessionDir(sessionId);
-    mkdirSync(cwd, { recursive: true });
+    try {
+      mkdirSync(cwd, { recursive: true });
+    } catch (err) {
+      // sessions/ made a regular file by a command (ENOTDIR), ...: only the errno code, no host path.
+      throw badRequest(`session_id ${JSON.stringify(sessionId)}: its directory cannot be created: ${(err as NodeJS.ErrnoException).code ?? "unexpected error"}`);
+    }
     const kernel = new Kernel(driver, sessionId, {
       cwd,
       env: this.env,
@@ -222,7 +227,9 @@ export class VMRuntime {
   async deleteSession(id: string): Promise<void> {
     const dir = this.sessionDir(id, "session id");
     for (const [cid, k] of this._contexts) if (k.sessionId === id) this.deleteContext(cid);
-    await rm(dir, { recursive: true, force: true, maxRetries: 3 });
+    await rm(dir, { recursive: true, force: true, maxRetries: 3 }).catch((err: NodeJS.ErrnoException) => {
+      throw badRequest(`session ${JSON.stringify(id)}: its directory cannot be removed: ${err.code ?? "unexpected error"}`);
+    });
   }
 
   /** Kills every command and context, then empties the workspace but for skills/. */

@@ -313,11 +313,15 @@ export const PoolConfig = Type.Object({
 
 // ---------------------------------------------------------------------------------------------
 // The VM runtime, agentd (D), answering through /compute/v1/vms/{id}/r/<path>.
-/** D models.ErrorResponse: {code:int, message:string} (no error_code). */
+/**
+ * D models.ErrorResponse: {code:int, message:string} (no error_code). Neither is published as
+ * required: both optional but typed; strict, as every published model (a compute `error_code`
+ * is a departure). The tests check `code` against the status where they need it.
+ */
 export const AgentdError = Type.Object({
-  code: Type.Integer(),
-  message: Type.String(),
-});
+  code: Type.Optional(Type.Integer()),
+  message: Type.Optional(Type.String()),
+}, { additionalProperties: false });
 
 /** D models.CodeContext (S: "a Jupyter kernel context"). */
 export const CodeContext = Type.Object({
@@ -329,15 +333,17 @@ export const CodeContext = Type.Object({
 }, { additionalProperties: false });
 
 /**
- * D models.CommandStatus; S: "answers {id, running, exit_code, started_at, finished_at}". For a
- * command that has ended all five are required.
+ * D models.CommandStatus {id, running, exit_code, started_at, finished_at} (S names the same
+ * five). Nothing is published as required, and a Go server's `omitempty` leaves out zero values
+ * (`running: false`, `exit_code: 0`), so every field is optional but typed. For a command that
+ * has ended, `running` is not true.
  */
 export const EndedCommandStatus = Type.Object({
-  id: Type.String({ minLength: 1 }),
-  running: Type.Literal(false),
-  exit_code: Type.Integer(),
-  started_at: Type.String(),
-  finished_at: Type.String(),
+  id: Type.Optional(Type.String()),
+  running: Type.Optional(Type.Literal(false)),
+  exit_code: Type.Optional(Type.Integer()),
+  started_at: Type.Optional(Type.String()),
+  finished_at: Type.Optional(Type.String()),
 }, { additionalProperties: false });
 
 /** D models.MetricsSnapshot. */

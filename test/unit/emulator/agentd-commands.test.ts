@@ -165,16 +165,30 @@ describe("emulator agentd: commands (r/v1/commands)", () => {
     await eventually(() => !existsSync(dir), 5000, "the workspace to go");
   });
 
-  it("keeps output bounded: beyond outputLimitBytes it is dropped, with a marker", async () => {
+  it("outputLimitBytes bounds what is kept for replay, never a live stream: a reader attached while output comes gets all of it, untouched", async () => {
     const emu = await emulator({ outputLimitBytes: 1000 });
     const c = await client(emu);
     const vm = await allocate(c);
-    const { events } = await agentd(c, vm.vm_id).run({ command: "head -c 5000 /dev/zero | tr '\\0' x; echo; echo done >&2" });
-    const out = streamText(events, "stdout");
-    expect(out.startsWith("x".repeat(1000))).toBe(true);
-    expect(out).toContain("[output truncated: more than 1000 bytes]");
-    expect(out.length).toBeLessThan(1100);
+    const a = agentd(c, vm.vm_id);
+    const command = "head -c 5000 /dev/zero | tr '\\0' x; echo; echo done >&2";
+    // Live: every byte the command wrote, and no text the command did not write.
+    const { events } = await a.run({ command });
+    expect(streamText(events, "stdout")).toBe(`${"x".repeat(5000)}\n`);
+    expect(streamText(events, "stderr")).toBe("done\n");
+    expect(events.map((e) => e.event)).not.toContain("truncated");
     expect(endOf(events)).toEqual({ exit_code: 0, status: "ok" });
+    // A reader that arrives after the output (an answer delayed by a fault rule) gets the replay:
+    // the first 1000 bytes kept, then one `truncated` event where the rest was left out (D).
+    emu.injectFault({ method: "POST", path: `${a.base}/v1/commands/run`, action: { delayMs: 500 } });
+    const late = (await a.run({ command })).events;
+    expect(streamText(late, "stdout")).toBe("x".repeat(1000));
+    expect(streamText(late, "stderr")).toBe("");
+    expect(late.map((e) => e.event)).toEqual([...late.slice(0, -2).map((e) => e.event), "truncated", "end"]);
+    expect(JSON.parse(late.at(-2)!.data)).toEqual({ limit_bytes: 1000 });
+    expect(endOf(late)).toEqual({ exit_code: 0, status: "ok" });
+    const kept = [...emu.runtimes.get(vm.vm_id)!.commands.values()].map((cmd) => cmd.execution);
+    expect(kept.map((e) => e.truncated)).toEqual([true, true]);
+    expect(kept.map((e) => e.text("stdout"))).toEqual(["x".repeat(1000), "x".repeat(1000)]);
   });
 
   it("ends a command's stream with status ok|error and, on failure, an error message beside exit_code (the keys the official SDK reads)", async () => {

@@ -1,7 +1,14 @@
-import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, symlinkSync } from "node:fs";
+import { appendFileSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, symlinkSync, truncateSync, writeFileSync } from "node:fs";
+import { createServer } from "node:http";
+import type { AddressInfo } from "node:net";
+import { connect } from "node:net";
 import { tmpdir } from "node:os";
 import { join, relative } from "node:path";
-import { describe, expect, it } from "vitest";
+import { afterAll, describe, expect, it, vi } from "vitest";
+import { serveAgentd } from "../../../src/emulator/handlers/agentd.js";
+import { send } from "../../../src/emulator/http.js";
+import type { VMRuntime } from "../../../src/emulator/runtime/vm-runtime.js";
+import { FileBody } from "../../../src/emulator/runtime/streams.js";
 import { client, emulator } from "./helpers.js";
 import { agentd, allocate, streamText, upload, uploadForm } from "./runtime-helpers.js";
 
@@ -106,6 +113,61 @@ describe("emulator agentd: files, directories, sessions, workspace (r/v1/...)", 
     symlinkSync(join(ws, "later.txt"), join(ws, "to-later"));
     expect((await upload(emu, c, vm.vm_id, uploadForm("/workspace/to-later", "y"))).status).toBe(201);
     expect(readFileSync(join(ws, "later.txt"), "utf8")).toBe("y");
+  });
+
+  it("a path under a regular file (ENOTDIR) or through a symbolic link loop (ELOOP) is not there: reads 404, writes 400 naming the path as given, never a host path", async () => {
+    const emu = await emulator();
+    const c = await client(emu);
+    const vm = await allocate(c);
+    const a = agentd(c, vm.vm_id);
+    const ws = emu.runtimes.get(vm.vm_id)!.workspace;
+    expect((await upload(emu, c, vm.vm_id, uploadForm("/workspace/plain.txt", "p"))).status).toBe(201);
+    symlinkSync("loop2", join(ws, "loop1"));
+    symlinkSync("loop1", join(ws, "loop2"));
+    const answers: { what: string; status: number; text: string }[] = [];
+    const call = async (method: string, path: string, body?: unknown): Promise<{ status: number; body: unknown }> => {
+      const res = await a.call(method, path, body);
+      answers.push({ what: `${method} ${path} ${JSON.stringify(body)}`, status: res.status, text: res.text });
+      return { status: res.status, body: res.body };
+    };
+    for (const [p, code] of [
+      ["/workspace/plain.txt/child", "ENOTDIR"],
+      ["plain.txt/child/deeper", "ENOTDIR"],
+      ["/workspace/loop1/x", "ELOOP"],
+    ] as const) {
+      const q = encodeURIComponent(p);
+      expect(await call("GET", `v1/files/download?path=${q}`), p).toEqual({ status: 404, body: { code: 404, message: `${p} not found` } });
+      expect(await call("GET", `v1/files/info?path=${q}`), p).toEqual({ status: 404, body: { code: 404, message: `${p} not found` } });
+      expect(await call("GET", `v1/files/search?pattern=*&dir=${q}`), p).toMatchObject({ status: 400, body: { code: 400, message: "dir is not an existing directory" } });
+      expect(await call("POST", "v1/commands/run", { command: "true", cwd: p }), p).toMatchObject({ status: 400, body: { code: 400, message: "cwd is not an existing directory" } });
+      expect(await call("POST", "v1/directories", [p]), p).toMatchObject({ status: 400, body: { code: 400, message: `paths[0] cannot be created: ${code}` } });
+      expect(await call("DELETE", "v1/directories", [p]), p).toMatchObject({ status: 400, body: { code: 400, message: `paths[0] cannot be removed: ${code}` } });
+      expect(await call("DELETE", "v1/files", [p]), p).toMatchObject({ status: 400, body: { code: 400, message: `paths[0] ${JSON.stringify(p)} cannot be deleted: ${code}` } });
+      expect(await call("POST", "v1/files/mv", [{ src: p, dst: "/workspace/y" }]), p).toMatchObject({ status: 400, body: { code: 400, message: "moves[0].src does not exist" } });
+      const up = await upload(emu, c, vm.vm_id, uploadForm(p, "x"));
+      answers.push({ what: `upload ${p}`, status: up.status, text: up.text });
+      expect(up.body, p).toEqual({ code: 400, message: `path ${JSON.stringify(p)} cannot be written: ${code}` });
+    }
+    // A destination under a regular file: its parent cannot be made.
+    expect(await call("POST", "v1/files/mv", [{ src: "/workspace/plain.txt", dst: "/workspace/plain.txt/moved" }])).toEqual({ status: 400, body: { code: 400, message: "moves[0] failed: ENOTDIR" } });
+    // Sessions under a sessions/ that a command made a regular file.
+    expect((await a.run({ command: "echo s > sessions" })).res.status).toBe(200);
+    expect(await call("POST", "v1/sessions/init", { session_id: "s1" })).toEqual({ status: 400, body: { code: 400, message: 'session_id "s1": /workspace/sessions/s1 cannot be created: ENOTDIR' } });
+    expect(await call("POST", "v1/code/contexts", { language: "python", session_id: "s1" })).toEqual({ status: 400, body: { code: 400, message: 'session_id "s1": its directory cannot be created: ENOTDIR' } });
+    expect(await call("DELETE", "v1/sessions/s1")).toEqual({ status: 400, body: { code: 400, message: 'session "s1": its directory cannot be removed: ENOTDIR' } });
+    // A name or a path too long for the file system: 400 naming the field, not a 500.
+    const tooLong = { code: 400, message: "path is too long (a name over 255 bytes or a path over 4096)" };
+    expect(await call("GET", `v1/files/info?path=${"n".repeat(300)}`)).toEqual({ status: 400, body: tooLong });
+    expect(await call("GET", `v1/files/download?path=${"d/".repeat(3000)}`)).toEqual({ status: 400, body: tooLong });
+    expect((await upload(emu, c, vm.vm_id, uploadForm("n".repeat(300), "x"))).body).toEqual(tooLong);
+    // Nothing was written, nothing leaked: agentd's dialect, and no host path in any answer.
+    expect(readFileSync(join(ws, "plain.txt"), "utf8")).toBe("p");
+    for (const { what, status, text } of answers) {
+      expect(status, what).toBeLessThan(500);
+      expect(text, what).not.toContain(ws);
+      expect(text, what).not.toContain(tmpdir());
+      expect(text, what).not.toContain("error_code");
+    }
   });
 
   it("creates and deletes directories, moves files, searches by glob", async () => {
@@ -274,5 +336,116 @@ describe("emulator agentd: skills", () => {
     expect((await a.call("GET", "v1/skills")).body).toHaveLength(2);
     expect((await a.call("POST", "v1/skills/load", { skills: ["missing"] })).body).toEqual({ code: 400, message: 'skills[0]: skill "missing" does not exist' });
     expect((await a.call("POST", "v1/skills/load", {})).body).toEqual({ code: 400, message: "skills is required" });
+  });
+});
+
+describe("emulator agentd: a download's body is exactly its Content-Length", () => {
+  const dir = mkdtempSync(join(tmpdir(), "agentd-download-"));
+  afterAll(() => rmSync(dir, { recursive: true, force: true }));
+
+  /**
+   * Serves one FileBody of `file` sized as stat says now, after `change` altered the file (as a
+   * command writing to it between the handler's stat and the stream would), and reads the answer
+   * off a raw kept-alive connection for up to `waitMs`.
+   */
+  async function download(file: string, change: () => void, waitMs = 1000): Promise<{ contentLength: number; body: Buffer; closed: boolean }> {
+    const server = createServer((_req, res) => {
+      const body = new FileBody(file, statSync(file).size, "f.bin");
+      change();
+      send(res, 200, body);
+    });
+    await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+    try {
+      return await new Promise((resolve) => {
+        const sock = connect((server.address() as AddressInfo).port, "127.0.0.1");
+        const chunks: Buffer[] = [];
+        let closed = false;
+        let done = false;
+        const finish = (): void => {
+          if (done) return;
+          done = true;
+          clearTimeout(timer);
+          sock.destroy();
+          const all = Buffer.concat(chunks);
+          const i = all.indexOf("\r\n\r\n");
+          const head = all.subarray(0, i).toString();
+          resolve({ contentLength: Number(/content-length: (\d+)/i.exec(head)?.[1]), body: all.subarray(i + 4), closed });
+        };
+        const timer = setTimeout(finish, waitMs);
+        sock.on("data", (b: Buffer) => chunks.push(b));
+        sock.on("error", () => {});
+        sock.on("close", () => {
+          closed = true;
+          finish();
+        });
+        sock.write("GET /f HTTP/1.1\r\nhost: x\r\n\r\n"); // keep-alive: the next answer would follow
+      });
+    } finally {
+      server.closeAllConnections();
+      server.close();
+    }
+  }
+
+  it("a file that grows meanwhile sends the bytes stat counted, no more (extra bytes would poison a kept-alive connection)", async () => {
+    const file = join(dir, "grows.bin");
+    writeFileSync(file, "a".repeat(10));
+    const got = await download(file, () => appendFileSync(file, "b".repeat(200_000)), 500);
+    expect(got.contentLength).toBe(10);
+    expect(got.body.toString()).toBe("a".repeat(10));
+    expect(got.closed, "the connection stays usable").toBe(false);
+  });
+
+  it("an empty file sends nothing, even if it grew meanwhile", async () => {
+    const file = join(dir, "empty.bin");
+    writeFileSync(file, "");
+    const got = await download(file, () => appendFileSync(file, "zzz"), 500);
+    expect(got.contentLength).toBe(0);
+    expect(got.body.length).toBe(0);
+    expect(got.closed).toBe(false);
+  });
+
+  it("a file that shrinks meanwhile cuts the connection at once rather than leave the client waiting for bytes that never come", async () => {
+    const file = join(dir, "shrinks.bin");
+    writeFileSync(file, "c".repeat(100_000));
+    const started = Date.now();
+    const got = await download(file, () => truncateSync(file, 10), 3000);
+    expect(got.contentLength).toBe(100_000);
+    expect(got.body.toString()).toBe("c".repeat(10));
+    expect(got.closed).toBe(true);
+    expect(Date.now() - started).toBeLessThan(2000);
+  });
+});
+
+describe("emulator agentd: an unexpected error", () => {
+  it("answers agentd's 500 {code, message}, without the error's message (a file system error's names the emulator's host path)", async () => {
+    const logged = vi.spyOn(console, "error").mockImplementation(() => {});
+    try {
+      const hostPathLeak = "/tmp/agent-emulator-XYZ/vm-1/workspace/a";
+      const fsError = Object.assign(new Error(`EACCES: permission denied, lstat '${hostPathLeak}'`), { code: "EACCES" });
+      const runtime = {
+        hostPath: () => {
+          throw fsError;
+        },
+        command: () => {
+          throw new TypeError(`cannot read ${hostPathLeak}`);
+        },
+      } as unknown as VMRuntime;
+      const req = (method: string, path: string, query = ""): Parameters<typeof serveAgentd>[0] => ({
+        method,
+        path,
+        query: new URLSearchParams(query),
+        headers: {},
+        raw: Buffer.alloc(0),
+        runtime,
+        skill: () => undefined,
+      });
+      expect(await serveAgentd(req("GET", "v1/files/info", "path=a"))).toEqual({ status: 500, body: { code: 500, message: "internal error: EACCES" } });
+      expect(await serveAgentd(req("GET", "v1/commands/c1/status"))).toEqual({ status: 500, body: { code: 500, message: "internal error" } });
+      // Said loudly where the emulator runs, in full.
+      expect(logged).toHaveBeenCalledTimes(2);
+      expect(String(logged.mock.calls[0]![0])).toContain("GET v1/files/info");
+    } finally {
+      logged.mockRestore();
+    }
   });
 });
