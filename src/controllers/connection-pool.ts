@@ -57,10 +57,21 @@ interface Entry {
  */
 const RETIRE_AFTER_MS = 5 * 60_000;
 
+/** Every hook a client has (the compiler checks the list is whole): each is silenced on forget(). */
+const HOOK_NAMES: Record<keyof ServiceClientHooks, true> = { onRequest: true, onTokenRequest: true, onRetry: true, onRateLimited: true, onCredentialsRefused: true };
+
 export class ConnectionPool {
   private readonly entries = new Map<string, Entry>();
   /** Replaced clients waiting to be closed (RETIRE_AFTER_MS), and their timers. */
   private readonly retiring = new Map<ServiceHandle, NodeJS.Timeout>();
+
+  /**
+   * Per Connection: whether its clients' hooks still report (metrics). forget() turns it off
+   * for every client of the Connection, replaced ones retiring included, so that a call ending
+   * after the Connection is gone brings back none of its series; a Connection made again with
+   * the same name gets a new one.
+   */
+  private readonly reporting = new Map<string, { on: boolean }>();
 
   /** This process's share of each Connection's rate (sharded mode: 1 / the live replicas). */
   private rateShare = 1;
@@ -181,12 +192,18 @@ export class ConnectionPool {
     }
   }
 
-  /** Drops the client of a deleted Connection. */
+  /**
+   * Drops the clients of a deleted Connection. From now on none of them reports through its
+   * hooks (a call in flight ends unreported), so the Connection's metric series can be removed.
+   */
   forget(namespace: string, name: string): void {
     const key = `${namespace}/${name}`;
     const entry = this.entries.get(key);
     if (entry) for (const h of [entry.handle, entry.accepted]) void h?.client.close();
     this.entries.delete(key);
+    const reporting = this.reporting.get(key);
+    if (reporting !== undefined) reporting.on = false;
+    this.reporting.delete(key);
   }
 
   async close(): Promise<void> {
@@ -194,6 +211,7 @@ export class ConnectionPool {
     const all = [...this.entries.values()].flatMap((e) => [e.handle, e.accepted]).concat([...this.retiring.keys()]);
     this.retiring.clear();
     this.entries.clear();
+    this.reporting.clear();
     await Promise.all(all.map((h) => h?.client.close()));
   }
 
@@ -220,6 +238,25 @@ export class ConnectionPool {
     );
   }
 
+  /** The hooks of a new client of the Connection: silent once the Connection is forgotten. */
+  private hooksOf(key: string): ServiceClientHooks | undefined {
+    const hooks = this.opts.hooks?.(key);
+    if (hooks === undefined) return undefined;
+    let reporting = this.reporting.get(key);
+    if (reporting === undefined) {
+      reporting = { on: true };
+      this.reporting.set(key, reporting);
+    }
+    const r = reporting;
+    // Only the hooks given: the client builds an event only for a hook that is there.
+    const silenced: Record<string, unknown> = {};
+    for (const name of Object.keys(HOOK_NAMES) as Array<keyof ServiceClientHooks>) {
+      const hook = hooks[name] as ((...args: unknown[]) => void) | undefined;
+      if (hook !== undefined) silenced[name] = (...args: unknown[]) => r.on && hook.apply(hooks, args);
+    }
+    return silenced as ServiceClientHooks;
+  }
+
   private build(key: string, connection: Connection, credentials: Credentials): ServiceHandle {
     const { spec } = connection;
     const client = new ServiceClient({
@@ -231,7 +268,7 @@ export class ConnectionPool {
       timeoutMs: spec.timeoutSeconds !== undefined ? spec.timeoutSeconds * 1000 : DEFAULTS.timeoutMs,
       insecureSkipTLSVerify: spec.insecureSkipTLSVerify ?? false,
       logger: this.opts.logger.child({ connection: key }),
-      hooks: this.opts.hooks?.(key),
+      hooks: this.hooksOf(key),
       writeGate: this.opts.writeGate,
     });
     const inventory = <T>(

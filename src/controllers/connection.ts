@@ -16,6 +16,7 @@ import { resourcePath, type KubeClient } from "../runtime/kube-client.js";
 import type { Controller, ReconcileContext, Reconciler, Request, Result } from "../runtime/controller.js";
 import { formatTime } from "../runtime/status.js";
 import { InvalidEndpointError, REFUSAL_HOLD_MS, ServiceError, tlsErrorCode, type ServiceClient, type UsageRecord } from "../service/index.js";
+import type { ServiceMetrics } from "../service/metrics.js";
 import type { ConnectionPool } from "./connection-pool.js";
 import { requestOf, specOrMetaChanged, type OperatorContext } from "./kind.js";
 import { UsageGauges } from "./usage-metrics.js";
@@ -39,6 +40,7 @@ export function setupConnection(ctx: OperatorContext): Controller {
       status: new StatusWriter(manager.client),
       events: manager.events,
       usage: new UsageGauges(manager.metrics.registry),
+      service: manager.metrics.service,
     }),
   });
   controller.watch(connections, undefined, { filter: specOrMetaChanged });
@@ -61,6 +63,8 @@ export interface ConnectionReconcilerOptions {
   status: StatusWriter;
   events: EventRecorder;
   usage?: UsageGauges;
+  /** The service client's series (agentcompute_service_*): a deleted Connection's are removed. */
+  service?: ServiceMetrics;
   now?: () => Date;
 }
 
@@ -76,7 +80,7 @@ export class ConnectionReconciler implements Reconciler {
   async reconcile(req: Request, ctx: ReconcileContext): Promise<Result | void> {
     const cached = this.opts.informer.get(req.namespace, req.name);
     if (cached === undefined) {
-      this.forget(req);
+      await this.forget(req);
       return;
     }
     let conn = this.opts.status.fresh(cached);
@@ -169,7 +173,7 @@ export class ConnectionReconciler implements Reconciler {
   private async finalize(conn: Connection, req: Request, ctx: ReconcileContext): Promise<Result | void> {
     const finalizers = conn.metadata.finalizers ?? [];
     if (!finalizers.includes(FINALIZER)) {
-      this.forget(req);
+      await this.forget(req);
       return;
     }
     const users = this.opts.usersOf(conn.metadata.namespace, conn.metadata.name);
@@ -185,12 +189,19 @@ export class ConnectionReconciler implements Reconciler {
     }
     await patchFinalizers(this.opts.kube, this.path(conn), conn, finalizers.filter((f) => f !== FINALIZER));
     this.opts.status.forget(conn.metadata.uid);
-    this.forget(req);
+    await this.forget(req);
   }
 
-  private forget(req: Request): void {
+  /**
+   * A deleted Connection: its clients closed, and its series removed (a Connection per preview
+   * environment would otherwise grow /metrics without bound). The pool silences the clients
+   * first, so that a call ending later brings back no series.
+   */
+  private async forget(req: Request): Promise<void> {
+    const key = `${req.namespace}/${req.name}`;
     this.opts.pool.forget(req.namespace, req.name);
-    this.opts.usage?.remove(`${req.namespace}/${req.name}`);
+    this.opts.usage?.remove(key);
+    await this.opts.service?.removeConnection(key);
   }
 
   private path(conn: Connection, subresource?: string): string {

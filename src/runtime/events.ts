@@ -15,11 +15,20 @@
 //    writes, new events are dropped (counted in agentcompute_events_total{result="dropped"});
 //  - similar Normal events of many objects (client-go's EventAggregator, across objects): of
 //    the reasons in `aggregateReasons` ("Created"), the first `aggregateAfter` (10) per
-//    namespace, kind and reason in the correlation window are written for their objects; the
-//    rest are counted into one Event on the namespace, "(combined from similar events)",
-//    written at most once per `aggregateFlushMs` (10 s). A cold start of 10,000 resources made
-//    one Created Event each: a third of its Kubernetes writes, for a fact each resource's status
-//    already tells. Warnings are never aggregated;
+//    namespace, kind and reason in a window of `correlationWindowMs` (10 min, from the first of
+//    them) are written for their objects; the rest of the window are counted into one Event on
+//    the namespace, "(combined from similar events)", written at most once per
+//    `aggregateFlushMs` (10 s). The next window starts a new combined Event, so its `count` and
+//    its message ("for N more ... in 10 min") are of one window and say the same. (client-go's
+//    aggregate record lasts as long as similar events keep coming within 10 min of each other,
+//    and its message carries no count.) A cold start of 10,000 resources made one Created Event
+//    each: a third of its Kubernetes writes, for a fact each resource's status already tells.
+//    Warnings are never aggregated;
+//  - agentcompute_events_total counts every event recorded once, by what became of it:
+//    `created` (it made a new Event, a combined one included), `aggregated` (it was counted on
+//    an existing Event: a repeat, or a fold into a combined Event after its first), `dropped`
+//    (the spam filter, `maxPending`, the shutdown, or EventOptions.while), `failed` (the API
+//    server refused the write). It is counted when that is known: at the write;
 //  - messages are scrubbed of anything that looks like a credential, and truncated to the
 //    API's 1 KiB note limit.
 // Both rate limits are the code base's one token bucket (src/lib/token-bucket.ts). The caches of
@@ -80,18 +89,23 @@ interface Entry {
   created: boolean;
   writing: boolean;
   again: boolean;
-  /** An Event combining similar events of many objects: its message changes, and is patched too. */
-  combined?: boolean;
+  /**
+   * An Event combining similar events of many objects: its message for a count (it says the
+   * count, and changes with every fold; patched too).
+   */
+  combined?: (count: number) => string;
   /** A combined Event's write is waiting for the flush timer. */
   flushing?: boolean;
   /** EventOptions.while of the latest event recorded into this entry. */
   allowed?: () => boolean;
 }
 
-/** Similar events of one namespace, kind and reason in the correlation window. */
+/** Similar events of one namespace, kind and reason in one correlation window, from `since`. */
 interface Similar {
   since: number;
   count: number;
+  /** The window's combined Event: every event of the window past `aggregateAfter`, and no other. */
+  combined?: Entry;
 }
 
 interface EventBody {
@@ -250,7 +264,7 @@ export class EventRecorder {
     if (type === "Normal" && this.aggregated.has(reason) && this.combine(obj, reason, rawMessage, now, allowed)) return;
     const objectKey = `${obj.kind ?? ""}/${meta.namespace ?? ""}/${meta.name ?? ""}/${meta.uid ?? ""}`;
     if (!this.allow(objectKey)) {
-      this.o.metrics?.eventsTotal.inc({ type, result: "dropped" });
+      this.tally(type, "dropped");
       this.log.debug({ reason, object: objectKey }, "event dropped by the per-object spam filter");
       return;
     }
@@ -264,10 +278,9 @@ export class EventRecorder {
       entry.lastSeen = now;
       entry.body.lastTimestamp = ts;
       lruTouch(this.entries, key, entry);
-      this.o.metrics?.eventsTotal.inc({ type, result: "aggregated" });
     } else {
       if (this.pending.size >= this.o.maxPending) {
-        this.o.metrics?.eventsTotal.inc({ type, result: "dropped" });
+        this.tally(type, "dropped");
         return;
       }
       const namespace = meta.namespace || "default";
@@ -277,15 +290,14 @@ export class EventRecorder {
       if (action) body.action = truncate(action, 128);
       entry = { name, namespace, body, count: 1, writtenCount: 0, lastSeen: now, created: false, writing: false, again: false };
       lruSet(this.entries, key, entry, this.o.cacheSize);
-      this.o.metrics?.eventsTotal.inc({ type, result: "created" });
     }
     entry.allowed = allowed;
     this.schedule(entry);
   }
 
   /**
-   * Counts a similar event; past `aggregateAfter` in the window, folds it into the namespace's
-   * combined Event (true: the caller writes nothing for the object itself).
+   * Counts a similar event; past `aggregateAfter` in the window, folds it into the window's
+   * combined Event on the namespace (true: the caller writes nothing for the object itself).
    */
   private combine(obj: KubeObject, reason: string, rawMessage: string, now: number, allowed: EventOptions["while"]): boolean {
     const namespace = obj.metadata.namespace || "default";
@@ -298,31 +310,29 @@ export class EventRecorder {
     }
     similar.count++;
     if (similar.count <= this.o.aggregateAfter) return false;
-    const combinedKey = `combined|${key}`;
     const ts = formatTime(new Date(now));
-    const folded = similar.count - this.o.aggregateAfter;
-    const message = truncate(
-      scrubSecrets(`(combined from similar events): ${reason} for ${folded} more ${kind} resources in ${this.o.correlationWindowMs / 60_000} min; the last, ${obj.metadata.name ?? ""}: ${rawMessage}`),
-      MAX_MESSAGE,
-    );
-    let entry = this.entries.get(combinedKey);
-    if (entry === undefined || now - entry.lastSeen > this.o.correlationWindowMs) {
+    const minutes = this.o.correlationWindowMs / 60_000;
+    const last = obj.metadata.name ?? "";
+    const message = (count: number): string =>
+      truncate(scrubSecrets(`(combined from similar events): ${reason} for ${count} more ${kind} resources in ${minutes} min; the last, ${last}: ${rawMessage}`), MAX_MESSAGE);
+    // One combined Event per window (a new window, a new Event): its count is the window's folds.
+    let entry = similar.combined;
+    if (entry === undefined) {
       const name = `${namespace}.${this.uniqueSuffix(now)}`;
       // The API server requires an Event's involvedObject.namespace to be its own namespace
       // (a cluster-scoped object's Events would have to live in "default", out of the users'
       // sight): the Namespace is named with its own name as namespace, so that
       // `kubectl get events -n <ns>` lists it next to the resources' own.
       const involved = { apiVersion: "v1", kind: "Namespace", name: namespace, namespace };
-      const body = this.newBody(namespace, name, involved, "Normal", reason, message, ts);
-      entry = { name, namespace, body, count: 0, writtenCount: 0, lastSeen: now, created: false, writing: false, again: false, combined: true };
-      lruSet(this.entries, combinedKey, entry, this.o.cacheSize);
+      const body = this.newBody(namespace, name, involved, "Normal", reason, message(1), ts);
+      entry = { name, namespace, body, count: 0, writtenCount: 0, lastSeen: now, created: false, writing: false, again: false };
+      similar.combined = entry;
     }
     entry.count++;
     entry.lastSeen = now;
-    entry.body.message = message;
+    entry.combined = message; // the message is made for the count written, at the write
     entry.body.lastTimestamp = ts;
     entry.allowed = allowed;
-    this.o.metrics?.eventsTotal.inc({ type: "Normal", result: "aggregated" });
     this.scheduleCombined(entry);
     return true;
   }
@@ -342,7 +352,7 @@ export class EventRecorder {
       this.combinedWaits.add(now);
     }).then(() => {
       entry.flushing = false;
-      if (!this.closed) this.schedule(entry);
+      this.schedule(entry); // closed meanwhile: the write counts what it drops
     });
     this.pending.add(p);
     void p.finally(() => this.pending.delete(p));
@@ -377,7 +387,7 @@ export class EventRecorder {
       try {
         do {
           entry.again = false;
-          await this.withSlot(entry.body.type, () => this.write(entry));
+          await this.withSlot(() => this.write(entry));
         } while (entry.again && entry.writtenCount < entry.count);
       } finally {
         entry.writing = false;
@@ -387,45 +397,62 @@ export class EventRecorder {
     void p.finally(() => this.pending.delete(p));
   }
 
+  /**
+   * Writes what was recorded into the entry and not written yet (`unwritten` events), and
+   * counts each of them once in agentcompute_events_total by what became of it.
+   */
   private async write(entry: Entry): Promise<void> {
-    if (entry.writtenCount >= entry.count) return;
     const count = entry.count;
-    if (entry.allowed?.() === false) {
-      this.o.metrics?.eventsTotal.inc({ type: entry.body.type, result: "dropped" });
-      entry.writtenCount = count; // what was recorded until now is not written; later events are
+    const unwritten = count - entry.writtenCount;
+    if (unwritten <= 0) return;
+    const type = entry.body.type;
+    if (this.closed || entry.allowed?.() === false) {
+      // Shutting down, or no longer allowed: what was recorded until now is not written; later events are.
+      this.tally(type, "dropped", unwritten);
+      entry.writtenCount = count;
       return;
     }
     try {
-      if (entry.created) {
-        try {
-          const patch = entry.combined
-            ? { count, lastTimestamp: entry.body.lastTimestamp, message: entry.body.message }
-            : { count, lastTimestamp: entry.body.lastTimestamp };
-          await this.o.client.patch(eventsPath(entry.namespace, entry.name), patch, "merge", { discardResult: true });
-        } catch (err) {
-          if (!isNotFound(err)) throw err;
-          // The Event expired (the API server keeps them 1 h): start a new one.
-          entry.name = `${entry.body.involvedObject.name ?? "object"}.${this.uniqueSuffix(this.now())}`;
-          entry.body.metadata.name = entry.name;
-          entry.body.firstTimestamp = entry.body.lastTimestamp;
-          entry.created = false;
-          entry.count = 1;
-          entry.writtenCount = 0;
-          await this.create(entry, 1);
-          return;
-        }
-      } else {
+      if (!entry.created) {
         await this.create(entry, count);
+        this.tally(type, "created");
+        this.tally(type, "aggregated", unwritten - 1);
+        return;
       }
-      entry.writtenCount = Math.max(entry.writtenCount, count);
+      try {
+        const patch = entry.combined
+          ? { count, lastTimestamp: entry.body.lastTimestamp, message: entry.combined(count) }
+          : { count, lastTimestamp: entry.body.lastTimestamp };
+        await this.o.client.patch(eventsPath(entry.namespace, entry.name), patch, "merge", { discardResult: true });
+        entry.writtenCount = Math.max(entry.writtenCount, count);
+        this.tally(type, "aggregated", unwritten);
+      } catch (err) {
+        if (!isNotFound(err)) throw err;
+        // The Event expired (the API server keeps them 1 h): a new one, counting the events not
+        // written yet (those of the expired one went with it). Events recorded meanwhile stay
+        // counted in the entry, for the next write.
+        entry.name = `${entry.body.involvedObject.name ?? "object"}.${this.uniqueSuffix(this.now())}`;
+        entry.body.metadata.name = entry.name;
+        entry.body.firstTimestamp = entry.body.lastTimestamp;
+        entry.created = false;
+        entry.count -= entry.writtenCount;
+        entry.writtenCount = 0;
+        await this.create(entry, unwritten);
+        this.tally(type, "created");
+        this.tally(type, "aggregated", unwritten - 1);
+      }
     } catch (err) {
-      this.o.metrics?.eventsTotal.inc({ type: entry.body.type, result: "failed" });
+      // Do not retry a failing write in a loop: the events it held, and those recorded while it
+      // was tried, are not written.
+      this.tally(type, "failed", entry.count - entry.writtenCount);
       this.log.warn({ err: errorMessage(err), reason: entry.body.reason }, "could not write event");
-      entry.writtenCount = entry.count; // do not retry a failing write in a loop
+      entry.writtenCount = entry.count;
     }
   }
 
+  /** Creates the entry's Event with `count` (a combined Event's message saying the same). */
   private async create(entry: Entry, count: number): Promise<void> {
+    if (entry.combined) entry.body.message = entry.combined(count);
     try {
       await this.o.client.create(eventsPath(entry.namespace), { ...entry.body, count }, { discardResult: true });
       entry.created = true;
@@ -433,11 +460,17 @@ export class EventRecorder {
     } catch (err) {
       if (!isAlreadyExists(err)) throw err;
       entry.created = true; // name collision with ourselves (retry after timeout): patch next time
-      await this.o.client.patch(eventsPath(entry.namespace, entry.name), { count, lastTimestamp: entry.body.lastTimestamp }, "merge", {
-        discardResult: true,
-      });
+      const patch = entry.combined
+        ? { count, lastTimestamp: entry.body.lastTimestamp, message: entry.body.message }
+        : { count, lastTimestamp: entry.body.lastTimestamp };
+      await this.o.client.patch(eventsPath(entry.namespace, entry.name), patch, "merge", { discardResult: true });
       entry.writtenCount = count;
     }
+  }
+
+  /** Counts `n` events recorded in agentcompute_events_total. */
+  private tally(type: EventType, result: "created" | "aggregated" | "dropped" | "failed", n = 1): void {
+    if (n > 0) this.o.metrics?.eventsTotal.inc({ type, result }, n);
   }
 
   /** The per-object spam filter: `spamBurst` events, then one per `spamRefillMs`. */
@@ -452,18 +485,15 @@ export class EventRecorder {
     return b.take() === 0;
   }
 
-  private async withSlot(type: EventType, fn: () => Promise<void>): Promise<void> {
+  private async withSlot(fn: () => Promise<void>): Promise<void> {
     // A finished write hands its slot straight to the next waiter, so the bound is exact.
     if (this.active >= this.o.maxConcurrentWrites) await new Promise<void>((resolve) => this.slots.push(resolve));
     else this.active++;
     try {
       // The rate limit, taken while holding a slot: waiters queue on the slots, in order.
+      // Shutting down: no wait, and fn() drops (and counts) what has not been written by now.
       const waitMs = this.closed ? 0 : this.writes.reserve();
       if (waitMs > 0) await sleep(waitMs, undefined, { signal: this.closing.signal }).catch(() => undefined);
-      if (this.closed) {
-        this.o.metrics?.eventsTotal.inc({ type, result: "dropped" });
-        return; // shutting down: what has not been written by now is dropped
-      }
       await fn();
     } finally {
       const next = this.slots.shift();

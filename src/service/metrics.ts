@@ -49,6 +49,25 @@ export class ServiceMetrics {
       registers,
     });
   }
+
+  /**
+   * Removes every series of one connection (a deleted Connection): a cluster that makes a
+   * Connection per preview environment would otherwise grow /metrics without bound. Series of
+   * other connections stay. Call it once the connection's clients report nothing more
+   * (ConnectionPool.forget silences them), or a call ending later would bring a series back.
+   */
+  async removeConnection(connection: string): Promise<void> {
+    const metrics: Array<Counter<string> | Histogram<string>> = [this.requests, this.requestDuration, this.tokenRequests, this.retries, this.rateLimitedSeconds];
+    for (const metric of metrics) {
+      // A histogram's values are its buckets (labelled `le` too), sum and count: one series,
+      // removed by its own labels (removing it again is a no-op).
+      for (const { labels } of (await metric.get()).values) {
+        if (labels["connection"] !== connection) continue;
+        const { le: _le, ...own } = labels;
+        metric.remove(own);
+      }
+    }
+  }
 }
 
 /**

@@ -3,6 +3,10 @@
 // refused, and a replaced client is not closed under a call begun on it.
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import type { Connection } from "../../../src/api/index.js";
+import { kindNames } from "../../../src/api/names.js";
+import { ConnectionPool } from "../../../src/controllers/connection-pool.js";
+import type { Informer } from "../../../src/runtime/informer.js";
+import { silentLogger } from "../../../src/runtime/logging.js";
 import { NS, World } from "./helpers.js";
 
 let w: World;
@@ -59,5 +63,33 @@ describe("ConnectionPool", () => {
     w.pool.forget(NS, "default");
     await expect(first.client.vms.listAll()).rejects.toThrow(/service client closed/);
     await expect(refused.client.vms.listAll()).rejects.toThrow(/service client closed/);
+  });
+
+  it("silences the hooks of a Connection it forgets: a call ending later reports nothing; a Connection made again reports", async () => {
+    const reported: string[] = [];
+    const pool = new ConnectionPool({
+      connections: w.informer(kindNames.connection).as<Connection>() as unknown as Informer<Connection>,
+      secrets: w.secrets.as(),
+      logger: silentLogger(),
+      inventoryMaxAgeMs: 60_000,
+      hooks: (key) => ({ onRequest: (e) => reported.push(`${key} ${e.operation}`) }),
+    });
+    try {
+      const first = pool.forResource(NS, undefined);
+      await first.client.authenticate();
+      expect(reported).toEqual([`${NS}/default token`]);
+      w.emu.injectFault({ method: "GET", path: "/compute/v1/skills", times: 1, action: { delayMs: 300 } });
+      const inFlight = first.client.skills.list().catch(() => undefined);
+      await new Promise((r) => setTimeout(r, 100)); // sent, not answered yet
+      pool.forget(NS, "default");
+      await inFlight;
+      expect(reported).toEqual([`${NS}/default token`]);
+
+      // The same name again: a new client, whose calls are reported.
+      await pool.forResource(NS, undefined).client.authenticate();
+      expect(reported).toEqual([`${NS}/default token`, `${NS}/default token`]);
+    } finally {
+      await pool.close();
+    }
   });
 });

@@ -9,8 +9,11 @@ import { UsageGauges } from "../../../src/controllers/usage-metrics.js";
 import { Registry } from "prom-client";
 import type { Informer } from "../../../src/runtime/informer.js";
 import { API_KEY, condition, NS, reconcileContext, World } from "./helpers.js";
-import type { ConnectionPool } from "../../../src/controllers/connection-pool.js";
+import { ConnectionPool } from "../../../src/controllers/connection-pool.js";
 import { ServiceClient } from "../../../src/service/index.js";
+import { ServiceMetrics, serviceClientHooks } from "../../../src/service/metrics.js";
+import { silentLogger } from "../../../src/runtime/logging.js";
+import { kindNames } from "../../../src/api/names.js";
 
 let w: World;
 let users: string[];
@@ -25,7 +28,7 @@ afterEach(async () => {
 });
 
 const connection = (name = "c") => w.get<Connection>("connections", name);
-const reconcileWith = (opts: { usage?: UsageGauges; pool?: ConnectionPool } = {}) =>
+const reconcileWith = (opts: { usage?: UsageGauges; pool?: ConnectionPool; service?: ServiceMetrics } = {}) =>
   new ConnectionReconciler({
     informer: w.informer({ kind: "Connection", plural: "connections" }).as<Connection>() as unknown as Informer<Connection>,
     usersOf: () => users,
@@ -204,5 +207,40 @@ describe("Connection", () => {
     users = [];
     await reconcile();
     expect(connection().metadata.finalizers).toEqual([]);
+  });
+
+  it("removes every agentcompute_service_* series of a deleted Connection, and only its own", async () => {
+    const registry = new Registry();
+    const service = new ServiceMetrics(registry);
+    // The operator's pool: each client's hooks feed the series labelled with its Connection.
+    const pool = new ConnectionPool({
+      connections: w.informer(kindNames.connection).as<Connection>() as unknown as Informer<Connection>,
+      secrets: w.secrets.as(),
+      logger: silentLogger(),
+      inventoryMaxAgeMs: 60_000,
+      hooks: (key) => serviceClientHooks(service, key),
+    });
+    try {
+      await reconcileWith({ pool, service });
+      // Another Connection's series, and one of each kind for "c" (a retry, a rate-limited wait).
+      await pool.forResource(NS, { name: "default" }).client.skills.list();
+      serviceClientHooks(service, `${NS}/c`).onRetry({ operation: "skills.list", attempt: 1, delayMs: 1, reason: "HTTP 503" });
+      serviceClientHooks(service, `${NS}/c`).onRateLimited({ operation: "skills.list", waitMs: 10 });
+      const text = await registry.metrics();
+      for (const name of ["requests_total", "request_duration_seconds_count", "token_requests_total", "retries_total", "rate_limited_seconds_total"]) {
+        expect(text).toMatch(new RegExp(`agentcompute_service_${name}\\{[^}]*connection="${NS}/c"`));
+      }
+      expect(text).toContain(`connection="${NS}/default"`);
+
+      // Deleted, used by nothing: the finalizer goes, and its series with it.
+      w.apply<Connection>("connections", { metadata: { name: "c", deletionTimestamp: "2030-01-01T00:00:00Z" }, spec: connection().spec });
+      await reconcileWith({ pool, service });
+      expect(connection().metadata.finalizers).toEqual([]);
+      const after = await registry.metrics();
+      expect(after).not.toContain(`connection="${NS}/c"`);
+      expect(after).toMatch(new RegExp(`agentcompute_service_requests_total\\{[^}]*connection="${NS}/default"`));
+    } finally {
+      await pool.close();
+    }
   });
 });

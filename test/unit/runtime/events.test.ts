@@ -2,16 +2,20 @@ import { describe, expect, it } from "vitest";
 import { EventRecorder, eventsWhile, scrubSecrets } from "../../../src/runtime/events.js";
 import { KubeApiError, type KubeClient, type KubeObject } from "../../../src/runtime/kube-client.js";
 import { silentLogger } from "../../../src/runtime/logging.js";
+import { Metrics } from "../../../src/runtime/metrics.js";
 
 /** Records the writes the recorder makes; this tests the correlator, not the API server. */
 class RecordingClient {
   creates: { path: string; body: Record<string, unknown> }[] = [];
   patches: { path: string; body: Record<string, unknown> }[] = [];
   failPatchWith404 = false;
+  /** Set: every create fails with it (the API server refusing). */
+  failCreateWith: Error | undefined;
   delayMs = 0;
   async create<T>(path: string, body: unknown): Promise<T> {
     if (this.delayMs) await new Promise((r) => setTimeout(r, this.delayMs));
-    this.creates.push({ path, body: body as Record<string, unknown> });
+    if (this.failCreateWith) throw this.failCreateWith;
+    this.creates.push({ path, body: structuredClone(body) as Record<string, unknown> }); // as sent
     return body as T;
   }
   async patch<T>(path: string, body: unknown): Promise<T> {
@@ -19,7 +23,7 @@ class RecordingClient {
     if (this.failPatchWith404) {
       throw new KubeApiError({ status: 404, reason: "NotFound", message: "gone", method: "PATCH", path });
     }
-    this.patches.push({ path, body: body as Record<string, unknown> });
+    this.patches.push({ path, body: structuredClone(body) as Record<string, unknown> });
     return body as T;
   }
 }
@@ -30,13 +34,14 @@ const sandbox: KubeObject = {
   metadata: { name: "sb-1", namespace: "team-a", uid: "u-1", resourceVersion: "7" },
 };
 
-function setup(opts: { now?: () => number; qps?: number; burst?: number } = {}) {
+function setup(opts: { now?: () => number; qps?: number; burst?: number; metrics?: Metrics } = {}) {
   const client = new RecordingClient();
   const rec = new EventRecorder({
     client: client as unknown as KubeClient,
     logger: silentLogger(),
     reportingInstance: "host_abcd",
     now: opts.now,
+    metrics: opts.metrics,
     ...(opts.qps !== undefined ? { qps: opts.qps } : {}),
     ...(opts.burst !== undefined ? { burst: opts.burst } : {}),
   });
@@ -142,6 +147,26 @@ describe("EventRecorder", () => {
     expect(client.creates).toHaveLength(2);
   });
 
+  it("re-creates an expired Event with the repeats not written yet, and patches the new one after", async () => {
+    const metrics = new Metrics({ defaultMetrics: false });
+    // One write at once, the next 50 ms later: repeats meanwhile are coalesced into it.
+    const { client, rec } = setup({ metrics, qps: 20, burst: 1 });
+    rec.normal(sandbox, "R", "m");
+    await rec.flush();
+    client.failPatchWith404 = true;
+    // Three repeats coalesced into one write, whose patch finds the Event expired.
+    for (let i = 0; i < 3; i++) rec.normal(sandbox, "R", "m");
+    await rec.flush();
+    expect(client.creates.map((c) => c.body.count)).toEqual([1, 3]);
+    client.failPatchWith404 = false;
+    rec.normal(sandbox, "R", "m");
+    await rec.flush();
+    const second = (client.creates[1]!.body.metadata as { name: string }).name;
+    expect(client.patches.map((p) => [p.path, p.body.count])).toEqual([[`/api/v1/namespaces/team-a/events/${second}`, 4]]);
+    // Every event counted once: two Events made, three repeats counted on them.
+    expect(await eventCounts(metrics)).toEqual({ "Normal/created": 2, "Normal/aggregated": 3 });
+  });
+
   it("scrubs credentials and truncates long messages", async () => {
     const { client, rec } = setup();
     rec.warning(sandbox, "AuthFailed", `request failed: Authorization: Bearer abc.def-ghi ${"x".repeat(2000)}`);
@@ -156,6 +181,62 @@ describe("EventRecorder", () => {
     rec.normal({ kind: "Namespace", metadata: { name: "x", uid: "u" } }, "R", "m");
     await rec.flush();
     expect(client.creates[0]!.path).toBe("/api/v1/namespaces/default/events");
+  });
+});
+
+/** agentcompute_events_total, as "type/result" → value. */
+async function eventCounts(metrics: Metrics): Promise<Record<string, number>> {
+  const out: Record<string, number> = {};
+  for (const v of (await metrics.eventsTotal.get()).values) out[`${v.labels.type}/${v.labels.result}`] = v.value;
+  return out;
+}
+
+describe("agentcompute_events_total", () => {
+  it("counts an event created only once its Event is written: one held back by the rate limit and dropped at close() is dropped only", async () => {
+    const metrics = new Metrics({ defaultMetrics: false });
+    const { client, rec } = setup({ qps: 0.001, burst: 1, metrics });
+    for (let i = 0; i < 5; i++) rec.warning(sandbox, "Failing", `attempt ${i}`);
+    await new Promise((r) => setTimeout(r, 20));
+    rec.close();
+    await rec.flush();
+    expect(client.creates).toHaveLength(1);
+    expect(await eventCounts(metrics)).toEqual({ "Warning/created": 1, "Warning/dropped": 4 });
+  });
+
+  it("counts an event the API server refuses as failed, not created", async () => {
+    const metrics = new Metrics({ defaultMetrics: false });
+    const { client, rec } = setup({ metrics });
+    client.failCreateWith = new KubeApiError({ status: 403, reason: "Forbidden", message: "no", method: "POST", path: "/api/v1/namespaces/team-a/events" });
+    rec.warning(sandbox, "Failing", "boom");
+    await rec.flush();
+    expect(await eventCounts(metrics)).toEqual({ "Warning/failed": 1 });
+  });
+
+  it("counts an event dropped by EventOptions.while (a sharded replica's lapsed membership) as dropped only", async () => {
+    const metrics = new Metrics({ defaultMetrics: false });
+    // One write at once (another object's), the next 100 ms later.
+    const { client, rec } = setup({ metrics, qps: 10, burst: 1 });
+    let open = true;
+    rec.warning(agent(0), "Failing", "boom");
+    eventsWhile(rec, () => open).warning(sandbox, "Failing", "boom");
+    open = false;
+    await rec.flush();
+    expect(client.creates).toHaveLength(1);
+    expect(await eventCounts(metrics)).toEqual({ "Warning/created": 1, "Warning/dropped": 1 });
+  });
+
+  it("counts a combined Event's creation as created, and the other folds as aggregated", async () => {
+    const metrics = new Metrics({ defaultMetrics: false });
+    const client = new RecordingClient();
+    const rec = aggregating(client, 1, { metrics });
+    for (let i = 0; i < 5; i++) rec.normal(agent(i), "Created", "created");
+    await rec.flush();
+    expect(client.creates.map((c) => [(c.body.involvedObject as { kind: string }).kind, c.body.count])).toEqual([
+      ["Agent", 1],
+      ["Namespace", 4],
+    ]);
+    // Five events: two Events made, three folded into the combined one.
+    expect(await eventCounts(metrics)).toEqual({ "Normal/created": 2, "Normal/aggregated": 3 });
   });
 });
 
@@ -206,7 +287,7 @@ const agent = (i: number): KubeObject => ({
 });
 
 /** A recorder folding similar "Created" events after `aggregateAfter`, with no rate limit to speak of. */
-function aggregating(client: RecordingClient, aggregateAfter: number): EventRecorder {
+function aggregating(client: RecordingClient, aggregateAfter: number, opts: { now?: () => number; metrics?: Metrics } = {}): EventRecorder {
   return new EventRecorder({
     client: client as unknown as KubeClient,
     logger: silentLogger(),
@@ -215,7 +296,19 @@ function aggregating(client: RecordingClient, aggregateAfter: number): EventReco
     aggregateAfter,
     qps: 1000,
     burst: 1000,
+    ...opts,
   });
+}
+
+/** Every write of the combined Events: its Event's name, count, and the count its message says. */
+function combinedWrites(client: RecordingClient): { name: string; count: unknown; says: number }[] {
+  const creates = client.creates.filter((c) => (c.body.involvedObject as { kind: string }).kind === "Namespace");
+  const names = new Set(creates.map((c) => (c.body.metadata as { name: string }).name));
+  const writes = [
+    ...creates.map((c) => ({ name: (c.body.metadata as { name: string }).name, body: c.body })),
+    ...client.patches.map((p) => ({ name: p.path.split("/").at(-1)!, body: p.body })).filter((p) => names.has(p.name)),
+  ];
+  return writes.map(({ name, body }) => ({ name, count: body.count, says: Number(/ for (\d+) more /.exec(String(body.message))?.[1]) }));
 }
 
 describe("EventRecorder: similar events of many objects", () => {
@@ -234,6 +327,46 @@ describe("EventRecorder: similar events of many objects", () => {
     expect(combined[0]?.body.count).toBe(47);
     expect(String(combined[0]?.body.message)).toMatch(/^\(combined from similar events\): Created for 47 more Agent resources .*ag-49: created agent 49$/);
     expect(client.patches).toHaveLength(0);
+  });
+
+  it("starts a new combined Event with each window, so that its count and its message agree", async () => {
+    let now = Date.UTC(2030, 0, 1);
+    const client = new RecordingClient();
+    const rec = aggregating(client, 3, { now: () => now });
+    // 20 creates every 5 minutes for 35 minutes: windows from 0, 15 and 30 min (10 min each).
+    let i = 0;
+    for (let minute = 0; minute <= 35; minute += 5) {
+      for (let j = 0; j < 20; j++, i++) rec.normal(agent(i), "Created", `created agent ${i}`);
+      await rec.flush();
+      now += 5 * 60_000;
+    }
+    const onObjects = client.creates.filter((c) => (c.body.involvedObject as { kind: string }).kind === "Agent");
+    expect(onObjects).toHaveLength(9); // the first 3 of each window
+    const writes = combinedWrites(client);
+    for (const w of writes) expect(w.says).toBe(w.count);
+    const byEvent = new Map<string, unknown[]>();
+    for (const w of writes) byEvent.set(w.name, [...(byEvent.get(w.name) ?? []), w.count]);
+    expect([...byEvent.values()]).toEqual([
+      [17, 37, 57],
+      [17, 37, 57],
+      [17, 37],
+    ]);
+  });
+
+  it("re-creates an expired combined Event with the folds not written yet, its message saying as many", async () => {
+    const client = new RecordingClient();
+    const rec = aggregating(client, 1);
+    for (let i = 0; i < 3; i++) rec.normal(agent(i), "Created", "created");
+    await rec.flush();
+    client.failPatchWith404 = true;
+    for (let i = 3; i < 8; i++) rec.normal(agent(i), "Created", "created");
+    await rec.flush();
+    const writes = combinedWrites(client);
+    expect(writes.map((w) => [w.count, w.says])).toEqual([
+      [2, 2],
+      [5, 5],
+    ]);
+    expect(new Set(writes.map((w) => w.name)).size).toBe(2);
   });
 
   it("folds nothing of a reason it is not told to", async () => {
