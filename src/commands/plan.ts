@@ -32,7 +32,8 @@ ${kubeFlagsHelp("namespace of manifests that name none", 29)}
   -l, --selector <sel>       only manifests (and, with --prune, live resources) whose labels match
   -o, --output <format>      text (default), json or markdown
 
-exit codes: 0 no changes, 2 changes (or something that cannot be planned), 1 error;
+exit codes: 0 no changes, 2 changes (in the service, or a resource's spec alone; or something
+that cannot be planned), 1 error;
 141 output closed early (e.g. | head)
 `;
 

@@ -3,7 +3,7 @@
 // found again (inventory by marker, or the registry's 409 on the name) instead of duplicated.
 import { createHash } from "node:crypto";
 import { Annotations, MARKER_KEY, kindNames } from "../api/names.js";
-import type { Agent, AgentStatus } from "../api/index.js";
+import type { Agent, AgentStatus, Connection } from "../api/index.js";
 import { NotReadyError, StalledError } from "../managed/errors.js";
 import { managementOf } from "../managed/management-policies.js";
 import type { ActionResult, ExternalClient, Observation, Planned } from "../managed/external.js";
@@ -144,16 +144,8 @@ class AgentClient implements ExternalClient<Agent, AgentPlan> {
     const { public_key: publicKey, ...updatable } = desiredUpdatable(cr);
     const body: CreateAgentRequest = { name: cr.spec.name ?? cr.metadata.name, org_id: orgId, ...updatable } as CreateAgentRequest;
     if (cr.spec.author !== undefined) body.author = cr.spec.author;
-    if (cr.spec.imagePullSecretRef) {
-      const ref = cr.spec.imagePullSecretRef.name;
-      const s = this.store.secretKeys(cr.metadata.namespace, ref, "spec.imagePullSecretRef.name", ["registry", "username", "password"] as const);
-      // An empty value would reach the registry as no credential at all, refused in its words.
-      const empty = (["registry", "username", "password"] as const).filter((k) => s[k].trim() === "");
-      if (empty.length > 0) {
-        throw new NotReadyError("SecretKeyMissing", `Secret "${ref}" (spec.imagePullSecretRef.name) has an empty ${empty.map((k) => `"${k}"`).join(", ")}: set ${empty.length > 1 ? "them" : "it"}`);
-      }
-      body.image_pull_secret = { registry: s.registry, username: s.username, password: s.password };
-    }
+    const pullSecret = imagePullSecretOf(cr, this.store);
+    if (pullSecret !== undefined) body.image_pull_secret = pullSecret;
     try {
       let created = await this.handle.client.agents.create(body);
       this.handle.agents.put(created);
@@ -239,14 +231,7 @@ class AgentClient implements ExternalClient<Agent, AgentPlan> {
   }
 
   private orgId(cr: Agent): string {
-    const orgId = cr.spec.orgId ?? this.handle.connection.spec.orgId;
-    if (!orgId) {
-      throw new StalledError(
-        "OrgIdMissing",
-        `spec.orgId is not set and Connection "${this.handle.connection.metadata.name}" has no spec.orgId; set one of them`,
-      );
-    }
-    return orgId;
+    return agentOrgId(cr, this.handle.connection);
   }
 }
 
@@ -309,3 +294,25 @@ function statusOf(a: RegistryAgent): Partial<AgentStatus> {
   };
 }
 
+/** The org an Agent is registered in: its own, else its Connection's; neither stalls it. */
+export function agentOrgId(cr: Agent, connection: Connection): string {
+  const orgId = cr.spec.orgId ?? connection.spec.orgId;
+  if (!orgId) {
+    throw new StalledError("OrgIdMissing", `spec.orgId is not set and Connection "${connection.metadata.name}" has no spec.orgId; set one of them`);
+  }
+  return orgId;
+}
+
+/** The image pull credentials an Agent's create sends, from spec.imagePullSecretRef (none without it). */
+export function imagePullSecretOf(cr: Agent, store: ObjectStore): { registry: string; username: string; password: string } | undefined {
+  const ref = cr.spec.imagePullSecretRef?.name;
+  if (ref === undefined) return undefined;
+  const keys = ["registry", "username", "password"] as const;
+  const s = store.secretKeys(cr.metadata.namespace, ref, "spec.imagePullSecretRef.name", keys);
+  // An empty value would reach the registry as no credential at all, refused in its words.
+  const empty = keys.filter((k) => s[k].trim() === "");
+  if (empty.length > 0) {
+    throw new NotReadyError("SecretKeyMissing", `Secret "${ref}" (spec.imagePullSecretRef.name) has an empty ${empty.map((k) => `"${k}"`).join(", ")}: set ${empty.length > 1 ? "them" : "it"}`);
+  }
+  return { registry: s.registry, username: s.username, password: s.password };
+}

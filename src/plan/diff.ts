@@ -1,8 +1,9 @@
 // Field-level differences between two specs, as the plan shows them: leaf paths, arrays as one
-// value, secret-looking fields as "(sensitive)".
+// value, secret-looking fields as "(sensitive)" wherever they are (in objects, in arrays, at
+// any depth).
 import { SENSITIVE, type Change } from "./model.js";
 
-/** Leaf keys whose values are never shown. */
+/** Keys whose values are never shown, at any depth (docs/plan.md, "Secrets"). */
 const SENSITIVE_KEY = /^(token|password|apikey|clientsecret|image_pull_secret)$/i;
 
 function isRecord(v: unknown): v is Record<string, unknown> {
@@ -29,9 +30,29 @@ function canonicalJSON(value: unknown): string | undefined {
   return JSON.stringify(value, (_key, v: unknown) => (isRecord(v) ? Object.fromEntries(Object.entries(v).sort(([p], [q]) => (p < q ? -1 : p > q ? 1 : 0))) : v));
 }
 
+/**
+ * `value` with every secret-looking field (SENSITIVE_KEY) at any depth, in objects and in
+ * arrays, shown as "(sensitive)"; the whole value when `path` itself names such a field at any
+ * of its segments (`spec.manifest.auth.password.value`).
+ */
 export function redact(path: string, value: unknown): unknown {
-  const last = path.split(".").pop() ?? "";
-  return SENSITIVE_KEY.test(last) && value !== undefined ? SENSITIVE : value;
+  if (value === undefined) return value;
+  if (path.split(".").some((segment) => SENSITIVE_KEY.test(segment))) return SENSITIVE;
+  return redactDeep(value);
+}
+
+function redactDeep(value: unknown): unknown {
+  if (Array.isArray(value)) return value.map(redactDeep);
+  if (!isRecord(value)) return value;
+  return Object.fromEntries(Object.entries(value).map(([k, v]) => [k, SENSITIVE_KEY.test(k) && v !== undefined ? SENSITIVE : redactDeep(v)]));
+}
+
+/** A change with its values redacted (every output passes its changes through this). */
+export function redactChange(c: Change): Change {
+  const out: Change = { path: c.path };
+  if (c.old !== undefined) out.old = redact(c.path, c.old);
+  if (c.new !== undefined) out.new = redact(c.path, c.new);
+  return out;
 }
 
 /** The leaves that differ between `before` and `after` (undefined = absent), under `prefix`. */

@@ -4,7 +4,7 @@
 import { spawn } from "node:child_process";
 import { readFileSync, readdirSync, statSync } from "node:fs";
 import { join } from "node:path";
-import { parseAllDocuments } from "yaml";
+import { parseAllDocuments, type Tags } from "yaml";
 import { GROUP, VERSION, kindNames } from "../api/names.js";
 
 /** One object of the manifests, with where it came from. */
@@ -17,6 +17,12 @@ export interface ManifestObject {
   stringData?: Record<string, string>;
   /** "file" or "file: document N". */
   source: string;
+  /**
+   * With -n given, the object names another namespace and its kind's scope is not known here:
+   * kubectl apply -n's refusal, which the planner makes once discovery says the kind is
+   * namespaced (a cluster-scoped object's namespace is ignored, as kubectl ignores it).
+   */
+  namespaceError?: string;
 }
 
 /** A manifest the plan cannot use; the message names the file and the problem. */
@@ -87,6 +93,19 @@ export function renderKustomization(dir: string): Promise<Source> {
   });
 }
 
+/**
+ * YAML as kubectl reads it (sigs.k8s.io/yaml over go-yaml v2): YAML 1.1, so `keepAlive: no` is
+ * false and `mode: 0755` is 493, with merge keys (`<<: *anchor`) resolved. go-yaml v2 leaves a
+ * timestamp-looking scalar a string when it decodes into interface{} (kubectl's case) and has no
+ * sexagesimal numbers (`1:30`): those tags of YAML 1.1 are left out, so such values stay strings.
+ */
+const KUBECTL_YAML = {
+  version: "1.1",
+  merge: true,
+  customTags: (tags: Tags) =>
+    tags.filter((t) => (typeof t === "string" ? !["timestamp", "intTime", "floatTime"].includes(t) : t.tag !== "tag:yaml.org,2002:timestamp" && t.format !== "TIME")),
+} as const;
+
 export interface ParseOptions {
   /**
    * The namespace was given with -n: an object that names another one is refused, as `kubectl
@@ -99,13 +118,13 @@ export interface ParseOptions {
  * The objects of the sources. `namespace` is given to objects without one (-n, else the
  * kubeconfig context's, else "default"). Objects of our group must be of our kinds and
  * version; other kinds are kept (Secrets and ConfigMaps are read by the plan, the rest ignored).
- * YAML is read as kubectl reads it: merge keys (`<<: *anchor`) are resolved.
+ * YAML is read as kubectl reads it (KUBECTL_YAML): YAML 1.1, merge keys (`<<: *anchor`) resolved.
  */
 export function parseSources(sources: Source[], namespace: string, opts: ParseOptions = {}): ManifestObject[] {
   const out: ManifestObject[] = [];
   const seen = new Map<string, string>();
   for (const source of sources) {
-    const docs = parseAllDocuments(source.text, { merge: true });
+    const docs = parseAllDocuments(source.text, KUBECTL_YAML);
     if (!Array.isArray(docs)) continue; // an empty file
     docs.forEach((doc, i) => {
       const where = docs.length > 1 ? `${source.name}: document ${i + 1}` : source.name;
@@ -151,20 +170,20 @@ function toManifest(obj: unknown, where: string, namespace: string, enforceNames
     if (obj.spec !== undefined && !isRecord(obj.spec)) throw new ManifestError(`${where}: ${label}: spec is not a mapping`);
   }
   const ns = typeof metadata.namespace === "string" && metadata.namespace !== "" ? metadata.namespace : namespace;
-  // Only for the kinds plan reads (all namespaced): kubectl skips objects that are not
-  // namespaced (a Namespace, a ClusterRole), whatever namespace they carry.
+  // kubectl apply -n refuses every namespaced object that names another namespace (in its
+  // words, below); a cluster-scoped one (a Namespace, a ClusterRole) is not held to it,
+  // whatever it carries. Known namespaced here: the kinds plan reads; any other kind's scope is
+  // asked of discovery by the planner, which refuses it then (namespaceError).
+  const refusal = `${where}: ${label}: the namespace from the provided object "${ns}" does not match the namespace "${namespace}". You must pass '--namespace=${ns}' to perform this operation.`;
   const read = apiVersion.split("/")[0] === GROUP || (apiVersion === "v1" && (kind === "Secret" || kind === "ConfigMap"));
-  if (enforceNamespace && read && ns !== namespace) {
-    // kubectl's words (kubectl apply -n).
-    throw new ManifestError(
-      `${where}: ${label}: the namespace from the provided object "${ns}" does not match the namespace "${namespace}". You must pass '--namespace=${ns}' to perform this operation.`,
-    );
-  }
+  const foreign = enforceNamespace && ns !== namespace;
+  if (foreign && read) throw new ManifestError(refusal);
   const m: ManifestObject = {
     apiVersion,
     kind,
     metadata: { name: metadata.name, namespace: ns },
     source: where,
+    ...(foreign && { namespaceError: refusal }),
   };
   if (isRecord(metadata.labels)) m.metadata.labels = stringMap(metadata.labels);
   if (isRecord(metadata.annotations)) m.metadata.annotations = stringMap(metadata.annotations);

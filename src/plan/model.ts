@@ -27,13 +27,18 @@ export interface ResourcePlan {
   notes: string[];
   /** Where the resource's manifest is (absent for a delete). */
   source?: string;
+  /**
+   * `none` only: nothing changes in the service now, but applying changes the resource's spec
+   * (a new TTL, keepAlive false, a deletion policy...; or a paused one's): a change all the same.
+   */
+  specChanged?: true;
 }
 
 export interface PlanResult {
   formatVersion: 1;
   resources: ResourcePlan[];
   summary: { create: number; update: number; replace: number; delete: number; unchanged: number; unknown: number };
-  /** true when applying would change something (or something could not be planned). */
+  /** true when applying would change something, in the service or in a resource's spec (or something could not be planned). */
   changes: boolean;
 }
 
@@ -45,11 +50,11 @@ export function summarize(resources: ResourcePlan[]): PlanResult {
     if (r.action === "none") summary.unchanged++;
     else summary[r.action]++;
   }
-  const changes = summary.create + summary.update + summary.replace + summary.delete + summary.unknown > 0;
+  const changes = summary.create + summary.update + summary.replace + summary.delete + summary.unknown > 0 || resources.some((r) => r.specChanged === true);
   return { formatVersion: 1, resources, summary, changes };
 }
 
-/** Exit code as `terraform plan -detailed-exitcode`: 0 no changes, 2 changes. */
+/** Exit code as `terraform plan -detailed-exitcode`: 0 no changes, 2 changes (a spec-only change too). */
 export function exitCodeOf(plan: PlanResult): 0 | 2 {
   return plan.changes ? 2 : 0;
 }

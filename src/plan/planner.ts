@@ -7,22 +7,23 @@ import { Annotations, ConditionType, DEFAULT_CONNECTION, GROUP, MARKER_KEY, VERS
 import Value from "typebox/value";
 import { allKinds, type Agent, type AgentDeployment, type Connection, type Sandbox, type Skill } from "../api/index.js";
 import { agentDeployments, deploymentExternalId, type DeploymentPlan } from "../controllers/agent-deployment.js";
-import { agentExternalId, agentRevision, agents, type AgentPlan } from "../controllers/agent.js";
+import { agentExternalId, agentOrgId, agentRevision, agents, imagePullSecretOf, type AgentPlan } from "../controllers/agent.js";
 import { ConnectionPool, type ServiceHandle } from "../controllers/connection-pool.js";
 import type { KindContext, ManagedKind } from "../controllers/kind.js";
 import { ObjectStore, type ConfigMapObject } from "../controllers/object-store.js";
-import { sandboxExternalId, sandboxes, type SandboxPlan } from "../controllers/sandbox.js";
+import { desiredAllocation, sandboxExternalId, sandboxes, type SandboxPlan } from "../controllers/sandbox.js";
 import { skillExternalId, skillName, skills, type SkillPlan } from "../controllers/skill.js";
 import type { SecretObject } from "../managed/connection-secret.js";
-import { NotReadyError, classify } from "../managed/errors.js";
+import { NotReadyError, StalledError, classify } from "../managed/errors.js";
 import { managementOf } from "../managed/management-policies.js";
 import type { ManagedResource, Observation } from "../managed/external.js";
+import type { Inventory } from "../managed/inventory.js";
 import type { Informer } from "../runtime/informer.js";
 import { KubeApiError, resourcePath, type KubeClient } from "../runtime/kube-client.js";
 import { silentLogger } from "../runtime/logging.js";
 import { change, diffFields, sameJSON } from "./diff.js";
-import { isPlanned, type ManifestObject } from "./manifests.js";
-import { summarize, type Change, type PlanResult, type ResourcePlan } from "./model.js";
+import { ManifestError, isPlanned, type ManifestObject } from "./manifests.js";
+import { SENSITIVE, summarize, type Change, type PlanResult, type ResourcePlan } from "./model.js";
 import type { LabelMatcher } from "./selector.js";
 
 /** The annotation `kubectl apply` leaves; `--prune` only deletes objects that carry it (as kubectl). */
@@ -128,9 +129,9 @@ const NAMESPACED = new Set([...allKinds.map((k) => `${GROUP}/${VERSION}/${k.kind
  * parser gave every object the default namespace; a cluster-scoped one must not make `--prune`
  * list that namespace's objects as dropped).
  */
-async function clusterScopedKinds(reader: ClusterReader, manifests: ManifestObject[]): Promise<Set<string>> {
+async function clusterScopedKinds(reader: ClusterReader, manifests: ManifestObject[], all: ManifestObject[] = manifests): Promise<Set<string>> {
   const out = new Set<string>();
-  const defined = scopesDefined(manifests);
+  const defined = scopesDefined(all);
   const kinds = new Map(manifests.map((m) => [`${m.apiVersion}/${m.kind}`, m] as const));
   for (const [key, m] of kinds) {
     if (NAMESPACED.has(key)) continue;
@@ -181,11 +182,48 @@ function isReady(obj: { metadata: { generation?: number }; status?: { observedGe
   return ready?.status === "True" && obj.status?.observedGeneration === obj.metadata.generation;
 }
 
-/** The spec as the API server will store it: with the CRD's defaults. */
+/**
+ * The spec as the API server will store it: null values of fields that are not nullable
+ * dropped (a field left empty in YAML, `env:`), then the CRD's defaults.
+ */
 export function withDefaults(kind: string, spec: object | undefined): Record<string, unknown> {
   const def = allKinds.find((k) => k.kind === kind);
   const copy = structuredClone(spec ?? {}) as Record<string, unknown>;
-  return def === undefined ? copy : (Value.Default(def.spec, copy) as Record<string, unknown>);
+  if (def === undefined) return copy;
+  pruneNulls(copy, def.spec as SchemaNode);
+  return Value.Default(def.spec, copy) as Record<string, unknown>;
+}
+
+/** The parts of a CRD's (structural) schema that say where a null is kept. */
+interface SchemaNode {
+  properties?: Record<string, SchemaNode>;
+  additionalProperties?: boolean | SchemaNode;
+  items?: SchemaNode;
+  nullable?: boolean;
+}
+
+/**
+ * Drops, at any depth, the null values of the fields the schema declares and does not make
+ * nullable, as the API server does before defaulting (apiextensions-apiserver's
+ * PruneNonNullableNullsWithoutDefaults; a null of a field with a default is defaulted, which
+ * Value.Default does once it is gone). Fields the schema does not declare are left as they
+ * are: inside an x-kubernetes-preserve-unknown-fields subtree (an Agent's manifest.input_schema,
+ * an AgentDeployment's options) the API server keeps nulls, and stores them.
+ */
+function pruneNulls(value: unknown, schema: SchemaNode | undefined): void {
+  if (schema === undefined || typeof value !== "object" || value === null) return;
+  if (Array.isArray(value)) {
+    for (const item of value) pruneNulls(item, schema.items);
+    return;
+  }
+  const record = value as Record<string, unknown>;
+  const other = typeof schema.additionalProperties === "object" ? schema.additionalProperties : undefined;
+  for (const [key, v] of Object.entries(record)) {
+    const field = schema.properties !== undefined && Object.hasOwn(schema.properties, key) ? schema.properties[key] : other;
+    if (field === undefined) continue;
+    if (v === null && field.nullable !== true) delete record[key];
+    else pruneNulls(v, field);
+  }
 }
 
 /** The manifest over the live object: metadata and status from the cluster, spec from the manifest. */
@@ -235,9 +273,17 @@ function secretOf(m: ManifestObject): SecretObject {
 
 export async function plan(reader: ClusterReader, manifests: ManifestObject[], opts: PlanOptions): Promise<PlanResult> {
   const now = opts.now ?? (() => new Date());
+  // -n given: an object that names another namespace, of a kind the parser could not tell the
+  // scope of, is refused as kubectl apply -n refuses it, unless the kind is cluster-scoped.
+  const foreign = manifests.filter((m) => m.namespaceError !== undefined);
+  if (foreign.length > 0) {
+    const scoped = await clusterScopedKinds(reader, foreign, manifests);
+    const refused = foreign.find((m) => !scoped.has(`${m.apiVersion}/${m.kind}`));
+    if (refused?.namespaceError !== undefined) throw new ManifestError(refused.namespaceError);
+  }
   const selected = opts.selector === undefined ? manifests : manifests.filter((m) => opts.selector?.(m.metadata.labels));
   // The namespaces the manifests touch (as kubectl apply --prune: those of namespaced objects).
-  const clusterScoped = await clusterScopedKinds(reader, selected);
+  const clusterScoped = await clusterScopedKinds(reader, selected, manifests);
   const namespaces = [...new Set(selected.filter((m) => !clusterScoped.has(`${m.apiVersion}/${m.kind}`)).map((m) => m.metadata.namespace))].sort();
   const live = await readCluster(reader, namespaces);
   const liveOf = (kind: string, ns: string, name: string) =>
@@ -254,14 +300,22 @@ export async function plan(reader: ClusterReader, manifests: ManifestObject[], o
     liveSecrets.set(s);
     secrets.set(s);
   }
+  const secretChanges: Deps["secrets"] = {
+    differs: (ns, name) => !sameJSON(liveSecrets.get(ns, name)?.data ?? null, secrets.get(ns, name)?.data ?? null),
+    existed: (ns, name) => liveSecrets.get(ns, name) !== undefined,
+  };
   const configMaps = new StaticInformer<ConfigMapObject>();
   for (const c of live.configMaps) configMaps.set(c);
   for (const m of selected) {
     if (m.apiVersion === "v1" && m.kind === "Secret") secrets.set(secretOf(m));
     if (m.apiVersion === "v1" && m.kind === "ConfigMap") configMaps.set({ metadata: { name: m.metadata.name, namespace: m.metadata.namespace }, data: m.data ?? {} });
   }
-  // Skills and Agents as the operator will have them once synced: a new one Ready, with an id
-  // known only then; a changed Agent with its new revision. Dependants are planned "after" them.
+  // Skills and Agents as the operator will have them: live ones as they are; one only in the
+  // manifests without a status (no id yet). Each is planned before its dependants, and once it
+  // is, one the operator brings in line with its spec (created, updated, or up to date: not
+  // paused, not held back by its policies, not unknown) is given the status it will have then:
+  // Ready, a new one with an id known only then, an Agent with its new revision. Dependants are
+  // planned "after" them.
   const skillInformer = new StaticInformer<Skill>();
   const agentInformer = new StaticInformer<Agent>();
   const syncedStatus = (obj: Obj, extra: Record<string, unknown>) => ({
@@ -273,17 +327,19 @@ export async function plan(reader: ClusterReader, manifests: ManifestObject[], o
   for (const s of live.byKind.get("Skill") ?? []) skillInformer.set(s as unknown as Skill);
   for (const a of live.byKind.get("Agent") ?? []) agentInformer.set(a as unknown as Agent);
   for (const m of planned) {
-    const l = liveOf(m.kind, m.metadata.namespace, m.metadata.name);
-    const obj = plannedObject(m, l);
-    if (m.kind === "Skill" && (l === undefined || !isReady(l))) {
-      skillInformer.set({ ...obj, status: syncedStatus(obj, { skillName: skillName(obj as unknown as Skill) }) } as unknown as Skill);
-    }
-    if (m.kind === "Agent") {
+    if (liveOf(m.kind, m.metadata.namespace, m.metadata.name) !== undefined) continue;
+    const { status: _none, ...obj } = plannedObject(m, undefined);
+    if (m.kind === "Skill") skillInformer.set(obj as unknown as Skill);
+    if (m.kind === "Agent") agentInformer.set(obj as unknown as Agent);
+  }
+  const synced = (obj: Obj, l: Obj | undefined) => {
+    if (obj.kind === "Skill") skillInformer.set({ ...obj, status: syncedStatus(obj, { skillName: skillName(obj as unknown as Skill) }) } as unknown as Skill);
+    if (obj.kind === "Agent") {
       const revision = agentRevision(obj as unknown as Agent);
-      const agentId = (l?.status as { agentId?: string } | undefined)?.agentId ?? `(id of Agent ${m.metadata.name}, known once created)`;
+      const agentId = (l?.status as { agentId?: string } | undefined)?.agentId ?? `(id of Agent ${obj.metadata.name}, known once created)`;
       agentInformer.set({ ...obj, status: syncedStatus(obj, { agentId, revision }) } as unknown as Agent);
     }
-  }
+  };
 
   const ctx: KindContext = {
     informer: <T extends ManagedResource>(names: KindNames) =>
@@ -330,7 +386,9 @@ export async function plan(reader: ClusterReader, manifests: ManifestObject[], o
       const obj = plannedObject(m, l);
       const kind = kinds[m.kind as keyof typeof kinds] as unknown as ManagedKind<Obj, unknown>;
       const actionOf = (k: string, ns: string, name: string) => out.find((r) => r.kind === k && r.namespace === ns && r.name === name)?.action;
-      out.push(await planManaged(base, obj, l, kind, { pool, inManifests, agentInformer, skillInformer, liveOf, actionOf }));
+      const { plan: r, inSync } = await planManaged(base, obj, l, kind, { pool, store: ctx.store, secrets: secretChanges, inManifests, agentInformer, skillInformer, liveOf, actionOf });
+      if (inSync) synced(obj, l);
+      out.push(r);
     }
     if (opts.prune) out.push(...pruned(live, planned, namespaces, opts.selector));
   } finally {
@@ -368,6 +426,14 @@ function planRun(base: ResourcePlan, m: ManifestObject, l: Obj | undefined): Res
 
 interface Deps {
   pool: ConnectionPool;
+  store: ObjectStore;
+  /** Secrets as the manifests leave them, next to the cluster's now. */
+  secrets: {
+    /** The manifests change its data (or bring it). */
+    differs(ns: string, name: string): boolean;
+    /** It is in the cluster now. */
+    existed(ns: string, name: string): boolean;
+  };
   inManifests(kind: string, ns: string, name: string): ManifestObject | undefined;
   agentInformer: StaticInformer<Agent>;
   skillInformer: StaticInformer<Skill>;
@@ -376,21 +442,45 @@ interface Deps {
   actionOf(kind: string, ns: string, name: string): ResourcePlan["action"] | undefined;
 }
 
-async function planManaged(base: ResourcePlan, cr: Obj, l: Obj | undefined, kind: ManagedKind<Obj, unknown>, deps: Deps): Promise<ResourcePlan> {
+/**
+ * The plan of one managed resource, and whether the operator brings its service object in line
+ * with its spec (created, updated, or found up to date; not paused, not held back by its
+ * policies, not unknown): then its status says so (Ready, an Agent's new revision).
+ */
+async function planManaged(base: ResourcePlan, cr: Obj, l: Obj | undefined, kind: ManagedKind<Obj, unknown>, deps: Deps): Promise<{ plan: ResourcePlan; inSync: boolean }> {
   // The API server defaults stored objects as it reads them, so a field added to the CRD since
   // (managementPolicies) is on the live side too.
   const specChanges = diffFields(l === undefined ? undefined : withDefaults(cr.kind, l.spec), cr.spec, "spec");
   const notes = dependencyNotes(cr, deps);
   const paused = cr.metadata.annotations?.[Annotations.paused] === "true";
-  const result = withinPolicies(cr, await observeOne(base, cr, l, kind, deps, specChanges, notes));
+  const seen = { upToDate: false };
+  const result = withinPolicies(cr, await observeOne(base, cr, l, kind, deps, specChanges, notes, seen));
   if (paused && result.action !== "none") {
-    return {
+    const plan: ResourcePlan = {
       ...result,
       action: "none",
-      reason: `paused (${Annotations.paused}: "true"): the operator makes no change in the service; once resumed it would ${result.action}${result.reason ? `: ${result.reason}` : ""}`,
+      reason: `paused (${Annotations.paused}: "true"): the operator makes no change in the service; once resumed it ${result.action === "unknown" ? "cannot be planned" : `would ${result.action}`}${result.reason ? `: ${result.reason}` : ""}`,
     };
+    return { plan: specOnly(plan, specChanges), inSync: false };
   }
-  return result;
+  const inSync = result.action === "create" || result.action === "update" || (result.action === "none" && seen.upToDate && !paused);
+  return { plan: specOnly(result, specChanges), inSync };
+}
+
+/**
+ * Nothing to do in the service, but the manifest changes the resource (a new TTL, keepAlive
+ * false, a deletion policy; a paused one's or a held-back one's new spec): applying changes
+ * something all the same, so it is shown (the spec's changes) and counts as a change
+ * (specChanged: exit code 2).
+ */
+function specOnly(plan: ResourcePlan, specChanges: Change[]): ResourcePlan {
+  if (plan.action !== "none" || specChanges.length === 0) return plan;
+  return {
+    ...plan,
+    reason: plan.reason ?? "only the resource changes: nothing changes in the service now",
+    changes: plan.changes.length > 0 ? plan.changes : specChanges,
+    specChanged: true,
+  };
 }
 
 async function observeOne(
@@ -401,16 +491,24 @@ async function observeOne(
   deps: Deps,
   specChanges: Change[],
   notes: string[],
+  seen: { upToDate: boolean },
 ): Promise<ResourcePlan> {
   const { namespace } = cr.metadata;
   const connection = cr.spec.connectionRef?.name ?? DEFAULT_CONNECTION;
   let handle: ServiceHandle;
   try {
     handle = deps.pool.forResource(namespace, cr.spec.connectionRef);
+    rememberFailures(handle);
   } catch (err) {
     const f = classify(err);
-    const pending = deps.inManifests("Connection", namespace, connection) !== undefined && deps.liveOf("Connection", namespace, connection) === undefined;
+    const inManifests = deps.inManifests("Connection", namespace, connection) !== undefined;
+    const inCluster = deps.liveOf("Connection", namespace, connection) !== undefined;
+    const pending = inManifests && !inCluster;
     const why = pending ? `Connection "${connection}" is only in the manifests: the service can be read once it is applied and Ready` : `${f.reason}: ${f.message}`;
+    if (l === undefined && !inManifests && !inCluster) {
+      const note = `waits for Connection "${connection}", which is neither in the cluster nor in the manifests; not checked against the service`;
+      return { ...base, action: "create", changes: specChanges, notes: [...notes, note] };
+    }
     if (l === undefined) {
       return { ...base, action: "create", changes: specChanges, notes: [...notes, `after Connection "${connection}" is Ready; not checked against the service (${why})`] };
     }
@@ -437,24 +535,95 @@ async function observeOne(
     if (l !== undefined && serviceId !== undefined) notes.push(`its service object ${serviceId} is gone: a new one is created`);
     if (cr.kind === "Agent") {
       const name = (cr.spec as { name?: string }).name ?? cr.metadata.name;
-      const other = [...handle.agents.values()].find((a) => a.name === name);
+      // As the operator tells a name taken (adoptAfterConflict): in the org the create is made in
+      // (without one, the create stalls: beforeCreate says so).
+      const orgId = (cr.spec as { orgId?: string }).orgId ?? handle.connection.spec.orgId;
+      const other = orgId === undefined ? undefined : [...handle.agents.values()].find((a) => a.name === name && (a.org_id ?? orgId) === orgId);
       if (other !== undefined) notes.push(`an agent named "${name}" (${other.id}) exists already and is not this resource's: the create will be refused (NameTaken)`);
     }
+    const waits = beforeCreate(cr, handle, deps);
+    if (waits !== undefined) notes.push(waits);
     return { ...base, action: "create", changes: specChanges, notes };
   }
   if (observed.leftovers !== undefined && observed.leftovers.length > 0) {
     notes.push(`gives back ${observed.leftovers.length} leftover service object(s) carrying its marker: ${observed.leftovers.join(", ")}`);
   }
+  if (observed.unconfirmed !== undefined) {
+    // The object is kept (a VM renewed), but whether it is what the spec asks for cannot be
+    // told (a Secret or skill it needs is missing, the service's list cannot be read): the
+    // operator reports it Reconciling, not Ready; the plan cannot promise anything either.
+    if ((observed.plan as { action?: string } | undefined)?.action === "renew") notes.push("its VM's TTL renewal is due (routine)");
+    const { reason, message } = observed.unconfirmed;
+    return { ...base, action: "unknown", ...withId, reason: `${reason}: ${message}`, changes: specChanges, notes };
+  }
   if (observed.upToDate || observed.notReady !== undefined) {
     if (observed.notReady !== undefined) notes.push(`${observed.notReady.reason}: ${observed.notReady.message}`);
     // Unusable and different from the spec, without the Update that would mend it: the
     // differences are reported (Drifted), as the reconciler does; withinPolicies says so.
-    if (!observed.upToDate && !managementOf(cr.spec).update) return { ...base, ...withId, ...actionOf(cr, observed, handle, specChanges, notes) };
+    if (!observed.upToDate && !managementOf(cr.spec).update) return { ...base, ...withId, ...actionOf(cr, observed, handle, specChanges, notes, deps.secrets) };
     const p = observed.plan as { action?: string } | undefined;
     if (p?.action === "renew") notes.push("its VM's TTL renewal is due (routine)");
+    seen.upToDate = observed.upToDate;
     return { ...base, action: "none", ...withId, notes };
   }
-  return { ...base, ...withId, ...actionOf(cr, observed, handle, specChanges, notes) };
+  return { ...base, ...withId, ...actionOf(cr, observed, handle, specChanges, notes, deps.secrets) };
+}
+
+/** The service's collections of a Connection whose reads remember their first failure (rememberFailures). */
+const remembering = new WeakSet<object>();
+
+/**
+ * Within one plan (the pool and its handles are the plan's own), a collection whose list failed
+ * (after the client's retries) is not read again for every resource that needs it: its
+ * failure is remembered per Connection and collection and given to each of them at once. The
+ * operator's Inventory forgets a failure and reads again (it keeps running; a plan is a
+ * snapshot): against a slow or black-holed service, a plan of many resources would otherwise
+ * pay the full retries once per resource.
+ */
+function rememberFailures(handle: ServiceHandle): void {
+  for (const inventory of [handle.agents, handle.deployments, handle.vms, handle.skills] as Array<Inventory<unknown>>) {
+    if (remembering.has(inventory)) continue;
+    remembering.add(inventory);
+    let failure: { err: unknown } | undefined;
+    const remember =
+      (read: () => Promise<void>) =>
+      async (): Promise<void> => {
+        if (failure !== undefined) throw failure.err;
+        try {
+          await read();
+        } catch (err) {
+          failure ??= { err };
+          throw err;
+        }
+      };
+    // ensureFresh calls refresh through the instance: both are the remembering ones.
+    inventory.ensureFresh = remember(inventory.ensureFresh.bind(inventory));
+    inventory.refresh = remember(inventory.refresh.bind(inventory));
+  }
+}
+
+/**
+ * What the kind's create checks before it sends anything, as a note: "then waits: <reason>"
+ * for what it waits for (a Sandbox's envFrom Secret or skill, an Agent's image pull Secret),
+ * "then stalls: <reason>" for what it refuses (an Agent without an org); undefined when the
+ * create would go ahead.
+ */
+function beforeCreate(cr: Obj, handle: ServiceHandle, deps: Deps): string | undefined {
+  try {
+    if (cr.kind === "Sandbox") desiredAllocation(cr as unknown as Sandbox, handle, { store: deps.store, skills: deps.skillInformer.as<Skill>() });
+    if (cr.kind === "Agent") agentCreateChecks(cr as unknown as Agent, handle, deps.store);
+    return undefined;
+  } catch (err) {
+    if (err instanceof NotReadyError) return `then waits: ${err.reason}: ${err.message}`;
+    if (err instanceof StalledError) return `then stalls: ${err.reason}: ${err.message}`;
+    throw err;
+  }
+}
+
+/** The checks of an Agent's create (AgentClient.create's own): an org, and the image pull Secret with its keys set. */
+function agentCreateChecks(cr: Agent, handle: ServiceHandle, store: ObjectStore): void {
+  agentOrgId(cr, handle.connection);
+  imagePullSecretOf(cr, store);
 }
 
 /**
@@ -474,18 +643,33 @@ function withinPolicies(cr: Obj, plan: ResourcePlan): ResourcePlan {
 }
 
 /** What an update of a service object that exists amounts to, kind by kind. */
-function actionOf(cr: Obj, observed: Observation<unknown, unknown>, handle: ServiceHandle, specChanges: Change[], notes: string[]): Pick<ResourcePlan, "action" | "reason" | "changes" | "notes"> {
+function actionOf(
+  cr: Obj,
+  observed: Observation<unknown, unknown>,
+  handle: ServiceHandle,
+  specChanges: Change[],
+  notes: string[],
+  secrets: Deps["secrets"],
+): Pick<ResourcePlan, "action" | "reason" | "changes" | "notes"> {
   switch (cr.kind) {
     case "Agent": {
       const p = observed.plan as AgentPlan;
       const found = handle.agents.get(p.id) as unknown as Record<string, unknown> | undefined;
-      const changes = Object.entries(p.patch).map(([k, v]) => {
+      // Field by field, as a create's are (diffFields: leaves, redacted at any depth), never
+      // whole objects: a manifest or metadata holds secret-looking fields.
+      const changes: Change[] = [];
+      const extra: string[] = [];
+      for (const [k, v] of Object.entries(p.patch)) {
         const field = `spec.${k === "public_key" ? "publicKey" : k}`;
-        if (k === "metadata") return change(field, withoutMarker(found?.[k]), withoutMarker(v));
-        return change(field, found?.[k], v);
-      });
+        const before = k === "metadata" ? withoutMarker(found?.[k]) : found?.[k];
+        const after = k === "metadata" ? withoutMarker(v) : v;
+        const diff = diffFields(before, after, field);
+        if (diff.length > 0) changes.push(...diff);
+        else if (k === "metadata") extra.push(`adds the operator's marker (${MARKER_KEY} in the agent's metadata), by which it finds the agent again`);
+        else changes.push(change(field, before, after));
+      }
       const drift = changes.length > 0 && specChanges.length === 0 ? ["the registry differs from the spec (changed outside the operator): put back"] : [];
-      return { action: "update", changes, notes: [...notes, ...drift] };
+      return { action: "update", changes, notes: [...notes, ...drift, ...extra] };
     }
     case "Skill": {
       const p = (observed.plan as SkillPlan).fields;
@@ -512,9 +696,12 @@ function actionOf(cr: Obj, observed: Observation<unknown, unknown>, handle: Serv
         return adoptedNotReplaced("AdoptedVMNotReplaced", p.why, "VM", p.vm.id, specChanges, notes);
       }
       if (p.action === "replace") {
-        const fromSecrets = ((cr as unknown as Sandbox).spec.envFrom ?? []).map((e) => e.secretRef.name);
-        const extra = fromSecrets.length > 0 ? [change("env from Secrets " + fromSecrets.join(", "), "(sensitive)", "(sensitive)")] : [];
-        return { action: "replace", reason: `${p.why}: a new VM is allocated, then ${p.vm.id} is released`, changes: [...specChanges, ...(specChanges.length === 0 ? extra : [])], notes };
+        // The envFrom Secrets whose values the manifests change (never the values): a cause of
+        // the replacement the spec's changes do not show.
+        const ns = cr.metadata.namespace;
+        const fromSecrets = [...new Set(((cr as unknown as Sandbox).spec.envFrom ?? []).map((e) => e.secretRef.name))].filter((name) => secrets.differs(ns, name));
+        const extra = fromSecrets.length > 0 ? [change(`env from Secrets ${fromSecrets.join(", ")}`, fromSecrets.some((name) => secrets.existed(ns, name)) ? SENSITIVE : undefined, SENSITIVE)] : [];
+        return { action: "replace", reason: `${p.why}: a new VM is allocated, then ${p.vm.id} is released`, changes: [...specChanges, ...extra], notes };
       }
       if (p.action === "renew") return { action: "none", changes: [], notes: [...notes, "its VM's TTL renewal is due (routine)"] };
       return { action: "none", changes: [], notes };
@@ -534,10 +721,11 @@ function adoptedNotReplaced(reason: string, why: string, what: string, id: strin
   };
 }
 
+/** Metadata without the operator's marker; absent when nothing else is in it. */
 function withoutMarker(v: unknown): unknown {
   if (typeof v !== "object" || v === null) return v;
   const { [MARKER_KEY]: _marker, ...rest } = v as Record<string, unknown>;
-  return rest;
+  return Object.keys(rest).length > 0 ? rest : undefined;
 }
 
 /**
@@ -570,7 +758,8 @@ function dependencyNotes(cr: Obj, deps: Deps): string[] {
     const l = deps.liveOf(kind, ns, name);
     const m = deps.inManifests(kind, ns, name);
     const action = deps.actionOf(kind, ns, name);
-    if (l === undefined && m !== undefined) notes.push(`after ${kind} ${name} is created`);
+    if (l === undefined && m !== undefined && (action === undefined || action === "create")) notes.push(`after ${kind} ${name} is created`);
+    else if (l === undefined && m !== undefined) notes.push(`waits for ${kind} ${name}, which is only in the manifests and is not created by this apply (see its plan)`);
     else if (l === undefined) notes.push(`waits for ${kind} ${name}, which is neither in the cluster nor in the manifests`);
     else if (action === "update" || action === "replace") notes.push(`after ${kind} ${name} is ${action === "update" ? "updated" : "replaced"}`);
     else if (!isReady(l)) notes.push(`waits for ${kind} ${name}, not Ready now`);

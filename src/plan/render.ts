@@ -1,5 +1,6 @@
 // The three outputs of `agent-operator plan`: text like `terraform plan`, JSON (the PlanResult
 // as is), and Markdown for a pull-request comment.
+import { redactChange } from "./diff.js";
 import { SENSITIVE, type Action, type Change, type PlanResult, type ResourcePlan } from "./model.js";
 
 const SYMBOL: Record<Action, string> = {
@@ -27,10 +28,37 @@ export function show(v: unknown, max = 80): string {
   return text.length > max ? `${text.slice(0, max - 1)}…` : text;
 }
 
-function changeLine(c: Change): string {
+/**
+ * Two values as shown side by side (`old -> new`): each cut as `show` cuts it, unless that
+ * makes them read the same (they differ past the cut): then both show the same region, around
+ * their first difference, with "…" where text is left out.
+ */
+export function showPair(a: unknown, b: unknown, max = 80): [string, string] {
+  const [cutA, cutB] = [show(a, max), show(b, max)];
+  if (cutA !== cutB || a === SENSITIVE || b === SENSITIVE) return [cutA, cutB];
+  const [x, y] = [JSON.stringify(a) ?? "null", JSON.stringify(b) ?? "null"];
+  let at = 0;
+  while (at < x.length && at < y.length && x[at] === y[at]) at++;
+  // Some of what comes before the difference, for context; the rest of the room after it.
+  const start = Math.max(0, at - Math.floor(max / 4));
+  const width = max - 2;
+  const region = (text: string) => `${start > 0 ? "…" : ""}${text.slice(start, start + width)}${start + width < text.length ? "…" : ""}`;
+  return [region(x), region(y)];
+}
+
+function changeLine(change: Change): string {
+  const c = redactChange(change);
   if (c.old === undefined) return `+ ${c.path}: ${show(c.new)}`;
   if (c.new === undefined) return `- ${c.path}: ${show(c.old)}`;
-  return `~ ${c.path}: ${show(c.old)} -> ${show(c.new)}`;
+  const [old, next] = showPair(c.old, c.new);
+  return `~ ${c.path}: ${old} -> ${next}`;
+}
+
+/** A `none` whose spec changes (nothing in the service now) is shown as a change, of the resource. */
+const SPEC_ONLY = { symbol: "  ~", verb: "changes in the cluster only", markdown: "📝 cluster only" };
+
+function symbolOf(r: ResourcePlan): string {
+  return r.specChanged === true ? SPEC_ONLY.symbol : SYMBOL[r.action];
 }
 
 function title(r: ResourcePlan): string {
@@ -40,7 +68,7 @@ function title(r: ResourcePlan): string {
 function headline(r: ResourcePlan): string {
   const id = r.serviceId !== undefined ? ` (${r.serviceId})` : "";
   const why = r.reason !== undefined ? `: ${r.reason}` : "";
-  return `${VERB[r.action]}${id}${why}`;
+  return `${r.specChanged === true ? SPEC_ONLY.verb : VERB[r.action]}${id}${why}`;
 }
 
 export function summaryLine(plan: PlanResult): string {
@@ -50,7 +78,9 @@ export function summaryLine(plan: PlanResult): string {
 
 function extraLine(plan: PlanResult): string | undefined {
   const parts: string[] = [];
-  if (plan.summary.unchanged > 0) parts.push(`${plan.summary.unchanged} unchanged`);
+  const specOnly = plan.resources.filter((r) => r.specChanged === true).length;
+  if (plan.summary.unchanged - specOnly > 0) parts.push(`${plan.summary.unchanged - specOnly} unchanged`);
+  if (specOnly > 0) parts.push(`${specOnly} changed in the cluster only`);
   if (plan.summary.unknown > 0) parts.push(`${plan.summary.unknown} cannot be planned`);
   return parts.length > 0 ? `(${parts.join(", ")})` : undefined;
 }
@@ -61,7 +91,7 @@ export function renderText(plan: PlanResult): string {
   else if (!plan.changes) lines.push("No changes. The service matches the manifests.", "");
   else lines.push("agent-operator would perform the following actions (+ create, ~ update, -/+ replace, - delete, ? unknown):", "");
   for (const r of plan.resources) {
-    lines.push(`${SYMBOL[r.action]} ${title(r)} ${headline(r)}`);
+    lines.push(`${symbolOf(r)} ${title(r)} ${headline(r)}`);
     for (const c of r.changes) lines.push(`      ${changeLine(c)}`);
     for (const n of r.notes) lines.push(`      # ${n}`);
   }
@@ -73,7 +103,9 @@ export function renderText(plan: PlanResult): string {
 }
 
 export function renderJSON(plan: PlanResult): string {
-  return `${JSON.stringify(plan, null, 2)}\n`;
+  // Redacted here too, whoever built the changes: no secret value reaches any output.
+  const resources = plan.resources.map((r) => ({ ...r, changes: r.changes.map(redactChange) }));
+  return `${JSON.stringify({ ...plan, resources }, null, 2)}\n`;
 }
 
 const MD_ACTION: Record<Action, string> = {
@@ -101,13 +133,13 @@ export function renderMarkdown(plan: PlanResult): string {
   else out.push("| Resource | Action | Details |", "|---|---|---|");
   for (const r of listed) {
     const details = [r.reason, r.serviceId !== undefined ? `service object \`${r.serviceId}\`` : undefined, ...r.notes].filter((x): x is string => x !== undefined);
-    out.push(`| \`${cell(title(r))}\` | ${MD_ACTION[r.action]} | ${cell(details.join("; "))} |`);
+    out.push(`| \`${cell(title(r))}\` | ${r.specChanged === true ? SPEC_ONLY.markdown : MD_ACTION[r.action]} | ${cell(details.join("; "))} |`);
   }
   const withChanges = plan.resources.filter((r) => r.changes.length > 0);
   if (withChanges.length > 0) {
     out.push("", "<details><summary>Field changes</summary>", "", "```diff");
     for (const r of withChanges) {
-      out.push(`${SYMBOL[r.action].trim() || "~"} ${title(r)}`);
+      out.push(`${symbolOf(r).trim() || "~"} ${title(r)}`);
       for (const c of r.changes) out.push(`  ${changeLine(c).replace(/^~/, "!")}`);
     }
     out.push("```", "", "</details>");

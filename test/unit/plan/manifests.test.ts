@@ -52,6 +52,27 @@ spec:
     expect(parseSources([{ name: "m.yaml", text }], "ns")[0]?.spec).toEqual({ tier: "large", keepAlive: true, ttlSeconds: 900, env: { app: "web" } });
   });
 
+  it("reads YAML 1.1 as kubectl does (go-yaml v2): yes/no/on/off are booleans, 0755 is octal; dates and 1:30 stay strings", () => {
+    const text = `apiVersion: agentcompute.dev/v1alpha1
+kind: Sandbox
+metadata: {name: box}
+spec:
+  keepAlive: no
+  secureRuntime: "no"
+  recycle: On
+  ttlSeconds: 0755
+  metadata: {since: 2001-12-14, at: 1:30, flag: off}
+  <<: {tier: large}`;
+    expect(parseSources([{ name: "m.yaml", text }], "ns")[0]?.spec).toEqual({
+      tier: "large",
+      keepAlive: false,
+      secureRuntime: "no",
+      recycle: true,
+      ttlSeconds: 493,
+      metadata: { since: "2001-12-14", at: "1:30", flag: false },
+    });
+  });
+
   it("with -n given, refuses an object naming another namespace, as kubectl apply -n does; without, keeps it", () => {
     const text = [skill("a"), skill("b", "other")].join("\n---\n");
     expect(() => parseSources([{ name: "m.yaml", text }], "staging", { enforceNamespace: true })).toThrow(

@@ -302,7 +302,22 @@ spec: {managementPolicies: [Observe]}`;
     expect(find(p, "Agent", "drifted").reason).toMatch(/leaves out Update: the differences would be reported \(condition Drifted\), not applied/);
     expect(find(p, "Agent", "imported")).toMatchObject({ action: "none" });
     expect(find(p, "Agent", "imported").reason).toMatch(/^ExternalNotFound: .*leaves out Create/);
-    expect(p.changes).toBe(false);
+    // Nothing changes in the service, but applying changes the resources (drifted gets its
+    // policies, imported is new): a change all the same.
+    expect(find(p, "Agent", "drifted").specChanged).toBe(true);
+    expect(find(p, "Agent", "imported").specChanged).toBe(true);
+    expect(p.changes).toBe(true);
+    // Its policies applied already: the drift held back is no change.
+    const agents = cluster.get("agents")!;
+    cluster.set("agents", agents.map((a) => ((a as { metadata: { name: string } }).metadata.name === "drifted" ? live("drifted", { image: "img:1", managementPolicies: ["Observe", "Create", "Delete"] }, (a as { status: Record<string, unknown> }).status) : a)));
+    try {
+      const applied = await plan(reader, manifests(yaml.split("---")[0] ?? ""), { prune: false });
+      expect(find(applied, "Agent", "drifted")).toMatchObject({ action: "none" });
+      expect(find(applied, "Agent", "drifted").specChanged).toBeUndefined();
+      expect(applied.changes).toBe(false);
+    } finally {
+      cluster.set("agents", agents);
+    }
   });
 
   it("says a failed deployment would be reported, and its replacement with it, when its policies leave out Update", async () => {

@@ -2,7 +2,7 @@ import { describe, expect, it } from "vitest";
 import { parsePlanFlags } from "../../../src/commands/plan.js";
 import { diffFields } from "../../../src/plan/diff.js";
 import { SENSITIVE, exitCodeOf, summarize, type ResourcePlan } from "../../../src/plan/model.js";
-import { render, renderJSON, renderMarkdown, renderText } from "../../../src/plan/render.js";
+import { render, renderJSON, renderMarkdown, renderText, showPair } from "../../../src/plan/render.js";
 
 const base = (kind: string, name: string, action: ResourcePlan["action"]): ResourcePlan => ({ kind, namespace: "team", name, action, changes: [], notes: [] });
 
@@ -25,6 +25,11 @@ describe("plan rendering", () => {
     expect(exitCodeOf(quiet)).toBe(0);
     // Only unknowns: cannot promise there are no changes.
     expect(exitCodeOf(summarize([base("Skill", "a", "unknown")]))).toBe(2);
+    // Nothing in the service, but a resource's spec changes: a change.
+    const specOnly = summarize([{ ...base("Sandbox", "a", "none"), specChanged: true, changes: [{ path: "spec.keepAlive", old: true, new: false }] }]);
+    expect(specOnly.summary.unchanged).toBe(1);
+    expect(specOnly.changes).toBe(true);
+    expect(exitCodeOf(specOnly)).toBe(2);
   });
 
   it("text: a symbol and a verb per resource, field changes old -> new, notes, the summary line", () => {
@@ -79,6 +84,35 @@ describe("plan rendering", () => {
     expect(text).not.toContain("t1");
     const long = renderText(summarize([{ ...base("Skill", "s", "update"), changes: [{ path: "spec.content", old: "x".repeat(200), new: "y" }] }]));
     expect(long).toContain(`"${"x".repeat(78)}…`);
+  });
+
+  it("hides secret-looking fields at any depth: in arrays, inside objects, under a secret-looking key; in every output", () => {
+    expect(diffFields(undefined, { options: { registries: [{ host: "h", password: "p-in-array" }] }, auth: { token: { value: "t-under" } } }, "spec")).toEqual([
+      { path: "spec.auth.token.value", new: SENSITIVE },
+      { path: "spec.options.registries", new: [{ host: "h", password: SENSITIVE }] },
+    ]);
+    // Changes built by hand (not by diffFields) are redacted by the outputs all the same.
+    const plan = summarize([{ ...base("Agent", "a", "update"), changes: [{ path: "spec.manifest", old: { auth: { apiKey: "k-old" } }, new: { list: [{ clientSecret: "cs-new" }] } }] }]);
+    for (const out of [renderText(plan), renderJSON(plan), renderMarkdown(plan)]) {
+      expect(out).not.toMatch(/k-old|cs-new/);
+      expect(out).toContain(SENSITIVE);
+    }
+  });
+
+  it("shows long values that differ only past the cut around their first difference, on both sides", () => {
+    const image = `registry.example.com/team/${"a".repeat(80)}/runner`;
+    const text = renderText(summarize([{ ...base("Agent", "long", "update"), changes: [{ path: "spec.image", old: `${image}:1.2.3`, new: `${image}:1.2.4` }] }]));
+    const line = text.split("\n").find((l) => l.includes("spec.image")) ?? "";
+    const [, old, next] = /~ spec\.image: (.*) -> (.*)$/.exec(line) ?? [];
+    expect(old).not.toBe(next);
+    expect(old).toMatch(/^….*runner:1\.2\.3"$/);
+    expect(next).toMatch(/^….*runner:1\.2\.4"$/);
+    expect(showPair(`${"b".repeat(100)}x${"c".repeat(100)}`, `${"b".repeat(100)}y${"c".repeat(100)}`)).toEqual([
+      `…${"b".repeat(20)}x${"c".repeat(57)}…`,
+      `…${"b".repeat(20)}y${"c".repeat(57)}…`,
+    ]);
+    // Values that differ within the cut are cut as before.
+    expect(showPair("x".repeat(200), "y")).toEqual([`"${"x".repeat(78)}…`, '"y"']);
   });
 
   it("diffs leaves, arrays as one value", () => {

@@ -1,0 +1,423 @@
+// The planner over a fake cluster and the in-process emulator, continued: what a review found
+// wanting (a Sandbox that cannot be compared with its spec, secrets in updates, fields left
+// empty in YAML, dependants of Agents that do not change, waits of new resources, spec-only
+// changes, a failing list read once per plan, long values, notes' words).
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { startEmulator, type Emulator } from "../../../src/emulator/index.js";
+import { MARKER_KEY } from "../../../src/api/names.js";
+import { SENSITIVE } from "../../../src/plan/model.js";
+import type { Agent, AgentDeployment, Sandbox } from "../../../src/api/index.js";
+import { optionsHash } from "../../../src/controllers/agent-deployment.js";
+import { agentRevision } from "../../../src/controllers/agent.js";
+import { allocationHash } from "../../../src/controllers/sandbox.js";
+import type { AllocateVMRequest } from "../../../src/service/index.js";
+import { ManifestError, parseSources } from "../../../src/plan/manifests.js";
+import { LAST_APPLIED, plan, type ClusterReader } from "../../../src/plan/planner.js";
+import { exitCodeOf, type PlanResult, type ResourcePlan } from "../../../src/plan/model.js";
+import { renderText, renderJSON, renderMarkdown } from "../../../src/plan/render.js";
+
+const NS = "team";
+const ORG = "org-unit";
+const API_KEY = "planner-review-key-9c1d";
+const ready = (generation = 1) => ({ observedGeneration: generation, conditions: [{ type: "Ready", status: "True", reason: "Available", observedGeneration: generation, lastTransitionTime: "2030-01-01T00:00:00Z" }] });
+
+let emu: Emulator;
+let cluster: Map<string, unknown[]>;
+const reader: ClusterReader = {
+  async list<T>(path: string): Promise<T[]> {
+    const plural = path.split("/").pop() ?? "";
+    const ns = /\/namespaces\/([^/]+)\//.exec(path)?.[1] ?? "";
+    return (cluster.get(plural) ?? []).filter((o) => (o as { metadata: { namespace: string } }).metadata.namespace === ns) as T[];
+  },
+};
+const live = (name: string, spec: Record<string, unknown>, status: Record<string, unknown>, extra: Record<string, unknown> = {}) => ({
+  metadata: { name, namespace: NS, uid: `uid-${name}`, generation: 1, annotations: { [LAST_APPLIED]: "{}" }, ...extra },
+  spec: { connectionRef: { name: "default" }, deletionPolicy: "Delete", ...spec },
+  status: { ...ready(), ...status },
+});
+function find(p: PlanResult, kind: string, name: string): ResourcePlan {
+  const r = p.resources.find((x) => x.kind === kind && x.name === name);
+  if (r === undefined) throw new Error(`${kind}/${name} not planned`);
+  return r;
+}
+const manifests = (yaml: string) => parseSources([{ name: "m.yaml", text: yaml }], NS);
+
+/** A Sandbox in the cluster with its VM in the service, made for `req`. */
+function liveSandbox(name: string, spec: Record<string, unknown>, req: Partial<AllocateVMRequest> = {}) {
+  const vm = emu.state.allocateVM({ tier: (spec.tier as string) ?? "standard", ttl_seconds: 3600, org_id: ORG, metadata: { [MARKER_KEY]: `uid-${name}` } });
+  const configHash = allocationHash({ metadata: { uid: `uid-${name}` } } as Sandbox, { tier: (spec.tier as string) ?? "standard", org_id: ORG, ...req } as AllocateVMRequest);
+  return live(name, spec, { vmId: vm.vm_id, tier: vm.tier, configHash, expiresAt: vm.expires_at });
+}
+
+beforeAll(async () => {
+  emu = await startEmulator({ apiKey: API_KEY, strictBodies: true, orgId: ORG });
+  cluster = new Map<string, unknown[]>([
+    ["secrets", [{ metadata: { name: "creds", namespace: NS }, data: { apiKey: Buffer.from(API_KEY).toString("base64") } }]],
+    ["configmaps", []],
+    ["connections", [{ metadata: { name: "default", namespace: NS, generation: 1 }, spec: { baseURL: emu.baseURL, authURL: emu.authURL, orgId: ORG, credentials: { secretRef: { name: "creds" } } }, status: ready() }]],
+    ["skills", []], ["agents", []], ["agentdeployments", []], ["sandboxes", []],
+  ]);
+});
+afterAll(async () => { await emu.close(); });
+
+describe("planner", () => {
+  it("plans a Sandbox that cannot be compared with its spec as unknown, with the spec's changes (a Secret missing, the VMs unreadable)", async () => {
+    const yaml = (name: string, extra = "") => `apiVersion: agentcompute.dev/v1alpha1\nkind: Sandbox\nmetadata: {name: ${name}}\nspec: {tier: large${extra}}`;
+    cluster.set("sandboxes", [liveSandbox("no-secret", { tier: "standard", envFrom: [{ secretRef: { name: "gone" } }] }), liveSandbox("no-list", { tier: "standard" })]);
+    try {
+      const p = await plan(reader, manifests(yaml("no-secret", ", envFrom: [{secretRef: {name: gone}}]")), { prune: false });
+      const r = find(p, "Sandbox", "no-secret");
+      expect(r).toMatchObject({ action: "unknown", changes: [{ path: "spec.tier", old: "standard", new: "large" }] });
+      expect(r.reason).toMatch(/^SecretNotFound: Secret "gone" not found in namespace "team" \(spec\.envFrom\[0\]\.secretRef\.name\); the VM is renewed meanwhile/);
+      expect(p.changes).toBe(true);
+      // The service's list of VMs answering 500: not "No changes".
+      emu.injectFault({ method: "GET", path: "/compute/v1/vms", times: Infinity, action: { status: 500 } });
+      try {
+        const outage = await plan(reader, manifests(yaml("no-list")), { prune: false });
+        const o = find(outage, "Sandbox", "no-list");
+        expect(o).toMatchObject({ action: "unknown", changes: [{ path: "spec.tier", old: "standard", new: "large" }] });
+        expect(o.reason).toMatch(/^ServiceUnavailable: the service's list of VMs cannot be read/);
+        expect(outage.changes).toBe(true);
+      } finally {
+        emu.clearFaults();
+      }
+    } finally {
+      cluster.set("sandboxes", []);
+    }
+  });
+
+  it("never shows a secret-looking field's value, at any depth, in an update's or a create's changes, in any output", async () => {
+    const secrets = ["old-token-1f3a", "new-token-9b2c", "old-pass-77e1", "new-pass-0d4f", "reg-pass-5a6b"];
+    const registry = emu.state.createAgent({
+      name: "leaky",
+      org_id: ORG,
+      image: "l:1",
+      metadata: { team: "a", token: "old-token-1f3a", [MARKER_KEY]: "uid-leaky" },
+      manifest: { name: "leaky", authentication: { scheme: "basic", password: "old-pass-77e1" } },
+    });
+    const liveAgent = live("leaky", { image: "l:1", metadata: { team: "a", token: "old-token-1f3a" }, manifest: { name: "leaky", authentication: { scheme: "basic", password: "old-pass-77e1" } } }, { agentId: registry.id });
+    cluster.set("agents", [liveAgent]);
+    try {
+      const yaml = `apiVersion: agentcompute.dev/v1alpha1
+kind: Agent
+metadata: {name: leaky}
+spec:
+  image: "l:1"
+  metadata: {team: b, token: new-token-9b2c}
+  manifest: {name: leaky, authentication: {scheme: basic, password: new-pass-0d4f}}
+---
+apiVersion: agentcompute.dev/v1alpha1
+kind: AgentDeployment
+metadata: {name: leaky-dep}
+spec:
+  agentRef: {name: leaky}
+  tier: standard
+  options: {registries: [{host: r.example, password: reg-pass-5a6b}]}`;
+      const p = await plan(reader, manifests(yaml), { prune: false });
+      const agent = find(p, "Agent", "leaky");
+      expect(agent.action).toBe("update");
+      expect(agent.changes).toEqual([
+        { path: "spec.metadata.team", old: "a", new: "b" },
+        { path: "spec.metadata.token", old: SENSITIVE, new: SENSITIVE },
+        { path: "spec.manifest.authentication.password", old: SENSITIVE, new: SENSITIVE },
+      ]);
+      expect(find(p, "AgentDeployment", "leaky-dep").changes).toContainEqual({ path: "spec.options.registries", new: [{ host: "r.example", password: SENSITIVE }] });
+      for (const out of [renderText(p), renderJSON(p), renderMarkdown(p)]) {
+        for (const secret of secrets) expect(out).not.toContain(secret);
+      }
+      expect(renderText(p)).toContain("~ spec.metadata.token: (sensitive) -> (sensitive)");
+    } finally {
+      cluster.set("agents", []);
+    }
+  });
+
+  it("drops fields left empty in YAML (null) as the API server does, but keeps nulls inside free-form fields", async () => {
+    const agent = emu.state.createAgent({ name: "empty-fields", org_id: ORG, image: "e:1", description: "set in the registry", metadata: { [MARKER_KEY]: "uid-empty-fields" } });
+    const dep = emu.state.deploy(agent.id, { tier: "standard" });
+    const depSpec = { agentId: agent.id, tier: "standard", options: { name: "web", extra: null } };
+    const applied = optionsHash({ metadata: { uid: "uid-empty-dep" }, spec: depSpec } as unknown as AgentDeployment);
+    cluster.set("agents", [live("empty-fields", { image: "e:1" }, { agentId: agent.id })]);
+    cluster.set("agentdeployments", [live("empty-dep", depSpec, { deploymentId: dep.id, optionsHash: applied, configHash: dep.config_hash })]);
+    try {
+      const yaml = `apiVersion: agentcompute.dev/v1alpha1
+kind: Agent
+metadata: {name: empty-fields}
+spec:
+  image: "e:1"
+  description:
+  capabilities:
+---
+apiVersion: agentcompute.dev/v1alpha1
+kind: AgentDeployment
+metadata: {name: empty-dep}
+spec:
+  agentId: "${agent.id}"
+  tier: standard
+  env:
+  skills:
+  options: {name: web, extra: }`;
+      const p = await plan(reader, manifests(yaml), { prune: false });
+      expect(find(p, "Agent", "empty-fields")).toMatchObject({ action: "none", changes: [] });
+      expect(find(p, "AgentDeployment", "empty-dep")).toMatchObject({ action: "none", changes: [] });
+      expect(p.changes).toBe(false);
+      // A null inside options (x-kubernetes-preserve-unknown-fields) is stored: dropping it is a change.
+      const dropped = await plan(reader, manifests(yaml.replace("options: {name: web, extra: }", "options: {name: web}")), { prune: false });
+      expect(find(dropped, "AgentDeployment", "empty-dep").action).toBe("replace");
+    } finally {
+      cluster.set("agents", []);
+      cluster.set("agentdeployments", []);
+    }
+  });
+
+  it("redeploys an Agent's deployments only when the Agent itself is created or updated (not paused, not held back by its policies)", async () => {
+    const registry = emu.state.createAgent({ name: "held", org_id: ORG, image: "h:1", metadata: { [MARKER_KEY]: "uid-held" } });
+    const dep = emu.state.deploy(registry.id, { tier: "standard" });
+    const liveAgent = live("held", { image: "h:1" }, { agentId: registry.id });
+    const revision = agentRevision(liveAgent as unknown as Agent);
+    (liveAgent.status as Record<string, unknown>).revision = revision;
+    const depSpec = { agentRef: { name: "held" }, tier: "standard" };
+    const applied = optionsHash({ metadata: { uid: "uid-held-dep" }, spec: depSpec } as unknown as AgentDeployment);
+    cluster.set("agents", [liveAgent]);
+    cluster.set("agentdeployments", [live("held-dep", depSpec, { deploymentId: dep.id, agentId: registry.id, agentRevision: revision, optionsHash: applied, configHash: dep.config_hash })]);
+    const yaml = (agentMeta: string, agentSpec: string) => `apiVersion: agentcompute.dev/v1alpha1
+kind: Agent
+metadata: {name: held${agentMeta}}
+spec: {image: "h:2"${agentSpec}}
+---
+apiVersion: agentcompute.dev/v1alpha1
+kind: AgentDeployment
+metadata: {name: held-dep}
+spec: {agentRef: {name: held}, tier: standard}`;
+    try {
+      for (const [meta, spec] of [[", annotations: {agentcompute.dev/paused: \"true\"}", ""], ["", ", managementPolicies: [Observe, Create, Delete]"]] as const) {
+        const p = await plan(reader, manifests(yaml(meta, spec)), { prune: false });
+        expect(find(p, "Agent", "held").action).toBe("none");
+        expect(find(p, "AgentDeployment", "held-dep")).toMatchObject({ action: "none", notes: [] });
+        expect(find(p, "AgentDeployment", "held-dep").reason).toBeUndefined();
+      }
+      // Only in the manifests, and not created (no Create): its deployment waits for it.
+      const imported = `apiVersion: agentcompute.dev/v1alpha1
+kind: Agent
+metadata: {name: not-made}
+spec: {managementPolicies: [Observe]}
+---
+apiVersion: agentcompute.dev/v1alpha1
+kind: AgentDeployment
+metadata: {name: not-made-dep}
+spec: {agentRef: {name: not-made}, tier: standard}`;
+      const q = await plan(reader, manifests(imported), { prune: false });
+      expect(find(q, "Agent", "not-made").action).toBe("none");
+      expect(find(q, "AgentDeployment", "not-made-dep")).toMatchObject({
+        action: "create",
+        notes: ["waits for Agent not-made, which is only in the manifests and is not created by this apply (see its plan)"],
+      });
+      // Updated: its deployments are redeployed after it.
+      const p = await plan(reader, manifests(yaml("", "")), { prune: false });
+      expect(find(p, "Agent", "held").action).toBe("update");
+      expect(find(p, "AgentDeployment", "held-dep")).toMatchObject({ action: "update", notes: ["after Agent held is updated"] });
+      expect(find(p, "AgentDeployment", "held-dep").reason).toMatch(/^redeploy: the Agent changed/);
+    } finally {
+      cluster.set("agents", []);
+      cluster.set("agentdeployments", []);
+    }
+  });
+
+  it("with -n given, refuses any namespaced object naming another namespace, as kubectl apply -n does; not a cluster-scoped one", async () => {
+    const parse = (text: string) => parseSources([{ name: "m.yaml", text }], NS, { enforceNamespace: true });
+    const deployment = "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: web, namespace: elsewhere}\nspec: {}";
+    const refusal = `m.yaml: Deployment "web": the namespace from the provided object "elsewhere" does not match the namespace "${NS}". You must pass '--namespace=elsewhere' to perform this operation.`;
+    const paths: string[] = [];
+    const discovering: ClusterReader = {
+      list: (path) => (paths.push(path), reader.list(path)),
+      namespaced: async (apiVersion, kind) => (kind === "Deployment" ? true : kind === "ClusterIssuer" ? false : undefined),
+    };
+    await expect(plan(discovering, parse(deployment), { prune: true })).rejects.toThrow(new ManifestError(refusal));
+    // Before anything is listed (nothing of "elsewhere" planned for deletion).
+    expect(paths).toEqual([]);
+    // A kind discovery does not know counts as namespaced.
+    await expect(plan({ list: reader.list }, parse(deployment.replace("apps/v1", "example.com/v1")), { prune: false })).rejects.toThrow(ManifestError);
+    // Cluster-scoped, as discovery says or its CustomResourceDefinition among the manifests: its namespace is ignored.
+    const issuer = "apiVersion: cert-manager.io/v1\nkind: ClusterIssuer\nmetadata: {name: le, namespace: elsewhere}\nspec: {}";
+    await expect(plan(discovering, parse(issuer), { prune: false })).resolves.toMatchObject({ resources: [] });
+    const crd = "apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata: {name: widgets.example.com}\nspec: {group: example.com, scope: Cluster, names: {kind: Widget, plural: widgets}, versions: [{name: v1, served: true, storage: true}]}";
+    await expect(plan({ list: reader.list }, parse(`${crd}\n---\napiVersion: example.com/v1\nkind: Widget\nmetadata: {name: w, namespace: elsewhere}`), { prune: false })).resolves.toMatchObject({ resources: [] });
+    // Without -n, nothing is refused.
+    await expect(plan(discovering, manifests(deployment), { prune: false })).resolves.toMatchObject({ resources: [] });
+  });
+
+  it("notes what a new Sandbox's or Agent's create would wait for, as a Skill's", async () => {
+    const connections = cluster.get("connections")!;
+    const noOrg = { metadata: { name: "no-org", namespace: NS, generation: 1 }, spec: { baseURL: emu.baseURL, authURL: emu.authURL, credentials: { secretRef: { name: "creds" } } }, status: ready() };
+    cluster.set("connections", [...connections, noOrg]);
+    try {
+      const yaml = `apiVersion: agentcompute.dev/v1alpha1
+kind: Sandbox
+metadata: {name: wants-secret}
+spec: {tier: standard, envFrom: [{secretRef: {name: not-there}}]}
+---
+apiVersion: agentcompute.dev/v1alpha1
+kind: Sandbox
+metadata: {name: wants-skill}
+spec: {tier: standard, skills: [nowhere]}
+---
+apiVersion: agentcompute.dev/v1alpha1
+kind: Agent
+metadata: {name: wants-pull-secret}
+spec: {image: "w:1", imagePullSecretRef: {name: pull-creds}}
+---
+apiVersion: agentcompute.dev/v1alpha1
+kind: Agent
+metadata: {name: wants-org}
+spec: {image: "w:1", connectionRef: {name: no-org}}
+---
+apiVersion: agentcompute.dev/v1alpha1
+kind: Sandbox
+metadata: {name: goes-ahead}
+spec: {tier: standard}`;
+      const p = await plan(reader, manifests(yaml), { prune: false });
+      expect(find(p, "Sandbox", "wants-secret")).toMatchObject({ action: "create", notes: ['then waits: SecretNotFound: Secret "not-there" not found in namespace "team" (spec.envFrom[0].secretRef.name)'] });
+      expect(find(p, "Sandbox", "wants-skill")).toMatchObject({ action: "create", notes: ['then waits: WaitingForSkill: skill "nowhere" (spec.skills) is neither a Skill resource in this namespace nor a skill in the service'] });
+      expect(find(p, "Agent", "wants-pull-secret")).toMatchObject({ action: "create", notes: ['then waits: SecretNotFound: Secret "pull-creds" not found in namespace "team" (spec.imagePullSecretRef.name)'] });
+      expect(find(p, "Agent", "wants-org")).toMatchObject({ action: "create", notes: ['then stalls: OrgIdMissing: spec.orgId is not set and Connection "no-org" has no spec.orgId; set one of them'] });
+      expect(find(p, "Sandbox", "goes-ahead")).toMatchObject({ action: "create", notes: [] });
+      // The Secret in the manifests: no wait.
+      const withSecret = `${yaml}\n---\napiVersion: v1\nkind: Secret\nmetadata: {name: pull-creds}\nstringData: {registry: r.example, username: u, password: p}`;
+      expect(find(await plan(reader, manifests(withSecret), { prune: false }), "Agent", "wants-pull-secret")).toMatchObject({ action: "create", notes: [] });
+    } finally {
+      cluster.set("connections", connections);
+    }
+  });
+
+  it("shows a spec change that changes nothing in the service now as a change of the resource, and exits 2 for it", async () => {
+    const agent = emu.state.createAgent({ name: "dep-agent", org_id: ORG, image: "d:1" });
+    const dep = emu.state.deploy(agent.id, { tier: "standard" });
+    const depSpec = { agentId: agent.id, tier: "standard" };
+    const applied = optionsHash({ metadata: { uid: "uid-policy-dep" }, spec: depSpec } as unknown as AgentDeployment);
+    cluster.set("sandboxes", [liveSandbox("expiring", { tier: "standard", ttlSeconds: 3600 })]);
+    cluster.set("agentdeployments", [live("policy-dep", depSpec, { deploymentId: dep.id, optionsHash: applied, configHash: dep.config_hash })]);
+    const yaml = (sandbox: string, deployment: string) => `apiVersion: agentcompute.dev/v1alpha1
+kind: Sandbox
+metadata: {name: expiring}
+spec: {tier: standard, ttlSeconds: 3600${sandbox}}
+---
+apiVersion: agentcompute.dev/v1alpha1
+kind: AgentDeployment
+metadata: {name: policy-dep}
+spec: {agentId: "${agent.id}", tier: standard${deployment}}`;
+    try {
+      const same = await plan(reader, manifests(yaml("", "")), { prune: false });
+      expect(same.resources.map((r) => [r.action, r.changes, r.specChanged])).toEqual([["none", [], undefined], ["none", [], undefined]]);
+      expect(exitCodeOf(same)).toBe(0);
+
+      const p = await plan(reader, manifests(yaml(", keepAlive: false, renewBeforeSeconds: 60, onDelete: Delete, writeConnectionSecretTo: {name: box-conn}", ", deletionPolicy: Orphan")), { prune: false });
+      const box = find(p, "Sandbox", "expiring");
+      expect(box).toMatchObject({ action: "none", specChanged: true, reason: "only the resource changes: nothing changes in the service now" });
+      expect(box.changes).toEqual([
+        { path: "spec.keepAlive", old: true, new: false },
+        { path: "spec.onDelete", old: "Release", new: "Delete" },
+        { path: "spec.renewBeforeSeconds", new: 60 },
+        { path: "spec.writeConnectionSecretTo.name", new: "box-conn" },
+      ]);
+      expect(find(p, "AgentDeployment", "policy-dep")).toMatchObject({ action: "none", specChanged: true, changes: [{ path: "spec.deletionPolicy", old: "Delete", new: "Orphan" }] });
+      expect(p.changes).toBe(true);
+      expect(exitCodeOf(p)).toBe(2);
+      const text = renderText(p);
+      expect(text).toMatch(/^agent-operator would perform the following actions/);
+      expect(text).toContain(`  ~ Sandbox ${NS}/expiring changes in the cluster only (${box.serviceId ?? ""}): only the resource changes: nothing changes in the service now\n      ~ spec.keepAlive: true -> false\n`);
+      expect(text).toContain("Plan: 0 to create, 0 to update, 0 to replace, 0 to delete.\n(2 changed in the cluster only)\n");
+      expect(renderMarkdown(p)).toContain(`| \`Sandbox ${NS}/expiring\` | 📝 cluster only |`);
+    } finally {
+      cluster.set("sandboxes", []);
+      cluster.set("agentdeployments", []);
+    }
+  });
+
+  it("reads a failing list once per plan, not once per resource", async () => {
+    const yaml = ["a", "b", "c"].map((n) => `apiVersion: agentcompute.dev/v1alpha1\nkind: Agent\nmetadata: {name: new-${n}}\nspec: {image: "n:1"}`).join("\n---\n");
+    emu.injectFault({ method: "GET", path: "/registry/v1/agents", times: Infinity, action: { status: 500 } });
+    try {
+      const from = emu.requests.length;
+      const p = await plan(reader, manifests(yaml), { prune: false });
+      for (const n of ["a", "b", "c"]) {
+        const r = find(p, "Agent", `new-${n}`);
+        expect(r.action).toBe("unknown");
+        expect(r.reason).toMatch(/500/);
+      }
+      // One list, with the client's retries (4 attempts), for the three of them.
+      expect(emu.requests.slice(from).filter((r) => r.operation === "agents.list")).toHaveLength(4);
+    } finally {
+      emu.clearFaults();
+    }
+    // The next plan reads again.
+    const again = await plan(reader, manifests(yaml), { prune: false });
+    expect(again.resources.map((r) => r.action)).toEqual(["create", "create", "create"]);
+  });
+
+  it("names the envFrom Secrets of a replaced Sandbox only when the manifests change their values", async () => {
+    const secrets = cluster.get("secrets")!;
+    const b64 = (v: string) => Buffer.from(v).toString("base64");
+    cluster.set("secrets", [
+      ...secrets,
+      { metadata: { name: "env-a", namespace: NS }, data: { A: b64("a-value-1") } },
+      { metadata: { name: "env-b", namespace: NS }, data: { B: b64("b-value-1") } },
+    ]);
+    const spec = { tier: "standard", envFrom: [{ secretRef: { name: "env-a" } }, { secretRef: { name: "env-b" } }] };
+    // Made for the org its Connection named before (not in the spec): replaced, with no Secret changed.
+    cluster.set("sandboxes", [liveSandbox("from-env", spec, { org_id: "org-before", env: { A: "a-value-1", B: "b-value-1" } })]);
+    const yaml = "apiVersion: agentcompute.dev/v1alpha1\nkind: Sandbox\nmetadata: {name: from-env}\nspec: {tier: standard, envFrom: [{secretRef: {name: env-a}}, {secretRef: {name: env-b}}]}";
+    try {
+      const p = await plan(reader, manifests(yaml), { prune: false });
+      expect(find(p, "Sandbox", "from-env")).toMatchObject({ action: "replace", changes: [] });
+      // One of them changed by the manifests: named, its value never shown.
+      const rotated = `${yaml}\n---\napiVersion: v1\nkind: Secret\nmetadata: {name: env-b}\nstringData: {B: b-value-2}`;
+      const q = await plan(reader, manifests(rotated), { prune: false });
+      expect(find(q, "Sandbox", "from-env")).toMatchObject({ action: "replace", changes: [{ path: "env from Secrets env-b", old: SENSITIVE, new: SENSITIVE }] });
+      expect(renderJSON(q)).not.toContain("b-value-2");
+    } finally {
+      cluster.set("secrets", secrets);
+      cluster.set("sandboxes", []);
+    }
+  });
+
+  it("says a paused resource that cannot be planned cannot be planned once resumed", async () => {
+    cluster.set("sandboxes", [liveSandbox("paused-box", { tier: "standard", envFrom: [{ secretRef: { name: "gone" } }] })]);
+    try {
+      const yaml = 'apiVersion: agentcompute.dev/v1alpha1\nkind: Sandbox\nmetadata: {name: paused-box, annotations: {agentcompute.dev/paused: "true"}}\nspec: {tier: large, envFrom: [{secretRef: {name: gone}}]}';
+      const r = find(await plan(reader, manifests(yaml), { prune: false }), "Sandbox", "paused-box");
+      expect(r.action).toBe("none");
+      expect(r.reason).toMatch(/^paused \(agentcompute\.dev\/paused: "true"\): the operator makes no change in the service; once resumed it cannot be planned: SecretNotFound: /);
+    } finally {
+      cluster.set("sandboxes", []);
+    }
+  });
+
+  it("notes a name taken only by an agent of the org the create is made in", async () => {
+    emu.state.createAgent({ name: "other-org-name", org_id: "org-other", image: "o:1" });
+    emu.state.createAgent({ name: "same-org-name", org_id: ORG, image: "o:1" });
+    const yaml = ["other-org-name", "same-org-name"].map((n) => `apiVersion: agentcompute.dev/v1alpha1\nkind: Agent\nmetadata: {name: ${n}}\nspec: {image: "m:1"}`).join("\n---\n");
+    const p = await plan(reader, manifests(yaml), { prune: false });
+    expect(find(p, "Agent", "other-org-name")).toMatchObject({ action: "create", notes: [] });
+    expect(find(p, "Agent", "same-org-name").notes.join()).toContain('an agent named "same-org-name"');
+  });
+
+  it("says an update that only adds the operator's marker adds it, not that the agent was changed outside the operator", async () => {
+    const registry = emu.state.createAgent({ name: "unmarked", org_id: ORG, image: "u:1", metadata: { team: "a" } });
+    cluster.set("agents", [live("unmarked", { image: "u:1", metadata: { team: "a" } }, { agentId: registry.id })]);
+    try {
+      const yaml = "apiVersion: agentcompute.dev/v1alpha1\nkind: Agent\nmetadata: {name: unmarked}\nspec: {image: \"u:1\", metadata: {team: a}}";
+      const r = find(await plan(reader, manifests(yaml), { prune: false }), "Agent", "unmarked");
+      expect(r).toMatchObject({ action: "update", changes: [], notes: [`adds the operator's marker (${MARKER_KEY} in the agent's metadata), by which it finds the agent again`] });
+      expect(renderText(await plan(reader, manifests(yaml), { prune: false }))).not.toContain('{"team":"a"} -> {"team":"a"}');
+    } finally {
+      cluster.set("agents", []);
+    }
+  });
+
+  it("says a Connection that is neither in the cluster nor in the manifests is so, not that the resource waits for it to be Ready", async () => {
+    const yaml = "apiVersion: agentcompute.dev/v1alpha1\nkind: Skill\nmetadata: {name: typo-conn}\nspec: {content: c, connectionRef: {name: typo}}";
+    expect(find(await plan(reader, manifests(yaml), { prune: false }), "Skill", "typo-conn")).toMatchObject({
+      action: "create",
+      notes: ['waits for Connection "typo", which is neither in the cluster nor in the manifests; not checked against the service'],
+    });
+  });
+});
