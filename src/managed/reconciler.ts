@@ -91,6 +91,16 @@ export class ManagedReconciler<R extends ManagedResource, Plan = unknown> implem
    * shard), finalizer or not.
    */
   private readonly waitingSince = new Map<string, { uid: string; since: number }>();
+  /**
+   * namespace/name -> the metadata this process last wrote (the finalizer, a claim) and the
+   * cached resourceVersion it was written over. The cache lags behind our own writes, and a
+   * retry comes 5 ms later: a pass that started from the cache would not see the finalizer
+   * (taking itself for the first, whose create cannot have made anything) nor a Skill's claim
+   * (taking the skill its own lost create made for someone else's: NameTaken). Until the cache
+   * shows another version, a pass starts from what was written (as StatusWriter.fresh does for
+   * status).
+   */
+  private readonly metadataWritten = new Map<string, { uid: string; basedOn: string | undefined; metadata: R["metadata"] }>();
   /** namespace/name -> the bad poll-interval an InvalidPollInterval Warning was recorded for. */
   private readonly warnedPoll = new Map<string, { uid: string; message: string }>();
   /**
@@ -112,9 +122,11 @@ export class ManagedReconciler<R extends ManagedResource, Plan = unknown> implem
       this.refusedWith.delete(key);
       this.waitingSince.delete(key);
       this.warnedPoll.delete(key);
+      this.metadataWritten.delete(key);
       return; // gone; the finalizer already did its work
     }
-    let cr = this.opts.status.fresh(cached);
+    const cachedVersion = cached.metadata.resourceVersion;
+    let cr = this.opts.status.fresh(this.aheadOfCache(cached));
     if (isPaused(cr)) return this.paused(cr, ctx);
     if (cr.metadata.deletionTimestamp !== undefined) return this.finalize(cr, ctx);
     this.warnOfBadPollInterval(cr);
@@ -128,7 +140,7 @@ export class ManagedReconciler<R extends ManagedResource, Plan = unknown> implem
       // waiting for it to come back through the informer would send it to the back of the
       // queue, and at cold start every resource would make one pass for the finalizer alone
       // before the first call to the service. The watch event of this write is filtered out.
-      const updated = await this.setFinalizers(cr, [...(cr.metadata.finalizers ?? []), FINALIZER]);
+      const updated = await this.setFinalizers(cr, [...(cr.metadata.finalizers ?? []), FINALIZER], undefined, { cachedVersion });
       if (updated === undefined) return; // deleted meanwhile
       cr = updated;
     }
@@ -160,7 +172,7 @@ export class ManagedReconciler<R extends ManagedResource, Plan = unknown> implem
       };
       if (!hasFinalizer(cr)) {
         const claim = !observed.exists && management.create ? this.missingClaim(cr) : undefined;
-        const updated = await this.setFinalizers(cr, [...(cr.metadata.finalizers ?? []), FINALIZER], claim);
+        const updated = await this.setFinalizers(cr, [...(cr.metadata.finalizers ?? []), FINALIZER], claim, { cachedVersion });
         if (updated === undefined) return; // deleted meanwhile
         cr = updated;
       }
@@ -196,14 +208,14 @@ export class ManagedReconciler<R extends ManagedResource, Plan = unknown> implem
         const claim = this.missingClaim(cr);
         if (claim !== undefined) {
           // The finalizer was added without it (by an older version, or the claim changed).
-          const claimed = await patchFinalizers(this.opts.kube, this.path(cr), cr, undefined, claim);
+          const claimed = await this.setFinalizers(cr, undefined, claim, { cachedVersion });
           if (claimed === undefined) return; // deleted meanwhile
           cr = { ...claimed, status: cr.status };
         }
         try {
           action = await external.create(cr, { first });
         } catch (err) {
-          if (err instanceof ClaimTaken) await this.withdrawClaim(cr);
+          if (err instanceof ClaimTaken) await this.withdrawClaim(cr, cachedVersion);
           throw err;
         }
         // A create of an object that existed (gone out of band) is drift put back; the first is not (no success before it).
@@ -573,16 +585,34 @@ export class ManagedReconciler<R extends ManagedResource, Plan = unknown> implem
     }
   }
 
-  /** Returns the object as the API server answered, or undefined if it is gone. */
-  private setFinalizers(cr: R, finalizers: string[], annotations?: Record<string, string>): Promise<R | undefined> {
-    return patchFinalizers(this.opts.kube, this.path(cr), cr, finalizers, annotations);
+  /**
+   * Returns the object as the API server answered, or undefined if it is gone. `pass`: the
+   * cached resourceVersion the pass started from, given when the object lives on (the next
+   * passes start from this write until the cache has it: metadataWritten).
+   */
+  private async setFinalizers(cr: R, finalizers: string[] | undefined, annotations?: Record<string, string | null>, pass?: { cachedVersion: string | undefined }): Promise<R | undefined> {
+    const updated = await patchFinalizers(this.opts.kube, this.path(cr), cr, finalizers, annotations);
+    if (updated !== undefined && pass !== undefined) {
+      this.metadataWritten.set(keyOf(cr), { uid: cr.metadata.uid, basedOn: pass.cachedVersion, metadata: updated.metadata });
+    }
+    return updated;
+  }
+
+  /** The cached object, or, while the cache has not caught up with our last metadata write, with that write's metadata. */
+  private aheadOfCache(cached: R): R {
+    const key = keyOf(cached);
+    const written = this.metadataWritten.get(key);
+    if (written === undefined) return cached;
+    if (written.uid === cached.metadata.uid && written.basedOn === cached.metadata.resourceVersion) return { ...cached, metadata: written.metadata };
+    this.metadataWritten.delete(key);
+    return cached;
   }
 
   /** The claim's annotations removed (ClaimTaken); made again only for a name observe finds free. */
-  private async withdrawClaim(cr: R): Promise<void> {
+  private async withdrawClaim(cr: R, cachedVersion: string | undefined): Promise<void> {
     const claim = this.opts.claim?.(cr);
     if (claim === undefined) return;
-    await patchFinalizers(this.opts.kube, this.path(cr), cr, undefined, Object.fromEntries(Object.keys(claim).map((k) => [k, null])));
+    await this.setFinalizers(cr, undefined, Object.fromEntries(Object.keys(claim).map((k) => [k, null])), { cachedVersion });
   }
 
   /** The claim annotations the resource does not carry yet, if its kind claims anything. */

@@ -227,6 +227,19 @@ export class World {
 
   private readonly kinds = new Map<unknown, unknown>();
 
+  /**
+   * Set: the reconcilers' writes to resources reach the API server (what the next write builds
+   * on) but not the cache, until catchUp(): the watch lagging behind, as it does under load.
+   */
+  cacheLags = false;
+  private readonly unseen = new Map<string, Stored>();
+
+  /** The cache receives the writes it lagged behind on. */
+  catchUp(): void {
+    for (const [key, obj] of this.unseen) this.byPlural(key.split("/")[0] ?? "").set(obj);
+    this.unseen.clear();
+  }
+
   /** Forgets what the reconcilers remember between passes, as an operator restart does. */
   restart(): void {
     this.reconcilers = new WeakMap();
@@ -305,11 +318,16 @@ export class World {
       const m = /\/namespaces\/([^/]+)\/([^/]+)\/([^/]+)(\/status)?$/.exec(path);
       if (m === null) throw new Error(`unexpected path ${path}`);
       const [, , plural, name] = m as unknown as [string, string, string, string];
-      const obj = this.get<Stored>(plural, name);
+      const obj = this.unseen.get(`${plural}/${name}`) ?? this.get<Stored>(plural, name);
       const next: Stored = { ...obj, metadata: { ...obj.metadata, resourceVersion: String(++uids) } };
       if (body.status !== undefined) next.status = mergeKeys(obj.status as Record<string, unknown> | undefined, body.status);
       if (body.metadata?.finalizers !== undefined) next.metadata.finalizers = body.metadata.finalizers;
       if (body.metadata?.annotations !== undefined) next.metadata.annotations = mergeKeys(obj.metadata.annotations, body.metadata.annotations) as Record<string, string>;
+      if (this.cacheLags) {
+        // The API server has it; the cache gets it at catchUp(). Later writes build on it.
+        this.unseen.set(`${plural}/${name}`, next);
+        return next;
+      }
       return this.byPlural(plural).set(next);
     };
     const remove = async (path: string) => {

@@ -43,6 +43,21 @@ describe("Skill", () => {
     expect(skill().status?.skillName).toBe("sk");
   });
 
+  it("after a create whose answer was lost, retried before the cache has its finalizer and claim: the skill is its own, not NameTaken", async () => {
+    apply({ content: "v1" });
+    w.cacheLags = true;
+    w.emu.injectFault({ method: "POST", path: "/compute/v1/skills", times: 1, action: { drop: "after" } });
+    await w.reconcile(kind(), "sk").catch(() => undefined);
+    expect(skill().metadata.annotations?.[Annotations.claimedName]).toBeUndefined(); // not in the cache yet
+    expect(w.emu.state.skills.get("sk")?.content).toBe("v1");
+    await w.reconcile(kind(), "sk");
+    w.catchUp();
+    expect(condition(skill(), "Stalled")?.status).not.toBe("True");
+    expect(condition(skill(), "Ready")?.status).toBe("True");
+    expect(skill().status?.skillName).toBe("sk");
+    expect(w.events.filter((e) => e.reason === "NameTaken")).toEqual([]);
+  });
+
   it("deletes the skill a create whose answer was lost made, though status never named it", async () => {
     apply({ content: "v1" });
     w.emu.injectFault({ method: "POST", path: "/compute/v1/skills", times: 1, action: { drop: "after" } });
