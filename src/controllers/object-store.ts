@@ -16,14 +16,10 @@ export class ObjectStore {
     private readonly configMaps: Informer<ConfigMapObject>,
   ) {}
 
-  /** A Secret's data, decoded. `field` names the spec field that references it. */
+  /** A Secret's data, decoded as UTF-8 text. `field` names the spec field that references it. */
   secretData(namespace: string, name: string, field: string): Record<string, string> {
-    const secret = this.secrets.get(namespace, name);
-    if (secret === undefined) {
-      throw new NotReadyError("SecretNotFound", `Secret "${name}" not found in namespace "${namespace}" (${field})`);
-    }
     const out: Record<string, string> = {};
-    for (const [k, v] of Object.entries(secret.data ?? {})) out[k] = Buffer.from(v, "base64").toString("utf8");
+    for (const [k, v] of Object.entries(this.secret(namespace, name, field).data ?? {})) out[k] = Buffer.from(v, "base64").toString("utf8");
     return out;
   }
 
@@ -31,13 +27,26 @@ export class ObjectStore {
   secretKeys<K extends string>(namespace: string, name: string, field: string, keys: readonly K[]): Record<K, string> {
     const data = this.secretData(namespace, name, field);
     const missing = keys.filter((k) => data[k] === undefined);
-    if (missing.length > 0) {
-      throw new NotReadyError(
-        "SecretKeyMissing",
-        `Secret "${name}" (${field}) lacks the key${missing.length > 1 ? "s" : ""} ${missing.map((k) => `"${k}"`).join(", ")}`,
-      );
-    }
+    if (missing.length > 0) throw keysMissing(name, field, missing);
     return data as Record<K, string>;
+  }
+
+  /**
+   * One key of a Secret as its bytes, not decoded as text: what is written as a file (a
+   * keystore or a DER certificate is not UTF-8, and text would replace its bytes).
+   */
+  secretKeyBytes(namespace: string, name: string, field: string, key: string): Buffer {
+    const value = this.secret(namespace, name, field).data?.[key];
+    if (value === undefined) throw keysMissing(name, field, [key]);
+    return Buffer.from(value, "base64");
+  }
+
+  private secret(namespace: string, name: string, field: string): SecretObject {
+    const secret = this.secrets.get(namespace, name);
+    if (secret === undefined) {
+      throw new NotReadyError("SecretNotFound", `Secret "${name}" not found in namespace "${namespace}" (${field})`);
+    }
+    return secret;
   }
 
   configMapData(namespace: string, name: string, field: string): Record<string, string> {
@@ -47,4 +56,8 @@ export class ObjectStore {
     }
     return cm.data ?? {};
   }
+}
+
+function keysMissing(name: string, field: string, missing: readonly string[]): NotReadyError {
+  return new NotReadyError("SecretKeyMissing", `Secret "${name}" (${field}) lacks the key${missing.length > 1 ? "s" : ""} ${missing.map((k) => `"${k}"`).join(", ")}`);
 }

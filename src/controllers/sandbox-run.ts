@@ -20,7 +20,7 @@ import { configMapsPath, isAlreadyExists, isNotFound, resourcePath, type KubeCli
 import { formatTime } from "../runtime/status.js";
 import { attemptFailed, compareProgress, deadlineAt, expiresAt, isFinished, next, pollDelayMs, RunReason, runConditions, runningMessage, type Next, type SandboxState } from "../runs/machine.js";
 import { boundedOutput, lastLine, mask, outputWindow, perStepBudget, tail } from "../runs/output.js";
-import { outputFile, runDir, stepDir } from "../runs/script.js";
+import { outputFile, runPath, stepPath, vmPath } from "../runs/script.js";
 import { observeStep, startStep } from "../runs/steps.js";
 import { ensureRunVM, keepRunVM, releaseRunVMs, type AllocationDeps } from "../runs/template-vm.js";
 import { ForwardedVM, VMGoneError, type RunVM } from "../runs/vm.js";
@@ -107,10 +107,13 @@ export interface SandboxRunReconcilerOptions {
   vm?: (handle: ServiceHandle, vmId: string, opts?: { gated?: boolean }) => RunVM;
 }
 
-/** What a run sends to its VM: env and files, and the Secret values to mask in its output. */
+/**
+ * What a run sends to its VM: env and files (at absolute paths; a Secret's as its bytes), and
+ * the Secret values to mask in its output (as text).
+ */
 interface Inputs {
   envs: Record<string, string>;
-  files: Array<{ path: string; content: string }>;
+  files: Array<{ path: string; content: Buffer | string }>;
   secrets: string[];
 }
 
@@ -349,19 +352,20 @@ export class SandboxRunReconciler implements Reconciler {
         if (!(err instanceof NotReadyError)) throw err;
       }
     }
+    // A relative path is relative to /workspace: sent absolute, as the published agentd API
+    // does not say what a relative one is relative to.
     const files = (run.spec.files ?? []).map((f, i) => {
+      const path = vmPath(f.path);
       if (f.secretKeyRef !== undefined) {
-        const field = `spec.files[${i}].secretKeyRef`;
-        const key = f.secretKeyRef.key;
-        const content = this.o.store.secretKeys(ns, f.secretKeyRef.name, field, [key])[key] ?? "";
-        secrets.push(content);
-        return { path: f.path, content };
+        const content = this.o.store.secretKeyBytes(ns, f.secretKeyRef.name, `spec.files[${i}].secretKeyRef`, f.secretKeyRef.key);
+        secrets.push(content.toString("utf8"));
+        return { path, content };
       }
       const ref = f.configMapKeyRef!;
       const data = this.o.store.configMapData(ns, ref.name, `spec.files[${i}].configMapKeyRef`);
       const content = data[ref.key];
       if (content === undefined) throw new NotReadyError("ConfigMapKeyMissing", `ConfigMap "${ref.name}" (spec.files[${i}].configMapKeyRef) lacks the key "${ref.key}"`);
-      return { path: f.path, content };
+      return { path, content };
     });
     return { envs, files, secrets };
   }
@@ -802,6 +806,11 @@ class Pass {
       steps[index] = { ...step, finishedAt: formatTime(this.now) };
       return attemptFailed(run.spec, st, RunReason.CommandLost, `step "${step.name}": ${obs.message}`);
     }
+    // Nothing ran (the step's directory could not be made in the VM): a failed step, with why.
+    if (obs.state === "setupFailed") {
+      steps[index] = { ...step, finishedAt: formatTime(this.now) };
+      return attemptFailed(run.spec, st, RunReason.StepFailed, `step "${step.name}" failed: ${obs.message}`);
+    }
     const output = (await this.readOutput(vmId, obs.outputPath)) ?? "";
     steps[index] = { ...step, exitCode: obs.exitCode, finishedAt: formatTime(this.now), output: tail(output) };
     this.outputs.set(step.name, output);
@@ -828,7 +837,7 @@ class Pass {
     let output: string | undefined;
     try {
       // Output that cannot be masked (an input Secret or ConfigMap gone meanwhile) is not kept.
-      output = await this.readOutput(vmId, outputFile(stepDir(run.metadata.uid, Math.max(1, st.attempts ?? 1), index)));
+      output = await this.readOutput(vmId, outputFile(stepPath(run.metadata.uid, Math.max(1, st.attempts ?? 1), index)));
     } catch {
       return;
     }
@@ -869,7 +878,7 @@ class Pass {
     else this.r.events.normal(run, "Completed", full);
     // The markers are no longer needed once status says the run is over.
     if (st.vmId !== undefined && this.handle !== undefined) {
-      await this.vm(st.vmId).removeDir(runDir(run.metadata.uid)).catch(() => undefined);
+      await this.vm(st.vmId).removeDir(runPath(run.metadata.uid)).catch(() => undefined);
     }
     return this.r.afterFinish(run, st, this.log);
   }

@@ -9,16 +9,13 @@ import type { ServiceHandle } from "../controllers/connection-pool.js";
 import { desiredAllocation, renewAtOf, ttlSeconds, type SandboxDeps } from "../controllers/sandbox.js";
 import { formatTime } from "../runtime/status.js";
 import { ServiceError, isNotFound, type AllocateVMRequest } from "../service/index.js";
+import { isLiveVMState } from "./vm.js";
 
 /** What allocating needs of a Sandbox's dependencies: the Secrets (envFrom) and Skills to wait for. */
 export type AllocationDeps = Pick<SandboxDeps, "store" | "skills" | "now">;
 
 /** Extra life given to a run's VM beyond activeDeadlineSeconds. */
 const TTL_MARGIN_SECONDS = 300;
-
-function isLive(state: string | undefined): boolean {
-  return state !== "released" && state !== "expired" && state !== "terminated" && state !== "deleted";
-}
 
 /**
  * The template as a Sandbox of the run's own metadata (its uid is the VM's marker). For the
@@ -46,7 +43,7 @@ function asSandbox(run: SandboxRun, opts: { lengthened: boolean }): Sandbox {
 async function liveVMsOf(run: SandboxRun, handle: ServiceHandle): Promise<string[]> {
   await handle.vms.ensureFresh();
   await handle.vms.readSinceArrival(run.metadata.uid);
-  return handle.vms.findByMarker(run.metadata.uid).filter((v) => isLive(v.state)).map((v) => v.id);
+  return handle.vms.findByMarker(run.metadata.uid).filter((v) => isLiveVMState(v.state)).map((v) => v.id);
 }
 
 /**

@@ -1,13 +1,19 @@
 // What a run needs of one VM's agentd: start a command in the background (its id), its status,
 // kill it, upload a file, read a file (or the two ends of a large one), remove a directory:
 // AgentdClient (src/service/agentd.ts) over the compute API's /vms/{id}/r/<agentd path>, with a
-// VM that is gone (the compute API's own 404) told apart from a file or command the VM does not
-// know (agentd's 404).
+// VM that is gone told apart from a file or command the VM does not know (agentd's 404).
+//
+// The forwarding route's 404 is the compute API's (no such VM) or agentd's (no such file or
+// command), and its 502 a VM that cannot be reached, gone or not. The compute API's error body
+// may carry error_code (agentd's published one has none), but need not (SERVICE.md: never
+// assume either field is there): a 404 with error_code is the compute API's; one without, and
+// a 502, are asked about with GET /compute/v1/vms/{id} (a 404, or a state that is not live:
+// the VM is gone).
 import { AgentdClient, isAgentdNotFound, type CommandStatus, type FileEnds } from "../service/agentd.js";
-import { ServiceError } from "../service/errors.js";
+import { isNotFound, type ServiceError } from "../service/errors.js";
 import type { ServiceClient } from "../service/index.js";
 
-/** The VM itself is gone (the compute API answered 404): every command in it is lost. */
+/** The VM itself is gone: every command in it is lost. */
 export class VMGoneError extends Error {
   constructor(readonly vmId: string) {
     super(`VM ${vmId} is gone`);
@@ -15,9 +21,14 @@ export class VMGoneError extends Error {
   }
 }
 
+/** Whether a VM in this state (the compute API's AgentVM.state) is still there. */
+export function isLiveVMState(state: string | undefined): boolean {
+  return state !== "released" && state !== "expired" && state !== "terminated" && state !== "deleted";
+}
+
 export interface RunVM {
   /** Starts `script` in the background; the command's id. */
-  start(script: string, opts: { envs?: Record<string, string>; timeoutMs?: number }): Promise<string>;
+  start(script: string, opts: { cwd?: string; envs?: Record<string, string>; timeoutMs?: number }): Promise<string>;
   /** The command's status; undefined if the VM does not know it. */
   status(commandId: string): Promise<CommandStatus | undefined>;
   kill(commandId: string): Promise<void>;
@@ -25,7 +36,8 @@ export interface RunVM {
   read(path: string): Promise<string | undefined>;
   /** A file's first and last bytes, however large it is; undefined if there is no such file. */
   readEnds(path: string, headBytes: number, tailBytes: number): Promise<FileEnds | undefined>;
-  upload(path: string, content: string): Promise<void>;
+  /** Writes a file: bytes as they are, a string as UTF-8. */
+  upload(path: string, content: Buffer | string): Promise<void>;
   removeDir(path: string): Promise<void>;
   close(): Promise<void>;
 }
@@ -33,6 +45,7 @@ export interface RunVM {
 export interface VMTarget {
   baseURL: string;
   vmId: string;
+  /** Its token; and GET /compute/v1/vms/{id} when an answer may mean the VM is gone. */
   client: ServiceClient;
   insecureSkipTLSVerify?: boolean;
   /**
@@ -44,7 +57,7 @@ export interface VMTarget {
 
 const TIMEOUT_MS = 30_000;
 
-/** A RunVM over the service's forwarding route. */
+/** A RunVM over the service's forwarding route. Every call throws VMGoneError once the VM is gone. */
 export class ForwardedVM implements RunVM {
   private readonly agentd: AgentdClient;
 
@@ -56,16 +69,17 @@ export class ForwardedVM implements RunVM {
       ...(target.gated !== false && { writeGate: () => target.client.checkWriteGate() }),
       ...(target.insecureSkipTLSVerify !== undefined && { insecureSkipTLSVerify: target.insecureSkipTLSVerify }),
       timeoutMs: TIMEOUT_MS,
+      explainError: (err) => this.explain(err),
     });
   }
 
-  start(script: string, opts: { envs?: Record<string, string>; timeoutMs?: number }): Promise<string> {
-    return this.gone(() => this.agentd.startCommand(script, opts));
+  start(script: string, opts: { cwd?: string; envs?: Record<string, string>; timeoutMs?: number }): Promise<string> {
+    return this.agentd.startCommand(script, opts);
   }
 
   async status(commandId: string): Promise<CommandStatus | undefined> {
     try {
-      return await this.gone(() => this.agentd.commandStatus(commandId));
+      return await this.agentd.commandStatus(commandId);
     } catch (err) {
       if (isAgentdNotFound(err)) return undefined;
       throw err;
@@ -73,36 +87,44 @@ export class ForwardedVM implements RunVM {
   }
 
   async kill(commandId: string): Promise<void> {
-    await this.gone(() => this.agentd.killCommand(commandId));
+    await this.agentd.killCommand(commandId);
   }
 
   read(path: string): Promise<string | undefined> {
-    return this.gone(() => this.agentd.downloadFile(path));
+    return this.agentd.downloadFile(path);
   }
 
   readEnds(path: string, headBytes: number, tailBytes: number): Promise<FileEnds | undefined> {
-    return this.gone(() => this.agentd.downloadFileEnds(path, headBytes, tailBytes));
+    return this.agentd.downloadFileEnds(path, headBytes, tailBytes);
   }
 
-  upload(path: string, content: string): Promise<void> {
-    return this.gone(() => this.agentd.uploadFile(path, content));
+  upload(path: string, content: Buffer | string): Promise<void> {
+    return this.agentd.uploadFile(path, content);
   }
 
   removeDir(path: string): Promise<void> {
-    return this.gone(() => this.agentd.removeDirectory(path));
+    return this.agentd.removeDirectory(path);
   }
 
   close(): Promise<void> {
     return this.agentd.close();
   }
 
-  /** Runs `fn`; a 404 of the compute API itself (not of agentd) means the VM is gone. */
-  private async gone<T>(fn: () => Promise<T>): Promise<T> {
+  /**
+   * A 404 or 502 of the forwarding route, before AgentdClient throws it (or reads a 404 as "no
+   * such file or command"): VMGoneError if the VM is gone; undefined if it is there (the error
+   * is agentd's, and stands); the lookup's own failure if the VM's state cannot be had, so that
+   * a 404 is never read as agentd's without knowing.
+   */
+  private async explain(err: ServiceError): Promise<Error | undefined> {
+    const { vmId } = this.target;
+    if (err.status === 404 && err.errorCode !== undefined) return new VMGoneError(vmId);
     try {
-      return await fn();
-    } catch (err) {
-      if (err instanceof ServiceError && err.status === 404 && err.errorCode !== undefined) throw new VMGoneError(this.target.vmId);
-      throw err;
+      const vm = await this.target.client.vms.get(vmId);
+      return isLiveVMState(vm.state) ? undefined : new VMGoneError(vmId);
+    } catch (lookup) {
+      if (isNotFound(lookup)) return new VMGoneError(vmId);
+      return lookup instanceof Error ? lookup : new Error(String(lookup));
     }
   }
 }

@@ -47,6 +47,14 @@ export interface AgentdClientOptions {
   timeoutMs?: number;
   /** Asked before each attempt of a call that is not a GET; throws to refuse it unsent (ServiceClientOptions.writeGate). */
   writeGate?: () => void;
+  /**
+   * Asked about a 404 or a 502 before it is thrown (or a 404 read as "no such file, command or
+   * context"): either may be the compute API's own answer about the VM rather than agentd's, and
+   * the body need not say which. An error returned is thrown instead (the VM is gone, or the
+   * question could not be answered); undefined: the answer stands as agentd's. Absent: a 404
+   * without error_code is agentd's (isAgentdNotFound).
+   */
+  explainError?: (err: ServiceError) => Promise<Error | undefined>;
 }
 
 /** models.RunCommandRequest, less `command` and `background`. */
@@ -245,14 +253,14 @@ export class AgentdClient {
     }
   }
 
-  /** Writes a file (multipart: path, file), creating its directories. */
-  async uploadFile(path: string, content: string): Promise<void> {
+  /** Writes a file (multipart: path, file), creating its directories: bytes as they are, a string as UTF-8. */
+  async uploadFile(path: string, content: Buffer | string): Promise<void> {
     const boundary = `----agent-operator-${Math.random().toString(36).slice(2)}${Date.now().toString(36)}`;
     const name = path.split("/").pop() || "file";
     const bytes = Buffer.concat([
       Buffer.from(`--${boundary}\r\nContent-Disposition: form-data; name="path"\r\n\r\n${path}\r\n`),
       Buffer.from(`--${boundary}\r\nContent-Disposition: form-data; name="file"; filename="${name.replace(/["\r\n]/g, "_")}"\r\nContent-Type: application/octet-stream\r\n\r\n`),
-      Buffer.from(content, "utf8"),
+      typeof content === "string" ? Buffer.from(content, "utf8") : content,
       Buffer.from(`\r\n--${boundary}--\r\n`),
     ]);
     await this.call("files.upload", "POST", "v1/files/upload", new RawBody(bytes, `multipart/form-data; boundary=${boundary}`));
@@ -338,7 +346,7 @@ export class AgentdClient {
       }
       // The token is the only secret this client holds; an echo of it never reaches a message.
       const parsed = parseErrorBody(text, [token]);
-      throw new ServiceError({
+      const error = new ServiceError({
         operation,
         status: res.statusCode,
         code: parsed.code,
@@ -348,6 +356,8 @@ export class AgentdClient {
         retryable: res.statusCode === 429 || res.statusCode >= 500,
         outcomeUnknown: res.statusCode >= 500 && method === "POST",
       });
+      if ((res.statusCode === 404 || res.statusCode === 502) && this.opts.explainError !== undefined) throw (await this.opts.explainError(error)) ?? error;
+      throw error;
     }
   }
 }
@@ -362,7 +372,8 @@ class RawBody {
 
 /**
  * A 404 of agentd itself (no such file, command or context), told apart from the compute API's
- * own 404 (no such VM), which carries the service's error_code.
+ * own 404 (no such VM) by the service's error_code, which that body may leave out: a client
+ * with explainError has asked about such a 404 before it is thrown.
  */
 export function isAgentdNotFound(err: unknown): boolean {
   return err instanceof ServiceError && err.status === 404 && err.errorCode === undefined;

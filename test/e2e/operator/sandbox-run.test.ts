@@ -1,7 +1,7 @@
 // SandboxRun end to end: the real API server, the emulator (which really runs the commands),
 // the operator. A run is applied before its Sandbox and waits; then it runs its steps in the
 // Sandbox's VM and reports exit codes and output as a Job would.
-import { existsSync, readFileSync } from "node:fs";
+import { existsSync, readFileSync, realpathSync } from "node:fs";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import { main as logs, type LogsIO } from "../../../src/commands/logs.js";
@@ -654,4 +654,124 @@ spec:
       description: "sandboxrun/short-lived deleted",
     });
   }, 60_000);
+});
+
+/** A run in the Sandbox `box` (of its own, made with readySandbox). */
+const runInManifest = (box: string, name: string, spec: string) => runManifest(name, spec).replace("sandboxRef: {name: box}", `sandboxRef: {name: ${box}}`);
+
+/** Bytes that are not UTF-8 (as in a DER certificate or a PKCS#12 keystore): as text, 0x82, 0xff, ... would become EF BF BD. */
+const BINARY = Buffer.from([0x30, 0x82, 0x01, 0x0a, 0x00, 0xff, 0xfe, 0x80, 0xc3, 0x28]);
+
+describe("SandboxRun: what reaches the VM", () => {
+  it("writes a Secret's file with its bytes as they are, at a relative spec.files path under /workspace", async () => {
+    const vmId = await readySandbox("files-box");
+    await apply(`
+apiVersion: v1
+kind: Secret
+metadata: {name: binary-keys}
+data: {keystore.p12: ${BINARY.toString("base64")}}
+---${runInManifest("files-box", "binary-file", `
+  files: [{path: keys/keystore.p12, secretKeyRef: {name: binary-keys, key: keystore.p12}}]
+  steps:
+    - {name: hex, command: 'od -An -tx1 keys/keystore.p12'}`)}`, t.namespace);
+    const r = await finished("binary-file");
+    expect(r.status?.phase).toBe("Succeeded");
+    // What the step read, by its path relative to its working directory, is the Secret's bytes.
+    const hex = (steps(r)[0]?.output ?? "").trim().split(/\s+/);
+    expect(hex).toEqual([...BINARY].map((b) => b.toString(16).padStart(2, "0")));
+    // And that is what the VM's disk holds, under /workspace.
+    const workspace = t.stack.emulator.runtimes.get(vmId)!.workspace;
+    expect(readFileSync(join(workspace, "keys", "keystore.p12")).equals(BINARY)).toBe(true);
+  }, 90_000);
+
+  it("starts its steps in /workspace and names every file to the VM's file API by its absolute path", async () => {
+    const vmId = await readySandbox("files-box");
+    const from = t.stack.emulator.requests.length;
+    await apply(`
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: eval-settings}
+data: {settings.json: '{"rounds": 10}'}
+---${runInManifest("files-box", "absolute-paths", `
+  files: [{path: eval/settings.json, configMapKeyRef: {name: eval-settings, key: settings.json}}]
+  steps:
+    - {name: read, command: 'cat eval/settings.json'}
+    - {name: where, command: 'pwd'}`)}`, t.namespace);
+    const r = await finished("absolute-paths");
+    expect(r.status?.phase).toBe("Succeeded");
+    expect(steps(r).map((s) => [s.name, s.exitCode])).toEqual([
+      ["read", 0],
+      ["where", 0],
+    ]);
+    expect(steps(r)[0]?.output).toBe('{"rounds": 10}');
+    // The emulator runs a VM's /workspace in a host directory: the step's cwd is that one.
+    const workspace = t.stack.emulator.runtimes.get(vmId)!.workspace;
+    expect(realpathSync((steps(r)[1]?.output ?? "").trim())).toBe(realpathSync(workspace));
+
+    // What went to the VM's agentd (/compute/v1/vms/{id}/r/v1/...): the log keeps no bodies
+    // (commands/run's cwd, the upload's path), but a download names its file in the query.
+    const forwarded = t.stack.emulator.requests.slice(from).filter((q) => q.operation === "vms.forward" && q.path.startsWith(`/compute/v1/vms/${vmId}/r/`));
+    expect(forwarded.filter((q) => q.method === "POST" && q.path.endsWith("/r/v1/commands/run"))).toHaveLength(2);
+    expect(forwarded.filter((q) => q.method === "POST" && q.path.endsWith("/r/v1/files/upload"))).toHaveLength(1);
+    const downloaded = forwarded.filter((q) => q.path.endsWith("/r/v1/files/download")).map((q) => new URLSearchParams(q.query).get("path") ?? "");
+    expect(downloaded.filter((p) => p.includes(r.metadata.uid)).length).toBeGreaterThanOrEqual(2); // each step's exit (and output)
+    for (const p of downloaded) expect(p).toMatch(/^\/workspace\//);
+  }, 90_000);
+});
+
+describe("SandboxRun: a step that cannot be set up in the VM", () => {
+  /** A run whose spec.files puts a file where the steps' directories go (/workspace/.agent-operator). */
+  const blockedRun = (name: string, extra = "") =>
+    runInManifest("blocked-box", name, `
+  files: [{path: ".agent-operator", configMapKeyRef: {name: in-the-way, key: file}}]${extra}
+  steps:
+    - {name: s, command: 'echo ran > ran.txt'}`);
+  const stepDirOf = (r: Resource, attempt: number) => `/workspace/.agent-operator/runs/${r.metadata.uid}/${attempt}/0`;
+
+  it("fails the run with StepFailed, naming the directory, without an exit code and without hanging in Running", async () => {
+    // A Sandbox of its own: the file in the way would stop every step of any other run in its VM.
+    const vmId = await readySandbox("blocked-box");
+    await apply(`
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: in-the-way}
+data: {file: "not a directory"}
+---${blockedRun("blocked")}`, t.namespace);
+    const r = await finished("blocked", 30_000);
+    const dir = stepDirOf(r, 1);
+    expect(r.status?.phase).toBe("Failed");
+    expect(r.status?.attempts).toBe(1);
+    expect(condition(r, "Failed")).toMatchObject({ status: "True", reason: "StepFailed" });
+    expect(condition(r, "Ready")).toMatchObject({ status: "False", reason: "StepFailed" });
+    const message = condition(r, "Failed")?.message ?? "";
+    expect(message).toContain(`step "s" failed: the step's directory ${dir}`);
+    expect(message).toContain("could not be created in the VM");
+    expect(steps(r)).toEqual([expect.objectContaining({ name: "s", finishedAt: expect.any(String) })]);
+    expect(steps(r)[0]).not.toHaveProperty("exitCode");
+    // Nothing ran, and the file is still there.
+    const workspace = t.stack.emulator.runtimes.get(vmId)!.workspace;
+    expect(existsSync(join(workspace, "ran.txt"))).toBe(false);
+    expect(readFileSync(join(workspace, ".agent-operator"), "utf8")).toBe("not a directory");
+    const events = await kubectlOk(["get", "events", "--field-selector", "involvedObject.name=blocked,reason=StepFailed", "-o", "json"], { namespace: t.namespace });
+    expect(events).toContain(dir);
+  }, 90_000);
+
+  it("with backoffLimit: 1 is tried once more (one Retrying Warning), then fails with BackoffLimitExceeded", async () => {
+    await readySandbox("blocked-box");
+    await apply(blockedRun("blocked-twice", `
+  backoffLimit: 1`), t.namespace);
+    const r = await finished("blocked-twice", 45_000);
+    expect(r.status?.phase).toBe("Failed");
+    expect(r.status?.attempts).toBe(2);
+    expect(condition(r, "Failed")).toMatchObject({ status: "True", reason: "BackoffLimitExceeded" });
+    expect(condition(r, "Failed")?.message).toContain(`the step's directory ${stepDirOf(r, 2)} (or the marker file in it) could not be created in the VM`);
+    expect(r.status?.lastFailedAttempt).toMatchObject({ attempt: 1, reason: "StepFailed", step: { name: "s" }, message: expect.stringContaining(stepDirOf(r, 1)) });
+    expect(steps(r)[0]).not.toHaveProperty("exitCode");
+    const reasons = await eventReasons(t.stack, "blocked-twice");
+    expect(reasons.filter((x) => x === "Retrying")).toHaveLength(1);
+    expect(reasons).toContain("BackoffLimitExceeded");
+    const retrying = await kubectlOk(["get", "events", "--field-selector", "involvedObject.name=blocked-twice,reason=Retrying", "-o", "json"], { namespace: t.namespace });
+    const { items } = JSON.parse(retrying) as { items: Array<{ type: string; message: string }> };
+    expect(items).toEqual([expect.objectContaining({ type: "Warning", message: expect.stringContaining(`attempt 1 failed: step "s" failed: the step's directory ${stepDirOf(r, 1)}`) })]);
+  }, 90_000);
 });

@@ -1,12 +1,15 @@
 // A step in a real (emulated) VM: started, followed, and started twice for one attempt (the
 // operator killed between starting it and recording its command id) without running twice.
-import { readFileSync, writeFileSync } from "node:fs";
+import { spawnSync } from "node:child_process";
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { waitFor } from "../../../dev/wait.js";
-import { ALREADY_STARTED, runDir, shellQuote, stepScript } from "../../../src/runs/script.js";
+import { ALREADY_STARTED, SETUP_FAILED, runPath, shellQuote, stepDir, stepScript } from "../../../src/runs/script.js";
 import { observeStep, startStep, type StepObservation } from "../../../src/runs/steps.js";
-import { ForwardedVM, VMGoneError } from "../../../src/runs/vm.js";
+import { ForwardedVM, VMGoneError, type RunVM } from "../../../src/runs/vm.js";
+import type { CommandStatus } from "../../../src/service/agentd.js";
 import { start, type Harness } from "../service/helpers.js";
 
 let h: Harness;
@@ -55,6 +58,9 @@ describe("a step in the VM", () => {
     const step = { command: `echo ran >> twice.txt; while [ ! -f ${shellQuote(gate)} ]; do sleep 0.05; done; echo done; exit 7` };
     const before = rt.executions;
     const first = await startStep(vm, ref, step, {});
+    // The first start has made its marker (on a loaded machine the second could otherwise get
+    // there first, and be the one that runs the step).
+    await waitFor(() => existsSync(join(workspace(), stepDir(ref.runUid, ref.attempt, ref.index), "started")));
     // The operator dies here, before recording `first`; the next one starts the step again.
     const second = await startStep(vm, ref, step, {});
     await waitFor(async () => (await vm.status(second))?.running === false);
@@ -87,8 +93,27 @@ describe("a step in the VM", () => {
     await vm.upload("/workspace/in/data.txt", "a 'quoted' line\n");
     expect(await vm.read("in/data.txt")).toBe("a 'quoted' line\n");
     expect(await vm.read("in/none.txt")).toBeUndefined();
-    await vm.removeDir(runDir("uid-1"));
-    expect(await vm.read(`${runDir("uid-1")}/0/0/exit`)).toBeUndefined();
+    await vm.removeDir(runPath("uid-1"));
+    expect(await vm.read(`${runPath("uid-1")}/0/0/exit`)).toBeUndefined();
+  });
+
+  it("fails at once, running nothing, when the step's directory cannot be created (a file in its way), and says where", async () => {
+    // A VM of its own: the file in the way would stop every other test's steps.
+    const other = (await h.client.vms.allocate({ tier: "standard" })).vm_id;
+    const blocked = new ForwardedVM({ baseURL: h.emu.baseURL, vmId: other, client: h.client });
+    try {
+      const ws = h.emu.runtimes.get(other)!.workspace;
+      writeFileSync(join(ws, ".agent-operator"), "not a directory\n");
+      const ref = { runUid: "uid-6", attempt: 1, index: 0 };
+      const id = await startStep(blocked, ref, { command: "echo ran > ran.txt" }, {});
+      await waitFor(async () => (await blocked.status(id))?.running === false);
+      expect((await blocked.status(id))?.exitCode).toBe(SETUP_FAILED);
+      const seen = await observeStep(blocked, ref, id);
+      expect(seen).toEqual<StepObservation>({ state: "setupFailed", message: expect.stringContaining("the step's directory /workspace/.agent-operator/runs/uid-6/1/0") });
+      expect(existsSync(join(ws, "ran.txt"))).toBe(false);
+    } finally {
+      await blocked.close();
+    }
   });
 
   it("says so when the VM itself is gone", async () => {
@@ -105,5 +130,66 @@ describe("the step script", () => {
   it("quotes anything as one shell word", () => {
     expect(shellQuote("it's")).toBe(`'it'\\''s'`);
     expect(stepScript("d", { command: "echo '$HOME'" })).toContain(`/bin/sh -c 'echo '\\''$HOME'\\'''`);
+  });
+
+  it("exits ALREADY_STARTED only for a marker that is there, and SETUP_FAILED when the directory cannot be made", () => {
+    const dir = stepDir("uid-1", 1, 0);
+    const script = stepScript(dir, { command: "echo hello > ran.txt" });
+    const sh = (cwd: string) => spawnSync("/bin/sh", ["-c", script], { cwd }).status;
+    const root = mkdtempSync(join(tmpdir(), "step-script-"));
+    try {
+      // A file named .agent-operator in the way: nothing runs, and it is not a second start.
+      const blocked = join(root, "blocked");
+      mkdirSync(blocked);
+      writeFileSync(join(blocked, ".agent-operator"), "");
+      expect(sh(blocked)).toBe(SETUP_FAILED);
+      expect(existsSync(join(blocked, "ran.txt"))).toBe(false);
+      // The first start runs the command; a second one finds the marker and runs nothing.
+      const ok = join(root, "ok");
+      mkdirSync(ok);
+      expect(sh(ok)).toBe(0);
+      expect(readFileSync(join(ok, dir, "exit"), "utf8")).toBe("0\n");
+      rmSync(join(ok, "ran.txt"));
+      expect(sh(ok)).toBe(ALREADY_STARTED);
+      expect(existsSync(join(ok, "ran.txt"))).toBe(false);
+    } finally {
+      rmSync(root, { recursive: true, force: true });
+    }
+  });
+});
+
+describe("a step, against a scripted VM", () => {
+  /** A VM whose one command ended with `exitCode`, with these files (absolute paths); records what it was sent. */
+  function scripted(exitCode: number, files: Record<string, string> = {}) {
+    const sent = { cwd: [] as Array<string | undefined>, paths: [] as string[] };
+    const vm = {
+      start: async (_script: string, opts: { cwd?: string }) => {
+        sent.cwd.push(opts.cwd);
+        return "c1";
+      },
+      status: async (id: string): Promise<CommandStatus> => ({ id, running: false, exitCode }),
+      read: async (path: string) => {
+        sent.paths.push(path);
+        return files[path];
+      },
+    } as unknown as RunVM;
+    return { vm, sent };
+  }
+  const ref = { runUid: "uid-7", attempt: 1, index: 0 };
+  const dir = "/workspace/.agent-operator/runs/uid-7/1/0";
+
+  it("starts in /workspace and reads the step's files by absolute path", async () => {
+    const { vm, sent } = scripted(0, { [`${dir}/exit`]: "3\n" });
+    await startStep(vm, ref, { command: "true" }, {});
+    expect(sent.cwd).toEqual(["/workspace"]);
+    expect(await observeStep(vm, ref, "c1")).toEqual<StepObservation>({ state: "ended", exitCode: 3, outputPath: `${dir}/output` });
+    expect(sent.paths).toEqual([`${dir}/exit`]);
+  });
+
+  it("reads SETUP_FAILED with the marker there as the step's own exit code (it did start)", async () => {
+    const { vm } = scripted(SETUP_FAILED, { [`${dir}/started`]: "" });
+    expect(await observeStep(vm, ref, "c1")).toEqual<StepObservation>({ state: "ended", exitCode: SETUP_FAILED, outputPath: `${dir}/output` });
+    const none = scripted(SETUP_FAILED).vm;
+    expect((await observeStep(none, ref, "c1")).state).toBe("setupFailed");
   });
 });

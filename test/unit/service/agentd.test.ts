@@ -1,7 +1,7 @@
 // AgentdClient against the emulator's agentd (real HTTP, through /compute/v1/vms/{id}/r/): a
 // command's output arrives while it runs, with its exit code at the end; background commands,
 // status and kill by id; a refused token is replaced once; errors name the call, never the token.
-import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { createServer } from "node:http";
 import type { AddressInfo } from "node:net";
 import { tmpdir } from "node:os";
@@ -152,6 +152,39 @@ describe("AgentdClient", () => {
     expect(gone).toBeInstanceOf(ServiceError);
     expect((gone as ServiceError).status).toBe(404);
     expect((gone as ServiceError).message).toContain("commands.status");
+  });
+
+  it("uploads bytes as they are: a file that is not UTF-8 arrives unchanged", async () => {
+    const bytes = Buffer.from([0x30, 0x82, 0x00, 0xff, 0xfe, 0x80, 0xc3, 0x28, 0x9f, 0x0d, 0x0a]);
+    await vm().uploadFile("/workspace/bin/keystore.p12", bytes);
+    expect(readFileSync(join(h.emu.runtimes.get(vmId)!.workspace, "bin", "keystore.p12")).equals(bytes)).toBe(true);
+    await vm().uploadFile("/workspace/bin/note.txt", "héllo\n");
+    expect(readFileSync(join(h.emu.runtimes.get(vmId)!.workspace, "bin", "note.txt"), "utf8")).toBe("héllo\n");
+  });
+
+  it("asks explainError about a 404 before taking it as agentd's, and throws what it answers instead", async () => {
+    const asked: Array<number | undefined> = [];
+    const answer: { instead?: Error } = {};
+    const c = vm({
+      explainError: async (err) => {
+        asked.push(err.status);
+        return answer.instead;
+      },
+    });
+    // The VM is there: agentd's own 404s, as without the hook.
+    expect(await c.downloadFile("/workspace/no-such-file")).toBeUndefined();
+    expect(await c.killCommand("no-such-command")).toBe(false);
+    await expect(c.commandStatus("no-such-command")).rejects.toMatchObject({ status: 404 });
+    expect(asked).toEqual([404, 404, 404]);
+    // Not: the hook's answer is thrown, even where a 404 would have been "no such file".
+    const gone = (answer.instead = new Error("the VM is gone"));
+    await expect(c.downloadFile("/workspace/no-such-file")).rejects.toBe(gone);
+    await expect(c.downloadFileEnds("/workspace/no-such-file", 1, 1)).rejects.toBe(gone);
+    await expect(c.removeDirectory("/workspace/no-such-dir/x")).resolves.toBeUndefined(); // no 404: nothing asked
+    expect(asked).toHaveLength(5);
+    // Other errors are not asked about.
+    await expect(c.downloadFile("")).rejects.toMatchObject({ status: 400 });
+    expect(asked).toHaveLength(5);
   });
 
   it("reports a service that cannot be reached", async () => {
