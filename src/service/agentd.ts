@@ -15,7 +15,10 @@
 // Event names: the published description only says an event has `event` and `data` strings.
 // The emulator's (src/emulator/runtime/execution.ts) are start {"id"|"context_id"}, stdout,
 // stderr, timeout, error, end {"exit_code"|"status"}; the names the official SDK's WebSocket
-// uses (output, done, execution_complete) are read as the same things. Anything else comes
+// uses (started, output, done, execution_complete) are read as the same things, and a start's
+// id under command_id or commandId too. Every SandboxRun step rests on that id (it is how a
+// step is followed and killed): a service that names it otherwise fails each start with "the
+// VM answered without the command's id", which is where to look first. Anything else comes
 // through as "other". A stream that ends without an end event says nothing about how the
 // command ended: ask commandStatus(id).
 //
@@ -148,12 +151,23 @@ export class AgentdClient {
   /** Starts a command in the background; resolves with its id as soon as the VM has it. */
   async startCommand(command: string, opts: CommandOptions = {}): Promise<string> {
     const events = this.stream("commands.run", "v1/commands/run", commandBody(command, opts, true));
+    // What came instead of the id, to say (names only: data may be the command's output).
+    const seen = new Set<string>();
     try {
-      for await (const e of events) if (e.type === "start") return e.id;
+      for await (const e of events) {
+        if (e.type === "start") return e.id;
+        seen.add(e.type === "other" ? e.event : e.type);
+      }
     } finally {
       events.close();
     }
-    throw new ServiceError({ operation: "commands.run", message: "commands.run: the VM answered without the command's id", retryable: false, outcomeUnknown: true });
+    const instead = seen.size === 0 ? "no events" : `events ${[...seen].slice(0, 10).join(", ")}`;
+    throw new ServiceError({
+      operation: "commands.run",
+      message: `commands.run: the VM answered without the command's id (${instead}; the id is read from a start event's id or command_id)`,
+      retryable: false,
+      outcomeUnknown: true,
+    });
   }
 
   async commandStatus(id: string): Promise<CommandStatus> {
@@ -430,9 +444,12 @@ async function* events(operation: string, send: () => Promise<Dispatcher.Respons
 /** One SSE event as an ExecEvent (see the header for the names). */
 export function toExecEvent(event: string, data: string): ExecEvent {
   switch (event) {
-    case "start": {
+    case "start":
+    case "started": {
+      // The id's key is not published either: the emulator's, and the spellings a Go or Python
+      // server would likely use. (The SDK's WebSocket names this message "started".)
       const o = parseObject(data);
-      const id = typeof o?.id === "string" ? o.id : typeof o?.context_id === "string" ? o.context_id : undefined;
+      const id = [o?.id, o?.command_id, o?.commandId, o?.context_id].find((v): v is string => typeof v === "string" && v !== "");
       return id !== undefined ? { type: "start", id } : { type: "other", event, data };
     }
     case "stdout":

@@ -83,6 +83,14 @@ describe("AgentdClient", () => {
     expect(await c.killCommand("no-such-command")).toBe(false);
   });
 
+  it("says what came instead when a start's answer names no command id (the contract does not say where it is)", async () => {
+    const c = vm();
+    // An answer with no server-sent events at all (a JSON body where a stream was expected).
+    h.emu.injectFault({ method: "POST", path: /\/r\/v1\/commands\/run$/, times: 1, action: { status: 200, body: { ok: true } } });
+    const err = await c.startCommand("true").catch((e: unknown) => e);
+    expect(err).toMatchObject({ outcomeUnknown: true, message: expect.stringContaining("the VM answered without the command's id (no events;") });
+  });
+
   it("reads only the two ends of a large file as it streams, and nothing of a file that is not there", async () => {
     const c = vm();
     // 8 MiB between a head and a tail marker (the emulator streams the file).
@@ -245,6 +253,9 @@ describe("toExecEvent", () => {
   it("reads the emulator's events and the names the official SDK uses", () => {
     expect(toExecEvent("start", '{"id":"c1"}')).toEqual({ type: "start", id: "c1" });
     expect(toExecEvent("start", '{"context_id":"k1"}')).toEqual({ type: "start", id: "k1" });
+    expect(toExecEvent("started", '{"command_id":"c2"}')).toEqual({ type: "start", id: "c2" });
+    expect(toExecEvent("start", '{"commandId":"c3"}')).toEqual({ type: "start", id: "c3" });
+    expect(toExecEvent("start", '{"id":""}')).toEqual({ type: "other", event: "start", data: '{"id":""}' });
     expect(toExecEvent("output", "line\n")).toEqual({ type: "stdout", text: "line\n" });
     expect(toExecEvent("end", '{"exit_code":0}')).toEqual({ type: "end", exitCode: 0 });
     expect(toExecEvent("done", "")).toEqual({ type: "end" });
