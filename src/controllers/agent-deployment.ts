@@ -136,7 +136,16 @@ class DeploymentClient implements ExternalClient<AgentDeployment, DeploymentPlan
 
   async create(cr: AgentDeployment): Promise<ActionResult<AgentDeploymentStatus>> {
     const target = targetOf(cr, this.agents);
-    const deployed = await this.deploy(cr, target);
+    let deployed: Deployment;
+    try {
+      deployed = await this.deploy(cr, target);
+    } catch (err) {
+      // The deployment status names is gone (deleted outside the operator): status and the
+      // connection Secret must not go on handing out its endpoint and token meanwhile.
+      const gone = cr.status?.deploymentId;
+      if (gone === undefined) throw err;
+      throw new FailedAfterChange(err, DEPLOYMENT_GONE, `deployment ${gone} is gone; its connection Secret is deleted until a deployment runs again`, true);
+    }
     return {
       status: this.statusAfterDeploy(cr, deployed, target),
       connectionDetails: detailsOf(deployed),
@@ -166,7 +175,7 @@ class DeploymentClient implements ExternalClient<AgentDeployment, DeploymentPlan
           // Status must not go on naming the deployment just deleted, running, with its endpoint.
           throw new FailedAfterChange(
             err,
-            { deploymentId: null, agentId: null, state: null, endpoint: null, endpointName: null, tier: null, agentRevision: null },
+            DEPLOYMENT_GONE,
             `deployment ${current.id} was deleted to be replaced (${plan.why}); its connection Secret is deleted until a deployment runs again`,
             true,
           );
@@ -332,6 +341,9 @@ function statusOf(d: Deployment): Partial<AgentDeploymentStatus> {
     tier: d.tier,
   };
 }
+
+/** The status fields that name a deployment, removed when it is gone and none replaced it. */
+const DEPLOYMENT_GONE = { deploymentId: null, agentId: null, state: null, endpoint: null, endpointName: null, tier: null, agentRevision: null };
 
 function detailsOf(d: Deployment): ConnectionDetails {
   const details: ConnectionDetails = { deploymentId: d.id };

@@ -14,7 +14,7 @@ import type { EventRecorder } from "../runtime/events.js";
 import type { Informer } from "../runtime/informer.js";
 import { resourcePath, type KubeClient } from "../runtime/kube-client.js";
 import type { Controller, ReconcileContext, Reconciler, Request, Result } from "../runtime/controller.js";
-import { formatTime } from "../runtime/status.js";
+import { boundedMessage, formatTime } from "../runtime/status.js";
 import { InvalidEndpointError, REFUSAL_HOLD_MS, ServiceError, tlsErrorCode, type ServiceClient, type UsageRecord } from "../service/index.js";
 import type { ServiceMetrics } from "../service/metrics.js";
 import type { ConnectionPool } from "./connection-pool.js";
@@ -138,7 +138,8 @@ export class ConnectionReconciler implements Reconciler {
       const refusal = refusedAtRefresh
         ? `the token service at ${conn.spec.authURL} refused the credentials in Secret "${conn.spec.credentials.secretRef.name}" when the token was refreshed; the token obtained before works until ${formatTime(expiresAt)}, then every call fails unless the token service accepts them again`
         : undefined;
-      const message = [authenticated, ...(refusal === undefined ? [] : [refusal]), ...unread].join("; ");
+      // As the condition holds it (cut if very long), so that it compares equal next time.
+      const message = boundedMessage([authenticated, ...(refusal === undefined ? [] : [refusal]), ...unread].join("; "));
       await this.opts.status.write(path, conn, observed, kstatusConditions({ state: "ready", reason: "Authenticated", message }));
       if (wasReady?.status !== "True") this.opts.events.normal(conn, "Authenticated", "credentials accepted by the token service");
       if (refusal !== undefined && wasReady?.message !== message) this.opts.events.warning(conn, "RefreshRefused", refusal);

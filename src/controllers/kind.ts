@@ -166,6 +166,13 @@ export class OperatorContext implements KindContext {
         this.onInventoryChange.get(kind)?.(namespace, name, new Set(keys));
       },
     });
+    // Every replica has clients of a Connection (sharded mode: the Connection controller runs on
+    // the leader only): each drops them, and their metric series, when the Connection goes.
+    this.connections.on("delete", (c) => {
+      const { namespace, name } = c.metadata;
+      this.pool.forget(namespace, name);
+      void manager.metrics.service.removeConnection(`${namespace}/${name}`);
+    });
   }
 
   now(): Date {
@@ -241,28 +248,28 @@ export function setupManagedKind<R extends ManagedResource, Plan>(
   const informer = ctx.ownInformer<R>(kind.names);
   // The gauges count this informer's cache; the reconciler reports its outcomes for drift.
   const resourceMetrics = ctx.resourceMetrics.track(kind.names.kind, informer);
-  const controller = ctx.manager.newController({
-    name: kind.controller,
-    concurrency: ctx.options.concurrency,
-    reconciler: new ManagedReconciler<R, Plan>({
-      kind: kind.names,
-      informer,
-      kube: ctx.kube,
-      events: ctx.events,
-      connector: poolConnector(ctx.pool, kind),
-      externalId: (cr) => kind.externalId(cr),
-      claim: kind.claim,
-      ...(kind.inputs && { inputs: kind.inputs }),
-      status: ctx.status,
-      syncPeriodMs: ctx.options.syncPeriodMs,
-      secrets: kind.connectionSecret ? ctx.secretWriter : undefined,
-      needsUpkeep: kind.needsUpkeep ?? false,
-      ...(kind.keepsAlive && { keepsAlive: kind.keepsAlive }),
-      resourceMetrics,
-    }),
+  const reconciler = new ManagedReconciler<R, Plan>({
+    kind: kind.names,
+    informer,
+    kube: ctx.kube,
+    events: ctx.events,
+    connector: poolConnector(ctx.pool, kind),
+    externalId: (cr) => kind.externalId(cr),
+    claim: kind.claim,
+    ...(kind.inputs && { inputs: kind.inputs }),
+    status: ctx.status,
+    syncPeriodMs: ctx.options.syncPeriodMs,
+    secrets: kind.connectionSecret ? ctx.secretWriter : undefined,
+    needsUpkeep: kind.needsUpkeep ?? false,
+    ...(kind.keepsAlive && { keepsAlive: kind.keepsAlive }),
+    resourceMetrics,
   });
+  const controller = ctx.manager.newController({ name: kind.controller, concurrency: ctx.options.concurrency, reconciler });
   controller.watch(informer, undefined, { filter: specOrMetaChanged });
-  informer.on("update", (cr) => ctx.status.seen(cr));
+  informer.on("update", (cr) => {
+    ctx.status.seen(cr);
+    reconciler.seen(cr);
+  });
   informer.on("delete", (cr) => ctx.status.forget(cr.metadata.uid));
   // A Connection that becomes Ready (or changes) brings back everything that uses it.
   controller.watch(ctx.connections, (c) => usingConnection(informer, c.metadata.namespace, c.metadata.name).map(requestOf), {

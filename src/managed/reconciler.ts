@@ -11,6 +11,7 @@ import type { KubeClient } from "../runtime/kube-client.js";
 import { resourcePath } from "../runtime/kube-client.js";
 import { errorMessage } from "../lib/errors.js";
 import { RetryNoLaterThan, type ReconcileContext, type Reconciler, type Request, type Result } from "../runtime/controller.js";
+import { boundedMessage } from "../runtime/status.js";
 import { PAUSED_REASON, kstatusConditions, pausedConditions, type StatedCondition } from "./conditions.js";
 import { patchFinalizers } from "./finalizers.js";
 import type { StatusWriter } from "./status-writer.js";
@@ -545,7 +546,8 @@ export class ManagedReconciler<R extends ManagedResource, Plan = unknown> implem
     if (drift.length === 0) {
       return { type: ConditionType.Drifted, status: "False", reason: "InSync", message: "the service object matches the spec" };
     }
-    const message = `the service object differs from the spec in ${drift.join(", ")}; spec.managementPolicies ${management.stated} leaves out Update, so it is reported and not put back`;
+    // As the condition holds it (cut if very long), so that it compares equal next time.
+    const message = boundedMessage(`the service object differs from the spec in ${drift.join(", ")}; spec.managementPolicies ${management.stated} leaves out Update, so it is reported and not put back`);
     const before = findCondition(cr, ConditionType.Drifted);
     if (before?.status !== "True" || before.message !== message) this.opts.events.warning(cr, "DriftNotCorrected", message);
     return { type: ConditionType.Drifted, status: "True", reason: "UpdateNotAllowed", message };
@@ -596,6 +598,18 @@ export class ManagedReconciler<R extends ManagedResource, Plan = unknown> implem
       this.metadataWritten.set(keyOf(cr), { uid: cr.metadata.uid, basedOn: pass.cachedVersion, metadata: updated.metadata });
     }
     return updated;
+  }
+
+  /**
+   * For the informer's update handler (as StatusWriter.seen): a version other than the one our
+   * last metadata write was made over has reached the cache, so the memory of that write goes
+   * now, not at the resource's next pass a sync period later (after a cold start, one copy of
+   * metadata per resource).
+   */
+  seen(cr: R): void {
+    const key = keyOf(cr);
+    const written = this.metadataWritten.get(key);
+    if (written !== undefined && written.basedOn !== cr.metadata.resourceVersion) this.metadataWritten.delete(key);
   }
 
   /** The cached object, or, while the cache has not caught up with our last metadata write, with that write's metadata. */

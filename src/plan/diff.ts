@@ -3,8 +3,13 @@
 // any depth).
 import { SENSITIVE, type Change } from "./model.js";
 
-/** Keys whose values are never shown, at any depth (docs/plan.md, "Secrets"). */
-const SENSITIVE_KEY = /^(token|password|apikey|clientsecret|image_pull_secret)$/i;
+/**
+ * Keys whose values are never shown, at any depth (docs/plan.md, "Secrets"): compared without
+ * case, "_" and "-", a key that ends in token, password, passwd, secret, apikey, privatekey or
+ * credential(s): `githubToken`, `db_password`, `client_secret`, `api-key`, `credentials`.
+ */
+const SENSITIVE_ENDING = /(token|password|passwd|secret|apikey|privatekey|credentials?)$/;
+const isSensitiveKey = (key: string): boolean => SENSITIVE_ENDING.test(key.toLowerCase().replace(/[_-]/g, ""));
 
 function isRecord(v: unknown): v is Record<string, unknown> {
   return typeof v === "object" && v !== null && !Array.isArray(v);
@@ -31,20 +36,20 @@ function canonicalJSON(value: unknown): string | undefined {
 }
 
 /**
- * `value` with every secret-looking field (SENSITIVE_KEY) at any depth, in objects and in
+ * `value` with every secret-looking field (isSensitiveKey) at any depth, in objects and in
  * arrays, shown as "(sensitive)"; the whole value when `path` itself names such a field at any
  * of its segments (`spec.manifest.auth.password.value`).
  */
 export function redact(path: string, value: unknown): unknown {
   if (value === undefined) return value;
-  if (path.split(".").some((segment) => SENSITIVE_KEY.test(segment))) return SENSITIVE;
+  if (path.split(".").some((segment) => isSensitiveKey(segment))) return SENSITIVE;
   return redactDeep(value);
 }
 
 function redactDeep(value: unknown): unknown {
   if (Array.isArray(value)) return value.map(redactDeep);
   if (!isRecord(value)) return value;
-  return Object.fromEntries(Object.entries(value).map(([k, v]) => [k, SENSITIVE_KEY.test(k) && v !== undefined ? SENSITIVE : redactDeep(v)]));
+  return Object.fromEntries(Object.entries(value).map(([k, v]) => [k, isSensitiveKey(k) && v !== undefined ? SENSITIVE : redactDeep(v)]));
 }
 
 /** A change with its values redacted (every output passes its changes through this). */

@@ -35,10 +35,16 @@ export function formatTime(d: Date): string {
  */
 export const MAX_CONDITION_MESSAGE = 4096;
 
-function boundedMessage(message: string): string {
+/** The message as a condition holds it: cut (on a character boundary) past MAX_CONDITION_MESSAGE. */
+export function boundedMessage(message: string): string {
   if (message.length <= MAX_CONDITION_MESSAGE) return message;
   const note = ` … (${message.length - MAX_CONDITION_MESSAGE} more characters cut)`;
-  return message.slice(0, MAX_CONDITION_MESSAGE - note.length) + note;
+  let end = MAX_CONDITION_MESSAGE - note.length;
+  // Not between the two halves of a surrogate pair (the API server would store U+FFFD, and the
+  // status would never equal what is computed again).
+  const last = message.charCodeAt(end - 1);
+  if (last >= 0xd800 && last <= 0xdbff) end--;
+  return message.slice(0, end) + note;
 }
 
 export function setCondition<C extends Condition>(

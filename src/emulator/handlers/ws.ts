@@ -25,6 +25,7 @@ import { errorBody, ServiceError } from "../errors.js";
 import type { RequestLogEntry } from "../options.js";
 import { driverFor } from "../runtime/drivers.js";
 import type { Execution } from "../runtime/execution.js";
+import { MAX_UNREAD_BYTES } from "../runtime/streams.js";
 import type { RuntimeManager } from "../runtime/manager.js";
 import type { VMRuntime } from "../runtime/vm-runtime.js";
 import type { EmulatorState } from "../state.js";
@@ -165,7 +166,13 @@ class Session {
   }
 
   private send(msg: WsMessage): void {
-    if (this.ws.readyState === this.ws.OPEN) this.ws.send(JSON.stringify(msg));
+    if (this.ws.readyState !== this.ws.OPEN) return;
+    // A client that stops reading is cut rather than buffered for (as a server-sent stream's).
+    if (this.ws.bufferedAmount > MAX_UNREAD_BYTES) {
+      this.ws.terminate();
+      return;
+    }
+    this.ws.send(JSON.stringify(msg));
   }
 
   private async handle(data: RawData, isBinary: boolean): Promise<void> {

@@ -43,10 +43,15 @@ function followLinks(workspace: string, host: string, field: string, vmPath: str
     } catch (err) {
       if (err instanceof ServiceError) throw err;
       const code = (err as NodeJS.ErrnoException).code;
-      // A symbolic link loop on the way: the kernel cannot resolve the path either, so nothing
-      // can be read or written through it, inside or out. It is not there (reads 404, writes
-      // 400, in the handlers).
-      if (code === "ELOOP") return;
+      // A symbolic link loop at the end: it cannot be followed, by the kernel either, so its
+      // directory decides (an unlink, a rename or an rm acts on the link itself, which must not
+      // be reached through a link that leads out). Not there, if that is inside.
+      if (code === "ELOOP") {
+        const parent = dirname(p);
+        if (parent === p) return;
+        p = parent;
+        continue;
+      }
       if (code !== "ENOENT" && code !== "ENOTDIR") throw err;
       // A dangling symbolic link: a write through it creates its target, which decides.
       if (lstatOrUndefined(p)?.isSymbolicLink()) {

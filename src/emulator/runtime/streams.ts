@@ -8,6 +8,13 @@ import type { ExecEvent, Execution } from "./execution.js";
 /** A comment line every so often keeps idle proxies from closing a long stream. */
 const KEEPALIVE_MS = 15_000;
 
+/**
+ * Output a live reader may leave unread before its stream is cut: every byte goes to a reader
+ * that keeps up, and one that stops reading (but holds the connection open) must not make the
+ * emulator buffer a command's whole output (docs/emulator.md, decision 36).
+ */
+export const MAX_UNREAD_BYTES = 64 << 20;
+
 /** One event in the text/event-stream format; a multi-line `data` becomes several data lines. */
 export function formatSSE(e: ExecEvent): string {
   return `event: ${e.event}\n${e.data
@@ -53,7 +60,13 @@ export class SSEBody extends StreamBody {
     res.flushHeaders();
     cleanup = this.source({
       send: (e) => {
-        if (!done) res.write(formatSSE(e));
+        if (done) return;
+        if (res.writableLength > MAX_UNREAD_BYTES) {
+          stop();
+          res.destroy();
+          return;
+        }
+        res.write(formatSSE(e));
       },
       end: () => {
         if (done) return;

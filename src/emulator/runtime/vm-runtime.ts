@@ -6,7 +6,7 @@
 import { mkdirSync, readdirSync, realpathSync, writeFileSync } from "node:fs";
 import { rm } from "node:fs/promises";
 import { dirname, join } from "node:path";
-import { badRequest, notFound } from "../errors.js";
+import { ServiceError, badRequest, notFound } from "../errors.js";
 import { Command } from "./commands.js";
 import { driverFor, SUPPORTED_LANGUAGES } from "./drivers.js";
 import { Kernel } from "./kernel.js";
@@ -228,7 +228,8 @@ export class VMRuntime {
     const dir = this.sessionDir(id, "session id");
     for (const [cid, k] of this._contexts) if (k.sessionId === id) this.deleteContext(cid);
     await rm(dir, { recursive: true, force: true, maxRetries: 3 }).catch((err: NodeJS.ErrnoException) => {
-      throw badRequest(`session ${JSON.stringify(id)}: its directory cannot be removed: ${err.code ?? "unexpected error"}`);
+      // The published answers of this route are 204 and 500 only.
+      throw new ServiceError(500, "internal_error", `session ${JSON.stringify(id)}: its directory cannot be removed: ${err.code ?? "unexpected error"}`);
     });
   }
 

@@ -257,6 +257,21 @@ describe("AgentDeployment against the service", () => {
     expect(Buffer.from(secret?.data?.endpoint ?? "", "base64").toString()).toBe(w.emu.state.deployments.get(deployed)?.endpoint);
   });
 
+  it("stops naming a deployment deleted outside the operator, and deletes its connection Secret, when none can be deployed again", async () => {
+    apply();
+    await w.reconcile(kind(), "d");
+    const old = deployment().status?.deploymentId as string;
+    expect(w.secrets.get(NS, "d-agentcompute")).toBeDefined();
+    w.emu.state.deleteDeployment(old);
+    resync();
+    w.emu.injectFault({ method: "POST", path: /\/deploy$/, times: 1, action: { status: 400, body: { code: 400, error_code: "bad_request", message: "quota exceeded" } } });
+    await w.reconcile(kind(), "d");
+    expect(deployment().status?.deploymentId).toBeUndefined();
+    expect(deployment().status?.endpoint).toBeUndefined();
+    expect(w.secrets.get(NS, "d-agentcompute")).toBeUndefined();
+    expect(condition(deployment(), "Stalled")?.message).toContain(`deployment ${old} is gone`);
+  });
+
   it("stops naming the deployment it deleted at once, though the agent for the new one is only waited for", async () => {
     w.dependencyGraceMs = 5_000;
     apply({ agentId });

@@ -191,6 +191,44 @@ describe("emulator agentd: commands (r/v1/commands)", () => {
     expect(kept.map((e) => e.text("stdout"))).toEqual(["x".repeat(1000), "x".repeat(1000)]);
   });
 
+  it("cuts a live reader that stops reading (its connection still open) once 64 MiB wait for it, instead of buffering all the output", async () => {
+    const emu = await emulator({ outputLimitBytes: 1000 });
+    const c = await client(emu);
+    const vm = await allocate(c);
+    const a = agentd(c, vm.vm_id);
+    const total = 120_000_000;
+    const { request } = await import("node:http");
+    const received = await new Promise<{ bytes: number; ended: boolean }>((resolve, reject) => {
+      const req = request(`${emu.baseURL}${a.base}/v1/commands/run`, { method: "POST", headers: { authorization: `Bearer ${c.token}`, "content-type": "application/json" } }, (res) => {
+        res.pause(); // reads nothing while the command writes
+        const runtime = emu.runtimes.get(vm.vm_id)!;
+        const started = Date.now();
+        // Until the command has written everything (the emulator reads it whether or not anyone does).
+        const poll = setInterval(() => {
+          const ended = runtime.commands.size > 0 && [...runtime.commands.values()].every((cmd) => !cmd.running);
+          if (!ended && Date.now() - started < 60_000) return;
+          clearInterval(poll);
+          let bytes = 0;
+          let text = "";
+          res.on("data", (chunk: Buffer) => {
+            bytes += chunk.length;
+            text = (text + chunk.toString("latin1")).slice(-200);
+          });
+          const done = () => resolve({ bytes, ended: text.includes("event: end") });
+          res.on("end", done);
+          res.on("error", done);
+          res.on("aborted", done);
+          res.resume();
+        }, 100);
+      });
+      req.on("error", reject);
+      req.end(JSON.stringify({ command: `head -c ${total} /dev/zero | tr '\\0' x` }));
+    });
+    // Cut: the stream did not reach its end event, and far less than the output came.
+    expect(received.ended).toBe(false);
+    expect(received.bytes).toBeLessThan(total);
+  }, 90_000);
+
   it("ends a command's stream with status ok|error and, on failure, an error message beside exit_code (the keys the official SDK reads)", async () => {
     const emu = await emulator();
     const c = await client(emu);

@@ -86,6 +86,16 @@ describe("plan rendering", () => {
     expect(long).toContain(`"${"x".repeat(78)}…`);
   });
 
+  it("hides fields by how their names end, whatever the case and separators: githubToken, db_password, client_secret, api-key, credentials", () => {
+    const secrets = { githubToken: "v1", db_password: "v2", client_secret: "v3", "api-key": "v4", credentials: { user: "v5" }, PRIVATE_KEY: "v6" };
+    const changes = diffFields(undefined, { manifest: { authentication: secrets }, maxTokens: 5, tokenizer: "bpe" }, "spec");
+    const text = renderText(summarize([{ ...base("Agent", "a", "create"), changes }]));
+    for (const v of ["v1", "v2", "v3", "v4", "v5", "v6"]) expect(text).not.toContain(`"${v}"`);
+    // Names that only contain such a word are shown.
+    expect(text).toContain("spec.maxTokens: 5");
+    expect(text).toContain('spec.tokenizer: "bpe"');
+  });
+
   it("hides secret-looking fields at any depth: in arrays, inside objects, under a secret-looking key; in every output", () => {
     expect(diffFields(undefined, { options: { registries: [{ host: "h", password: "p-in-array" }] }, auth: { token: { value: "t-under" } } }, "spec")).toEqual([
       { path: "spec.auth.token.value", new: SENSITIVE },
