@@ -135,9 +135,10 @@ class DeploymentClient implements ExternalClient<AgentDeployment, DeploymentPlan
   }
 
   async create(cr: AgentDeployment): Promise<ActionResult<AgentDeploymentStatus>> {
-    const target = targetOf(cr, this.agents);
+    let target: Target;
     let deployed: Deployment;
     try {
+      target = targetOf(cr, this.agents);
       deployed = await this.deploy(cr, target);
     } catch (err) {
       // The deployment status names is gone (deleted outside the operator): status and the

@@ -42,8 +42,17 @@ function canonicalJSON(value: unknown): string | undefined {
  */
 export function redact(path: string, value: unknown): unknown {
   if (value === undefined) return value;
-  if (path.split(".").some((segment) => isSensitiveKey(segment))) return SENSITIVE;
+  const segments = path.split(".");
+  // A reference names an object and is no secret: a Connection's spec.credentials.secretRef.name.
+  if (isReference(segments)) return value;
+  if (segments.some((segment) => isSensitiveKey(segment))) return SENSITIVE;
   return redactDeep(value);
+}
+
+/** `...<something>Ref.name` (or `.key`, `.namespace`): a reference to a Secret or ConfigMap, by name. */
+function isReference(segments: readonly string[]): boolean {
+  const [ref, field] = segments.slice(-2);
+  return ref !== undefined && /Ref$/.test(ref) && (field === "name" || field === "key" || field === "namespace");
 }
 
 function redactDeep(value: unknown): unknown {

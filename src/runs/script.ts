@@ -87,6 +87,9 @@ export function stepScript(dir: string, step: StepScript): string {
     `(set -C; : > ${d}/started) 2>/dev/null || { [ -e ${d}/started ] && exit ${ALREADY_STARTED}; exit ${SETUP_FAILED}; }`,
     `${innerCommand(step)} > ${d}/output 2>&1 < /dev/null`,
     "code=$?",
+    // Made again if the step removed it (a `git clean -xdf` in /workspace): the exit file, not
+    // the exit code 213 or 214 of a step that lost it, must say how the step ended.
+    `mkdir -p ${d} 2>/dev/null`,
     `echo "$code" > ${d}/exit.tmp && mv -f ${d}/exit.tmp ${d}/exit`,
     'exit "$code"',
   ].join("\n");

@@ -56,10 +56,14 @@ export interface VMTarget {
 }
 
 const TIMEOUT_MS = 30_000;
+/** How long after the VM answered a status a bare 404 of a file read is taken as agentd's without asking the compute API. */
+const RECENTLY_ANSWERED_MS = 5_000;
 
 /** A RunVM over the service's forwarding route. Every call throws VMGoneError once the VM is gone. */
 export class ForwardedVM implements RunVM {
   private readonly agentd: AgentdClient;
+  /** When the VM last answered a command's status (it was there then). */
+  private statusAnsweredAt = -Infinity;
 
   constructor(private readonly target: VMTarget) {
     this.agentd = new AgentdClient({
@@ -79,7 +83,9 @@ export class ForwardedVM implements RunVM {
 
   async status(commandId: string): Promise<CommandStatus | undefined> {
     try {
-      return await this.agentd.commandStatus(commandId);
+      const status = await this.agentd.commandStatus(commandId);
+      this.statusAnsweredAt = Date.now();
+      return status;
     } catch (err) {
       if (isAgentdNotFound(err)) return undefined;
       throw err;
@@ -119,6 +125,10 @@ export class ForwardedVM implements RunVM {
   private async explain(err: ServiceError): Promise<Error | undefined> {
     const { vmId } = this.target;
     if (err.status === 404 && err.errorCode !== undefined) return new VMGoneError(vmId);
+    // A file read just after the VM answered a command's status (observeStep reads the exit file
+    // right after it): a bare 404 is agentd's (no exit file yet, which a step followed through
+    // a second start meets at every poll), not worth a look-up each time.
+    if (err.status === 404 && err.operation === "files.download" && Date.now() - this.statusAnsweredAt < RECENTLY_ANSWERED_MS) return undefined;
     try {
       const vm = await this.target.client.vms.get(vmId);
       return isLiveVMState(vm.state) ? undefined : new VMGoneError(vmId);

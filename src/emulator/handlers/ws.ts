@@ -25,7 +25,7 @@ import { errorBody, ServiceError } from "../errors.js";
 import type { RequestLogEntry } from "../options.js";
 import { driverFor } from "../runtime/drivers.js";
 import type { Execution } from "../runtime/execution.js";
-import { MAX_UNREAD_BYTES } from "../runtime/streams.js";
+import { StallWatch } from "../runtime/streams.js";
 import type { RuntimeManager } from "../runtime/manager.js";
 import type { VMRuntime } from "../runtime/vm-runtime.js";
 import type { EmulatorState } from "../state.js";
@@ -138,6 +138,7 @@ export class WebSocketEndpoint {
 /** One connection: messages handled in order against one VM's runtime. */
 class Session {
   private chain: Promise<void> = Promise.resolve();
+  private readonly stallWatch = new StallWatch();
   private stopFollowing: (() => void) | undefined;
 
   constructor(
@@ -167,12 +168,13 @@ class Session {
 
   private send(msg: WsMessage): void {
     if (this.ws.readyState !== this.ws.OPEN) return;
+    const text = JSON.stringify(msg);
     // A client that stops reading is cut rather than buffered for (as a server-sent stream's).
-    if (this.ws.bufferedAmount > MAX_UNREAD_BYTES) {
+    if (this.stallWatch.stalled(Buffer.byteLength(text), this.ws.bufferedAmount)) {
       this.ws.terminate();
       return;
     }
-    this.ws.send(JSON.stringify(msg));
+    this.ws.send(text);
   }
 
   private async handle(data: RawData, isBinary: boolean): Promise<void> {

@@ -9,11 +9,35 @@ import type { ExecEvent, Execution } from "./execution.js";
 const KEEPALIVE_MS = 15_000;
 
 /**
- * Output a live reader may leave unread before its stream is cut: every byte goes to a reader
- * that keeps up, and one that stops reading (but holds the connection open) must not make the
- * emulator buffer a command's whole output (docs/emulator.md, decision 36).
+ * A live reader that has stopped reading (its connection still open) is cut once
+ * `maxUnreadBytes` wait for it and none of it has gone out for `stalledMs`: it must not make the emulator
+ * buffer a command's whole output (docs/emulator.md, decision 36). A reader that reads, however
+ * slowly, is never cut.
  */
-export const MAX_UNREAD_BYTES = 64 << 20;
+export const STREAM_LIMITS = { maxUnreadBytes: 64 << 20, stalledMs: 10_000 };
+
+/** Tells a stalled reader from a slow one: fed what was queued for it and what still waits, at each send. */
+export class StallWatch {
+  private queued = 0;
+  private sentSoFar = 0;
+  private lastProgress: number;
+
+  constructor(private readonly now: () => number = Date.now) {
+    this.lastProgress = now();
+  }
+
+  /** True when the reader should be cut: over the limit, and nothing went out for `stalledMs`. */
+  stalled(adding: number, unread: number): boolean {
+    this.queued += adding;
+    const sent = this.queued - unread;
+    const now = this.now();
+    if (sent > this.sentSoFar) {
+      this.sentSoFar = sent;
+      this.lastProgress = now;
+    }
+    return unread > STREAM_LIMITS.maxUnreadBytes && now - this.lastProgress > STREAM_LIMITS.stalledMs;
+  }
+}
 
 /** One event in the text/event-stream format; a multi-line `data` becomes several data lines. */
 export function formatSSE(e: ExecEvent): string {
@@ -48,7 +72,16 @@ export class SSEBody extends StreamBody {
   writeTo(res: ServerResponse): void {
     let done = false;
     let cleanup: () => void = () => {};
-    const keepalive = setInterval(() => res.write(": keepalive\n\n"), KEEPALIVE_MS);
+    const watch = new StallWatch();
+    const cut = (): void => {
+      stop();
+      res.destroy();
+    };
+    const keepalive = setInterval(() => {
+      // Also looked at while the command is quiet: a stalled reader is not kept for the next output.
+      if (watch.stalled(0, res.writableLength)) cut();
+      else res.write(": keepalive\n\n");
+    }, KEEPALIVE_MS);
     keepalive.unref();
     const stop = (): void => {
       if (done) return;
@@ -61,12 +94,9 @@ export class SSEBody extends StreamBody {
     cleanup = this.source({
       send: (e) => {
         if (done) return;
-        if (res.writableLength > MAX_UNREAD_BYTES) {
-          stop();
-          res.destroy();
-          return;
-        }
-        res.write(formatSSE(e));
+        const text = formatSSE(e);
+        if (watch.stalled(Buffer.byteLength(text), res.writableLength)) cut();
+        else res.write(text);
       },
       end: () => {
         if (done) return;

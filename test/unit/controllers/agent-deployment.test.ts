@@ -272,6 +272,19 @@ describe("AgentDeployment against the service", () => {
     expect(condition(deployment(), "Stalled")?.message).toContain(`deployment ${old} is gone`);
   });
 
+  it("stops naming a deployment deleted outside the operator while its Agent has no id to deploy again", async () => {
+    apply();
+    await w.reconcile(kind(), "d");
+    const old = deployment().status?.deploymentId as string;
+    w.emu.state.deleteDeployment(old);
+    resync();
+    w.setStatus("agents", "a", { agentId: undefined });
+    await w.reconcile(kind(), "d");
+    expect(deployment().status?.deploymentId).toBeUndefined();
+    expect(w.secrets.get(NS, "d-agentcompute")).toBeUndefined();
+    expect(condition(deployment(), "Ready")).toMatchObject({ status: "False", reason: "WaitingForAgent" });
+  });
+
   it("stops naming the deployment it deleted at once, though the agent for the new one is only waited for", async () => {
     w.dependencyGraceMs = 5_000;
     apply({ agentId });

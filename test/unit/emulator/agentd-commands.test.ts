@@ -4,6 +4,7 @@ import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { client, emulator } from "./helpers.js";
 import { agentd, alive, allocate, endOf, eventually, parseSSE, startId, streamText } from "./runtime-helpers.js";
+import { STREAM_LIMITS, StallWatch } from "../../../src/emulator/runtime/streams.js";
 
 // A directory outside any VM's workspace where commands leave side effects for the test to see.
 const outside = mkdtempSync(join(tmpdir(), "emu-cmd-test-"));
@@ -191,43 +192,71 @@ describe("emulator agentd: commands (r/v1/commands)", () => {
     expect(kept.map((e) => e.text("stdout"))).toEqual(["x".repeat(1000), "x".repeat(1000)]);
   });
 
-  it("cuts a live reader that stops reading (its connection still open) once 64 MiB wait for it, instead of buffering all the output", async () => {
+  it("cuts a live reader that stops reading (its connection still open) once 64 MiB wait for it", async () => {
     const emu = await emulator({ outputLimitBytes: 1000 });
     const c = await client(emu);
     const vm = await allocate(c);
     const a = agentd(c, vm.vm_id);
-    const total = 120_000_000;
+    const total = 100_000_000;
     const { request } = await import("node:http");
-    const received = await new Promise<{ bytes: number; ended: boolean }>((resolve, reject) => {
-      const req = request(`${emu.baseURL}${a.base}/v1/commands/run`, { method: "POST", headers: { authorization: `Bearer ${c.token}`, "content-type": "application/json" } }, (res) => {
-        res.pause(); // reads nothing while the command writes
-        const runtime = emu.runtimes.get(vm.vm_id)!;
-        const started = Date.now();
-        // Until the command has written everything (the emulator reads it whether or not anyone does).
-        const poll = setInterval(() => {
-          const ended = runtime.commands.size > 0 && [...runtime.commands.values()].every((cmd) => !cmd.running);
-          if (!ended && Date.now() - started < 60_000) return;
-          clearInterval(poll);
+    const saved = { ...STREAM_LIMITS };
+    STREAM_LIMITS.stalledMs = 2_000; // 10 s in use: shortened so that the test waits less (the reader shares this process, so not much less)
+    /** Reads the stream after `stallMs` of reading nothing. */
+    const read = (stallMs: number) =>
+      new Promise<{ bytes: number; ended: boolean }>((resolve, reject) => {
+        const req = request(`${emu.baseURL}${a.base}/v1/commands/run`, { method: "POST", headers: { authorization: `Bearer ${c.token}`, "content-type": "application/json" } }, (res) => {
+          res.pause();
           let bytes = 0;
           let text = "";
+          const done = () => resolve({ bytes, ended: text.includes("event: end") });
           res.on("data", (chunk: Buffer) => {
             bytes += chunk.length;
             text = (text + chunk.toString("latin1")).slice(-200);
           });
-          const done = () => resolve({ bytes, ended: text.includes("event: end") });
           res.on("end", done);
           res.on("error", done);
           res.on("aborted", done);
-          res.resume();
-        }, 100);
+          setTimeout(() => res.resume(), stallMs);
+        });
+        req.on("error", reject);
+        // Output written at once, then more a while later (what a stalled reader is looked at on).
+        req.end(JSON.stringify({ command: `head -c ${total} /dev/zero | tr '\\0' x; sleep 3; echo more` }));
       });
-      req.on("error", reject);
-      req.end(JSON.stringify({ command: `head -c ${total} /dev/zero | tr '\\0' x` }));
-    });
-    // Cut: the stream did not reach its end event, and far less than the output came.
-    expect(received.ended).toBe(false);
-    expect(received.bytes).toBeLessThan(total);
+    try {
+      const stalled = await read(6_000);
+      expect(stalled.ended).toBe(false);
+      expect(stalled.bytes).toBeLessThan(total);
+    } finally {
+      Object.assign(STREAM_LIMITS, saved);
+    }
   }, 90_000);
+
+  it("tells a stalled reader from a slow one: only 64 MiB waiting with nothing sent for the stall time (10 s) is stalled", () => {
+    const mib = 1 << 20;
+    let t = 0;
+    // Far behind (100 MiB waiting) but reading: 1 MiB more sent every second, for a minute.
+    const slow = new StallWatch(() => t);
+    expect(slow.stalled(100 * mib, 100 * mib)).toBe(false);
+    for (let k = 1; k <= 60; k++) {
+      t = k * 1_000;
+      // 2 MiB more queued, 1 MiB of it read: what waits grows, and something goes out.
+      expect(slow.stalled(2 * mib, (100 + k) * mib)).toBe(false);
+    }
+    // 100 MiB waiting and nothing sent: stalled once 10 s have passed, not before.
+    t = 0;
+    const stalled = new StallWatch(() => t);
+    expect(stalled.stalled(100 * mib, 100 * mib)).toBe(false);
+    t = 9_000;
+    expect(stalled.stalled(0, 100 * mib)).toBe(false);
+    t = 10_001;
+    expect(stalled.stalled(0, 100 * mib)).toBe(true);
+    // Under 64 MiB waiting: never, however long nothing is sent.
+    t = 0;
+    const small = new StallWatch(() => t);
+    small.stalled(mib, mib);
+    t = 60_000;
+    expect(small.stalled(0, mib)).toBe(false);
+  });
 
   it("ends a command's stream with status ok|error and, on failure, an error message beside exit_code (the keys the official SDK reads)", async () => {
     const emu = await emulator();

@@ -91,6 +91,10 @@ describe("plan rendering", () => {
     const changes = diffFields(undefined, { manifest: { authentication: secrets }, maxTokens: 5, tokenizer: "bpe" }, "spec");
     const text = renderText(summarize([{ ...base("Agent", "a", "create"), changes }]));
     for (const v of ["v1", "v2", "v3", "v4", "v5", "v6"]) expect(text).not.toContain(`"${v}"`);
+    // A reference to a Secret is no secret: a Connection's credentials.secretRef.name is shown.
+    expect(diffFields({ credentials: { secretRef: { name: "old" } } }, { credentials: { secretRef: { name: "new" } } }, "spec")).toEqual([
+      { path: "spec.credentials.secretRef.name", old: "old", new: "new" },
+    ]);
     // Names that only contain such a word are shown.
     expect(text).toContain("spec.maxTokens: 5");
     expect(text).toContain('spec.tokenizer: "bpe"');

@@ -116,6 +116,18 @@ describe("a step in the VM", () => {
     }
   });
 
+  it("reports the exit code of a step that removed its own directory (a git clean of /workspace), even 213 or 214", async () => {
+    for (const [index, code] of [[0, 214], [1, 213], [2, 3]] as const) {
+      const ref = { runUid: "uid-clean", attempt: 1, index };
+      const id = await startStep(vm, ref, { command: `echo building; rm -rf .agent-operator; exit ${code}` }, {});
+      const o = await waitFor(async () => {
+        const seen = await observeStep(vm, ref, id);
+        return seen.state === "running" ? undefined : seen;
+      }, { description: "the step ended" });
+      expect(o).toMatchObject({ state: "ended", exitCode: code });
+    }
+  });
+
   it("says so when the VM itself is gone", async () => {
     const other = (await h.client.vms.allocate({ tier: "standard" })).vm_id;
     const gone = new ForwardedVM({ baseURL: h.emu.baseURL, vmId: other, client: h.client });

@@ -137,6 +137,17 @@ describe("ForwardedVM: a 404 that does not say whose it is", () => {
     expect(lookups(id) - before).toBe(2);
   });
 
+  it("a step followed through a second start (its exit file not there yet) costs no look-up at each poll", async () => {
+    const { id, vm } = await liveVM();
+    const ref = { runUid: "uid-twice", attempt: 1, index: 0 };
+    await startStep(vm, ref, { command: "sleep 30" }, {});
+    const second = await startStep(vm, ref, { command: "sleep 30" }, {});
+    await waitFor(async () => (await vm.status(second))?.running === false);
+    const before = lookups(id);
+    for (let i = 0; i < 5; i++) expect(await observeStep(vm, ref, second)).toEqual({ state: "running" });
+    expect(lookups(id) - before).toBe(0);
+  });
+
   it("is never read as agentd's when the VM's state cannot be had: the lookup's failure is thrown", async () => {
     const { id, vm } = await liveVM();
     bare404(id);
