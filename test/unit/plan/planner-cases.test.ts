@@ -12,35 +12,16 @@ import { agentRevision } from "../../../src/controllers/agent.js";
 import { allocationHash } from "../../../src/controllers/sandbox.js";
 import type { AllocateVMRequest } from "../../../src/service/index.js";
 import { ManifestError, parseSources } from "../../../src/plan/manifests.js";
-import { LAST_APPLIED, plan, type ClusterReader } from "../../../src/plan/planner.js";
-import { exitCodeOf, type PlanResult, type ResourcePlan } from "../../../src/plan/model.js";
+import { plan, type ClusterReader } from "../../../src/plan/planner.js";
+import { exitCodeOf } from "../../../src/plan/model.js";
 import { renderText, renderJSON, renderMarkdown } from "../../../src/plan/render.js";
+import { NS, ORG, find, live, manifests, memoryCluster, ready } from "./helpers.js";
 
-const NS = "team";
-const ORG = "org-unit";
 const API_KEY = "planner-review-key-9c1d";
-const ready = (generation = 1) => ({ observedGeneration: generation, conditions: [{ type: "Ready", status: "True", reason: "Available", observedGeneration: generation, lastTransitionTime: "2030-01-01T00:00:00Z" }] });
 
 let emu: Emulator;
 let cluster: Map<string, unknown[]>;
-const reader: ClusterReader = {
-  async list<T>(path: string): Promise<T[]> {
-    const plural = path.split("/").pop() ?? "";
-    const ns = /\/namespaces\/([^/]+)\//.exec(path)?.[1] ?? "";
-    return (cluster.get(plural) ?? []).filter((o) => (o as { metadata: { namespace: string } }).metadata.namespace === ns) as T[];
-  },
-};
-const live = (name: string, spec: Record<string, unknown>, status: Record<string, unknown>, extra: Record<string, unknown> = {}) => ({
-  metadata: { name, namespace: NS, uid: `uid-${name}`, generation: 1, annotations: { [LAST_APPLIED]: "{}" }, ...extra },
-  spec: { connectionRef: { name: "default" }, deletionPolicy: "Delete", ...spec },
-  status: { ...ready(), ...status },
-});
-function find(p: PlanResult, kind: string, name: string): ResourcePlan {
-  const r = p.resources.find((x) => x.kind === kind && x.name === name);
-  if (r === undefined) throw new Error(`${kind}/${name} not planned`);
-  return r;
-}
-const manifests = (yaml: string) => parseSources([{ name: "m.yaml", text: yaml }], NS);
+const reader = memoryCluster(() => cluster);
 
 /** A Sandbox in the cluster with its VM in the service, made for `req`. */
 function liveSandbox(name: string, spec: Record<string, unknown>, req: Partial<AllocateVMRequest> = {}) {

@@ -12,38 +12,18 @@ import type { AllocateVMRequest } from "../../../src/service/index.js";
 import { parseSources } from "../../../src/plan/manifests.js";
 import { LAST_APPLIED, plan, type ClusterReader } from "../../../src/plan/planner.js";
 import { parseSelector } from "../../../src/plan/selector.js";
-import type { PlanResult, ResourcePlan } from "../../../src/plan/model.js";
 import { renderText } from "../../../src/plan/render.js";
+import { NS, ORG, find, live, manifests, memoryCluster, ready } from "./helpers.js";
 
-const NS = "team";
-const ORG = "org-unit";
 const API_KEY = "planner-unit-key-2b7e";
-const READY = { observedGeneration: 1, conditions: [{ type: "Ready", status: "True", reason: "Available", lastTransitionTime: "2030-01-01T00:00:00Z" }] };
 
 let emu: Emulator;
 let cluster: Map<string, unknown[]>;
 
-const reader: ClusterReader = {
-  async list<T>(path: string): Promise<T[]> {
-    const plural = path.split("/").pop() ?? "";
-    const ns = /\/namespaces\/([^/]+)\//.exec(path)?.[1] ?? "";
-    return (cluster.get(plural) ?? []).filter((o) => (o as { metadata: { namespace: string } }).metadata.namespace === ns) as T[];
-  },
-};
+const reader = memoryCluster(() => cluster);
 
-const live = (name: string, spec: Record<string, unknown>, status: Record<string, unknown>, extra: Record<string, unknown> = {}) => ({
-  metadata: { name, namespace: NS, uid: `uid-${name}`, generation: 1, annotations: { [LAST_APPLIED]: "{}" }, ...extra },
-  spec: { connectionRef: { name: "default" }, deletionPolicy: "Delete", ...spec },
-  status: { ...READY, ...status },
-});
 
-function find(p: PlanResult, kind: string, name: string): ResourcePlan {
-  const r = p.resources.find((x) => x.kind === kind && x.name === name);
-  if (r === undefined) throw new Error(`${kind}/${name} not planned`);
-  return r;
-}
 
-const manifests = (yaml: string) => parseSources([{ name: "m.yaml", text: yaml }], NS);
 
 beforeAll(async () => {
   emu = await startEmulator({ apiKey: API_KEY, strictBodies: true, orgId: ORG });
@@ -57,7 +37,7 @@ beforeAll(async () => {
     [
       "connections",
       [
-        { metadata: { name: "default", namespace: NS, generation: 1 }, spec: { baseURL: emu.baseURL, authURL: emu.authURL, orgId: ORG, credentials: { secretRef: { name: "creds" } } }, status: READY },
+        { metadata: { name: "default", namespace: NS, generation: 1 }, spec: { baseURL: emu.baseURL, authURL: emu.authURL, orgId: ORG, credentials: { secretRef: { name: "creds" } } }, status: ready() },
         { metadata: { name: "broken", namespace: NS, generation: 1 }, spec: { baseURL: emu.baseURL, authURL: emu.authURL, credentials: { secretRef: { name: "creds" } } }, status: { observedGeneration: 1, conditions: [{ type: "Ready", status: "False", reason: "SecretKeyMissing", message: "no key" }] } },
       ],
     ],
