@@ -385,8 +385,10 @@ export async function plan(reader: ClusterReader, manifests: ManifestObject[], o
       }
       const obj = plannedObject(m, l);
       const kind = kinds[m.kind as keyof typeof kinds] as unknown as ManagedKind<Obj, unknown>;
-      const actionOf = (k: string, ns: string, name: string) => out.find((r) => r.kind === k && r.namespace === ns && r.name === name)?.action;
-      const { plan: r, inSync } = await planManaged(base, obj, l, kind, { pool, store: ctx.store, secrets: secretChanges, inManifests, agentInformer, skillInformer, liveOf, actionOf });
+      const planOf = (k: string, ns: string, name: string) => out.find((r) => r.kind === k && r.namespace === ns && r.name === name);
+      const actionOf = (k: string, ns: string, name: string) => planOf(k, ns, name)?.action;
+      const createWaits = (k: string, ns: string, name: string) => planOf(k, ns, name)?.notes.find((n) => n.startsWith("then waits: ") || n.startsWith("then stalls: "));
+      const { plan: r, inSync } = await planManaged(base, obj, l, kind, { pool, store: ctx.store, secrets: secretChanges, inManifests, agentInformer, skillInformer, liveOf, actionOf, createWaits });
       if (inSync) synced(obj, l);
       out.push(r);
     }
@@ -440,6 +442,8 @@ interface Deps {
   liveOf(kind: string, ns: string, name: string): Obj | undefined;
   /** The action planned for a resource planned earlier (Skills and Agents come first). */
   actionOf(kind: string, ns: string, name: string): ResourcePlan["action"] | undefined;
+  /** A planned create's "then waits: ..." (or "then stalls: ...") note, if it has one. */
+  createWaits(kind: string, ns: string, name: string): string | undefined;
 }
 
 /**
@@ -453,7 +457,7 @@ async function planManaged(base: ResourcePlan, cr: Obj, l: Obj | undefined, kind
   const specChanges = diffFields(l === undefined ? undefined : withDefaults(cr.kind, l.spec), cr.spec, "spec");
   const notes = dependencyNotes(cr, deps);
   const paused = cr.metadata.annotations?.[Annotations.paused] === "true";
-  const seen = { upToDate: false };
+  const seen = { upToDate: false, createWaits: false };
   const result = withinPolicies(cr, await observeOne(base, cr, l, kind, deps, specChanges, notes, seen));
   if (paused && result.action !== "none") {
     const plan: ResourcePlan = {
@@ -463,7 +467,8 @@ async function planManaged(base: ResourcePlan, cr: Obj, l: Obj | undefined, kind
     };
     return { plan: specOnly(plan, specChanges), inSync: false };
   }
-  const inSync = result.action === "create" || result.action === "update" || (result.action === "none" && seen.upToDate && !paused);
+  // A create that would wait (or stall) leaves its dependants waiting too.
+  const inSync = (result.action === "create" && !seen.createWaits) || result.action === "update" || (result.action === "none" && seen.upToDate && !paused);
   return { plan: specOnly(result, specChanges), inSync };
 }
 
@@ -491,7 +496,7 @@ async function observeOne(
   deps: Deps,
   specChanges: Change[],
   notes: string[],
-  seen: { upToDate: boolean },
+  seen: { upToDate: boolean; createWaits: boolean },
 ): Promise<ResourcePlan> {
   const { namespace } = cr.metadata;
   const connection = cr.spec.connectionRef?.name ?? DEFAULT_CONNECTION;
@@ -543,6 +548,7 @@ async function observeOne(
     }
     const waits = beforeCreate(cr, handle, deps);
     if (waits !== undefined) notes.push(waits);
+    seen.createWaits = waits !== undefined;
     return { ...base, action: "create", changes: specChanges, notes };
   }
   if (observed.leftovers !== undefined && observed.leftovers.length > 0) {
@@ -758,7 +764,9 @@ function dependencyNotes(cr: Obj, deps: Deps): string[] {
     const l = deps.liveOf(kind, ns, name);
     const m = deps.inManifests(kind, ns, name);
     const action = deps.actionOf(kind, ns, name);
-    if (l === undefined && m !== undefined && (action === undefined || action === "create")) notes.push(`after ${kind} ${name} is created`);
+    const waits = action === "create" ? deps.createWaits(kind, ns, name) : undefined;
+    if (l === undefined && m !== undefined && waits !== undefined) notes.push(`after ${kind} ${name} is created, which ${waits.slice("then ".length)}`);
+    else if (l === undefined && m !== undefined && (action === undefined || action === "create")) notes.push(`after ${kind} ${name} is created`);
     else if (l === undefined && m !== undefined) notes.push(`waits for ${kind} ${name}, which is only in the manifests and is not created by this apply (see its plan)`);
     else if (l === undefined) notes.push(`waits for ${kind} ${name}, which is neither in the cluster nor in the manifests`);
     else if (action === "update" || action === "replace") notes.push(`after ${kind} ${name} is ${action === "update" ? "updated" : "replaced"}`);

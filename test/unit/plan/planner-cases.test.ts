@@ -254,8 +254,17 @@ spec: {image: "w:1", connectionRef: {name: no-org}}
 apiVersion: agentcompute.dev/v1alpha1
 kind: Sandbox
 metadata: {name: goes-ahead}
-spec: {tier: standard}`;
+spec: {tier: standard}
+---
+apiVersion: agentcompute.dev/v1alpha1
+kind: AgentDeployment
+metadata: {name: of-waiting-agent}
+spec: {agentRef: {name: wants-pull-secret}, tier: standard}`;
       const p = await plan(reader, manifests(yaml), { prune: false });
+      // Its dependant waits as long as it does.
+      expect(find(p, "AgentDeployment", "of-waiting-agent").notes).toEqual([
+        'after Agent wants-pull-secret is created, which waits: SecretNotFound: Secret "pull-creds" not found in namespace "team" (spec.imagePullSecretRef.name)',
+      ]);
       expect(find(p, "Sandbox", "wants-secret")).toMatchObject({ action: "create", notes: ['then waits: SecretNotFound: Secret "not-there" not found in namespace "team" (spec.envFrom[0].secretRef.name)'] });
       expect(find(p, "Sandbox", "wants-skill")).toMatchObject({ action: "create", notes: ['then waits: WaitingForSkill: skill "nowhere" (spec.skills) is neither a Skill resource in this namespace nor a skill in the service'] });
       expect(find(p, "Agent", "wants-pull-secret")).toMatchObject({ action: "create", notes: ['then waits: SecretNotFound: Secret "pull-creds" not found in namespace "team" (spec.imagePullSecretRef.name)'] });
