@@ -21,6 +21,7 @@ flags:
   --token-ttl <s>          token lifetime in seconds (default 900)
   --omit-expires-in        answer /token without expires_in
   --agentd-omit-empty      agentd leaves zero values out of its answers (a Go server's omitempty)
+  --agentd-no-start-event  agentd's command streams carry no start event (no command id)
   --strict-bodies          refuse (400) request fields the published models lack, rather than drop them
   --latency <ms>           added to every response (default 0)
   --jitter <ms>            uniform extra 0..ms per response (default 0)
@@ -61,6 +62,7 @@ export function parseEmulatorArgs(argv: string[], env: NodeJS.ProcessEnv = proce
         "token-ttl": { type: "string" },
         "omit-expires-in": { type: "boolean" },
         "agentd-omit-empty": { type: "boolean" },
+        "agentd-no-start-event": { type: "boolean" },
         "strict-bodies": { type: "boolean" },
         latency: { type: "string" },
         jitter: { type: "string" },
@@ -100,6 +102,7 @@ export function parseEmulatorArgs(argv: string[], env: NodeJS.ProcessEnv = proce
   set("tokenTTLSeconds", number("token-ttl", values["token-ttl"], (n) => isInt(n) && n > 0, "a positive integer"));
   if (values["omit-expires-in"]) opts.omitExpiresIn = true;
   if (values["agentd-omit-empty"]) opts.agentdOmitEmpty = true;
+  if (values["agentd-no-start-event"]) opts.agentdNoStartEvent = true;
   if (values["strict-bodies"]) opts.strictBodies = true;
   set("latencyMs", number("latency", values.latency, (n) => n >= 0, "a non-negative number"));
   set("jitterMs", number("jitter", values.jitter, (n) => n >= 0, "a non-negative number"));

@@ -304,9 +304,12 @@ async function runStreaming(target: Target, command: string, options: CommandOpt
         } else if (e.type === "stdout") await writeOut(process.stdout, e.text);
         else if (e.type === "stderr") await writeOut(process.stderr, e.text);
         else if (e.type === "timeout") await writeOut(process.stderr, `${prog}: the command ran out of time (--timeout) and was killed\n`);
+        else if (e.type === "error") await writeOut(process.stderr, `${prog}: the VM reported an error${e.name !== undefined ? ` (${e.name})` : ""}${e.value !== undefined ? `: ${e.value}` : ""}\n`);
         else if (e.type === "end") {
           ended = true;
           exitCode = e.exitCode;
+          // The end is the last event: a server that keeps the stream open after it is not waited on.
+          break;
         }
       }
     } catch (err) {
@@ -319,7 +322,12 @@ async function runStreaming(target: Target, command: string, options: CommandOpt
       return exitCodeAfter(signal);
     }
     if (exitCode !== undefined) return processExitCode(exitCode);
-    if (id === undefined) throw new ExecError("the VM answered without running the command (no start event)");
+    if (id === undefined) {
+      // No id to ask about (the published stream format names none): the end without an exit
+      // code is all there is, and it means 0 (a Go server's omitempty); no end, nothing known.
+      if (ended) return 0;
+      throw new ExecError("the VM's answer ended without the command's id or its end: how the command ended is unknown");
+    }
     // The stream broke off: the command may still run. (An end without an exit code, as a Go
     // server's omitempty sends for 0, is asked about the same way: its status says.)
     if (!ended) await writeOut(process.stderr, `${prog}: the output stream of command ${id} ended early; waiting for it to finish\n`);

@@ -57,6 +57,12 @@ export interface EmulatorOptions {
    */
   agentdOmitEmpty?: boolean;
   /**
+   * agentd's command streams carry no `start` event: the command's id is nowhere in the stream
+   * (the published SSEEvent names no events, so a client must not rest on one). Code streams
+   * keep theirs. Default false.
+   */
+  agentdNoStartEvent?: boolean;
+  /**
    * Refuse (400) a request body's fields the published request model does not have, and those
    * it says a client may not set. Default false: they are dropped, as a Go service decoding
    * into its request struct drops them, so a client that sends back what it read works. The
@@ -134,6 +140,7 @@ export function resolveOptions(opts: EmulatorOptions): ResolvedOptions {
     runtimeDir: opts.runtimeDir,
     outputLimitBytes: opts.outputLimitBytes ?? 1 << 20,
     agentdOmitEmpty: opts.agentdOmitEmpty ?? false,
+    agentdNoStartEvent: opts.agentdNoStartEvent ?? false,
     strictBodies: opts.strictBodies ?? false,
   };
   validateOptions(resolved);

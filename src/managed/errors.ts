@@ -89,7 +89,10 @@ export function classify(err: unknown): Failure {
   if (refusal !== undefined) return { kind: refusal.permanent ? "stalled" : "transient", reason: refusal.reason, message: refusal.message };
   if (err instanceof ServiceError) {
     if (err.outcomeUnknown) {
-      return { kind: "transient", reason: "OutcomeUnknown", message: `${err.operation}: outcome unknown, will look it up before retrying` };
+      // What happened, in the client's words (a timeout, a cut connection, an answer without
+      // the id it needed), which say the outcome is unknown or are told so here.
+      const said = err.message.includes("outcome unknown") ? err.message : `${err.message}; outcome unknown`;
+      return { kind: "transient", reason: "OutcomeUnknown", message: `${said}; looked up before it is tried again` };
     }
     return { kind: "transient", reason: "ServiceUnavailable", message: err.message };
   }

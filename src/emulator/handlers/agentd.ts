@@ -34,6 +34,8 @@ export interface AgentdRequest {
   skill(name: string): SkillFiles | undefined;
   /** Zero values are left out of JSON answers and end events (EmulatorOptions.agentdOmitEmpty). */
   omitEmpty?: boolean;
+  /** A command's stream has no start event (EmulatorOptions.agentdNoStartEvent). */
+  noStartEvent?: boolean;
 }
 
 type AgentdHandler = (req: AgentdRequest, params: Record<string, string>) => HandlerResult | Promise<HandlerResult>;
@@ -503,7 +505,10 @@ export async function serveAgentd(req: AgentdRequest): Promise<HandlerResult> {
       const allow = m.allow.join(", ");
       throw new ServiceError(405, "method_not_allowed", `method ${req.method} is not allowed on ${req.path} (allowed: ${allow})`, { Allow: allow });
     }
-    const result = await m.route.handler(req, m.params);
+    let result = await m.route.handler(req, m.params);
+    if (req.noStartEvent === true && req.path === "v1/commands/run" && result.body instanceof SSEBody) {
+      result = { ...result, body: result.body.without((e) => e.event === "start") };
+    }
     return req.omitEmpty === true ? withoutEmpty(result) : result;
   } catch (err) {
     if (err instanceof ServiceError) return { status: err.status, body: agentdError(err.status, err.message), headers: err.headers };

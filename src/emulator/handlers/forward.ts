@@ -26,6 +26,7 @@ function forward(method: string) {
       runtime,
       skill: (name) => ctx.state.skills.get(name),
       omitEmpty: ctx.options.agentdOmitEmpty,
+      noStartEvent: ctx.options.agentdNoStartEvent,
     });
   };
 }

@@ -64,6 +64,11 @@ export class SSEBody extends StreamBody {
     super();
   }
 
+  /** The same stream without the events `drop` picks. */
+  without(drop: (e: ExecEvent) => boolean): SSEBody {
+    return new SSEBody((sink) => this.source({ send: (e) => drop(e) || sink.send(e), end: () => sink.end() }));
+  }
+
   /** The same stream with each event passed through `fn`. */
   map(fn: (e: ExecEvent) => ExecEvent): SSEBody {
     return new SSEBody((sink) => this.source({ send: (e) => sink.send(fn(e)), end: () => sink.end() }));

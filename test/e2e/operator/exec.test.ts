@@ -60,6 +60,18 @@ spec: {tier: standard, ttlSeconds: 3600}`, t.namespace);
     }
   });
 
+  it("exits with the end event's code when the VM's stream names no command id (the published format names no events)", async () => {
+    t.stack.emulator.setOptions({ agentdNoStartEvent: true });
+    try {
+      expect(await exec(["-n", t.namespace, "box", "--", "echo hi; echo err >&2; exit 3"])).toEqual({ code: 3, stdout: "hi\n", stderr: "err\n" });
+      // Nor an exit code in the end (a Go server's omitempty for 0): 0, not "no start event".
+      t.stack.emulator.setOptions({ agentdOmitEmpty: true });
+      expect(await exec(["-n", t.namespace, "box", "--", "echo fine"])).toEqual({ code: 0, stdout: "fine\n", stderr: "" });
+    } finally {
+      t.stack.emulator.setOptions({ agentdNoStartEvent: false, agentdOmitEmpty: false });
+    }
+  });
+
   it("runs as a kubectl plugin: kubectl agentcompute exec, with KUBECONFIG", async () => {
     const env = { PATH: `${pluginDir}${delimiter}${process.env.PATH ?? ""}`, KUBECONFIG: testKubeconfig() };
     const r = await run(process.env.KUBECTL ?? "kubectl", ["agentcompute", "exec", "-n", t.namespace, "box", "--", "echo via kubectl; echo oops >&2; exit 4"], { env });

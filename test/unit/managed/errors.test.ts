@@ -17,6 +17,17 @@ describe("classify", () => {
     expect(classify(http(status, true))).toMatchObject({ kind: "transient", reason: "ServiceUnavailable" });
   });
 
+  it("says what made an outcome unknown, in the client's words", () => {
+    const noId = new ServiceError({ operation: "commands.run", message: "commands.run: the VM answered without the command's id (no events)", retryable: false, outcomeUnknown: true });
+    expect(classify(noId)).toEqual({
+      kind: "transient",
+      reason: "OutcomeUnknown",
+      message: "commands.run: the VM answered without the command's id (no events); outcome unknown; looked up before it is tried again",
+    });
+    const cut = new ServiceError({ operation: "skills.create", message: "skills.create: connection lost (the request may have taken effect (outcome unknown))", retryable: true, outcomeUnknown: true });
+    expect(classify(cut).message).toBe("skills.create: connection lost (the request may have taken effect (outcome unknown)); looked up before it is tried again");
+  });
+
   it("keeps the reasons of NotReady and Stalled errors", () => {
     expect(classify(new NotReadyError("WaitingForAgent", "m"))).toEqual({ kind: "notReady", reason: "WaitingForAgent", message: "m", dependencyProgressing: false });
     expect(classify(new NotReadyError("WaitingForAgent", "m", true))).toMatchObject({ kind: "notReady", dependencyProgressing: true });

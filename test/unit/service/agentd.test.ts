@@ -91,6 +91,16 @@ describe("AgentdClient", () => {
     expect(err).toMatchObject({ outcomeUnknown: true, message: expect.stringContaining("the VM answered without the command's id (no events;") });
   });
 
+  it("says so when a background command's stream has no start event (emulator knob agentdNoStartEvent)", async () => {
+    h.emu.setOptions({ agentdNoStartEvent: true });
+    try {
+      const err = await vm().startCommand("echo hi").catch((e: unknown) => e);
+      expect(err).toMatchObject({ outcomeUnknown: true, message: expect.stringContaining("the VM answered without the command's id (no events;") });
+    } finally {
+      h.emu.setOptions({ agentdNoStartEvent: false });
+    }
+  });
+
   it("reads only the two ends of a large file as it streams, and nothing of a file that is not there", async () => {
     const c = vm();
     // 8 MiB between a head and a tail marker (the emulator streams the file).
