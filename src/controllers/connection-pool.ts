@@ -33,6 +33,8 @@ export interface ConnectionPoolOptions {
   hooks?: (connectionKey: string) => ServiceClientHooks;
   /** How old an inventory snapshot may be before it is read again (the sync period). */
   inventoryMaxAgeMs: number;
+  /** Inventories are read once and their first failure kept (InventoryOptions.keepFailure): a plan's. */
+  inventoryKeepsFailure?: boolean;
   /** Told which service objects changed out of band, so their resources are reconciled. */
   onInventoryChange?(connectionKey: string, kind: InventoryKind, keys: string[]): void;
   /** Every client's ServiceClientOptions.writeGate (sharded mode: this replica's membership). */
@@ -283,6 +285,7 @@ export class ConnectionPool {
         keyOf,
         markerOf,
         maxAgeMs: this.opts.inventoryMaxAgeMs,
+        ...(this.opts.inventoryKeepsFailure === true && { keepFailure: true }),
         onChange: (keys) => this.opts.onInventoryChange?.(key, kind, keys),
         ...(equal ? { equal } : {}),
       });

@@ -22,6 +22,11 @@ export interface InventoryOptions<T> {
   arrivalGatherMs?: number;
   /** At most one read for arrivals per this interval: 1 s. */
   arrivalReadIntervalMs?: number;
+  /**
+   * A snapshot taken once (a plan), not kept up: the first failed read is given to every later
+   * caller instead of being tried again, with the client's full retries, for each of them.
+   */
+  keepFailure?: boolean;
 }
 
 /** Defaults of the arrival pacing (see InventoryOptions). */
@@ -51,6 +56,8 @@ export class Inventory<T> {
   private arrivals = new Map<string, number>();
   /** When the last read for arrivals started. */
   private lastArrivalRead = -Infinity;
+  /** The failed read given again (InventoryOptions.keepFailure). */
+  private failure: { err: unknown } | undefined;
   private readonly now: () => number;
 
   constructor(private readonly opts: InventoryOptions<T>) {
@@ -201,9 +208,13 @@ export class Inventory<T> {
     const invalidations = this.invalidations;
     const writes: Array<{ key: string; obj: T | undefined }> = [];
     this.writesDuringLoad = writes;
+    if (this.failure !== undefined) throw this.failure.err;
     let items: T[];
     try {
       items = await this.opts.list();
+    } catch (err) {
+      if (this.opts.keepFailure === true) this.failure = { err };
+      throw err;
     } finally {
       this.writesDuringLoad = undefined;
     }

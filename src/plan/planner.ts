@@ -17,7 +17,6 @@ import type { SecretObject } from "../managed/connection-secret.js";
 import { NotReadyError, StalledError, classify } from "../managed/errors.js";
 import { managementOf } from "../managed/management-policies.js";
 import type { ManagedResource, Observation } from "../managed/external.js";
-import type { Inventory } from "../managed/inventory.js";
 import type { Informer } from "../runtime/informer.js";
 import { KubeApiError, resourcePath, type KubeClient } from "../runtime/kube-client.js";
 import { silentLogger } from "../runtime/logging.js";
@@ -354,8 +353,11 @@ export async function plan(reader: ClusterReader, manifests: ManifestObject[], o
     // The credentials the operator uses now: the cluster's, not the manifests'.
     secrets: liveSecrets.as<SecretObject>(),
     logger: silentLogger(),
-    // One read of each collection for the whole plan.
+    // One read of each collection for the whole plan, a failed one included: against a slow or
+    // black-holed service, a plan of many resources would otherwise pay the client's full
+    // retries once per resource.
     inventoryMaxAgeMs: 3_600_000,
+    inventoryKeepsFailure: true,
   });
   const kinds = {
     Skill: skills(ctx),
@@ -503,7 +505,6 @@ async function observeOne(
   let handle: ServiceHandle;
   try {
     handle = deps.pool.forResource(namespace, cr.spec.connectionRef);
-    rememberFailures(handle);
   } catch (err) {
     const f = classify(err);
     const inManifests = deps.inManifests("Connection", namespace, connection) !== undefined;
@@ -573,39 +574,6 @@ async function observeOne(
     return { ...base, action: "none", ...withId, notes };
   }
   return { ...base, ...withId, ...actionOf(cr, observed, handle, specChanges, notes, deps.secrets) };
-}
-
-/** The service's collections of a Connection whose reads remember their first failure (rememberFailures). */
-const remembering = new WeakSet<object>();
-
-/**
- * Within one plan (the pool and its handles are the plan's own), a collection whose list failed
- * (after the client's retries) is not read again for every resource that needs it: its
- * failure is remembered per Connection and collection and given to each of them at once. The
- * operator's Inventory forgets a failure and reads again (it keeps running; a plan is a
- * snapshot): against a slow or black-holed service, a plan of many resources would otherwise
- * pay the full retries once per resource.
- */
-function rememberFailures(handle: ServiceHandle): void {
-  for (const inventory of [handle.agents, handle.deployments, handle.vms, handle.skills] as Array<Inventory<unknown>>) {
-    if (remembering.has(inventory)) continue;
-    remembering.add(inventory);
-    let failure: { err: unknown } | undefined;
-    const remember =
-      (read: () => Promise<void>) =>
-      async (): Promise<void> => {
-        if (failure !== undefined) throw failure.err;
-        try {
-          await read();
-        } catch (err) {
-          failure ??= { err };
-          throw err;
-        }
-      };
-    // ensureFresh calls refresh through the instance: both are the remembering ones.
-    inventory.ensureFresh = remember(inventory.ensureFresh.bind(inventory));
-    inventory.refresh = remember(inventory.refresh.bind(inventory));
-  }
 }
 
 /**
