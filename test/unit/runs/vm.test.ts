@@ -66,14 +66,19 @@ async function expectEveryCallGone(vm: ForwardedVM): Promise<void> {
 }
 const CALLS = 7;
 
+/** The compute API answers a bare 404 for `id`: every call is VMGoneError, each after one look-up. */
+async function expectGoneAfterOneLookupEach(id: string, vm: ForwardedVM): Promise<void> {
+  bare404(id);
+  const before = lookups(id);
+  await expectEveryCallGone(vm);
+  expect(lookups(id) - before).toBe(CALLS);
+}
+
 describe("ForwardedVM: a 404 that does not say whose it is", () => {
   it("is the VM gone, whatever the call, when the VM was released", async () => {
     const { id, vm } = await liveVM();
     await h.client.vms.release(id, false);
-    bare404(id);
-    const before = lookups(id);
-    await expectEveryCallGone(vm);
-    expect(lookups(id) - before).toBe(CALLS);
+    await expectGoneAfterOneLookupEach(id, vm);
   });
 
   it("is the VM gone, whatever the call, when the VM was deleted", async () => {
@@ -86,18 +91,13 @@ describe("ForwardedVM: a 404 that does not say whose it is", () => {
   it("is the VM gone, whatever the call, when the VM's TTL ran out", async () => {
     const { id, vm } = await liveVM({ ttlSeconds: 1 });
     await waitFor(() => !h.emu.state.vms.has(id), { timeoutMs: 10_000, intervalMs: 50, description: "the VM expired" });
-    bare404(id);
-    const before = lookups(id);
-    await expectEveryCallGone(vm);
-    expect(lookups(id) - before).toBe(CALLS);
+    await expectGoneAfterOneLookupEach(id, vm);
   });
 
   it("is the VM gone, whatever the call, when the compute API never knew the VM", async () => {
     const id = "vm-never-allocated-0001";
     const vm = forwardedTo(id);
-    bare404(id);
-    await expectEveryCallGone(vm);
-    expect(lookups(id)).toBe(CALLS);
+    await expectGoneAfterOneLookupEach(id, vm);
   });
 
   it("is the VM gone, whatever the call, when the compute API reports it terminated", async () => {
@@ -106,10 +106,7 @@ describe("ForwardedVM: a 404 that does not say whose it is", () => {
     const { id, vm } = await liveVM();
     const view = await h.client.vms.get(id);
     h.emu.injectFault({ method: "GET", path: `/compute/v1/vms/${id}`, times: Infinity, action: { status: 200, body: { ...view, state: "terminated" } } });
-    bare404(id);
-    const before = lookups(id);
-    await expectEveryCallGone(vm);
-    expect(lookups(id) - before).toBe(CALLS);
+    await expectGoneAfterOneLookupEach(id, vm);
   });
 
   it("is agentd's (no such command or file) when the VM is live: one lookup per answer", async () => {
