@@ -2,7 +2,7 @@
 // managed object (nothing of it lives in the service but the commands it runs): the run
 // executes its steps in order in a Sandbox's VM (or a VM allocated for it from a template) and
 // reports each step's exit code and output. The spec is immutable once created, as a Job's is.
-import { DEFAULT_CONNECTION, RunPhase, kindNames } from "./names.js";
+import { RunPhase, kindNames } from "./names.js";
 import { StringEnum, StringMap, Type, type Static, type ValidationRule } from "./schema.js";
 import { EnvFromSecrets, statusSchema, type Resource } from "./common.js";
 import { readyColumns, type KindDefinition } from "./kind.js";
@@ -241,14 +241,3 @@ export const sandboxRunKind: KindDefinition = {
     ...readyColumns,
   ],
 };
-
-/**
- * The Connection a run holds: with a template, the one its VM is allocated and given back
- * through, until it is given back (a deleting Connection waits for it, as for a Sandbox). A
- * sandboxRef run holds none: its Sandbox does.
- */
-export function heldConnection(run: { spec?: Pick<SandboxRunSpec, "sandboxTemplate">; status?: Pick<SandboxRunStatus, "vmReleased"> }): string | undefined {
-  const template = run.spec?.sandboxTemplate;
-  if (template === undefined || run.status?.vmReleased === true) return undefined;
-  return template.connectionRef?.name ?? DEFAULT_CONNECTION;
-}

@@ -7,7 +7,6 @@ import { createHash } from "node:crypto";
 import type { Logger } from "pino";
 import { API_VERSION, DEFAULT_CONNECTION, FINALIZER, GROUP, RUN_LABEL, RunPhase, VERSION, kindNames, type RunPhaseName } from "../api/names.js";
 import type { RunStepStatus, Sandbox, SandboxRun, SandboxRunStatus, Skill } from "../api/index.js";
-import { heldConnection } from "../api/sandbox-run.js";
 import { errorMessage } from "../lib/errors.js";
 import { NotReadyError, classify } from "../managed/errors.js";
 import { patchFinalizers, removeFinalizer } from "../managed/finalizers.js";
@@ -22,7 +21,7 @@ import { attemptFailed, compareProgress, deadlineAt, expiresAt, isFinished, next
 import { boundedOutput, lastLine, mask, outputWindow, perStepBudget, tail } from "../runs/output.js";
 import { outputFile, runPath, stepPath, vmPath } from "../runs/script.js";
 import { observeStep, startStep } from "../runs/steps.js";
-import { ensureRunVM, keepRunVM, releaseRunVMs, type AllocationDeps } from "../runs/template-vm.js";
+import { ensureRunVM, heldConnection, keepRunVM, releaseRunVMs, type AllocationDeps } from "../runs/template-vm.js";
 import { ForwardedVM, VMGoneError, type RunVM } from "../runs/vm.js";
 import { isServiceError } from "../service/errors.js";
 import type { ConnectionPool, ServiceHandle } from "./connection-pool.js";

@@ -3,8 +3,8 @@
 // back when the run ends or is deleted. A VM allocated just before a crash (its id never
 // reached status) is found by its marker and adopted rather than allocated again, and given
 // back with the run.
-import { API_VERSION, kindNames } from "../api/names.js";
-import type { Sandbox, SandboxRun } from "../api/index.js";
+import { API_VERSION, DEFAULT_CONNECTION, kindNames } from "../api/names.js";
+import type { Sandbox, SandboxRun, SandboxRunSpec, SandboxRunStatus } from "../api/index.js";
 import type { ServiceHandle } from "../controllers/connection-pool.js";
 import { desiredAllocation, renewAtOf, ttlSeconds, type SandboxDeps } from "../controllers/sandbox.js";
 import { formatTime } from "../runtime/status.js";
@@ -13,6 +13,17 @@ import { isLiveVMState } from "./vm.js";
 
 /** What allocating needs of a Sandbox's dependencies: the Secrets (envFrom) and Skills to wait for. */
 export type AllocationDeps = Pick<SandboxDeps, "store" | "skills" | "now">;
+
+/**
+ * The Connection a run holds: with a template, the one its VM is allocated and given back
+ * through, until it is given back (a deleting Connection waits for it, as for a Sandbox). A
+ * sandboxRef run holds none: its Sandbox does.
+ */
+export function heldConnection(run: { spec?: Pick<SandboxRunSpec, "sandboxTemplate">; status?: Pick<SandboxRunStatus, "vmReleased"> }): string | undefined {
+  const template = run.spec?.sandboxTemplate;
+  if (template === undefined || run.status?.vmReleased === true) return undefined;
+  return template.connectionRef?.name ?? DEFAULT_CONNECTION;
+}
 
 /** Extra life given to a run's VM beyond activeDeadlineSeconds. */
 const TTL_MARGIN_SECONDS = 300;

@@ -6,7 +6,8 @@
 // the other kinds once every list is; a membership change enqueues everything being placed.
 import type { Logger } from "pino";
 import { DEFAULT_CONNECTION, GROUP, VERSION, kindNames } from "../api/names.js";
-import { heldConnection, type SandboxRun } from "../api/sandbox-run.js";
+import type { SandboxRun } from "../api/index.js";
+import { heldConnection } from "../runs/template-vm.js";
 import { errorMessage } from "../lib/errors.js";
 import { Controller, type Request, type Result } from "../runtime/controller.js";
 import { Informer } from "../runtime/informer.js";
