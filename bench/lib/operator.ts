@@ -40,24 +40,31 @@ export async function buildOperator(): Promise<string> {
 }
 
 /**
- * NODE_OPTIONS of the operator's container in manifests/base/deployment.yaml (the heap cap
- * it runs with in a cluster), so the benchmark measures the operator as deployed.
+ * The literal environment of the operator's container in manifests/base/deployment.yaml
+ * (NODE_OPTIONS: the heap cap; MALLOC_ARENA_MAX: glibc's arenas), so the benchmark measures
+ * the operator as deployed. Variables taken from the downward API are left out.
  */
-export function deployedNodeOptions(): string {
+export function deployedEnv(): Record<string, string> {
   try {
     const docs = YAML.parseAllDocuments(readFileSync(path.join(REPO_ROOT, "manifests", "base", "deployment.yaml"), "utf8"));
     for (const doc of docs) {
       const d = doc.toJS() as { kind?: string; spec?: { template?: { spec?: { containers?: Array<{ env?: Array<{ name: string; value?: string }> }> } } } };
       if (d?.kind !== "Deployment") continue;
+      const env: Record<string, string> = {};
       for (const c of d.spec?.template?.spec?.containers ?? []) {
-        const v = c.env?.find((e) => e.name === "NODE_OPTIONS")?.value;
-        if (v !== undefined) return v;
+        for (const e of c.env ?? []) if (e.value !== undefined) env[e.name] = e.value;
       }
+      return env;
     }
   } catch {
     // no manifest: plain node
   }
-  return "";
+  return {};
+}
+
+/** NODE_OPTIONS of the operator's container (see deployedEnv). */
+export function deployedNodeOptions(): string {
+  return deployedEnv().NODE_OPTIONS ?? "";
 }
 
 async function freePort(): Promise<number> {
@@ -81,7 +88,7 @@ export interface OperatorOptions {
   cpuProfDir?: string;
   /** Allow heap snapshots on SIGUSR2 (node --heapsnapshot-signal), written to this directory. */
   heapSnapshotDir?: string;
-  /** NODE_OPTIONS for the operator (default: the Deployment's, see deployedNodeOptions). */
+  /** NODE_OPTIONS for the operator (default: the Deployment's, see deployedEnv). */
   nodeOptions?: string;
   logLevel?: string;
   /** Where the operator's log goes. */
@@ -161,7 +168,7 @@ export class OperatorProcess {
     const out = createWriteStream(o.logFile, { flags: "a" });
     const child = spawn(process.execPath, args, {
       cwd: REPO_ROOT,
-      stdio: ["ignore", "pipe", "pipe"], env: { ...process.env, NODE_ENV: "production", NODE_OPTIONS: o.nodeOptions ?? deployedNodeOptions(), ...o.env },
+      stdio: ["ignore", "pipe", "pipe"], env: { ...process.env, NODE_ENV: "production", ...deployedEnv(), ...(o.nodeOptions !== undefined && { NODE_OPTIONS: o.nodeOptions }), ...o.env },
     });
     child.stdout?.pipe(out);
     child.stderr?.pipe(out);

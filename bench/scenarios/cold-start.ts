@@ -7,7 +7,7 @@ import { cpuWindow, type CpuShare } from "../lib/cpu.js";
 import type { Cluster, Plural } from "../lib/cluster.js";
 import { by, histogramQuantile, sum, type Sample } from "../../dev/prometheus.js";
 import { mixedResources, type Mix } from "../lib/resources.js";
-import { deployedNodeOptions, type OperatorProcess } from "../lib/operator.js";
+import { deployedEnv, deployedNodeOptions, type OperatorProcess } from "../lib/operator.js";
 import { Stack } from "../lib/stack.js";
 import { log, round, sleep } from "../lib/util.js";
 
@@ -73,6 +73,8 @@ export interface ColdStartResult {
     /** V8 heap spaces at all-Ready: size (committed) and used, MB. */
     heapSpaces: Record<string, { sizeMB: number; usedMB: number }>;
     nodeOptions: string;
+    /** glibc's MALLOC_ARENA_MAX the operator ran with (the Deployment's), null if unset. */
+    mallocArenaMax: string | null;
     samples: Array<{ t: number; rssMB: number }>;
   };
   eventLoop: { maxP99Ms: number; maxMs: number };
@@ -201,6 +203,7 @@ export async function coldStart(cluster: Cluster, p: Params): Promise<{ result: 
         ]),
       ),
       nodeOptions: p.nodeOptions ?? deployedNodeOptions(),
+      mallocArenaMax: deployedEnv().MALLOC_ARENA_MAX ?? null,
       samples: op.memory.map((s) => ({ t: round(s.t / 1000, 1), rssMB: round(s.rssMB, 1) })),
     },
     eventLoop: { maxP99Ms: round(maxP99, 1), maxMs: round(maxLag, 1) },
