@@ -46,7 +46,7 @@ export class ReadyTracker {
       const informer = new Informer<Slim>(kube, {
         path: resourcePath({ group: GROUP, version: VERSION, plural, namespace }),
         logger,
-        transform: (o) => slim(o as unknown as Wire),
+        view: { name: "ready", transform: (o) => slim(o as unknown as Wire) },
       });
       const onObject = (o: Slim): void => {
         const key = `${plural}/${o.metadata.name}`;

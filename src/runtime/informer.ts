@@ -70,8 +70,18 @@ export interface InformerOptions<T = KubeObject> {
    * TransformStripManagedFields).
    */
   stripManagedFields?: boolean;
-  /** Applied to every object before it is cached (in place or returning a replacement). */
-  transform?: (obj: T) => T;
+  /** A projection of each object, cached instead of the object. */
+  view?: CacheView<T>;
+}
+
+/**
+ * What a cache keeps of each object: `transform` is applied to every object before it is
+ * cached (in place or returning a replacement); `name` tells the cache apart from others of
+ * the same path and selector (the `view` label of its metrics, empty for whole objects).
+ */
+export interface CacheView<T = KubeObject> {
+  name: string;
+  transform: (obj: T) => T;
 }
 
 /** The watchdog's abort reason. */
@@ -398,7 +408,7 @@ export class Informer<T extends KubeObject> {
       if (m.size === 0) this.store.delete(ns);
     }
     r.resourceVersion = rv;
-    this.metrics?.informerObjects.set({ resource: this.path, selector: this.opts.labelSelector ?? "" }, this.count);
+    this.reportCount();
     if (r.synced && (deletes.length > 0 || updates.length > 0 || adds.length > 0)) {
       this.log.info(
         { added: adds.length, updated: updates.length, deleted: deletes.length, namespace: r.namespace },
@@ -485,7 +495,7 @@ export class Informer<T extends KubeObject> {
       const meta = obj.metadata as { managedFields?: unknown } | undefined;
       if (meta && meta.managedFields !== undefined) delete meta.managedFields;
     }
-    return this.opts.transform ? this.opts.transform(obj) : obj;
+    return this.opts.view ? this.opts.view.transform(obj) : obj;
   }
 
   private upsert(obj: T): void {
@@ -497,7 +507,7 @@ export class Informer<T extends KubeObject> {
     if (old !== undefined && old.metadata.resourceVersion === obj.metadata.resourceVersion) return;
     this.setObject(m, ns, name, obj, old);
     if (old === undefined) {
-      this.metrics?.informerObjects.set({ resource: this.path, selector: this.opts.labelSelector ?? "" }, this.count);
+      this.reportCount();
       this.emitAdd(obj);
     } else {
       this.emitUpdate(obj, old);
@@ -512,10 +522,14 @@ export class Informer<T extends KubeObject> {
     if (m && old !== undefined) {
       this.deleteObject(m, ns, name, old);
       if (m.size === 0) this.store.delete(ns);
-      this.metrics?.informerObjects.set({ resource: this.path, selector: this.opts.labelSelector ?? "" }, this.count);
+      this.reportCount();
     }
     // Emit even for an object we did not hold: a delete is always safe to pass on.
     this.emitDelete(obj);
+  }
+
+  private reportCount(): void {
+    this.metrics?.informerObjects.set({ resource: this.path, selector: this.opts.labelSelector ?? "", view: this.opts.view?.name ?? "" }, this.count);
   }
 
   /** Every store write goes through here and deleteObject, keeping count and indices right. */

@@ -21,7 +21,7 @@ import type { Logger } from "pino";
 import { errorMessage } from "../lib/errors.js";
 import { Controller, type ControllerOptions, type Reconciler } from "./controller.js";
 import { EventRecorder } from "./events.js";
-import { Informer, type InformerOptions } from "./informer.js";
+import { Informer, type CacheView, type InformerOptions } from "./informer.js";
 import { KubeClient, type KubeObject } from "./kube-client.js";
 import { LeaderElector, defaultIdentity } from "./leader-election.js";
 import { createLogger } from "./logging.js";
@@ -59,7 +59,7 @@ export interface ManagerOptions {
   /** Install SIGTERM/SIGINT handlers in start() (default true). */
   handleSignals?: boolean;
   /** Defaults for every informer the manager creates (watch timeouts, backoff). */
-  informerDefaults?: Partial<Omit<InformerOptions, "path" | "logger" | "namespaces" | "labelSelector" | "fieldSelector" | "transform">>;
+  informerDefaults?: Partial<Omit<InformerOptions, "path" | "logger" | "namespaces" | "labelSelector" | "fieldSelector" | "view">>;
   /**
    * Active-active (sharded mode, src/sharding/): with leader election, every controller runs
    * on every replica as soon as the caches are synced, except these, which run only while
@@ -84,10 +84,10 @@ export interface InformerForOptions {
    */
   namespaced?: boolean;
   /**
-   * A projection of each object, cached instead of the object (the informer's transform):
-   * informers of one path with different views are different caches, told apart by name.
+   * A projection of each object, cached instead of the object: informers of one path with
+   * different views are different caches, told apart by name.
    */
-  view?: { name: string; transform: (obj: KubeObject) => KubeObject };
+  view?: CacheView;
   /**
    * The informer's list page size (InformerOptions.pageSize); default: the manager's
    * informerDefaults, else one list. The informer of a key is made once: asking for it again
@@ -198,7 +198,7 @@ export class Manager {
       fieldSelector: opts.fieldSelector,
       ...(pageSize !== undefined && { pageSize }),
       // A view caches a projection its readers still type as T: they read only what it keeps.
-      ...(opts.view && { transform: opts.view.transform as unknown as (obj: T) => T }),
+      ...(opts.view && { view: opts.view as unknown as CacheView<T> }),
       namespaces: namespaced ? [...this.namespaces] : undefined,
       logger: this.logger,
       metrics: this.metrics,

@@ -66,7 +66,7 @@ export class Metrics {
   readonly informerWatchRestarts: Counter<"resource" | "reason">;
   readonly informerRelists: Counter<"resource">;
   /** By selector too: a sharded replica holds its own share and, for lookups, every object of a kind. */
-  readonly informerObjects: Gauge<"resource" | "selector">;
+  readonly informerObjects: Gauge<"resource" | "selector" | "view">;
 
   // events
   readonly eventsTotal: Counter<"type" | "result">;
@@ -203,8 +203,8 @@ export class Metrics {
     });
     this.informerObjects = new Gauge({
       name: "agentcompute_informer_objects",
-      help: "Objects held in an informer's cache (selector: its label selector, empty for all)",
-      labelNames: ["resource", "selector"],
+      help: "Objects held in an informer's cache (selector: its label selector, empty for all; view: the projection it keeps, empty for whole objects)",
+      labelNames: ["resource", "selector", "view"],
       registers,
     });
 

@@ -129,7 +129,7 @@ export class Sharder {
         namespaces: o.namespaces.length > 0 ? [...o.namespaces] : undefined,
         logger: o.logger,
         metrics: o.metrics,
-        transform: (o) => slim(o, kind),
+        view: { name: "sharder", transform: (o) => slim(o, kind) },
       });
       const controller = new Controller({
         name: `sharder-${kind.plural}`,

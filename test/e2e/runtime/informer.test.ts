@@ -87,7 +87,18 @@ describe("Informer (real kube-apiserver)", () => {
     await poll(() => inf.get(ns, "b") === undefined, 30_000, "delete of b");
     expect(rec.deletes).toContain("b");
     expect(inf.size()).toBe(3);
-    expect(await metrics.registry.metrics()).toMatch(/agentcompute_informer_objects\{resource="[^"]+",selector=""\} 3/);
+    expect(await metrics.registry.metrics()).toMatch(/agentcompute_informer_objects\{resource="[^"]+",selector="",view=""\} 3/);
+
+    // A second cache of the same path and selector keeping a projection (as a sharded
+    // leader's sharder and reference view do) reports its own series.
+    const slim = new Informer<Widget>(client, { path: path(ns), logger: testLogger(), metrics, view: { name: "slim", transform: (w) => ({ ...w, spec: {} }) } });
+    informers.push(slim);
+    await slim.start();
+    await client.delete(`${path(ns)}/c`);
+    await poll(() => inf.get(ns, "c") === undefined && slim.get(ns, "c") === undefined, 30_000, "delete of c in both caches");
+    const text = await metrics.registry.metrics();
+    expect(text).toMatch(/agentcompute_informer_objects\{resource="[^"]+",selector="",view=""\} 2/);
+    expect(text).toMatch(/agentcompute_informer_objects\{resource="[^"]+",selector="",view="slim"\} 2/);
   });
 
   it("survives a cut connection and still sees later changes", async () => {
