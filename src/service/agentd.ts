@@ -4,7 +4,9 @@
 //
 // Why not ServiceClient: its transport reads whole bodies, and a command's output is a
 // server-sent event stream that must reach the user as it is produced. This client streams; it
-// borrows the ServiceClient's token (ServiceClient.accessToken) so both share one token cache.
+// borrows the ServiceClient's token (ServiceClient.accessToken) so both share one token cache,
+// and, for the operator's own calls (a SandboxRun's steps), its rate limit
+// (ServiceClient.rateLimit): the forwarding route is the same service, with the same limit.
 //
 //   const vm = new AgentdClient({ baseURL, vmId, accessToken: (r) => client.accessToken(r) });
 //   for await (const e of vm.runCommand("make test")) ...        // start, stdout, stderr, end
@@ -32,6 +34,8 @@ import { createParser } from "eventsource-parser";
 import { Agent, type Dispatcher } from "undici";
 import { ServiceError, httpErrorMessage, parseErrorBody } from "./errors.js";
 import { DEFAULTS } from "./options.js";
+import type { ForwardedRateLimit } from "./rate-limit.js";
+import { parseRetryAfter } from "./retry.js";
 
 export interface AgentdClientOptions {
   /** Base URL of the Compute Service (a Connection's spec.baseURL). */
@@ -50,6 +54,12 @@ export interface AgentdClientOptions {
   timeoutMs?: number;
   /** Asked before each attempt of a call that is not a GET; throws to refuse it unsent (ServiceClientOptions.writeGate). */
   writeGate?: () => void;
+  /**
+   * The Connection's rate limit (`serviceClient.rateLimit`): every attempt takes a token of
+   * the client's bucket, and a 429 holds that client back, since the forwarding route is the
+   * same service. Absent: not limited (a person's one-off `exec`).
+   */
+  rateLimit?: ForwardedRateLimit;
   /**
    * Asked about a 404 or a 502 before it is thrown (or a 404 read as "no such file, command or
    * context"): either may be the compute API's own answer about the VM rather than agentd's, and
@@ -331,6 +341,7 @@ export class AgentdClient {
   private async send(operation: string, method: Method, path: string, body: unknown, signal: AbortSignal, bodyTimeout: number): Promise<Dispatcher.ResponseData> {
     let refused: string | undefined;
     for (let attempt = 1; ; attempt++) {
+      await this.opts.rateLimit?.take(operation);
       const token = await this.opts.accessToken(refused);
       if (method !== "GET") this.opts.writeGate?.();
       let res: Dispatcher.ResponseData;
@@ -354,6 +365,7 @@ export class AgentdClient {
       }
       if (res.statusCode >= 200 && res.statusCode < 300) return res;
       const text = await res.body.text().catch(() => "");
+      if (res.statusCode === 429) this.opts.rateLimit?.throttled(parseRetryAfter(res.headers["retry-after"], Date.now()));
       if (res.statusCode === 401 && attempt === 1) {
         refused = token;
         continue;

@@ -71,6 +71,21 @@ export class Requester {
     this.d.limiter.close();
   }
 
+  /** Takes a rate-limiter token for one attempt, waiting FIFO behind the others if none is free. */
+  async takeRateToken(operation: string): Promise<void> {
+    const { d } = this;
+    if (d.limiter.tryTake()) return;
+    const waitMs = await d.limiter.wait().catch((e: unknown) => {
+      throw closedError(operation, e);
+    });
+    if (d.hooks.onRateLimited !== undefined) this.emit("onRateLimited", { operation, waitMs });
+  }
+
+  /** The service answered 429: every call of the client waits until `retryAfterMs` (or a backoff) from now. */
+  throttled(retryAfterMs: number | undefined, retries = 0): void {
+    this.d.limiter.pause(retryAfterMs ?? backoffDelay(retries, this.d.retry));
+  }
+
   async call(spec: CallSpec): Promise<HttpResponse> {
     const { d } = this;
     const debug = d.log.isLevelEnabled("debug");
@@ -79,12 +94,7 @@ export class Requester {
     let reauthenticated = false;
     for (;;) {
       attempt++;
-      if (spec.limited && !d.limiter.tryTake()) {
-        const waitMs = await d.limiter.wait().catch((e: unknown) => {
-          throw closedError(spec.operation, e);
-        });
-        if (d.hooks.onRateLimited !== undefined) this.emit("onRateLimited", { operation: spec.operation, waitMs });
-      }
+      if (spec.limited) await this.takeRateToken(spec.operation);
 
       let bearer: string | undefined;
       if (spec.auth) {
@@ -141,7 +151,7 @@ export class Requester {
       const retryAfterMs = res !== undefined ? parseRetryAfter(res.headers["retry-after"], Date.now()) : undefined;
       if (res?.status === 429 && spec.limited) {
         // Adaptive: the whole client holds back, not just this call.
-        d.limiter.pause(retryAfterMs ?? backoffDelay(retries, d.retry));
+        this.throttled(retryAfterMs, retries);
       }
 
       const budgetLeft = retries + 1 < d.retry.maxAttempts;

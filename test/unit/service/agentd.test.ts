@@ -213,6 +213,51 @@ describe("AgentdClient", () => {
   });
 });
 
+describe("AgentdClient with its Connection's rate limit", () => {
+  // The forwarding route is the compute service's: a burst of a run's calls to a VM must keep
+  // under the service's limit with the rest of the Connection's calls, not meet its 429s.
+  it("takes a token of the service client's bucket for every attempt: a burst above the service's limit gets no 429", async () => {
+    const limited = await start({ rateLimit: 10 }, { rateLimit: { qps: 10, burst: 5 } });
+    try {
+      const id = (await limited.client.vms.allocate({ tier: "standard" })).vm_id;
+      const c = new AgentdClient({ baseURL: limited.emu.baseURL, vmId: id, accessToken: (r) => limited.client.accessToken(r), rateLimit: limited.client.rateLimit });
+      clients.push(c);
+      await c.uploadFile("/workspace/f.txt", "hello");
+      const reads = await Promise.all(Array.from({ length: 25 }, () => c.downloadFile("/workspace/f.txt")));
+      expect(reads.every((r) => r === "hello")).toBe(true);
+      expect(limited.emu.stats().byStatus["429"] ?? 0).toBe(0);
+    } finally {
+      await limited.close();
+    }
+  });
+
+  it("hands the service's 429 and its Retry-After to the rate limit, so the whole client holds back", async () => {
+    const limited = await start({ rateLimit: 1 });
+    try {
+      const id = (await limited.client.vms.allocate({ tier: "standard" })).vm_id;
+      const throttled: Array<number | undefined> = [];
+      const taken: string[] = [];
+      const c = new AgentdClient({
+        baseURL: limited.emu.baseURL,
+        vmId: id,
+        accessToken: (r) => limited.client.accessToken(r),
+        rateLimit: { take: async (op) => void taken.push(op), throttled: (ms) => void throttled.push(ms) },
+      });
+      clients.push(c);
+      const err = await c.downloadFile("/workspace/none.txt").then(
+        () => undefined,
+        (e: unknown) => e,
+      );
+      expect(err).toBeInstanceOf(ServiceError);
+      expect((err as ServiceError).status).toBe(429);
+      expect(taken).toEqual(["files.download"]);
+      expect(throttled).toEqual([1000]);
+    } finally {
+      await limited.close();
+    }
+  });
+});
+
 describe("toExecEvent", () => {
   it("reads a finished command's status that leaves out a zero exit code (a Go server's omitempty) as exit 0", () => {
     const finished = { id: "c1", started_at: "2026-01-01T00:00:00Z", finished_at: "2026-01-01T00:00:01Z" };
