@@ -15,8 +15,8 @@
 //
 // Sharded mode (src/sharding/, `run --sharding`) uses a few options that are no-ops when unset:
 // leaderOnlyControllers (the others run on every replica without waiting for leadership), a
-// default label selector for some informers, a reconciler wrapper, and hooks while leading
-// and after the controllers stopped.
+// default label selector for some informers, a reconciler wrapper, and hooks while leading,
+// as stop begins and after the controllers stopped.
 import type { Logger } from "pino";
 import { errorMessage } from "../lib/errors.js";
 import { Controller, type ControllerOptions, type Reconciler } from "./controller.js";
@@ -140,6 +140,7 @@ export class Manager {
   private readonly signalHandlers: [NodeJS.Signals, () => void][] = [];
   private readonly stopCountingRequests: () => void;
   private readonly leadingHooks: Array<(signal: AbortSignal) => void | Promise<void>> = [];
+  private readonly stoppingHooks: Array<() => void> = [];
   private readonly stoppedHooks: Array<(drained: boolean) => Promise<void>> = [];
 
   constructor(opts: ManagerOptions = {}) {
@@ -230,6 +231,11 @@ export class Manager {
    */
   whileLeading(fn: (signal: AbortSignal) => void | Promise<void>): void {
     this.leadingHooks.push(fn);
+  }
+
+  /** Sharded mode: `fn` runs as stop begins, before the controllers are given their grace period. */
+  onStopping(fn: () => void): void {
+    this.stoppingHooks.push(fn);
   }
 
   /**
@@ -354,6 +360,13 @@ export class Manager {
 
   private async doStop(): Promise<void> {
     this.state = "stopping";
+    for (const hook of this.stoppingHooks) {
+      try {
+        hook();
+      } catch (err) {
+        this.logger.warn({ err: errorMessage(err) }, "stop hook failed");
+      }
+    }
     // Leadership lost: another replica may lead by now (it takes the Lease once it runs out,
     // some 3 s after this one gave up renewing), so the leader's reconciles in flight are stopped
     // at once rather than given the grace period beside it (controller-runtime sets

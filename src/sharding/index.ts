@@ -233,6 +233,10 @@ export class Sharding {
         return undefined; // the Connection is not usable yet: the reconcile says why, and retries
       }
     });
+    // Stopping: the member Lease is renewed no more from the first moment, so the share moves
+    // within a lease duration even if a reconcile hangs through the whole grace period (the
+    // write gate ends its writes at the renew deadline, before the sharder may move anything).
+    manager.onStopping(() => member.stopRenewing());
     // Leave the ring once the controllers have stopped: the share then moves without a drain.
     // Not while a reconcile that outlived the grace period may still write: the Lease then
     // expires, and is fenced, as a killed replica's.

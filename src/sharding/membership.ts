@@ -171,6 +171,20 @@ export class MemberLease {
   }
 
   /**
+   * The replica is stopping: the Lease is renewed no more, so that it runs out one lease
+   * duration after its last renewal, however long the reconciles in flight take. Work already
+   * allowed stays allowed until the renew deadline of that renewal (the reconciles in flight
+   * finish their writes), then every write is refused. Without this, a reconcile hung on the
+   * service would keep the Lease renewed for the whole grace period, and the rest of the share
+   * (VMs due for renewal among it) would wait for the grace period and then the lease.
+   * stop() decides, once they have ended, whether the Lease is deleted (the share moves at once).
+   */
+  stopRenewing(): void {
+    if (!this.abort.signal.aborted) this.log.info("stopping: the member Lease is no longer renewed");
+    this.abort.abort(new Error("member lease stopping"));
+  }
+
+  /**
    * Leaves the ring. `leave`: the Lease is deleted, so the sharder moves the share at once;
    * only when no reconcile is in flight any more. Otherwise it is left to expire (and be
    * fenced): a reconcile that outlived the grace period may still be writing.

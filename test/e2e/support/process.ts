@@ -25,6 +25,8 @@ export interface OperatorProcessOptions {
   namespaces: string[];
   /** --leader-elect with this Lease (namespace, name). */
   leaderElection?: { namespace: string; id: string };
+  /** --sharding (with leaderElection: its Lease names the ring); the replica's identity is env.POD_NAME. */
+  sharding?: boolean;
   /** --sync-period, e.g. "10m" (default) or "20s". */
   syncPeriod?: string;
   concurrency?: number;
@@ -97,6 +99,7 @@ export function operatorArgs(opts: OperatorProcessOptions): string[] {
   if (opts.leaderElection) {
     args.push("--leader-elect", "--leader-election-namespace", opts.leaderElection.namespace, "--leader-election-id", opts.leaderElection.id);
   }
+  if (opts.sharding) args.push("--sharding");
   return args;
 }
 

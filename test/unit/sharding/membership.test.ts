@@ -190,3 +190,34 @@ describe("MemberLease: work refused meanwhile", () => {
     expect(lost).toEqual([]);
   });
 });
+
+describe("MemberLease: a replica that is stopping", () => {
+  it("renews no more, lets the reconciles in flight write until the renew deadline, and then deletes the Lease once they have ended", async () => {
+    let renewals = 0;
+    const deleted: string[] = [];
+    const client = {
+      get: () => Promise.reject(notFound),
+      create: () => Promise.resolve({ metadata: { resourceVersion: "1" } }),
+      patch: () => Promise.resolve({ metadata: { resourceVersion: String(1 + ++renewals) } }),
+      delete: (path: string) => (deleted.push(path), Promise.resolve(undefined)),
+    } as unknown as KubeClient;
+    const lost: string[] = [];
+    const member = new MemberLease({ client, namespace: "ns", name: "m-a", identity: "a", ring: "ring", logger: silentLogger(), ...SHORT, onLost: (reason) => lost.push(reason) });
+    await member.start();
+    await vi.waitFor(() => expect(renewals).toBeGreaterThanOrEqual(1), { timeout: 5_000 });
+    member.stopRenewing();
+    const stoppedAt = renewals;
+    // Still allowed right after (a reconcile in flight finishes its writes)...
+    expect(member.mayWork()).toBe(true);
+    // ...but not past the renew deadline of the last renewal: no write may land after the
+    // sharder could count the Lease expired. Nothing renewed it meanwhile.
+    await vi.waitFor(() => expect(member.mayWork()).toBe(false), { timeout: 5_000, interval: 20 });
+    await sleep(3 * SHORT.retryPeriodMs);
+    expect(renewals).toBe(stoppedAt);
+    expect(lost).toEqual([]);
+    expect(deleted).toEqual([]);
+    // The reconciles ended: the Lease is deleted, so the share moves without waiting for it to run out.
+    await member.stop({ leave: true });
+    expect(deleted).toEqual(["/apis/coordination.k8s.io/v1/namespaces/ns/leases/m-a"]);
+  });
+});
