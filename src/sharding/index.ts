@@ -8,7 +8,7 @@
 //                    Connection's token and usage work happens once, not once per replica.
 import type { Logger } from "pino";
 import { Gauge } from "prom-client";
-import { DEFAULT_CONNECTION, GROUP, VERSION, kindNames, type KindNames } from "../api/names.js";
+import { GROUP, VERSION, kindNames, type KindNames } from "../api/names.js";
 import type { Connection } from "../api/index.js";
 import type { ServiceHandle } from "../controllers/connection-pool.js";
 import type { Operator } from "../controllers/index.js";
@@ -175,14 +175,11 @@ export class Sharding {
         metrics: manager.metrics,
         namespaces: manager.namespaces,
         kinds: [...SHARDED_CONTROLLERS.values()],
-        // The last user of a deleting Connection going brings the Connection back (its
-        // controller runs here, on the leader, and sees every replica's objects through the sharder).
-        onDeleted: (kind, obj) => {
-          // A SandboxRun's slim copy names a Connection only while the run holds it.
-          if (kind.plural === kindNames.sandboxRun.plural && obj.spec?.connectionRef === undefined) return;
-          const ns = obj.metadata.namespace ?? "";
-          const name = obj.spec?.connectionRef?.name ?? DEFAULT_CONNECTION;
-          if (connections.get(ns, name)?.metadata.deletionTimestamp !== undefined) operator.controllers.connection.enqueue({ namespace: ns, name });
+        // A user of a deleting Connection letting go (deleted, or a run's VM given back, on
+        // any replica) brings the Connection back: its controller runs here, on the leader,
+        // and sees every replica's objects through the sharder only.
+        onLetGo: (_kind, namespace, name) => {
+          if (connections.get(namespace, name)?.metadata.deletionTimestamp !== undefined) operator.controllers.connection.enqueue({ namespace, name });
         },
       });
       // The ring is this replica's view of the members (below), from now on and as it changes;

@@ -56,8 +56,12 @@ export interface SharderOptions {
   concurrency?: number;
   /** How long the other moves wait for the urgent ones at most (default 10 s; tests set it long). */
   urgentMaxWaitMs?: number;
-  /** An object of `kind` was deleted (the Connection controller waits for its users). */
-  onDeleted?(kind: ShardedKind, obj: ShardedObject): void;
+  /**
+   * An object of `kind` no longer uses Connection `connection` of `namespace`: deleted, moved to
+   * another Connection, or (a run) its VM given back. A deleting Connection waits for its users
+   * (usersOf), and its controller runs on the leader, which sees every replica's objects here only.
+   */
+  onLetGo?(kind: ShardedKind, namespace: string, connection: string): void;
 }
 
 /**
@@ -97,6 +101,12 @@ const isRuns = (kind: ShardedKind): boolean => kind.plural === kindNames.sandbox
 function runConnectionRef(run: SandboxRun): { name: string } | undefined {
   const name = heldConnection(run);
   return name === undefined ? undefined : { name };
+}
+
+/** The Connection a slim object uses; a SandboxRun's only while slim() kept one (a template's, VM not given back). */
+function usedConnection(kind: ShardedKind, o: ShardedObject): string | undefined {
+  if (isRuns(kind)) return o.spec?.connectionRef?.name;
+  return o.spec?.connectionRef?.name ?? DEFAULT_CONNECTION;
 }
 
 /** The kind whose objects have running VMs (a Sandbox's, renewed by its owner only). */
@@ -148,10 +158,11 @@ export class Sharder {
       controller.watch(informer, undefined, { filter: (obj, old, event) => news(obj, old, event) && urgent(obj), priority: true });
       // Its move may be waiting behind the urgent set already (queued by a membership change
       // while its owner was still live): it goes now.
-      informer.on("update", (obj) => {
+      informer.on("update", (obj, old) => {
         if (urgent(obj)) this.urgent.wake();
+        this.letGo(kind, old, obj);
       });
-      informer.on("delete", (obj) => o.onDeleted?.(kind, obj));
+      informer.on("delete", (obj) => this.letGo(kind, obj, undefined));
       this.parts.push({ kind, informer, controller });
     }
   }
@@ -221,12 +232,17 @@ export class Sharder {
     const out: string[] = [];
     for (const { kind, informer } of this.parts) {
       for (const obj of informer.list(namespace)) {
-        // A SandboxRun holds its Connection only while slim() kept one (a template's, VM not given back).
-        if (isRuns(kind) && obj.spec?.connectionRef === undefined) continue;
-        if ((obj.spec?.connectionRef?.name ?? DEFAULT_CONNECTION) === connection) out.push(`${kind.kind}/${obj.metadata.name ?? ""}`);
+        if (usedConnection(kind, obj) === connection) out.push(`${kind.kind}/${obj.metadata.name ?? ""}`);
       }
     }
     return out;
+  }
+
+  /** `before` used a Connection that `after` (undefined: deleted) does not: onLetGo. */
+  private letGo(kind: ShardedKind, before: ShardedObject, after: ShardedObject | undefined): void {
+    const used = usedConnection(kind, before);
+    if (used === undefined || (after !== undefined && usedConnection(kind, after) === used)) return;
+    this.o.onLetGo?.(kind, before.metadata.namespace ?? "", used);
   }
 
   /**

@@ -310,7 +310,7 @@ describe("Sharder (real API server): a gone replica's Sandboxes with a running V
 describe("Sharder (real API server): the Connections' users", () => {
   const suite = adminAndNamespaces("sharder-users");
 
-  it("counts a template SandboxRun as its Connection's user until its VM is given back, and a sandboxRef run never", async () => {
+  it("counts a template SandboxRun as its Connection's user until its VM is given back, and a sandboxRef run never; says when one lets go", async () => {
     const admin = suite.admin();
     const ns = await suite.namespace();
     const runs = path(kindNames.sandboxRun.plural, ns);
@@ -320,7 +320,10 @@ describe("Sharder (real API server): the Connections' users", () => {
     await admin.create(runs, run("given-back", { sandboxTemplate: { tier: "standard" } }), { discardResult: true });
     await admin.patch(path(kindNames.sandboxRun.plural, ns, "given-back", "status"), { status: { phase: "Succeeded", vmReleased: true } }, "merge", { discardResult: true });
     await admin.create(runs, run("in-a-sandbox", { sandboxRef: { name: "box" } }), { discardResult: true });
-    const r = recordingSharder(ns);
+    // The Connection controller (the leader's) is told of each user letting go, whichever
+    // replica owns it: its own informer of runs holds only the leader's share.
+    const letGo: string[] = [];
+    const r = recordingSharder(ns, undefined, undefined, undefined, { onLetGo: (kind, namespace, connection) => letGo.push(`${kind.kind} ${namespace}/${connection}`) });
     try {
       r.sharder.setMembers(LIVE);
       await r.sharder.start();
@@ -329,6 +332,14 @@ describe("Sharder (real API server): the Connections' users", () => {
       // The VM given back (status says so): no longer a user.
       await admin.patch(path(kindNames.sandboxRun.plural, ns, "holding", "status"), { status: { phase: "Succeeded", vmReleased: true } }, "merge", { discardResult: true });
       await poll(() => r.sharder.usersOf(ns, "default").length === 0, 30_000, "the run's VM given back to show in the sharder's cache");
+      expect(letGo).toEqual([`SandboxRun ${ns}/default`]);
+      // Deleted while holding: a user let go; a run that held nothing: none.
+      await admin.delete(path(kindNames.sandboxRun.plural, ns, "elsewhere"));
+      await admin.delete(path(kindNames.sandboxRun.plural, ns, "in-a-sandbox"));
+      // A run created after them: once the sharder sees it, it has seen both deletions (one watch, in order).
+      await admin.create(runs, run("after", { sandboxTemplate: { tier: "standard", connectionRef: { name: "third" } } }), { discardResult: true });
+      await poll(() => r.sharder.usersOf(ns, "third").length === 1, 30_000, "the run created after the deletions in the sharder's cache");
+      expect(letGo).toEqual([`SandboxRun ${ns}/default`, `SandboxRun ${ns}/other`]);
     } finally {
       await r.close();
     }
