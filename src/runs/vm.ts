@@ -71,7 +71,7 @@ export class ForwardedVM implements RunVM {
       vmId: target.vmId,
       accessToken: (refused?: string) => target.client.accessToken(refused),
       ...(target.gated !== false && { writeGate: () => target.client.checkWriteGate() }),
-      rateLimit: target.client.rateLimit,
+      forwarding: target.client.forwarding,
       ...(target.insecureSkipTLSVerify !== undefined && { insecureSkipTLSVerify: target.insecureSkipTLSVerify }),
       timeoutMs: TIMEOUT_MS,
       explainError: (err) => this.explain(err),

@@ -5,8 +5,8 @@
 // Why not ServiceClient: its transport reads whole bodies, and a command's output is a
 // server-sent event stream that must reach the user as it is produced. This client streams; it
 // borrows the ServiceClient's token (ServiceClient.accessToken) so both share one token cache,
-// and, for the operator's own calls (a SandboxRun's steps), its rate limit
-// (ServiceClient.rateLimit): the forwarding route is the same service, with the same limit.
+// and, for the operator's own calls (a SandboxRun's steps), its rate limit and request metrics
+// (ServiceClient.forwarding): the forwarding route is the same service, with the same limit.
 //
 //   const vm = new AgentdClient({ baseURL, vmId, accessToken: (r) => client.accessToken(r) });
 //   for await (const e of vm.runCommand("make test")) ...        // start, stdout, stderr, end
@@ -34,7 +34,7 @@ import { createParser } from "eventsource-parser";
 import { Agent, type Dispatcher } from "undici";
 import { ServiceError, httpErrorMessage, parseErrorBody } from "./errors.js";
 import { DEFAULTS } from "./options.js";
-import type { ForwardedRateLimit } from "./rate-limit.js";
+import type { Forwarding } from "./options.js";
 import { parseRetryAfter } from "./retry.js";
 
 export interface AgentdClientOptions {
@@ -55,11 +55,12 @@ export interface AgentdClientOptions {
   /** Asked before each attempt of a call that is not a GET; throws to refuse it unsent (ServiceClientOptions.writeGate). */
   writeGate?: () => void;
   /**
-   * The Connection's rate limit (`serviceClient.rateLimit`): every attempt takes a token of
-   * the client's bucket, and a 429 holds that client back, since the forwarding route is the
-   * same service. Absent: not limited (a person's one-off `exec`).
+   * The Connection's client (`serviceClient.forwarding`): every attempt takes a token of its
+   * rate limit, a 429 holds that client back, since the forwarding route is the same service,
+   * and each attempt is counted in its request metrics as `agentd.<operation>`. Absent: not
+   * limited nor counted (a person's one-off `exec`).
    */
-  rateLimit?: ForwardedRateLimit;
+  forwarding?: Forwarding;
   /**
    * Asked about a 404 or a 502 before it is thrown (or a 404 read as "no such file, command or
    * context"): either may be the compute API's own answer about the VM rather than agentd's, and
@@ -341,9 +342,12 @@ export class AgentdClient {
   private async send(operation: string, method: Method, path: string, body: unknown, signal: AbortSignal, bodyTimeout: number): Promise<Dispatcher.ResponseData> {
     let refused: string | undefined;
     for (let attempt = 1; ; attempt++) {
-      await this.opts.rateLimit?.take(operation);
+      await this.opts.forwarding?.take(operation);
       const token = await this.opts.accessToken(refused);
       if (method !== "GET") this.opts.writeGate?.();
+      const started = performance.now();
+      const attempted = (status: number | "error"): void =>
+        this.opts.forwarding?.attempted({ operation: `agentd.${operation}`, method, status, durationSeconds: (performance.now() - started) / 1000, attempt });
       let res: Dispatcher.ResponseData;
       try {
         res = await this.agent.request({
@@ -361,11 +365,13 @@ export class AgentdClient {
           bodyTimeout,
         });
       } catch (err) {
+        attempted("error");
         throw transportError(operation, err, signal);
       }
+      attempted(res.statusCode);
       if (res.statusCode >= 200 && res.statusCode < 300) return res;
       const text = await res.body.text().catch(() => "");
-      if (res.statusCode === 429) this.opts.rateLimit?.throttled(parseRetryAfter(res.headers["retry-after"], Date.now()));
+      if (res.statusCode === 429) this.opts.forwarding?.throttled(parseRetryAfter(res.headers["retry-after"], Date.now()));
       if (res.statusCode === 401 && attempt === 1) {
         refused = token;
         continue;

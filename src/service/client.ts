@@ -10,8 +10,8 @@ import { HttpTransport } from "./http.js";
 import { OPERATIONS, REGISTRY, decodeJson, dedupe, pathOf, queryString } from "./operations.js";
 import type { AgentsAPI, ArgsOf, DeploymentsAPI, OperationName, OperationSpec, ResultOf, SkillsAPI, UsageAPI, VMsAPI } from "./operations.js";
 import { DEFAULTS, resolveRetry } from "./options.js";
-import type { ServiceClientHooks, ServiceClientOptions } from "./options.js";
-import { ClientRateLimiter, type ForwardedRateLimit, type RateLimitOptions } from "./rate-limit.js";
+import type { Forwarding, ServiceClientHooks, ServiceClientOptions } from "./options.js";
+import { ClientRateLimiter, type RateLimitOptions } from "./rate-limit.js";
 import { Requester } from "./request.js";
 import { TokenSource, parseTokenResponse } from "./token.js";
 import type { IssuedToken } from "./token.js";
@@ -233,14 +233,15 @@ export class ServiceClient {
   }
 
   /**
-   * The rate limit, for the attempts made with this client's token by another client (a VM's
-   * agentd through the compute API's forwarding route, agentd.ts): they go to the same service
-   * and count against the same limit, so each takes a token of this client's bucket, and a 429
-   * holds the whole client back, as for its own calls.
+   * For the attempts made with this client's token by another client (a VM's agentd through the
+   * compute API's forwarding route, agentd.ts): they go to the same service and count against
+   * the same limit, so each takes a token of this client's bucket, a 429 holds the whole client
+   * back, and each is counted in this client's request metrics, as its own calls are.
    */
-  readonly rateLimit: ForwardedRateLimit = {
+  readonly forwarding: Forwarding = {
     take: (operation) => this.requester.takeRateToken(operation),
     throttled: (retryAfterMs) => this.requester.throttled(retryAfterMs),
+    attempted: (e) => this.requester.attempted(e),
   };
 
   /** A new client-side rate from now on (sharded mode: this replica's share of the Connection's). */

@@ -44,13 +44,37 @@ export interface ServiceClientOptions {
   writeGate?: () => void;
 }
 
+/** One HTTP attempt, as the onRequest hook reports it. */
+export interface AttemptEvent {
+  operation: string;
+  method: string;
+  status: number | "error";
+  durationSeconds: number;
+  attempt: number;
+}
+
+/**
+ * What a ServiceClient lends another client that calls the same service with its token (a VM's
+ * agentd through the compute API's forwarding route, agentd.ts): its rate limit, a token per
+ * attempt and a 429 that holds back both; and its request metrics, each attempt counted with
+ * the client's own.
+ */
+export interface Forwarding {
+  /** Waits for a rate-limit token for one attempt of `operation`. */
+  take(operation: string): Promise<void>;
+  /** The service answered 429, with its Retry-After in ms if it gave one. */
+  throttled(retryAfterMs: number | undefined): void;
+  /** An attempt ended (answered, or `status` "error" when no answer came). */
+  attempted(e: AttemptEvent): void;
+}
+
 /**
  * Called synchronously on the request path: keep them cheap, and do not throw (a throwing hook
  * is caught and logged, the call goes on).
  */
 export interface ServiceClientHooks {
   /** Every HTTP attempt, token requests included (operation "token"). */
-  onRequest?(e: { operation: string; method: string; status: number | "error"; durationSeconds: number; attempt: number }): void;
+  onRequest?(e: AttemptEvent): void;
   /** Every HTTP attempt to the token endpoint. */
   onTokenRequest?(e: { ok: boolean; durationSeconds: number }): void;
   /** Before sleeping for a retry; `attempt` is the attempt that failed. */

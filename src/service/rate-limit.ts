@@ -20,17 +20,6 @@ function validate(opts: RateLimitOptions): void {
   if (!(opts.burst >= 1)) throw new RangeError(`rateLimit.burst must be >= 1, got ${opts.burst}`);
 }
 
-/**
- * A client's rate limit lent to another client that calls the same service with its token (a
- * VM's agentd through the forwarding route): a token per attempt, and a 429 that holds back both.
- */
-export interface ForwardedRateLimit {
-  /** Waits for a token for one attempt of `operation`. */
-  take(operation: string): Promise<void>;
-  /** The service answered 429, with its Retry-After in ms if it gave one. */
-  throttled(retryAfterMs: number | undefined): void;
-}
-
 type Waiter = { resolve: (waitedMs: number) => void; reject: (e: Error) => void; since: number };
 
 export class ClientRateLimiter {

@@ -81,6 +81,11 @@ export class Requester {
     if (d.hooks.onRateLimited !== undefined) this.emit("onRateLimited", { operation, waitMs });
   }
 
+  /** An attempt made by a client this one lends its token to (ServiceClient.forwarding): counted as one of its own. */
+  attempted(e: HookEvent<"onRequest">): void {
+    if (this.d.hooks.onRequest !== undefined) this.emit("onRequest", e);
+  }
+
   /** The service answered 429: every call of the client waits until `retryAfterMs` (or a backoff) from now. */
   throttled(retryAfterMs: number | undefined, retries = 0): void {
     this.d.limiter.pause(retryAfterMs ?? backoffDelay(retries, this.d.retry));

@@ -213,14 +213,41 @@ describe("AgentdClient", () => {
   });
 });
 
-describe("AgentdClient with its Connection's rate limit", () => {
+describe("AgentdClient with its Connection's client", () => {
+  it("counts every attempt in the service client's request metrics, as agentd.<operation>, answered or not", async () => {
+    const seen: Array<{ operation: string; method: string; status: number | "error" }> = [];
+    const h2 = await start({}, { hooks: { onRequest: (e) => void seen.push({ operation: e.operation, method: e.method, status: e.status }) } });
+    try {
+      const id = (await h2.client.vms.allocate({ tier: "standard" })).vm_id;
+      seen.length = 0;
+      const c = new AgentdClient({ baseURL: h2.emu.baseURL, vmId: id, accessToken: (r) => h2.client.accessToken(r), forwarding: h2.client.forwarding });
+      clients.push(c);
+      await c.uploadFile("/workspace/f.txt", "hello");
+      await c.downloadFile("/workspace/f.txt");
+      expect(await c.downloadFile("/workspace/none.txt")).toBeUndefined(); // agentd's 404: no such file
+      const agentd = seen.filter((e) => e.operation.startsWith("agentd."));
+      expect(agentd).toEqual([
+        { operation: "agentd.files.upload", method: "POST", status: 201 },
+        { operation: "agentd.files.download", method: "GET", status: 200 },
+        { operation: "agentd.files.download", method: "GET", status: 404 },
+      ]);
+      // No answer at all: counted as "error".
+      const unreachable = new AgentdClient({ baseURL: "http://127.0.0.1:9", vmId: id, accessToken: (r) => h2.client.accessToken(r), forwarding: h2.client.forwarding });
+      clients.push(unreachable);
+      await expect(unreachable.downloadFile("/workspace/f.txt")).rejects.toBeInstanceOf(ServiceError);
+      expect(seen.at(-1)).toEqual({ operation: "agentd.files.download", method: "GET", status: "error" });
+    } finally {
+      await h2.close();
+    }
+  });
+
   // The forwarding route is the compute service's: a burst of a run's calls to a VM must keep
   // under the service's limit with the rest of the Connection's calls, not meet its 429s.
   it("takes a token of the service client's bucket for every attempt: a burst above the service's limit gets no 429", async () => {
     const limited = await start({ rateLimit: 10 }, { rateLimit: { qps: 10, burst: 5 } });
     try {
       const id = (await limited.client.vms.allocate({ tier: "standard" })).vm_id;
-      const c = new AgentdClient({ baseURL: limited.emu.baseURL, vmId: id, accessToken: (r) => limited.client.accessToken(r), rateLimit: limited.client.rateLimit });
+      const c = new AgentdClient({ baseURL: limited.emu.baseURL, vmId: id, accessToken: (r) => limited.client.accessToken(r), forwarding: limited.client.forwarding });
       clients.push(c);
       await c.uploadFile("/workspace/f.txt", "hello");
       const reads = await Promise.all(Array.from({ length: 25 }, () => c.downloadFile("/workspace/f.txt")));
@@ -241,7 +268,7 @@ describe("AgentdClient with its Connection's rate limit", () => {
         baseURL: limited.emu.baseURL,
         vmId: id,
         accessToken: (r) => limited.client.accessToken(r),
-        rateLimit: { take: async (op) => void taken.push(op), throttled: (ms) => void throttled.push(ms) },
+        forwarding: { take: async (op) => void taken.push(op), throttled: (ms) => void throttled.push(ms), attempted: () => undefined },
       });
       clients.push(c);
       const err = await c.downloadFile("/workspace/none.txt").then(
