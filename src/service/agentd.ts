@@ -36,6 +36,7 @@ import { ServiceError, httpErrorMessage, parseErrorBody } from "./errors.js";
 import { DEFAULTS } from "./options.js";
 import type { Forwarding } from "./options.js";
 import { parseRetryAfter } from "./retry.js";
+import { userAgent } from "./user-agent.js";
 
 export interface AgentdClientOptions {
   /** Base URL of the Compute Service (a Connection's spec.baseURL). */
@@ -137,6 +138,8 @@ export class AgentdClient {
   private readonly prefix: string;
   private readonly agent: Agent;
   private readonly timeoutMs: number;
+  /** Named after the replica in sharded mode, as the service client's. */
+  private readonly userAgent = userAgent("agent-operator/agentd-client");
 
   constructor(private readonly opts: AgentdClientOptions) {
     const u = new URL(opts.baseURL);
@@ -357,7 +360,7 @@ export class AgentdClient {
           headers: {
             authorization: `Bearer ${token}`,
             accept: operation === "commands.run" || operation === "code.execute" ? "text/event-stream" : "application/json",
-            "user-agent": "agent-operator/agentd-client",
+            "user-agent": this.userAgent,
             ...(body !== undefined && { "content-type": body instanceof RawBody ? body.contentType : "application/json" }),
           },
           body: body === undefined ? null : body instanceof RawBody ? body.bytes : JSON.stringify(body),

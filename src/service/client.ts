@@ -13,6 +13,7 @@ import { DEFAULTS, resolveRetry } from "./options.js";
 import type { Forwarding, ServiceClientHooks, ServiceClientOptions } from "./options.js";
 import { ClientRateLimiter, type RateLimitOptions } from "./rate-limit.js";
 import { Requester } from "./request.js";
+import { userAgent } from "./user-agent.js";
 import { TokenSource, parseTokenResponse } from "./token.js";
 import type { IssuedToken } from "./token.js";
 import type { AccessClient, Agent, Credentials } from "./types.js";
@@ -61,17 +62,7 @@ interface Endpoint {
   prefix: string;
 }
 
-const USER_AGENT = "agent-operator/service-client";
-let replicaSuffix = "";
-
-/**
- * Sharded mode: every client made from now on says which replica it is in its User-Agent
- * (`agent-operator/service-client (replica <id>)`), so the service's logs tell the replicas
- * apart. One process is one replica, hence process-wide. Unset: the plain User-Agent.
- */
-export function setServiceReplica(identity: string | undefined): void {
-  replicaSuffix = identity ? ` (replica ${identity.replace(/[^\x21-\x7e]/g, "-")})` : "";
-}
+export { setServiceReplica } from "./user-agent.js";
 
 export class ServiceClient {
   readonly agents: AgentsAPI = {
@@ -188,7 +179,7 @@ export class ServiceClient {
       hooks,
       log,
       secrets,
-      userAgent: USER_AGENT + replicaSuffix,
+      userAgent: userAgent("agent-operator/service-client"),
       writeGate: opts.writeGate,
     });
     this.tokens = new TokenSource(() => this.requestToken(opts), this.now, log);

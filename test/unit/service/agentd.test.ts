@@ -9,6 +9,7 @@ import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { AgentdClient, toCommandStatus, toExecEvent, type ExecEvent } from "../../../src/service/agentd.js";
 import { ServiceError } from "../../../src/service/index.js";
+import { setServiceReplica } from "../../../src/service/user-agent.js";
 import { start, waitFor, type Harness } from "./helpers.js";
 
 let h: Harness;
@@ -214,6 +215,20 @@ describe("AgentdClient", () => {
 });
 
 describe("AgentdClient with its Connection's client", () => {
+  it("names the replica in its User-Agent in sharded mode, as the service client does", async () => {
+    setServiceReplica("shard-r1");
+    try {
+      const id = (await h.client.vms.allocate({ tier: "standard" })).vm_id;
+      const c = new AgentdClient({ baseURL: h.emu.baseURL, vmId: id, accessToken: (r) => h.client.accessToken(r) });
+      clients.push(c);
+      await c.uploadFile("/workspace/ua.txt", "x");
+      const forwarded = h.emu.requests.filter((r) => r.operation === "vms.forward").at(-1);
+      expect(forwarded?.userAgent).toBe("agent-operator/agentd-client (replica shard-r1)");
+    } finally {
+      setServiceReplica(undefined);
+    }
+  });
+
   it("counts every attempt in the service client's request metrics, as agentd.<operation>, answered or not", async () => {
     const seen: Array<{ operation: string; method: string; status: number | "error" }> = [];
     const h2 = await start({}, { hooks: { onRequest: (e) => void seen.push({ operation: e.operation, method: e.method, status: e.status }) } });
