@@ -93,7 +93,7 @@ export type ExecEvent =
   | { type: "timeout"; timeoutMs?: number }
   /** Code raised (its traceback went to stderr). */
   | { type: "error"; name?: string; value?: string }
-  /** A command's exit code; a code execution's status (ok, error, interrupted). */
+  /** A command's exit code; a code execution's status (ok or error; an interrupted block is an error named KeyboardInterrupt). */
   | { type: "end"; exitCode?: number; status?: string }
   | { type: "other"; event: string; data: string };
 
@@ -211,7 +211,7 @@ export class AgentdClient {
     };
   }
 
-  /** Runs code in a context and streams its events (end carries status ok, error or interrupted). */
+  /** Runs code in a context and streams its events (end carries status ok or error). */
   executeCode(contextId: string, code: string): ExecStream {
     return this.stream("code.execute", "v1/code/execute", { code, context_id: contextId });
   }

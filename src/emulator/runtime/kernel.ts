@@ -72,7 +72,7 @@ export class Kernel {
   execute(code: string): Execution {
     const execution = new Execution("code", this.id, this.opts.limitBytes);
     if (this.closed) {
-      failBlock(execution, "error", "ContextClosed", "the code context was deleted");
+      failBlock(execution, "ContextClosed", "the code context was deleted");
       return execution;
     }
     this.queue.push({ execution, code });
@@ -98,7 +98,7 @@ export class Kernel {
     this.current = undefined;
     this.queue.length = 0;
     for (const e of pending) {
-      failBlock(e, "error", "ContextClosed", reason);
+      failBlock(e, "ContextClosed", reason);
     }
   }
 
@@ -160,7 +160,7 @@ export class Kernel {
     const cur = this.current;
     this.current = undefined;
     if (cur) {
-      failBlock(cur.execution, "error", "KernelDied", why);
+      failBlock(cur.execution, "KernelDied", why);
     }
     if (!this.closed && this.queue.length > 0) {
       this.start();
@@ -172,9 +172,9 @@ export class Kernel {
     const cur = this.current;
     if (!cur || !cur.outDone || !cur.errDone) return;
     this.current = undefined;
-    const status = cur.info.status === "ok" || cur.info.status === "interrupted" ? cur.info.status : "error";
-    if (status === "ok") cur.execution.end({ status });
-    else failBlock(cur.execution, status, cur.info.ename ?? "Error", cur.info.evalue ?? "");
+    if (cur.info.status === "ok") cur.execution.end({ status: "ok" });
+    // An interrupted block fails as a Jupyter kernel's does: status error, KeyboardInterrupt.
+    else failBlock(cur.execution, cur.info.ename ?? "Error", cur.info.evalue ?? "");
     this.next();
   }
 
@@ -185,7 +185,7 @@ export class Kernel {
     if (this.proc === undefined) this.start();
     const proc = this.proc;
     if (proc?.stdin == null) {
-      failBlock(item.execution, "error", "KernelDied", this.startError ?? `the ${this.language} interpreter is not running`);
+      failBlock(item.execution, "KernelDied", this.startError ?? `the ${this.language} interpreter is not running`);
       return this.next();
     }
     this.current = { execution: item.execution, outDone: false, errDone: false, info: {} };
@@ -248,11 +248,12 @@ function partialSuffix(buf: Buffer, marker: Buffer): number {
 }
 
 /**
- * A block that did not succeed: an `error` event {name, value}, then `end` with its `status`
- * ("error" or "interrupted") and an `error` message ("ZeroDivisionError: division by zero", as
- * the ws_url's `error` message says it), the key the official SDK's parser reads besides `status`.
+ * A block that did not succeed: an `error` event {name, value}, then `end` with status "error"
+ * (the official SDK knows ok and error only) and an `error` message ("ZeroDivisionError:
+ * division by zero", "KeyboardInterrupt", as the ws_url's `error` message says it), the key the
+ * SDK's parser reads besides `status`.
  */
-function failBlock(execution: Execution, status: "error" | "interrupted", name: string, value: string): void {
+function failBlock(execution: Execution, name: string, value: string): void {
   execution.emit("error", { name, value });
-  execution.end({ status, error: value !== "" ? `${name}: ${value}` : name });
+  execution.end({ status: "error", error: value !== "" ? `${name}: ${value}` : name });
 }

@@ -109,7 +109,7 @@ describe("emulator agentd: code contexts (r/v1/code)", () => {
     }
     const events = parseSSE(text);
     expect(streamText(events, "stdout")).toBe("sleeping\n");
-    expect(endOf(events)).toMatchObject({ status: "interrupted", error: expect.stringMatching(/^KeyboardInterrupt/) });
+    expect(endOf(events)).toMatchObject({ status: "error", error: expect.stringMatching(/^KeyboardInterrupt/) });
     expect(streamText(await a.execute(ctx.id, "print(z)"), "stdout")).toBe("kept\n");
     expect((await a.call("DELETE", "v1/code/execute/nope")).status).toBe(404);
   });
