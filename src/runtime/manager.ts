@@ -180,7 +180,7 @@ export class Manager {
    */
   informerFor<T extends KubeObject>(path: string, opts: InformerForOptions = {}): Informer<T> {
     const labelSelector = opts.labelSelector ?? this.o.defaultLabelSelector?.(path);
-    const key = `${path}?l=${labelSelector ?? ""}&f=${opts.fieldSelector ?? ""}&v=${opts.view?.name ?? ""}`;
+    const key = this.informerKey(path, opts);
     const pageSize = opts.pageSize ?? this.o.informerDefaults?.pageSize;
     const existing = this.informers.get(key);
     if (existing) {
@@ -209,6 +209,16 @@ export class Manager {
       informer.start().catch((err: unknown) => this.logger.error({ err: errorMessage(err), path }, "informer failed to start"));
     }
     return informer;
+  }
+
+  /** The informer informerFor(path, opts) returns, if some caller made it already; never makes one. */
+  existingInformer<T extends KubeObject>(path: string, opts: Pick<InformerForOptions, "labelSelector" | "fieldSelector" | "view"> = {}): Informer<T> | undefined {
+    return this.informers.get(this.informerKey(path, opts)) as Informer<T> | undefined;
+  }
+
+  private informerKey(path: string, opts: Pick<InformerForOptions, "labelSelector" | "fieldSelector" | "view">): string {
+    const labelSelector = opts.labelSelector ?? this.o.defaultLabelSelector?.(path);
+    return `${path}?l=${labelSelector ?? ""}&f=${opts.fieldSelector ?? ""}&v=${opts.view?.name ?? ""}`;
   }
 
   /** Convenience: a Controller with the manager's logger and metrics, added to the manager. */

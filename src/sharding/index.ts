@@ -12,13 +12,14 @@ import { GROUP, VERSION, kindNames, type KindNames } from "../api/names.js";
 import type { Connection } from "../api/index.js";
 import type { ServiceHandle } from "../controllers/connection-pool.js";
 import type { Operator } from "../controllers/index.js";
+import { REFERENCE_VIEW } from "../controllers/reference-view.js";
 import type { ShardingOptions } from "../controllers/kind.js";
 import { resourcePath } from "../runtime/kube-client.js";
 import type { Manager, ManagerOptions } from "../runtime/manager.js";
 import { labelValue, memberLeaseName } from "./labels.js";
 import { MemberLease, MemberSet, MembershipLapsed, type MembershipTimings } from "./membership.js";
 import { ReplicaShard } from "./replica.js";
-import { Sharder, type ShardedKind } from "./sharder.js";
+import { Sharder, type ShardedKind, type ShardedObject } from "./sharder.js";
 
 export { replicaIdentity } from "./labels.js";
 
@@ -175,6 +176,9 @@ export class Sharding {
         metrics: manager.metrics,
         namespaces: manager.namespaces,
         kinds: [...SHARDED_CONTROLLERS.values()],
+        // The kinds other kinds look up have a cache of every object here already (their
+        // reference view): the sharder reads those rather than keep a second copy of each.
+        sharedInformer: (kind) => manager.existingInformer<ShardedObject>(kind.path, { view: REFERENCE_VIEW }),
         // A user of a deleting Connection letting go (deleted, or a run's VM given back, on
         // any replica) brings the Connection back: its controller runs here, on the leader,
         // and sees every replica's objects through the sharder only.

@@ -54,6 +54,14 @@ export interface SharderOptions {
    * the workers in flight set the pace.
    */
   concurrency?: number;
+  /**
+   * A cache of `kind` the replica keeps anyway, with every object's metadata, labels,
+   * `spec.connectionRef` and status (the lookups' reference view, src/controllers/reference-
+   * view.ts): the sharder reads it instead of listing and watching the kind a second time. Not
+   * for SandboxRuns, whose Connection the sharder reads as the run holds it. Default: none, the
+   * sharder keeps its own slim cache of every kind.
+   */
+  sharedInformer?(kind: ShardedKind): Informer<ShardedObject> | undefined;
   /** How long the other moves wait for the urgent ones at most (default 10 s; tests set it long). */
   urgentMaxWaitMs?: number;
   /**
@@ -89,10 +97,12 @@ function slim(o: ShardedObject, kind: ShardedKind): ShardedObject {
   };
 }
 
-/** One sharded kind in the sharder: its slim cache and the work queue that places its objects. */
+/** One sharded kind in the sharder: its cache (slim, or the replica's shared one) and the work queue that places its objects. */
 interface Part {
   kind: ShardedKind;
   informer: Informer<ShardedObject>;
+  /** The replica's cache: started and stopped by the manager, not by the sharder. */
+  shared: boolean;
   controller: Controller;
 }
 
@@ -129,18 +139,23 @@ export class Sharder {
   private readonly urgent: UrgentMoves;
   private stopped = false;
   private urgentSince: { at: number; count: number } | undefined;
+  /** The sharder's own handlers on the caches, removed on stop (a shared cache outlives it). */
+  private readonly unsubscribers: Array<() => void> = [];
 
   constructor(private readonly o: SharderOptions) {
     this.log = o.logger.child({ role: "sharder" });
     this.urgent = new UrgentMoves(o.urgentMaxWaitMs);
     for (const kind of o.kinds) {
-      const informer = new Informer<ShardedObject>(o.client, {
-        path: kind.path,
-        namespaces: o.namespaces.length > 0 ? [...o.namespaces] : undefined,
-        logger: o.logger,
-        metrics: o.metrics,
-        view: { name: "sharder", transform: (o) => slim(o, kind) },
-      });
+      const shared = isRuns(kind) ? undefined : o.sharedInformer?.(kind);
+      const informer =
+        shared ??
+        new Informer<ShardedObject>(o.client, {
+          path: kind.path,
+          namespaces: o.namespaces.length > 0 ? [...o.namespaces] : undefined,
+          logger: o.logger,
+          metrics: o.metrics,
+          view: { name: "sharder", transform: (o) => slim(o, kind) },
+        });
       const controller = new Controller({
         name: `sharder-${kind.plural}`,
         concurrency: o.concurrency ?? 16,
@@ -158,12 +173,14 @@ export class Sharder {
       controller.watch(informer, undefined, { filter: (obj, old, event) => news(obj, old, event) && urgent(obj), priority: true });
       // Its move may be waiting behind the urgent set already (queued by a membership change
       // while its owner was still live): it goes now.
-      informer.on("update", (obj, old) => {
-        if (urgent(obj)) this.urgent.wake();
-        this.letGo(kind, old, obj);
-      });
-      informer.on("delete", (obj) => this.letGo(kind, obj, undefined));
-      this.parts.push({ kind, informer, controller });
+      this.unsubscribers.push(
+        informer.on("update", (obj, old) => {
+          if (urgent(obj)) this.urgent.wake();
+          this.letGo(kind, old, obj);
+        }),
+        informer.on("delete", (obj) => this.letGo(kind, obj, undefined)),
+      );
+      this.parts.push({ kind, informer, shared: shared !== undefined, controller });
     }
   }
 
@@ -210,7 +227,8 @@ export class Sharder {
     // on, so landing late it is a 409, or the decision this leader would have made just before
     // stopping, which the next leader reads from its watch like any other.
     await Promise.all(this.parts.map((p) => p.controller.stop(5_000).catch(() => undefined)));
-    await Promise.all(this.parts.map((p) => p.informer.stop().catch(() => undefined)));
+    for (const unsubscribe of this.unsubscribers.splice(0)) unsubscribe();
+    await Promise.all(this.parts.filter((p) => !p.shared).map((p) => p.informer.stop().catch(() => undefined)));
   }
 
   /** The live members changed: a new ring, and every object looked at again. */

@@ -6,12 +6,14 @@
 import { beforeAll, describe, expect, it } from "vitest";
 import { GROUP, VERSION, kindNames } from "../../../src/api/names.js";
 import { KubeApiError, resourcePath, type KubeClient, type KubeObject } from "../../../src/runtime/kube-client.js";
+import { Informer } from "../../../src/runtime/informer.js";
 import { Metrics } from "../../../src/runtime/metrics.js";
+import { REFERENCE_VIEW } from "../../../src/controllers/reference-view.js";
 import { SHARDED_CONTROLLERS } from "../../../src/sharding/index.js";
 import { releasePatch } from "../../../src/sharding/assignment.js";
 import { OWNER_LABEL } from "../../../src/sharding/labels.js";
 import { Ring, objectKey } from "../../../src/sharding/ring.js";
-import { Sharder, type SharderOptions } from "../../../src/sharding/sharder.js";
+import { Sharder, type ShardedObject, type SharderOptions } from "../../../src/sharding/sharder.js";
 import { clientFor, poll, testLogger } from "../runtime/support.js";
 import { adminAndNamespaces } from "./support.js";
 
@@ -342,6 +344,53 @@ describe("Sharder (real API server): the Connections' users", () => {
       expect(letGo).toEqual([`SandboxRun ${ns}/default`, `SandboxRun ${ns}/other`]);
     } finally {
       await r.close();
+    }
+  });
+});
+
+describe("Sharder (real API server): on the replica's reference views", () => {
+  const suite = adminAndNamespaces("sharder-shared");
+
+  it("reads the kinds other kinds look up from the replica's caches instead of its own, and leaves them running when it stops", async () => {
+    const admin = suite.admin();
+    const ns = await suite.namespace();
+    const all = await createAll(admin, ns, DEAD);
+    // The replica's lookups' caches of every Skill, Agent and Sandbox (src/controllers/kind.ts informer()).
+    const client = clientFor();
+    const metrics = new Metrics({ defaultMetrics: false });
+    const views = new Map<string, Informer<ShardedObject>>(
+      [kindNames.skill, kindNames.agent, kindNames.sandbox].map((k) => [
+        k.plural,
+        new Informer<ShardedObject>(client, { path: resourcePath({ group: GROUP, version: VERSION, plural: k.plural }), namespaces: [ns], logger: testLogger(), metrics, view: REFERENCE_VIEW }),
+      ]),
+    );
+    await Promise.all([...views.values()].map((i) => i.start()));
+    const letGo: string[] = [];
+    const r = recordingSharder(ns, undefined, undefined, undefined, {
+      sharedInformer: (kind) => views.get(kind.plural),
+      onLetGo: (kind, _ns, connection) => letGo.push(`${kind.kind}/${connection}`),
+    });
+    try {
+      r.sharder.setMembers(LIVE);
+      await r.sharder.start();
+      await allPlacedOnLive(r.sharder, all.length, "every object moved to a live replica");
+      // The same order as with its own caches: the running VMs first.
+      expectRunningFirst(r.moves, all);
+      // Its own caches are of the two kinds nobody looks up only.
+      const own = (await r.metrics.registry.getSingleMetric("agentcompute_informer_objects")?.get())?.values.filter((v) => v.labels.view === "sharder").map((v) => v.labels.resource);
+      expect(new Set(own?.map((resource) => String(resource).split("/").at(-1)))).toEqual(new Set([kindNames.agentDeployment.plural, kindNames.sandboxRun.plural]));
+    } finally {
+      await r.close();
+    }
+    try {
+      // Stopped (leadership lost): the replica's caches go on, without the sharder's handlers.
+      expect([...views.values()].every((i) => i.hasSynced())).toBe(true);
+      await admin.delete(path(kindNames.skill.plural, ns, "sk-0"));
+      await poll(() => views.get(kindNames.skill.plural)!.get(ns, "sk-0") === undefined, 30_000, "the deletion seen by the replica's cache");
+      expect(letGo).toEqual([]);
+    } finally {
+      await Promise.all([...views.values()].map((i) => i.stop()));
+      await client.close();
     }
   });
 });
