@@ -221,8 +221,9 @@ export class ReplicaShard {
    */
   private async release(kind: ShardedKind, obj: Labelled, req: Request, log: Logger): Promise<Result | void | "failed"> {
     const path = objectPath(kind, req.namespace, req.name);
+    const send = (opts: { signal?: AbortSignal } = {}) => this.manager!.client.patch(path, releasePatch(obj.metadata.resourceVersion), "merge", { discardResult: true, ...opts });
     try {
-      await this.manager!.client.patch(path, releasePatch(obj.metadata.resourceVersion), "merge", { discardResult: true });
+      await send();
       log.info({ kind: kind.kind }, "released to another shard");
     } catch (err) {
       if (isNotFound(err)) return;
@@ -243,6 +244,20 @@ export class ReplicaShard {
         },
       );
       if (!still) return { requeueAfterMs: RELEASE_RETRY_MS, priority: true };
+      // Unchanged as read back: the PATCH has not landed, but one whose answer was lost (a
+      // timeout while the API server held it) may still land, and it would while this replica
+      // works on the object. Sent again on the same version, it settles that: landing, it is the
+      // release; a 409 means the version moved on (the first one landed, or another write came,
+      // after which the first can no longer land). Only a second failure leaves it open, and
+      // the object's work then goes on meanwhile: a renewal must not wait for the API server.
+      try {
+        await send({ signal: AbortSignal.timeout(RESEND_TIMEOUT_MS) });
+        log.info({ kind: kind.kind }, "released to another shard (sent twice: the first attempt failed)");
+        return;
+      } catch (again) {
+        if (isNotFound(again)) return;
+        if (isConflict(again)) return { requeue: true };
+      }
       log.warn({ err: errorMessage(err), kind: kind.kind }, "could not release the object to another shard; working on it meanwhile");
       return "failed";
     }
@@ -257,6 +272,9 @@ function lapsed(err: unknown): boolean {
 
 /** How soon a release that failed is tried again (the object's work goes on meanwhile). */
 const RELEASE_RETRY_MS = 1_000;
+
+/** How long the second attempt of a release waits for its answer: the object's work waits for it. */
+const RESEND_TIMEOUT_MS = 5_000;
 
 function arrivalKey(kind: ShardedKind, obj: Labelled): string {
   return `${kind.plural}/${obj.metadata.namespace ?? ""}/${obj.metadata.name ?? ""}`;

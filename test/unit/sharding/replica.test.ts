@@ -5,7 +5,7 @@ import { describe, expect, it } from "vitest";
 import { kindNames } from "../../../src/api/names.js";
 import { RetryNoLaterThan, type Controller, type ReconcileContext, type Reconciler, type Request } from "../../../src/runtime/controller.js";
 import type { Informer } from "../../../src/runtime/informer.js";
-import type { KubeClient, KubeObject } from "../../../src/runtime/kube-client.js";
+import { KubeApiError, type KubeClient, type KubeObject } from "../../../src/runtime/kube-client.js";
 import { silentLogger } from "../../../src/runtime/logging.js";
 import { SHARDED_CONTROLLERS, arrivalInventory } from "../../../src/sharding/index.js";
 import { DRAIN_LABEL, OWNER_LABEL } from "../../../src/sharding/labels.js";
@@ -302,6 +302,36 @@ describe("ReplicaShard: a drain that cannot be acknowledged", () => {
     expect(await r.reconcile(obj)).toEqual({ requeueAfterMs: 1_000, priority: true });
     expect(r.reconciled).toEqual(["draining"]);
     expect(back.asked).toEqual([ASKED]);
+  });
+
+  it("sends the release again when the object reads back unchanged, and does not work on it when that one lands", async () => {
+    const obj = draining();
+    const back = readBack(obj); // unchanged: the first PATCH has not landed (yet)
+    const sent: unknown[] = [];
+    const patch = (_path: string, body: unknown) => {
+      sent.push(body);
+      return sent.length === 1 ? Promise.reject(new Error("timed out after 30000 ms")) : Promise.resolve(undefined);
+    };
+    const r = replica(() => null, { patch: patch as () => Promise<unknown>, list: back.list });
+    r.share.add(obj);
+    expect(await r.reconcile(obj)).toBeUndefined();
+    expect(r.reconciled).toEqual([]);
+    // The same release both times, on the version read: the first can no longer land after the second.
+    expect(sent).toHaveLength(2);
+    expect(sent[1]).toEqual(sent[0]);
+    expect(sent[0]).toMatchObject({ metadata: { resourceVersion: "7" } });
+  });
+
+  it("nor when the second attempt meets a newer version (the first landed meanwhile): it looks again", async () => {
+    const obj = draining();
+    let calls = 0;
+    const conflict = new KubeApiError({ status: 409, reason: "Conflict", message: "the object has been modified", method: "PATCH", path: "/x" });
+    const patch = () => (++calls === 1 ? Promise.reject(new Error("socket hang up")) : Promise.reject(conflict));
+    const r = replica(() => null, { patch, list: readBack(obj).list });
+    r.share.add(obj);
+    expect(await r.reconcile(obj)).toEqual({ requeue: true });
+    expect(r.reconciled).toEqual([]);
+    expect(calls).toBe(2);
   });
 
   it("does not work on it when the release landed with its answer lost", async () => {
