@@ -28,7 +28,7 @@ flags:
   --sharding                           active-active: every replica reconciles its share of the objects (implies --leader-elect; docs/sharding.md)
   --metrics-bind-address <addr>        Prometheus /metrics (default :8080; 0 disables)
   --health-probe-bind-address <addr>   /healthz and /readyz (default :8081; 0 disables)
-  --graceful-shutdown-timeout <dur>    time in-flight reconciles get on SIGTERM (default 30s)
+  --graceful-shutdown-timeout <dur>    time in-flight reconciles get on SIGTERM (default 30s; with --sharding at most 8-10s)
   --log-level <level>                  trace, debug, info, warn, error (default info)
 `;
 

@@ -235,8 +235,9 @@ export class Sharding {
       }
     });
     // Stopping: the member Lease is renewed no more from the first moment, so the share moves
-    // within a lease duration even if a reconcile hangs through the whole grace period (the
-    // write gate ends its writes at the renew deadline, before the sharder may move anything).
+    // within a lease duration even if a reconcile hangs through the whole grace period: at the
+    // renew deadline the membership is lost (onLost above: writes refused, the process ended 3 s
+    // later if the reconcile still runs), before the sharder may move anything.
     manager.onStopping(() => member.stopRenewing());
     // Leave the ring once the controllers have stopped: the share then moves without a drain.
     // Not while a reconcile that outlived the grace period may still write: the Lease then

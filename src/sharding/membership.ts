@@ -117,6 +117,8 @@ export class MemberLease {
   private readonly abort = new AbortController();
   private loop: Promise<void> | undefined;
   private lost = false;
+  /** Stopping (stopRenewing): when the last renewal's window ends, unless stop() came first. */
+  private stopDeadline: NodeJS.Timeout | undefined;
   /** The resourceVersion of this replica's last write of the Lease: renewals are made on it. */
   private version: string | undefined;
   /** Until when this replica may work: a successful write's sending + the renew deadline. */
@@ -174,14 +176,25 @@ export class MemberLease {
    * The replica is stopping: the Lease is renewed no more, so that it runs out one lease
    * duration after its last renewal, however long the reconciles in flight take. Work already
    * allowed stays allowed until the renew deadline of that renewal (the reconciles in flight
-   * finish their writes), then every write is refused. Without this, a reconcile hung on the
-   * service would keep the Lease renewed for the whole grace period, and the rest of the share
-   * (VMs due for renewal among it) would wait for the grace period and then the lease.
+   * finish their writes). If stop() has not come by then (a reconcile still runs), the
+   * membership is lost there, as when a renewal fails for as long (onLost): every write is
+   * refused, and nothing of this process may outlive the membership, whose share the sharder
+   * moves a lease duration after that renewal. Without this, a reconcile hung on the service
+   * would keep the Lease renewed for the whole grace period, and the rest of the share (VMs
+   * due for renewal among it) would wait for the grace period and then the lease.
    * stop() decides, once they have ended, whether the Lease is deleted (the share moves at once).
    */
   stopRenewing(): void {
-    if (!this.abort.signal.aborted) this.log.info("stopping: the member Lease is no longer renewed");
+    if (this.abort.signal.aborted) return;
+    this.log.info("stopping: the member Lease is no longer renewed");
     this.abort.abort(new Error("member lease stopping"));
+    // Not joined: nothing of the share was this process's to work on.
+    if (this.version === undefined || this.lost) return;
+    this.stopDeadline = setTimeout(
+      () => this.lose(`stopping, with reconciles still in flight at the member Lease's renew deadline (${this.t.renewDeadlineMs} ms after its last renewal)`),
+      Math.max(0, this.validity.renewalMs()),
+    );
+    this.stopDeadline.unref();
   }
 
   /**
@@ -190,6 +203,7 @@ export class MemberLease {
    * fenced): a reconcile that outlived the grace period may still be writing.
    */
   async stop(opts: { leave?: boolean } = {}): Promise<void> {
+    clearTimeout(this.stopDeadline);
     this.abort.abort(new Error("member lease stopping"));
     this.validity.end();
     await this.loop;

@@ -226,8 +226,10 @@ export class Sharder {
     // as an abandoned reconcile does: each is one PATCH at the resourceVersion it was decided
     // on, so landing late it is a 409, or the decision this leader would have made just before
     // stopping, which the next leader reads from its watch like any other.
-    await Promise.all(this.parts.map((p) => p.controller.stop(5_000).catch(() => undefined)));
+    // Its handlers first: a shared cache goes on after the sharder, and would otherwise report
+    // users letting go to a Connection controller that stops with it.
     for (const unsubscribe of this.unsubscribers.splice(0)) unsubscribe();
+    await Promise.all(this.parts.map((p) => p.controller.stop(5_000).catch(() => undefined)));
     await Promise.all(this.parts.filter((p) => !p.shared).map((p) => p.informer.stop().catch(() => undefined)));
   }
 

@@ -4,6 +4,7 @@
 // a Jupyter kernel. Output goes to the process's real stdout/stderr (so a subprocess's output
 // is caught too). After each block the driver writes an end marker to both streams:
 //   stdout: "\x1e" + MARK + {"status":"ok"|"error"|"interrupted","ename":..,"evalue":..} + "\n"
+//   (the driver's own status; the kernel ends an interrupted block as an error, KeyboardInterrupt)
 //   stderr: "\x1e" + MARK + "\n"
 // MARK is a random string the emulator passes in $EMU_KERNEL_MARK (removed from the environment
 // the code sees). A block is over when both markers have arrived, so no output of one block is

@@ -13,7 +13,7 @@
 //   error   JSON {"name","value"}: code raised (its traceback went to stderr; then end)
 //   end     JSON: {"exit_code", "status": "ok"|"error", "error"?} for a command (status "ok" for
 //           exit code 0; `error` says why it failed: "command exited with code 3"),
-//           {"status": "ok"|"error"|"interrupted", "error"?} for code ("ZeroDivisionError: ...")
+//           {"status": "ok"|"error", "error"?} for code ("ZeroDivisionError: ...", "KeyboardInterrupt")
 //   truncated JSON {"limit_bytes"}: only in a replay (a reader that arrived late), where output
 //           beyond the limit was left out of what is kept; never sent to a live reader (D)
 // `end` is always the last event.

@@ -192,7 +192,7 @@ describe("MemberLease: work refused meanwhile", () => {
 });
 
 describe("MemberLease: a replica that is stopping", () => {
-  it("renews no more, lets the reconciles in flight write until the renew deadline, and then deletes the Lease once they have ended", async () => {
+  function stoppingMember(timings = SHORT) {
     let renewals = 0;
     const deleted: string[] = [];
     const client = {
@@ -202,22 +202,42 @@ describe("MemberLease: a replica that is stopping", () => {
       delete: (path: string) => (deleted.push(path), Promise.resolve(undefined)),
     } as unknown as KubeClient;
     const lost: string[] = [];
-    const member = new MemberLease({ client, namespace: "ns", name: "m-a", identity: "a", ring: "ring", logger: silentLogger(), ...SHORT, onLost: (reason) => lost.push(reason) });
-    await member.start();
-    await vi.waitFor(() => expect(renewals).toBeGreaterThanOrEqual(1), { timeout: 5_000 });
-    member.stopRenewing();
-    const stoppedAt = renewals;
-    // Still allowed right after (a reconcile in flight finishes its writes)...
-    expect(member.mayWork()).toBe(true);
-    // ...but not past the renew deadline of the last renewal: no write may land after the
-    // sharder could count the Lease expired. Nothing renewed it meanwhile.
-    await vi.waitFor(() => expect(member.mayWork()).toBe(false), { timeout: 5_000, interval: 20 });
-    await sleep(3 * SHORT.retryPeriodMs);
-    expect(renewals).toBe(stoppedAt);
-    expect(lost).toEqual([]);
-    expect(deleted).toEqual([]);
+    const member = new MemberLease({ client, namespace: "ns", name: "m-a", identity: "a", ring: "ring", logger: silentLogger(), ...timings, onLost: (reason) => lost.push(reason) });
+    return { member, lost, deleted, renewals: () => renewals };
+  }
+
+  it("renews no more, and deletes the Lease once its reconciles have ended within the renew deadline", async () => {
+    // A renew deadline long enough that a loaded machine cannot overshoot it in this test.
+    const m = stoppingMember({ leaseDurationMs: 15_000, renewDeadlineMs: 10_000, retryPeriodMs: 200 });
+    await m.member.start();
+    await vi.waitFor(() => expect(m.renewals()).toBeGreaterThanOrEqual(1), { timeout: 5_000 });
+    m.member.stopRenewing();
+    const stoppedAt = m.renewals();
+    // Still allowed right after: a reconcile in flight finishes its writes.
+    expect(m.member.mayWork()).toBe(true);
+    await sleep(2 * SHORT.retryPeriodMs);
+    expect(m.renewals()).toBe(stoppedAt);
     // The reconciles ended: the Lease is deleted, so the share moves without waiting for it to run out.
-    await member.stop({ leave: true });
-    expect(deleted).toEqual(["/apis/coordination.k8s.io/v1/namespaces/ns/leases/m-a"]);
+    await m.member.stop({ leave: true });
+    expect(m.deleted).toEqual(["/apis/coordination.k8s.io/v1/namespaces/ns/leases/m-a"]);
+    expect(m.lost).toEqual([]);
+  });
+
+  it("loses the membership at the renew deadline of its last renewal if they have not: writes refused, the Lease left to run out", async () => {
+    const m = stoppingMember();
+    await m.member.start();
+    await vi.waitFor(() => expect(m.renewals()).toBeGreaterThanOrEqual(1), { timeout: 5_000 });
+    m.member.stopRenewing();
+    const stoppedAt = m.renewals();
+    // No write may land after the sharder could count the Lease expired; the process must not
+    // outlive the membership with a request open (onLost ends it).
+    await vi.waitFor(() => expect(m.lost).toHaveLength(1), { timeout: 5_000, interval: 20 });
+    expect(m.lost[0]).toMatch(/^stopping, with reconciles still in flight/);
+    expect(m.member.mayWork()).toBe(false);
+    expect(m.renewals()).toBe(stoppedAt);
+    // Ended late: the Lease stays, to run out and be fenced as a killed replica's.
+    await m.member.stop({ leave: true });
+    expect(m.deleted).toEqual([]);
+    expect(m.lost).toHaveLength(1);
   });
 });
