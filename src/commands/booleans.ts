@@ -4,13 +4,31 @@
 // flag with one dash). Node's parseArgs takes neither; this rewrites them as it wants them. One
 // helper for every command, so that they cannot drift apart.
 
+/** What goBooleans reads of parseArgs' options: each flag's type and one-letter alias. */
+export type FlagOptions = Readonly<Record<string, { readonly type: "boolean" | "string"; readonly short?: string }>>;
+
 /**
- * `argv` with the boolean flags `names` (long names, or one letter for a short flag) rewritten
- * for parseArgs: --flag=true (1, t, true, any case) becomes --flag, --flag=false (0, f, false)
- * is dropped (every boolean of the commands defaults to false, so =false is the flag left out),
- * anything else is an Error naming the flag. Arguments after "--" are left as they are.
+ * `argv` with the boolean flags of `options` (long names, and their one-letter aliases)
+ * rewritten for parseArgs: --flag=true (1, t, true, any case) becomes --flag, --flag=false (0,
+ * f, false) is dropped (every boolean of the commands defaults to false, so =false is the flag
+ * left out), anything else is an Error naming the flag. The argument after a flag that takes a
+ * value is that value, whatever it looks like (`-n -f=false`: the namespace "-f=false", as
+ * pflag reads it; parseArgs refuses a separate value that starts with a dash, so it is handed
+ * over as --namespace=-f=false). The arguments after "--" are left as they are.
  */
-export function goBooleans(argv: readonly string[], names: readonly string[]): string[] {
+export function goBooleans(argv: readonly string[], options: FlagOptions): string[] {
+  const booleans = new Set<string>();
+  /** Flags that take a value, by long name and alias: their long name. */
+  const valued = new Map<string, string>();
+  for (const [name, o] of Object.entries(options)) {
+    if (o.type === "boolean") {
+      booleans.add(name);
+      if (o.short !== undefined) booleans.add(o.short);
+    } else {
+      valued.set(name, name);
+      if (o.short !== undefined) valued.set(o.short, name);
+    }
+  }
   const out: string[] = [];
   for (let i = 0; i < argv.length; i++) {
     const arg = argv[i]!;
@@ -20,13 +38,27 @@ export function goBooleans(argv: readonly string[], names: readonly string[]): s
     }
     const m = /^(--?)([A-Za-z][A-Za-z-]*)(?:=(.*))?$/s.exec(arg);
     const name = m?.[2];
-    if (m === null || name === undefined || !names.includes(name)) {
+    if (m === null || name === undefined) {
       out.push(arg);
       continue;
     }
     // A one-letter flag is -x (--x is not it); a long one --name, or -name as Go's flag package takes it.
     const short = name.length === 1;
     if (short && m[1] !== "-") {
+      out.push(arg);
+      continue;
+    }
+    const long = valued.get(name);
+    if (long !== undefined && m[3] === undefined) {
+      // Its value is the next argument, whatever it looks like.
+      const value = argv[i + 1];
+      if (value === undefined) out.push(arg);
+      else if (value.startsWith("-")) out.push(`--${long}=${value}`);
+      else out.push(arg, value);
+      i++;
+      continue;
+    }
+    if (!booleans.has(name)) {
       out.push(arg);
       continue;
     }

@@ -107,18 +107,14 @@ export function parseExecFlags(argv: string[]): ExecFlags | "help" {
 }
 
 function parse(args: string[]) {
-  return parseArgs({
-    args: goBooleans(args, ["help", "h"]),
-    strict: true,
-    allowPositionals: true,
-    options: {
-      help: { type: "boolean", short: "h" },
-      ...kubeFlagOptions,
-      cwd: { type: "string" },
-      env: { type: "string", short: "e", multiple: true },
-      timeout: { type: "string" },
-    },
-  });
+  const options = {
+    help: { type: "boolean", short: "h" },
+    ...kubeFlagOptions,
+    cwd: { type: "string" },
+    env: { type: "string", short: "e", multiple: true },
+    timeout: { type: "string" },
+  } as const;
+  return parseArgs({ args: goBooleans(args, options), strict: true, allowPositionals: true, options });
 }
 
 /** One argument for sh, quoted so that it arrives as it was given. */

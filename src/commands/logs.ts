@@ -39,16 +39,12 @@ export interface LogsFlags extends KubeFlags {
 }
 
 export function parseLogsFlags(argv: string[]): LogsFlags | "help" {
-  const { values, positionals } = parseArgs({
-    args: goBooleans(argv, ["help", "h", "follow", "f"]),
-    strict: true,
-    allowPositionals: true,
-    options: {
-      help: { type: "boolean", short: "h" },
-      follow: { type: "boolean", short: "f", default: false },
-      ...kubeFlagOptions,
-    },
-  });
+  const options = {
+    help: { type: "boolean", short: "h" },
+    follow: { type: "boolean", short: "f", default: false },
+    ...kubeFlagOptions,
+  } as const;
+  const { values, positionals } = parseArgs({ args: goBooleans(argv, options), strict: true, allowPositionals: true, options });
   if (values.help) return "help";
   if (positionals.length !== 1) throw new Error(positionals.length === 0 ? "name the SandboxRun" : `unexpected argument "${positionals[1] ?? ""}"`);
   return {

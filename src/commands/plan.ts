@@ -48,21 +48,17 @@ export interface PlanFlags extends KubeFlags {
 
 /** Parses and validates the flags; throws an Error whose message names the flag. */
 export function parsePlanFlags(argv: string[]): PlanFlags | "help" {
-  const { values, positionals } = parseArgs({
-    args: goBooleans(argv, ["help", "h", "recursive", "R", "prune"]),
-    strict: true,
-    allowPositionals: true,
-    options: {
-      help: { type: "boolean", short: "h" },
-      filename: { type: "string", short: "f", multiple: true },
-      recursive: { type: "boolean", short: "R", default: false },
-      kustomize: { type: "string", short: "k" },
-      ...kubeFlagOptions,
-      prune: { type: "boolean", default: false },
-      selector: { type: "string", short: "l" },
-      output: { type: "string", short: "o", default: "text" },
-    },
-  });
+  const options = {
+    help: { type: "boolean", short: "h" },
+    filename: { type: "string", short: "f", multiple: true },
+    recursive: { type: "boolean", short: "R", default: false },
+    kustomize: { type: "string", short: "k" },
+    ...kubeFlagOptions,
+    prune: { type: "boolean", default: false },
+    selector: { type: "string", short: "l" },
+    output: { type: "string", short: "o", default: "text" },
+  } as const;
+  const { values, positionals } = parseArgs({ args: goBooleans(argv, options), strict: true, allowPositionals: true, options });
   if (values.help) return "help";
   if (positionals.length > 0) throw new Error(`unexpected argument "${positionals[0] ?? ""}" (manifests are given with -f or -k)`);
   const filenames = values.filename ?? [];

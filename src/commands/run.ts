@@ -50,29 +50,26 @@ export interface RunFlags {
 
 /** Parses and validates the flags; throws an Error whose message names the flag. */
 export function parseRunFlags(argv: string[]): RunFlags | "help" {
-  const { values } = parseArgs({
-    args: goBooleans(argv, ["help", "leader-elect", "sharding"]),
-    strict: true,
-    options: {
-      help: { type: "boolean", short: "h" },
-      kubeconfig: { type: "string" },
-      namespace: { type: "string", multiple: true },
-      "sync-period": { type: "string", default: "10m" },
-      concurrency: { type: "string", default: "8" },
-      // The kubelet reports node status every 5 minutes (KEP-589); 10 is the sync period's
-      // default, and keeps the benchmark's 60 s TTL at 0.05 status writes per renewal.
-      "sandbox-status-interval": { type: "string", default: "10m" },
-      "leader-elect": { type: "boolean", default: false },
-      "leader-election-namespace": { type: "string" },
-      "leader-election-id": { type: "string", default: "agent-operator-leader" },
-      sharding: { type: "boolean", default: false },
-      "metrics-bind-address": { type: "string", default: ":8080" },
-      "health-probe-bind-address": { type: "string", default: ":8081" },
-      "graceful-shutdown-timeout": { type: "string", default: "30s" },
-      // The environment's LOG_LEVEL when the flag is not given (handy in a Deployment).
-      "log-level": { type: "string", default: process.env.LOG_LEVEL ?? "info" },
-    },
-  });
+  const options = {
+    help: { type: "boolean", short: "h" },
+    kubeconfig: { type: "string" },
+    namespace: { type: "string", multiple: true },
+    "sync-period": { type: "string", default: "10m" },
+    concurrency: { type: "string", default: "8" },
+    // The kubelet reports node status every 5 minutes (KEP-589); 10 is the sync period's
+    // default, and keeps the benchmark's 60 s TTL at 0.05 status writes per renewal.
+    "sandbox-status-interval": { type: "string", default: "10m" },
+    "leader-elect": { type: "boolean", default: false },
+    "leader-election-namespace": { type: "string" },
+    "leader-election-id": { type: "string", default: "agent-operator-leader" },
+    sharding: { type: "boolean", default: false },
+    "metrics-bind-address": { type: "string", default: ":8080" },
+    "health-probe-bind-address": { type: "string", default: ":8081" },
+    "graceful-shutdown-timeout": { type: "string", default: "30s" },
+    // The environment's LOG_LEVEL when the flag is not given (handy in a Deployment).
+    "log-level": { type: "string", default: process.env.LOG_LEVEL ?? "info" },
+  } as const;
+  const { values } = parseArgs({ args: goBooleans(argv, options), strict: true, options });
   if (values.help) return "help";
   const concurrency = Number(values.concurrency);
   if (!Number.isInteger(concurrency) || concurrency < 1) {

@@ -23,6 +23,20 @@ describe("kubectl-style booleans", () => {
     expect(() => parseLogsFlags(["-f=sometimes", "run"])).toThrow('-f: "sometimes" is not true or false');
   });
 
+  it("a value that looks like a boolean flag is the value of the flag before it, as pflag reads it", () => {
+    // -n takes the next argument whatever it is: the namespace "-f=false", not -n with no value
+    // and a dropped -f (which made the run's name the namespace and left no run named).
+    expect(parseLogsFlags(["-n", "-f=false", "run"])).toMatchObject({ run: "run", follow: false, namespace: "-f=false" });
+    expect(parsePlanFlags(["-l", "--prune=true", "-f", "d"])).toMatchObject({ prune: false });
+    expect(parseLogsFlags(["--namespace", "team-a", "-f=true", "run"])).toMatchObject({ run: "run", follow: true, namespace: "team-a" });
+  });
+
+  it("run: its one-letter -h=true too (Go's booleans are read from the flags it declares)", async () => {
+    const { parseRunFlags } = await import("../../../src/commands/run.js");
+    expect(parseRunFlags(["-h=true"])).toBe("help");
+    expect(parseRunFlags(["--sharding=false", "--leader-elect=1"])).toMatchObject({ sharding: false, leaderElect: true });
+  });
+
   it("exec: --help=false is no help; booleans after -- are the command's", () => {
     expect(parseExecFlags(["--help=false", "box", "--", "ls", "--prune=false"])).toMatchObject({ sandbox: "box", command: "ls --prune=false" });
     expect(parseExecFlags(["-h=true"])).toBe("help");
