@@ -179,8 +179,7 @@ export class Manager {
    * controller that asks; with a namespace restriction, it lists/watches each namespace.
    */
   informerFor<T extends KubeObject>(path: string, opts: InformerForOptions = {}): Informer<T> {
-    const labelSelector = opts.labelSelector ?? this.o.defaultLabelSelector?.(path);
-    const key = this.informerKey(path, opts);
+    const { key, labelSelector } = this.cacheOf(path, opts);
     const pageSize = opts.pageSize ?? this.o.informerDefaults?.pageSize;
     const existing = this.informers.get(key);
     if (existing) {
@@ -213,12 +212,13 @@ export class Manager {
 
   /** The informer informerFor(path, opts) returns, if some caller made it already; never makes one. */
   existingInformer<T extends KubeObject>(path: string, opts: Pick<InformerForOptions, "labelSelector" | "fieldSelector" | "view"> = {}): Informer<T> | undefined {
-    return this.informers.get(this.informerKey(path, opts)) as Informer<T> | undefined;
+    return this.informers.get(this.cacheOf(path, opts).key) as Informer<T> | undefined;
   }
 
-  private informerKey(path: string, opts: Pick<InformerForOptions, "labelSelector" | "fieldSelector" | "view">): string {
+  /** One cache per collection, label selector (the default applied), field selector and view. */
+  private cacheOf(path: string, opts: Pick<InformerForOptions, "labelSelector" | "fieldSelector" | "view">): { key: string; labelSelector: string | undefined } {
     const labelSelector = opts.labelSelector ?? this.o.defaultLabelSelector?.(path);
-    return `${path}?l=${labelSelector ?? ""}&f=${opts.fieldSelector ?? ""}&v=${opts.view?.name ?? ""}`;
+    return { key: `${path}?l=${labelSelector ?? ""}&f=${opts.fieldSelector ?? ""}&v=${opts.view?.name ?? ""}`, labelSelector };
   }
 
   /** Convenience: a Controller with the manager's logger and metrics, added to the manager. */

@@ -146,16 +146,14 @@ interface Replica {
 const replicas: Replica[] = [];
 
 async function startReplica(name: string, lease: string): Promise<Replica> {
-  const args = [
-    ...operatorArgs({
-      kubeconfig: testKubeconfig(),
-      namespaces: [ns.name],
-      leaderElection: { namespace: ns.name, id: lease },
-      logLevel: "info",
-      concurrency: 8,
-    }),
-    "--sharding",
-  ];
+  const args = operatorArgs({
+    kubeconfig: testKubeconfig(),
+    namespaces: [ns.name],
+    leaderElection: { namespace: ns.name, id: lease },
+    sharding: true,
+    logLevel: "info",
+    concurrency: 8,
+  });
   const child = spawn(process.execPath, args, {
     cwd: REPO_ROOT,
     env: { ...process.env, KUBECONFIG: testKubeconfig(), POD_NAME: name },
