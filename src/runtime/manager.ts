@@ -10,7 +10,8 @@
 // reconciles within the grace period -> the Lease is released (holderIdentity cleared, so the
 // successor takes over at once; left to expire instead if a reconcile outlived the grace
 // period, see abandonedWork) -> informers stop -> pending Events are flushed (bounded) ->
-// servers close. Losing the Lease ends the manager with reason "leadership-lost" (as
+// servers close. In sharded mode the Lease is released as soon as the leader-only controllers
+// have drained, while the replica's own controllers still finish theirs. Losing the Lease ends the manager with reason "leadership-lost" (as
 // controller-runtime exits on lost leadership: a fresh process is the safe way back).
 //
 // Sharded mode (src/sharding/, `run --sharding`) uses a few options that are no-ops when unset:
@@ -387,20 +388,39 @@ export class Manager {
     const graceOf = (c: Controller) => (this.stopReason === "leadership-lost" && !this.runsWithoutLeading(c) ? 0 : grace);
     this.logger.info({ reason: this.stopReason, graceMs: grace }, "manager stopping");
     const deadline = Date.now() + grace;
-    const outcomes = await Promise.all(this.controllers.map((c) => c.stop(graceOf(c)).catch(() => "timeout" as const)));
+    const stopAll = (cs: readonly Controller[]) => Promise.all(cs.map((c) => c.stop(graceOf(c)).catch(() => "timeout" as const)));
+    const leaderOnly = this.controllers.filter((c) => !this.runsWithoutLeading(c));
+    const shared = this.controllers.filter((c) => this.runsWithoutLeading(c));
+    const outcomes = (
+      await Promise.all([
+        stopAll(leaderOnly).then(async (ends) => {
+          // Sharded mode: once the leader's own work has stopped, another replica may lead at once,
+          // while this one's share drains (its member Lease fences that, not the leader Lease).
+          // Leading on, a stopping leader whose share hangs would hold the sharder, and with it
+          // every move of that share, until its process ends and the Lease runs out. And a
+          // stopping replica that does not lead stops campaigning, rather than win mid-drain.
+          if (shared.length > 0 && ends.every((o) => o === "drained")) await this.endElection("leadership handed over while the replica's share drains");
+          return ends;
+        }),
+        stopAll(shared),
+      ])
+    ).flat();
     const drained = outcomes.every((o) => o === "drained");
     if (!drained) {
       // Abandoned reconciles may still write: a successor must not start beside them. Leave the
       // leader Lease to expire (as sharded mode keeps its member Lease), and say so: the caller
       // ends the process (`abandonedWork`), which ends them.
       this.abandoned = true;
-      this.elector?.keepLeaseOnStop();
-      this.logger.warn({ graceMs: grace }, "reconciles outlived the grace period: the leader Lease is left to expire, not released");
+      if (this.electionAbort.signal.aborted) {
+        // Handed over already: only the replica's share was still at work, fenced by its member Lease.
+        this.logger.warn({ graceMs: grace }, "reconciles outlived the grace period");
+      } else {
+        this.elector?.keepLeaseOnStop();
+        this.logger.warn({ graceMs: grace }, "reconciles outlived the grace period: the leader Lease is left to expire, not released");
+      }
     }
     for (const hook of this.stoppedHooks) await hook(drained).catch((err: unknown) => this.logger.warn({ err: errorMessage(err) }, "stop hook failed"));
-    this.electionAbort.abort(new Error("manager stopping"));
-    await this.electionDone?.catch(() => undefined);
-    this.leading = false;
+    await this.endElection();
     await Promise.all([...this.informers.values()].map((i) => i.stop().catch(() => undefined)));
     await Promise.race([this.events.flush(), delay(Math.max(1_000, Math.min(5_000, deadline - Date.now())))]);
     this.events.close(); // what is still waiting (rate limit) is dropped, not written through a closed client
@@ -411,6 +431,16 @@ export class Manager {
     this.stopCountingRequests();
     this.logger.info({ reason: this.stopReason }, "manager stopped");
     this.resolveDone(this.stopReason);
+  }
+
+  /** Stop campaigning; the Lease, if held, is released (unless keepLeaseOnStop). Idempotent. */
+  private async endElection(why?: string): Promise<void> {
+    if (!this.electionAbort.signal.aborted) {
+      if (why !== undefined && this.leading) this.logger.info(why);
+      this.electionAbort.abort(new Error("manager stopping"));
+    }
+    await this.electionDone?.catch(() => undefined);
+    this.leading = false;
   }
 
   private async startServers(): Promise<void> {

@@ -241,10 +241,12 @@ export class Sharding {
     manager.onStopping(() => member.stopRenewing());
     // Leave the ring once the controllers have stopped: the share then moves without a drain.
     // Not while a reconcile that outlived the grace period may still write: the Lease then
-    // expires, and is fenced, as a killed replica's.
+    // expires, and is fenced, as a killed replica's. The member Lease first: its stop ends the
+    // wait for the renew deadline (stopRenewing), which the view of the members must not delay.
+    // (A leader has handed the sharder over by now, unless its own controllers hung: the Lease is kept then.)
     manager.onControllersStopped(async (drained) => {
-      await peers.stop();
       await member.stop({ leave: drained });
+      await peers.stop();
     });
   }
 

@@ -7,6 +7,8 @@
 // signal on, so it runs out a lease duration (15 s) later, and the other replica takes the
 // share over. Nor may the hung call outlive the membership: at the renew deadline of the last
 // renewal the membership is lost, and the process ends 3 s later, as when a renewal fails.
+// The leader, stopped so, hands leadership (the sharder, which makes the moves) over at once,
+// rather than holding it until its process ends and its leader Lease runs out.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startEmulator, type Emulator } from "../../../src/emulator/index.js";
 import { OWNER_LABEL } from "../../../src/sharding/labels.js";
@@ -15,13 +17,10 @@ import { API_KEY, apply, connectionManifest, installCRDs } from "../support/oper
 import { startOperatorProcess, type OperatorProcess } from "../support/process.js";
 import { deleteAllManaged, listManaged, waitAllReady, type ListedResource } from "./support.js";
 
-const ns = useTestNamespace("fault-shard-stop");
 const SANDBOXES = 12;
 const GRACE_S = 60;
 const CALL_TIMEOUT_S = 120;
-const NAMES = ["stop-r0", "stop-r1"];
 let emulator: Emulator;
-const replicas: OperatorProcess[] = [];
 
 const ownerOf = (r: ListedResource): string => (r.metadata as { labels?: Record<string, string> }).labels?.[OWNER_LABEL] ?? "";
 const vmOf = (r: ListedResource): string | undefined => (r as { status?: { vmId?: string } }).status?.vmId;
@@ -29,22 +28,36 @@ const vmOf = (r: ListedResource): string | undefined => (r as { status?: { vmId?
 beforeAll(async () => {
   await installCRDs();
   emulator = await startEmulator({ apiKey: API_KEY, strictBodies: true, orgId: "org-e2e" });
-  await apply(connectionManifest(ns.name, emulator).replace("  credentials:", `  timeoutSeconds: ${CALL_TIMEOUT_S}\n  credentials:`), ns.name);
 });
 
 afterAll(async () => {
-  emulator?.clearFaults();
-  if (replicas.some((p) => p.alive())) await deleteAllManaged(ns.name);
-  await Promise.all(replicas.map((p) => p.kill()));
   await emulator?.close();
 });
 
-describe("a sharded replica stopped while a reconcile hangs", () => {
+describe.each([
+  { role: "follower", leads: false },
+  { role: "leader", leads: true },
+])("a sharded replica stopped while a reconcile hangs: the $role", ({ role, leads }) => {
+  const ns = useTestNamespace(`fault-shard-stop-${role}`);
+  const names = [`stop-${role}-r0`, `stop-${role}-r1`];
+  const replicas: OperatorProcess[] = [];
+
+  beforeAll(async () => {
+    await apply(connectionManifest(ns.name, emulator).replace("  credentials:", `  timeoutSeconds: ${CALL_TIMEOUT_S}\n  credentials:`), ns.name);
+  });
+
+  afterAll(async () => {
+    emulator?.clearFaults();
+    if (replicas.some((p) => p.alive())) await deleteAllManaged(ns.name);
+    await Promise.all(replicas.map((p) => p.kill()));
+  });
+
   it("hands its share over a lease duration after the signal, not after its grace period", async () => {
     const lease = uniqueName("shard-stop");
+    const requestsBefore = emulator.requests.length; // the emulator serves both cases
     replicas.push(
       ...(await Promise.all(
-        NAMES.map((name) =>
+        names.map((name) =>
           startOperatorProcess({
             kubeconfig: testKubeconfig(),
             namespaces: [ns.name],
@@ -69,12 +82,14 @@ describe("a sharded replica stopped while a reconcile hangs", () => {
     await apply(manifests, ns.name);
     await waitAllReady(ns.name, SANDBOXES, { timeoutMs: 120_000 });
 
-    // The replica that does not lead (the sharder stays up) stops, once it owns a few Sandboxes.
+    // The replica that does not lead (the sharder stays up), or the leader, stops once it owns a few Sandboxes.
     const leaders = await Promise.all(replicas.map((r) => r.metric("leader_election_master_status", { name: lease })));
-    const victimIndex = leaders.findIndex((l) => l !== 1);
+    expect(leaders.filter((l) => l === 1)).toHaveLength(1);
+    const victimIndex = leaders.findIndex((l) => (l === 1) === leads);
     const victim = replicas[victimIndex]!;
-    const victimName = NAMES[victimIndex]!;
-    const survivorName = NAMES[1 - victimIndex]!;
+    const survivor = replicas[1 - victimIndex]!;
+    const victimName = names[victimIndex]!;
+    const survivorName = names[1 - victimIndex]!;
     const share = await waitFor(
       async () => {
         const own = (await listManaged(ns.name)).filter((r) => r.kind === "Sandbox" && ownerOf(r) === victimName);
@@ -95,6 +110,18 @@ describe("a sharded replica stopped while a reconcile hangs", () => {
 
     const signalledAt = Date.now();
     victim.kill("SIGTERM").catch(() => undefined);
+    if (leads) {
+      // The survivor leads (its sharder will make the moves) while the stopping leader still
+      // finishes: that one's Connection controller had nothing in flight, so it gave leadership
+      // up at once. Held until its process ended, the Lease would run out only a lease duration
+      // after that, and the moves wait for it.
+      await waitFor(async () => (await survivor.metric("leader_election_master_status", { name: lease })) === 1, {
+        timeoutMs: 30_000,
+        intervalMs: 100,
+        description: `${survivorName} to lead`,
+      });
+      expect(victim.alive(), "the stopping leader had ended before the survivor led").toBe(true);
+    }
     const rest = share.slice(1).map((r) => r.metadata.name);
     await waitFor(
       async () => {
@@ -105,6 +132,7 @@ describe("a sharded replica stopped while a reconcile hangs", () => {
       { timeoutMs: (GRACE_S - 15) * 1000, intervalMs: 250, description: `${victimName}'s other Sandboxes to move to ${survivorName}` },
     );
     const movedAfterMs = Date.now() - signalledAt;
+    if (leads) expect(victim.logs.some((l) => l.includes("leadership handed over while the replica's share drains"))).toBe(true);
     expect(movedAfterMs).toBeLessThan(GRACE_S * 1000);
     expect(victim.logs.some((l) => l.includes("the member Lease is no longer renewed"))).toBe(true);
     // The stopping process did not wait out its grace period with the hung call open: it lost
@@ -121,6 +149,6 @@ describe("a sharded replica stopped while a reconcile hangs", () => {
     });
     await waitAllReady(ns.name, SANDBOXES - 1, { timeoutMs: 60_000 });
     // Nothing was allocated twice: one VM per Sandbox, ever.
-    expect(emulator.requests.filter((r) => r.operation === "vms.allocate" && r.status === 201)).toHaveLength(SANDBOXES);
+    expect(emulator.requests.slice(requestsBefore).filter((r) => r.operation === "vms.allocate" && r.status === 201)).toHaveLength(SANDBOXES);
   });
 });
