@@ -463,6 +463,16 @@ function shardRows(h: ShardsResult): Row[] {
       (b ? ` (one unsharded operator, whole run: ${Object.entries(b.service.byOperation).filter(([k]) => k.endsWith(".list")).reduce((a, [, v]) => a + v, 0)})` : ""),
     met: null,
   });
+  if (!graceful) {
+    const heirs = Object.entries(s.heirsAtWorkSeconds);
+    const last = heirs.length === 0 ? null : Math.max(...heirs.map(([, v]) => v));
+    rows.push({
+      scenario: `7. shards: ${h.signal} -> its heirs at work on its share (the fence seen, their caches holding it; nothing relabelled yet)`,
+      target: "within one lease duration (15 s)",
+      measured: heirs.length === 0 ? "no heir logged it (no fence named heirs)" : `${last} s (${heirs.map(([k, v]) => `${k} ${v} s`).join(", ")})`,
+      met: last !== null && last <= 15,
+    });
+  }
   const tc = s.takeoverCpu;
   if (tc !== null) {
     const api = tc.seconds["kube-apiserver"] ?? Number.NaN;

@@ -24,6 +24,9 @@ import { errorMessage, log, round, sleep, waitUntil } from "../lib/util.js";
 
 export const SHARD_KILLS = ["member", "leader"] as const;
 export type ShardKill = (typeof SHARD_KILLS)[number];
+/** What a replica logs once its caches hold what it inherited from a fenced replica (src/sharding/replica.ts). */
+const INHERITED_LOG = "shard succession: its caches hold what it inherits";
+
 /** SIGKILL: a crash (its Lease expires and is fenced); SIGTERM: a graceful stop (it deletes its Lease on the way out). */
 export const SHARD_SIGNALS = ["SIGKILL", "SIGTERM"] as const;
 export type ShardSignal = (typeof SHARD_SIGNALS)[number];
@@ -91,6 +94,12 @@ export interface ShardedRun extends ShardsRun {
   takeoverSeconds: number | null;
   /** The same, per kind (Sandboxes are the ones with renewals due). */
   takeoverSecondsByKind: Record<string, number>;
+  /**
+   * Per surviving replica: seconds from the kill until it worked on what it inherited (the
+   * fence seen, its caches holding the dead replica's objects: src/sharding/succession.ts),
+   * before any of them was relabelled. Empty when no fence named heirs (a graceful stop).
+   */
+  heirsAtWorkSeconds: Record<string, number>;
   /**
    * CPU from the kill to the last move, per process (the API server, the live replicas, the
    * benchmark), and the dead replica's objects it moved: whether the takeover waits for the
@@ -427,6 +436,12 @@ async function runSharded(cluster: Cluster, p: ShardsParams, mix: Mix): Promise<
       await onTick();
     }
     const exitCode = k.stopping === undefined ? undefined : await k.stopping;
+    const heirsAtWorkSeconds: Record<string, number> = {};
+    for (const r of replicas) {
+      if (r === k.victim || k.killedAtMs === undefined) continue;
+      const at = r.op.logLineAt(r.logFile, INHERITED_LOG);
+      if (at !== undefined) heirsAtWorkSeconds[r.name] = round((r.op.startedAtWall + at * 1000 - k.killedAtMs) / 1000, 1);
+    }
     const afterKillSeconds = k.killedAt === undefined ? null : round((performance.now() - k.killedAt) / 1000, 1);
     const end = await owners(cluster, ns);
     const replicaCosts: ShardedRun["replicas"] = {};
@@ -465,6 +480,7 @@ async function runSharded(cluster: Cluster, p: ShardsParams, mix: Mix): Promise<
       drainsPendingAtEnd: end.drains,
       takeoverSeconds: k.takeoverSeconds,
       takeoverSecondsByKind: k.takeoverByKind,
+      heirsAtWorkSeconds,
       takeoverCpu: k.takeoverCpu,
       allLabelledSeconds: k.allLabelledSeconds,
       afterKillSeconds,

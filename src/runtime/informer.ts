@@ -93,6 +93,11 @@ class StoppedError extends Error {
   override readonly name = "StoppedError";
 }
 
+/** setLabelSelector: the watch ends, and the next list is under the new selector. */
+class SelectorChanged extends Error {
+  override readonly name = "SelectorChanged";
+}
+
 type Outcome = "closed" | "error" | "gone" | "stalled";
 
 /** Insert `/namespaces/{ns}` before the plural of a cluster-wide collection path. */
@@ -111,6 +116,8 @@ interface Reflector {
   synced: boolean;
   abort: AbortController | undefined;
   loop: Promise<void> | undefined;
+  /** setLabelSelector's callers, told once a list under the new selector is in. */
+  reselected: Array<() => void>;
 }
 
 export class Informer<T extends KubeObject> {
@@ -132,6 +139,8 @@ export class Informer<T extends KubeObject> {
   private synced = false;
   private stopped = false;
   private started: Promise<void> | undefined;
+  /** The selector lists and watches use now (setLabelSelector); opts.labelSelector is the one it was made with. */
+  private labelSelector: string | undefined;
   private syncWaiters: { resolve: () => void; reject: (e: Error) => void }[] = [];
 
   /** The list page size it was made with (undefined: one list). */
@@ -145,6 +154,7 @@ export class Informer<T extends KubeObject> {
     this.path = opts.path;
     this.metrics = opts.metrics;
     this.log = opts.logger.child({ informer: opts.path });
+    this.labelSelector = opts.labelSelector;
     const namespaces = [...new Set(opts.namespaces ?? [])];
     this.reflectors =
       namespaces.length === 0
@@ -200,10 +210,32 @@ export class Informer<T extends KubeObject> {
     const waiters = this.syncWaiters.splice(0);
     for (const w of waiters) w.reject(new Error(`informer ${this.path} stopped before its cache synced`));
     await Promise.all(this.reflectors.map((r) => r.loop));
+    for (const r of this.reflectors) for (const resolve of r.reselected.splice(0)) resolve();
   }
 
   hasSynced(): boolean {
     return this.synced;
+  }
+
+  /**
+   * Select by another label selector from now on (a sharded replica taking on a fenced
+   * member's share without a write to any of its objects). Lists again under it, emitting
+   * the differences as a relist after a 410 does, and resolves once that list is in (or the
+   * informer stopped). The informer keeps the key (and metric labels) it was made with.
+   */
+  setLabelSelector(selector: string | undefined): Promise<void> {
+    if (selector === this.labelSelector && !this.reflectors.some((r) => r.reselected.length > 0)) return Promise.resolve();
+    this.labelSelector = selector;
+    if (this.started === undefined || this.stopped) return Promise.resolve();
+    return Promise.all(
+      this.reflectors.map(
+        (r) =>
+          new Promise<void>((resolve) => {
+            r.reselected.push(resolve);
+            r.abort?.abort(new SelectorChanged("label selector changed"));
+          }),
+      ),
+    ).then(() => undefined);
   }
 
   get(namespace: string | undefined, name: string): T | undefined {
@@ -281,6 +313,11 @@ export class Informer<T extends KubeObject> {
         outcome = "closed";
       } catch (err) {
         if (this.stopped) break;
+        if (abort.signal.reason instanceof SelectorChanged) {
+          // Not a failure: list again at once, under the new selector.
+          needList = true;
+          continue;
+        }
         if (abort.signal.reason instanceof WatchStalledError) {
           outcome = "stalled";
           log.warn({ resourceVersion: r.resourceVersion }, abort.signal.reason.message);
@@ -316,13 +353,15 @@ export class Informer<T extends KubeObject> {
       try {
         await sleep(delay, undefined, { signal: abort.signal });
       } catch {
-        break; // stopped
+        if (this.stopped) break;
+        needList = true; // the selector changed: list under it now
       }
     }
   }
 
   private async relist(r: Reflector, signal: AbortSignal): Promise<void> {
     this.metrics?.informerRelists.inc({ resource: this.path });
+    const labelSelector = this.labelSelector;
     const items: T[] = [];
     let cont: string | undefined;
     let limit: number | undefined = this.opts.pageSize;
@@ -333,7 +372,7 @@ export class Informer<T extends KubeObject> {
       let page: ObjectList<T>;
       try {
         page = await this.client.list<T>(r.path, {
-          labelSelector: this.opts.labelSelector,
+          labelSelector,
           fieldSelector: this.opts.fieldSelector,
           limit,
           continue: cont,
@@ -368,6 +407,8 @@ export class Informer<T extends KubeObject> {
       }
     }
     this.replace(r, items, rv);
+    // Changed again meanwhile: that change aborted this list's watch-to-be too, and the next list tells.
+    if (labelSelector === this.labelSelector) for (const resolve of r.reselected.splice(0)) resolve();
   }
 
   /** Swap in a full list for the reflector's scope, emitting the differences (DeltaFIFO.Replace). */
@@ -456,7 +497,7 @@ export class Informer<T extends KubeObject> {
           resourceVersion: r.resourceVersion,
           allowWatchBookmarks: true,
           timeoutSeconds,
-          labelSelector: this.opts.labelSelector,
+          labelSelector: this.labelSelector,
           fieldSelector: this.opts.fieldSelector,
         },
         abort.signal,
@@ -605,5 +646,5 @@ function storeKey(ns: string, name: string): string {
 }
 
 function newReflector(path: string, namespace: string | undefined): Reflector {
-  return { path, namespace, resourceVersion: "", synced: false, abort: undefined, loop: undefined };
+  return { path, namespace, resourceVersion: "", synced: false, abort: undefined, loop: undefined, reselected: [] };
 }

@@ -28,7 +28,7 @@ import type { Metrics } from "./metrics.js";
 export interface Lease {
   apiVersion?: string;
   kind?: string;
-  metadata: { name?: string; namespace?: string; resourceVersion?: string; labels?: Record<string, string> };
+  metadata: { name?: string; namespace?: string; resourceVersion?: string; labels?: Record<string, string>; annotations?: Record<string, string> };
   spec?: {
     holderIdentity?: string | null;
     leaseDurationSeconds?: number | null;

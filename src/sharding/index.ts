@@ -167,6 +167,11 @@ export class Sharding {
         operator.pool.setRateShare(1 / Math.max(1, m.length));
         this.sharder?.setMembers(m);
       },
+      // A fenced member's heirs work on its objects at once, before any of them is relabelled.
+      onSuccession: (view) => {
+        this.replica.setSuccession(view);
+        this.sharder?.setSuccession(view);
+      },
     });
     this.peers = peers;
     manager.whileLeading(async (signal) => {
@@ -191,6 +196,7 @@ export class Sharding {
       // (as a non-leader, this replica dropped expired ones without fencing them).
       this.leading = true;
       peers.refresh();
+      sharder.setSuccession(peers.succession());
       sharder.setMembers(peers.members());
       this.sharder = sharder;
       const stop = async (): Promise<void> => {

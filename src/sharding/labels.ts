@@ -1,7 +1,8 @@
 // The labels of sharded mode, and a replica's identity.
 //
 //  - OWNER_LABEL on every sharded object names the replica that reconciles it; each replica's
-//    informers select `OWNER_LABEL=<itself>`, so its caches hold only its share.
+//    informers select `OWNER_LABEL=<itself>`, so its caches hold only its share (and, after a
+//    member died, the owner labels of what it inherited: src/sharding/succession.ts).
 //  - DRAIN_LABEL asks the owner to let go of an object (the handshake of a move): the owner
 //    removes both labels once no reconcile of the object is running, and only then does the
 //    sharder name the new owner.
@@ -17,6 +18,11 @@ export const MEMBER_LABEL = "shard.agentcompute.dev/member";
 /** The label selector of a replica's own share. */
 export function ownerSelector(identity: string): string {
   return `${OWNER_LABEL}=${identity}`;
+}
+
+/** The label selector of objects owned by any of `identities` (a replica's own share and what it inherited). */
+export function ownersSelector(identities: readonly string[]): string {
+  return identities.length === 1 ? ownerSelector(identities[0]!) : `${OWNER_LABEL} in (${[...identities].sort().join(",")})`;
 }
 
 /**

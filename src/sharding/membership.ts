@@ -26,6 +26,7 @@ import { isConflict, isNotFound, leasesPath, type KubeClient } from "../runtime/
 import type { Lease } from "../runtime/leader-election.js";
 import type { Metrics } from "../runtime/metrics.js";
 import { MEMBER_LABEL } from "./labels.js";
+import { FENCED_MEMBER_ANNOTATION, HEIRS_ANNOTATION, fenceAnnotations, fenceOf, type SuccessionView } from "./succession.js";
 
 export interface MembershipTimings {
   leaseDurationMs: number;
@@ -243,6 +244,9 @@ export class MemberLease {
         name: this.o.name,
         namespace: this.o.namespace,
         labels: { ...base?.metadata.labels, [MEMBER_LABEL]: this.o.ring },
+        // A fence of a process before names heirs that no longer work on its share once it is
+        // taken back (which waits until nothing carries this identity's label: see take()).
+        annotations: withoutFence(base?.metadata.annotations),
       },
       spec: {
         holderIdentity: this.o.identity,
@@ -357,6 +361,12 @@ export class MemberLease {
   }
 }
 
+function withoutFence(annotations: Record<string, string> | undefined): Record<string, string> | undefined {
+  if (annotations === undefined) return undefined;
+  const { [FENCED_MEMBER_ANNOTATION]: _member, [HEIRS_ANNOTATION]: _heirs, ...rest } = annotations;
+  return Object.keys(rest).length > 0 ? rest : undefined;
+}
+
 /** How soon a fence that could not be written (the API server down) is tried again. */
 const FENCE_RETRY_MS = 1_000;
 /** How often the leader looks for fenced Leases to delete. */
@@ -424,6 +434,8 @@ export interface MemberSetOptions {
   leasesInUse?(): ReadonlySet<string> | undefined;
   /** The live members changed (sorted identities). */
   onChange(members: string[]): void;
+  /** The held and the fenced member Leases changed (src/sharding/succession.ts). */
+  onSuccession?(view: SuccessionView): void;
 }
 
 /**
@@ -440,6 +452,9 @@ export class MemberSet {
   private readonly fenceTried = new Map<string, number>();
   /** Fenced member Leases (holder empty), by name: when this replica first saw each so. */
   private readonly fencedSince = new Map<string, number>();
+  /** Fenced member Leases with heirs, by name. */
+  private readonly fences = new Map<string, { member: string; heirs: string[] }>();
+  private lastSuccession = "";
   private lastCollected = -Infinity;
   private current: string[] = [];
   private timer: NodeJS.Timeout | undefined;
@@ -460,8 +475,17 @@ export class MemberSet {
       this.versions.delete(name);
       this.fenceTried.delete(name);
       this.fencedSince.delete(name);
+      this.fences.delete(name);
       this.evaluate();
     });
+  }
+
+  /** Who holds a member Lease, and the fenced ones' heirs. */
+  succession(): SuccessionView {
+    return {
+      holders: new Set([...this.records.values()].map((r) => r.holder)),
+      heirs: new Map([...this.fences.values()].map((f) => [f.member, f.heirs])),
+    };
   }
 
   async start(): Promise<void> {
@@ -493,6 +517,9 @@ export class MemberSet {
     if (next === undefined) this.records.delete(name);
     else this.records.set(name, next);
     this.versions.set(name, lease.metadata.resourceVersion);
+    const fence = fenceOf(lease);
+    if (fence === undefined) this.fences.delete(name);
+    else this.fences.set(name, fence);
     if ((lease.spec?.holderIdentity ?? "") !== "") this.fencedSince.delete(name);
     else if (!this.fencedSince.has(name)) {
       this.fencedSince.set(name, performance.now());
@@ -503,6 +530,7 @@ export class MemberSet {
 
   private evaluate(): void {
     if (!this.informer.hasSynced()) return;
+    this.reportSuccession();
     const now = performance.now();
     // Where departures are confirmed, an expired record still counts until its fence is written.
     const fencing = this.o.fencing?.() ?? false;
@@ -519,6 +547,15 @@ export class MemberSet {
     this.current = live;
     this.o.logger.info({ members: live, joined, left }, "shard ring members changed");
     this.o.onChange(live);
+  }
+
+  private reportSuccession(): void {
+    if (this.o.onSuccession === undefined) return;
+    const view = this.succession();
+    const id = JSON.stringify([[...view.holders].sort(), [...view.heirs].sort()]);
+    if (id === this.lastSuccession) return;
+    this.lastSuccession = id;
+    this.o.onSuccession(view);
   }
 
   /**
@@ -573,9 +610,19 @@ export class MemberSet {
       if (this.records.get(name) === record) this.records.delete(name);
       log.info({ member: record.holder }, how);
     };
+    // Its heirs: the members whose Leases have not run out (not those waiting for a fence
+    // themselves), who take on its objects from this write on (succession.ts).
+    const heirs = liveMembers(this.records.values(), performance.now()).filter((m) => m !== record.holder);
     try {
-      await this.o.client.patch(path, { metadata: { resourceVersion: version }, spec: { holderIdentity: "" } }, "merge", { discardResult: true });
-      return gone("member Lease expired: fenced it, so its share moves (its replica, if it still runs, stops at its next renewal)");
+      await this.o.client.patch(
+        path,
+        { metadata: { resourceVersion: version, annotations: fenceAnnotations(record.holder, heirs) }, spec: { holderIdentity: "" } },
+        "merge",
+        { discardResult: true },
+      );
+      // Known before the watch tells: the sharder must name these heirs for its objects, as they do.
+      if (heirs.length > 0) this.fences.set(name, { member: record.holder, heirs: [...heirs].sort() });
+      return gone("member Lease expired: fenced it; its heirs work on its share from now on, and its objects move to them (its replica, if it still runs, stops at its next renewal)");
     } catch (err) {
       if (isNotFound(err)) return gone("member Lease deleted");
       if (!isConflict(err)) return log.warn({ err: errorMessage(err), member: record.holder }, "could not fence an expired member Lease; its share waits");

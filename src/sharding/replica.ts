@@ -13,9 +13,11 @@ import { RetryNoLaterThan, type Controller, type ReconcileContext, type Reconcil
 import type { Informer } from "../runtime/informer.js";
 import { isConflict, isNotFound, type KubeClient, type KubeObject } from "../runtime/kube-client.js";
 import { releasePatch } from "./assignment.js";
-import { DRAIN_LABEL, OWNER_LABEL, ownerSelector } from "./labels.js";
+import { DRAIN_LABEL, OWNER_LABEL, ownerSelector, ownersSelector } from "./labels.js";
 import { MembershipLapsed } from "./membership.js";
+import { objectKey } from "./ring.js";
 import { collectionPath, objectPath, type ShardedKind } from "./sharder.js";
+import { Succession, type SuccessionView } from "./succession.js";
 
 type Labelled = KubeObject & { metadata: { labels?: Record<string, string>; finalizers?: string[] } };
 
@@ -62,6 +64,12 @@ export class ReplicaShard {
   /** The sharded controllers, by name, and the objects each set aside while this replica could not work. */
   private readonly controllers = new Map<string, Controller>();
   private readonly setAside = new Map<string, Map<string, Request>>();
+  /** Who works on what the owner labels name (src/sharding/succession.ts). */
+  private readonly succession = new Succession();
+  /** Fenced members whose owner labels its caches select besides its own. */
+  private inherited: readonly string[] = [];
+  /** Caches listing again under a new selector: what they hold is not yet all there is. */
+  private reselecting = 0;
 
   constructor(private readonly o: ReplicaShardOptions) {
     this.selector = ownerSelector(o.identity);
@@ -100,11 +108,75 @@ export class ReplicaShard {
   }
 
   /**
-   * Whether any object carries this replica's owner label, as its own informers (synced before
-   * it joins) hold them: no API call, and a lag only makes the answer yes for longer. Yes while
-   * one of them has not synced.
+   * The member Leases changed. A member fenced with this replica among its heirs (directly, or
+   * through an heir that died too): its caches select that member's owner label as well, and
+   * the objects the heirs' ring gives this replica are worked on at once, ahead of the backlog,
+   * as objects that arrived from another owner (they did), without waiting for the sharder to
+   * relabel them.
+   */
+  setSuccession(view: SuccessionView): void {
+    const before = new Map<string, string | undefined>();
+    for (const kind of this.kinds()) for (const obj of this.foreign(kind)) before.set(arrivalKey(kind, obj), this.workerOf(kind, obj));
+    this.succession.set(view);
+    const inherited = this.succession.inheritedBy(this.o.identity);
+    if (inherited.join(",") !== this.inherited.join(",")) {
+      if (inherited.length > 0 || this.inherited.length > 0) this.o.logger.info({ inherited, before: this.inherited }, "shard succession: selecting the owner labels of fenced members whose heir this replica is");
+      this.inherited = inherited;
+      const selector = ownersSelector([this.o.identity, ...inherited]);
+      void Promise.all(this.kinds().map((kind) => this.reselect(this.own(kind), selector))).then(() => {
+        if (inherited.length > 0 && this.inherited === inherited) this.o.logger.info({ inherited }, "shard succession: its caches hold what it inherits");
+      });
+    }
+    // Objects cached already that became this replica's now (an heir of an heir died): they
+    // arrive now, whenever the watch brought them (their worker until now may have written since).
+    for (const kind of this.kinds()) {
+      const controller = this.controllers.get(kind.controller);
+      for (const obj of this.foreign(kind)) {
+        const key = arrivalKey(kind, obj);
+        if (this.workerOf(kind, obj) !== this.o.identity || before.get(key) === this.o.identity) continue;
+        if ((obj.metadata.finalizers ?? []).length > 0) this.arrived.set(key, Date.now());
+        controller?.enqueue({ namespace: obj.metadata.namespace ?? "", name: obj.metadata.name ?? "" }, { priority: true });
+      }
+    }
+  }
+
+  private reselect(informer: Informer<Labelled>, selector: string): Promise<void> {
+    this.reselecting++;
+    return informer.setLabelSelector(selector).finally(() => this.reselecting--);
+  }
+
+  /** The sharded kinds whose controllers are wired, with their controller's name. */
+  private kinds(): Array<ShardedKind & { controller: string }> {
+    const out: Array<ShardedKind & { controller: string }> = [];
+    for (const name of this.controllers.keys()) {
+      const kind = this.o.controllers.get(name);
+      if (kind !== undefined) out.push({ ...kind, controller: name });
+    }
+    return out;
+  }
+
+  /** Cached objects of `kind` labelled for another owner (inherited, or on their way out of the cache). */
+  private foreign(kind: ShardedKind): Labelled[] {
+    return this.own(kind)
+      .list()
+      .filter((o) => o.metadata.labels?.[OWNER_LABEL] !== this.o.identity);
+  }
+
+  /** The replica that works on `obj` now: its owner, or the owner's heir once the owner is fenced. */
+  private workerOf(kind: ShardedKind, obj: Labelled): string | undefined {
+    const labels = obj.metadata.labels;
+    const owner = labels?.[OWNER_LABEL];
+    if (owner === this.o.identity) return owner;
+    return this.succession.worker(owner, objectKey(kind.plural, obj.metadata.namespace ?? "", obj.metadata.name ?? ""));
+  }
+
+  /**
+   * Whether any object carries this replica's owner label (or one it inherits), as its own
+   * informers (synced before it joins) hold them: no API call, and a lag only makes the answer
+   * yes for longer. Yes while one of them has not synced, or is listing under a new selector.
    */
   ownsAny(): boolean {
+    if (this.reselecting > 0) return true;
     for (const name of this.controllers.keys()) {
       const kind = this.o.controllers.get(name);
       if (kind === undefined) continue;
@@ -120,6 +192,8 @@ export class ReplicaShard {
     if (kind === undefined) return;
     this.controllers.set(controller.name, controller);
     const own = this.own(kind);
+    // Wired after a succession was seen: its cache selects what the others do.
+    if (this.inherited.length > 0) void this.reselect(own, ownersSelector([this.o.identity, ...this.inherited]));
     const request = (obj: Labelled): Request => ({ namespace: obj.metadata.namespace ?? "", name: obj.metadata.name ?? "" });
     const enqueue = (obj: Labelled): void => {
       if (obj.metadata.labels?.[DRAIN_LABEL] !== undefined) controller.enqueue(request(obj), { priority: true });
@@ -147,9 +221,9 @@ export class ReplicaShard {
   private async reconcile(controller: string, kind: ShardedKind, inner: Reconciler, req: Request, ctx: ReconcileContext): Promise<Result | void> {
     const obj = this.own(kind).get(req.namespace, req.name);
     if (obj === undefined) return inner.reconcile(req, ctx); // gone: the reconciler forgets it
-    const labels = obj.metadata.labels ?? {};
-    // The selector guarantees the owner; an object of another owner is never worked on.
-    if (labels[OWNER_LABEL] !== this.o.identity) return;
+    // Its own, or inherited from a fenced owner with this replica as the heir; an object of
+    // another worker (a fenced owner's other heirs') is never worked on.
+    if (this.workerOf(kind, obj) !== this.o.identity) return;
     // Not joined yet, or its membership in doubt (a renewal overdue: after a stall, the queue's
     // timers fire before the renewal is tried): the share may be someone else's by now. Set
     // aside until it joins (resume), not polled: a fenced identity may wait a while.

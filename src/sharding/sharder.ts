@@ -16,6 +16,7 @@ import type { Metrics } from "../runtime/metrics.js";
 import { decide, patchFor, placementOrder, unrenewed, type Placeable } from "./assignment.js";
 import { OWNER_LABEL } from "./labels.js";
 import { Ring, objectKey } from "./ring.js";
+import { Succession, type SuccessionView } from "./succession.js";
 import { UrgentMoves } from "./urgent.js";
 
 /** A sharded kind: its plural and cluster-wide collection path. */
@@ -135,6 +136,8 @@ export class Sharder {
   private readonly placing = new Set<Part>();
   private ring: Ring = new Ring([]);
   private live: ReadonlySet<string> = new Set();
+  /** Who works on a gone owner's objects until they move (its heirs, named by its fence). */
+  private readonly succession = new Succession();
   /** Sandboxes with a running VM nobody renews (a gone replica's, or let go): placed before anything of any other kind. */
   private readonly urgent: UrgentMoves;
   private stopped = false;
@@ -240,6 +243,11 @@ export class Sharder {
     this.enqueue([...this.placing]);
   }
 
+  /** The member Leases changed: a fenced member's heirs are known (set before setMembers, from the same view). */
+  setSuccession(view: SuccessionView): void {
+    this.succession.set(view);
+  }
+
   /**
    * Resources (kind/name) of the namespace that use a Connection, over all replicas (the
    * Connection controller runs on the leader only). Throws until the caches are synced, so
@@ -266,16 +274,20 @@ export class Sharder {
   }
 
   /**
-   * The replicas named by some object's owner label; undefined until every cache is synced
-   * (an owner not listed yet must not look like none).
+   * The replicas named by some object's owner label, and the fenced ones its worker is found
+   * through (their fences name the heirs); undefined until every cache is synced (an owner not
+   * listed yet must not look like none).
    */
   owners(): ReadonlySet<string> | undefined {
     if (this.placing.size < this.parts.length) return undefined;
     const out = new Set<string>();
-    for (const { informer } of this.parts) {
+    for (const { kind, informer } of this.parts) {
       for (const obj of informer.list()) {
         const owner = obj.metadata.labels?.[OWNER_LABEL];
-        if (owner !== undefined) out.add(owner);
+        if (owner === undefined) continue;
+        out.add(owner);
+        if (this.live.has(owner)) continue;
+        for (const m of this.succession.chain(owner, objectKey(kind.plural, obj.metadata.namespace ?? "", obj.metadata.name ?? ""))) out.add(m);
       }
     }
     return out;
@@ -348,7 +360,13 @@ export class Sharder {
     if (this.stopped) return;
     const obj = informer.get(req.namespace, req.name);
     if (obj === undefined) return;
-    const desired = this.ring.owner(objectKey(kind.plural, req.namespace, req.name));
+    const key = objectKey(kind.plural, req.namespace, req.name);
+    // A gone owner's object goes to the replica working on it already (its heir, named by the
+    // fence: succession.ts), not to whomever the ring names now: moving it elsewhere would start
+    // a second worker beside the heir. A later pass drains it to the ring's choice if that differs.
+    const owner = obj.metadata.labels?.[OWNER_LABEL];
+    const heir = owner !== undefined && !this.live.has(owner) ? this.succession.worker(owner, key) : undefined;
+    const desired = heir !== undefined && this.live.has(heir) ? heir : this.ring.owner(key);
     const decision = decide(obj.metadata.labels, desired, this.live);
     const patch = patchFor(decision, obj.metadata.resourceVersion);
     if (patch === undefined) return;

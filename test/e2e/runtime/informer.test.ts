@@ -176,6 +176,36 @@ describe("Informer (real kube-apiserver)", () => {
     expect(inf.byIndex("color", `${ns4}/green`)).toEqual([]);
   });
 
+  it("takes another label selector while running: lists again, passing on only the differences, and watches under it", async () => {
+    const ns5 = await createNamespace(client, "rt-informer-sel");
+    closers.push(() => deleteNamespace(client, ns5));
+    const owned = (name: string, owner: string): Widget => ({ ...widget(ns5, name), metadata: { name, namespace: ns5, labels: { owner } } }) as Widget;
+    await client.create(path(ns5), owned("a1", "a"));
+    await client.create(path(ns5), owned("b1", "b"));
+    const inf = new Informer<Widget>(client, { path: path(ns5), labelSelector: "owner=a", logger: testLogger() });
+    informers.push(inf);
+    const seen = record(inf);
+    await inf.start();
+    expect(seen.adds).toEqual(["a1"]);
+
+    await inf.setLabelSelector("owner in (a,b)");
+    // Resolved once the list under it is in: b1 came as an add, a1 (unchanged) as nothing.
+    expect(inf.get(ns5, "b1")).toBeDefined();
+    expect(seen.adds).toEqual(["a1", "b1"]);
+    expect(seen.updates).toEqual([]);
+    expect(seen.deletes).toEqual([]);
+    // And the watch is under it too.
+    await client.create(path(ns5), owned("b2", "b"));
+    await client.create(path(ns5), owned("c1", "c"));
+    await poll(() => inf.get(ns5, "b2") !== undefined, 30_000, "b2 through the new watch");
+
+    await inf.setLabelSelector("owner=a");
+    expect(seen.deletes.sort()).toEqual(["b1", "b2"]);
+    expect(inf.list().map((w) => w.metadata.name)).toEqual(["a1"]);
+    expect(inf.get(ns5, "c1")).toBeUndefined();
+    expect(inf.hasSynced()).toBe(true);
+  });
+
   it("watches several namespaces into one cache from a cluster-wide path", async () => {
     const ns2 = await createNamespace(client, "rt-informer-b");
     const ns3 = await createNamespace(client, "rt-informer-c");

@@ -10,6 +10,7 @@ import { leasesPath, resourcePath, type KubeClient } from "../../../src/runtime/
 import type { Lease } from "../../../src/runtime/leader-election.js";
 import { OWNER_LABEL, ownerSelector } from "../../../src/sharding/labels.js";
 import { MemberLease, MemberSet, type MemberSetOptions } from "../../../src/sharding/membership.js";
+import { FENCED_MEMBER_ANNOTATION, HEIRS_ANNOTATION, fenceAnnotations, type SuccessionView } from "../../../src/sharding/succession.js";
 import { clusterFor, poll, proxiedClient, testLogger } from "../runtime/support.js";
 import { adminAndNamespaces } from "./support.js";
 
@@ -51,10 +52,14 @@ function memberSet(ns: string, client: KubeClient, seen: string[][], overrides: 
   return new MemberSet({ client, namespace: ns, ring: RING, logger: testLogger(), leaseDurationMs: TIMINGS.leaseDurationMs, fencing: () => true, onChange: (m) => seen.push(m), ...overrides });
 }
 
-/** Writes a member Lease's holder empty on the version read, as the sharder fences it. */
-async function fence(ns: string, identity: string): Promise<void> {
+/** Writes a member Lease's holder empty on the version read, as the sharder fences it (naming `heirs`). */
+async function fence(ns: string, identity: string, heirs: string[] = []): Promise<void> {
   const current = await admin.get<Lease>(leasesPath(ns, `m-${identity}`));
-  await admin.patch(leasesPath(ns, `m-${identity}`), { metadata: { resourceVersion: current.metadata.resourceVersion }, spec: { holderIdentity: "" } }, "merge");
+  await admin.patch(
+    leasesPath(ns, `m-${identity}`),
+    { metadata: { resourceVersion: current.metadata.resourceVersion, ...(heirs.length > 0 && { annotations: fenceAnnotations(identity, heirs) }) }, spec: { holderIdentity: "" } },
+    "merge",
+  );
 }
 
 const sandboxesPath = (ns: string): string => resourcePath({ group: GROUP, version: VERSION, plural: kindNames.sandbox.plural, namespace: ns });
@@ -87,6 +92,8 @@ async function joinsOnceItsShareMoved(ns: string, whileWaiting: () => Promise<vo
     await joined;
     expect(restarted.mayWork()).toBe(true);
     expect(await holderOf(ns, "a")).toBe("a");
+    // A fence of the process before, and the heirs it named, are not on the Lease taken back.
+    expect((await admin.get<Lease>(leasesPath(ns, "m-a"))).metadata.annotations ?? {}).toEqual({});
   } finally {
     await restarted.stop();
   }
@@ -146,6 +153,17 @@ describe("shard membership (real API server)", () => {
       await a.stop({ leave: false });
       await poll(() => set.members().join() === "b", 10_000, "a counted gone");
       expect(await holderOf(ns, "a")).toBe("");
+      // The fence names a's heirs, the members live then: another replica's view (no fencing) reads them.
+      const fenced = await admin.get<Lease>(leasesPath(ns, "m-a"));
+      expect(fenced.metadata.annotations).toMatchObject({ [FENCED_MEMBER_ANNOTATION]: "a", [HEIRS_ANNOTATION]: "b" });
+      const views: SuccessionView[] = [];
+      const other = memberSet(ns, admin, [], { fencing: () => false, onSuccession: (v) => views.push(v) });
+      await other.start();
+      try {
+        expect(views.at(-1)).toEqual({ holders: new Set(["b"]), heirs: new Map([["a", ["b"]]]) });
+      } finally {
+        await other.stop();
+      }
 
       // b's Lease is fenced while b still runs (as by a sharder whose view of it ran out): b's
       // next renewal fails on it, and b stops working.
@@ -209,8 +227,8 @@ describe("shard membership (real API server)", () => {
     const a = member(ns, "a");
     await a.start();
     await a.stop({ leave: false });
-    // The sharder fenced it, and has not moved this Sandbox off it yet.
-    await fence(ns, "a");
+    // The sharder fenced it (naming an heir), and has not moved this Sandbox off it yet.
+    await fence(ns, "a", ["b"]);
     await joinsOnceItsShareMoved(ns, async () => expect(await holderOf(ns, "a")).toBe(""));
   });
 

@@ -11,7 +11,7 @@ import { Metrics } from "../../../src/runtime/metrics.js";
 import { REFERENCE_VIEW } from "../../../src/controllers/reference-view.js";
 import { SHARDED_CONTROLLERS } from "../../../src/sharding/index.js";
 import { releasePatch } from "../../../src/sharding/assignment.js";
-import { OWNER_LABEL } from "../../../src/sharding/labels.js";
+import { DRAIN_LABEL, OWNER_LABEL } from "../../../src/sharding/labels.js";
 import { Ring, objectKey } from "../../../src/sharding/ring.js";
 import { Sharder, type ShardedObject, type SharderOptions } from "../../../src/sharding/sharder.js";
 import { clientFor, poll, testLogger } from "../runtime/support.js";
@@ -142,6 +142,46 @@ async function ownersOf(admin: KubeClient, namespace: string): Promise<Map<strin
 /** Waits until the live replicas' shares add up to every object. */
 const allPlacedOnLive = (sharder: Sharder, count: number, description: string): Promise<void> =>
   poll(() => LIVE.reduce((n, m) => n + (sharder.shares().get(m) ?? 0), 0) === count, 60_000, description);
+
+describe("Sharder (real API server): a fenced replica's objects go to the heirs its fence names", () => {
+  const suite = adminAndNamespaces("sharder-heirs");
+  let admin: KubeClient;
+  beforeAll(() => {
+    admin = suite.admin();
+  });
+
+  it("labels each with the heir already working on it, not the ring's choice since a replica joined; then drains it there", async () => {
+    const ns = await suite.namespace();
+    const all = await createAll(admin, ns, DEAD);
+    const JOINED = "replica-c"; // joined after the fence: not an heir
+    const heirs = new Ring(LIVE);
+    const now = new Ring([...LIVE, JOINED]);
+    const key = (object: string): string => objectKey(object.split("/")[0]!, ns, object.split("/")[1]!);
+    expect(all.some((o) => now.owner(key(o)) === JOINED)).toBe(true);
+    const r = recordingSharder(ns);
+    try {
+      r.sharder.setSuccession({ holders: new Set([...LIVE, JOINED]), heirs: new Map([[DEAD, LIVE]]) });
+      r.sharder.setMembers([...LIVE, JOINED]);
+      await r.sharder.start();
+      await allPlacedOnLive(r.sharder, all.length, "every object labelled with a live heir");
+      // What the ring now gives the joined replica is asked to drain from its heir (no replica
+      // runs here to acknowledge it), the rest stays where it is.
+      await poll(
+        async () => {
+          const drains = (await Promise.all([kindNames.skill.plural, kindNames.agent.plural, kindNames.sandbox.plural].map((p) => admin.list<Labelled>(path(p, ns)))))
+            .flatMap((l) => l.items)
+            .filter((o) => o.metadata.labels?.[DRAIN_LABEL] !== undefined).length;
+          return drains === all.filter((o) => now.owner(key(o)) !== heirs.owner(key(o))).length;
+        },
+        30_000,
+        "the drains towards the joined replica",
+      );
+    } finally {
+      await r.close();
+    }
+    for (const [object, owner] of await ownersOf(admin, ns)) expect(owner, object).toBe(heirs.owner(key(object)));
+  });
+});
 
 describe("Sharder (real API server): a gone replica's Sandboxes with a running VM move first", () => {
   const suite = adminAndNamespaces("sharder");

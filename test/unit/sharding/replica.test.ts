@@ -11,6 +11,8 @@ import { SHARDED_CONTROLLERS, arrivalInventory } from "../../../src/sharding/ind
 import { DRAIN_LABEL, OWNER_LABEL } from "../../../src/sharding/labels.js";
 import { MembershipLapsed } from "../../../src/sharding/membership.js";
 import { ReplicaShard, type ArrivalSink } from "../../../src/sharding/replica.js";
+import { Ring } from "../../../src/sharding/ring.js";
+import type { SuccessionView } from "../../../src/sharding/succession.js";
 
 const ME = "replica-a";
 const NS = "team-a";
@@ -23,6 +25,14 @@ class Share {
   private readonly handlers = new Map<string, Array<(obj: Obj) => void>>();
 
   synced = true;
+  /** The selectors it was switched to (setLabelSelector), and the relist each waits for. */
+  readonly selectors: string[] = [];
+  relisted: () => void = () => undefined;
+
+  setLabelSelector(selector: string): Promise<void> {
+    this.selectors.push(selector);
+    return new Promise((resolve) => (this.relisted = resolve));
+  }
 
   get(namespace: string | undefined, name: string): Obj | undefined {
     return this.objects.get(`${namespace ?? ""}/${name}`);
@@ -199,6 +209,56 @@ describe("ReplicaShard: objects that arrive from another owner", () => {
     await r.reconcile(other);
     expect(r.reconciled).toEqual([]);
     expect(sink.told).toEqual([]);
+  });
+});
+
+describe("ReplicaShard: a fenced member's share, before any of it moves (succession)", () => {
+  const OTHER = "replica-b";
+  const GONE = "replica-gone";
+  const heirsRing = new Ring([ME, OTHER]);
+  const view = (holders: string[], heirs: Record<string, string[]>): SuccessionView => ({ holders: new Set(holders), heirs: new Map(Object.entries(heirs)) });
+  const inherited = Array.from({ length: 40 }, (_, i) => sandbox(`inherited-${i}`, { finalizers: ["agentcompute.dev/finalizer"], owner: GONE }));
+  const heirOf = (obj: Obj): string | undefined => heirsRing.owner(`sandboxes/${NS}/${obj.metadata.name ?? ""}`);
+
+  it("selects the fenced member's label too, and works on what the heirs' ring gives it, ahead of its backlog; never on the other heir's part", async () => {
+    const sink = new Sink();
+    const r = replica(() => sink);
+    for (const obj of inherited) r.share.add(obj); // held while its owner was live: not its work
+    await r.reconcile(inherited[0]!);
+    expect(r.reconciled).toEqual([]);
+    r.enqueued.length = 0;
+
+    r.shard.setSuccession(view([ME, OTHER], { [GONE]: [ME, OTHER] }));
+    expect(r.share.selectors).toEqual([`${OWNER_LABEL} in (${ME},${GONE})`]);
+    // Listing under it: until that list is in, the caches are not all there is.
+    expect(r.shard.ownsAny()).toBe(true);
+    r.share.relisted();
+    const mine = inherited.filter((o) => heirOf(o) === ME).map((o) => o.metadata.name);
+    expect(mine.length).toBeGreaterThan(5);
+    expect(mine.length).toBeLessThan(inherited.length - 5);
+    // Those already cached are looked at now, first; told to their inventories as arrivals.
+    expect(r.enqueued).toEqual(mine.map((name) => ({ name, priority: true })));
+    for (const obj of inherited) await r.reconcile(obj);
+    expect(r.reconciled).toEqual(mine);
+    expect(sink.told.map((t) => t.uid)).toEqual(mine.map((name) => `uid-${name}`));
+  });
+
+  it("follows an heir that died too, and stops at a member that holds its Lease again", async () => {
+    const r = replica(() => null);
+    for (const obj of inherited) r.share.add(obj);
+    // The other heir was fenced in turn, with this replica as its only heir: all of it.
+    r.shard.setSuccession(view([ME], { [GONE]: [ME, OTHER], [OTHER]: [ME] }));
+    expect(r.share.selectors.at(-1)).toBe(`${OWNER_LABEL} in (${ME},${OTHER},${GONE})`);
+    for (const obj of inherited) await r.reconcile(obj);
+    expect(r.reconciled).toHaveLength(inherited.length);
+
+    // The gone member's identity holds its Lease again (possible only once nothing carried its
+    // label; here, to show that a held Lease ends the succession): none of it is this replica's.
+    r.reconciled.length = 0;
+    r.shard.setSuccession(view([ME, GONE], {}));
+    expect(r.share.selectors.at(-1)).toBe(`${OWNER_LABEL}=${ME}`);
+    for (const obj of inherited) await r.reconcile(obj);
+    expect(r.reconciled).toEqual([]);
   });
 });
 

@@ -1,0 +1,126 @@
+// Succession: who works on a gone replica's objects before any of them has moved.
+//
+// When the sharder fences the Lease of a member that stopped renewing, it writes on that Lease
+// (in the same write) who the live members were: the member's heirs. From the moment a replica
+// sees that fence, each object still labelled with the gone member belongs to the heir that
+// the ring of those heirs names, and that heir works on it at once. The sharder's relabelling
+// (one write per object, thousands for a large share, on an API server that may be busy) is
+// no longer on the failover's path: it names the same heir, so the heir goes on, and only a
+// later rebalance moves the object with the usual drain.
+//
+// Everyone reads the same fence, so everyone names the same heir: no object has two workers.
+// A chain is followed when an heir died too (its own fence names its heirs); it ends at a
+// member that holds its Lease (that member works on the object, or nobody does while its Lease
+// is held and not fenced), or at none: a member whose Lease is gone (it left, having stopped
+// everything, or its fenced Lease was collected) or was fenced by a sharder that wrote no heirs.
+// Then nobody works on the object until the sharder labels it, as before this existed.
+import type { Lease } from "../runtime/leader-election.js";
+import { OWNER_LABEL } from "./labels.js";
+import { Ring } from "./ring.js";
+
+/** On a fenced member Lease: the identity it was held by (the holder is written empty). */
+export const FENCED_MEMBER_ANNOTATION = "shard.agentcompute.dev/fenced-member";
+/** On a fenced member Lease: the live members when it was fenced, comma-separated. */
+export const HEIRS_ANNOTATION = "shard.agentcompute.dev/heirs";
+
+/** What the fence writes on the Lease besides the empty holder. */
+export function fenceAnnotations(member: string, heirs: readonly string[]): Record<string, string> {
+  return { [FENCED_MEMBER_ANNOTATION]: member, [HEIRS_ANNOTATION]: [...heirs].sort().join(",") };
+}
+
+/** A fenced Lease's member and heirs; undefined for a held Lease, or a fence that named none. */
+export function fenceOf(lease: Lease): { member: string; heirs: string[] } | undefined {
+  if ((lease.spec?.holderIdentity ?? "") !== "") return undefined;
+  const annotations = lease.metadata.annotations ?? {};
+  const member = annotations[FENCED_MEMBER_ANNOTATION] ?? "";
+  const heirs = (annotations[HEIRS_ANNOTATION] ?? "").split(",").filter((h) => h !== "" && h !== member).sort();
+  return member === "" || heirs.length === 0 ? undefined : { member, heirs };
+}
+
+/** The member Leases as one replica sees them. */
+export interface SuccessionView {
+  /** Identities whose member Lease is held (renewed or not, but not fenced). */
+  readonly holders: ReadonlySet<string>;
+  /** Fenced members and their heirs. */
+  readonly heirs: ReadonlyMap<string, readonly string[]>;
+}
+
+export const NO_SUCCESSION: SuccessionView = { holders: new Set(), heirs: new Map() };
+
+export class Succession {
+  /** Rings of heirs, by their sorted list: one per fence, built once. */
+  private readonly rings = new Map<string, Ring>();
+  private current: SuccessionView = NO_SUCCESSION;
+
+  get view(): SuccessionView {
+    return this.current;
+  }
+
+  /** The member Leases as seen now; the rings of fences no longer there are dropped. */
+  set(view: SuccessionView): void {
+    this.current = view;
+    const used = new Set([...view.heirs.values()].map((h) => h.join(",")));
+    for (const id of this.rings.keys()) if (!used.has(id)) this.rings.delete(id);
+  }
+
+  /**
+   * Who works on an object labelled `owner`: the owner while it holds its Lease; else, if its
+   * Lease was fenced with heirs, the heir the ring of those heirs names for `key`, followed on
+   * the same way; undefined if the chain ends at nobody.
+   */
+  worker(owner: string | undefined, key: string): string | undefined {
+    const passed = new Set<string>();
+    for (let m = owner; m !== undefined && m !== "" && !passed.has(m); ) {
+      if (this.current.holders.has(m)) return m;
+      passed.add(m);
+      const heirs = this.current.heirs.get(m);
+      if (heirs === undefined) return undefined;
+      m = this.ring(heirs).owner(key);
+    }
+    return undefined;
+  }
+
+  /** The worker of an object by its labels. */
+  workerOf(labels: Readonly<Record<string, string>> | undefined, key: string): string | undefined {
+    return this.worker(labels?.[OWNER_LABEL], key);
+  }
+
+  /**
+   * The fenced members whose objects may have `identity` as their worker (directly, or through
+   * the heirs of heirs): a replica's caches select their owner labels besides its own.
+   */
+  inheritedBy(identity: string): string[] {
+    const reach = new Set([identity]);
+    for (let grew = true; grew; ) {
+      grew = false;
+      for (const [member, heirs] of this.current.heirs) {
+        if (!reach.has(member) && !this.current.holders.has(member) && heirs.some((h) => reach.has(h))) {
+          reach.add(member);
+          grew = true;
+        }
+      }
+    }
+    reach.delete(identity);
+    return [...reach].sort();
+  }
+
+  /** The members an object's chain passes through, its owner first (the fenced Leases it still needs). */
+  chain(owner: string | undefined, key: string): string[] {
+    const out: string[] = [];
+    for (let m = owner; m !== undefined && m !== "" && !out.includes(m); ) {
+      out.push(m);
+      if (this.current.holders.has(m)) break;
+      const heirs = this.current.heirs.get(m);
+      if (heirs === undefined) break;
+      m = this.ring(heirs).owner(key);
+    }
+    return out;
+  }
+
+  private ring(heirs: readonly string[]): Ring {
+    const id = heirs.join(",");
+    let ring = this.rings.get(id);
+    if (ring === undefined) this.rings.set(id, (ring = new Ring(heirs)));
+    return ring;
+  }
+}
