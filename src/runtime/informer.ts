@@ -118,6 +118,8 @@ interface Reflector {
   loop: Promise<void> | undefined;
   /** setLabelSelector's callers, told once a list under the new selector is in. */
   reselected: Array<() => void>;
+  /** The selector of its last list: a watch resumed from that list must be under it too. */
+  listedSelector: string | undefined;
 }
 
 export class Informer<T extends KubeObject> {
@@ -301,6 +303,9 @@ export class Informer<T extends KubeObject> {
       let outcome: Outcome;
       /** The server-side timeout the watch asked for (0 while listing). */
       let askedMs = 0;
+      // The selector changed while nothing could be aborted (between a watch's end and the
+      // next, or an abort for another reason already under way): list under it first.
+      if (r.listedSelector !== this.labelSelector) needList = true;
       try {
         if (needList) {
           await this.relist(r, abort.signal);
@@ -407,6 +412,7 @@ export class Informer<T extends KubeObject> {
       }
     }
     this.replace(r, items, rv);
+    r.listedSelector = labelSelector;
     // Changed again meanwhile: that change aborted this list's watch-to-be too, and the next list tells.
     if (labelSelector === this.labelSelector) for (const resolve of r.reselected.splice(0)) resolve();
   }
@@ -646,5 +652,5 @@ function storeKey(ns: string, name: string): string {
 }
 
 function newReflector(path: string, namespace: string | undefined): Reflector {
-  return { path, namespace, resourceVersion: "", synced: false, abort: undefined, loop: undefined, reselected: [] };
+  return { path, namespace, resourceVersion: "", synced: false, abort: undefined, loop: undefined, reselected: [], listedSelector: undefined };
 }

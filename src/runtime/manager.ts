@@ -339,6 +339,8 @@ export class Manager {
       logger: this.logger,
       metrics: this.metrics,
       onStartedLeading: async (signal) => {
+        // Won just as the stop ended the campaign (the abort is on its way): lead nothing.
+        if (this.state !== "running" || signal.aborted) return;
         this.leading = true;
         this.logger.info("leading: starting controllers");
         for (const hook of this.leadingHooks) {

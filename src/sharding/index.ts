@@ -94,6 +94,7 @@ export class Sharding {
       controllers: SHARDED_CONTROLLERS,
       selectedByDefault: new Set([collection(kindNames.sandboxRun)]),
       mayWork: () => this.member?.mayWork() ?? false,
+      publishInherits: (inherited) => this.member?.publishInherits(inherited) ?? Promise.resolve(),
     });
   }
 
@@ -175,6 +176,8 @@ export class Sharding {
     });
     this.peers = peers;
     manager.whileLeading(async (signal) => {
+      // Leadership already over (a stop ended it as it began): no sharder beside the next leader's.
+      if (signal.aborted) return;
       const sharder = new Sharder({
         client: manager.client,
         logger: log,
@@ -218,7 +221,9 @@ export class Sharding {
       ...this.cfg.timings,
       // With no other live member, nobody can take the share it waits for (and the process
       // before, fenced after its Lease ran out or gone on SIGTERM, has stopped): it joins at once.
-      ownsObjects: () => Promise.resolve(peers.members().some((m) => m !== this.identity) && this.replica.ownsAny()),
+      // Nor while another member says it works on this identity's objects (it inherited them
+      // from a fence of the process before, and its view of the Leases may not have caught up).
+      ownsObjects: () => Promise.resolve(peers.members().some((m) => m !== this.identity) && (this.replica.ownsAny() || peers.inheritsFrom(this.identity))),
       onJoined: () => this.replica.resume(),
       onLost: () => {
         void manager.stop("leadership-lost");

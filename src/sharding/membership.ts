@@ -26,7 +26,7 @@ import { isConflict, isNotFound, leasesPath, type KubeClient } from "../runtime/
 import type { Lease } from "../runtime/leader-election.js";
 import type { Metrics } from "../runtime/metrics.js";
 import { MEMBER_LABEL } from "./labels.js";
-import { FENCED_MEMBER_ANNOTATION, HEIRS_ANNOTATION, fenceAnnotations, fenceOf, type SuccessionView } from "./succession.js";
+import { FENCED_MEMBER_ANNOTATION, FENCED_RENEWAL_ANNOTATION, HEIRS_ANNOTATION, INHERITS_ANNOTATION, fenceAnnotations, fenceOf, inheritsOf, type SuccessionView } from "./succession.js";
 
 export interface MembershipTimings {
   leaseDurationMs: number;
@@ -126,6 +126,12 @@ export class MemberLease {
   private readonly validity = new Validity();
   /** mayWork() said no since it joined: onJoined is called again once a renewal lets it work. */
   private refused = false;
+  /** The fenced members this replica works for (succession.ts), as its Lease says or will say. */
+  private inherits: readonly string[] = [];
+  /** publishInherits callers waiting for a write of the Lease that carries their list. */
+  private publishing: Array<() => void> = [];
+  /** Cuts the wait before the next renewal short (a list to publish). */
+  private wakeUp: (() => void) | undefined;
 
   constructor(private readonly o: MemberLeaseOptions) {
     this.t = {
@@ -199,6 +205,22 @@ export class MemberLease {
   }
 
   /**
+   * Says on the Lease which fenced members' objects this replica works on (succession.ts), so
+   * that a restarted process of such a member joins only once nobody does (its take() asks
+   * every live member's Lease, not its own view of the fences, which may lag). Resolves once a
+   * write of the Lease carries the list (a renewal, sent at once), or at once where no Lease
+   * is held (it is written with the Lease, and nothing is worked on before).
+   */
+  publishInherits(list: readonly string[]): Promise<void> {
+    this.inherits = [...list].sort();
+    if (this.version === undefined || this.lost || this.abort.signal.aborted) return Promise.resolve();
+    return new Promise((resolve) => {
+      this.publishing.push(resolve);
+      this.wakeUp?.();
+    });
+  }
+
+  /**
    * Leaves the ring. `leave`: the Lease is deleted, so the sharder moves the share at once;
    * only when no reconcile is in flight any more. Otherwise it is left to expire (and be
    * fenced): a reconcile that outlived the grace period may still be writing.
@@ -208,6 +230,7 @@ export class MemberLease {
     this.abort.abort(new Error("member lease stopping"));
     this.validity.end();
     await this.loop;
+    for (const resolve of this.publishing.splice(0)) resolve(); // nothing is worked on from now on
     if (this.lost) return;
     // Never taken (a fenced identity still waiting): not this process's to delete.
     if (this.version === undefined) return;
@@ -246,7 +269,7 @@ export class MemberLease {
         labels: { ...base?.metadata.labels, [MEMBER_LABEL]: this.o.ring },
         // A fence of a process before names heirs that no longer work on its share once it is
         // taken back (which waits until nothing carries this identity's label: see take()).
-        annotations: withoutFence(base?.metadata.annotations),
+        annotations: withInherits(withoutFence(base?.metadata.annotations), this.inherits),
       },
       spec: {
         holderIdentity: this.o.identity,
@@ -287,14 +310,19 @@ export class MemberLease {
       // Whole milliseconds (AbortSignal.timeout throws on a fraction), rounded down: never past the deadline.
       const budgetMs = Math.max(1, Math.floor(Math.min(this.t.retryPeriodMs * 2, this.validity.renewalMs(sent.mono))));
       const signal = AbortSignal.any([this.abort.signal, AbortSignal.timeout(budgetMs)]);
+      const publishing = this.publishing.splice(0);
       try {
         // On the version this replica wrote last: a fenced Lease is not renewed, it is lost.
         const renewed = await this.o.client.patch<Lease>(
           leasesPath(this.o.namespace, this.o.name),
-          { metadata: { resourceVersion: this.version }, spec: { holderIdentity: this.o.identity, renewTime: microTime(Date.now()) } },
+          {
+            metadata: { resourceVersion: this.version, annotations: { [INHERITS_ANNOTATION]: this.inherits.length > 0 ? this.inherits.join(",") : null } },
+            spec: { holderIdentity: this.o.identity, renewTime: microTime(Date.now()) },
+          },
           "merge",
           { signal },
         );
+        for (const resolve of publishing.splice(0)) resolve();
         // Stopping: the membership is over, whatever the answer.
         if (this.abort.signal.aborted) return;
         this.version = renewed.metadata.resourceVersion;
@@ -310,6 +338,7 @@ export class MemberLease {
         }
         continue;
       } catch (err) {
+        this.publishing.unshift(...publishing.splice(0)); // with the next attempt
         if (this.abort.signal.aborted) return;
         if (isNotFound(err)) {
           // Deleted by someone: the sharder may already have moved the share away.
@@ -343,6 +372,7 @@ export class MemberLease {
 
   private lose(reason: string): void {
     this.lost = true;
+    for (const resolve of this.publishing.splice(0)) resolve(); // no work from now on: nothing to wait for
     this.log.error({ reason }, "shard membership lost; stopping work");
     try {
       this.o.onLost(reason);
@@ -351,19 +381,30 @@ export class MemberLease {
     }
   }
 
+  /** Waits `ms`, or less if woken (publishInherits); false once stopping. */
   private async wait(ms: number): Promise<boolean> {
+    const woken = new AbortController();
+    this.wakeUp = () => woken.abort();
     try {
-      await sleep(ms, undefined, { signal: this.abort.signal });
+      await sleep(ms, undefined, { signal: AbortSignal.any([this.abort.signal, woken.signal]) });
       return true;
     } catch {
-      return false;
+      return !this.abort.signal.aborted;
+    } finally {
+      this.wakeUp = undefined;
     }
   }
 }
 
+function withInherits(annotations: Record<string, string> | undefined, inherits: readonly string[]): Record<string, string> | undefined {
+  const { [INHERITS_ANNOTATION]: _old, ...rest } = annotations ?? {};
+  const out = inherits.length > 0 ? { ...rest, [INHERITS_ANNOTATION]: inherits.join(",") } : rest;
+  return Object.keys(out).length > 0 ? out : undefined;
+}
+
 function withoutFence(annotations: Record<string, string> | undefined): Record<string, string> | undefined {
   if (annotations === undefined) return undefined;
-  const { [FENCED_MEMBER_ANNOTATION]: _member, [HEIRS_ANNOTATION]: _heirs, ...rest } = annotations;
+  const { [FENCED_MEMBER_ANNOTATION]: _member, [HEIRS_ANNOTATION]: _heirs, [FENCED_RENEWAL_ANNOTATION]: _renewal, ...rest } = annotations;
   return Object.keys(rest).length > 0 ? rest : undefined;
 }
 
@@ -400,6 +441,11 @@ export function observeLease(prev: MemberRecord | undefined, lease: Lease, now: 
     if (Number.isFinite(renewed) && renewed < wallNow) seenAt = now - (wallNow - renewed);
   }
   return { holder, raw, expiresAt: seenAt + durationMs };
+}
+
+/** The renewTime of the spec a record was made from (the fence leaves it as it was). */
+function renewTimeOf(record: MemberRecord): string | undefined {
+  return (JSON.parse(record.raw) as { renewTime?: string }).renewTime;
 }
 
 /** The holders of the records that have not expired at `now`, sorted. */
@@ -454,6 +500,8 @@ export class MemberSet {
   private readonly fencedSince = new Map<string, number>();
   /** Fenced member Leases with heirs, by name. */
   private readonly fences = new Map<string, { member: string; heirs: string[] }>();
+  /** Held member Leases: the fenced members each says its replica works for, by name. */
+  private readonly published = new Map<string, string[]>();
   private lastSuccession = "";
   private lastCollected = -Infinity;
   private current: string[] = [];
@@ -476,8 +524,23 @@ export class MemberSet {
       this.fenceTried.delete(name);
       this.fencedSince.delete(name);
       this.fences.delete(name);
+      this.published.delete(name);
       this.evaluate();
     });
+  }
+
+  /**
+   * Whether a member other than `identity`, its Lease not run out, says it works on objects of
+   * `identity` (a fenced member it inherited from): a restarted process of `identity` must not
+   * join before it stops. A member whose Lease ran out has stopped working (its renew deadline
+   * is earlier).
+   */
+  inheritsFrom(identity: string): boolean {
+    const now = performance.now();
+    for (const [name, r] of this.records) {
+      if (r.holder !== identity && r.expiresAt > now && (this.published.get(name) ?? []).includes(identity)) return true;
+    }
+    return false;
   }
 
   /** Who holds a member Lease, and the fenced ones' heirs. */
@@ -520,6 +583,7 @@ export class MemberSet {
     const fence = fenceOf(lease);
     if (fence === undefined) this.fences.delete(name);
     else this.fences.set(name, fence);
+    this.published.set(name, inheritsOf(lease));
     if ((lease.spec?.holderIdentity ?? "") !== "") this.fencedSince.delete(name);
     else if (!this.fencedSince.has(name)) {
       this.fencedSince.set(name, performance.now());
@@ -616,7 +680,7 @@ export class MemberSet {
     try {
       await this.o.client.patch(
         path,
-        { metadata: { resourceVersion: version, annotations: fenceAnnotations(record.holder, heirs) }, spec: { holderIdentity: "" } },
+        { metadata: { resourceVersion: version, annotations: fenceAnnotations(record.holder, heirs, renewTimeOf(record)) }, spec: { holderIdentity: "" } },
         "merge",
         { discardResult: true },
       );

@@ -47,6 +47,11 @@ export interface ReplicaShardOptions {
   selectedByDefault: ReadonlySet<string>;
   /** Whether this replica's membership is current (its Lease renewed within the deadline); default yes. */
   mayWork?(): boolean;
+  /**
+   * Says (on its member Lease) which fenced members' objects it works on; resolves once said.
+   * Work on a newly inherited member's objects starts only then. Default: nothing to say.
+   */
+  publishInherits?(inherited: readonly string[]): Promise<void>;
 }
 
 /** What the replica side needs of the manager (bound after the manager exists). */
@@ -68,6 +73,12 @@ export class ReplicaShard {
   private readonly succession = new Succession();
   /** Fenced members whose owner labels its caches select besides its own. */
   private inherited: readonly string[] = [];
+  /** The member Leases as last seen (a view waits here while what it adds is being said). */
+  private latest: SuccessionView | undefined;
+  /** Fenced members this replica has said it works for (or is saying: see setSuccession). */
+  private said: ReadonlySet<string> = new Set();
+  /** Lists being said: views wait until they are. */
+  private saying = 0;
   /** Caches listing again under a new selector: what they hold is not yet all there is. */
   private reselecting = 0;
 
@@ -115,6 +126,38 @@ export class ReplicaShard {
    * relabel them.
    */
   setSuccession(view: SuccessionView): void {
+    this.latest = view;
+    const publish = this.o.publishInherits;
+    if (publish !== undefined) {
+      const probe = new Succession();
+      probe.set(view);
+      const inherited = probe.inheritedBy(this.o.identity);
+      if (inherited.some((m) => !this.said.has(m))) {
+        // Said first, worked on then: a restarted process of a member it inherits from must see it.
+        this.said = new Set([...this.said, ...inherited]);
+        this.saying++;
+        void publish([...this.said]).then(() => {
+          this.saying--;
+          if (this.saying === 0 && this.latest !== undefined) this.settle(this.latest);
+        });
+        return;
+      }
+      if (this.saying > 0) return; // the latest view is applied once that is said
+    }
+    this.settle(view);
+  }
+
+  /** Applies a view, and says so if it inherits less than it has said (said no longer only once it stopped). */
+  private settle(view: SuccessionView): void {
+    this.apply(view);
+    const publish = this.o.publishInherits;
+    if (publish !== undefined && this.inherited.length !== this.said.size) {
+      this.said = new Set(this.inherited);
+      void publish(this.inherited);
+    }
+  }
+
+  private apply(view: SuccessionView): void {
     const before = new Map<string, string | undefined>();
     for (const kind of this.kinds()) for (const obj of this.foreign(kind)) before.set(arrivalKey(kind, obj), this.workerOf(kind, obj));
     this.succession.set(view);
@@ -132,12 +175,16 @@ export class ReplicaShard {
     for (const kind of this.kinds()) {
       const controller = this.controllers.get(kind.controller);
       for (const obj of this.foreign(kind)) {
-        const key = arrivalKey(kind, obj);
-        if (this.workerOf(kind, obj) !== this.o.identity || before.get(key) === this.o.identity) continue;
-        if ((obj.metadata.finalizers ?? []).length > 0) this.arrived.set(key, Date.now());
-        controller?.enqueue({ namespace: obj.metadata.namespace ?? "", name: obj.metadata.name ?? "" }, { priority: true });
+        if (this.workerOf(kind, obj) !== this.o.identity || before.get(arrivalKey(kind, obj)) === this.o.identity) continue;
+        if (controller !== undefined) this.arrive(kind, obj, controller);
       }
     }
+  }
+
+  /** Worked on by this replica from now on, ahead of its backlog; told to its inventory if reconciled before (a finalizer). */
+  private arrive(kind: ShardedKind, obj: Labelled, controller: Controller): void {
+    if ((obj.metadata.finalizers ?? []).length > 0) this.arrived.set(arrivalKey(kind, obj), Date.now());
+    controller.enqueue({ namespace: obj.metadata.namespace ?? "", name: obj.metadata.name ?? "" }, { priority: true });
   }
 
   private reselect(informer: Informer<Labelled>, selector: string): Promise<void> {
@@ -209,7 +256,13 @@ export class ReplicaShard {
       }
       enqueue(obj);
     });
-    own.on("update", enqueue);
+    own.on("update", (obj, old) => {
+      // Relabelled to this replica while its cache held it already (inherited, or an heir's
+      // chain ended): no add comes. It arrives now, whenever it was first cached: another
+      // replica may have worked on it meanwhile.
+      if (this.workerOf(kind, obj) === this.o.identity && this.workerOf(kind, old) !== this.o.identity) this.arrive(kind, obj, controller);
+      enqueue(obj);
+    });
     own.on("delete", (obj) => this.arrived.delete(arrivalKey(kind, obj)));
   }
 

@@ -23,15 +23,35 @@ export const FENCED_MEMBER_ANNOTATION = "shard.agentcompute.dev/fenced-member";
 /** On a fenced member Lease: the live members when it was fenced, comma-separated. */
 export const HEIRS_ANNOTATION = "shard.agentcompute.dev/heirs";
 
-/** What the fence writes on the Lease besides the empty holder. */
-export function fenceAnnotations(member: string, heirs: readonly string[]): Record<string, string> {
-  return { [FENCED_MEMBER_ANNOTATION]: member, [HEIRS_ANNOTATION]: [...heirs].sort().join(",") };
+/**
+ * On a fenced member Lease: its `spec.renewTime` when fenced. The fence is that Lease's only
+ * while the two agree: a Lease taken back and fenced again by a sharder that writes no heirs
+ * (an older version, in a rollout or a rollback) keeps the annotations it did not remove.
+ */
+export const FENCED_RENEWAL_ANNOTATION = "shard.agentcompute.dev/fenced-renewal";
+
+/**
+ * On a member's own Lease: the fenced members whose objects it works on (written before it
+ * starts on them, removed once it has stopped). A restarted process of one of them joins only
+ * once no live member's Lease names it: another replica's view of the fences may lag.
+ */
+export const INHERITS_ANNOTATION = "shard.agentcompute.dev/inherits";
+
+/** The fenced members a held Lease says its replica works for. */
+export function inheritsOf(lease: Lease): string[] {
+  return (lease.metadata.annotations?.[INHERITS_ANNOTATION] ?? "").split(",").filter((m) => m !== "");
 }
 
-/** A fenced Lease's member and heirs; undefined for a held Lease, or a fence that named none. */
+/** What the fence writes on the Lease besides the empty holder. */
+export function fenceAnnotations(member: string, heirs: readonly string[], renewTime: string | null | undefined): Record<string, string> {
+  return { [FENCED_MEMBER_ANNOTATION]: member, [HEIRS_ANNOTATION]: [...heirs].sort().join(","), [FENCED_RENEWAL_ANNOTATION]: renewTime ?? "" };
+}
+
+/** A fenced Lease's member and heirs; undefined for a held Lease, or a fence that named none or is not this Lease's. */
 export function fenceOf(lease: Lease): { member: string; heirs: string[] } | undefined {
   if ((lease.spec?.holderIdentity ?? "") !== "") return undefined;
   const annotations = lease.metadata.annotations ?? {};
+  if ((annotations[FENCED_RENEWAL_ANNOTATION] ?? "") !== (lease.spec?.renewTime ?? "")) return undefined;
   const member = annotations[FENCED_MEMBER_ANNOTATION] ?? "";
   const heirs = (annotations[HEIRS_ANNOTATION] ?? "").split(",").filter((h) => h !== "" && h !== member).sort();
   return member === "" || heirs.length === 0 ? undefined : { member, heirs };

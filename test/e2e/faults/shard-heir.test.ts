@@ -92,7 +92,7 @@ describe("a fenced replica's heirs", () => {
       const current = await admin.get<Lease>(leasesPath(ns.name, name));
       await admin.patch(
         leasesPath(ns.name, name),
-        { metadata: { resourceVersion: current.metadata.resourceVersion, annotations: fenceAnnotations(identity, heirs) }, spec: { holderIdentity: "" } },
+        { metadata: { resourceVersion: current.metadata.resourceVersion, annotations: fenceAnnotations(identity, heirs, current.spec?.renewTime) }, spec: { holderIdentity: "" } },
         "merge",
       );
     };

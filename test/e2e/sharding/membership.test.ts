@@ -10,7 +10,7 @@ import { leasesPath, resourcePath, type KubeClient } from "../../../src/runtime/
 import type { Lease } from "../../../src/runtime/leader-election.js";
 import { OWNER_LABEL, ownerSelector } from "../../../src/sharding/labels.js";
 import { MemberLease, MemberSet, type MemberSetOptions } from "../../../src/sharding/membership.js";
-import { FENCED_MEMBER_ANNOTATION, HEIRS_ANNOTATION, fenceAnnotations, type SuccessionView } from "../../../src/sharding/succession.js";
+import { FENCED_MEMBER_ANNOTATION, HEIRS_ANNOTATION, INHERITS_ANNOTATION, fenceAnnotations, type SuccessionView } from "../../../src/sharding/succession.js";
 import { clusterFor, poll, proxiedClient, testLogger } from "../runtime/support.js";
 import { adminAndNamespaces } from "./support.js";
 
@@ -57,7 +57,7 @@ async function fence(ns: string, identity: string, heirs: string[] = []): Promis
   const current = await admin.get<Lease>(leasesPath(ns, `m-${identity}`));
   await admin.patch(
     leasesPath(ns, `m-${identity}`),
-    { metadata: { resourceVersion: current.metadata.resourceVersion, ...(heirs.length > 0 && { annotations: fenceAnnotations(identity, heirs) }) }, spec: { holderIdentity: "" } },
+    { metadata: { resourceVersion: current.metadata.resourceVersion, ...(heirs.length > 0 && { annotations: fenceAnnotations(identity, heirs, current.spec?.renewTime) }) }, spec: { holderIdentity: "" } },
     "merge",
   );
 }
@@ -230,6 +230,49 @@ describe("shard membership (real API server)", () => {
     // The sharder fenced it (naming an heir), and has not moved this Sandbox off it yet.
     await fence(ns, "a", ["b"]);
     await joinsOnceItsShareMoved(ns, async () => expect(await holderOf(ns, "a")).toBe(""));
+  });
+
+  it("nor while another member's Lease says it works on that identity's objects (inherited from the fence)", async () => {
+    const ns = await namespace();
+    const a = member(ns, "a");
+    const b = member(ns, "b");
+    await Promise.all([a.start(), b.start()]);
+    await a.stop({ leave: false });
+    await fence(ns, "a", ["b"]);
+    await b.publishInherits(["a"]);
+    expect((await admin.get<Lease>(leasesPath(ns, "m-b"))).metadata.annotations?.[INHERITS_ANNOTATION]).toBe("a");
+    const view = memberSet(ns, admin, [], { fencing: () => false });
+    await view.start();
+    const checks = { count: 0 };
+    const restarted = new MemberLease({
+      client: admin,
+      namespace: ns,
+      name: "m-a",
+      identity: "a",
+      ring: RING,
+      logger: testLogger(),
+      ...TIMINGS,
+      onLost: () => undefined,
+      ownsObjects: () => {
+        checks.count++;
+        return Promise.resolve(view.inheritsFrom("a"));
+      },
+    });
+    const joined = restarted.start();
+    try {
+      await poll(() => checks.count >= 3, 10_000, "the restarted process looking again");
+      expect(restarted.mayWork()).toBe(false);
+      expect(await holderOf(ns, "a")).toBe("");
+      // b has stopped working on a's objects (they all moved), and says so.
+      await b.publishInherits([]);
+      await joined;
+      expect(restarted.mayWork()).toBe(true);
+      expect((await admin.get<Lease>(leasesPath(ns, "m-b"))).metadata.annotations?.[INHERITS_ANNOTATION]).toBeUndefined();
+    } finally {
+      await restarted.stop();
+      await view.stop();
+      await b.stop();
+    }
   });
 
   it("so does one whose earlier process left (its Lease deleted) while its share was still being moved", async () => {

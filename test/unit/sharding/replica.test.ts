@@ -57,6 +57,14 @@ class Share {
     for (const h of this.handlers.get("add") ?? []) h(obj);
   }
 
+  /** The watch delivers a change of an object it holds. */
+  update(obj: Obj): void {
+    const key = `${obj.metadata.namespace ?? ""}/${obj.metadata.name ?? ""}`;
+    const old = this.objects.get(key);
+    this.objects.set(key, obj);
+    for (const h of this.handlers.get("update") ?? []) (h as unknown as (o: Obj, old: Obj | undefined) => void)(obj, old);
+  }
+
   delete(obj: Obj): void {
     this.objects.delete(`${obj.metadata.namespace ?? ""}/${obj.metadata.name ?? ""}`);
     for (const h of this.handlers.get("delete") ?? []) h(obj);
@@ -91,10 +99,23 @@ const req = (obj: Obj): Request => ({ namespace: obj.metadata.namespace ?? "", n
 /** A replica with its Sandbox controller wired: what it enqueued, what it reconciled, where it looks up inventories. */
 function replica(
   inventory: () => ArrivalSink | null | undefined,
-  opts: { mayWork?: () => boolean; patch?: () => Promise<unknown>; list?: (path: string, o: { fieldSelector?: string }) => Promise<unknown>; work?: () => Promise<void> } = {},
+  opts: {
+    mayWork?: () => boolean;
+    patch?: () => Promise<unknown>;
+    list?: (path: string, o: { fieldSelector?: string }) => Promise<unknown>;
+    work?: () => Promise<void>;
+    publishInherits?: (inherited: readonly string[]) => Promise<void>;
+  } = {},
 ) {
   const share = new Share();
-  const shard = new ReplicaShard({ identity: ME, logger: silentLogger(), controllers: SHARDED_CONTROLLERS, selectedByDefault: new Set(), ...(opts.mayWork && { mayWork: opts.mayWork }) });
+  const shard = new ReplicaShard({
+    identity: ME,
+    logger: silentLogger(),
+    controllers: SHARDED_CONTROLLERS,
+    selectedByDefault: new Set(),
+    ...(opts.mayWork && { mayWork: opts.mayWork }),
+    ...(opts.publishInherits && { publishInherits: opts.publishInherits }),
+  });
   shard.bind({
     // Only a release (a drain label) writes, with a merge patch.
     // Reads only with list (the operator's role has no get on these kinds).
@@ -241,6 +262,59 @@ describe("ReplicaShard: a fenced member's share, before any of it moves (success
     for (const obj of inherited) await r.reconcile(obj);
     expect(r.reconciled).toEqual(mine);
     expect(sink.told.map((t) => t.uid)).toEqual(mine.map((name) => `uid-${name}`));
+  });
+
+  it("works on an object relabelled to it while its cache held it (an heir's chain ended), as one that arrives now", async () => {
+    const sink = new Sink();
+    const r = replica(() => sink);
+    // The other heir left (its Lease deleted, its work stopped): its part of the fenced
+    // member's objects has no worker until the sharder labels them.
+    r.shard.setSuccession(view([ME], { [GONE]: [ME, OTHER] }));
+    r.share.relisted();
+    const orphan = inherited.find((o) => heirOf(o) === OTHER)!;
+    r.share.add(orphan);
+    await r.reconcile(orphan);
+    expect(r.reconciled).toEqual([]);
+    r.enqueued.length = 0;
+    await new Promise((resolve) => setTimeout(resolve, 20));
+    const relabelledAt = Date.now();
+    r.share.update({ ...orphan, metadata: { ...orphan.metadata, resourceVersion: "8", labels: { [OWNER_LABEL]: ME } } });
+    expect(r.enqueued).toEqual([{ name: orphan.metadata.name, priority: true }]);
+    await r.reconcile(orphan);
+    expect(r.reconciled).toEqual([orphan.metadata.name]);
+    // Its arrival is the relabelling, not when the cache first held it.
+    expect(sink.told).toHaveLength(1);
+    expect(sink.told[0]!.at).toBeGreaterThanOrEqual(relabelledAt);
+  });
+
+  it("says what it inherits (on its member Lease) before it works on any of it, and says less only once it stopped", async () => {
+    const said: string[][] = [];
+    let done: () => void = () => undefined;
+    const r = replica(() => null, {
+      publishInherits: (inherited) => {
+        said.push([...inherited]);
+        return new Promise<void>((resolve) => (done = resolve));
+      },
+    });
+    for (const obj of inherited) r.share.add(obj);
+    r.shard.setSuccession(view([ME, OTHER], { [GONE]: [ME, OTHER] }));
+    // A later view that adds nothing waits too: nothing is worked on before it is said.
+    r.shard.setSuccession(view([ME, OTHER, "replica-new"], { [GONE]: [ME, OTHER] }));
+    expect(said).toEqual([[GONE]]);
+    expect(r.share.selectors).toEqual([]);
+    for (const obj of inherited) await r.reconcile(obj);
+    expect(r.reconciled).toEqual([]);
+
+    done();
+    await new Promise((resolve) => setTimeout(resolve, 0));
+    expect(r.share.selectors).toHaveLength(1);
+    for (const obj of inherited) await r.reconcile(obj);
+    expect(r.reconciled).toEqual(inherited.filter((o) => heirOf(o) === ME).map((o) => o.metadata.name));
+
+    // The fenced Lease collected (nothing carries its label): it stops, then says so.
+    r.shard.setSuccession(view([ME, OTHER], {}));
+    expect(r.share.selectors.at(-1)).toBe(`${OWNER_LABEL}=${ME}`);
+    expect(said).toEqual([[GONE], []]);
   });
 
   it("follows an heir that died too, and stops at a member that holds its Lease again", async () => {

@@ -1,7 +1,7 @@
 import { describe, expect, it } from "vitest";
 import { OWNER_LABEL } from "../../../src/sharding/labels.js";
 import { Ring } from "../../../src/sharding/ring.js";
-import { FENCED_MEMBER_ANNOTATION, HEIRS_ANNOTATION, Succession, fenceAnnotations, fenceOf, type SuccessionView } from "../../../src/sharding/succession.js";
+import { FENCED_MEMBER_ANNOTATION, FENCED_RENEWAL_ANNOTATION, HEIRS_ANNOTATION, Succession, fenceAnnotations, fenceOf, type SuccessionView } from "../../../src/sharding/succession.js";
 
 const keys = Array.from({ length: 200 }, (_, i) => `sandboxes/ns/sb-${i}`);
 const view = (holders: string[], heirs: Record<string, string[]> = {}): SuccessionView => ({ holders: new Set(holders), heirs: new Map(Object.entries(heirs)) });
@@ -13,16 +13,20 @@ const succession = (v: SuccessionView): Succession => {
 
 describe("fence annotations", () => {
   it("round-trip through a fenced Lease; a held Lease, or a fence without heirs, names none", () => {
-    const annotations = fenceAnnotations("b", ["c", "a"]);
-    expect(annotations).toEqual({ [FENCED_MEMBER_ANNOTATION]: "b", [HEIRS_ANNOTATION]: "a,c" });
-    expect(fenceOf({ metadata: { annotations }, spec: { holderIdentity: "" } })).toEqual({ member: "b", heirs: ["a", "c"] });
+    const renewTime = "2026-11-28T06:00:00.000000Z";
+    const annotations = fenceAnnotations("b", ["c", "a"], renewTime);
+    expect(annotations).toEqual({ [FENCED_MEMBER_ANNOTATION]: "b", [HEIRS_ANNOTATION]: "a,c", [FENCED_RENEWAL_ANNOTATION]: renewTime });
+    expect(fenceOf({ metadata: { annotations }, spec: { holderIdentity: "", renewTime } })).toEqual({ member: "b", heirs: ["a", "c"] });
     // Taken back (held again): its old fence names nobody.
-    expect(fenceOf({ metadata: { annotations }, spec: { holderIdentity: "b" } })).toBeUndefined();
+    expect(fenceOf({ metadata: { annotations }, spec: { holderIdentity: "b", renewTime } })).toBeUndefined();
+    // Taken back by a process that kept the annotations (an older version), renewed, and fenced
+    // again by a sharder that writes no heirs: the old fence is not this one.
+    expect(fenceOf({ metadata: { annotations }, spec: { holderIdentity: "", renewTime: "2026-11-28T06:05:00.000000Z" } })).toBeUndefined();
     // Fenced by a sharder that wrote no heirs (an older version), or with none live.
     expect(fenceOf({ metadata: {}, spec: { holderIdentity: "" } })).toBeUndefined();
-    expect(fenceOf({ metadata: { annotations: fenceAnnotations("b", []) }, spec: {} })).toBeUndefined();
+    expect(fenceOf({ metadata: { annotations: fenceAnnotations("b", [], undefined) }, spec: {} })).toBeUndefined();
     // The member itself is never its own heir.
-    expect(fenceOf({ metadata: { annotations: { [FENCED_MEMBER_ANNOTATION]: "b", [HEIRS_ANNOTATION]: "b,a" } }, spec: {} })).toEqual({ member: "b", heirs: ["a"] });
+    expect(fenceOf({ metadata: { annotations: fenceAnnotations("b", ["b", "a"], renewTime) }, spec: { renewTime } })).toEqual({ member: "b", heirs: ["a"] });
   });
 });
 
