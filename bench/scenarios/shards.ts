@@ -14,6 +14,7 @@ import { by, sum, type Sample } from "../../dev/prometheus.js";
 import { waitNamespaceGone } from "../../dev/namespaces.js";
 import { resourcePath } from "../../src/runtime/kube-client.js";
 import { DRAIN_LABEL, MEMBER_LABEL, OWNER_LABEL } from "../../src/sharding/labels.js";
+import { AT_WORK_ON_INHERITED } from "../../src/sharding/succession.js";
 import { cpuWindow, processCpuSeconds, type CpuShare } from "../lib/cpu.js";
 import { crPath, type Cluster, type Plural } from "../lib/cluster.js";
 import { CACHE, OperatorProcess } from "../lib/operator.js";
@@ -24,8 +25,8 @@ import { errorMessage, log, round, sleep, waitUntil } from "../lib/util.js";
 
 export const SHARD_KILLS = ["member", "leader"] as const;
 export type ShardKill = (typeof SHARD_KILLS)[number];
-/** What a replica logs once its caches hold what it inherited from a fenced replica (src/sharding/replica.ts). */
-const INHERITED_LOG = "shard succession: its caches hold what it inherits";
+/** What a replica logs once it works on what it inherited from a fenced replica (src/sharding/replica.ts). */
+const INHERITED_LOG = AT_WORK_ON_INHERITED;
 
 /** SIGKILL: a crash (its Lease expires and is fenced); SIGTERM: a graceful stop (it deletes its Lease on the way out). */
 export const SHARD_SIGNALS = ["SIGKILL", "SIGTERM"] as const;

@@ -17,7 +17,7 @@ import { DRAIN_LABEL, OWNER_LABEL, ownerSelector, ownersSelector } from "./label
 import { MembershipLapsed } from "./membership.js";
 import { objectKey } from "./ring.js";
 import { collectionPath, objectPath, type ShardedKind } from "./sharder.js";
-import { Succession, type SuccessionView } from "./succession.js";
+import { AT_WORK_ON_INHERITED, Succession, type SuccessionView } from "./succession.js";
 
 type Labelled = KubeObject & { metadata: { labels?: Record<string, string>; finalizers?: string[] } };
 
@@ -71,8 +71,12 @@ export class ReplicaShard {
   private readonly setAside = new Map<string, Map<string, Request>>();
   /** Who works on what the owner labels name (src/sharding/succession.ts). */
   private readonly succession = new Succession();
-  /** Fenced members whose owner labels its caches select besides its own. */
+  /** Fenced members whose objects it works on (their heirs' ring permitting). */
   private inherited: readonly string[] = [];
+  /** Fenced members whose owner labels its caches select besides its own (those, or about to be). */
+  private selected: readonly string[] = [];
+  /** The caches' last change of selector, listed once it resolves. */
+  private selecting: Promise<void> = Promise.resolve();
   /** The member Leases as last seen (a view waits here while what it adds is being said). */
   private latest: SuccessionView | undefined;
   /** Fenced members this replica has said it works for (or is saying: see setSuccession). */
@@ -133,12 +137,17 @@ export class ReplicaShard {
       probe.set(view);
       const inherited = probe.inheritedBy(this.o.identity);
       if (inherited.some((m) => !this.said.has(m))) {
-        // Said first, worked on then: a restarted process of a member it inherits from must see it.
+        // Said first, worked on then: a restarted process of a member it inherits from must see
+        // it. Its caches list the new labels meanwhile (caching is not working on them).
         this.said = new Set([...this.said, ...inherited]);
         this.saying++;
-        void publish([...this.said]).then(() => {
+        const cached = this.select([...new Set([...this.selected, ...inherited])].sort());
+        const said = publish([...this.said]).then(() => {
           this.saying--;
           if (this.saying === 0 && this.latest !== undefined) this.settle(this.latest);
+        });
+        void Promise.all([cached, said]).then(() => {
+          if (this.inherited.length > 0) this.o.logger.info({ inherited: this.inherited }, AT_WORK_ON_INHERITED);
         });
         return;
       }
@@ -161,15 +170,10 @@ export class ReplicaShard {
     const before = new Map<string, string | undefined>();
     for (const kind of this.kinds()) for (const obj of this.foreign(kind)) before.set(arrivalKey(kind, obj), this.workerOf(kind, obj));
     this.succession.set(view);
-    const inherited = this.succession.inheritedBy(this.o.identity);
-    if (inherited.join(",") !== this.inherited.join(",")) {
-      if (inherited.length > 0 || this.inherited.length > 0) this.o.logger.info({ inherited, before: this.inherited }, "shard succession: selecting the owner labels of fenced members whose heir this replica is");
-      this.inherited = inherited;
-      const selector = ownersSelector([this.o.identity, ...inherited]);
-      void Promise.all(this.kinds().map((kind) => this.reselect(this.own(kind), selector))).then(() => {
-        if (inherited.length > 0 && this.inherited === inherited) this.o.logger.info({ inherited }, "shard succession: its caches hold what it inherits");
-      });
-    }
+    this.inherited = this.succession.inheritedBy(this.o.identity);
+    const cached = this.select(this.inherited);
+    // Without a Lease to say it on (tests), at work once cached.
+    if (this.o.publishInherits === undefined && this.inherited.length > 0) void cached.then(() => this.o.logger.info({ inherited: this.inherited }, AT_WORK_ON_INHERITED));
     // Objects cached already that became this replica's now (an heir of an heir died): they
     // arrive now, whenever the watch brought them (their worker until now may have written since).
     for (const kind of this.kinds()) {
@@ -185,6 +189,16 @@ export class ReplicaShard {
   private arrive(kind: ShardedKind, obj: Labelled, controller: Controller): void {
     if ((obj.metadata.finalizers ?? []).length > 0) this.arrived.set(arrivalKey(kind, obj), Date.now());
     controller.enqueue({ namespace: obj.metadata.namespace ?? "", name: obj.metadata.name ?? "" }, { priority: true });
+  }
+
+  /** Its caches select these fenced members' labels besides its own; resolves once they list under that. */
+  private select(members: readonly string[]): Promise<void> {
+    if (members.join(",") === this.selected.join(",")) return this.selecting;
+    this.o.logger.info({ inherited: members, before: this.selected }, "shard succession: selecting the owner labels of fenced members whose heir this replica is");
+    this.selected = members;
+    const selector = ownersSelector([this.o.identity, ...members]);
+    this.selecting = Promise.all(this.kinds().map((kind) => this.reselect(this.own(kind), selector))).then(() => undefined);
+    return this.selecting;
   }
 
   private reselect(informer: Informer<Labelled>, selector: string): Promise<void> {
@@ -240,7 +254,7 @@ export class ReplicaShard {
     this.controllers.set(controller.name, controller);
     const own = this.own(kind);
     // Wired after a succession was seen: its cache selects what the others do.
-    if (this.inherited.length > 0) void this.reselect(own, ownersSelector([this.o.identity, ...this.inherited]));
+    if (this.selected.length > 0) void this.reselect(own, ownersSelector([this.o.identity, ...this.selected]));
     const request = (obj: Labelled): Request => ({ namespace: obj.metadata.namespace ?? "", name: obj.metadata.name ?? "" });
     const enqueue = (obj: Labelled): void => {
       if (obj.metadata.labels?.[DRAIN_LABEL] !== undefined) controller.enqueue(request(obj), { priority: true });

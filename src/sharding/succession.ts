@@ -18,6 +18,9 @@ import type { Lease } from "../runtime/leader-election.js";
 import { OWNER_LABEL } from "./labels.js";
 import { Ring } from "./ring.js";
 
+/** Logged once a replica works on what it inherited: said on its Lease, and in its caches (the benchmark reads it). */
+export const AT_WORK_ON_INHERITED = "shard succession: at work on what it inherits";
+
 /** On a fenced member Lease: the identity it was held by (the holder is written empty). */
 export const FENCED_MEMBER_ANNOTATION = "shard.agentcompute.dev/fenced-member";
 /** On a fenced member Lease: the live members when it was fenced, comma-separated. */

@@ -287,7 +287,7 @@ describe("ReplicaShard: a fenced member's share, before any of it moves (success
     expect(sink.told[0]!.at).toBeGreaterThanOrEqual(relabelledAt);
   });
 
-  it("says what it inherits (on its member Lease) before it works on any of it, and says less only once it stopped", async () => {
+  it("says what it inherits (on its member Lease) before it works on any of it (its caches list it meanwhile), and says less only once it stopped", async () => {
     const said: string[][] = [];
     let done: () => void = () => undefined;
     const r = replica(() => null, {
@@ -301,7 +301,9 @@ describe("ReplicaShard: a fenced member's share, before any of it moves (success
     // A later view that adds nothing waits too: nothing is worked on before it is said.
     r.shard.setSuccession(view([ME, OTHER, "replica-new"], { [GONE]: [ME, OTHER] }));
     expect(said).toEqual([[GONE]]);
-    expect(r.share.selectors).toEqual([]);
+    // Its caches list the fenced member's objects meanwhile (caching is not working on them).
+    expect(r.share.selectors).toEqual([`${OWNER_LABEL} in (${ME},${GONE})`]);
+    r.share.relisted();
     for (const obj of inherited) await r.reconcile(obj);
     expect(r.reconciled).toEqual([]);
 
