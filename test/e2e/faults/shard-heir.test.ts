@@ -8,7 +8,7 @@ import { startEmulator, type Emulator } from "../../../src/emulator/index.js";
 import { leasesPath, type KubeClient } from "../../../src/runtime/kube-client.js";
 import type { Lease } from "../../../src/runtime/leader-election.js";
 import { MEMBER_LABEL, OWNER_LABEL, memberLeaseName } from "../../../src/sharding/labels.js";
-import { fenceAnnotations } from "../../../src/sharding/succession.js";
+import { AT_WORK_ON_INHERITED, INHERITS_ANNOTATION, fenceAnnotations } from "../../../src/sharding/succession.js";
 import { clientFor } from "../runtime/support.js";
 import { kubectlOk, testKubeconfig, uniqueName, useTestNamespace, waitFor } from "../support/kube.js";
 import { API_KEY, apply, connectionManifest, installCRDs } from "../support/operator.js";
@@ -111,8 +111,10 @@ describe("a fenced replica's heirs", () => {
     const allocations = emulator.requests.filter((r) => r.operation === "vms.allocate" && r.status === 201);
     expect(allocations).toHaveLength(EACH);
     for (const a of allocations) expect(a.userAgent).toContain(`(replica ${HEIR})`);
-    // The heir's log says what it took on.
-    expect(heir.logs.some((l) => l.includes("shard succession") && l.includes(GONE))).toBe(true);
+    // Its own Lease says what it took on (a restarted process of GONE waits while it does), and so does its log.
+    const own = await admin.get<Lease>(leasesPath(ns.name, memberLeaseName(`${lease}-shard`, HEIR)));
+    expect(own.metadata.annotations?.[INHERITS_ANNOTATION]).toBe(GONE);
+    expect(heir.logs.some((l) => l.includes(AT_WORK_ON_INHERITED) && l.includes(GONE))).toBe(true);
 
     // The other fenced replica's objects have another heir: this replica never works on them.
     const stranger = (await listManaged(ns.name)).filter((r) => r.kind === "Sandbox" && r.metadata.name.startsWith(`${STRANGER}-`));
