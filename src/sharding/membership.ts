@@ -26,7 +26,17 @@ import { isConflict, isNotFound, leasesPath, type KubeClient } from "../runtime/
 import type { Lease } from "../runtime/leader-election.js";
 import type { Metrics } from "../runtime/metrics.js";
 import { MEMBER_LABEL } from "./labels.js";
-import { FENCED_MEMBER_ANNOTATION, FENCED_RENEWAL_ANNOTATION, HEIRS_ANNOTATION, INHERITS_ANNOTATION, fenceAnnotations, fenceOf, inheritsOf, type SuccessionView } from "./succession.js";
+import {
+  FENCED_MEMBER_ANNOTATION,
+  FENCED_RENEWAL_ANNOTATION,
+  HEIRS_ANNOTATION,
+  INHERITS_ANNOTATION,
+  STOPPING_ANNOTATION,
+  fenceAnnotations,
+  fenceOf,
+  inheritsOf,
+  type SuccessionView,
+} from "./succession.js";
 
 export interface MembershipTimings {
   leaseDurationMs: number;
@@ -132,6 +142,8 @@ export class MemberLease {
   private publishing: Array<() => void> = [];
   /** Cuts the wait before the next renewal short (a list to publish). */
   private wakeUp: (() => void) | undefined;
+  /** stopRenewing's mark on the Lease, awaited before the Lease is deleted. */
+  private marking: Promise<void> = Promise.resolve();
 
   constructor(private readonly o: MemberLeaseOptions) {
     this.t = {
@@ -202,6 +214,27 @@ export class MemberLease {
       Math.max(0, this.validity.renewalMs()),
     );
     this.stopDeadline.unref();
+    this.marking = this.markStopping();
+  }
+
+  /**
+   * Says on the Lease that this replica is stopping, without renewing it (its spec, and so its
+   * expiry, unchanged): a member fenced meanwhile does not get it among its heirs. On the
+   * version written last; refused (a fence, or the last renewal landing late), it says nothing.
+   */
+  private async markStopping(): Promise<void> {
+    const version = this.version;
+    try {
+      const marked = await this.o.client.patch<Lease>(
+        leasesPath(this.o.namespace, this.o.name),
+        { metadata: { resourceVersion: version, annotations: { [STOPPING_ANNOTATION]: "true" } } },
+        "merge",
+        { signal: AbortSignal.timeout(this.t.retryPeriodMs) },
+      );
+      if (this.version === version) this.version = marked.metadata.resourceVersion;
+    } catch {
+      // Nothing to say: the Lease runs out, or is deleted on the way out, all the same.
+    }
   }
 
   /**
@@ -230,6 +263,7 @@ export class MemberLease {
     this.abort.abort(new Error("member lease stopping"));
     this.validity.end();
     await this.loop;
+    await this.marking;
     for (const resolve of this.publishing.splice(0)) resolve(); // nothing is worked on from now on
     if (this.lost) return;
     // Never taken (a fenced identity still waiting): not this process's to delete.
@@ -402,9 +436,10 @@ function withInherits(annotations: Record<string, string> | undefined, inherits:
   return Object.keys(out).length > 0 ? out : undefined;
 }
 
+/** What a process before wrote that is not this one's to say: its fence, its stop. */
 function withoutFence(annotations: Record<string, string> | undefined): Record<string, string> | undefined {
   if (annotations === undefined) return undefined;
-  const { [FENCED_MEMBER_ANNOTATION]: _member, [HEIRS_ANNOTATION]: _heirs, [FENCED_RENEWAL_ANNOTATION]: _renewal, ...rest } = annotations;
+  const { [FENCED_MEMBER_ANNOTATION]: _member, [HEIRS_ANNOTATION]: _heirs, [FENCED_RENEWAL_ANNOTATION]: _renewal, [STOPPING_ANNOTATION]: _stopping, ...rest } = annotations;
   return Object.keys(rest).length > 0 ? rest : undefined;
 }
 
@@ -502,6 +537,8 @@ export class MemberSet {
   private readonly fences = new Map<string, { member: string; heirs: string[] }>();
   /** Held member Leases: the fenced members each says its replica works for, by name. */
   private readonly published = new Map<string, string[]>();
+  /** Held member Leases whose replica says it is stopping, by name. */
+  private readonly stopping = new Set<string>();
   private lastSuccession = "";
   private lastCollected = -Infinity;
   private current: string[] = [];
@@ -525,6 +562,7 @@ export class MemberSet {
       this.fencedSince.delete(name);
       this.fences.delete(name);
       this.published.delete(name);
+      this.stopping.delete(name);
       this.evaluate();
     });
   }
@@ -584,6 +622,8 @@ export class MemberSet {
     if (fence === undefined) this.fences.delete(name);
     else this.fences.set(name, fence);
     this.published.set(name, inheritsOf(lease));
+    if ((lease.spec?.holderIdentity ?? "") !== "" && lease.metadata.annotations?.[STOPPING_ANNOTATION] !== undefined) this.stopping.add(name);
+    else this.stopping.delete(name);
     if ((lease.spec?.holderIdentity ?? "") !== "") this.fencedSince.delete(name);
     else if (!this.fencedSince.has(name)) {
       this.fencedSince.set(name, performance.now());
@@ -675,8 +715,9 @@ export class MemberSet {
       log.info({ member: record.holder }, how);
     };
     // Its heirs: the members whose Leases have not run out (not those waiting for a fence
-    // themselves), who take on its objects from this write on (succession.ts).
-    const heirs = liveMembers(this.records.values(), performance.now()).filter((m) => m !== record.holder);
+    // themselves), and that are not stopping, who take on its objects from this write on (succession.ts).
+    const candidates = [...this.records].filter(([lease]) => !this.stopping.has(lease)).map(([, r]) => r);
+    const heirs = liveMembers(candidates, performance.now()).filter((m) => m !== record.holder);
     try {
       await this.o.client.patch(
         path,

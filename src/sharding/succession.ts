@@ -40,6 +40,13 @@ export const FENCED_RENEWAL_ANNOTATION = "shard.agentcompute.dev/fenced-renewal"
  */
 export const INHERITS_ANNOTATION = "shard.agentcompute.dev/inherits";
 
+/**
+ * On a member's own Lease: it is stopping (SIGTERM). Written without renewing it, so the Lease
+ * runs out as it would have; a fence written meanwhile does not name it an heir (it works on
+ * nothing new while its controllers drain).
+ */
+export const STOPPING_ANNOTATION = "shard.agentcompute.dev/stopping";
+
 /** The fenced members a held Lease says its replica works for. */
 export function inheritsOf(lease: Lease): string[] {
   return (lease.metadata.annotations?.[INHERITS_ANNOTATION] ?? "").split(",").filter((m) => m !== "");

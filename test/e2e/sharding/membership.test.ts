@@ -10,7 +10,7 @@ import { leasesPath, resourcePath, type KubeClient } from "../../../src/runtime/
 import type { Lease } from "../../../src/runtime/leader-election.js";
 import { OWNER_LABEL, ownerSelector } from "../../../src/sharding/labels.js";
 import { MemberLease, MemberSet, type MemberSetOptions } from "../../../src/sharding/membership.js";
-import { FENCED_MEMBER_ANNOTATION, HEIRS_ANNOTATION, INHERITS_ANNOTATION, fenceAnnotations, type SuccessionView } from "../../../src/sharding/succession.js";
+import { FENCED_MEMBER_ANNOTATION, HEIRS_ANNOTATION, INHERITS_ANNOTATION, STOPPING_ANNOTATION, fenceAnnotations, type SuccessionView } from "../../../src/sharding/succession.js";
 import { clusterFor, poll, proxiedClient, testLogger } from "../runtime/support.js";
 import { adminAndNamespaces } from "./support.js";
 
@@ -179,6 +179,29 @@ describe("shard membership (real API server)", () => {
     } finally {
       await set.stop();
       await b.stop();
+    }
+  });
+
+  it("names as heirs only the members that are not stopping (a stopping one says so on its Lease, without renewing it)", async () => {
+    const ns = await namespace();
+    const set = memberSet(ns, admin, []);
+    const [a, b, c] = [member(ns, "a"), member(ns, "b"), member(ns, "c")];
+    await Promise.all([a.start(), b.start(), c.start()]);
+    await set.start();
+    try {
+      await poll(() => set.members().length === 3, 10_000, "three members seen");
+      await a.stop({ leave: false }); // dies: fenced a lease duration (3 s) after its last renewal
+      await new Promise((resolve) => setTimeout(resolve, 1_000));
+      const before = (await admin.get<Lease>(leasesPath(ns, "m-b"))).spec?.renewTime;
+      b.stopRenewing(); // SIGTERM: its Lease runs on for up to a lease duration
+      await poll(async () => (await admin.get<Lease>(leasesPath(ns, "m-b"))).metadata.annotations?.[STOPPING_ANNOTATION] === "true", 5_000, "b's stop said");
+      expect((await admin.get<Lease>(leasesPath(ns, "m-b"))).spec?.renewTime).toBe(before); // not renewed by saying it
+      await poll(async () => (await holderOf(ns, "a")) === "", 10_000, "a fenced");
+      expect((await admin.get<Lease>(leasesPath(ns, "m-a"))).metadata.annotations?.[HEIRS_ANNOTATION]).toBe("c");
+    } finally {
+      await set.stop();
+      await b.stop();
+      await c.stop();
     }
   });
 
