@@ -11,8 +11,9 @@
 // successor takes over at once; left to expire instead if a reconcile outlived the grace
 // period, see abandonedWork) -> informers stop -> pending Events are flushed (bounded) ->
 // servers close. In sharded mode the Lease is released as soon as the leader-only controllers
-// have drained, while the replica's own controllers still finish theirs. Losing the Lease ends the manager with reason "leadership-lost" (as
-// controller-runtime exits on lost leadership: a fresh process is the safe way back).
+// have drained, while the replica's own controllers still finish theirs. Losing the Lease ends
+// the manager with reason "leadership-lost" (as controller-runtime exits on lost leadership: a
+// fresh process is the safe way back).
 //
 // Sharded mode (src/sharding/, `run --sharding`) uses a few options that are no-ops when unset:
 // leaderOnlyControllers (the others run on every replica without waiting for leadership), a
