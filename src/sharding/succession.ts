@@ -75,16 +75,12 @@ export interface SuccessionView {
   readonly heirs: ReadonlyMap<string, readonly string[]>;
 }
 
-export const NO_SUCCESSION: SuccessionView = { holders: new Set(), heirs: new Map() };
+const NO_SUCCESSION: SuccessionView = { holders: new Set(), heirs: new Map() };
 
 export class Succession {
   /** Rings of heirs, by their sorted list: one per fence, built once. */
   private readonly rings = new Map<string, Ring>();
   private current: SuccessionView = NO_SUCCESSION;
-
-  get view(): SuccessionView {
-    return this.current;
-  }
 
   /** The member Leases as seen now; the rings of fences no longer there are dropped. */
   set(view: SuccessionView): void {
@@ -99,15 +95,8 @@ export class Succession {
    * the same way; undefined if the chain ends at nobody.
    */
   worker(owner: string | undefined, key: string): string | undefined {
-    const passed = new Set<string>();
-    for (let m = owner; m !== undefined && m !== "" && !passed.has(m); ) {
-      if (this.current.holders.has(m)) return m;
-      passed.add(m);
-      const heirs = this.current.heirs.get(m);
-      if (heirs === undefined) return undefined;
-      m = this.ring(heirs).owner(key);
-    }
-    return undefined;
+    const last = this.chain(owner, key).at(-1);
+    return last !== undefined && this.current.holders.has(last) ? last : undefined;
   }
 
   /** The worker of an object by its labels. */
