@@ -9,7 +9,7 @@ import { Manager } from "../runtime/manager.js";
 import { parseDuration } from "../lib/duration.js";
 import { goBooleans } from "./booleans.js";
 import { setServiceReplica } from "../service/client.js";
-import { Sharding, replicaIdentity } from "../sharding/index.js";
+import { Sharding, replicaIdentity, thisProcess } from "../sharding/index.js";
 
 const HELP = `usage: agent-operator run [flags]
 
@@ -115,7 +115,7 @@ export async function main(argv: string[]): Promise<number> {
   const logger = createLogger({ level: flags.logLevel });
   // Sharded mode: the replica's identity (POD_NAME, else hostname-pid) names its share, its
   // member Lease and, in the User-Agent, its calls to the service.
-  const sharding = flags.sharding ? new Sharding({ identity: replicaIdentity(), leaseName: flags.leaderElectionId, logger }) : undefined;
+  const sharding = flags.sharding ? new Sharding({ identity: replicaIdentity(), leaseName: flags.leaderElectionId, logger, process: thisProcess() }) : undefined;
   if (sharding) setServiceReplica(sharding.identity);
   const client = KubeClient.fromKubeconfig(flags.kubeconfig);
   const leaseNamespace = flags.leaderElectionNamespace ?? client.currentNamespace() ?? "default";

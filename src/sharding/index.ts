@@ -17,11 +17,13 @@ import type { ShardingOptions } from "../controllers/kind.js";
 import { resourcePath } from "../runtime/kube-client.js";
 import type { Manager, ManagerOptions } from "../runtime/manager.js";
 import { labelValue, memberLeaseName } from "./labels.js";
+import { CrashReports, type ProcessRecord } from "./crash-report.js";
 import { MemberLease, MemberSet, MembershipLapsed, type MembershipTimings } from "./membership.js";
 import { ReplicaShard } from "./replica.js";
 import { Sharder, type ShardedKind, type ShardedObject } from "./sharder.js";
 
 export { replicaIdentity } from "./labels.js";
+export { thisProcess } from "./crash-report.js";
 
 const collection = (k: KindNames): string => resourcePath({ group: GROUP, version: VERSION, plural: k.plural });
 const sharded = (k: KindNames): ShardedKind => ({ kind: k.kind, plural: k.plural, path: collection(k) });
@@ -75,6 +77,8 @@ export interface ShardingConfig {
   leaseName: string;
   logger: Logger;
   timings?: Partial<MembershipTimings>;
+  /** The Pod and container this replica runs in (crash-report.ts thisProcess): its crash is then known from the kubelet's report. */
+  process?: Omit<ProcessRecord, "since">;
 }
 
 export class Sharding {
@@ -159,6 +163,9 @@ export class Sharding {
       leaseDurationMs: this.cfg.timings?.leaseDurationMs,
       fencing: () => this.leading,
       self: this.identity,
+      // The kubelet reports a replica's crash within seconds, its Lease runs out in a lease duration.
+      crashReports:
+        this.cfg.process && new CrashReports({ client: manager.client, namespace: this.cfg.process.namespace, logger: log, metrics: manager.metrics }),
       leasesInUse: () => {
         const owners = this.sharder?.owners();
         return owners && new Set([...owners].map((o) => memberLeaseName(this.memberLeasePrefix, o)));
@@ -218,6 +225,7 @@ export class Sharding {
       identity: this.identity,
       ring,
       logger: log,
+      process: this.cfg.process,
       ...this.cfg.timings,
       // With no other live member, nobody can take the share it waits for (and the process
       // before, fenced after its Lease ran out or gone on SIGTERM, has stopped): it joins at once.

@@ -18,6 +18,11 @@
 // process of the same identity joins (a fenced Lease taken back, or a new one) only once
 // nothing carries its owner label any more (the sharder has moved the share of the process
 // before). The leader deletes a fenced Lease once nothing carries its member's label either.
+//
+// A crash need not wait for the lease: where the replicas run in Pods, the kubelet reports a
+// container's end within seconds, and a Lease whose process that report proves ended counts as
+// expired at once (crash-report.ts). It is fenced the same way, so the proof and the timing
+// guard each other: a new process of the identity that took the Lease since makes the fence fail.
 import type { Logger } from "pino";
 import { setTimeout as sleep } from "node:timers/promises";
 import { errorMessage } from "../lib/errors.js";
@@ -25,14 +30,17 @@ import { Informer } from "../runtime/informer.js";
 import { isConflict, isNotFound, leasesPath, type KubeClient } from "../runtime/kube-client.js";
 import type { Lease } from "../runtime/leader-election.js";
 import type { Metrics } from "../runtime/metrics.js";
+import { PROCESS_ANNOTATION, type CrashReports, type ProcessRecord } from "./crash-report.js";
 import { MEMBER_LABEL } from "./labels.js";
 import {
+  FENCED_BECAUSE_ANNOTATION,
   FENCED_MEMBER_ANNOTATION,
   FENCED_RENEWAL_ANNOTATION,
   HEIRS_ANNOTATION,
   INHERITS_ANNOTATION,
   STOPPING_ANNOTATION,
   fenceAnnotations,
+  type FenceReason,
   fenceOf,
   inheritsOf,
   type SuccessionView,
@@ -69,6 +77,11 @@ export interface MemberLeaseOptions extends Partial<MembershipTimings> {
   ownsObjects?(signal: AbortSignal): Promise<boolean>;
   /** The Lease is taken, or renewed after its deadline had passed: this replica may work (again). */
   onJoined?(): void;
+  /**
+   * The Pod and container this process runs in (crash-report.ts thisProcess): written on the
+   * Lease, so that the kubelet's report of its crash moves its share without waiting for the Lease.
+   */
+  process?: Omit<ProcessRecord, "since">;
 }
 
 /** The share of an earlier process of this identity is still being moved. */
@@ -303,7 +316,7 @@ export class MemberLease {
         labels: { ...base?.metadata.labels, [MEMBER_LABEL]: this.o.ring },
         // A fence of a process before names heirs that no longer work on its share once it is
         // taken back (which waits until nothing carries this identity's label: see take()).
-        annotations: withInherits(withoutFence(base?.metadata.annotations), this.inherits),
+        annotations: withInherits(withProcess(withoutFence(base?.metadata.annotations), this.o.process, now), this.inherits),
       },
       spec: {
         holderIdentity: this.o.identity,
@@ -436,11 +449,29 @@ function withInherits(annotations: Record<string, string> | undefined, inherits:
   return Object.keys(out).length > 0 ? out : undefined;
 }
 
-/** What a process before wrote that is not this one's to say: its fence, its stop. */
+/** What a process before wrote that is not this one's to say: its fence, its stop, which process it was. */
 function withoutFence(annotations: Record<string, string> | undefined): Record<string, string> | undefined {
   if (annotations === undefined) return undefined;
-  const { [FENCED_MEMBER_ANNOTATION]: _member, [HEIRS_ANNOTATION]: _heirs, [FENCED_RENEWAL_ANNOTATION]: _renewal, [STOPPING_ANNOTATION]: _stopping, ...rest } = annotations;
+  const {
+    [FENCED_MEMBER_ANNOTATION]: _member,
+    [HEIRS_ANNOTATION]: _heirs,
+    [FENCED_RENEWAL_ANNOTATION]: _renewal,
+    [FENCED_BECAUSE_ANNOTATION]: _because,
+    [STOPPING_ANNOTATION]: _stopping,
+    [PROCESS_ANNOTATION]: _process,
+    ...rest
+  } = annotations;
   return Object.keys(rest).length > 0 ? rest : undefined;
+}
+
+/**
+ * This process on the Lease, with the moment of the write (`now`, on this node's clock: after
+ * it started, before it could have ended), which crash-report.ts compares the kubelet's times with.
+ */
+function withProcess(annotations: Record<string, string> | undefined, proc: Omit<ProcessRecord, "since"> | undefined, now: number): Record<string, string> | undefined {
+  if (proc === undefined) return annotations;
+  const record: ProcessRecord = { ...proc, since: new Date(now).toISOString() };
+  return { ...annotations, [PROCESS_ANNOTATION]: JSON.stringify(record) };
 }
 
 /** How soon a fence that could not be written (the API server down) is tried again. */
@@ -517,6 +548,11 @@ export interface MemberSetOptions {
   onChange(members: string[]): void;
   /** The held and the fenced member Leases changed (src/sharding/succession.ts). */
   onSuccession?(view: SuccessionView): void;
+  /**
+   * The kubelet's reports of the replicas' Pods: a member whose process they prove ended counts
+   * as gone at once, as if its Lease had run out (and, with fencing, is fenced then).
+   */
+  crashReports?: CrashReports;
 }
 
 /**
@@ -528,6 +564,8 @@ export class MemberSet {
   private readonly records = new Map<string, MemberRecord>();
   /** Each member Lease's resourceVersion as last seen: a fence is written on it. */
   private readonly versions = new Map<string, string | undefined>();
+  /** Each member Lease as last seen: which process wrote it (crash-report.ts). */
+  private readonly leases = new Map<string, Lease>();
   /** Member Leases with a fence being written or tried last (when), to try again at most once a second. */
   private readonly fencing = new Set<string>();
   private readonly fenceTried = new Map<string, number>();
@@ -558,6 +596,7 @@ export class MemberSet {
       const name = l.metadata.name ?? "";
       this.records.delete(name);
       this.versions.delete(name);
+      this.leases.delete(name);
       this.fenceTried.delete(name);
       this.fencedSince.delete(name);
       this.fences.delete(name);
@@ -565,6 +604,8 @@ export class MemberSet {
       this.stopping.delete(name);
       this.evaluate();
     });
+    // A crash reported is news at once, not at the next look.
+    o.crashReports?.onChange(() => this.evaluate());
   }
 
   /**
@@ -590,7 +631,7 @@ export class MemberSet {
   }
 
   async start(): Promise<void> {
-    await this.informer.start();
+    await Promise.all([this.informer.start(), this.o.crashReports?.start()]);
     // Expiry is a matter of time, not of events: look every half second.
     this.timer = setInterval(() => this.evaluate(), 500);
     this.timer.unref();
@@ -599,7 +640,7 @@ export class MemberSet {
 
   async stop(): Promise<void> {
     if (this.timer) clearInterval(this.timer);
-    await this.informer.stop();
+    await Promise.all([this.informer.stop(), this.o.crashReports?.stop()]);
   }
 
   members(): string[] {
@@ -618,6 +659,7 @@ export class MemberSet {
     if (next === undefined) this.records.delete(name);
     else this.records.set(name, next);
     this.versions.set(name, lease.metadata.resourceVersion);
+    this.leases.set(name, lease);
     const fence = fenceOf(lease);
     if (fence === undefined) this.fences.delete(name);
     else this.fences.set(name, fence);
@@ -639,8 +681,10 @@ export class MemberSet {
     // Where departures are confirmed, an expired record still counts until its fence is written.
     const fencing = this.o.fencing?.() ?? false;
     const counted = [...this.records.entries()].map(([name, r]) => {
-      if (r.expiresAt > now || !fencing) return r;
-      if (r.holder !== this.o.self) this.fence(name, r);
+      const gone = this.gone(name, r, now);
+      if (gone === undefined) return r;
+      if (!fencing) return { ...r, expiresAt: -Infinity };
+      if (r.holder !== this.o.self) this.fence(name, r, gone);
       return { ...r, expiresAt: Infinity };
     });
     if (fencing) this.collectFenced(now);
@@ -651,6 +695,13 @@ export class MemberSet {
     this.current = live;
     this.o.logger.info({ members: live, joined, left }, "shard ring members changed");
     this.o.onChange(live);
+  }
+
+  /** Why a member counts as gone at `now`, if it does: its Lease ran out, or the kubelet reports its process ended. */
+  private gone(name: string, r: MemberRecord, now: number): FenceReason | undefined {
+    if (r.expiresAt <= now) return "lease-expired";
+    const lease = this.leases.get(name);
+    return lease !== undefined && this.o.crashReports?.ended(lease) ? "crash-reported" : undefined;
   }
 
   private reportSuccession(): void {
@@ -696,43 +747,48 @@ export class MemberSet {
    * member is gone (its renewals now fail, and it stops). Refused (409): it renewed since, and
    * what the API server holds now is taken in. A Lease deleted meanwhile is gone as well.
    */
-  private fence(name: string, record: MemberRecord): void {
+  private fence(name: string, record: MemberRecord, because: FenceReason): void {
     const version = this.versions.get(name);
     if (version === undefined || this.fencing.has(name) || performance.now() - (this.fenceTried.get(name) ?? -Infinity) < FENCE_RETRY_MS) return;
     this.fencing.add(name);
     this.fenceTried.set(name, performance.now());
-    void this.writeFence(name, record, version).finally(() => {
+    void this.writeFence(name, record, version, because).finally(() => {
       this.fencing.delete(name);
       this.evaluate();
     });
   }
 
-  private async writeFence(name: string, record: MemberRecord, version: string): Promise<void> {
+  private async writeFence(name: string, record: MemberRecord, version: string, because: FenceReason): Promise<void> {
     const path = leasesPath(this.o.namespace, name);
     const log = this.o.logger;
     const gone = (how: string): void => {
       if (this.records.get(name) === record) this.records.delete(name);
       log.info({ member: record.holder }, how);
     };
-    // Its heirs: the members whose Leases have not run out (not those waiting for a fence
-    // themselves), and that are not stopping, who take on its objects from this write on (succession.ts).
-    const candidates = [...this.records].filter(([lease]) => !this.stopping.has(lease)).map(([, r]) => r);
-    const heirs = liveMembers(candidates, performance.now()).filter((m) => m !== record.holder);
+    // Its heirs: the members not gone themselves (their Leases not run out, no crash reported:
+    // not those waiting for a fence), and not stopping, who take on its objects from this write on (succession.ts).
+    const now = performance.now();
+    const candidates = [...this.records].filter(([lease, r]) => !this.stopping.has(lease) && this.gone(lease, r, now) === undefined).map(([, r]) => r);
+    const heirs = liveMembers(candidates, now).filter((m) => m !== record.holder);
     try {
       await this.o.client.patch(
         path,
-        { metadata: { resourceVersion: version, annotations: fenceAnnotations(record.holder, heirs, renewTimeOf(record)) }, spec: { holderIdentity: "" } },
+        { metadata: { resourceVersion: version, annotations: fenceAnnotations(record.holder, heirs, renewTimeOf(record), because) }, spec: { holderIdentity: "" } },
         "merge",
         { discardResult: true },
       );
       // Known before the watch tells: the sharder must name these heirs for its objects, as they do.
       if (heirs.length > 0) this.fences.set(name, { member: record.holder, heirs: [...heirs].sort() });
-      return gone("member Lease expired: fenced it; its heirs work on its share from now on, and its objects move to them (its replica, if it still runs, stops at its next renewal)");
+      return gone(
+        because === "crash-reported"
+          ? "the kubelet reports that the process holding a member Lease ended: fenced the Lease; its heirs work on its share from now on, and its objects move to them"
+          : "member Lease expired: fenced it; its heirs work on its share from now on, and its objects move to them (its replica, if it still runs, stops at its next renewal)",
+      );
     } catch (err) {
       if (isNotFound(err)) return gone("member Lease deleted");
       if (!isConflict(err)) return log.warn({ err: errorMessage(err), member: record.holder }, "could not fence an expired member Lease; its share waits");
     }
-    log.info({ member: record.holder }, "an expired member Lease changed since it was seen: renewed, not gone");
+    log.info({ member: record.holder }, "a member Lease counted gone changed since it was seen: renewed (or taken by a new process of its identity), not gone");
     try {
       this.seen(await this.o.client.get<Lease>(path));
     } catch (err) {

@@ -23,6 +23,12 @@ export const AT_WORK_ON_INHERITED = "shard succession: at work on what it inheri
 
 /** On a fenced member Lease: the identity it was held by (the holder is written empty). */
 export const FENCED_MEMBER_ANNOTATION = "shard.agentcompute.dev/fenced-member";
+/**
+ * On a fenced member Lease: why its member was counted gone, `lease-expired` (it renewed no
+ * more) or `crash-reported` (its Pod's status proves its process ended: crash-report.ts).
+ */
+export const FENCED_BECAUSE_ANNOTATION = "shard.agentcompute.dev/fenced-because";
+export type FenceReason = "lease-expired" | "crash-reported";
 /** On a fenced member Lease: the live members when it was fenced, comma-separated. */
 export const HEIRS_ANNOTATION = "shard.agentcompute.dev/heirs";
 
@@ -53,8 +59,8 @@ export function inheritsOf(lease: Lease): string[] {
 }
 
 /** What the fence writes on the Lease besides the empty holder. */
-export function fenceAnnotations(member: string, heirs: readonly string[], renewTime: string | null | undefined): Record<string, string> {
-  return { [FENCED_MEMBER_ANNOTATION]: member, [HEIRS_ANNOTATION]: [...heirs].sort().join(","), [FENCED_RENEWAL_ANNOTATION]: renewTime ?? "" };
+export function fenceAnnotations(member: string, heirs: readonly string[], renewTime: string | null | undefined, because: FenceReason = "lease-expired"): Record<string, string> {
+  return { [FENCED_MEMBER_ANNOTATION]: member, [HEIRS_ANNOTATION]: [...heirs].sort().join(","), [FENCED_RENEWAL_ANNOTATION]: renewTime ?? "", [FENCED_BECAUSE_ANNOTATION]: because };
 }
 
 /** A fenced Lease's member and heirs; undefined for a held Lease, or a fence that named none or is not this Lease's. */

@@ -90,7 +90,7 @@ interface EnvVar {
   valueFrom?: { fieldRef?: { fieldPath: string } };
 }
 type Deployment = KubeObject & {
-  spec: { replicas: number; template: { spec: { serviceAccountName: string; containers: Array<{ args: string[]; env: EnvVar[] }> } } };
+  spec: { replicas: number; template: { spec: { serviceAccountName: string; containers: Array<{ name: string; args: string[]; env: EnvVar[] }> } } };
 };
 type Role = KubeObject & { rules: PolicyRule[] };
 type RoleBinding = KubeObject & {
@@ -99,11 +99,11 @@ type RoleBinding = KubeObject & {
 };
 
 /** The operator's container of the (one) Deployment among `objects`. */
-function operatorContainer(objects: KubeObject[]): { replicas: number; args: string[]; env: EnvVar[] } {
+function operatorContainer(objects: KubeObject[]): { name: string; replicas: number; args: string[]; env: EnvVar[] } {
   const d = objects.find((o) => o.kind === "Deployment") as Deployment | undefined;
   const c = d?.spec.template.spec.containers[0];
   if (d === undefined || c === undefined) throw new Error("no Deployment with a container among the objects");
-  return { replicas: d.spec.replicas, args: c.args, env: c.env };
+  return { name: c.name, replicas: d.spec.replicas, args: c.args, env: c.env };
 }
 
 /**
@@ -172,8 +172,14 @@ describe("charts/agent-operator", () => {
     expect(c.replicas).toBe(3);
     expect(c.args).toEqual(expect.arrayContaining(["--sharding", "--leader-elect", "--leader-election-namespace=$(POD_NAMESPACE)"]));
     expect(c.env).toContainEqual({ name: "POD_NAME", valueFrom: { fieldRef: { fieldPath: "metadata.name" } } });
+    // What says which process holds a member Lease (src/sharding/crash-report.ts), and the container it names is this one.
+    expect(c.env).toContainEqual({ name: "POD_UID", valueFrom: { fieldRef: { fieldPath: "metadata.uid" } } });
+    expect(c.env).toContainEqual({ name: "CONTAINER_NAME", value: c.name });
     const role = findObject(chart, "Role", "agent-operator-shard-members", OPERATOR_NAMESPACE) as Role;
-    expect(role.rules).toEqual([{ apiGroups: ["coordination.k8s.io"], resources: ["leases"], verbs: ["list", "watch", "patch", "delete"] }]);
+    expect(role.rules).toEqual([
+      { apiGroups: ["coordination.k8s.io"], resources: ["leases"], verbs: ["list", "watch", "patch", "delete"] },
+      { apiGroups: [""], resources: ["pods"], verbs: ["list", "watch"] },
+    ]);
     expect(role.rules).toEqual((findObject(kustomized, "Role", "agent-operator-shard-members") as Role).rules);
     const binding = findObject(chart, "RoleBinding", "agent-operator-shard-members", OPERATOR_NAMESPACE) as RoleBinding;
     expect(binding.roleRef).toMatchObject({ kind: "Role", name: role.metadata.name });
@@ -418,6 +424,13 @@ spec: {content: "# More notes"}`, ns.name);
       await expectCan(sa.path, [verb, "leases.coordination.k8s.io", "-n", ns.name], false);
     }
     await expectCan(sa.path, ["list", "leases.coordination.k8s.io", "-A"], false);
+    // The replicas' Pods, read for the kubelet's report of a crash (src/sharding/crash-report.ts): there only, and never written.
+    for (const verb of ["list", "watch"]) {
+      await expectCan(sa.path, [verb, "pods", "-n", releaseNs.name], true);
+      await expectCan(sa.path, [verb, "pods", "-n", ns.name], false);
+    }
+    for (const verb of ["create", "patch", "delete"]) await expectCan(sa.path, [verb, "pods", "-n", releaseNs.name], false);
+    await expectCan(sa.path, ["patch", "pods/status", "-n", releaseNs.name], false);
   });
 
   it("removes everything but the CRDs with helm uninstall", async () => {

@@ -10,7 +10,8 @@ import { leasesPath, resourcePath, type KubeClient } from "../../../src/runtime/
 import type { Lease } from "../../../src/runtime/leader-election.js";
 import { OWNER_LABEL, ownerSelector } from "../../../src/sharding/labels.js";
 import { MemberLease, MemberSet, type MemberSetOptions } from "../../../src/sharding/membership.js";
-import { FENCED_MEMBER_ANNOTATION, HEIRS_ANNOTATION, INHERITS_ANNOTATION, STOPPING_ANNOTATION, fenceAnnotations, type SuccessionView } from "../../../src/sharding/succession.js";
+import { CrashReports, type PodReport } from "../../../src/sharding/crash-report.js";
+import { FENCED_BECAUSE_ANNOTATION, FENCED_MEMBER_ANNOTATION, HEIRS_ANNOTATION, INHERITS_ANNOTATION, STOPPING_ANNOTATION, fenceAnnotations, type SuccessionView } from "../../../src/sharding/succession.js";
 import { clusterFor, poll, proxiedClient, testLogger } from "../runtime/support.js";
 import { adminAndNamespaces } from "./support.js";
 
@@ -123,7 +124,7 @@ describe("shard membership (real API server)", () => {
       await new Promise((r) => setTimeout(r, 3 * TIMINGS.leaseDurationMs));
       // It did try to fence, and the API server refused: the Lease had been renewed since.
       await poll(
-        () => logged.some((l) => l.msg === "an expired member Lease changed since it was seen: renewed, not gone"),
+        () => logged.some((l) => l.msg === "a member Lease counted gone changed since it was seen: renewed (or taken by a new process of its identity), not gone"),
         10_000,
         "the fence refused",
       );
@@ -176,6 +177,56 @@ describe("shard membership (real API server)", () => {
       expect(b2.mayWork()).toBe(false);
       await b2.stop();
       expect(await holderOf(ns, "b2")).toBe(""); // a fenced Lease is not deleted on the way out
+    } finally {
+      await set.stop();
+      await b.stop();
+    }
+  });
+
+  it("counts a member gone, and fences it, once its Pod's status proves its process ended, long before its Lease runs out; an earlier run's end proves nothing", async () => {
+    const ns = await namespace();
+    // Leases of ten minutes: only the kubelet's report can end a membership within this test.
+    const LONG = { leaseDurationMs: 600_000, renewDeadlineMs: 400_000, retryPeriodMs: 400 };
+    const pods = `/api/v1/namespaces/${ns}/pods`;
+    const pod = await admin.create<PodReport>(pods, { apiVersion: "v1", kind: "Pod", metadata: { name: "pod-a" }, spec: { containers: [{ name: "operator", image: "agent-operator" }] } });
+    const second = (ms: number): string => new Date(ms).toISOString().replace(/\.\d+Z$/, "Z");
+    // What the kubelet writes on the Pod (no kubelet runs here): the operator container's state.
+    const report = (status: Record<string, unknown>): Promise<unknown> =>
+      admin.patch(`${pods}/pod-a/status`, { status: { containerStatuses: [{ name: "operator", image: "agent-operator", imageID: "", ready: true, restartCount: 1, ...status }] } }, "merge");
+    await report({
+      state: { running: { startedAt: second(Date.now() - 5_000) } },
+      lastState: { terminated: { exitCode: 137, reason: "Error", startedAt: second(Date.now() - 20_000), finishedAt: second(Date.now() - 10_000) } },
+    });
+    const a = new MemberLease({
+      client: admin,
+      namespace: ns,
+      name: "m-a",
+      identity: "a",
+      ring: RING,
+      logger: testLogger(),
+      ...LONG,
+      onLost: () => undefined,
+      process: { namespace: ns, pod: "pod-a", uid: pod.metadata.uid ?? "", container: "operator" },
+    });
+    const b = new MemberLease({ client: admin, namespace: ns, name: "m-b", identity: "b", ring: RING, logger: testLogger(), ...LONG, onLost: () => undefined });
+    await Promise.all([a.start(), b.start()]);
+    const seen: string[][] = [];
+    const set = memberSet(ns, admin, seen, { leaseDurationMs: LONG.leaseDurationMs, crashReports: new CrashReports({ client: admin, namespace: ns, logger: testLogger() }) });
+    await set.start();
+    try {
+      await poll(() => set.members().length === 2, 10_000, "both members seen");
+      // The report is of runs before a's process (its container restarted before it started): a stays.
+      await new Promise((resolve) => setTimeout(resolve, 3_000));
+      expect(seen.filter((m) => !m.includes("a")), "a membership without a").toEqual([]);
+      expect(await holderOf(ns, "a")).toBe("a");
+
+      // a is killed (its Lease left to run out in ten minutes), and the kubelet reports its container's end.
+      await a.stop({ leave: false });
+      await report({ ready: false, state: { terminated: { exitCode: 137, reason: "Error", startedAt: second(Date.now() - 5_000), finishedAt: second(Date.now()) } } });
+      await poll(() => set.members().join() === "b", 10_000, "a counted gone on the kubelet's report");
+      const fenced = await admin.get<Lease>(leasesPath(ns, "m-a"));
+      expect(fenced.spec?.holderIdentity).toBe("");
+      expect(fenced.metadata.annotations).toMatchObject({ [FENCED_MEMBER_ANNOTATION]: "a", [HEIRS_ANNOTATION]: "b", [FENCED_BECAUSE_ANNOTATION]: "crash-reported" });
     } finally {
       await set.stop();
       await b.stop();

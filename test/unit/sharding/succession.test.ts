@@ -1,7 +1,7 @@
 import { describe, expect, it } from "vitest";
 import { OWNER_LABEL } from "../../../src/sharding/labels.js";
 import { Ring } from "../../../src/sharding/ring.js";
-import { FENCED_MEMBER_ANNOTATION, FENCED_RENEWAL_ANNOTATION, HEIRS_ANNOTATION, Succession, fenceAnnotations, fenceOf, type SuccessionView } from "../../../src/sharding/succession.js";
+import { FENCED_BECAUSE_ANNOTATION, FENCED_MEMBER_ANNOTATION, FENCED_RENEWAL_ANNOTATION, HEIRS_ANNOTATION, Succession, fenceAnnotations, fenceOf, type SuccessionView } from "../../../src/sharding/succession.js";
 
 const keys = Array.from({ length: 200 }, (_, i) => `sandboxes/ns/sb-${i}`);
 const view = (holders: string[], heirs: Record<string, string[]> = {}): SuccessionView => ({ holders: new Set(holders), heirs: new Map(Object.entries(heirs)) });
@@ -15,7 +15,8 @@ describe("fence annotations", () => {
   it("round-trip through a fenced Lease; a held Lease, or a fence without heirs, names none", () => {
     const renewTime = "2026-11-28T06:00:00.000000Z";
     const annotations = fenceAnnotations("b", ["c", "a"], renewTime);
-    expect(annotations).toEqual({ [FENCED_MEMBER_ANNOTATION]: "b", [HEIRS_ANNOTATION]: "a,c", [FENCED_RENEWAL_ANNOTATION]: renewTime });
+    expect(annotations).toEqual({ [FENCED_MEMBER_ANNOTATION]: "b", [HEIRS_ANNOTATION]: "a,c", [FENCED_RENEWAL_ANNOTATION]: renewTime, [FENCED_BECAUSE_ANNOTATION]: "lease-expired" });
+    expect(fenceAnnotations("b", ["a"], renewTime, "crash-reported")[FENCED_BECAUSE_ANNOTATION]).toBe("crash-reported");
     expect(fenceOf({ metadata: { annotations }, spec: { holderIdentity: "", renewTime } })).toEqual({ member: "b", heirs: ["a", "c"] });
     // Taken back (held again): its old fence names nobody.
     expect(fenceOf({ metadata: { annotations }, spec: { holderIdentity: "b", renewTime } })).toBeUndefined();

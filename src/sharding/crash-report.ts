@@ -1,0 +1,149 @@
+// The kubelet's word that a replica crashed. A SIGKILLed (or OOM-killed) replica's member Lease
+// runs out a lease duration after its last renewal, but the kubelet reports the exit of its
+// container on its Pod within a second or two. The replicas read that report, and a member
+// Lease whose process the report proves ended counts as expired: the leader fences it at once
+// (membership.ts) and its heirs take its share on (succession.ts). The Lease stays the proof
+// for all the kubelet cannot report: a lost node, a partition, a frozen process.
+//
+// Only proof that *the process that wrote the Lease* ended counts. Its Lease says which it was
+// (PROCESS_ANNOTATION: Pod, uid, container, and when it wrote the Lease on the node's clock,
+// which is the kubelet's too). The Pod's status proves that process ended when:
+//  - the container's current run started after that moment (it restarted since), or
+//  - a run of the container that ended (its current or its last state) ended at or after it:
+//    runs of one container do not overlap, so that run was the process's or a later one.
+// The kubelet's times are whole seconds, rounded down: each comparison holds for the true
+// times too. A deleted Pod proves nothing (a forced deletion does not wait for the
+// containers), nor does a Pod of another uid (a StatefulSet's new Pod of the same name). The
+// Lease the proof was read from is the one the fence is written on: if a new process of the
+// identity took the Lease since, the fence is refused.
+import type { Logger } from "pino";
+import { errorMessage } from "../lib/errors.js";
+import { Informer } from "../runtime/informer.js";
+import { isForbidden, type KubeClient, type KubeObject } from "../runtime/kube-client.js";
+import type { Lease } from "../runtime/leader-election.js";
+import type { Metrics } from "../runtime/metrics.js";
+
+/** On a member Lease: the process that wrote it (ProcessRecord, JSON). */
+export const PROCESS_ANNOTATION = "shard.agentcompute.dev/process";
+
+/** The process holding a member Lease, as it wrote it there. */
+export interface ProcessRecord {
+  namespace: string;
+  pod: string;
+  uid: string;
+  container: string;
+  /** When it wrote the Lease (after it started), RFC 3339 on its own clock. */
+  since: string;
+}
+
+/**
+ * This process, where the downward API says which Pod and container it runs in (POD_NAME,
+ * POD_NAMESPACE, POD_UID, CONTAINER_NAME: manifests/ and the chart set them in sharded mode);
+ * undefined otherwise, and its crashes are known by its Lease running out only.
+ */
+export function thisProcess(env: NodeJS.ProcessEnv = process.env): Omit<ProcessRecord, "since"> | undefined {
+  const [namespace, pod, uid, container] = [env.POD_NAMESPACE, env.POD_NAME, env.POD_UID, env.CONTAINER_NAME].map((v) => v?.trim() ?? "");
+  if (!namespace || !pod || !uid || !container) return undefined;
+  return { namespace, pod, uid, container };
+}
+
+export function processOf(lease: Lease): ProcessRecord | undefined {
+  const raw = lease.metadata.annotations?.[PROCESS_ANNOTATION];
+  if (raw === undefined) return undefined;
+  try {
+    const p = JSON.parse(raw) as Partial<ProcessRecord>;
+    const fields = [p.namespace, p.pod, p.uid, p.container, p.since];
+    if (fields.some((f) => typeof f !== "string" || f === "") || !Number.isFinite(Date.parse(p.since!))) return undefined;
+    return p as ProcessRecord;
+  } catch {
+    return undefined;
+  }
+}
+
+/** The part of a container's status the proof reads. */
+interface ContainerState {
+  running?: { startedAt?: string };
+  terminated?: { finishedAt?: string };
+}
+
+/** What is kept of a Pod: who it is and its containers' states. */
+export interface PodReport extends KubeObject {
+  metadata: KubeObject["metadata"] & { uid?: string };
+  status?: { containerStatuses?: Array<{ name: string; state?: ContainerState; lastState?: ContainerState }> };
+}
+
+const slim = (p: PodReport): PodReport => ({
+  apiVersion: p.apiVersion,
+  kind: p.kind,
+  metadata: { name: p.metadata.name, namespace: p.metadata.namespace, uid: p.metadata.uid, resourceVersion: p.metadata.resourceVersion },
+  status: { containerStatuses: (p.status?.containerStatuses ?? []).map(({ name, state, lastState }) => ({ name, state, lastState })) },
+});
+
+/** Whether `pod`'s status proves that the process `proc` ended (see the top of this file). */
+export function reportsEnded(proc: ProcessRecord, pod: PodReport | undefined): boolean {
+  if (pod === undefined || pod.metadata.uid !== proc.uid || pod.metadata.name !== proc.pod) return false;
+  const status = pod.status?.containerStatuses?.find((c) => c.name === proc.container);
+  if (status === undefined) return false;
+  const since = Date.parse(proc.since);
+  const started = Date.parse(status.state?.running?.startedAt ?? "");
+  if (started > since) return true;
+  return [status.state?.terminated, status.lastState?.terminated].some((t) => Date.parse(t?.finishedAt ?? "") >= since);
+}
+
+export interface CrashReportsOptions {
+  client: KubeClient;
+  /** The replicas' namespace (their Pods and member Leases). */
+  namespace: string;
+  logger: Logger;
+  metrics?: Metrics;
+}
+
+/**
+ * A cache of the Pods of the replicas' namespace, slimmed to their containers' states. Off (and
+ * saying why, once) where the operator may not list Pods there: crashes are then known by the
+ * Leases running out only.
+ */
+export class CrashReports {
+  private readonly informer: Informer<PodReport>;
+  private on = false;
+
+  constructor(private readonly o: CrashReportsOptions) {
+    this.informer = new Informer<PodReport>(o.client, {
+      path: `/api/v1/namespaces/${encodeURIComponent(o.namespace)}/pods`,
+      logger: o.logger,
+      metrics: o.metrics,
+      view: { name: "crash-reports", transform: slim },
+    });
+  }
+
+  /** Calls `changed` whenever a Pod's report changes. */
+  onChange(changed: () => void): void {
+    this.informer.on("add", changed);
+    this.informer.on("update", changed);
+  }
+
+  async start(): Promise<void> {
+    try {
+      await this.o.client.list(`/api/v1/namespaces/${encodeURIComponent(this.o.namespace)}/pods`, { limit: 1 });
+    } catch (err) {
+      const why = isForbidden(err) ? `may not list Pods in namespace ${this.o.namespace} (RBAC: get, list, watch pods there)` : errorMessage(err);
+      this.o.logger.warn({ err: why }, "crash reports off: a crashed replica's share moves when its member Lease runs out, not when the kubelet reports the crash");
+      return;
+    }
+    this.on = true;
+    // Not awaited: a member is counted as the Leases say until the Pods are in.
+    void this.informer.start().catch(() => undefined);
+  }
+
+  async stop(): Promise<void> {
+    if (this.on) await this.informer.stop();
+  }
+
+  /** Whether the kubelet's report proves that the process that wrote `lease` ended. */
+  ended(lease: Lease): boolean {
+    if (!this.on) return false;
+    const proc = processOf(lease);
+    if (proc === undefined || proc.namespace !== this.o.namespace) return false;
+    return reportsEnded(proc, this.informer.get(proc.namespace, proc.pod));
+  }
+}
