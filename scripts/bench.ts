@@ -8,7 +8,7 @@
 //                    [--steady-minutes 10] [--sync-period 5m] [--renew-sandboxes 2000]
 //                    [--renew-ttl 60] [--renew-minutes 10] [--renew-error-rate 0.05]
 //                    [--renew-jitter 40] [--latency-samples 100] [--runs 1000] [--run-sandboxes 50] [--concurrency N] [--cpu-prof] [--heap-snapshot]
-//                    [--shard-resources 6000] [--shard-sandboxes 2000] [--shard-ttl 60] [--shard-replicas 3] [--shard-kill-at 50] [--shard-kill member|leader] [--shard-signal SIGKILL|SIGTERM] [--shard-baseline true|false]
+//                    [--shard-resources 6000] [--shard-sandboxes 2000] [--shard-ttl 60] [--shard-replicas 3] [--shard-kill-at 50] [--shard-kill member|leader] [--shard-signal SIGKILL|SIGTERM] [--shard-baseline true|false] [--shard-kubelet-report true|false]
 //                    [--node-options '...' (default: the Deployment's NODE_OPTIONS)]
 //
 // See docs/performance.md for what each scenario measures and the latest results.
@@ -24,7 +24,7 @@ import { coldStart, type ColdStartResult } from "../bench/scenarios/cold-start.j
 import { latency, type LatencyResult } from "../bench/scenarios/latency.js";
 import { renewals, type RenewalResult } from "../bench/scenarios/renewals.js";
 import { runs, type RunsResult } from "../bench/scenarios/runs.js";
-import { SHARD_KILLS, SHARD_SIGNALS, shards, type ShardsResult } from "../bench/scenarios/shards.js";
+import { SHARD_KILLS, SHARD_SIGNALS, shards, type ShardedRun, type ShardsResult } from "../bench/scenarios/shards.js";
 import { MANAGED_WRITE_RESOURCES, steadyState, type SteadyResult } from "../bench/scenarios/steady.js";
 import { waitNamespaceGone } from "../dev/namespaces.js";
 
@@ -58,6 +58,7 @@ function parse() {
       "shard-kill": { type: "string", default: "member" },
       "shard-signal": { type: "string", default: "SIGKILL" },
       "shard-baseline": { type: "string", default: "true" },
+      "shard-kubelet-report": { type: "string", default: "false" },
       concurrency: { type: "string" },
       "cpu-prof": { type: "boolean", default: false },
       "heap-snapshot": { type: "boolean", default: false },
@@ -96,6 +97,8 @@ function parse() {
   if (shardSignal === undefined) throw new Error(`--shard-signal: "${values["shard-signal"]}" must be one of ${SHARD_SIGNALS.join(", ")}`);
   const shardBaseline = values["shard-baseline"];
   if (shardBaseline !== "true" && shardBaseline !== "false") throw new Error(`--shard-baseline: "${shardBaseline}" must be true or false`);
+  const shardKubeletReport = values["shard-kubelet-report"];
+  if (shardKubeletReport !== "true" && shardKubeletReport !== "false") throw new Error(`--shard-kubelet-report: "${shardKubeletReport}" must be true or false`);
   return {
     resources: num("resources", values.resources, 1),
     rateLimit: num("rate-limit", values["rate-limit"], 0.01),
@@ -122,6 +125,7 @@ function parse() {
     shardKill,
     shardSignal,
     shardBaseline: shardBaseline === "true",
+    shardKubeletReport: shardKubeletReport === "true",
     concurrency: values.concurrency === undefined ? undefined : num("concurrency", values.concurrency, 1),
     cpuProf: values["cpu-prof"],
     heapSnapshot: values["heap-snapshot"],
@@ -253,6 +257,7 @@ async function main(): Promise<void> {
       kill: a.shardKill,
       signal: a.shardSignal,
       baseline: a.shardBaseline,
+      kubeletReport: a.shardKubeletReport,
       ...service,
       nodeOptions: a.nodeOptions,
     });
@@ -471,6 +476,17 @@ function shardRows(h: ShardsResult): Row[] {
       target: "within one lease duration (15 s)",
       measured: heirs.length === 0 ? "no heir logged it (no fence named heirs)" : `${last} s (${heirs.map(([k, v]) => `${k} ${v} s`).join(", ")})`,
       met: last !== null && last <= 15,
+    });
+    // Older results carry neither field.
+    const fence = s.fence as ShardedRun["fence"] | undefined;
+    const reported = s.kubeletReportSeconds as number | null | undefined;
+    rows.push({
+      scenario: `7. shards: ${h.signal} -> its member Lease fenced, and why`,
+      target: "report (crash-reported: the kubelet's report on its Pod; lease-expired: its Lease ran out)",
+      measured:
+        (fence === null || fence === undefined ? "not seen" : `${fence.seconds} s, ${fence.because || "no reason written"}`) +
+        (reported === null || reported === undefined ? "; no kubelet report (replicas not in Pods)" : `; the container's end written on its Pod ${reported} s after the kill (by the harness, standing in for the kubelet)`),
+      met: null,
     });
   }
   const tc = s.takeoverCpu;

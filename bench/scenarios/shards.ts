@@ -8,13 +8,18 @@
 // each replica's share before the kill and at the end, how long the dead replica's objects
 // were without a live owner, and what each replica costs (peak RSS, CPU, writes) against one
 // unsharded operator over the same load (the baseline, run first in its own namespace).
+// With the kubelet's report, each replica runs as if in a Pod (a Pod object of the API server
+// and the downward API's variables), and the harness writes the killed container's end on its
+// Pod a second after a SIGKILL, as the kubelet would (src/sharding/crash-report.ts).
 import { availableParallelism } from "node:os";
 import path from "node:path";
 import { by, sum, type Sample } from "../../dev/prometheus.js";
 import { waitNamespaceGone } from "../../dev/namespaces.js";
 import { resourcePath } from "../../src/runtime/kube-client.js";
-import { DRAIN_LABEL, MEMBER_LABEL, OWNER_LABEL } from "../../src/sharding/labels.js";
-import { AT_WORK_ON_INHERITED } from "../../src/sharding/succession.js";
+import type { Lease } from "../../src/runtime/leader-election.js";
+import type { PodReport } from "../../src/sharding/crash-report.js";
+import { DRAIN_LABEL, MEMBER_LABEL, OWNER_LABEL, memberLeaseName } from "../../src/sharding/labels.js";
+import { AT_WORK_ON_INHERITED, FENCED_BECAUSE_ANNOTATION } from "../../src/sharding/succession.js";
 import { cpuWindow, processCpuSeconds, type CpuShare } from "../lib/cpu.js";
 import { crPath, type Cluster, type Plural } from "../lib/cluster.js";
 import { CACHE, OperatorProcess } from "../lib/operator.js";
@@ -48,6 +53,8 @@ export interface ShardsParams {
   signal: ShardSignal;
   /** Run one unsharded operator over the same load first. */
   baseline: boolean;
+  /** Replicas in Pods (objects only: no kubelet runs here), whose SIGKILL the harness reports on the Pod as the kubelet does. */
+  kubeletReport: boolean;
   rateLimit: number;
   latencyMs: number;
   syncPeriod: string;
@@ -101,6 +108,10 @@ export interface ShardedRun extends ShardsRun {
    * before any of them was relabelled. Empty when no fence named heirs (a graceful stop).
    */
   heirsAtWorkSeconds: Record<string, number>;
+  /** Seconds from the kill until the dead replica's member Lease was seen fenced, and why (lease-expired, crash-reported). */
+  fence: { seconds: number; because: string } | null;
+  /** With the kubelet's report: seconds from the kill until the harness wrote it on the Pod. */
+  kubeletReportSeconds: number | null;
   /**
    * CPU from the kill to the last move, per process (the API server, the live replicas, the
    * benchmark), and the dead replica's objects it moved: whether the takeover waits for the
@@ -130,6 +141,7 @@ export interface ShardsResult {
   killAtReadyPercent: number;
   kill: ShardKill;
   signal: ShardSignal;
+  kubeletReport: boolean;
   baseline?: ShardsRun & { process: ProcessCost };
   baselineError?: string;
   sharded: ShardedRun;
@@ -313,6 +325,30 @@ async function leaderOf(replicas: Replica[], lease: string): Promise<Replica | u
   return undefined;
 }
 
+/** The kubelet notices a container's exit within its PLEG relist period (1 s), then writes the Pod's status. */
+const KUBELET_REPORT_DELAY_MS = 1_000;
+const CONTAINER = "operator";
+const second = (ms: number): string => new Date(ms).toISOString().replace(/\.\d+Z$/, "Z");
+
+/** A replica's Pod: created, and its container reported running, as the kubelet would (the process is started after). */
+async function podFor(cluster: Cluster, name: string): Promise<NodeJS.ProcessEnv> {
+  const namespace = cluster.operator.namespace;
+  const pods = `/api/v1/namespaces/${namespace}/pods`;
+  await cluster.kube.delete(`${pods}/${name}`, { gracePeriodSeconds: 0 }).catch(() => undefined);
+  await waitUntil(async () => (await cluster.kube.list(pods, { fieldSelector: `metadata.name=${name}` })).items.length === 0, { timeoutMs: 30_000, intervalMs: 200, what: `an old Pod ${name} gone` });
+  const pod = await cluster.kube.create<PodReport>(pods, { apiVersion: "v1", kind: "Pod", metadata: { name }, spec: { containers: [{ name: CONTAINER, image: "agent-operator" }] } });
+  await reportContainer(cluster, name, { ready: true, state: { running: { startedAt: second(Date.now()) } } });
+  return { POD_NAMESPACE: namespace, POD_UID: pod.metadata.uid ?? "", CONTAINER_NAME: CONTAINER };
+}
+
+async function reportContainer(cluster: Cluster, pod: string, status: Record<string, unknown>): Promise<void> {
+  await cluster.kube.patch(
+    `/api/v1/namespaces/${cluster.operator.namespace}/pods/${pod}/status`,
+    { status: { containerStatuses: [{ name: CONTAINER, image: "agent-operator", imageID: "", restartCount: 0, ...status }] } },
+    "merge",
+  );
+}
+
 async function runSharded(cluster: Cluster, p: ShardsParams, mix: Mix): Promise<ShardedRun> {
   const stack = await stackOf(cluster, "bench-shards", p);
   const ns = stack.namespace;
@@ -321,6 +357,7 @@ async function runSharded(cluster: Cluster, p: ShardsParams, mix: Mix): Promise<
   try {
     const names = Array.from({ length: p.replicas }, (_, i) => `bench-shard-${i}`);
     for (const name of names) {
+      const inPod = p.kubeletReport ? await podFor(cluster, name) : {};
       // One at a time: on two cores, N compiling and syncing processes at once only slow each other.
       const logFile = path.join(CACHE, "logs", `${ns}-${name}.log`);
       const op = await OperatorProcess.start({
@@ -332,7 +369,7 @@ async function runSharded(cluster: Cluster, p: ShardsParams, mix: Mix): Promise<
         logFile,
         // The Leases live where the manifests' Roles allow them: the operator's own namespace.
         extraArgs: ["--sharding", "--leader-election-namespace", cluster.operator.namespace, "--leader-election-id", lease],
-        env: { POD_NAME: name },
+        env: { POD_NAME: name, ...inPod },
       });
       replicas.push({ name, op, logFile, idleRssMB: null });
     }
@@ -376,7 +413,20 @@ async function runSharded(cluster: Cluster, p: ShardsParams, mix: Mix): Promise<
       allLabelledSeconds: number | null;
       labelCheckAt: number;
       killTried: boolean;
-    } = { sharesBeforeKill: {}, kill: null, takeoverCpu: null, takeoverSeconds: null, takeoverByKind: {}, allLabelledSeconds: null, labelCheckAt: 0, killTried: false };
+      fence: ShardedRun["fence"];
+      kubeletReportSeconds: number | null;
+    } = {
+      sharesBeforeKill: {},
+      kill: null,
+      takeoverCpu: null,
+      takeoverSeconds: null,
+      takeoverByKind: {},
+      allLabelledSeconds: null,
+      labelCheckAt: 0,
+      killTried: false,
+      fence: null,
+      kubeletReportSeconds: null,
+    };
     const killAt = Math.ceil((p.resources * p.killAtReadyPercent) / 100);
     const onTick = async (): Promise<void> => {
       // Every 2 s until none is left: is any object still without an owner label? (one item per kind is enough to say)
@@ -409,7 +459,28 @@ async function runSharded(cluster: Cluster, p: ShardsParams, mix: Mix): Promise<
         const creates = Object.values(successfulCreates(stack)).reduce((a, v) => a + v, 0);
         k.kill = { ready: stack.tracker.ready, creates, atSeconds: round((k.killedAt - t0) / 1000, 1) };
         log(`shards: ${p.signal === "SIGTERM" ? "SIGTERMed" : "SIGKILLed"} ${k.victim.name} (owned ${k.sharesBeforeKill[k.victim.name] ?? 0}; leader ${k.leader?.name ?? "?"}) at ${k.kill.ready}/${p.resources} Ready; shares ${JSON.stringify(k.sharesBeforeKill)}`);
+        if (p.kubeletReport && p.signal === "SIGKILL") {
+          const { name } = k.victim;
+          const killedAt = k.killedAt;
+          setTimeout(() => {
+            void reportContainer(cluster, name, { ready: false, state: { terminated: { exitCode: 137, reason: "Error", finishedAt: second(Date.now()) } } })
+              .then(() => {
+                k.kubeletReportSeconds = round((performance.now() - killedAt) / 1000, 1);
+                log(`shards: the container's end reported on Pod ${name} ${k.kubeletReportSeconds} s after the kill`);
+              })
+              .catch((err: unknown) => log(`shards: reporting the end of ${name}'s container: ${errorMessage(err)}`));
+          }, KUBELET_REPORT_DELAY_MS);
+        }
         return;
+      }
+      if (k.killedAt !== undefined && k.victim !== undefined && k.fence === null) {
+        const memberLease = resourcePath({ group: "coordination.k8s.io", version: "v1", plural: "leases", namespace: cluster.operator.namespace, name: memberLeaseName(`${lease}-shard`, k.victim.name) });
+        const l = await cluster.kube.get<Lease>(memberLease).catch(() => undefined);
+        // Deleted (a graceful stop) is no fence.
+        if (l !== undefined && (l.spec?.holderIdentity ?? "") === "") {
+          k.fence = { seconds: round((performance.now() - k.killedAt) / 1000, 1), because: l.metadata.annotations?.[FENCED_BECAUSE_ANNOTATION] ?? "" };
+          log(`shards: ${k.victim.name}'s member Lease seen fenced (${k.fence.because}) ${k.fence.seconds} s after the kill`);
+        }
       }
       if (k.killedAt !== undefined && k.victim !== undefined && k.takeoverSeconds === null) {
         // A dead owner's objects are relabelled at once (no drain, no unlabelled step in between).
@@ -482,6 +553,8 @@ async function runSharded(cluster: Cluster, p: ShardsParams, mix: Mix): Promise<
       takeoverSeconds: k.takeoverSeconds,
       takeoverSecondsByKind: k.takeoverByKind,
       heirsAtWorkSeconds,
+      fence: k.fence,
+      kubeletReportSeconds: k.kubeletReportSeconds,
       takeoverCpu: k.takeoverCpu,
       allLabelledSeconds: k.allLabelledSeconds,
       afterKillSeconds,
@@ -498,6 +571,9 @@ async function runSharded(cluster: Cluster, p: ShardsParams, mix: Mix): Promise<
     return result;
   } finally {
     await Promise.all(replicas.map((r) => r.op.stop().catch((err: unknown) => log(`stopping ${r.name}: ${errorMessage(err)}`))));
+    if (p.kubeletReport) {
+      for (const r of replicas) await cluster.kube.delete(`/api/v1/namespaces/${cluster.operator.namespace}/pods/${r.name}`, { gracePeriodSeconds: 0 }).catch(() => undefined);
+    }
     await stack.teardown();
     await waitNamespaceGone(cluster.kube, ns, { timeoutMs: 180_000, intervalMs: 1000 });
   }
@@ -514,6 +590,7 @@ export async function shards(cluster: Cluster, p: ShardsParams): Promise<ShardsR
     killAtReadyPercent: p.killAtReadyPercent,
     kill: p.kill,
     signal: p.signal,
+    kubeletReport: p.kubeletReport,
   };
   if (p.baseline) {
     try {
