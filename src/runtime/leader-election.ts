@@ -58,6 +58,21 @@ export interface LeaderElectorOptions {
   onStoppedLeading?(): void;
   /** Called when the observed leader changes (including to ourselves). */
   onNewLeader?(identity: string): void;
+  /** What a holder says of itself on the Lease, and how a candidate tells it has ended (HolderRecord). */
+  holder?: HolderRecord;
+}
+
+/**
+ * A holder's word about itself on the Lease, and a candidate's proof that a holder whose Lease
+ * has not run out has ended (sharded mode: the kubelet's report of its crash,
+ * src/sharding/crash-report.ts): the Lease is taken then, on the version the proof was read
+ * from, rather than a lease duration after the holder's last renewal.
+ */
+export interface HolderRecord {
+  /** Written with every write of the Lease (null: removed), so that they describe the process that wrote it last. */
+  annotations: Readonly<Record<string, string | null>>;
+  /** Whether the holder of `lease` (not this replica) is known to have ended. */
+  ended(lease: Lease): boolean;
 }
 
 const JITTER_FACTOR = 1.2;
@@ -212,7 +227,7 @@ export class LeaderElector {
       const lease: Lease = {
         apiVersion: "coordination.k8s.io/v1",
         kind: "Lease",
-        metadata: { name: this.o.name, namespace: this.o.namespace },
+        metadata: { name: this.o.name, namespace: this.o.namespace, annotations: this.holderAnnotations(undefined) },
         spec: {
           holderIdentity: this.identity,
           leaseDurationSeconds,
@@ -234,12 +249,16 @@ export class LeaderElector {
     const spec = current.spec ?? {};
     const holder = spec.holderIdentity ?? "";
     const observedDurationMs = (spec.leaseDurationSeconds ?? leaseDurationSeconds) * 1000;
-    const held = holder !== "" && holder !== this.identity && this.observedTime + observedDurationMs > performance.now();
+    const unexpired = holder !== "" && holder !== this.identity && this.observedTime + observedDurationMs > performance.now();
+    const ended = unexpired && (this.o.holder?.ended(current) ?? false);
+    const held = unexpired && !ended;
     this.heldUntil = held ? this.observedTime + observedDurationMs : 0;
     if (held) return false;
+    if (ended) this.log.info({ leader: holder }, "the leader Lease's holder has ended before its Lease ran out (its crash reported): taking the Lease over");
     const iAmHolder = holder === this.identity && this.leading;
     const next: Lease = {
       ...current,
+      metadata: { ...current.metadata, annotations: this.holderAnnotations(current.metadata.annotations) },
       spec: {
         ...spec,
         holderIdentity: this.identity,
@@ -258,6 +277,18 @@ export class LeaderElector {
       if (!isConflict(err)) this.log.warn({ err: errorMessage(err) }, "error updating lease");
       return false;
     }
+  }
+
+  /** `annotations` with this holder's record (HolderRecord) in place of whatever the holder before wrote. */
+  private holderAnnotations(annotations: Record<string, string> | undefined): Record<string, string> | undefined {
+    const own = this.o.holder?.annotations;
+    if (own === undefined) return annotations;
+    const out = { ...annotations };
+    for (const [k, v] of Object.entries(own)) {
+      if (v === null) delete out[k];
+      else out[k] = v;
+    }
+    return Object.keys(out).length > 0 ? out : undefined;
   }
 
   /** Give the lease up: holderIdentity cleared, duration 1 s (client-go's release()). */

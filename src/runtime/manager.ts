@@ -25,7 +25,7 @@ import { Controller, type ControllerOptions, type Reconciler } from "./controlle
 import { EventRecorder } from "./events.js";
 import { Informer, type CacheView, type InformerOptions } from "./informer.js";
 import { KubeClient, type KubeObject } from "./kube-client.js";
-import { LeaderElector, defaultIdentity } from "./leader-election.js";
+import { LeaderElector, defaultIdentity, type HolderRecord } from "./leader-election.js";
 import { createLogger } from "./logging.js";
 import { Metrics, kubeResourceOf } from "./metrics.js";
 import { HealthChecks, ProbeServer, metricsHandler, type BoundAddress, type Check } from "./probes.js";
@@ -52,6 +52,8 @@ export interface ManagerOptions {
   healthProbeBindAddress?: string;
   /** false/undefined: no election (single replica). */
   leaderElection?: boolean | LeaderElectionConfig;
+  /** What this replica says of itself on the leader Lease, and how it tells a holder has ended (sharded mode's crash reports: HolderRecord). */
+  leaderHolder?: HolderRecord;
   /** Identity for the Lease and Events' reportingInstance (default hostname_random). */
   identity?: string;
   /** Grace period for in-flight reconciles on shutdown (default 30 s). */
@@ -339,6 +341,7 @@ export class Manager {
       retryPeriodMs: cfg.retryPeriodMs,
       logger: this.logger,
       metrics: this.metrics,
+      holder: this.o.leaderHolder,
       onStartedLeading: async (signal) => {
         // Won just as the stop ended the campaign (the abort is on its way): lead nothing.
         if (this.state !== "running" || signal.aborted) return;

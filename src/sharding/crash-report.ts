@@ -22,29 +22,31 @@ import { Informer } from "../runtime/informer.js";
 import { isForbidden, type KubeClient, type KubeObject } from "../runtime/kube-client.js";
 import type { Lease } from "../runtime/leader-election.js";
 import type { Metrics } from "../runtime/metrics.js";
+import { labelValue } from "./labels.js";
 
 /** On a member Lease: the process that wrote it (ProcessRecord, JSON). */
 export const PROCESS_ANNOTATION = "shard.agentcompute.dev/process";
 
-/** The process holding a member Lease, as it wrote it there. */
+/** The process holding a Lease (its member Lease, and the leader Lease while it leads), as it writes it there. */
 export interface ProcessRecord {
   namespace: string;
   pod: string;
   uid: string;
   container: string;
-  /** When it wrote the Lease (after it started), RFC 3339 on its own clock. */
+  /** A moment the process was running at (after it started), RFC 3339 on its own clock, which is its node's. */
   since: string;
 }
 
 /**
  * This process, where the downward API says which Pod and container it runs in (POD_NAME,
- * POD_NAMESPACE, POD_UID, CONTAINER_NAME: manifests/ and the chart set them in sharded mode);
- * undefined otherwise, and its crashes are known by its Lease running out only.
+ * POD_NAMESPACE, POD_UID, CONTAINER_NAME: manifests/ and the chart set them in sharded mode),
+ * with `now` as its moment; undefined otherwise, and its crashes are known by its Leases
+ * running out only.
  */
-export function thisProcess(env: NodeJS.ProcessEnv = process.env): Omit<ProcessRecord, "since"> | undefined {
+export function thisProcess(env: NodeJS.ProcessEnv = process.env, now: number = Date.now()): ProcessRecord | undefined {
   const [namespace, pod, uid, container] = [env.POD_NAMESPACE, env.POD_NAME, env.POD_UID, env.CONTAINER_NAME].map((v) => v?.trim() ?? "");
   if (!namespace || !pod || !uid || !container) return undefined;
-  return { namespace, pod, uid, container };
+  return { namespace, pod, uid, container, since: new Date(now).toISOString() };
 }
 
 export function processOf(lease: Lease): ProcessRecord | undefined {
@@ -88,6 +90,18 @@ export function reportsEnded(proc: ProcessRecord, pod: PodReport | undefined): b
   const started = Date.parse(status.state?.running?.startedAt ?? "");
   if (started > since) return true;
   return [status.state?.terminated, status.lastState?.terminated].some((t) => Date.parse(t?.finishedAt ?? "") >= since);
+}
+
+/**
+ * Whether the kubelet's report (`podOf`: the Pods as cached) proves that the process holding
+ * `lease` ended: the one that wrote its record there, of the holder's identity (an older
+ * version, which keeps the annotations of a Lease it takes, must not be judged by its
+ * predecessor's record).
+ */
+export function holderEnded(lease: Lease, podOf: (namespace: string, name: string) => PodReport | undefined): boolean {
+  const proc = processOf(lease);
+  if (proc === undefined || labelValue(proc.pod) !== (lease.spec?.holderIdentity ?? "")) return false;
+  return reportsEnded(proc, podOf(proc.namespace, proc.pod));
 }
 
 export interface CrashReportsOptions {
@@ -139,11 +153,8 @@ export class CrashReports {
     if (this.on) await this.informer.stop();
   }
 
-  /** Whether the kubelet's report proves that the process that wrote `lease` ended. */
+  /** Whether the kubelet's report proves that the process holding `lease` ended (holderEnded; Pods of this namespace only). */
   ended(lease: Lease): boolean {
-    if (!this.on) return false;
-    const proc = processOf(lease);
-    if (proc === undefined || proc.namespace !== this.o.namespace) return false;
-    return reportsEnded(proc, this.informer.get(proc.namespace, proc.pod));
+    return this.on && holderEnded(lease, (namespace, name) => (namespace === this.o.namespace ? this.informer.get(namespace, name) : undefined));
   }
 }

@@ -17,7 +17,7 @@ import type { ShardingOptions } from "../controllers/kind.js";
 import { resourcePath } from "../runtime/kube-client.js";
 import type { Manager, ManagerOptions } from "../runtime/manager.js";
 import { labelValue, memberLeaseName } from "./labels.js";
-import { CrashReports, type ProcessRecord } from "./crash-report.js";
+import { CrashReports, PROCESS_ANNOTATION, type ProcessRecord } from "./crash-report.js";
 import { MemberLease, MemberSet, MembershipLapsed, type MembershipTimings } from "./membership.js";
 import { ReplicaShard } from "./replica.js";
 import { Sharder, type ShardedKind, type ShardedObject } from "./sharder.js";
@@ -78,7 +78,7 @@ export interface ShardingConfig {
   logger: Logger;
   timings?: Partial<MembershipTimings>;
   /** The Pod and container this replica runs in (crash-report.ts thisProcess): its crash is then known from the kubelet's report. */
-  process?: Omit<ProcessRecord, "since">;
+  process?: ProcessRecord;
 }
 
 export class Sharding {
@@ -87,6 +87,8 @@ export class Sharding {
   private sharder: Sharder | undefined;
   private member: MemberLease | undefined;
   private peers: MemberSet | undefined;
+  /** The kubelet's reports on the replicas' Pods (where this replica knows its own: cfg.process). */
+  private crashReports: CrashReports | undefined;
   /** This replica leads (runs the sharder), and so fences the member Leases that expire. */
   private leading = false;
 
@@ -103,9 +105,15 @@ export class Sharding {
   }
 
   /** The manager's options for sharded mode. */
-  managerOptions(): Pick<ManagerOptions, "identity" | "leaderOnlyControllers" | "defaultLabelSelector" | "wrapReconciler" | "onController"> {
+  managerOptions(): Pick<ManagerOptions, "identity" | "leaderOnlyControllers" | "defaultLabelSelector" | "wrapReconciler" | "onController" | "leaderHolder"> {
     return {
       identity: this.identity,
+      // The leader Lease says which process holds it, as the member Lease does: a leader whose
+      // crash the kubelet reports is succeeded at once, not when the leader Lease runs out.
+      leaderHolder: {
+        annotations: { [PROCESS_ANNOTATION]: this.cfg.process === undefined ? null : JSON.stringify(this.cfg.process) },
+        ended: (lease) => this.crashReports?.ended(lease) ?? false,
+      },
       leaderOnlyControllers: LEADER_ONLY_CONTROLLERS,
       defaultLabelSelector: (path) => this.replica.defaultLabelSelector(path),
       wrapReconciler: (name, r) => this.replica.wrap(name, r),
@@ -154,6 +162,7 @@ export class Sharding {
     // One view of the live members per replica. A Connection's rateLimit is what the service
     // allows all replicas together: each takes its share, 1 / the live members. On the leader
     // the same view is the sharder's ring.
+    this.crashReports = this.cfg.process && new CrashReports({ client: manager.client, namespace: this.cfg.process.namespace, logger: log, metrics: manager.metrics });
     const peers = new MemberSet({
       client: manager.client,
       namespace: leaseNamespace,
@@ -164,8 +173,7 @@ export class Sharding {
       fencing: () => this.leading,
       self: this.identity,
       // The kubelet reports a replica's crash within seconds, its Lease runs out in a lease duration.
-      crashReports:
-        this.cfg.process && new CrashReports({ client: manager.client, namespace: this.cfg.process.namespace, logger: log, metrics: manager.metrics }),
+      crashReports: this.crashReports,
       leasesInUse: () => {
         const owners = this.sharder?.owners();
         return owners && new Set([...owners].map((o) => memberLeaseName(this.memberLeasePrefix, o)));

@@ -81,7 +81,7 @@ export interface MemberLeaseOptions extends Partial<MembershipTimings> {
    * The Pod and container this process runs in (crash-report.ts thisProcess): written on the
    * Lease, so that the kubelet's report of its crash moves its share without waiting for the Lease.
    */
-  process?: Omit<ProcessRecord, "since">;
+  process?: ProcessRecord;
 }
 
 /** The share of an earlier process of this identity is still being moved. */
@@ -316,7 +316,7 @@ export class MemberLease {
         labels: { ...base?.metadata.labels, [MEMBER_LABEL]: this.o.ring },
         // A fence of a process before names heirs that no longer work on its share once it is
         // taken back (which waits until nothing carries this identity's label: see take()).
-        annotations: withInherits(withProcess(withoutFence(base?.metadata.annotations), this.o.process, now), this.inherits),
+        annotations: withInherits(withProcess(withoutFence(base?.metadata.annotations), this.o.process), this.inherits),
       },
       spec: {
         holderIdentity: this.o.identity,
@@ -464,14 +464,9 @@ function withoutFence(annotations: Record<string, string> | undefined): Record<s
   return Object.keys(rest).length > 0 ? rest : undefined;
 }
 
-/**
- * This process on the Lease, with the moment of the write (`now`, on this node's clock: after
- * it started, before it could have ended), which crash-report.ts compares the kubelet's times with.
- */
-function withProcess(annotations: Record<string, string> | undefined, proc: Omit<ProcessRecord, "since"> | undefined, now: number): Record<string, string> | undefined {
-  if (proc === undefined) return annotations;
-  const record: ProcessRecord = { ...proc, since: new Date(now).toISOString() };
-  return { ...annotations, [PROCESS_ANNOTATION]: JSON.stringify(record) };
+/** This process on the Lease (crash-report.ts compares the kubelet's times with its moment). */
+function withProcess(annotations: Record<string, string> | undefined, proc: ProcessRecord | undefined): Record<string, string> | undefined {
+  return proc === undefined ? annotations : { ...annotations, [PROCESS_ANNOTATION]: JSON.stringify(proc) };
 }
 
 /** How soon a fence that could not be written (the API server down) is tried again. */

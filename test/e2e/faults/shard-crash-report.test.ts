@@ -2,8 +2,10 @@
 // report.ts), not a lease duration later. Two replicas of `agent-operator run --sharding` run as
 // child processes with the downward API's variables of a Pod each; the Pods are objects of the
 // API server, and the test writes their container status as the kubelet does (no kubelet runs
-// here). The follower is SIGKILLed and its container's end reported: the leader fences its
-// member Lease for that reason and takes its share on, with nothing made twice.
+// here). A replica is SIGKILLed and its container's end reported: its member Lease is fenced for
+// that reason and its share taken on, with nothing made twice. Killed, the leader is also
+// succeeded on the report (its leader Lease says which process holds it), not a lease later:
+// the new leader fences the member Lease for the report too, where a lease run out would say so.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startEmulator, type Emulator } from "../../../src/emulator/index.js";
 import { leasesPath, type KubeClient } from "../../../src/runtime/kube-client.js";
@@ -19,8 +21,6 @@ import { deleteAllManaged, listManaged, type ListedResource } from "./support.js
 
 const ns = useTestNamespace("fault-crash-report");
 const SANDBOXES = 16;
-const LEADER = "cr-leader";
-const FOLLOWER = "cr-follower";
 let emulator: Emulator;
 let admin: KubeClient;
 const replicas: OperatorProcess[] = [];
@@ -75,8 +75,16 @@ afterAll(async () => {
   await admin?.close();
 });
 
-describe("a replica whose crash the kubelet reports", () => {
+describe.each([
+  { role: "follower", killed: (r: { leader: OperatorProcess; follower: OperatorProcess }) => r.follower },
+  { role: "leader", killed: (r: { leader: OperatorProcess; follower: OperatorProcess }) => r.leader },
+])("a replica whose crash the kubelet reports: the $role", ({ role, killed }) => {
   it("is fenced on the report, and its share is taken on with nothing made twice", async () => {
+    const LEADER = `${role}-case-leader`;
+    const FOLLOWER = `${role}-case-follower`;
+    const [VICTIM, SURVIVOR] = role === "leader" ? [LEADER, FOLLOWER] : [FOLLOWER, LEADER];
+    const allocatedBefore = emulator.requests.filter((r) => r.operation === "vms.allocate" && r.status === 201).length;
+    const releasedBefore = emulator.requests.filter((r) => r.operation === "vms.release" && r.status === 200).length;
     const lease = uniqueName("crash-report");
     const leader = await startReplica(LEADER, lease);
     await waitFor(async () => (await leader.metric("leader_election_master_status", { name: lease })) === 1, { timeoutMs: 60_000, description: "the first replica to lead" });
@@ -93,41 +101,48 @@ describe("a replica whose crash the kubelet reports", () => {
       },
       { timeoutMs: 120_000, intervalMs: 500, description: "every Sandbox Ready" },
     );
-    const share = before.filter((r) => ownerOf(r) === FOLLOWER).map((r) => r.metadata.name);
-    expect(share.length, "the follower's share").toBeGreaterThan(0);
+    const share = before.filter((r) => ownerOf(r) === VICTIM).map((r) => r.metadata.name);
+    expect(share.length, "the killed replica's share").toBeGreaterThan(0);
 
     // SIGKILL, and the kubelet's report of the container's end.
-    await follower.kill();
-    await report(FOLLOWER, { ready: false, state: { terminated: { exitCode: 137, reason: "Error", startedAt: second(Date.now() - 60_000), finishedAt: second(Date.now()) } } });
+    const survivor = killed({ leader, follower }) === leader ? follower : leader;
+    await killed({ leader, follower }).kill();
+    await report(VICTIM, { ready: false, state: { terminated: { exitCode: 137, reason: "Error", startedAt: second(Date.now() - 60_000), finishedAt: second(Date.now()) } } });
 
-    // Fenced for the report (a Lease run out would say lease-expired), naming the leader its heir.
-    const memberLease = leasesPath(ns.name, memberLeaseName(`${lease}-shard`, FOLLOWER));
+    // Fenced for the report (a Lease run out would say lease-expired), naming the survivor its heir.
+    const memberLease = leasesPath(ns.name, memberLeaseName(`${lease}-shard`, VICTIM));
     const fenced = await waitFor(
       async () => {
         const l = await admin.get<Lease>(memberLease);
         return (l.spec?.holderIdentity ?? "x") === "" ? l : undefined;
       },
-      { timeoutMs: 60_000, intervalMs: 200, description: "the follower's member Lease fenced" },
+      { timeoutMs: 60_000, intervalMs: 200, description: "the killed replica's member Lease fenced" },
     );
-    expect(fenced.metadata.annotations).toMatchObject({ [FENCED_MEMBER_ANNOTATION]: FOLLOWER, [FENCED_BECAUSE_ANNOTATION]: "crash-reported" });
-    expect(fenceOf(fenced)).toEqual({ member: FOLLOWER, heirs: [LEADER] });
+    expect(fenced.metadata.annotations).toMatchObject({ [FENCED_MEMBER_ANNOTATION]: VICTIM, [FENCED_BECAUSE_ANNOTATION]: "crash-reported" });
+    expect(fenceOf(fenced)).toEqual({ member: VICTIM, heirs: [SURVIVOR] });
+    // The survivor leads (the leader Lease taken on the report, when the leader was killed).
+    expect(await survivor.metric("leader_election_master_status", { name: lease })).toBe(1);
+    expect((await admin.get<Lease>(leasesPath(ns.name, lease))).spec?.holderIdentity).toBe(SURVIVOR);
 
-    // The leader works on the dead follower's share: one of its Sandboxes deleted has its VM released by the leader.
+    // The survivor works on the dead replica's share: one of its Sandboxes deleted has its VM released by the survivor.
     const gone = share[0]!;
     await kubectlOk(["delete", "sandbox", gone, "--wait=false"], { namespace: ns.name });
     await waitFor(async () => !(await sandboxes()).some((r) => r.metadata.name === gone), { timeoutMs: 60_000, description: "the Sandbox deleted" });
-    const releases = emulator.requests.filter((r) => r.operation === "vms.release" && r.status === 200);
+    const releases = emulator.requests.filter((r) => r.operation === "vms.release" && r.status === 200).slice(releasedBefore);
     expect(releases).toHaveLength(1);
-    expect(releases[0]!.userAgent).toContain(`(replica ${LEADER})`);
+    expect(releases[0]!.userAgent).toContain(`(replica ${SURVIVOR})`);
 
-    // Everything moves to the leader, Ready, and no VM was allocated twice.
+    // Everything moves to the survivor, Ready, and no VM was allocated twice.
     await waitFor(
       async () => {
         const all = await sandboxes();
-        return all.length === SANDBOXES - 1 && all.every((r) => ownerOf(r) === LEADER && readyOf(r));
+        return all.length === SANDBOXES - 1 && all.every((r) => ownerOf(r) === SURVIVOR && readyOf(r));
       },
-      { timeoutMs: 60_000, intervalMs: 500, description: "the share relabelled to the leader" },
+      { timeoutMs: 60_000, intervalMs: 500, description: "the share relabelled to the survivor" },
     );
-    expect(emulator.requests.filter((r) => r.operation === "vms.allocate" && r.status === 201)).toHaveLength(SANDBOXES);
+    expect(emulator.requests.filter((r) => r.operation === "vms.allocate" && r.status === 201)).toHaveLength(allocatedBefore + SANDBOXES);
+    // Gone while the survivor runs (it releases their VMs), for the next case.
+    await kubectlOk(["delete", "sandboxes", "--all", "--wait=true", "--timeout=60s"], { namespace: ns.name, timeoutMs: 90_000 });
+    await survivor.kill();
   });
 });

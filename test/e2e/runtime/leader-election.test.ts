@@ -2,7 +2,7 @@
 // first releases on shutdown, and when the first silently stops renewing.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { type KubeClient, leasesPath } from "../../../src/runtime/kube-client.js";
-import { LeaderElector, type Lease } from "../../../src/runtime/leader-election.js";
+import { LeaderElector, type HolderRecord, type Lease } from "../../../src/runtime/leader-election.js";
 import { Metrics } from "../../../src/runtime/metrics.js";
 import { clientFor, createNamespace, deleteNamespace, poll, proxiedClient, testLogger } from "./support.js";
 
@@ -19,7 +19,7 @@ interface Candidate {
   metrics: Metrics;
 }
 
-function candidate(client: KubeClient, namespace: string, name: string, identity: string, releaseOnCancel = true, timings = TIMINGS): Candidate {
+function candidate(client: KubeClient, namespace: string, name: string, identity: string, releaseOnCancel = true, timings = TIMINGS, holder?: HolderRecord): Candidate {
   const metrics = new Metrics({ defaultMetrics: false });
   const c = { leading: false, started: 0, stopped: 0, metrics } as Candidate;
   c.abort = new AbortController();
@@ -32,6 +32,7 @@ function candidate(client: KubeClient, namespace: string, name: string, identity
     releaseOnCancel,
     logger: testLogger(),
     metrics,
+    holder,
     onStartedLeading: () => {
       c.leading = true;
       c.started++;
@@ -121,6 +122,38 @@ describe("LeaderElector (real Lease)", () => {
       a.abort.abort();
       await a.run;
       await throughProxy.close();
+    }
+  });
+
+  it("a candidate takes the Lease at once from a holder it knows has ended (its crash reported), and not before", async () => {
+    const name = "holder-ended";
+    // Ten minutes: only the holder's end can change hands within this test.
+    const LONG = { leaseDurationMs: 600_000, renewDeadlineMs: 400_000, retryPeriodMs: 300 };
+    const endedProcesses = new Set<string>();
+    const record = (proc: string): HolderRecord => ({
+      annotations: { "test.agentcompute.dev/process": proc },
+      ended: (lease) => endedProcesses.has(lease.metadata.annotations?.["test.agentcompute.dev/process"] ?? ""),
+    });
+    const a = candidate(client, ns, name, "a", false, LONG, record("a-1"));
+    await poll(() => a.leading, 10_000, "a to lead");
+    const b = candidate(client, ns, name, "b", true, LONG, record("b-1"));
+    try {
+      await new Promise((resolve) => setTimeout(resolve, 1_500)); // several looks at a held Lease
+      expect(b.leading).toBe(false);
+      expect((await client.get<Lease>(leasesPath(ns, name))).metadata.annotations?.["test.agentcompute.dev/process"]).toBe("a-1");
+
+      // a's process ends without releasing the Lease (a crash), and that is known: b leads at once.
+      a.abort.abort();
+      await a.run;
+      expect((await client.get<Lease>(leasesPath(ns, name))).spec?.holderIdentity).toBe("a");
+      endedProcesses.add("a-1");
+      await poll(() => b.leading, 10_000, "b to take the Lease over");
+      const lease = await client.get<Lease>(leasesPath(ns, name));
+      expect(lease.spec?.holderIdentity).toBe("b");
+      expect(lease.metadata.annotations?.["test.agentcompute.dev/process"]).toBe("b-1"); // its own record, not a's
+    } finally {
+      b.abort.abort();
+      await b.run;
     }
   });
 

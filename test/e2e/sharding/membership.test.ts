@@ -197,16 +197,17 @@ describe("shard membership (real API server)", () => {
       state: { running: { startedAt: second(Date.now() - 5_000) } },
       lastState: { terminated: { exitCode: 137, reason: "Error", startedAt: second(Date.now() - 20_000), finishedAt: second(Date.now() - 10_000) } },
     });
+    // Its identity is its Pod's name (POD_NAME), as in manifests/.
     const a = new MemberLease({
       client: admin,
       namespace: ns,
       name: "m-a",
-      identity: "a",
+      identity: "pod-a",
       ring: RING,
       logger: testLogger(),
       ...LONG,
       onLost: () => undefined,
-      process: { namespace: ns, pod: "pod-a", uid: pod.metadata.uid ?? "", container: "operator" },
+      process: { namespace: ns, pod: "pod-a", uid: pod.metadata.uid ?? "", container: "operator", since: new Date().toISOString() },
     });
     const b = new MemberLease({ client: admin, namespace: ns, name: "m-b", identity: "b", ring: RING, logger: testLogger(), ...LONG, onLost: () => undefined });
     await Promise.all([a.start(), b.start()]);
@@ -217,8 +218,8 @@ describe("shard membership (real API server)", () => {
       await poll(() => set.members().length === 2, 10_000, "both members seen");
       // The report is of runs before a's process (its container restarted before it started): a stays.
       await new Promise((resolve) => setTimeout(resolve, 3_000));
-      expect(seen.filter((m) => !m.includes("a")), "a membership without a").toEqual([]);
-      expect(await holderOf(ns, "a")).toBe("a");
+      expect(seen.filter((m) => !m.includes("pod-a")), "a membership without a").toEqual([]);
+      expect(await holderOf(ns, "a")).toBe("pod-a");
 
       // a is killed (its Lease left to run out in ten minutes), and the kubelet reports its container's end.
       await a.stop({ leave: false });
@@ -226,7 +227,7 @@ describe("shard membership (real API server)", () => {
       await poll(() => set.members().join() === "b", 10_000, "a counted gone on the kubelet's report");
       const fenced = await admin.get<Lease>(leasesPath(ns, "m-a"));
       expect(fenced.spec?.holderIdentity).toBe("");
-      expect(fenced.metadata.annotations).toMatchObject({ [FENCED_MEMBER_ANNOTATION]: "a", [HEIRS_ANNOTATION]: "b", [FENCED_BECAUSE_ANNOTATION]: "crash-reported" });
+      expect(fenced.metadata.annotations).toMatchObject({ [FENCED_MEMBER_ANNOTATION]: "pod-a", [HEIRS_ANNOTATION]: "b", [FENCED_BECAUSE_ANNOTATION]: "crash-reported" });
     } finally {
       await set.stop();
       await b.stop();

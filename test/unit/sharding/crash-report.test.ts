@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
 import type { Lease } from "../../../src/runtime/leader-election.js";
-import { PROCESS_ANNOTATION, processOf, reportsEnded, thisProcess, type PodReport, type ProcessRecord } from "../../../src/sharding/crash-report.js";
+import { PROCESS_ANNOTATION, holderEnded, processOf, reportsEnded, thisProcess, type PodReport, type ProcessRecord } from "../../../src/sharding/crash-report.js";
 
 // The process wrote its Lease at 10:00:05.400 (node clock); the kubelet's times are whole seconds.
 const proc: ProcessRecord = { namespace: "ops", pod: "op-1", uid: "uid-1", container: "operator", since: "2026-11-28T10:00:05.400Z" };
@@ -35,9 +35,24 @@ describe("the kubelet's report that a member's process ended", () => {
     expect(reportsEnded(proc, pod({ state: {} }))).toBe(false);
   });
 
+  it("judges a Lease's holder by the record on the Lease, only where that record is the holder's", () => {
+    const killed = pod({ state: { terminated: { finishedAt: "2026-11-28T10:00:09Z" } } });
+    const lease = (holder: string, record: ProcessRecord | undefined): Lease => ({
+      metadata: { annotations: record === undefined ? {} : { [PROCESS_ANNOTATION]: JSON.stringify(record) } },
+      spec: { holderIdentity: holder },
+    });
+    const podOf = (namespace: string, name: string): PodReport | undefined => (namespace === "ops" && name === "op-1" ? killed : undefined);
+    expect(holderEnded(lease("op-1", proc), podOf)).toBe(true);
+    // Taken by another replica that wrote no record of its own (an older version keeps the annotations).
+    expect(holderEnded(lease("op-2", proc), podOf)).toBe(false);
+    // Released or fenced: nobody holds it; no record at all.
+    expect(holderEnded(lease("", proc), podOf)).toBe(false);
+    expect(holderEnded(lease("op-1", undefined), podOf)).toBe(false);
+  });
+
   it("reads the process from the downward API, all four variables or none, and from the Lease", () => {
     const env = { POD_NAMESPACE: "ops", POD_NAME: "op-1", POD_UID: "uid-1", CONTAINER_NAME: "operator" };
-    expect(thisProcess(env)).toEqual({ namespace: "ops", pod: "op-1", uid: "uid-1", container: "operator" });
+    expect(thisProcess(env, Date.parse(proc.since))).toEqual(proc);
     expect(thisProcess({ ...env, CONTAINER_NAME: "" })).toBeUndefined();
     expect(thisProcess({ POD_NAME: "op-1" })).toBeUndefined();
     const lease = (value: string | undefined): Lease => ({ metadata: { annotations: value === undefined ? {} : { [PROCESS_ANNOTATION]: value } } });
