@@ -328,6 +328,8 @@ async function leaderOf(replicas: Replica[], lease: string): Promise<Replica | u
 /** The kubelet notices a container's exit within its PLEG relist period (1 s), then writes the Pod's status. */
 const KUBELET_REPORT_DELAY_MS = 1_000;
 const CONTAINER = "operator";
+/** The operator's namespace enforces the restricted Pod Security Standard (as manifests/ label it). */
+const RESTRICTED = { allowPrivilegeEscalation: false, capabilities: { drop: ["ALL"] }, runAsNonRoot: true, seccompProfile: { type: "RuntimeDefault" } };
 const second = (ms: number): string => new Date(ms).toISOString().replace(/\.\d+Z$/, "Z");
 
 /** A replica's Pod: created, and its container reported running, as the kubelet would (the process is started after). */
@@ -336,7 +338,7 @@ async function podFor(cluster: Cluster, name: string): Promise<NodeJS.ProcessEnv
   const pods = `/api/v1/namespaces/${namespace}/pods`;
   await cluster.kube.delete(`${pods}/${name}`, { gracePeriodSeconds: 0 }).catch(() => undefined);
   await waitUntil(async () => (await cluster.kube.list(pods, { fieldSelector: `metadata.name=${name}` })).items.length === 0, { timeoutMs: 30_000, intervalMs: 200, what: `an old Pod ${name} gone` });
-  const pod = await cluster.kube.create<PodReport>(pods, { apiVersion: "v1", kind: "Pod", metadata: { name }, spec: { containers: [{ name: CONTAINER, image: "agent-operator" }] } });
+  const pod = await cluster.kube.create<PodReport>(pods, { apiVersion: "v1", kind: "Pod", metadata: { name }, spec: { containers: [{ name: CONTAINER, image: "agent-operator", securityContext: RESTRICTED }] } });
   await reportContainer(cluster, name, { ready: true, state: { running: { startedAt: second(Date.now()) } } });
   return { POD_NAMESPACE: namespace, POD_UID: pod.metadata.uid ?? "", CONTAINER_NAME: CONTAINER };
 }
