@@ -17,6 +17,10 @@
 // looks again at that moment, not up to a retry period (2.4 s) later. Once a leader dies,
 // nobody leads until a candidate looks; client-go's spread of 0-2.4 s after expiry was most of
 // the spread of a sharded failover (docs/performance.md, "A new leader's start").
+//
+// And one addition (HolderRecord, sharded mode only): the holder may say on the Lease which
+// process it is, and a candidate holding proof that this process ended (the kubelet's report
+// of its crash) takes the Lease then, on the version it read, instead of a lease duration later.
 import type { Logger } from "pino";
 import { randomBytes } from "node:crypto";
 import { hostname } from "node:os";
