@@ -14,10 +14,10 @@
 import { availableParallelism } from "node:os";
 import path from "node:path";
 import { by, sum, type Sample } from "../../dev/prometheus.js";
+import { killedContainer, podForReplica, reportContainer } from "../../dev/kubelet.js";
 import { waitNamespaceGone } from "../../dev/namespaces.js";
 import { resourcePath } from "../../src/runtime/kube-client.js";
 import type { Lease } from "../../src/runtime/leader-election.js";
-import type { PodReport } from "../../src/sharding/crash-report.js";
 import { DRAIN_LABEL, MEMBER_LABEL, OWNER_LABEL, memberLeaseName } from "../../src/sharding/labels.js";
 import { AT_WORK_ON_INHERITED, FENCED_BECAUSE_ANNOTATION } from "../../src/sharding/succession.js";
 import { cpuWindow, processCpuSeconds, type CpuShare } from "../lib/cpu.js";
@@ -327,28 +327,13 @@ async function leaderOf(replicas: Replica[], lease: string): Promise<Replica | u
 
 /** The kubelet notices a container's exit within its PLEG relist period (1 s), then writes the Pod's status. */
 const KUBELET_REPORT_DELAY_MS = 1_000;
-const CONTAINER = "operator";
-/** The operator's namespace enforces the restricted Pod Security Standard (as manifests/ label it). */
-const RESTRICTED = { allowPrivilegeEscalation: false, capabilities: { drop: ["ALL"] }, runAsNonRoot: true, seccompProfile: { type: "RuntimeDefault" } };
-const second = (ms: number): string => new Date(ms).toISOString().replace(/\.\d+Z$/, "Z");
 
-/** A replica's Pod: created, and its container reported running, as the kubelet would (the process is started after). */
+/** A replica's Pod in the operator's namespace (a leftover of an earlier run replaced), as if the process ran in it. */
 async function podFor(cluster: Cluster, name: string): Promise<NodeJS.ProcessEnv> {
-  const namespace = cluster.operator.namespace;
-  const pods = `/api/v1/namespaces/${namespace}/pods`;
+  const pods = `/api/v1/namespaces/${cluster.operator.namespace}/pods`;
   await cluster.kube.delete(`${pods}/${name}`, { gracePeriodSeconds: 0 }).catch(() => undefined);
   await waitUntil(async () => (await cluster.kube.list(pods, { fieldSelector: `metadata.name=${name}` })).items.length === 0, { timeoutMs: 30_000, intervalMs: 200, what: `an old Pod ${name} gone` });
-  const pod = await cluster.kube.create<PodReport>(pods, { apiVersion: "v1", kind: "Pod", metadata: { name }, spec: { containers: [{ name: CONTAINER, image: "agent-operator", securityContext: RESTRICTED }] } });
-  await reportContainer(cluster, name, { ready: true, state: { running: { startedAt: second(Date.now()) } } });
-  return { POD_NAMESPACE: namespace, POD_UID: pod.metadata.uid ?? "", CONTAINER_NAME: CONTAINER };
-}
-
-async function reportContainer(cluster: Cluster, pod: string, status: Record<string, unknown>): Promise<void> {
-  await cluster.kube.patch(
-    `/api/v1/namespaces/${cluster.operator.namespace}/pods/${pod}/status`,
-    { status: { containerStatuses: [{ name: CONTAINER, image: "agent-operator", imageID: "", restartCount: 0, ...status }] } },
-    "merge",
-  );
+  return podForReplica(cluster.kube, cluster.operator.namespace, name);
 }
 
 async function runSharded(cluster: Cluster, p: ShardsParams, mix: Mix): Promise<ShardedRun> {
@@ -465,7 +450,7 @@ async function runSharded(cluster: Cluster, p: ShardsParams, mix: Mix): Promise<
           const { name } = k.victim;
           const killedAt = k.killedAt;
           setTimeout(() => {
-            void reportContainer(cluster, name, { ready: false, state: { terminated: { exitCode: 137, reason: "Error", finishedAt: second(Date.now()) } } })
+            void reportContainer(cluster.kube, cluster.operator.namespace, name, killedContainer())
               .then(() => {
                 k.kubeletReportSeconds = round((performance.now() - killedAt) / 1000, 1);
                 log(`shards: the container's end reported on Pod ${name} ${k.kubeletReportSeconds} s after the kill`);

@@ -21,6 +21,7 @@
 // And one addition (HolderRecord, sharded mode only): the holder may say on the Lease which
 // process it is, and a candidate holding proof that this process ended (the kubelet's report
 // of its crash) takes the Lease then, on the version it read, instead of a lease duration later.
+// So a leader that finds the Lease held by another stops at once rather than at its renew deadline.
 import type { Logger } from "pino";
 import { randomBytes } from "node:crypto";
 import { hostname } from "node:os";
@@ -73,8 +74,11 @@ export interface LeaderElectorOptions {
  * from, rather than a lease duration after the holder's last renewal.
  */
 export interface HolderRecord {
-  /** Written with every write of the Lease (null: removed), so that they describe the process that wrote it last. */
-  annotations: Readonly<Record<string, string | null>>;
+  /**
+   * Written with every write of the Lease (null: removed), so that they describe the process
+   * that wrote it last, in the acquisition whose `spec.acquireTime` is given.
+   */
+  annotations(acquireTime: string): Readonly<Record<string, string | null>>;
   /** Whether the holder of `lease` (not this replica) is known to have ended. */
   ended(lease: Lease): boolean;
 }
@@ -206,6 +210,13 @@ export class LeaderElector {
         const attemptSignal = AbortSignal.any([signal, AbortSignal.timeout(Math.max(1, Math.ceil(deadline - performance.now())))]);
         renewed = await this.tryAcquireOrRenew(attemptSignal);
         if (renewed || performance.now() >= deadline) break;
+        // Taken by another (a candidate that knew this holder ended, HolderRecord): nothing to
+        // retry for, and leading on until the deadline would make two leaders.
+        const holder = this.getLeader();
+        if (holder !== "" && holder !== this.identity) {
+          this.log.error({ leader: holder }, "the leader Lease is held by another; leadership lost");
+          return;
+        }
         if (!(await this.wait(Math.min(this.o.retryPeriodMs, Math.max(1, Math.ceil(deadline - performance.now()))), signal))) return;
       }
       if (signal.aborted) return;
@@ -231,7 +242,7 @@ export class LeaderElector {
       const lease: Lease = {
         apiVersion: "coordination.k8s.io/v1",
         kind: "Lease",
-        metadata: { name: this.o.name, namespace: this.o.namespace, annotations: this.holderAnnotations(undefined) },
+        metadata: { name: this.o.name, namespace: this.o.namespace, annotations: this.holderAnnotations(undefined, microTime(now)) },
         spec: {
           holderIdentity: this.identity,
           leaseDurationSeconds,
@@ -260,15 +271,16 @@ export class LeaderElector {
     if (held) return false;
     if (ended) this.log.info({ leader: holder }, "the leader Lease's holder has ended before its Lease ran out (its crash reported): taking the Lease over");
     const iAmHolder = holder === this.identity && this.leading;
+    const acquireTime = iAmHolder ? (spec.acquireTime ?? microTime(now)) : microTime(now);
     const next: Lease = {
       ...current,
-      metadata: { ...current.metadata, annotations: this.holderAnnotations(current.metadata.annotations) },
+      metadata: { ...current.metadata, annotations: this.holderAnnotations(current.metadata.annotations, acquireTime) },
       spec: {
         ...spec,
         holderIdentity: this.identity,
         leaseDurationSeconds,
         renewTime: microTime(now),
-        acquireTime: iAmHolder ? (spec.acquireTime ?? microTime(now)) : microTime(now),
+        acquireTime,
         leaseTransitions: (spec.leaseTransitions ?? 0) + (holder === this.identity ? 0 : 1),
       },
     };
@@ -284,8 +296,8 @@ export class LeaderElector {
   }
 
   /** `annotations` with this holder's record (HolderRecord) in place of whatever the holder before wrote. */
-  private holderAnnotations(annotations: Record<string, string> | undefined): Record<string, string> | undefined {
-    const own = this.o.holder?.annotations;
+  private holderAnnotations(annotations: Record<string, string> | undefined, acquireTime: string): Record<string, string> | undefined {
+    const own = this.o.holder?.annotations(acquireTime);
     if (own === undefined) return annotations;
     const out = { ...annotations };
     for (const [k, v] of Object.entries(own)) {

@@ -6,16 +6,21 @@
 // for all the kubelet cannot report: a lost node, a partition, a frozen process.
 //
 // Only proof that *the process that wrote the Lease* ended counts. Its Lease says which it was
-// (PROCESS_ANNOTATION: Pod, uid, container, and when it wrote the Lease on the node's clock,
-// which is the kubelet's too). The Pod's status proves that process ended when:
-//  - the container's current run started after that moment (it restarted since), or
-//  - a run of the container that ended (its current or its last state) ended at or after it:
-//    runs of one container do not overlap, so that run was the process's or a later one.
-// The kubelet's times are whole seconds, rounded down: each comparison holds for the true
-// times too. A deleted Pod proves nothing (a forced deletion does not wait for the
-// containers), nor does a Pod of another uid (a StatefulSet's new Pod of the same name). The
-// Lease the proof was read from is the one the fence is written on: if a new process of the
-// identity took the Lease since, the fence is refused.
+// (PROCESS_ANNOTATION: Pod, uid, container, a moment it was running at, taken as it starts on
+// its node's clock, which is the container runtime's too, and the Lease's acquireTime of the
+// write). The Pod's status proves that process ended when a run of the container that ended
+// (its current state, or its last one once it restarted) ended CLOCK_MARGIN_MS or more after
+// that moment: runs of one container do not overlap, and the kubelet starts a run only once it
+// has seen the one before end, so that run was the process's or a later one. The kubelet's
+// times are whole seconds rounded down, so the comparison holds for the true time too; the
+// margin covers a step back of the node's clock between two runs. A run's start is not
+// compared: the runtime takes it after the process is already running (late, under load or
+// once it restarts). A deleted Pod proves nothing (a forced deletion does not wait for the
+// containers), nor does a Pod of another uid (a StatefulSet's new Pod of the same name), nor a
+// record of another holder or of another acquisition of the Lease (an older version that takes
+// a Lease keeps the annotations it finds, but writes its own acquireTime). The Lease the proof
+// was read from is the one the fence is written on: if a new process of the identity took the
+// Lease since, the fence is refused.
 import type { Logger } from "pino";
 import { errorMessage } from "../lib/errors.js";
 import { Informer } from "../runtime/informer.js";
@@ -27,15 +32,27 @@ import { labelValue } from "./labels.js";
 /** On a member Lease: the process that wrote it (ProcessRecord, JSON). */
 export const PROCESS_ANNOTATION = "shard.agentcompute.dev/process";
 
+/**
+ * A node's clocks (the process's, the container runtime's) may disagree, or step back between
+ * two runs of a container, by this much without a live process being judged ended. A process
+ * that crashes sooner after it started is found by its Lease running out.
+ */
+export const CLOCK_MARGIN_MS = 2_000;
+
 /** The process holding a Lease (its member Lease, and the leader Lease while it leads), as it writes it there. */
 export interface ProcessRecord {
   namespace: string;
   pod: string;
   uid: string;
   container: string;
-  /** A moment the process was running at (after it started), RFC 3339 on its own clock, which is its node's. */
+  /** A moment the process was running at (as it started), RFC 3339 on its own clock, which is its node's. */
   since: string;
+  /** The Lease's `spec.acquireTime` in the write that carried this record (written by acquiringProcess). */
+  acquired?: string;
 }
+
+/** `proc` as written on a Lease acquired at `acquireTime`. */
+export const acquiringProcess = (proc: ProcessRecord, acquireTime: string): string => JSON.stringify({ ...proc, acquired: acquireTime });
 
 /**
  * This process, where the downward API says which Pod and container it runs in (POD_NAME,
@@ -54,7 +71,7 @@ export function processOf(lease: Lease): ProcessRecord | undefined {
   if (raw === undefined) return undefined;
   try {
     const p = JSON.parse(raw) as Partial<ProcessRecord>;
-    const fields = [p.namespace, p.pod, p.uid, p.container, p.since];
+    const fields = [p.namespace, p.pod, p.uid, p.container, p.since, p.acquired];
     if (fields.some((f) => typeof f !== "string" || f === "") || !Number.isFinite(Date.parse(p.since!))) return undefined;
     return p as ProcessRecord;
   } catch {
@@ -86,21 +103,19 @@ export function reportsEnded(proc: ProcessRecord, pod: PodReport | undefined): b
   if (pod === undefined || pod.metadata.uid !== proc.uid || pod.metadata.name !== proc.pod) return false;
   const status = pod.status?.containerStatuses?.find((c) => c.name === proc.container);
   if (status === undefined) return false;
-  const since = Date.parse(proc.since);
-  const started = Date.parse(status.state?.running?.startedAt ?? "");
-  if (started > since) return true;
-  return [status.state?.terminated, status.lastState?.terminated].some((t) => Date.parse(t?.finishedAt ?? "") >= since);
+  const after = Date.parse(proc.since) + CLOCK_MARGIN_MS;
+  return [status.state?.terminated, status.lastState?.terminated].some((t) => Date.parse(t?.finishedAt ?? "") >= after);
 }
 
 /**
  * Whether the kubelet's report (`podOf`: the Pods as cached) proves that the process holding
- * `lease` ended: the one that wrote its record there, of the holder's identity (an older
- * version, which keeps the annotations of a Lease it takes, must not be judged by its
- * predecessor's record).
+ * `lease` ended: the one that wrote its record there, of the holder's identity, in the
+ * acquisition the Lease records (an older version, which keeps the annotations of a Lease it
+ * takes, must not be judged by its predecessor's record).
  */
 export function holderEnded(lease: Lease, podOf: (namespace: string, name: string) => PodReport | undefined): boolean {
   const proc = processOf(lease);
-  if (proc === undefined || labelValue(proc.pod) !== (lease.spec?.holderIdentity ?? "")) return false;
+  if (proc === undefined || labelValue(proc.pod) !== (lease.spec?.holderIdentity ?? "") || proc.acquired !== (lease.spec?.acquireTime ?? "")) return false;
   return reportsEnded(proc, podOf(proc.namespace, proc.pod));
 }
 
@@ -120,6 +135,7 @@ export interface CrashReportsOptions {
 export class CrashReports {
   private readonly informer: Informer<PodReport>;
   private on = false;
+  private stopped = false;
 
   constructor(private readonly o: CrashReportsOptions) {
     this.informer = new Informer<PodReport>(o.client, {
@@ -136,21 +152,36 @@ export class CrashReports {
     this.informer.on("update", changed);
   }
 
+  /**
+   * Asks once whether it may list the Pods: refused (RBAC), it stays off and says so. Any other
+   * error is the informer's to retry. Not awaited: until the Pods are in, the Leases decide.
+   */
   async start(): Promise<void> {
     try {
       await this.o.client.list(`/api/v1/namespaces/${encodeURIComponent(this.o.namespace)}/pods`, { limit: 1 });
     } catch (err) {
-      const why = isForbidden(err) ? `may not list Pods in namespace ${this.o.namespace} (RBAC: get, list, watch pods there)` : errorMessage(err);
-      this.o.logger.warn({ err: why }, "crash reports off: a crashed replica's share moves when its member Lease runs out, not when the kubelet reports the crash");
-      return;
+      if (isForbidden(err)) {
+        this.o.logger.warn(
+          { err: `may not list Pods in namespace ${this.o.namespace} (RBAC: list and watch pods there)` },
+          "crash reports off: a crashed replica's share moves when its Leases run out, not when the kubelet reports the crash",
+        );
+        return;
+      }
+      this.o.logger.warn({ err: errorMessage(err) }, "could not list the replicas' Pods; retrying in the background");
     }
+    if (this.stopped) return;
     this.on = true;
-    // Not awaited: a member is counted as the Leases say until the Pods are in.
     void this.informer.start().catch(() => undefined);
   }
 
   async stop(): Promise<void> {
+    this.stopped = true;
     if (this.on) await this.informer.stop();
+  }
+
+  /** Whether the Pods are in (their first list). */
+  hasSynced(): boolean {
+    return this.informer.hasSynced();
   }
 
   /** Whether the kubelet's report proves that the process holding `lease` ended (holderEnded; Pods of this namespace only). */

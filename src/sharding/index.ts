@@ -17,7 +17,7 @@ import type { ShardingOptions } from "../controllers/kind.js";
 import { resourcePath } from "../runtime/kube-client.js";
 import type { Manager, ManagerOptions } from "../runtime/manager.js";
 import { labelValue, memberLeaseName } from "./labels.js";
-import { CrashReports, PROCESS_ANNOTATION, type ProcessRecord } from "./crash-report.js";
+import { CrashReports, PROCESS_ANNOTATION, acquiringProcess, type ProcessRecord } from "./crash-report.js";
 import { MemberLease, MemberSet, MembershipLapsed, type MembershipTimings } from "./membership.js";
 import { ReplicaShard } from "./replica.js";
 import { Sharder, type ShardedKind, type ShardedObject } from "./sharder.js";
@@ -111,7 +111,7 @@ export class Sharding {
       // The leader Lease says which process holds it, as the member Lease does: a leader whose
       // crash the kubelet reports is succeeded at once, not when the leader Lease runs out.
       leaderHolder: {
-        annotations: { [PROCESS_ANNOTATION]: this.cfg.process === undefined ? null : JSON.stringify(this.cfg.process) },
+        annotations: (acquireTime) => ({ [PROCESS_ANNOTATION]: this.cfg.process === undefined ? null : acquiringProcess(this.cfg.process, acquireTime) }),
         ended: (lease) => this.crashReports?.ended(lease) ?? false,
       },
       leaderOnlyControllers: LEADER_ONLY_CONTROLLERS,

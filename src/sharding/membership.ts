@@ -30,7 +30,7 @@ import { Informer } from "../runtime/informer.js";
 import { isConflict, isNotFound, leasesPath, type KubeClient } from "../runtime/kube-client.js";
 import type { Lease } from "../runtime/leader-election.js";
 import type { Metrics } from "../runtime/metrics.js";
-import { PROCESS_ANNOTATION, type CrashReports, type ProcessRecord } from "./crash-report.js";
+import { PROCESS_ANNOTATION, acquiringProcess, type CrashReports, type ProcessRecord } from "./crash-report.js";
 import { MEMBER_LABEL } from "./labels.js";
 import {
   FENCED_BECAUSE_ANNOTATION,
@@ -306,6 +306,7 @@ export class MemberLease {
   }
 
   private lease(now: number, base?: Lease): Lease {
+    const acquireTime = microTime(now);
     return {
       apiVersion: "coordination.k8s.io/v1",
       kind: "Lease",
@@ -316,13 +317,13 @@ export class MemberLease {
         labels: { ...base?.metadata.labels, [MEMBER_LABEL]: this.o.ring },
         // A fence of a process before names heirs that no longer work on its share once it is
         // taken back (which waits until nothing carries this identity's label: see take()).
-        annotations: withInherits(withProcess(withoutFence(base?.metadata.annotations), this.o.process), this.inherits),
+        annotations: withInherits(withProcess(withoutFence(base?.metadata.annotations), this.o.process, acquireTime), this.inherits),
       },
       spec: {
         holderIdentity: this.o.identity,
         leaseDurationSeconds: Math.ceil(this.t.leaseDurationMs / 1000),
-        acquireTime: microTime(now),
-        renewTime: microTime(now),
+        acquireTime,
+        renewTime: acquireTime,
         leaseTransitions: 0,
       },
     };
@@ -464,9 +465,9 @@ function withoutFence(annotations: Record<string, string> | undefined): Record<s
   return Object.keys(rest).length > 0 ? rest : undefined;
 }
 
-/** This process on the Lease (crash-report.ts compares the kubelet's times with its moment). */
-function withProcess(annotations: Record<string, string> | undefined, proc: ProcessRecord | undefined): Record<string, string> | undefined {
-  return proc === undefined ? annotations : { ...annotations, [PROCESS_ANNOTATION]: JSON.stringify(proc) };
+/** This process on the Lease it acquires at `acquireTime` (crash-report.ts). */
+function withProcess(annotations: Record<string, string> | undefined, proc: ProcessRecord | undefined, acquireTime: string): Record<string, string> | undefined {
+  return proc === undefined ? annotations : { ...annotations, [PROCESS_ANNOTATION]: acquiringProcess(proc, acquireTime) };
 }
 
 /** How soon a fence that could not be written (the API server down) is tried again. */

@@ -10,7 +10,8 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startEmulator, type Emulator } from "../../../src/emulator/index.js";
 import { leasesPath, type KubeClient } from "../../../src/runtime/kube-client.js";
 import type { Lease } from "../../../src/runtime/leader-election.js";
-import type { PodReport } from "../../../src/sharding/crash-report.js";
+import { killedContainer, podForReplica, reportContainer } from "../../../dev/kubelet.js";
+import { CLOCK_MARGIN_MS } from "../../../src/sharding/crash-report.js";
 import { OWNER_LABEL, memberLeaseName } from "../../../src/sharding/labels.js";
 import { FENCED_BECAUSE_ANNOTATION, FENCED_MEMBER_ANNOTATION, fenceOf } from "../../../src/sharding/succession.js";
 import { clientFor } from "../runtime/support.js";
@@ -25,37 +26,21 @@ let emulator: Emulator;
 let admin: KubeClient;
 const replicas: OperatorProcess[] = [];
 
-const second = (ms: number): string => new Date(ms).toISOString().replace(/\.\d+Z$/, "Z");
 const ownerOf = (r: ListedResource): string => (r.metadata as { labels?: Record<string, string> }).labels?.[OWNER_LABEL] ?? "";
 const readyOf = (r: ListedResource): boolean =>
   ((r as { status?: { conditions?: Array<{ type: string; status: string }> } }).status?.conditions ?? []).some((c) => c.type === "Ready" && c.status === "True");
 const sandboxes = async (): Promise<ListedResource[]> => (await listManaged(ns.name)).filter((r) => r.kind === "Sandbox");
 
-/** What the kubelet writes on a replica's Pod: its container's state (the only container, "operator"). */
-async function report(pod: string, status: Record<string, unknown>): Promise<void> {
-  await admin.patch(
-    `/api/v1/namespaces/${ns.name}/pods/${pod}/status`,
-    { status: { containerStatuses: [{ name: "operator", image: "agent-operator", imageID: "", ready: true, restartCount: 0, ...status }] } },
-    "merge",
-  );
-}
-
 /** A replica in a Pod: the Pod created and reported running, then the process with the Pod's downward API variables. */
 async function startReplica(name: string, lease: string): Promise<OperatorProcess> {
-  const pod = await admin.create<PodReport>(`/api/v1/namespaces/${ns.name}/pods`, {
-    apiVersion: "v1",
-    kind: "Pod",
-    metadata: { name },
-    spec: { containers: [{ name: "operator", image: "agent-operator" }] },
-  });
-  await report(name, { state: { running: { startedAt: second(Date.now()) } } });
+  const env = await podForReplica(admin, ns.name, name);
   const replica = await startOperatorProcess({
     kubeconfig: testKubeconfig(),
     namespaces: [ns.name],
     leaderElection: { namespace: ns.name, id: lease },
     sharding: true,
     logLevel: "info",
-    env: { POD_NAME: name, POD_NAMESPACE: ns.name, POD_UID: pod.metadata.uid ?? "", CONTAINER_NAME: "operator" },
+    env,
   });
   replicas.push(replica);
   return replica;
@@ -104,10 +89,12 @@ describe.each([
     const share = before.filter((r) => ownerOf(r) === VICTIM).map((r) => r.metadata.name);
     expect(share.length, "the killed replica's share").toBeGreaterThan(0);
 
+    // Running for longer than the clock margin: a crash sooner after the start is left to the Lease.
+    await new Promise((resolve) => setTimeout(resolve, CLOCK_MARGIN_MS + 1_000));
     // SIGKILL, and the kubelet's report of the container's end.
     const survivor = killed({ leader, follower }) === leader ? follower : leader;
     await killed({ leader, follower }).kill();
-    await report(VICTIM, { ready: false, state: { terminated: { exitCode: 137, reason: "Error", startedAt: second(Date.now() - 60_000), finishedAt: second(Date.now()) } } });
+    await reportContainer(admin, ns.name, VICTIM, killedContainer());
 
     // Fenced for the report (a Lease run out would say lease-expired), naming the survivor its heir.
     const memberLease = leasesPath(ns.name, memberLeaseName(`${lease}-shard`, VICTIM));

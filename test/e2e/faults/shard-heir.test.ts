@@ -8,8 +8,9 @@ import { startEmulator, type Emulator } from "../../../src/emulator/index.js";
 import { leasesPath, type KubeClient } from "../../../src/runtime/kube-client.js";
 import type { Lease } from "../../../src/runtime/leader-election.js";
 import { MEMBER_LABEL, OWNER_LABEL, memberLeaseName } from "../../../src/sharding/labels.js";
-import { AT_WORK_ON_INHERITED, INHERITS_ANNOTATION, fenceAnnotations } from "../../../src/sharding/succession.js";
+import { AT_WORK_ON_INHERITED, INHERITS_ANNOTATION } from "../../../src/sharding/succession.js";
 import { clientFor } from "../runtime/support.js";
+import { fenceMemberLease } from "../sharding/support.js";
 import { kubectlOk, testKubeconfig, uniqueName, useTestNamespace, waitFor } from "../support/kube.js";
 import { API_KEY, apply, connectionManifest, installCRDs } from "../support/operator.js";
 import { startOperatorProcess, type OperatorProcess } from "../support/process.js";
@@ -87,15 +88,7 @@ describe("a fenced replica's heirs", () => {
     expect(emulator.requests.filter((r) => r.operation === "vms.allocate")).toEqual([]);
 
     // The sharder's fence of GONE, naming the heir; STRANGER's names another replica.
-    const fence = async (identity: string, heirs: string[]): Promise<void> => {
-      const name = memberLeaseName(`${lease}-shard`, identity);
-      const current = await admin.get<Lease>(leasesPath(ns.name, name));
-      await admin.patch(
-        leasesPath(ns.name, name),
-        { metadata: { resourceVersion: current.metadata.resourceVersion, annotations: fenceAnnotations(identity, heirs, current.spec?.renewTime) }, spec: { holderIdentity: "" } },
-        "merge",
-      );
-    };
+    const fence = (identity: string, heirs: string[]): Promise<void> => fenceMemberLease(admin, ns.name, memberLeaseName(`${lease}-shard`, identity), heirs);
     await fence(GONE, [HEIR]);
     await fence(STRANGER, ["another-replica"]);
 

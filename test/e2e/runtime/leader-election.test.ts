@@ -131,7 +131,7 @@ describe("LeaderElector (real Lease)", () => {
     const LONG = { leaseDurationMs: 600_000, renewDeadlineMs: 400_000, retryPeriodMs: 300 };
     const endedProcesses = new Set<string>();
     const record = (proc: string): HolderRecord => ({
-      annotations: { "test.agentcompute.dev/process": proc },
+      annotations: () => ({ "test.agentcompute.dev/process": proc }),
       ended: (lease) => endedProcesses.has(lease.metadata.annotations?.["test.agentcompute.dev/process"] ?? ""),
     });
     const a = candidate(client, ns, name, "a", false, LONG, record("a-1"));

@@ -10,10 +10,11 @@ import { leasesPath, resourcePath, type KubeClient } from "../../../src/runtime/
 import type { Lease } from "../../../src/runtime/leader-election.js";
 import { OWNER_LABEL, ownerSelector } from "../../../src/sharding/labels.js";
 import { MemberLease, MemberSet, type MemberSetOptions } from "../../../src/sharding/membership.js";
-import { CrashReports, type PodReport } from "../../../src/sharding/crash-report.js";
-import { FENCED_BECAUSE_ANNOTATION, FENCED_MEMBER_ANNOTATION, HEIRS_ANNOTATION, INHERITS_ANNOTATION, STOPPING_ANNOTATION, fenceAnnotations, type SuccessionView } from "../../../src/sharding/succession.js";
+import { OPERATOR_CONTAINER, killedContainer, kubeletTime, podForReplica, reportContainer } from "../../../dev/kubelet.js";
+import { CrashReports } from "../../../src/sharding/crash-report.js";
+import { FENCED_BECAUSE_ANNOTATION, FENCED_MEMBER_ANNOTATION, HEIRS_ANNOTATION, INHERITS_ANNOTATION, STOPPING_ANNOTATION, type SuccessionView } from "../../../src/sharding/succession.js";
 import { clusterFor, poll, proxiedClient, testLogger } from "../runtime/support.js";
-import { adminAndNamespaces } from "./support.js";
+import { adminAndNamespaces, fenceMemberLease } from "./support.js";
 
 const RING = "ring-test";
 /** Short timings, in the ratios of the defaults (15 s / 10 s / 2 s). */
@@ -53,15 +54,8 @@ function memberSet(ns: string, client: KubeClient, seen: string[][], overrides: 
   return new MemberSet({ client, namespace: ns, ring: RING, logger: testLogger(), leaseDurationMs: TIMINGS.leaseDurationMs, fencing: () => true, onChange: (m) => seen.push(m), ...overrides });
 }
 
-/** Writes a member Lease's holder empty on the version read, as the sharder fences it (naming `heirs`). */
-async function fence(ns: string, identity: string, heirs: string[] = []): Promise<void> {
-  const current = await admin.get<Lease>(leasesPath(ns, `m-${identity}`));
-  await admin.patch(
-    leasesPath(ns, `m-${identity}`),
-    { metadata: { resourceVersion: current.metadata.resourceVersion, ...(heirs.length > 0 && { annotations: fenceAnnotations(identity, heirs, current.spec?.renewTime) }) }, spec: { holderIdentity: "" } },
-    "merge",
-  );
-}
+/** Fences member `identity`'s Lease as the sharder does (naming `heirs`). */
+const fence = (ns: string, identity: string, heirs: string[] = []): Promise<void> => fenceMemberLease(admin, ns, `m-${identity}`, heirs);
 
 const sandboxesPath = (ns: string): string => resourcePath({ group: GROUP, version: VERSION, plural: kindNames.sandbox.plural, namespace: ns });
 
@@ -187,15 +181,12 @@ describe("shard membership (real API server)", () => {
     const ns = await namespace();
     // Leases of ten minutes: only the kubelet's report can end a membership within this test.
     const LONG = { leaseDurationMs: 600_000, renewDeadlineMs: 400_000, retryPeriodMs: 400 };
-    const pods = `/api/v1/namespaces/${ns}/pods`;
-    const pod = await admin.create<PodReport>(pods, { apiVersion: "v1", kind: "Pod", metadata: { name: "pod-a" }, spec: { containers: [{ name: "operator", image: "agent-operator" }] } });
-    const second = (ms: number): string => new Date(ms).toISOString().replace(/\.\d+Z$/, "Z");
-    // What the kubelet writes on the Pod (no kubelet runs here): the operator container's state.
-    const report = (status: Record<string, unknown>): Promise<unknown> =>
-      admin.patch(`${pods}/pod-a/status`, { status: { containerStatuses: [{ name: "operator", image: "agent-operator", imageID: "", ready: true, restartCount: 1, ...status }] } }, "merge");
-    await report({
-      state: { running: { startedAt: second(Date.now() - 5_000) } },
-      lastState: { terminated: { exitCode: 137, reason: "Error", startedAt: second(Date.now() - 20_000), finishedAt: second(Date.now() - 10_000) } },
+    // The Pod's container restarted before the process (no kubelet runs here: the test writes what it would).
+    const { POD_UID: uid = "" } = await podForReplica(admin, ns, "pod-a");
+    await reportContainer(admin, ns, "pod-a", {
+      restartCount: 1,
+      state: { running: { startedAt: kubeletTime(Date.now() - 5_000) } },
+      lastState: { terminated: { exitCode: 137, reason: "Error", startedAt: kubeletTime(Date.now() - 20_000), finishedAt: kubeletTime(Date.now() - 10_000) } },
     });
     // Its identity is its Pod's name (POD_NAME), as in manifests/.
     const a = new MemberLease({
@@ -207,15 +198,16 @@ describe("shard membership (real API server)", () => {
       logger: testLogger(),
       ...LONG,
       onLost: () => undefined,
-      process: { namespace: ns, pod: "pod-a", uid: pod.metadata.uid ?? "", container: "operator", since: new Date().toISOString() },
+      process: { namespace: ns, pod: "pod-a", uid, container: OPERATOR_CONTAINER, since: new Date().toISOString() },
     });
     const b = new MemberLease({ client: admin, namespace: ns, name: "m-b", identity: "b", ring: RING, logger: testLogger(), ...LONG, onLost: () => undefined });
     await Promise.all([a.start(), b.start()]);
     const seen: string[][] = [];
-    const set = memberSet(ns, admin, seen, { leaseDurationMs: LONG.leaseDurationMs, crashReports: new CrashReports({ client: admin, namespace: ns, logger: testLogger() }) });
+    const crashReports = new CrashReports({ client: admin, namespace: ns, logger: testLogger() });
+    const set = memberSet(ns, admin, seen, { leaseDurationMs: LONG.leaseDurationMs, crashReports });
     await set.start();
     try {
-      await poll(() => set.members().length === 2, 10_000, "both members seen");
+      await poll(() => set.members().length === 2 && crashReports.hasSynced(), 10_000, "both members seen, and the Pods");
       // The report is of runs before a's process (its container restarted before it started): a stays.
       await new Promise((resolve) => setTimeout(resolve, 3_000));
       expect(seen.filter((m) => !m.includes("pod-a")), "a membership without a").toEqual([]);
@@ -223,7 +215,7 @@ describe("shard membership (real API server)", () => {
 
       // a is killed (its Lease left to run out in ten minutes), and the kubelet reports its container's end.
       await a.stop({ leave: false });
-      await report({ ready: false, state: { terminated: { exitCode: 137, reason: "Error", startedAt: second(Date.now() - 5_000), finishedAt: second(Date.now()) } } });
+      await reportContainer(admin, ns, "pod-a", killedContainer());
       await poll(() => set.members().join() === "b", 10_000, "a counted gone on the kubelet's report");
       const fenced = await admin.get<Lease>(leasesPath(ns, "m-a"));
       expect(fenced.spec?.holderIdentity).toBe("");
