@@ -81,6 +81,8 @@ export interface HolderRecord {
   annotations(acquireTime: string): Readonly<Record<string, string | null>>;
   /** Whether the holder of `lease` (not this replica) is known to have ended. */
   ended(lease: Lease): boolean;
+  /** How long the Lease must also have gone unchanged, as this candidate saw it, before `ended` is asked. */
+  silenceMs: number;
 }
 
 const JITTER_FACTOR = 1.2;
@@ -187,7 +189,7 @@ export class LeaderElector {
   private async acquire(signal: AbortSignal): Promise<boolean> {
     this.log.info("attempting to acquire leader lease");
     while (!signal.aborted) {
-      if (await this.tryAcquireOrRenew(signal)) {
+      if (await this.tryAcquireOrRenew(signal, true)) {
         this.log.info("acquired leader lease");
         return true;
       }
@@ -208,7 +210,7 @@ export class LeaderElector {
       let renewed = false;
       while (!signal.aborted) {
         const attemptSignal = AbortSignal.any([signal, AbortSignal.timeout(Math.max(1, Math.ceil(deadline - performance.now())))]);
-        renewed = await this.tryAcquireOrRenew(attemptSignal);
+        renewed = await this.tryAcquireOrRenew(attemptSignal, false);
         if (renewed || performance.now() >= deadline) break;
         // Taken by another (a candidate that knew this holder ended, HolderRecord): nothing to
         // retry for, and leading on until the deadline would make two leaders.
@@ -227,7 +229,8 @@ export class LeaderElector {
     }
   }
 
-  private async tryAcquireOrRenew(signal: AbortSignal): Promise<boolean> {
+  /** `campaigning`: not leading (acquire), where a holder known to have ended is succeeded. */
+  private async tryAcquireOrRenew(signal: AbortSignal, campaigning: boolean): Promise<boolean> {
     const path = leasesPath(this.o.namespace, this.o.name);
     const now = new Date();
     const leaseDurationSeconds = Math.ceil(this.o.leaseDurationMs / 1000);
@@ -265,7 +268,9 @@ export class LeaderElector {
     const holder = spec.holderIdentity ?? "";
     const observedDurationMs = (spec.leaseDurationSeconds ?? leaseDurationSeconds) * 1000;
     const unexpired = holder !== "" && holder !== this.identity && this.observedTime + observedDurationMs > performance.now();
-    const ended = unexpired && (this.o.holder?.ended(current) ?? false);
+    // Only while campaigning: a leader that finds another holder has lost (renewLoop).
+    const h = this.o.holder;
+    const ended = unexpired && campaigning && h !== undefined && performance.now() - this.observedTime >= h.silenceMs && h.ended(current);
     const held = unexpired && !ended;
     this.heldUntil = held ? this.observedTime + observedDurationMs : 0;
     if (held) return false;

@@ -7,20 +7,30 @@
 //
 // Only proof that *the process that wrote the Lease* ended counts. Its Lease says which it was
 // (PROCESS_ANNOTATION: Pod, uid, container, a moment it was running at, taken as it starts on
-// its node's clock, which is the container runtime's too, and the Lease's acquireTime of the
-// write). The Pod's status proves that process ended when a run of the container that ended
-// (its current state, or its last one once it restarted) ended CLOCK_MARGIN_MS or more after
-// that moment: runs of one container do not overlap, and the kubelet starts a run only once it
-// has seen the one before end, so that run was the process's or a later one. The kubelet's
-// times are whole seconds rounded down, so the comparison holds for the true time too; the
-// margin covers a step back of the node's clock between two runs. A run's start is not
-// compared: the runtime takes it after the process is already running (late, under load or
-// once it restarts). A deleted Pod proves nothing (a forced deletion does not wait for the
-// containers), nor does a Pod of another uid (a StatefulSet's new Pod of the same name), nor a
-// record of another holder or of another acquisition of the Lease (an older version that takes
-// a Lease keeps the annotations it finds, but writes its own acquireTime). The Lease the proof
-// was read from is the one the fence is written on: if a new process of the identity took the
-// Lease since, the fence is refused.
+// its node's clock, and the Lease's acquireTime of the write). The Pod's status proves that
+// process ended when a run of the container that ended (its current state, or its last one
+// once it restarted) ended CLOCK_MARGIN_MS or more after that moment: runs of one container do
+// not overlap, and the kubelet starts a run only once it has seen the one before end, so that
+// run was the process's or a later one. The kubelet's times are whole seconds rounded down, so
+// the comparison holds for the true time too.
+//
+// That takes the process's clock to be the container runtime's (one kernel), within the margin:
+//  - a step back of the node's clock between two runs (a node rebooted with its clock ahead)
+//    shows as a last run that ended after the current one started: no proof then;
+//  - a run's start is never compared with the process's moment: the runtime takes it after the
+//    process is already running (late under load, or once the runtime restarts);
+//  - a runtime that runs each Pod in a VM of its own keeps the guest's clock close to the
+//    host's, but not promised within the margin: leave CONTAINER_NAME unset there.
+// And the report is only ever a second opinion: a holder counts as ended only once its Lease
+// has also gone unrenewed for SILENCE_MS, longer than a renewal period, so a live process
+// judged ended by a clock gone wrong would have to have stalled as well.
+//
+// A deleted Pod proves nothing (a forced deletion does not wait for the containers), nor does a
+// Pod of another uid (a StatefulSet's new Pod of the same name), nor a record of another holder
+// or of another acquisition of the Lease (an older version that takes a Lease keeps the
+// annotations it finds, but writes its own acquireTime). The Lease the proof was read from is
+// the one the fence is written on: if a new process of the identity took the Lease since, the
+// fence is refused.
 import type { Logger } from "pino";
 import { errorMessage } from "../lib/errors.js";
 import { Informer } from "../runtime/informer.js";
@@ -38,6 +48,12 @@ export const PROCESS_ANNOTATION = "shard.agentcompute.dev/process";
  * that crashes sooner after it started is found by its Lease running out.
  */
 export const CLOCK_MARGIN_MS = 2_000;
+
+/**
+ * How long a Lease must also have gone unrenewed, as its holder's watchers see it, for the report
+ * to count: longer than a renewal period (2 s) and the look after it, so a live holder renewed.
+ */
+export const SILENCE_MS = 3_000;
 
 /** The process holding a Lease (its member Lease, and the leader Lease while it leads), as it writes it there. */
 export interface ProcessRecord {
@@ -104,6 +120,8 @@ export function reportsEnded(proc: ProcessRecord, pod: PodReport | undefined): b
   const status = pod.status?.containerStatuses?.find((c) => c.name === proc.container);
   if (status === undefined) return false;
   const after = Date.parse(proc.since) + CLOCK_MARGIN_MS;
+  // The last run ended after the current one started: the clock stepped back between them.
+  if (Date.parse(status.lastState?.terminated?.finishedAt ?? "") > Date.parse(status.state?.running?.startedAt ?? "")) return false;
   return [status.state?.terminated, status.lastState?.terminated].some((t) => Date.parse(t?.finishedAt ?? "") >= after);
 }
 

@@ -17,7 +17,7 @@ import type { ShardingOptions } from "../controllers/kind.js";
 import { resourcePath } from "../runtime/kube-client.js";
 import type { Manager, ManagerOptions } from "../runtime/manager.js";
 import { labelValue, memberLeaseName } from "./labels.js";
-import { CrashReports, PROCESS_ANNOTATION, acquiringProcess, type ProcessRecord } from "./crash-report.js";
+import { CrashReports, PROCESS_ANNOTATION, SILENCE_MS, acquiringProcess, type ProcessRecord } from "./crash-report.js";
 import { MemberLease, MemberSet, MembershipLapsed, type MembershipTimings } from "./membership.js";
 import { ReplicaShard } from "./replica.js";
 import { Sharder, type ShardedKind, type ShardedObject } from "./sharder.js";
@@ -113,6 +113,7 @@ export class Sharding {
       leaderHolder: {
         annotations: (acquireTime) => ({ [PROCESS_ANNOTATION]: this.cfg.process === undefined ? null : acquiringProcess(this.cfg.process, acquireTime) }),
         ended: (lease) => this.crashReports?.ended(lease) ?? false,
+        silenceMs: SILENCE_MS,
       },
       leaderOnlyControllers: LEADER_ONLY_CONTROLLERS,
       defaultLabelSelector: (path) => this.replica.defaultLabelSelector(path),

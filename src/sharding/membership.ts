@@ -30,7 +30,7 @@ import { Informer } from "../runtime/informer.js";
 import { isConflict, isNotFound, leasesPath, type KubeClient } from "../runtime/kube-client.js";
 import type { Lease } from "../runtime/leader-election.js";
 import type { Metrics } from "../runtime/metrics.js";
-import { PROCESS_ANNOTATION, acquiringProcess, type CrashReports, type ProcessRecord } from "./crash-report.js";
+import { PROCESS_ANNOTATION, SILENCE_MS, acquiringProcess, type CrashReports, type ProcessRecord } from "./crash-report.js";
 import { MEMBER_LABEL } from "./labels.js";
 import {
   FENCED_BECAUSE_ANNOTATION,
@@ -480,6 +480,8 @@ export interface MemberRecord {
   holder: string;
   /** On the sharder's clock: when the record stops counting unless it changes. */
   expiresAt: number;
+  /** On the same clock: when it was last renewed, as far as this process can tell. */
+  renewedAt: number;
   /** The spec as last seen, to tell a renewal from a repeat. */
   raw: string;
 }
@@ -502,7 +504,7 @@ export function observeLease(prev: MemberRecord | undefined, lease: Lease, now: 
     const renewed = Date.parse(lease.spec?.renewTime ?? "");
     if (Number.isFinite(renewed) && renewed < wallNow) seenAt = now - (wallNow - renewed);
   }
-  return { holder, raw, expiresAt: seenAt + durationMs };
+  return { holder, raw, expiresAt: seenAt + durationMs, renewedAt: seenAt };
 }
 
 /** The renewTime of the spec a record was made from (the fence leaves it as it was). */
@@ -693,9 +695,13 @@ export class MemberSet {
     this.o.onChange(live);
   }
 
-  /** Why a member counts as gone at `now`, if it does: its Lease ran out, or the kubelet reports its process ended. */
+  /**
+   * Why a member counts as gone at `now`, if it does: its Lease ran out, or the kubelet reports
+   * its process ended (while its Lease, too, has gone unrenewed for longer than a renewal period).
+   */
   private gone(name: string, r: MemberRecord, now: number): FenceReason | undefined {
     if (r.expiresAt <= now) return "lease-expired";
+    if (now - r.renewedAt < SILENCE_MS) return undefined;
     const lease = this.leases.get(name);
     return lease !== undefined && this.o.crashReports?.ended(lease) ? "crash-reported" : undefined;
   }

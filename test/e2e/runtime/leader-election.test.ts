@@ -125,7 +125,7 @@ describe("LeaderElector (real Lease)", () => {
     }
   });
 
-  it("a candidate takes the Lease at once from a holder it knows has ended (its crash reported), and not before", async () => {
+  it("a candidate takes the Lease at once from a holder it knows has ended (its crash reported) and that renews no more, and not before", async () => {
     const name = "holder-ended";
     // Ten minutes: only the holder's end can change hands within this test.
     const LONG = { leaseDurationMs: 600_000, renewDeadlineMs: 400_000, retryPeriodMs: 300 };
@@ -133,6 +133,7 @@ describe("LeaderElector (real Lease)", () => {
     const record = (proc: string): HolderRecord => ({
       annotations: () => ({ "test.agentcompute.dev/process": proc }),
       ended: (lease) => endedProcesses.has(lease.metadata.annotations?.["test.agentcompute.dev/process"] ?? ""),
+      silenceMs: 1_000,
     });
     const a = candidate(client, ns, name, "a", false, LONG, record("a-1"));
     await poll(() => a.leading, 10_000, "a to lead");
@@ -141,12 +142,15 @@ describe("LeaderElector (real Lease)", () => {
       await new Promise((resolve) => setTimeout(resolve, 1_500)); // several looks at a held Lease
       expect(b.leading).toBe(false);
       expect((await client.get<Lease>(leasesPath(ns, name))).metadata.annotations?.["test.agentcompute.dev/process"]).toBe("a-1");
+      // Judged ended (a clock gone wrong) while it still renews: the report alone takes nothing.
+      endedProcesses.add("a-1");
+      await new Promise((resolve) => setTimeout(resolve, 2_500));
+      expect(b.leading).toBe(false);
+      expect(a.leading).toBe(true);
 
-      // a's process ends without releasing the Lease (a crash), and that is known: b leads at once.
+      // a's process ends without releasing the Lease (a crash): b leads once the Lease is silent too.
       a.abort.abort();
       await a.run;
-      expect((await client.get<Lease>(leasesPath(ns, name))).spec?.holderIdentity).toBe("a");
-      endedProcesses.add("a-1");
       await poll(() => b.leading, 10_000, "b to take the Lease over");
       const lease = await client.get<Lease>(leasesPath(ns, name));
       expect(lease.spec?.holderIdentity).toBe("b");

@@ -33,6 +33,9 @@ describe("the kubelet's report that a member's process ended", () => {
   });
 
   it("does not for a run that may have been before the process, a run's start, or a report not about it", () => {
+    // A last run that ended after the current one started: the clock stepped back between them
+    // (a node rebooted with its clock ahead), and the current run may be the process's.
+    expect(reportsEnded(proc, pod({ state: { running: { startedAt: "2026-11-28T10:00:04Z" } }, lastState: { terminated: { finishedAt: "2026-11-28T10:00:20Z" } } }))).toBe(false);
     // Within the margin of the moment (a step of the clock back between two runs looks like this).
     expect(reportsEnded(proc, pod({ state: { terminated: { finishedAt: "2026-11-28T10:00:07Z" } } }))).toBe(false);
     expect(reportsEnded(proc, pod({ state: { running: { startedAt: "2026-11-28T10:00:03Z" } }, lastState: { terminated: { finishedAt: "2026-11-28T10:00:02Z" } } }))).toBe(false);
