@@ -160,10 +160,10 @@ export class Sharding {
       help: "Live replicas of the shard ring as this replica sees them; it takes 1/this of each Connection's rateLimit",
       registers: [manager.metrics.registry],
     });
+    this.crashReports = this.cfg.process && new CrashReports({ client: manager.client, namespace: this.cfg.process.namespace, logger: log, metrics: manager.metrics });
     // One view of the live members per replica. A Connection's rateLimit is what the service
     // allows all replicas together: each takes its share, 1 / the live members. On the leader
     // the same view is the sharder's ring.
-    this.crashReports = this.cfg.process && new CrashReports({ client: manager.client, namespace: this.cfg.process.namespace, logger: log, metrics: manager.metrics });
     const peers = new MemberSet({
       client: manager.client,
       namespace: leaseNamespace,

@@ -21,8 +21,9 @@
 //
 // A crash need not wait for the lease: where the replicas run in Pods, the kubelet reports a
 // container's end within seconds, and a Lease whose process that report proves ended counts as
-// expired at once (crash-report.ts). It is fenced the same way, so the proof and the timing
-// guard each other: a new process of the identity that took the Lease since makes the fence fail.
+// expired once it has also gone unrenewed for a little longer than a renewal period
+// (crash-report.ts). It is fenced the same way: a new process of the identity that took the
+// Lease since makes the fence fail.
 import type { Logger } from "pino";
 import { setTimeout as sleep } from "node:timers/promises";
 import { errorMessage } from "../lib/errors.js";
@@ -548,7 +549,8 @@ export interface MemberSetOptions {
   onSuccession?(view: SuccessionView): void;
   /**
    * The kubelet's reports of the replicas' Pods: a member whose process they prove ended counts
-   * as gone at once, as if its Lease had run out (and, with fencing, is fenced then).
+   * as gone once its Lease has been silent for SILENCE_MS, as if it had run out (and, with
+   * fencing, is fenced then).
    */
   crashReports?: CrashReports;
 }
