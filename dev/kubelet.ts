@@ -27,7 +27,7 @@ export async function reportContainer(kube: KubeClient, namespace: string, pod: 
  * A Pod for a replica about to start, its container reported running since now; returns the
  * downward API's variables for the process (with POD_NAME, which names the replica).
  */
-export async function podForReplica(kube: KubeClient, namespace: string, name: string): Promise<NodeJS.ProcessEnv> {
+export async function podForReplica(kube: KubeClient, namespace: string, name: string): Promise<Record<string, string>> {
   const pod = await kube.create<PodReport>(`/api/v1/namespaces/${namespace}/pods`, {
     apiVersion: "v1",
     kind: "Pod",

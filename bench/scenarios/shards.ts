@@ -329,7 +329,7 @@ async function leaderOf(replicas: Replica[], lease: string): Promise<Replica | u
 const KUBELET_REPORT_DELAY_MS = 1_000;
 
 /** A replica's Pod in the operator's namespace (a leftover of an earlier run replaced), as if the process ran in it. */
-async function podFor(cluster: Cluster, name: string): Promise<NodeJS.ProcessEnv> {
+async function podFor(cluster: Cluster, name: string): Promise<Record<string, string>> {
   const pods = `/api/v1/namespaces/${cluster.operator.namespace}/pods`;
   await cluster.kube.delete(`${pods}/${name}`, { gracePeriodSeconds: 0 }).catch(() => undefined);
   await waitUntil(async () => (await cluster.kube.list(pods, { fieldSelector: `metadata.name=${name}` })).items.length === 0, { timeoutMs: 30_000, intervalMs: 200, what: `an old Pod ${name} gone` });
@@ -344,7 +344,8 @@ async function runSharded(cluster: Cluster, p: ShardsParams, mix: Mix): Promise<
   try {
     const names = Array.from({ length: p.replicas }, (_, i) => `bench-shard-${i}`);
     for (const name of names) {
-      const inPod = p.kubeletReport ? await podFor(cluster, name) : {};
+      // In a Pod, the downward API's variables of it (POD_NAME among them).
+      const env = p.kubeletReport ? await podFor(cluster, name) : { POD_NAME: name };
       // One at a time: on two cores, N compiling and syncing processes at once only slow each other.
       const logFile = path.join(CACHE, "logs", `${ns}-${name}.log`);
       const op = await OperatorProcess.start({
@@ -356,7 +357,7 @@ async function runSharded(cluster: Cluster, p: ShardsParams, mix: Mix): Promise<
         logFile,
         // The Leases live where the manifests' Roles allow them: the operator's own namespace.
         extraArgs: ["--sharding", "--leader-election-namespace", cluster.operator.namespace, "--leader-election-id", lease],
-        env: { POD_NAME: name, ...inPod },
+        env,
       });
       replicas.push({ name, op, logFile, idleRssMB: null });
     }

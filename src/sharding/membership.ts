@@ -562,9 +562,7 @@ export interface MemberSetOptions {
 export class MemberSet {
   private readonly informer: Informer<Lease & { metadata: { name: string; namespace: string } }>;
   private readonly records = new Map<string, MemberRecord>();
-  /** Each member Lease's resourceVersion as last seen: a fence is written on it. */
-  private readonly versions = new Map<string, string | undefined>();
-  /** Each member Lease as last seen: which process wrote it (crash-report.ts). */
+  /** Each member Lease as last seen: a fence is written on its resourceVersion; which process wrote it (crash-report.ts). */
   private readonly leases = new Map<string, Lease>();
   /** Member Leases with a fence being written or tried last (when), to try again at most once a second. */
   private readonly fencing = new Set<string>();
@@ -595,7 +593,6 @@ export class MemberSet {
     this.informer.on("delete", (l) => {
       const name = l.metadata.name ?? "";
       this.records.delete(name);
-      this.versions.delete(name);
       this.leases.delete(name);
       this.fenceTried.delete(name);
       this.fencedSince.delete(name);
@@ -658,7 +655,6 @@ export class MemberSet {
     const next = observeLease(this.records.get(name), lease, performance.now(), this.o.leaseDurationMs ?? DEFAULT_TIMINGS.leaseDurationMs, Date.now());
     if (next === undefined) this.records.delete(name);
     else this.records.set(name, next);
-    this.versions.set(name, lease.metadata.resourceVersion);
     this.leases.set(name, lease);
     const fence = fenceOf(lease);
     if (fence === undefined) this.fences.delete(name);
@@ -735,7 +731,7 @@ export class MemberSet {
   }
 
   private async deleteFenced(name: string): Promise<void> {
-    const version = this.versions.get(name);
+    const version = this.leases.get(name)?.metadata.resourceVersion;
     if (version === undefined) return;
     try {
       await this.o.client.delete(leasesPath(this.o.namespace, name), { preconditions: { resourceVersion: version } });
@@ -752,7 +748,7 @@ export class MemberSet {
    * what the API server holds now is taken in. A Lease deleted meanwhile is gone as well.
    */
   private fence(name: string, record: MemberRecord, because: FenceReason): void {
-    const version = this.versions.get(name);
+    const version = this.leases.get(name)?.metadata.resourceVersion;
     if (version === undefined || this.fencing.has(name) || performance.now() - (this.fenceTried.get(name) ?? -Infinity) < FENCE_RETRY_MS) return;
     this.fencing.add(name);
     this.fenceTried.set(name, performance.now());
