@@ -173,6 +173,9 @@ export class Sharding {
       leaseDurationMs: this.cfg.timings?.leaseDurationMs,
       fencing: () => this.leading,
       self: this.identity,
+      // A fence of this replica (a wrong verdict, or a process that stalled) is met as soon as
+      // the watch shows it, rather than at the next renewal.
+      ownLease: { name: memberLeaseName(this.memberLeasePrefix, this.identity), taken: () => this.member?.checkHeld() },
       // The kubelet reports a replica's crash within seconds, its Lease runs out in a lease duration.
       crashReports: this.crashReports,
       leasesInUse: () => {

@@ -154,8 +154,10 @@ export class MemberLease {
   private inherits: readonly string[] = [];
   /** publishInherits callers waiting for a write of the Lease that carries their list. */
   private publishing: Array<() => void> = [];
-  /** Cuts the wait before the next renewal short (a list to publish). */
+  /** Cuts the wait before the next renewal short (renewSoon). */
   private wakeUp: (() => void) | undefined;
+  /** The next renewal is wanted at once (renewSoon), even if one is in flight as it is asked for. */
+  private soon = false;
   /** stopRenewing's mark on the Lease, awaited before the Lease is deleted. */
   private marking: Promise<void> = Promise.resolve();
 
@@ -263,8 +265,25 @@ export class MemberLease {
     if (this.version === undefined || this.lost || this.abort.signal.aborted) return Promise.resolve();
     return new Promise((resolve) => {
       this.publishing.push(resolve);
-      this.wakeUp?.();
+      this.renewSoon();
     });
+  }
+
+  /**
+   * The watch of the member Leases shows this one fenced or deleted (MemberSet's ownLease):
+   * renews now, not at the next retry period. A renewal on a fenced Lease fails, and the
+   * membership is lost at once. If the watch showed an old version (a fence of the process
+   * before, listed late), the renewal only lands early. Once stopping (no more renewals) it
+   * does nothing: the work ends at the renew deadline anyway.
+   */
+  checkHeld(): void {
+    if (this.version === undefined || this.lost) return;
+    this.renewSoon();
+  }
+
+  private renewSoon(): void {
+    this.soon = true;
+    this.wakeUp?.();
   }
 
   /**
@@ -432,6 +451,10 @@ export class MemberLease {
 
   /** Waits `ms`, or less if woken (publishInherits); false once stopping. */
   private async wait(ms: number): Promise<boolean> {
+    if (this.soon) {
+      this.soon = false;
+      return !this.abort.signal.aborted;
+    }
     const woken = new AbortController();
     this.wakeUp = () => woken.abort();
     try {
@@ -441,6 +464,7 @@ export class MemberLease {
       return !this.abort.signal.aborted;
     } finally {
       this.wakeUp = undefined;
+      this.soon = false;
     }
   }
 }
@@ -537,6 +561,12 @@ export interface MemberSetOptions {
   /** This replica's identity: its own Lease is never fenced here (its MemberLease governs it). */
   self?: string;
   /**
+   * This replica's own member Lease, and what to do when the watch shows it held by no one or
+   * by another, or deleted: a fence that its renewals have not met yet, if it is not an old
+   * version seen late. A cue to look (MemberLease.checkHeld), not a verdict.
+   */
+  ownLease?: { name: string; taken(): void };
+  /**
    * With fencing: the names of the member Leases whose identity still owns objects (undefined
    * while not known). A fenced Lease not among them is deleted after four lease durations: its
    * replica crashed and its share has moved, so it would otherwise stay for good, one per
@@ -592,6 +622,7 @@ export class MemberSet {
     this.informer.on("update", seen);
     this.informer.on("delete", (l) => {
       const name = l.metadata.name ?? "";
+      if (name === o.ownLease?.name) o.ownLease.taken();
       this.records.delete(name);
       this.leases.delete(name);
       this.fenceTried.delete(name);
@@ -656,6 +687,7 @@ export class MemberSet {
     if (next === undefined) this.records.delete(name);
     else this.records.set(name, next);
     this.leases.set(name, lease);
+    if (name === this.o.ownLease?.name && (lease.spec?.holderIdentity ?? "") !== this.o.self) this.o.ownLease.taken();
     const fence = fenceOf(lease);
     if (fence === undefined) this.fences.delete(name);
     else this.fences.set(name, fence);

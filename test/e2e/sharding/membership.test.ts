@@ -177,6 +177,50 @@ describe("shard membership (real API server)", () => {
     }
   });
 
+  it("a member fenced while it runs stops as soon as the watch of the member Leases shows the fence, not at its next renewal", async () => {
+    const ns = await namespace();
+    // Renewals two minutes apart: only the watch can tell it within the poll below.
+    const lost: string[] = [];
+    const c = new MemberLease({
+      client: admin,
+      namespace: ns,
+      name: "m-c",
+      identity: "c",
+      ring: RING,
+      logger: testLogger(),
+      leaseDurationMs: 600_000,
+      renewDeadlineMs: 300_000,
+      retryPeriodMs: 120_000,
+      onLost: (reason) => lost.push(reason),
+    });
+    const set = memberSet(ns, admin, [], { fencing: () => false, self: "c", ownLease: { name: "m-c", taken: () => c.checkHeld() } });
+    await c.start();
+    await set.start();
+    try {
+      await poll(() => set.members().includes("c"), 10_000, "the member seen");
+      // A look while the Lease is still held costs a renewal, not the membership.
+      c.checkHeld();
+      await poll(
+        async () => {
+          const spec = (await admin.get<Lease>(leasesPath(ns, "m-c"))).spec;
+          return spec?.renewTime !== spec?.acquireTime;
+        },
+        10_000,
+        "the early renewal",
+      );
+      expect(lost).toEqual([]);
+      expect(c.mayWork()).toBe(true);
+
+      await fence(ns, "c");
+      await poll(() => lost.length > 0, 30_000, "c to lose its membership");
+      expect(lost[0]).toMatch(/fenced/);
+      expect(c.mayWork()).toBe(false);
+    } finally {
+      await set.stop();
+      await c.stop();
+    }
+  });
+
   it("counts a member gone, and fences it, once its Pod's status proves its process ended, long before its Lease runs out; an earlier run's end proves nothing", async () => {
     const ns = await namespace();
     // Leases of ten minutes: only the kubelet's report can end a membership within this test.
