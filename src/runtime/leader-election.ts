@@ -87,9 +87,9 @@ export interface HolderRecord {
 
 const JITTER_FACTOR = 1.2;
 
-/** client-go's MicroTime wire format: RFC 3339 with microseconds. */
-function microTime(d: Date): string {
-  return d.toISOString().replace(/\.(\d{3})Z$/, ".$1000Z");
+/** client-go's MicroTime wire format, RFC 3339 with microseconds: a Lease's acquireTime and renewTime. */
+export function microTime(at: Date | number): string {
+  return new Date(at).toISOString().replace(/\.(\d{3})Z$/, ".$1000Z");
 }
 
 export function defaultIdentity(): string {

@@ -29,7 +29,7 @@ import { setTimeout as sleep } from "node:timers/promises";
 import { errorMessage } from "../lib/errors.js";
 import { Informer } from "../runtime/informer.js";
 import { isConflict, isNotFound, leasesPath, type KubeClient } from "../runtime/kube-client.js";
-import type { Lease } from "../runtime/leader-election.js";
+import { microTime, type Lease } from "../runtime/leader-election.js";
 import type { Metrics } from "../runtime/metrics.js";
 import { PROCESS_ANNOTATION, SILENCE_MS, acquiringProcess, type CrashReports, type ProcessRecord } from "./crash-report.js";
 import { MEMBER_LABEL } from "./labels.js";
@@ -54,11 +54,6 @@ export interface MembershipTimings {
 }
 
 export const DEFAULT_TIMINGS: MembershipTimings = { leaseDurationMs: 15_000, renewDeadlineMs: 10_000, retryPeriodMs: 2_000 };
-
-/** client-go's MicroTime wire format. */
-function microTime(ms: number): string {
-  return new Date(ms).toISOString().replace(/\.(\d{3})Z$/, ".$1000Z");
-}
 
 export interface MemberLeaseOptions extends Partial<MembershipTimings> {
   client: KubeClient;

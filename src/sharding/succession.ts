@@ -15,7 +15,6 @@
 // everything, or its fenced Lease was collected) or was fenced by a sharder that wrote no heirs.
 // Then nobody works on the object until the sharder labels it, as before this existed.
 import type { Lease } from "../runtime/leader-election.js";
-import { OWNER_LABEL } from "./labels.js";
 import { Ring } from "./ring.js";
 
 /** Logged once a replica works on what it inherited: said on its Lease, and in its caches (the benchmark reads it). */
@@ -103,11 +102,6 @@ export class Succession {
   worker(owner: string | undefined, key: string): string | undefined {
     const last = this.chain(owner, key).at(-1);
     return last !== undefined && this.current.holders.has(last) ? last : undefined;
-  }
-
-  /** The worker of an object by its labels. */
-  workerOf(labels: Readonly<Record<string, string>> | undefined, key: string): string | undefined {
-    return this.worker(labels?.[OWNER_LABEL], key);
   }
 
   /**
