@@ -13,7 +13,7 @@ import { MemberLease, MemberSet, type MemberSetOptions } from "../../../src/shar
 import { OPERATOR_CONTAINER, killedContainer, kubeletTime, podForReplica, reportContainer } from "../../../dev/kubelet.js";
 import { CrashReports } from "../../../src/sharding/crash-report.js";
 import { FENCED_BECAUSE_ANNOTATION, FENCED_MEMBER_ANNOTATION, HEIRS_ANNOTATION, INHERITS_ANNOTATION, STOPPING_ANNOTATION, type SuccessionView } from "../../../src/sharding/succession.js";
-import { clusterFor, poll, proxiedClient, testLogger } from "../runtime/support.js";
+import { clientFor, clusterFor, poll, proxiedClient, testLogger } from "../runtime/support.js";
 import { adminAndNamespaces, fenceMemberLease } from "./support.js";
 
 const RING = "ring-test";
@@ -58,6 +58,30 @@ function memberSet(ns: string, client: KubeClient, seen: string[][], overrides: 
 const fence = (ns: string, identity: string, heirs: string[] = []): Promise<void> => fenceMemberLease(admin, ns, `m-${identity}`, heirs);
 
 const sandboxesPath = (ns: string): string => resourcePath({ group: GROUP, version: VERSION, plural: kindNames.sandbox.plural, namespace: ns });
+
+/**
+ * A client of the test API server acting as ServiceAccount `name` of `ns` (impersonated), which
+ * a Role of `rules` in `ns` binds: RBAC decides its requests, as a replica's in a cluster.
+ */
+async function actingAs(ns: string, name: string, rules: unknown[]): Promise<KubeClient> {
+  await admin.create(`/api/v1/namespaces/${ns}/serviceaccounts`, { apiVersion: "v1", kind: "ServiceAccount", metadata: { name } });
+  await admin.create(`/apis/rbac.authorization.k8s.io/v1/namespaces/${ns}/roles`, { apiVersion: "rbac.authorization.k8s.io/v1", kind: "Role", metadata: { name }, rules });
+  await admin.create(`/apis/rbac.authorization.k8s.io/v1/namespaces/${ns}/rolebindings`, {
+    apiVersion: "rbac.authorization.k8s.io/v1",
+    kind: "RoleBinding",
+    metadata: { name },
+    roleRef: { apiGroup: "rbac.authorization.k8s.io", kind: "Role", name },
+    subjects: [{ kind: "ServiceAccount", name, namespace: ns }],
+  });
+  const cluster = clusterFor();
+  return clientFor({
+    ...cluster,
+    credentials: async (force) => {
+      const c = await cluster.credentials(force);
+      return { ...c, headers: { ...c.headers, "impersonate-user": `system:serviceaccount:${ns}:${name}` } };
+    },
+  });
+}
 
 const holderOf = async (ns: string, identity: string): Promise<string> =>
   (await admin.get<Lease>(leasesPath(ns, `m-${identity}`))).spec?.holderIdentity ?? "";
@@ -267,6 +291,50 @@ describe("shard membership (real API server)", () => {
     } finally {
       await set.stop();
       await b.stop();
+    }
+  });
+
+  it("without leave to list Pods, says so once and goes by the Leases: a member whose crash its Pod reports counts gone when its Lease runs out", async () => {
+    const ns = await namespace();
+    // A replica whose Role predates the Pods rule: its Leases, nothing else.
+    const replica = await actingAs(ns, "replica", [{ apiGroups: ["coordination.k8s.io"], resources: ["leases"], verbs: ["get", "list", "watch", "create", "update", "patch", "delete"] }]);
+    const MEDIUM = { leaseDurationMs: 15_000, renewDeadlineMs: 10_000, retryPeriodMs: 400 };
+    const { POD_UID: uid = "" } = await podForReplica(admin, ns, "pod-a");
+    const a = new MemberLease({
+      client: admin,
+      namespace: ns,
+      name: "m-a",
+      identity: "pod-a",
+      ring: RING,
+      logger: testLogger(),
+      ...MEDIUM,
+      onLost: () => undefined,
+      process: { namespace: ns, pod: "pod-a", uid, container: OPERATOR_CONTAINER, since: new Date().toISOString() },
+    });
+    const b = new MemberLease({ client: admin, namespace: ns, name: "m-b", identity: "b", ring: RING, logger: testLogger(), ...MEDIUM, onLost: () => undefined });
+    await Promise.all([a.start(), b.start()]);
+    const logged: Array<{ msg: string; at: number }> = [];
+    const crashReports = new CrashReports({ client: replica, namespace: ns, logger: recordingLogger(logged) });
+    const set = memberSet(ns, replica, [], { leaseDurationMs: MEDIUM.leaseDurationMs, crashReports });
+    await set.start();
+    try {
+      await poll(() => set.members().length === 2, 10_000, "both members seen");
+      expect(logged.filter((l) => l.msg.startsWith("crash reports off")).length).toBe(1);
+      expect(crashReports.hasSynced()).toBe(false);
+
+      await a.stop({ leave: false });
+      await reportContainer(admin, ns, "pod-a", killedContainer());
+      // With the report read, a would be gone within about 3 s (the test above); here its Lease decides.
+      await new Promise((resolve) => setTimeout(resolve, 6_000));
+      expect(set.members()).toEqual(["b", "pod-a"]);
+      await poll(() => set.members().join() === "b", 30_000, "a counted gone when its Lease ran out");
+      const fenced = await admin.get<Lease>(leasesPath(ns, "m-a"));
+      expect(fenced.metadata.annotations).toMatchObject({ [FENCED_MEMBER_ANNOTATION]: "pod-a", [FENCED_BECAUSE_ANNOTATION]: "lease-expired" });
+      expect(logged.filter((l) => l.msg.startsWith("crash reports off")).length).toBe(1);
+    } finally {
+      await set.stop();
+      await b.stop();
+      await replica.close();
     }
   });
 
