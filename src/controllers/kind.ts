@@ -56,6 +56,12 @@ export interface ShardingOptions {
    * it unsent.
    */
   writeGate?(): void;
+  /**
+   * Whether this replica works on `obj` (of the collection `path`) now: its own, or a fenced
+   * member's that the heirs' ring gives it. Its cache of the share also holds the fenced
+   * member's other objects, which the other heirs work on.
+   */
+  worksOn(path: string, obj: KubeObject): boolean;
 }
 
 /** What a kind's module may use to describe itself: the shared caches and a clock. */
@@ -247,7 +253,9 @@ export function setupManagedKind<R extends ManagedResource, Plan>(
 ): Controller {
   const informer = ctx.ownInformer<R>(kind.names);
   // The gauges count this informer's cache; the reconciler reports its outcomes for drift.
-  const resourceMetrics = ctx.resourceMetrics.track(kind.names.kind, informer);
+  const sharding = ctx.options.sharding;
+  const path = collection(kind.names);
+  const resourceMetrics = ctx.resourceMetrics.track(kind.names.kind, informer, sharding && ((cr) => sharding.worksOn(path, cr)));
   const reconciler = new ManagedReconciler<R, Plan>({
     kind: kind.names,
     informer,

@@ -49,6 +49,7 @@ export type ResourceCache<R extends ManagedResource> = Pick<Informer<R>, "on" | 
 interface Tracked {
   kind: string;
   informer: ResourceCache<ManagedResource>;
+  counts(cr: ManagedResource): boolean;
 }
 
 export interface Counts {
@@ -120,10 +121,13 @@ export class ResourceMetrics {
 
   /**
    * Starts the metrics of one kind: its informer (subscribed here, before it starts, so the
-   * initial list is seen) and the recorder its reconciler reports to.
+   * initial list is seen) and the recorder its reconciler reports to. `counts`: which cached
+   * resources are this process's to count (default all). A sharded replica's cache also holds a
+   * fenced member's resources that another heir works on: counted by each heir, a failover
+   * would count them twice in the sum over replicas.
    */
-  track<R extends ManagedResource>(kind: string, informer: ResourceCache<R>): ResourceMetricsRecorder {
-    this.kinds.push({ kind, informer: informer as unknown as ResourceCache<ManagedResource> });
+  track<R extends ManagedResource>(kind: string, informer: ResourceCache<R>, counts: (cr: R) => boolean = () => true): ResourceMetricsRecorder {
+    this.kinds.push({ kind, informer: informer as unknown as ResourceCache<ManagedResource>, counts: counts as (cr: ManagedResource) => boolean });
     const labels = { kind };
 
     // uid -> creation time (ms), of resources first seen never reconciled and not Ready yet.
@@ -139,6 +143,8 @@ export class ResourceMetrics {
       const created = awaitingReady.get(cr.metadata.uid);
       if (created === undefined || condition(cr, ConditionType.Ready)?.status !== "True") return;
       awaitingReady.delete(cr.metadata.uid);
+      // Made Ready by another replica (the heir whose part of a fenced member's share it is).
+      if (!counts(cr as R)) return;
       if (Number.isFinite(created)) this.firstReady.observe(labels, Math.max(0, (this.now().getTime() - created) / 1000));
     };
     informer.on("add", (cr) => {
@@ -175,10 +181,11 @@ export class ResourceMetrics {
   counts(): Map<string, Counts> {
     if (this.scrape !== undefined) return this.scrape;
     const out = new Map<string, Counts>();
-    for (const { kind, informer } of this.kinds) {
+    for (const { kind, informer, counts } of this.kinds) {
       if (!informer.hasSynced()) continue;
       const c: Counts = { exists: 0, ready: 0, synced: 0 };
       for (const cr of informer.list()) {
+        if (!counts(cr)) continue;
         c.exists++;
         if (condition(cr, ConditionType.Ready)?.status === "True") c.ready++;
         if (isSynced(cr)) c.synced++;

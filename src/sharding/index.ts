@@ -133,6 +133,7 @@ export class Sharding {
       writeGate: () => {
         if (!(this.member?.mayWork() ?? false)) throw new MembershipLapsed();
       },
+      worksOn: (path, obj) => this.replica.worksOn(path, obj),
       usersOf: (namespace, connection) => {
         if (this.sharder === undefined) throw new Error("not the sharder: the Connection's users are not known here");
         return this.sharder.usersOf(namespace, connection);

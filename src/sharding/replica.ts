@@ -223,6 +223,16 @@ export class ReplicaShard {
       .filter((o) => o.metadata.labels?.[OWNER_LABEL] !== this.o.identity);
   }
 
+  /**
+   * Whether this replica works on `obj` of the collection `path` now (see workerOf): its cache
+   * also holds a fenced member's objects that other heirs work on. True for a kind that is not
+   * sharded.
+   */
+  worksOn(path: string, obj: Labelled): boolean {
+    for (const kind of this.o.controllers.values()) if (kind.path === path) return this.workerOf(kind, obj) === this.o.identity;
+    return true;
+  }
+
   /** The replica that works on `obj` now: its owner, or the owner's heir once the owner is fenced. */
   private workerOf(kind: ShardedKind, obj: Labelled): string | undefined {
     const labels = obj.metadata.labels;

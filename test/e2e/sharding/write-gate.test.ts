@@ -17,6 +17,7 @@ const t = useStack("write-gate", {
   sharding: {
     ownSelector: `${OWNER_LABEL}=${OWNER}`,
     usersOf: () => [],
+    worksOn: () => true,
     writeGate: () => {
       if (!open) throw new MembershipLapsed();
     },

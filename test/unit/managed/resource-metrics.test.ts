@@ -128,6 +128,23 @@ describe("exists / ready / synced gauges", () => {
     expect(gauge(await scrape(), "exists", "Agent")).toBe(1);
   });
 
+  it("count only what this process works on: summed over sharded replicas whose caches overlap (two heirs of a fenced member), each resource once", async () => {
+    // Two replicas, each caching the whole of a fenced member's share, each working on half of it.
+    const registries = [new Registry(), new Registry()];
+    const replicas = registries.map((r) => new ResourceMetrics(r, () => clock));
+    const caches = [new Cache(), new Cache()];
+    const worker = (cr: ManagedResource) => Number(cr.metadata.name.slice(1)) % 2;
+    replicas.forEach((m, i) => m.track("Agent", caches[i]!, (cr) => worker(cr) === i));
+    clock = at(1);
+    for (let n = 0; n < 10; n++) for (const c of caches) c.put(resource(`a${n}`));
+    clock = at(5);
+    for (let n = 0; n < 10; n++) for (const c of caches) c.put(resource(`a${n}`, { state: n < 4 ? "ready" : "reconciling" }));
+    const samples = await Promise.all(registries.map(async (r) => parseMetrics(await r.metrics())));
+    const summed = (name: string) => samples.reduce((total, s) => total + (gauge(s, name, "Agent") ?? 0), 0);
+    expect([summed("exists"), summed("ready")]).toEqual([10, 4]);
+    expect(samples.reduce((total, s) => total + sum(s, "agentcompute_managed_resource_first_time_to_readiness_seconds_count", { kind: "Agent" }), 0)).toBe(4);
+  });
+
   it("walk each cache once per scrape, not once per gauge", async () => {
     const agents = new Cache();
     metrics.track("Agent", agents);

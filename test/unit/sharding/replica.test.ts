@@ -264,6 +264,20 @@ describe("ReplicaShard: a fenced member's share, before any of it moves (success
     expect(sink.told.map((t) => t.uid)).toEqual(mine.map((name) => `uid-${name}`));
   });
 
+  it("says which cached objects it works on (its per-kind metrics count those only): its own and its part of the fenced member's, not the other heir's", () => {
+    const r = replica(() => null);
+    const path = SHARDED_CONTROLLERS.get("sandbox")!.path;
+    const own = sandbox("own");
+    const foreign = sandbox("foreign", { owner: OTHER });
+    for (const obj of [own, foreign, ...inherited]) r.share.add(obj);
+    r.shard.setSuccession(view([ME, OTHER], { [GONE]: [ME, OTHER] }));
+    expect(r.shard.worksOn(path, own)).toBe(true);
+    expect(r.shard.worksOn(path, foreign)).toBe(false);
+    expect(inherited.filter((o) => r.shard.worksOn(path, o))).toEqual(inherited.filter((o) => heirOf(o) === ME));
+    // A kind that is not sharded is all this replica's.
+    expect(r.shard.worksOn("/apis/agentcompute.dev/v1alpha1/connections", foreign)).toBe(true);
+  });
+
   it("works on an object relabelled to it while its cache held it (an heir's chain ended), as one that arrives now", async () => {
     const sink = new Sink();
     const r = replica(() => sink);
