@@ -444,7 +444,7 @@ export class MemberLease {
     }
   }
 
-  /** Waits `ms`, or less if woken (publishInherits); false once stopping. */
+  /** Waits `ms`, or not at all if a renewal is wanted at once (renewSoon); false once stopping. */
   private async wait(ms: number): Promise<boolean> {
     if (this.soon) {
       this.soon = false;
