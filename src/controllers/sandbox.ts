@@ -280,18 +280,27 @@ class SandboxClient implements ExternalClient<Sandbox, SandboxPlan> {
       // A read that failed (the service struggling) must not leave a running VM to the work
       // queue's backoff, which may have grown past its expiry: retry before it runs out.
       if (err instanceof NotReadyError || err instanceof StalledError || !(cr.spec.keepAlive ?? true)) throw err;
-      throw retryWhileAlive(err, this.expiryOf(cr), this.deps.now().getTime());
+      const vmId = sandboxExternalId(cr);
+      if (vmId === undefined) throw err; // no VM yet: nothing runs out
+      const now = this.deps.now().getTime();
+      const expiry = this.expiryOf(cr, vmId);
+      // Past as far as this process knows, which after a restart or a move (no renewal made
+      // here yet) is status's `expiresAt`, reported only every few minutes: the VM may well
+      // live on, renewed since. Retried within a quarter of its renewal window, not backed off.
+      throw retryWhileAlive(err, expiry > now ? expiry : now + renewBeforeSeconds(cr) * 1000, now);
     }
   }
 
   /**
-   * When the VM status names runs out, as far as this process knows: status's `expiresAt`, or
-   * later by a renewal made since and not reported yet (status is written only every few minutes).
+   * When VM `vmId` runs out, as far as this process knows: status's `expiresAt`; later by a
+   * renewal made since and not reported yet (status is written only every few minutes); or as
+   * the last list of the VMs said.
    */
-  private expiryOf(cr: Sandbox): number {
+  private expiryOf(cr: Sandbox, vmId: string): number {
     const tally = this.deps.tallies.get(cr.metadata.uid);
-    const renewed = tally?.vmId === cr.status?.vmId ? Date.parse(tally?.lastRenewedAt ?? "") + ttlSeconds(cr) * 1000 : NaN;
-    return Math.max(...[Date.parse(cr.status?.expiresAt ?? ""), renewed].filter(Number.isFinite), -Infinity);
+    const renewed = tally?.vmId === vmId ? Date.parse(tally.lastRenewedAt ?? "") + ttlSeconds(cr) * 1000 : NaN;
+    const listed = Date.parse(this.handle.vms.get(vmId)?.expires_at ?? "");
+    return Math.max(...[Date.parse(cr.status?.expiresAt ?? ""), renewed, listed].filter(Number.isFinite), -Infinity);
   }
 
   private async look(cr: Sandbox): Promise<Observation<SandboxStatus, SandboxPlan>> {

@@ -281,10 +281,12 @@ export class ManagedReconciler<R extends ManagedResource, Plan = unknown> implem
     // What the action did supersedes what was observed before it (a renewal moves the next one).
     const scheduled = action !== undefined ? action.requeueAfterMs : observed.requeueAfterMs;
     // What could not be compared with the spec is looked at again soon, not at the next
-    // renewal, on the ordinary lane (the priority lane is for renewals).
+    // renewal. On the ordinary lane, unless a renewal is scheduled: the recheck then takes the
+    // renewal's place in the queue (one timer per key), and an ordinary pass stuck behind a
+    // backlog (a cold start) could come after the VM ran out.
     const recheck = unconfirmed !== undefined ? UNCONFIRMED_RECHECK_MS : Infinity;
     const requeueAfterMs = Math.max(1, Math.min(this.jitteredSyncPeriod(cr), scheduled ?? Infinity, recheck));
-    const priority = recheck < (scheduled ?? Infinity) ? false : ((action !== undefined ? action.priority : observed.priority) ?? false);
+    const priority = (action !== undefined ? action.priority : observed.priority) ?? false;
     try {
       await this.writeStatus(cr, { ...observed.status, ...action?.status } as Partial<StatusOf<R>>, conditions);
     } catch (err) {

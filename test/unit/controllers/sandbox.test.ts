@@ -125,7 +125,7 @@ describe("Sandbox", () => {
     expect(condition(sandbox(), "Ready")).toMatchObject({ status: "True" });
   });
 
-  it("does not say its VM matches a spec changed while the list of VMs cannot be read, and looks again soon on the ordinary lane", async () => {
+  it("does not say its VM matches a spec changed while the list of VMs cannot be read, and looks again soon, on its renewals' lane", async () => {
     apply({});
     await w.reconcile(kind(), "sb");
     unavailable("GET", "/compute/v1/vms");
@@ -136,7 +136,9 @@ describe("Sandbox", () => {
     expect(w.writes()).toEqual([]); // no replacement on the old snapshot
     expect(condition(sandbox(), "Ready")).toMatchObject({ status: "False", reason: "ServiceUnavailable" });
     expect(condition(sandbox(), "Reconciling")).toMatchObject({ status: "True", message: expect.stringContaining("list of VMs cannot be read") });
-    expect(result).toEqual({ requeueAfterMs: 30_000, priority: false });
+    // The look takes the place of the renewal's timer: on the ordinary lane, behind a backlog
+    // (a cold start), it could come after the VM ran out.
+    expect(result).toEqual({ requeueAfterMs: 30_000, priority: true });
   });
 
   it("does not say its VM matches a changed spec it cannot compare it with (a Skill not Ready), and renews it meanwhile", async () => {
@@ -229,6 +231,34 @@ describe("Sandbox", () => {
     const failed: unknown = await reconcileError();
     expect(failed).toBeInstanceOf(RetryNoLaterThan);
     expect(failed).toMatchObject({ ms: 29_750, priority: true });
+  });
+
+  it("after a restart, retries a failed read of its VM within its renewal window, though status's expiresAt (reported every few minutes) is past", async () => {
+    // Status is reported every ten minutes, as by default (run --sandbox-status-interval).
+    const process = () => sandboxes({ ...w.ctx, options: { sandboxStatusIntervalMs: 600_000 } });
+    const first = process();
+    apply({ ttlSeconds: 60 }); // renewed every 30 s
+    await w.reconcile(first, "sb");
+    for (let i = 0; i < 3; i++) {
+      w.advance(30_000);
+      await w.reconcile(first, "sb");
+    }
+    const vmId = sandbox().status?.vmId as string;
+    expect(Date.parse(sandbox().status?.expiresAt ?? "")).toBeLessThan(w.clock.ms);
+    expect(w.emu.state.vms.get(vmId)?.expiresAt).toBeGreaterThan(w.clock.ms + 50_000);
+    // A new process: no renewal of its own yet, and its first list of the VMs fails.
+    w.restart();
+    const restarted = process();
+    w.handle().vms.remove(vmId);
+    unavailable("GET", "/compute/v1/vms");
+    unavailable("GET", /^\/compute\/v1\/vms\/[^/]+$/);
+    resync();
+    const failed: unknown = await w.reconcile(restarted, "sb").then(
+      () => undefined,
+      (err: unknown) => err,
+    );
+    expect(failed).toBeInstanceOf(RetryNoLaterThan);
+    expect(failed).toMatchObject({ ms: 7_500, priority: true });
   });
 
   it("replaces the VM when the tier changes: the new one first, then the old one released", async () => {
