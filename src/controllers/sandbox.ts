@@ -13,7 +13,7 @@ import { createHash } from "node:crypto";
 import { Annotations, CONFIG_HASH_KEY, ConditionType, MARKER_KEY, kindNames } from "../api/names.js";
 import type { Sandbox, SandboxStatus, Skill } from "../api/index.js";
 import { notReportedYet, troubleOf } from "../managed/conditions.js";
-import { NotReadyError, StalledError } from "../managed/errors.js";
+import { FailedAfterChange, NotReadyError, StalledError } from "../managed/errors.js";
 import type { ActionResult, ConnectionDetails, ExternalClient, Observation, Planned } from "../managed/external.js";
 import { managementOf } from "../managed/management-policies.js";
 import { errorMessage } from "../lib/errors.js";
@@ -25,6 +25,7 @@ import {
   isNotFound,
   isOutcomeUnknown,
   isServiceError,
+  refusalOf,
   type AgentVM,
   type AllocateVMRequest,
   type Allocation,
@@ -48,9 +49,11 @@ export function ttlSeconds(cr: Sandbox): number {
   return cr.spec.ttlSeconds ?? DEFAULT_TTL_SECONDS;
 }
 
-/** Default: a fifth of the TTL, at least 30 s, and never the whole TTL. */
-export function renewBeforeSeconds(cr: Sandbox): number {
-  const ttl = ttlSeconds(cr);
+/**
+ * Default: a fifth of the TTL, at least 30 s, and never the whole TTL. `ttl`: the TTL the VM is
+ * renewed with, when it is not the spec's (renewalTtl: the service refused that one).
+ */
+export function renewBeforeSeconds(cr: Sandbox, ttl = ttlSeconds(cr)): number {
   const wanted = cr.spec.renewBeforeSeconds ?? Math.max(30, Math.floor(ttl / 5));
   return Math.min(wanted, Math.max(1, ttl - 1));
 }
@@ -63,11 +66,11 @@ export function renewBeforeSeconds(cr: Sandbox): number {
  * woken for a renewal drew another and found it not due (and came back 1 ms later, over and
  * over, until the unjittered time).
  */
-export function renewAtOf(cr: Sandbox, vmId: string, expiresAt: number): number {
-  const windowMs = renewBeforeSeconds(cr) * 1000;
+export function renewAtOf(cr: Sandbox, vmId: string, expiresAt: number, ttl = ttlSeconds(cr)): number {
+  const windowMs = renewBeforeSeconds(cr, ttl) * 1000;
   // Never more than a tenth of the time between renewals either: a window close to the TTL
   // (short TTLs) would otherwise make the next renewal due the moment one is made.
-  const jitterMaxMs = Math.min(windowMs, ttlSeconds(cr) * 1000 - windowMs) / 10;
+  const jitterMaxMs = Math.min(windowMs, ttl * 1000 - windowMs) / 10;
   const seed = createHash("sha1").update(`${vmId}@${Math.floor(expiresAt / 1000)}`).digest();
   return expiresAt - windowMs - Math.floor((seed.readUInt32BE(0) / 0x1_0000_0000) * jitterMaxMs);
 }
@@ -77,9 +80,9 @@ export function renewAtOf(cr: Sandbox, vmId: string, expiresAt: number): number 
  * renewBeforeSeconds earlier, the jitter); 0 for one that is not renewed (keepAlive false, or
  * management policies without Create and Update).
  */
-export function renewEverySeconds(cr: Sandbox): number {
+export function renewEverySeconds(cr: Sandbox, ttl = ttlSeconds(cr)): number {
   if (!(cr.spec.keepAlive ?? true) || !managementOf(cr.spec).upkeep) return 0;
-  return ttlSeconds(cr) - renewBeforeSeconds(cr);
+  return ttl - renewBeforeSeconds(cr, ttl);
 }
 
 /** Sandbox VMs; a Skill (by its name in the service) or an envFrom Secret changing brings them back. */
@@ -92,6 +95,7 @@ export function sandboxes(ctx: KindContext): ManagedKind<Sandbox, SandboxPlan> {
     now: () => ctx.now(),
     statusIntervalMs: ctx.options?.sandboxStatusIntervalMs ?? 0,
     tallies: new Map(),
+    refusedTtls: new Map(),
     endpointsRead: new Map(),
     metrics: ctx.metrics,
   };
@@ -114,6 +118,7 @@ export function sandboxes(ctx: KindContext): ManagedKind<Sandbox, SandboxPlan> {
       controller.watch(ctx.secrets, (s) => usingSecret(s).map(requestOf));
       own.on("delete", (sb) => {
         deps.tallies.delete(sb.metadata.uid);
+        deps.refusedTtls.delete(sb.metadata.uid);
         deps.endpointsRead.delete(sb.metadata.uid);
       });
     },
@@ -130,12 +135,23 @@ export interface SandboxDeps {
   /** Per Sandbox (uid): its VM's renewals as this process counted them, reported or not. */
   tallies: Map<string, Tally>;
   /**
+   * Per Sandbox (uid): the spec's ttlSeconds the service refused at a renewal of VM `vmId`,
+   * and the TTL the VM had then, which its renewals use instead until the spec's changes.
+   */
+  refusedTtls: Map<string, RefusedTtl>;
+  /**
    * Per Sandbox (uid): the VM whose endpoint this process read (GET /vms/{id}/endpoint
    * answered, whatever keys its map had). One whose read failed has status.endpoint "" and is
    * asked again until it is in here, once per process at most after that.
    */
   endpointsRead: Map<string, string>;
   metrics?: Pick<Metrics, "sandboxRenewals" | "sandboxRenewalLateness">;
+}
+
+export interface RefusedTtl {
+  vmId: string;
+  ttl: number;
+  instead: number;
 }
 
 /**
@@ -287,8 +303,18 @@ class SandboxClient implements ExternalClient<Sandbox, SandboxPlan> {
       // Past as far as this process knows, which after a restart or a move (no renewal made
       // here yet) is status's `expiresAt`, reported only every few minutes: the VM may well
       // live on, renewed since. Retried within a quarter of its renewal window, not backed off.
-      throw retryWhileAlive(err, expiry > now ? expiry : now + renewBeforeSeconds(cr) * 1000, now);
+      throw retryWhileAlive(err, expiry > now ? expiry : now + renewBeforeSeconds(cr, this.renewalTtl(cr, vmId)) * 1000, now);
     }
+  }
+
+  /**
+   * The TTL VM `vmId` is renewed with: the spec's, unless the service refused that one at a
+   * renewal of this VM (refusedTtls); then the TTL the VM had, which it accepted. A refused
+   * ttlSeconds must not cost the VM, as a refused tier must not.
+   */
+  private renewalTtl(cr: Sandbox, vmId: string): number {
+    const refused = this.deps.refusedTtls.get(cr.metadata.uid);
+    return refused?.vmId === vmId && refused.ttl === ttlSeconds(cr) ? refused.instead : ttlSeconds(cr);
   }
 
   /**
@@ -298,7 +324,7 @@ class SandboxClient implements ExternalClient<Sandbox, SandboxPlan> {
    */
   private expiryOf(cr: Sandbox, vmId: string): number {
     const tally = this.deps.tallies.get(cr.metadata.uid);
-    const renewed = tally?.vmId === vmId ? Date.parse(tally.lastRenewedAt ?? "") + ttlSeconds(cr) * 1000 : NaN;
+    const renewed = tally?.vmId === vmId ? Date.parse(tally.lastRenewedAt ?? "") + this.renewalTtl(cr, vmId) * 1000 : NaN;
     const listed = Date.parse(this.handle.vms.get(vmId)?.expires_at ?? "");
     return Math.max(...[Date.parse(cr.status?.expiresAt ?? ""), renewed, listed].filter(Number.isFinite), -Infinity);
   }
@@ -349,7 +375,7 @@ class SandboxClient implements ExternalClient<Sandbox, SandboxPlan> {
     const { found, leftovers } = this.replacementMadeAlready(cr, named.found, named.leftovers, sameSpec);
     const now = this.deps.now().getTime();
     const expiresAt = Date.parse(found.expires_at ?? "") || now;
-    const renewAt = renewAtOf(cr, found.id, expiresAt);
+    const renewAt = renewAtOf(cr, found.id, expiresAt, this.renewalTtl(cr, found.id));
     const renewal = renewalOf(cr, found, { now, renewAt, request, sameSpec });
     // Moved in from another owner (sharding), which may have replaced the VM just before it let
     // go, status unwritten: a replacement is planned on a snapshot read since, or it would be a second.
@@ -394,7 +420,7 @@ class SandboxClient implements ExternalClient<Sandbox, SandboxPlan> {
         // resync after a cold start rewrites the status of every Sandbox for nothing.
         ...(sameVM && cr.status?.allocatedAt !== undefined ? { allocatedAt: cr.status.allocatedAt } : {}),
         ...(configHash !== undefined ? { configHash } : {}),
-        ...this.cadence(cr),
+        ...this.cadence(cr, this.renewalTtl(cr, found.id)),
         ...report,
       },
       connectionDetails: {
@@ -529,31 +555,43 @@ class SandboxClient implements ExternalClient<Sandbox, SandboxPlan> {
     const vm = observed.plan?.vm;
     if (!observed.exists || observed.notReady !== undefined || vm === undefined || !(cr.spec.keepAlive ?? true)) return undefined;
     const now = this.deps.now().getTime();
-    if (now < renewAtOf(cr, vm.id, Date.parse(vm.expires_at ?? "") || now)) return undefined; // observe scheduled the renewal
-    return this.renew(cr, vm, { replaceIfGone: false });
+    if (now < renewAtOf(cr, vm.id, Date.parse(vm.expires_at ?? "") || now, this.renewalTtl(cr, vm.id))) return undefined; // observe scheduled the renewal
+    return this.renew(cr, vm, { replaceIfGone: false, upkeep: true });
   }
 
-  private async renew(cr: Sandbox, current: AgentVM, opts: { replaceIfGone: boolean }): Promise<ActionResult<SandboxStatus>> {
+  /**
+   * `upkeep`: the renewal and nothing else (the spec's changes wait, or were refused): a TTL the
+   * service refused before is not asked for again. Otherwise the spec's TTL is, and if it is
+   * refused again once the VM is renewed with its own, the refusal is the reconcile's failure.
+   */
+  private async renew(cr: Sandbox, current: AgentVM, opts: { replaceIfGone: boolean; upkeep?: boolean }): Promise<ActionResult<SandboxStatus>> {
+    let renewal: { result: ActionResult<SandboxStatus>; refused?: { err: unknown; ttl: number; instead: number } };
     try {
       const before = this.known(cr, current);
-      const renewed = await this.handle.client.vms.renew(current.id, ttlSeconds(cr));
+      // Due by the TTL it is renewed with, or by its own if that is later (a TTL changed, or
+      // refused, since the VM's last renewal: not a late renewal).
+      const lastExpiry = Date.parse(current.expires_at ?? "") || this.deps.now().getTime();
+      const dueAt = Math.max(...[this.renewalTtl(cr, current.id), current.ttl_seconds ?? 0].filter((t) => t > 0).map((t) => renewAtOf(cr, current.id, lastExpiry, t)));
+      const { renewed, ttl, refused } = await this.renewVM(cr, current, opts.upkeep === true);
       const now = this.deps.now();
-      const expiresAt = Date.parse(renewed.expires_at ?? "") || now.getTime() + ttlSeconds(cr) * 1000;
+      const expiresAt = Date.parse(renewed.expires_at ?? "") || now.getTime() + ttl * 1000;
       const vm: AgentVM = { ...current, ...renewed, expires_at: renewed.expires_at ?? formatTime(new Date(expiresAt)) };
       this.handle.vms.put(vm);
       const tally: Tally = { vmId: current.id, renewals: before.renewals + 1, lastRenewedAt: formatTime(now) };
       this.deps.tallies.set(cr.metadata.uid, tally);
-      const dueAt = renewAtOf(cr, current.id, Date.parse(current.expires_at ?? "") || now.getTime());
       this.deps.metrics?.sandboxRenewals.inc();
       this.deps.metrics?.sandboxRenewalLateness.observe(Math.max(0, now.getTime() - dueAt) / 1000);
-      return {
-        // No write unless a report is due: the renewal is in memory and in the metrics.
-        status: { state: vm.state, ...this.report(cr, vm, tally, now.getTime()) },
-        requeueAfterMs: Math.max(0, renewAtOf(cr, vm.id, expiresAt) - now.getTime()),
-        priority: true,
-        // Routine: status.renewals and lastRenewedAt tell it. An Event per renewal was 2,000
-        // Sandboxes x 2 a minute, all of the Event rate limit, and warnings were dropped.
-        event: null,
+      renewal = {
+        result: {
+          // No write unless a report is due: the renewal is in memory and in the metrics.
+          status: { state: vm.state, ...this.report(cr, vm, tally, now.getTime()), ...(refused !== undefined && this.cadence(cr, ttl)) },
+          requeueAfterMs: Math.max(0, renewAtOf(cr, vm.id, expiresAt, ttl) - now.getTime()),
+          priority: true,
+          // Routine: status.renewals and lastRenewedAt tell it. An Event per renewal was 2,000
+          // Sandboxes x 2 a minute, all of the Event rate limit, and warnings were dropped.
+          event: null,
+        },
+        ...(refused !== undefined && { refused: { err: refused, ttl: ttlSeconds(cr), instead: ttl } }),
       };
     } catch (err) {
       if (!isNotFound(err)) throw retryWhileAlive(err, Date.parse(current.expires_at ?? ""), this.deps.now().getTime());
@@ -577,6 +615,38 @@ class SandboxClient implements ExternalClient<Sandbox, SandboxPlan> {
         ...this.afterAllocate(cr, vm, request),
         event: { reason: "VMReplaced", message: `VM ${current.id} was gone at renewal; allocated ${vm.vm_id}`, warning: true },
       };
+    }
+    const { result, refused } = renewal;
+    if (refused === undefined || opts.upkeep === true) return result;
+    // The VM is renewed; the spec's TTL is not applied: the reconcile fails (Stalled, the
+    // service's reason) with what was done, and comes back for the next renewal.
+    throw new FailedAfterChange(
+      refused.err,
+      result.status ?? {},
+      `spec.ttlSeconds ${refused.ttl} was refused at the VM's renewal: the VM is renewed with the TTL it had, ${refused.instead} s, until spec.ttlSeconds changes`,
+      false,
+      { ms: result.requeueAfterMs ?? 0, priority: true },
+    );
+  }
+
+  /**
+   * Renews `vm` with its renewalTtl (`upkeep`), or with the spec's TTL. A TTL the service
+   * refuses (400: bounds it does not publish, or a pool's max_vm_ttl_seconds lowered) that is
+   * not the VM's own is remembered (refusedTtls), and the VM renewed with the TTL it has.
+   */
+  private async renewVM(cr: Sandbox, vm: AgentVM, upkeep: boolean): Promise<{ renewed: AgentVM; ttl: number; refused?: unknown }> {
+    const uid = cr.metadata.uid;
+    const ttl = upkeep ? this.renewalTtl(cr, vm.id) : ttlSeconds(cr);
+    try {
+      const renewed = await this.handle.client.vms.renew(vm.id, ttl);
+      if (ttl === ttlSeconds(cr)) this.deps.refusedTtls.delete(uid);
+      return { renewed, ttl };
+    } catch (err) {
+      const instead = vm.ttl_seconds;
+      if (refusalOf(err)?.permanent !== true || ttl !== ttlSeconds(cr) || instead === undefined || instead === ttl) throw err;
+      const renewed = await this.handle.client.vms.renew(vm.id, instead);
+      this.deps.refusedTtls.set(uid, { vmId: vm.id, ttl, instead });
+      return { renewed, ttl: instead, refused: err };
     }
   }
 
@@ -608,9 +678,12 @@ class SandboxClient implements ExternalClient<Sandbox, SandboxPlan> {
     return { expiresAt: vm.expires_at, lastRenewedAt: tally.lastRenewedAt, renewals: tally.renewals, reportedAt: formatTime(new Date(now)) };
   }
 
-  /** The cadences a reader needs to judge expiresAt and reportedAt; they change only with the spec or the flag. */
-  private cadence(cr: Sandbox): Partial<SandboxStatus> {
-    return { renewEverySeconds: renewEverySeconds(cr), reportEverySeconds: Math.round(this.deps.statusIntervalMs / 1000) };
+  /**
+   * The cadences a reader needs to judge expiresAt and reportedAt; they change only with the
+   * spec (`ttl`: the one the VM is renewed with, renewalTtl) or the flag.
+   */
+  private cadence(cr: Sandbox, ttl = ttlSeconds(cr)): Partial<SandboxStatus> {
+    return { renewEverySeconds: renewEverySeconds(cr, ttl), reportEverySeconds: Math.round(this.deps.statusIntervalMs / 1000) };
   }
 
   async cleanup(cr: Sandbox, leftovers: string[]): Promise<void> {

@@ -60,6 +60,8 @@ export class FailedAfterChange extends Error {
      * and token): the reconciler deletes the Secret, which the next success writes again.
      */
     readonly connectionGone = false,
+    /** When to come back at the latest for the upkeep the step did (a VM renewed: its next renewal). */
+    readonly next?: { ms: number; priority: boolean },
   ) {
     super(errorMessage(cause), { cause });
     this.name = "FailedAfterChange";

@@ -193,7 +193,7 @@ export class ManagedReconciler<R extends ManagedResource, Plan = unknown> implem
         // again (and write to the service on every resync). Wait for the user's change, and
         // keep what runs alive meanwhile: a refused tier must not cost the VM of the old one.
         if (this.upkeepAllowed(cr)) kept = await this.keepAlive(cr, external, observed);
-        throw new StalledError(stalled.reason ?? "Stalled", stalled.message ?? "waiting for a change of the spec");
+        throw new StalledError(stalled.reason ?? "Stalled", stalled.message === undefined ? "waiting for a change of the spec" : withoutNotes(cr, stalled.message));
       }
       if (!observed.exists) {
         if (cr.metadata.annotations?.[Annotations.externalId]) {
@@ -259,7 +259,7 @@ export class ManagedReconciler<R extends ManagedResource, Plan = unknown> implem
       const forUpkeep = this.opts.connector.connectForUpkeep?.bind(this.opts.connector);
       if (!connected && failure.kind === "notReady" && forUpkeep !== undefined) kept = await this.upkeepOnly(cr, async () => forUpkeep(cr));
       if (err instanceof FailedAfterChange) {
-        kept = { keeping: false, ...kept, status: { ...kept?.status, ...(err.status as Partial<StatusOf<R>>) } };
+        kept = { keeping: false, ...kept, status: { ...kept?.status, ...(err.status as Partial<StatusOf<R>>) }, ...(err.next !== undefined && { next: err.next }) };
         if (err.connectionGone) await this.removeConnectionSecret(cr, ctx);
       }
       return this.fail(cr, failure, ctx, err, kept);
@@ -714,14 +714,35 @@ function logTrouble(ctx: ReconcileContext, trouble: NonNullable<Upkeep<unknown>[
  * What a resource that cannot be reconciled says of its upkeep (its VM still renewed, or why
  * not: said once when it is the very failure reported, e.g. no Connection at all).
  */
+const UPKEEP_NOTES = {
+  renewed: "; its VM is still renewed meanwhile",
+  failing: "; its VM cannot be kept alive meanwhile",
+  /** Followed by the failure: reason and message. */
+  failingOther: "; cannot keep its VM alive meanwhile: ",
+} as const;
+
 function upkeepNote(kept: Upkeep<unknown> | undefined, failure: Failure): string {
   const trouble = kept?.trouble;
   if (trouble !== undefined) {
     if (!trouble.exists) return "";
     const same = trouble.failure.reason === failure.reason && trouble.failure.message === failure.message;
-    return same ? "; its VM cannot be kept alive meanwhile" : `; cannot keep its VM alive meanwhile: ${trouble.failure.reason}: ${trouble.failure.message}`;
+    return same ? UPKEEP_NOTES.failing : `${UPKEEP_NOTES.failingOther}${trouble.failure.reason}: ${trouble.failure.message}`;
   }
-  return kept?.keeping ? "; its VM is still renewed meanwhile" : "";
+  return kept?.keeping ? UPKEEP_NOTES.renewed : "";
+}
+
+/**
+ * A refusal's message as a condition says it, without what fail() added to it (the upkeep note,
+ * then the poll-interval note): a pass that reports the refusal again adds them afresh, rather
+ * than once more at each pass.
+ */
+function withoutNotes(cr: ManagedResource, message: string): string {
+  let m = message;
+  const other = m.indexOf(UPKEEP_NOTES.failingOther);
+  if (other >= 0) m = m.slice(0, other);
+  for (const note of [UPKEEP_NOTES.renewed, UPKEEP_NOTES.failing]) if (m.endsWith(note)) m = m.slice(0, -note.length);
+  const poll = withPollNote(cr, "");
+  return poll !== "" && m.endsWith(poll) ? m.slice(0, -poll.length) : m;
 }
 
 class AdoptionTargetMissing extends Error {

@@ -671,6 +671,87 @@ const replacedByPreviousOwner = async (): Promise<{ first: string; replacement: 
 // just before it let go or died, with status never saying so, after this replica last read the
 // service. What it costs (nothing, when the snapshot holds the VM status names) and that it
 // never allocates a second VM next to the one the previous owner left.
+describe("a ttlSeconds the service refuses", () => {
+  /** The answers to the renewals since the last look (a 401 and its retry with a new token aside). */
+  const renewals = (): number[] => {
+    const statuses = w.emu.requests.filter((r) => r.operation === "vms.renew" && r.status !== 401).map((r) => r.status as number);
+    w.emu.clearRequests();
+    return statuses;
+  };
+  it("costs no VM: it is renewed with the TTL it had, the refusal is reported, and the refused TTL is not asked for at each renewal after", async () => {
+    apply({}); // 600 s
+    await w.reconcile(kind(), "sb");
+    const vmId = sandbox().status?.vmId as string;
+    const expiry = () => w.emu.state.vms.get(vmId)?.expiresAt;
+    w.emu.state.updatePoolConfig({ max_vm_ttl_seconds: 7_200 });
+    apply({ ttlSeconds: 86_400 }); // above the pool's max
+    w.emu.clearRequests();
+    // Its window (a fifth of a day) is longer than the VM has left: renewed at once.
+    const first = (await w.reconcile(kind(), "sb")) as { requeueAfterMs: number; priority: boolean };
+    expect(renewals()).toEqual([400, 200]); // refused, then with 600 s
+    expect(expiry()).toBe(w.clock.ms + 600_000);
+    expect(condition(sandbox(), "Stalled")).toMatchObject({
+      status: "True",
+      reason: "ServiceRejected",
+      message: expect.stringContaining("spec.ttlSeconds 86400 was refused at the VM's renewal: the VM is renewed with the TTL it had, 600 s"),
+    });
+    expect(w.events.at(-1)).toMatchObject({ type: "Warning", reason: "ServiceRejected" });
+    expect(sandbox().status?.renewEverySeconds).toBe(480);
+    // Back for the next renewal, by the 600 s it is renewed with.
+    expect(first.priority).toBe(true);
+    expect(first.requeueAfterMs).toBeGreaterThan(420_000);
+    expect(first.requeueAfterMs).toBeLessThanOrEqual(480_000);
+
+    w.advance(first.requeueAfterMs);
+    w.emu.clearRequests();
+    const second = (await w.reconcile(kind(), "sb")) as { requeueAfterMs: number };
+    expect(renewals()).toEqual([200]);
+    expect(expiry()).toBe(w.clock.ms + 600_000);
+    expect(second.requeueAfterMs).toBeGreaterThan(420_000);
+    expect(condition(sandbox(), "Stalled")).toMatchObject({ status: "True", reason: "ServiceRejected" });
+    // Said again at each renewal, not once more each time.
+    const said = condition(sandbox(), "Stalled")?.message;
+    expect(said?.match(/its VM is still renewed meanwhile/g)).toHaveLength(1);
+    w.advance(second.requeueAfterMs);
+    await w.reconcile(kind(), "sb");
+    expect(condition(sandbox(), "Stalled")?.message).toBe(said);
+
+    // A TTL the service takes: applied at once (its window is longer than the VM has left too).
+    apply({ ttlSeconds: 3_600 });
+    w.emu.clearRequests();
+    await w.reconcile(kind(), "sb");
+    expect(renewals()).toEqual([200]);
+    expect(expiry()).toBe(w.clock.ms + 3_600_000);
+    expect(condition(sandbox(), "Ready")).toMatchObject({ status: "True" });
+    expect(condition(sandbox(), "Stalled")).toMatchObject({ status: "False" });
+    expect(sandbox().status?.vmId).toBe(vmId);
+  });
+
+  it("after a restart, tries the refused TTL once, renews with the VM's own, and goes on with that", async () => {
+    apply({});
+    await w.reconcile(kind(), "sb");
+    const vmId = sandbox().status?.vmId as string;
+    w.emu.state.updatePoolConfig({ max_vm_ttl_seconds: 7_200 });
+    apply({ ttlSeconds: 86_400 });
+    await w.reconcile(kind(), "sb"); // refused, renewed with 600 s
+    w.restart();
+    const restarted = w.kindOf((ctx) => sandboxes(ctx));
+    w.advance(481_000);
+    resync();
+    w.emu.clearRequests();
+    const result = (await w.reconcile(restarted, "sb")) as { requeueAfterMs: number; priority: boolean };
+    expect(renewals()).toEqual([400, 200]);
+    expect(w.emu.state.vms.get(vmId)?.expiresAt).toBe(w.clock.ms + 600_000);
+    expect(result).toMatchObject({ priority: true });
+    expect(result.requeueAfterMs).toBeGreaterThan(420_000);
+    w.advance(result.requeueAfterMs);
+    w.emu.clearRequests();
+    await w.reconcile(restarted, "sb");
+    expect(renewals()).toEqual([200]);
+    expect(condition(sandbox(), "Stalled")).toMatchObject({ status: "True", reason: "ServiceRejected" });
+  });
+});
+
 describe("a Sandbox moved in from another owner", () => {
   it("is renewed without reading the service's list when the snapshot holds the VM its status names", async () => {
     apply({});
