@@ -240,11 +240,7 @@ export class Sharding {
       logger: log,
       process: this.cfg.process,
       ...this.cfg.timings,
-      // With no other live member, nobody can take the share it waits for (and the process
-      // before, fenced after its Lease ran out or gone on SIGTERM, has stopped): it joins at once.
-      // Nor while another member says it works on this identity's objects (it inherited them
-      // from a fence of the process before, and its view of the Leases may not have caught up).
-      ownsObjects: () => Promise.resolve(peers.members().some((m) => m !== this.identity) && (this.replica.ownsAny() || peers.inheritsFrom(this.identity))),
+      ownsObjects: (signal) => peers.shareStillMoving(this.identity, () => this.replica.ownsAny(), signal),
       onJoined: () => this.replica.resume(),
       onLost: () => {
         void manager.stop("leadership-lost");

@@ -602,6 +602,8 @@ export class MemberSet {
   private readonly stopping = new Set<string>();
   private lastSuccession = "";
   private lastCollected = -Infinity;
+  /** Other members' Leases as othersMayBeLive's lists saw them: their version, and when it last changed (monotonic). */
+  private readonly polled = new Map<string, { version: string; changedAt: number }>();
   private current: string[] = [];
   private timer: NodeJS.Timeout | undefined;
 
@@ -643,6 +645,50 @@ export class MemberSet {
       if (r.holder !== identity && r.expiresAt > now && (this.published.get(name) ?? []).includes(identity)) return true;
     }
     return false;
+  }
+
+  /**
+   * Whether a process of `identity` whose Lease is not its own (fenced, or deleted on the way
+   * out) must wait before it joins: objects still carry its label (`owns`, its own caches), or
+   * another member says it works on them (inherited from a fence of the process before; this
+   * view may lag), and another member may be live to take them. With none, nobody can take the
+   * share it waits for (and the process before has stopped): it joins at once. "None" by this
+   * view, and then by a list of the Leases (othersMayBeLive): a view whose watch delivered
+   * nothing for a lease duration shows none, while heirs may still be at work.
+   */
+  async shareStillMoving(identity: string, owns: () => boolean, signal?: AbortSignal): Promise<boolean> {
+    if (!owns() && !this.inheritsFrom(identity)) return false;
+    return this.current.some((m) => m !== identity) || (await this.othersMayBeLive(signal));
+  }
+
+  /**
+   * Whether a member other than this replica may be live, by a list of the member Leases, not
+   * by the watch: one whose Lease these lists have seen change (a renewal) within its lease
+   * duration, or first seen less than that ago. Never by a clock of another machine. For a
+   * decision that a view gone stale must not make alone: a watch that delivers nothing for a
+   * lease duration (stalled, or failing while the API server is overloaded) shows every other
+   * member expired, and a restarted process of a fenced identity would join beside heirs still
+   * at work on its objects.
+   */
+  async othersMayBeLive(signal?: AbortSignal): Promise<boolean> {
+    const { items } = await this.o.client.list<Lease>(leasesPath(this.o.namespace), { labelSelector: `${MEMBER_LABEL}=${this.o.ring}`, signal });
+    const now = performance.now();
+    const held = new Set<string>();
+    let live = false;
+    for (const lease of items) {
+      const name = lease.metadata.name ?? "";
+      const holder = lease.spec?.holderIdentity ?? "";
+      if (holder === "" || holder === this.o.self) continue; // fenced, or this replica's own
+      held.add(name);
+      const version = lease.metadata.resourceVersion ?? "";
+      const before = this.polled.get(name);
+      const changedAt = before?.version === version ? before.changedAt : now;
+      this.polled.set(name, { version, changedAt });
+      const durationMs = (lease.spec?.leaseDurationSeconds ?? (this.o.leaseDurationMs ?? DEFAULT_TIMINGS.leaseDurationMs) / 1000) * 1000;
+      if (now - changedAt < durationMs) live = true;
+    }
+    for (const name of this.polled.keys()) if (!held.has(name)) this.polled.delete(name);
+    return live;
   }
 
   /** Who holds a member Lease, and the fenced ones' heirs. */

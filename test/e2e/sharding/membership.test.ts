@@ -338,6 +338,60 @@ describe("shard membership (real API server)", () => {
     }
   });
 
+  it("a restarted process of a fenced identity whose view of the members went stale does not join while another member renews", async () => {
+    const ns = await namespace();
+    const h = member(ns, "h");
+    const a = member(ns, "a");
+    await Promise.all([h.start(), a.start()]);
+    // a's process dies; the sharder fences its Lease, naming h, who works on a's objects.
+    await a.stop({ leave: false });
+    await fence(ns, "a", ["h"]);
+    // The restarted process's view of the members, through a proxy whose connections then stall.
+    const proxied = await proxiedClient(clusterFor(), 2_000);
+    const set = memberSet(ns, proxied.client, [], { fencing: () => false, self: "a" });
+    const looks = { count: 0 };
+    const restarted = new MemberLease({
+      client: admin,
+      namespace: ns,
+      name: "m-a",
+      identity: "a",
+      ring: RING,
+      logger: testLogger(),
+      ...TIMINGS,
+      onLost: () => undefined,
+      // Its caches still hold objects labelled for it: h has not relabelled them yet.
+      ownsObjects: (signal) => {
+        looks.count++;
+        return set.shareStillMoving("a", () => true, signal);
+      },
+    });
+    let joined: Promise<void> | undefined;
+    try {
+      await set.start();
+      await poll(() => set.members().includes("h"), 10_000, "h seen");
+      await poll(() => proxied.proxy.connections >= 2, 10_000, "the watch open");
+      proxied.proxy.freezeAll();
+      joined = restarted.start();
+      // No event for a lease duration: the view counts h gone, though h renews all along.
+      await poll(() => set.members().length === 0, 10_000, "the stale view showing no member");
+      const then = looks.count;
+      await poll(() => looks.count >= then + 3, 20_000, "the restarted process looking again");
+      expect(restarted.mayWork()).toBe(false);
+      expect(await holderOf(ns, "a")).toBe("");
+
+      // h leaves: a list of the Leases shows nobody to take the share, and a joins.
+      await h.stop();
+      await joined;
+      expect(restarted.mayWork()).toBe(true);
+      expect(await holderOf(ns, "a")).toBe("a");
+    } finally {
+      await restarted.stop();
+      await set.stop();
+      await proxied.close();
+      await h.stop();
+    }
+  });
+
   it("names as heirs only the members that are not stopping (a stopping one says so on its Lease, without renewing it)", async () => {
     const ns = await namespace();
     const set = memberSet(ns, admin, []);

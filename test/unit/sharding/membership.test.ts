@@ -4,7 +4,7 @@ import { KubeApiError, type KubeClient } from "../../../src/runtime/kube-client.
 import type { Lease } from "../../../src/runtime/leader-election.js";
 import { silentLogger } from "../../../src/runtime/logging.js";
 import { labelValue, memberLeaseName, replicaIdentity } from "../../../src/sharding/labels.js";
-import { MemberLease, liveMembers, observeLease } from "../../../src/sharding/membership.js";
+import { MemberLease, MemberSet, liveMembers, observeLease } from "../../../src/sharding/membership.js";
 
 const lease = (holder: string, renewTime: string, durationS = 15): Lease => ({
   metadata: { name: `l-${holder}` },
@@ -239,5 +239,28 @@ describe("MemberLease: a replica that is stopping", () => {
     await m.member.stop({ leave: true });
     expect(m.deleted).toEqual([]);
     expect(m.lost).toHaveLength(1);
+  });
+});
+
+describe("another member that may be live, by a list of the Leases (not the watch)", () => {
+  /** Member Leases as a list answers them, changed by the test. */
+  const held = (name: string, holder: string, version: string): Lease => ({
+    metadata: { name, resourceVersion: version },
+    spec: { holderIdentity: holder, renewTime: "2000-01-01T00:00:00.000000Z", leaseDurationSeconds: 1 },
+  });
+
+  it("is one whose Lease changed, or was first seen, less than its lease duration ago: never judged by its renewTime (another machine's clock)", async () => {
+    let items: Lease[] = [held("m-h", "h", "10"), held("m-p", "", "11"), held("m-me", "me", "12")];
+    const client = { list: () => Promise.resolve({ items }) } as unknown as KubeClient;
+    const set = new MemberSet({ client, namespace: "ns", ring: "r", logger: silentLogger(), self: "me", onChange: () => undefined });
+    // h's renewTime is years old, as a clock far ahead would see it: seen now, it may be live.
+    expect(await set.othersMayBeLive()).toBe(true);
+    await sleep(1_100);
+    // Unchanged for its lease duration: not renewed. p is fenced (no holder); "me" is this replica.
+    expect(await set.othersMayBeLive()).toBe(false);
+    items = [held("m-h", "h", "13"), ...items.slice(1)]; // renewed
+    expect(await set.othersMayBeLive()).toBe(true);
+    items = items.slice(1); // h's Lease gone (it left)
+    expect(await set.othersMayBeLive()).toBe(false);
   });
 });
