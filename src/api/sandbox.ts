@@ -27,7 +27,13 @@ export const SandboxSpecSchema = Type.Object(
         [MARKER_KEY, CONFIG_HASH_KEY],
       ),
     ),
-    orgId: Type.Optional(Type.String({ description: "Organisation of the VM. Defaults to the Connection's orgId.", maxLength: 253 })),
+    orgId: Type.Optional(
+      Type.String({
+        description:
+          "Organisation of the VM. Defaults to the Connection's orgId. The service lists only the VMs of the org its credentials belong to: a VM of another org is found by the id status records only, so one allocated just before the operator crashed (its id not recorded yet) is not found again and runs until its TTL, unrenewed.",
+        maxLength: 253,
+      }),
+    ),
     secureRuntime: Type.Optional(
       Type.String({
         description:
