@@ -1,5 +1,5 @@
 import { LocalObjectReference, FreeFormObject, StringMap, Type, type Static } from "./schema.js";
-import { MARKER_KEY, OPTIONS_HASH_KEY, kindNames } from "./names.js";
+import { AGENT_REVISION_KEY, MARKER_KEY, OPTIONS_HASH_KEY, kindNames } from "./names.js";
 import { ServiceMetadata, WriteConnectionSecretTo, managedSpecFields, managementPolicyRules, statusSchema, type Resource } from "./common.js";
 import { readyColumns, type KindDefinition } from "./kind.js";
 
@@ -24,7 +24,7 @@ export const AgentDeploymentSpecSchema = Type.Object(
     ),
     env: Type.Optional(StringMap("Environment variables of the deployment. Put secrets in a Sandbox envFrom Secret, not here.")),
     metadata: Type.Optional(
-      ServiceMetadata("Free key/value metadata of the deployment.", [MARKER_KEY, OPTIONS_HASH_KEY]),
+      ServiceMetadata("Free key/value metadata of the deployment.", [MARKER_KEY, OPTIONS_HASH_KEY, AGENT_REVISION_KEY]),
     ),
     options: Type.Optional(
       FreeFormObject("Further deploy options passed to the service unchanged (e.g. name, endpoint_name)."),

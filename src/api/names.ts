@@ -53,6 +53,13 @@ export const CONFIG_HASH_KEY = `${GROUP}/config-hash`;
 /** The same for a deployment: the optionsHash of the spec it was deployed from. */
 export const OPTIONS_HASH_KEY = `${GROUP}/options-hash`;
 
+/**
+ * And the revision of the Agent it was first deployed with (a redeploy leaves the metadata as
+ * it was): a deployment adopted after a lost status write is redeployed if its Agent changed
+ * since, rather than taken for one running the Agent's newest revision.
+ */
+export const AGENT_REVISION_KEY = `${GROUP}/agent-revision`;
+
 /** Name of the Connection a resource uses when spec.connectionRef is not set. */
 export const DEFAULT_CONNECTION = "default";
 

@@ -10,7 +10,7 @@
 // a change made outside the operator moves the second.
 import { createHash } from "node:crypto";
 import stableStringify from "safe-stable-stringify";
-import { Annotations, ConditionType, MARKER_KEY, OPTIONS_HASH_KEY, kindNames } from "../api/names.js";
+import { AGENT_REVISION_KEY, Annotations, ConditionType, MARKER_KEY, OPTIONS_HASH_KEY, kindNames } from "../api/names.js";
 import type { Agent, AgentDeployment, AgentDeploymentStatus } from "../api/index.js";
 import { notReportedYet, troubleOf } from "../managed/conditions.js";
 import { managementOf } from "../managed/management-policies.js";
@@ -100,9 +100,15 @@ class DeploymentClient implements ExternalClient<AgentDeployment, DeploymentPlan
     // Resolved only now: deleting a deployment, or one that is gone, must not wait for its Agent.
     const target = targetOf(cr, this.agents);
     // A deployment adopted (after a lost status write) says which options it was deployed
-    // with, if we deployed it: compared with those, not with the lost one's.
-    const recorded = cr.status?.deploymentId === found.id ? undefined : madeFor(cr, found, OPTIONS_HASH_KEY);
-    const applied = recorded === undefined ? cr : { ...cr, status: { ...cr.status, optionsHash: recorded, configHash: found.config_hash } };
+    // with, and for which revision of its Agent, if we deployed it: compared with those, not
+    // with the lost one's (nor taken for one running the Agent as it is now).
+    const adopted = cr.status?.deploymentId !== found.id;
+    const recorded = adopted ? madeFor(cr, found, OPTIONS_HASH_KEY) : undefined;
+    const revision = adopted ? madeFor(cr, found, AGENT_REVISION_KEY) : undefined;
+    const applied =
+      recorded === undefined
+        ? cr
+        : { ...cr, status: { ...cr.status, optionsHash: recorded, configHash: found.config_hash, ...(revision !== undefined && { agentRevision: revision }) } };
     const plan = { ...planFor(applied, found, target), deployment: found, target };
     // Moved in from another owner (sharding), which may have replaced the deployment just before
     // it let go, status unwritten: a replacement is planned on a snapshot read since. (No await
@@ -231,7 +237,11 @@ class DeploymentClient implements ExternalClient<AgentDeployment, DeploymentPlan
   private async deploy(cr: AgentDeployment, target: Target): Promise<Deployment> {
     try {
       const options = desiredOptions(cr);
-      options.metadata = { ...options.metadata, [OPTIONS_HASH_KEY]: optionsHash(cr) };
+      options.metadata = {
+        ...options.metadata,
+        [OPTIONS_HASH_KEY]: optionsHash(cr),
+        ...(target.revision !== undefined && { [AGENT_REVISION_KEY]: target.revision }),
+      };
       let deployed = await this.handle.client.deployments.deploy(target.agentId, options);
       this.handle.deployments.put(deployed);
       if (cr.spec.suspend) {

@@ -444,6 +444,19 @@ describe("AgentDeployment against the service", () => {
     expect(w.writes()).toEqual([]);
   });
 
+  it("redeploys a deployment whose first status write was lost when its Agent changed meanwhile: the deployment says the revision it was made for", async () => {
+    apply();
+    const lost = await w.losingStatus<AgentDeploymentStatus>("agentdeployments", "d", () => w.reconcile(kind(), "d"));
+    setAgentRevision("rev-2");
+    resync();
+    w.calls();
+    await w.reconcile(kind(), "d");
+    expect(w.writes()).toEqual(["deployments.redeploy"]);
+    expect(deployment().status).toMatchObject({ deploymentId: lost.deploymentId, agentRevision: "rev-2" });
+    await w.reconcile(kind(), "d");
+    expect(w.writes()).toEqual([]);
+  });
+
   it("reports a deployment a lost deploy left behind without deleting it; the reconcile deletes it", async () => {
     const cr = apply();
     await w.reconcile(kind(), "d");
