@@ -113,7 +113,6 @@ export interface SandboxRunReconcilerOptions {
 interface Inputs {
   envs: Record<string, string>;
   files: Array<{ path: string; content: Buffer | string }>;
-  secrets: string[];
 }
 
 export class SandboxRunReconciler implements Reconciler {
@@ -328,36 +327,27 @@ export class SandboxRunReconciler implements Reconciler {
     return this.vmOf(handle, vmId);
   }
 
-  /** env, envFrom and files, read from the caches (a missing Secret or ConfigMap is waited for). */
-  inputs(run: SandboxRun): Inputs {
+  /**
+   * env and envFrom, and (`files`: for the first step, which uploads them) the files, read from
+   * the caches: a missing Secret or ConfigMap is waited for. Only what the step about to start
+   * needs: a files ConfigMap deleted once the first step started (a generator's prune) holds
+   * nothing up.
+   */
+  inputs(run: SandboxRun, opts: { files: boolean }): Inputs {
     const ns = run.metadata.namespace;
     const envs: Record<string, string> = {};
-    const secrets: string[] = [];
     for (const [i, from] of (run.spec.envFrom ?? []).entries()) {
       const data = this.o.store.secretData(ns, from.secretRef.name, `spec.envFrom[${i}].secretRef.name`);
-      for (const [k, v] of Object.entries(data)) {
-        envs[`${from.prefix ?? ""}${k}`] = v;
-        secrets.push(v);
-      }
+      for (const [k, v] of Object.entries(data)) envs[`${from.prefix ?? ""}${k}`] = v;
     }
     Object.assign(envs, run.spec.env);
-    // The VM's own env holds the values of its Sandbox's (or the run's template's) envFrom
-    // Secrets too, and a step may print them: masked as well. One not readable now (deleted
-    // since the VM was allocated) has nothing to mask with.
-    for (const from of this.vmEnvFrom(run)) {
-      try {
-        secrets.push(...Object.values(this.o.store.secretData(ns, from.secretRef.name, "envFrom")));
-      } catch (err) {
-        if (!(err instanceof NotReadyError)) throw err;
-      }
-    }
+    if (!opts.files) return { envs, files: [] };
     // A relative path is relative to /workspace: sent absolute, as the published agentd API
     // does not say what a relative one is relative to.
     const files = (run.spec.files ?? []).map((f, i) => {
       const path = vmPath(f.path);
       if (f.secretKeyRef !== undefined) {
         const content = this.o.store.secretKeyBytes(ns, f.secretKeyRef.name, `spec.files[${i}].secretKeyRef`, f.secretKeyRef.key);
-        secrets.push(content.toString("utf8"));
         return { path, content };
       }
       const ref = f.configMapKeyRef!;
@@ -366,7 +356,7 @@ export class SandboxRunReconciler implements Reconciler {
       if (content === undefined) throw new NotReadyError("ConfigMapKeyMissing", `ConfigMap "${ref.name}" (spec.files[${i}].configMapKeyRef) lacks the key "${ref.key}"`);
       return { path, content };
     });
-    return { envs, files, secrets };
+    return { envs, files };
   }
 
   /** The envFrom of the run's VM: its template's, or its Sandbox's. */
@@ -376,22 +366,28 @@ export class SandboxRunReconciler implements Reconciler {
   }
 
   /**
-   * Every value of the Secrets the run reads that can be read now: what a message is masked
-   * with when `inputs` cannot be had (a Secret or ConfigMap missing), rather than nothing.
+   * What the steps' output and the run's messages are masked with: every value of the Secrets
+   * the run reads (its envFrom and secret files; its VM's envFrom, which the VM's env holds and
+   * a step may print) that can be read now. `gone`: a Secret of the run's own that cannot be
+   * read any more (deleted since a step started): the values it held are not known, so output
+   * cannot be kept. One of the VM's that is gone (deleted since the VM was allocated) has
+   * nothing to mask with, as before.
    */
-  readableSecrets(run: SandboxRun): string[] {
-    const names = [
+  maskingSecrets(run: SandboxRun): { values: string[]; gone: string | undefined } {
+    const own = [
       ...(run.spec.envFrom ?? []).map((f) => f.secretRef.name),
-      ...this.vmEnvFrom(run).map((f) => f.secretRef.name),
       ...(run.spec.files ?? []).flatMap((f) => (f.secretKeyRef === undefined ? [] : [f.secretKeyRef.name])),
     ];
-    return [...new Set(names)].flatMap((name) => {
+    let gone: string | undefined;
+    const values = [...new Set([...own, ...this.vmEnvFrom(run).map((f) => f.secretRef.name)])].flatMap((name) => {
       try {
         return Object.values(this.o.store.secretData(run.metadata.namespace, name, "masking"));
       } catch {
+        if (own.includes(name)) gone ??= name;
         return [];
       }
     });
+    return { values, gone };
   }
 
   get clock(): Date {
@@ -611,7 +607,6 @@ class Pass {
   /** This pass found the attempt's VM gone before a step started (see execute). */
   private lostBeforeStart = false;
   private handle: ServiceHandle | undefined;
-  private inputs: Inputs | undefined;
   private readonly now: Date;
 
   constructor(
@@ -742,13 +737,7 @@ class Pass {
 
   /** A message with the run's secret values masked, as far as they can be read now. */
   private masked(message: string): string {
-    let secrets: string[];
-    try {
-      secrets = (this.inputs ??= this.r.inputs(this.run)).secrets;
-    } catch {
-      secrets = this.r.readableSecrets(this.run);
-    }
-    return mask(message, secrets);
+    return mask(message, this.r.maskingSecrets(this.run).values);
   }
 
   /** With a sandboxTemplate, the run's VM, allocated when there is none (and still time to run). */
@@ -777,7 +766,7 @@ class Pass {
 
   private async start(attempt: number, index: number, vmId: string): Promise<void> {
     const { run, st } = this;
-    const inputs = (this.inputs ??= this.r.inputs(run));
+    const inputs = this.r.inputs(run, { files: index === 0 });
     const vm = this.vm(vmId);
     if (index === 0) for (const f of inputs.files) await vm.upload(f.path, f.content);
     const deadline = deadlineAt(run.spec, st);
@@ -852,7 +841,8 @@ class Pass {
   private async readOutput(vmId: string, path: string): Promise<string | undefined> {
     const { run } = this;
     // The values to mask first: their length widens what is read at each cut.
-    const secrets = (this.inputs ??= this.r.inputs(run)).secrets;
+    const { values: secrets, gone } = this.r.maskingSecrets(run);
+    if (gone !== undefined) return `[output not kept: the Secret "${gone}" the run reads is gone, so its values could not be masked in it]\n`;
     const budget = perStepBudget(run.spec.steps.length);
     const { headBytes, tailBytes } = outputWindow(budget, secrets);
     const ends = await this.vm(vmId).readEnds(path, headBytes, tailBytes);

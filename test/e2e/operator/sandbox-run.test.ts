@@ -684,6 +684,48 @@ data: {keystore.p12: ${BINARY.toString("base64")}}
     expect(readFileSync(join(workspace, "keys", "keystore.p12")).equals(BINARY)).toBe(true);
   }, 90_000);
 
+  it("goes on when its files' ConfigMap is deleted once the first step started (a generator's prune): only the first step uploads them", async () => {
+    await readySandbox("files-box");
+    await apply(`
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: inputs-v1}
+data: {cfg.txt: from-v1}
+---${runInManifest("files-box", "pruned-inputs", `
+  files: [{path: cfg.txt, configMapKeyRef: {name: inputs-v1, key: cfg.txt}}]
+  steps:
+    - {name: read, command: 'sleep 2; cat cfg.txt'}
+    - {name: after, command: 'echo second'}`)}`, t.namespace);
+    await waitFor(async () => steps(await run("pruned-inputs"))[0]?.startedAt !== undefined, { timeoutMs: 60_000, description: "the first step started" });
+    await kubectlOk(["delete", "configmap", "inputs-v1"], { namespace: t.namespace });
+    const r = await finished("pruned-inputs");
+    expect(r.status?.phase).toBe("Succeeded");
+    expect(steps(r).map((s) => [s.name, s.exitCode, s.output?.trim()])).toEqual([
+      ["read", 0, "from-v1"],
+      ["after", 0, "second"],
+    ]);
+  }, 90_000);
+
+  it("ends a step whose env Secret was deleted while it ran, keeping none of its output (its values could not be masked)", async () => {
+    await readySandbox("files-box");
+    await apply(`
+apiVersion: v1
+kind: Secret
+metadata: {name: short-lived}
+stringData: {TOKEN: ${SECRET_VALUE}}
+---${runInManifest("files-box", "secret-gone", `
+  envFrom: [{secretRef: {name: short-lived}}]
+  steps:
+    - {name: print, command: 'sleep 2; echo "token=$TOKEN"'}`)}`, t.namespace);
+    await waitFor(async () => steps(await run("secret-gone"))[0]?.startedAt !== undefined, { timeoutMs: 60_000, description: "the step started" });
+    await kubectlOk(["delete", "secret", "short-lived"], { namespace: t.namespace });
+    const r = await finished("secret-gone");
+    expect(r.status?.phase).toBe("Succeeded");
+    expect(steps(r)[0]).toMatchObject({ exitCode: 0, output: expect.stringContaining('the Secret "short-lived" the run reads is gone') });
+    expect(JSON.stringify(r)).not.toContain(SECRET_VALUE);
+    expect(JSON.stringify((await configMap(r.status?.outputConfigMap as string)).data)).not.toContain(SECRET_VALUE);
+  }, 90_000);
+
   it("starts its steps in /workspace and names every file to the VM's file API by its absolute path", async () => {
     const vmId = await readySandbox("files-box");
     const from = t.stack.emulator.requests.length;

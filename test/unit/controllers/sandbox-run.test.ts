@@ -81,7 +81,21 @@ describe("SandboxRun: masking when an input cannot be read", () => {
         files: [{ path: "/workspace/k", secretKeyRef: { name: "file", key: "id_rsa" } }],
       },
     } as unknown as SandboxRun;
-    expect(() => r.inputs(withInputs)).toThrow(/deleted/);
-    expect(r.readableSecrets(withInputs).sort()).toEqual(["file-secret-value", "run-token-value", "vm-key-value"]);
+    expect(() => r.inputs(withInputs, { files: true })).toThrow(/deleted/);
+    const masking = r.maskingSecrets(withInputs);
+    expect(masking.values.sort()).toEqual(["file-secret-value", "run-token-value", "vm-key-value"]);
+    // The run's own Secret that is gone: the output of a step cannot be masked with it.
+    expect(masking.gone).toBe("deleted");
+  });
+
+  it("starts a step after the first without its files' ConfigMap (deleted since the first started): only the first uploads them", () => {
+    const withFiles = {
+      ...run,
+      spec: { ...run.spec, env: { MODE: "fast" }, files: [{ path: "/workspace/cfg", configMapKeyRef: { name: "pruned", key: "cfg" } }] },
+    } as unknown as SandboxRun;
+    const r = reconciler(new FakeInformer<Sandbox>(), { ms: 0 });
+    expect(() => r.inputs(withFiles, { files: true })).toThrow(/pruned/);
+    expect(r.inputs(withFiles, { files: false })).toEqual({ envs: { MODE: "fast" }, files: [] });
+    expect(r.maskingSecrets(withFiles)).toEqual({ values: [], gone: undefined });
   });
 });
