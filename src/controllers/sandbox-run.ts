@@ -15,7 +15,7 @@ import type { StatusWriter } from "../managed/status-writer.js";
 import { RetryNoLaterThan, type Controller, type ReconcileContext, type Reconciler, type Request, type Result } from "../runtime/controller.js";
 import type { Events } from "../runtime/events.js";
 import type { Informer } from "../runtime/informer.js";
-import { configMapsPath, isAlreadyExists, isNotFound, resourcePath, type KubeClient } from "../runtime/kube-client.js";
+import { configMapsPath, isAlreadyExists, isForbidden, isInvalid, isKubeApiError, isNotFound, resourcePath, type KubeClient } from "../runtime/kube-client.js";
 import { formatTime } from "../runtime/status.js";
 import { attemptFailed, compareProgress, deadlineAt, expiresAt, isFinished, next, pollDelayMs, RunReason, runConditions, runningMessage, type Next, type SandboxState } from "../runs/machine.js";
 import { boundedOutput, lastLine, mask, outputWindow, perStepBudget, tail } from "../runs/output.js";
@@ -430,7 +430,7 @@ export class SandboxRunReconciler implements Reconciler {
     const name = recorded ?? outputConfigMapName(run.metadata.name);
     if (await this.createOutput(run, name, outputs, data)) return name;
     const own = outputConfigMapName(run.metadata.name, run.metadata.uid);
-    if (!(await this.createOutput(run, own, outputs, data))) throw new Error(`ConfigMap "${own}" exists and is not this run's output`);
+    if (!(await this.createOutput(run, own, outputs, data))) throw new OutputNameTaken(`ConfigMaps "${name}" and "${own}" exist and are not this run's output`);
     return own;
   }
 
@@ -872,15 +872,28 @@ class Pass {
     return this.r.afterFinish(run, st, this.log);
   }
 
-  /** The output first (so status never names output that is not there), then status. */
+  /**
+   * The output first (so status never names output that is not there), then status. An output
+   * write refused for good (RBAC, a quota, an admission policy; both of its names taken) does
+   * not hold status up: the run goes on, and ends, with each step's tail in status and the
+   * refusal in its message. One that fails for now (the API server) fails the pass, retried.
+   */
   private async flush(phase: RunPhaseName, reason: string, message: string): Promise<void> {
+    let refused = "";
     if (this.outputs.size > 0 || this.clearOutputs.length > 0) {
       const clear = this.clearOutputs.filter((k) => !this.outputs.has(k));
-      this.st.outputConfigMap = await this.r.writeOutput(this.run, this.outputs, clear, this.st.outputConfigMap);
+      try {
+        this.st.outputConfigMap = await this.r.writeOutput(this.run, this.outputs, clear, this.st.outputConfigMap);
+      } catch (err) {
+        if (!outputRefused(err)) throw err;
+        const why = this.masked(errorMessage(err));
+        this.log.warn({ err: why }, "the output ConfigMap cannot be written; status keeps each step's tail");
+        refused = `; the output ConfigMap could not be written (${why}): status keeps the last 2 KiB of each step's output`;
+      }
       this.outputs.clear();
       this.clearOutputs = [];
     }
-    await this.r.writeStatus(this.run, this.st, phase, reason, message);
+    await this.r.writeStatus(this.run, this.st, phase, reason, message + refused);
   }
 
   /** Back when the running step is next looked at, or the run's VM is next to be renewed if sooner (then on the priority lane). */
@@ -933,6 +946,14 @@ class Pass {
     const at = Math.min(...until);
     return { requeueAfterMs: Math.max(50, Math.min(30_000, at - now + 50)), ...(at === renewAt && { priority: true }) };
   }
+}
+
+/** Both names the run's output ConfigMap may have are another's. */
+class OutputNameTaken extends Error {}
+
+/** The API server refused the output ConfigMap's write, and would again: 400, 403 (RBAC, a quota), 422 (an admission policy), or both its names taken. */
+function outputRefused(err: unknown): boolean {
+  return err instanceof OutputNameTaken || isForbidden(err) || isInvalid(err) || (isKubeApiError(err) && err.status === 400);
 }
 
 /** How long an attempt waits for its Sandbox to name another VM than the one found gone. */

@@ -726,6 +726,38 @@ stringData: {TOKEN: ${SECRET_VALUE}}
     expect(JSON.stringify((await configMap(r.status?.outputConfigMap as string)).data)).not.toContain(SECRET_VALUE);
   }, 90_000);
 
+  it("ends all the same when its output ConfigMap cannot be written (both of its names another's), saying so, with each step's tail in status", async () => {
+    await readySandbox("files-box");
+    await apply(runInManifest("files-box", "output-blocked", `
+  steps:
+    - {name: wait, command: 'sleep 2; echo one'}
+    - {name: last, command: 'echo two'}`), t.namespace);
+    const started = await waitFor(async () => {
+      const r = await run("output-blocked");
+      return steps(r)[0]?.startedAt !== undefined ? r : undefined;
+    }, { timeoutMs: 60_000, description: "the first step started" });
+    // Both names the output may have are taken by ConfigMaps of the user's.
+    await apply(`
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: output-blocked-output}
+data: {mine: keep}
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: output-blocked-output-${started.metadata.uid.slice(0, 8)}}
+data: {mine: keep}`, t.namespace);
+    const r = await finished("output-blocked");
+    expect(r.status?.phase).toBe("Succeeded");
+    expect(steps(r).map((s) => [s.name, s.exitCode, s.output])).toEqual([
+      ["wait", 0, "one\n"],
+      ["last", 0, "two\n"],
+    ]);
+    expect(r.status?.outputConfigMap).toBeUndefined();
+    expect(condition(r, "Ready")?.message).toContain("the output ConfigMap could not be written");
+    expect((await configMap("output-blocked-output")).data).toEqual({ mine: "keep" });
+  }, 90_000);
+
   it("starts its steps in /workspace and names every file to the VM's file API by its absolute path", async () => {
     const vmId = await readySandbox("files-box");
     const from = t.stack.emulator.requests.length;
