@@ -8,7 +8,7 @@ import type { Sandbox, SandboxRun, SandboxRunSpec, SandboxRunStatus } from "../a
 import type { ServiceHandle } from "../controllers/connection-pool.js";
 import { desiredAllocation, renewAtOf, ttlSeconds, type SandboxDeps } from "../controllers/sandbox.js";
 import { formatTime } from "../runtime/status.js";
-import { ServiceError, isNotFound, type AllocateVMRequest } from "../service/index.js";
+import { ServiceError, isNotFound, refusalOf, type AllocateVMRequest } from "../service/index.js";
 import { isLiveVMState } from "./vm.js";
 
 /** What allocating needs of a Sandbox's dependencies: the Secrets (envFrom) and Skills to wait for. */
@@ -115,12 +115,23 @@ export async function keepRunVM(run: SandboxRun, handle: ServiceHandle, vmId: st
   }
   const expiresAt = Date.parse(vm?.expires_at ?? "");
   if (vm === undefined || Number.isNaN(expiresAt)) return undefined;
-  const dueAt = renewAtOf(template, vmId, expiresAt);
+  // The window of the TTL it is renewed with: the template's, or the VM's own where that is
+  // shorter (the service refused the template's: below).
+  const own = vm.ttl_seconds;
+  const dueAt = renewAtOf(template, vmId, expiresAt, Math.min(ttlSeconds(template), own ?? Infinity));
   if (now() < dueAt) return dueAt;
-  const ttl = ttlSeconds(template);
+  let ttl = ttlSeconds(template);
   let renewed;
   try {
-    renewed = await handle.client.vms.renew(vmId, ttl);
+    try {
+      renewed = await handle.client.vms.renew(vmId, ttl);
+    } catch (err) {
+      // Refused for the template's TTL (a pool's max_vm_ttl_seconds lowered since): renewed
+      // with the TTL the VM has, which the service took, rather than lost mid-run.
+      if (refusalOf(err)?.permanent !== true || own === undefined || own === ttl) throw err;
+      renewed = await handle.client.vms.renew(vmId, own);
+      ttl = own;
+    }
   } catch (err) {
     if (!isNotFound(err)) throw err;
     handle.vms.remove(vmId);
@@ -128,9 +139,9 @@ export async function keepRunVM(run: SandboxRun, handle: ServiceHandle, vmId: st
   }
   const at = now();
   const next = Date.parse(renewed.expires_at ?? "") || at + ttl * 1000;
-  handle.vms.put({ ...vm, state: renewed.state, expires_at: renewed.expires_at ?? formatTime(new Date(next)) });
+  handle.vms.put({ ...vm, state: renewed.state, ttl_seconds: renewed.ttl_seconds ?? ttl, expires_at: renewed.expires_at ?? formatTime(new Date(next)) });
   // Never due again at once, whatever the service answered: no renewal loop.
-  return Math.max(renewAtOf(template, vmId, next), at + 1_000);
+  return Math.max(renewAtOf(template, vmId, next, ttl), at + 1_000);
 }
 
 /** Gives back `vmId` and any other VM carrying the run's marker (release or delete, per the template). */
