@@ -22,7 +22,7 @@ import { formatTime } from "../runtime/status.js";
 import { isNotFound, isOutcomeUnknown, type Deployment, type DeployOptions } from "../service/index.js";
 import type { ServiceHandle } from "./connection-pool.js";
 import { referrers, requestOf, type KindContext, type ManagedKind } from "./kind.js";
-import { findOwn, madeFor, removeObject } from "./marker.js";
+import { changeObserved, findOwn, madeFor, removeObject } from "./marker.js";
 
 export function deploymentExternalId(cr: AgentDeployment): string | undefined {
   return cr.metadata.annotations?.[Annotations.externalId] ?? cr.status?.deploymentId;
@@ -197,12 +197,12 @@ class DeploymentClient implements ExternalClient<AgentDeployment, DeploymentPlan
         };
       }
       case "stop": {
-        const stopped = await client.stop(current.id);
+        const stopped = await changeObserved(this.handle.deployments, current.id, `deployment ${current.id}`, () => client.stop(current.id));
         this.handle.deployments.put(stopped);
         return { status: { ...statusOf(stopped), configHash: stopped.config_hash }, event: { reason: "Stopped", message: `stopped deployment ${current.id} (spec.suspend: true)` } };
       }
       case "redeploy": {
-        const redeployed = await client.redeploy(current.id);
+        const redeployed = await changeObserved(this.handle.deployments, current.id, `deployment ${current.id}`, () => client.redeploy(current.id));
         this.handle.deployments.put(redeployed);
         return {
           status: {

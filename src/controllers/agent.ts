@@ -17,7 +17,7 @@ import {
 import { deepEqual } from "../runtime/status.js";
 import type { ServiceHandle } from "./connection-pool.js";
 import { fingerprint, referrers, requestOf, type KindContext, type ManagedKind } from "./kind.js";
-import { findOwn, newest, removeObject } from "./marker.js";
+import { changeObserved, findOwn, newest, removeObject } from "./marker.js";
 import type { ObjectStore } from "./object-store.js";
 
 export function agentExternalId(cr: Agent): string | undefined {
@@ -169,7 +169,7 @@ class AgentClient implements ExternalClient<Agent, AgentPlan> {
   }
 
   async update(cr: Agent, { plan }: Planned<AgentStatus, AgentPlan>): Promise<ActionResult<AgentStatus>> {
-    const updated = await this.handle.client.agents.update(plan.id, plan.patch);
+    const updated = await changeObserved(this.handle.agents, plan.id, `agent ${plan.id}`, () => this.handle.client.agents.update(plan.id, plan.patch));
     this.handle.agents.put(updated);
     return { status: { ...statusOf(updated), revision: agentRevision(cr) } };
   }

@@ -2,6 +2,7 @@
 // in the object's metadata), the duplicates a crash or a lost answer left next to it, and
 // removing one.
 import { Annotations, MARKER_KEY } from "../api/names.js";
+import { NotReadyError } from "../managed/errors.js";
 import type { ManagedResource } from "../managed/external.js";
 import type { Inventory } from "../managed/inventory.js";
 import { pollIntervalMs } from "../managed/poll-interval.js";
@@ -124,6 +125,26 @@ export async function findOwn<T extends Dated & { id: string }>(
  */
 export function madeFor(cr: ManagedResource, obj: { metadata?: Record<string, string> }, key: string): string | undefined {
   return obj.metadata?.[MARKER_KEY] === cr.metadata.uid ? obj.metadata[key] : undefined;
+}
+
+/** A service object observed and gone since (deleted outside the operator): waited for, not an error. */
+export function goneSinceObserved(what: string): NotReadyError {
+  return new NotReadyError("ExternalGone", `${what} is gone from the service since it was observed; it is looked for again`);
+}
+
+/**
+ * Changes service object `key` with `call`. A 404 means it went since it was observed: the
+ * inventory forgets it and the pass waits (ExternalGone), so that the next one finds it gone and
+ * makes it again, rather than send the same call, on the same snapshot, until the next list.
+ */
+export async function changeObserved<T>(inventory: Inventory<unknown>, key: string, what: string, call: () => Promise<T>): Promise<T> {
+  try {
+    return await call();
+  } catch (err) {
+    if (!isNotFound(err)) throw err;
+    inventory.remove(key);
+    throw goneSinceObserved(what);
+  }
 }
 
 /**

@@ -10,7 +10,7 @@ import { deepEqual } from "../runtime/status.js";
 import { managementOf } from "../managed/management-policies.js";
 import type { ServiceHandle } from "./connection-pool.js";
 import { fingerprint, referrers, requestOf, type KindContext, type ManagedKind } from "./kind.js";
-import { removeObject, staleFor } from "./marker.js";
+import { changeObserved, goneSinceObserved, removeObject, staleFor } from "./marker.js";
 import type { ObjectStore } from "./object-store.js";
 
 export function skillName(cr: Skill): string {
@@ -200,7 +200,7 @@ class SkillClient implements ExternalClient<Skill, SkillPlan> {
     // it now, not as the shared snapshot had it (up to its age ago).
     const whole = managed.content !== undefined && managed.resources !== undefined && managed.description !== undefined;
     const current = whole ? { name: managed.name } : (plan.answered ?? (await this.read(managed.name)));
-    if (current === undefined) throw skillGone(managed.name);
+    if (current === undefined) throw goneSinceObserved(`skill "${managed.name}"`);
     return this.send(skillToSend(current, managed));
   }
 
@@ -229,15 +229,9 @@ class SkillClient implements ExternalClient<Skill, SkillPlan> {
   }
 
   private async send(desired: SkillRequest): Promise<ActionResult<SkillStatus>> {
-    try {
-      const updated = await this.handle.client.skills.update(desired.name, desired);
-      this.handle.skills.put(updated);
-      return { status: statusOf(updated) };
-    } catch (err) {
-      if (!isNotFound(err)) throw err;
-      this.handle.skills.remove(desired.name);
-      throw skillGone(desired.name);
-    }
+    const updated = await changeObserved(this.handle.skills, desired.name, `skill "${desired.name}"`, () => this.handle.client.skills.update(desired.name, desired));
+    this.handle.skills.put(updated);
+    return { status: statusOf(updated) };
   }
 }
 
@@ -274,11 +268,6 @@ function skillToSend(found: ServiceSkill, managed: DesiredSkill): SkillRequest {
     ...(description !== undefined && { description }),
     ...(resources !== undefined && { resources }),
   };
-}
-
-/** Gone between observe and update: waited for, not an error; the next pass creates it, or reports it missing. */
-function skillGone(name: string): NotReadyError {
-  return new NotReadyError("ExternalGone", `skill "${name}" is gone from the service since it was observed; it is looked for again`);
 }
 
 function nameTaken(name: string, as: typeof StalledError = StalledError): StalledError {

@@ -317,6 +317,20 @@ describe("AgentDeployment against the service", () => {
     expect(deployment().status).toMatchObject({ deploymentId: replacement.id, optionsHash: optionsHash(cr) });
   });
 
+  it("a stop or a redeploy that finds the deployment gone (deleted since the last list) waits for the next pass, which deploys again", async () => {
+    apply();
+    await w.reconcile(kind(), "d");
+    const first = deployment().status?.deploymentId as string;
+    w.emu.state.deleteDeployment(first); // out of band; the snapshot still has it
+    apply({ suspend: true });
+    w.calls();
+    expect(await w.reconcile(kind(), "d")).toEqual({ requeue: true });
+    expect(condition(deployment(), "Reconciling")).toMatchObject({ status: "True", reason: "ExternalGone" });
+    await w.reconcile(kind(), "d");
+    expect(w.writes()).toEqual(["deployments.stop", "deployments.deploy", "deployments.stop"]);
+    expect(deployment().status?.deploymentId).not.toBe(first);
+  });
+
   it("stops on suspend and starts again on resume", async () => {
     apply();
     await w.reconcile(kind(), "d");

@@ -306,6 +306,21 @@ describe("Agent", () => {
     expect(ours()).toEqual([]);
   });
 
+  it("an update that finds the agent gone (deleted in the registry since the last list) waits for the next pass, which creates it again", async () => {
+    apply({});
+    await w.reconcile(kind(), "ag");
+    const first = agent().status?.agentId as string;
+    w.emu.state.deleteAgent(first); // out of band; the snapshot still has it
+    apply({ description: "changed" });
+    w.calls();
+    expect(await w.reconcile(kind(), "ag")).toEqual({ requeue: true });
+    expect(condition(agent(), "Reconciling")).toMatchObject({ status: "True", reason: "ExternalGone" });
+    await w.reconcile(kind(), "ag");
+    expect(w.writes()).toEqual(["agents.update", "agents.create"]);
+    expect(agent().status?.agentId).not.toBe(first);
+    expect(registry()?.description).toBe("changed");
+  });
+
   it("does not manage fields the spec leaves out: values set in the registry stay", async () => {
     apply({});
     await w.reconcile(kind(), "ag");
