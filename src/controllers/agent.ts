@@ -4,7 +4,7 @@
 import { createHash } from "node:crypto";
 import { Annotations, MARKER_KEY, kindNames } from "../api/names.js";
 import type { Agent, AgentStatus, Connection } from "../api/index.js";
-import { NotReadyError, StalledError } from "../managed/errors.js";
+import { FailedAfterChange, NotReadyError, StalledError } from "../managed/errors.js";
 import { managementOf } from "../managed/management-policies.js";
 import type { ActionResult, ExternalClient, Observation, Planned } from "../managed/external.js";
 import {
@@ -152,9 +152,11 @@ class AgentClient implements ExternalClient<Agent, AgentPlan> {
       if (publicKey !== undefined) {
         try {
           this.handle.agents.put((created = await this.handle.client.agents.update(created.id, { public_key: publicKey })));
-        } catch {
-          // The agent exists: status must say so (its id). The next pass sees the key differ,
-          // sends it again, and reports a refusal as any update's.
+        } catch (err) {
+          // The agent exists: status must say so (its id), and not that it matches the spec.
+          // The failure is the reconcile's: a refusal stalls, anything else is retried, and
+          // the next pass sees the key differ and sends it again.
+          throw new FailedAfterChange(err, { ...statusOf(created) }, `agent ${created.id} was created, and its public key (spec.publicKey) could not be set`);
         }
       }
       return { status: { ...statusOf(created), revision: agentRevision(cr) } };

@@ -362,15 +362,40 @@ describe("Agent", () => {
     expect(w.writes()).toEqual([]);
   });
 
-  it("records the agent it created when the public key's update after it is refused, and reports the refusal next", async () => {
-    w.emu.injectFault({ method: "PUT", path: /^\/registry\/v1\/agents\//, times: 2, action: { status: 400, body: { error: "bad_request", message: "public_key is not a key" } } });
+  it("records the agent it created when the public key's update after it is refused, and reports the refusal at once, not Ready", async () => {
+    w.emu.injectFault({ method: "PUT", path: /^\/registry\/v1\/agents\//, times: 1, action: { status: 400, body: { error: "bad_request", message: "public_key is not a key" } } });
     apply({ publicKey: "not a key" });
     await w.reconcile(kind(), "ag");
     expect(agent().status?.agentId).toEqual(expect.any(String));
+    expect(condition(agent(), "Ready")?.status).toBe("False");
+    expect(condition(agent(), "Stalled")).toMatchObject({
+      status: "True",
+      reason: "ServiceRejected",
+      message: expect.stringContaining("was created, and its public key (spec.publicKey) could not be set"),
+    });
+    // Refused for this spec: not sent again until it changes.
     resync();
+    w.calls();
     await w.reconcile(kind(), "ag");
+    expect(w.writes()).toEqual([]);
     expect(condition(agent(), "Stalled")).toMatchObject({ status: "True", reason: "ServiceRejected" });
+    apply({ publicKey: "ssh-ed25519 AAAA" });
+    await w.reconcile(kind(), "ag");
+    expect(registry()?.public_key).toBe("ssh-ed25519 AAAA");
+    expect(condition(agent(), "Ready")?.status).toBe("True");
+  });
+
+  it("retries a public key whose update failed for now, and is Ready once it is set", async () => {
+    w.emu.injectFault({ method: "PUT", path: /^\/registry\/v1\/agents\//, times: 100, action: { status: 503, body: { error: "unavailable", message: "try again" } } });
+    apply({ publicKey: "ssh-ed25519 AAAA" });
+    await expect(w.reconcile(kind(), "ag")).rejects.toThrow();
     expect(agent().status?.agentId).toEqual(expect.any(String));
+    expect(condition(agent(), "Ready")?.status).not.toBe("True");
+    w.emu.clearFaults();
+    await w.reconcile(kind(), "ag");
+    expect(registry()?.public_key).toBe("ssh-ed25519 AAAA");
+    expect(condition(agent(), "Ready")?.status).toBe("True");
+    expect([...w.emu.state.agents.values()]).toHaveLength(1);
   });
 
   it("always manages metadata, with the marker in it", () => {
