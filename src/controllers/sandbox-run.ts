@@ -19,7 +19,7 @@ import { configMapsPath, isAlreadyExists, isForbidden, isInvalid, isKubeApiError
 import { formatTime } from "../runtime/status.js";
 import { attemptFailed, compareProgress, deadlineAt, expiresAt, isFinished, next, pollDelayMs, RunReason, runConditions, runningMessage, type Next, type SandboxState } from "../runs/machine.js";
 import { boundedOutput, lastLine, mask, outputWindow, perStepBudget, tail } from "../runs/output.js";
-import { outputFile, runPath, stepPath, vmPath } from "../runs/script.js";
+import { outputFile, runPath, startedFile, stepPath, vmPath } from "../runs/script.js";
 import { observeStep, startStep } from "../runs/steps.js";
 import { ensureRunVM, heldConnection, keepRunVM, releaseRunVMs, type AllocationDeps } from "../runs/template-vm.js";
 import { ForwardedVM, VMGoneError, type RunVM } from "../runs/vm.js";
@@ -766,9 +766,13 @@ class Pass {
 
   private async start(attempt: number, index: number, vmId: string): Promise<void> {
     const { run, st } = this;
-    const inputs = this.r.inputs(run, { files: index === 0 });
     const vm = this.vm(vmId);
-    if (index === 0) for (const f of inputs.files) await vm.upload(f.path, f.content);
+    // The files go up before the first step, and only if it has not started yet: a start whose
+    // answer was lost (a crash, a status write that failed) may have begun it, and it may have
+    // changed them since. Its marker is the first thing the step makes, before any of its work.
+    const upload = index === 0 && (await vm.read(startedFile(stepPath(run.metadata.uid, attempt, 0)))) === undefined;
+    const inputs = this.r.inputs(run, { files: upload });
+    for (const f of inputs.files) await vm.upload(f.path, f.content);
     const deadline = deadlineAt(run.spec, st);
     const timeoutMs = deadline === undefined ? undefined : Math.max(1_000, deadline - this.now.getTime());
     const step = run.spec.steps[index]!;

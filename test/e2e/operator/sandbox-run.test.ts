@@ -1,7 +1,7 @@
 // SandboxRun end to end: the real API server, the emulator (which really runs the commands),
 // the operator. A run is applied before its Sandbox and waits; then it runs its steps in the
 // Sandbox's VM and reports exit codes and output as a Job would.
-import { existsSync, readFileSync, realpathSync } from "node:fs";
+import { existsSync, readFileSync, realpathSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import { main as logs, type LogsIO } from "../../../src/commands/logs.js";
@@ -756,6 +756,32 @@ data: {mine: keep}`, t.namespace);
     expect(r.status?.outputConfigMap).toBeUndefined();
     expect(condition(r, "Ready")?.message).toContain("the output ConfigMap could not be written");
     expect((await configMap("output-blocked-output")).data).toEqual({ mine: "keep" });
+  }, 90_000);
+
+  it("does not upload its files again under a first step whose start's answer was lost: the step's changes to them stand", async () => {
+    const vmId = await readySandbox("files-box");
+    const workspace = t.stack.emulator.runtimes.get(vmId)!.workspace;
+    // The start is done in the VM, and its answer lost: the next pass starts the step again.
+    t.stack.emulator.injectFault({ method: "POST", path: `/compute/v1/vms/${vmId}/r/v1/commands/run`, times: 1, action: { drop: "after" } });
+    try {
+      await apply(`
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: seed}
+data: {state.txt: original}
+---${runInManifest("files-box", "changes-files", `
+  files: [{path: state.txt, configMapKeyRef: {name: seed, key: state.txt}}]
+  steps:
+    - {name: change, command: 'echo changed > state.txt; while [ ! -e go-changes-files ]; do sleep 0.1; done; cat state.txt'}`)}`, t.namespace);
+      // Started again (its command id in status), and changed the file.
+      await waitFor(async () => steps(await run("changes-files"))[0]?.commandId !== undefined, { timeoutMs: 60_000, description: "the step's second start in status" });
+      writeFileSync(join(workspace, "go-changes-files"), "");
+      const r = await finished("changes-files");
+      expect(r.status?.phase).toBe("Succeeded");
+      expect(steps(r)[0]?.output).toBe("changed\n");
+    } finally {
+      t.stack.emulator.clearFaults();
+    }
   }, 90_000);
 
   it("starts its steps in /workspace and names every file to the VM's file API by its absolute path", async () => {
