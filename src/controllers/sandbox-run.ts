@@ -17,7 +17,7 @@ import type { Events } from "../runtime/events.js";
 import type { Informer } from "../runtime/informer.js";
 import { configMapsPath, isAlreadyExists, isForbidden, isInvalid, isKubeApiError, isNotFound, resourcePath, type KubeClient } from "../runtime/kube-client.js";
 import { formatTime } from "../runtime/status.js";
-import { attemptFailed, compareProgress, deadlineAt, expiresAt, isFinished, next, pollDelayMs, RunReason, runConditions, runningMessage, type Next, type SandboxState } from "../runs/machine.js";
+import { attemptFailed, compareProgress, currentStep, deadlineAt, expiresAt, isFinished, next, pollDelayMs, RunReason, runConditions, runningMessage, type Next, type SandboxState } from "../runs/machine.js";
 import { boundedOutput, lastLine, mask, outputWindow, perStepBudget, tail } from "../runs/output.js";
 import { outputFile, runPath, startedFile, stepPath, vmPath } from "../runs/script.js";
 import { observeStep, startStep } from "../runs/steps.js";
@@ -606,6 +606,8 @@ class Pass {
   private readonly vms = new Map<string, RunVM>();
   /** This pass found the attempt's VM gone before a step started (see execute). */
   private lostBeforeStart = false;
+  /** This pass looked at the running step once the deadline had passed (see execute). */
+  private lookedAtDeadline = false;
   private handle: ServiceHandle | undefined;
   private readonly now: Date;
 
@@ -649,6 +651,14 @@ class Pass {
             continue;
           }
           case "fail":
+            // The deadline, with a step running as far as status knows: it may have ended
+            // since the last look, before the deadline (its command cannot outlive it). Looked
+            // at once, first: a step that ended is recorded as it ended, not as stopped.
+            if (n.reason === RunReason.DeadlineExceeded && n.kill !== undefined && !this.lookedAtDeadline) {
+              this.lookedAtDeadline = true;
+              const running = currentStep(st);
+              if (running !== undefined && (await this.follow(Math.max(1, st.attempts ?? 1), running.index, n.kill.commandId, n.kill.vmId)) === "ended") continue;
+            }
             if (n.kill !== undefined) {
               await this.kill(n.kill.vmId, n.kill.commandId);
               await this.keepKilledOutput(n.kill.vmId);

@@ -74,6 +74,11 @@ export function next({ spec, status, sandbox, now }: RunInput): Next {
   const started = (status.steps ?? []).length > 0 && status.vmId !== undefined;
   const running = currentStep(status);
   const deadline = deadlineAt(spec, status);
+  // Every step ended with 0 (the last one seen to end only now, after the deadline): the run
+  // did what it was asked within it, as a Job whose pods completed is Complete. A step cannot
+  // run past the deadline: its command's timeout is the deadline.
+  const steps = status.steps ?? [];
+  if (started && running === undefined && steps.length >= spec.steps.length && steps.every((s) => s.exitCode === 0)) return { kind: "succeed" };
   if (deadline !== undefined && now.getTime() >= deadline) {
     const kill = running?.step.commandId !== undefined && status.vmId !== undefined ? { vmId: status.vmId, commandId: running.step.commandId } : undefined;
     return {
@@ -98,7 +103,6 @@ export function next({ spec, status, sandbox, now }: RunInput): Next {
     const kill = running?.step.commandId !== undefined ? { vmId, commandId: running.step.commandId } : undefined;
     return { kind: "fail", reason: RunReason.SandboxDeleted, message: `${sandbox.message} while the run was running`, ...(kill && { kill }) };
   }
-  const steps = status.steps ?? [];
   const last = steps[steps.length - 1]!;
   if (running === undefined) {
     if (last.exitCode !== 0) return attemptFailed(spec, status, RunReason.StepFailed, stepFailure(last));

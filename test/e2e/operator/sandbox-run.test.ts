@@ -211,6 +211,23 @@ spec: {tier: standard, ttlSeconds: 3600}`, t.namespace);
     await waitFor(() => rt?.command(commandId)?.running === false, { description: "the step's command stopped" });
   }, 90_000);
 
+  it("succeeds when its last step ended with 0 before the deadline, though the operator looks only after it (down meanwhile)", async () => {
+    await apply(runManifest("late-look", `
+  activeDeadlineSeconds: 4
+  steps:
+    - {name: quick, command: 'sleep 1; echo done'}`), t.namespace);
+    const started = await waitFor(async () => {
+      const x = await run("late-look");
+      return steps(x)[0]?.commandId !== undefined ? x : undefined;
+    }, { description: "the step running" });
+    const deadline = Date.parse(started.status?.startTime as string) + 4_000;
+    // The step ends after a second; the operator is back once the deadline has passed.
+    await t.stack.restartOperator(() => new Promise((resolve) => setTimeout(resolve, Math.max(0, deadline - Date.now()) + 1_000)));
+    const r = await finished("late-look");
+    expect(r.status?.phase).toBe("Succeeded");
+    expect(steps(r)[0]).toMatchObject({ name: "quick", exitCode: 0, output: "done\n" });
+  }, 90_000);
+
   /** A run of one step that sleeps for minutes in the Sandbox's VM, once its step runs. */
   async function runForever(name: string) {
     await apply(runManifest(name, `

@@ -74,6 +74,16 @@ describe("next", () => {
     expect(next({ spec: spec({ activeDeadlineSeconds: 3600 }), status: running, sandbox: READY, now: NOW }).kind).toBe("follow");
   });
 
+  it("succeeds past the deadline when every step is seen to have ended with 0 (the last one between two looks): a step cannot outlive the deadline", () => {
+    const done: SandboxRunStatus = { startTime: at(0), attempts: 1, vmId: "vm-1", steps: [{ name: "a", commandId: "c1", startedAt: at(1), finishedAt: at(70), exitCode: 0 }] };
+    const oneStep = spec({ activeDeadlineSeconds: 60, steps: [{ name: "a", command: "true" }] });
+    expect(next({ spec: oneStep, status: done, sandbox: READY, now: NOW })).toEqual({ kind: "succeed" });
+    // One that failed is not a success, nor is a run with a step still to start.
+    const failed: SandboxRunStatus = { ...done, steps: [{ ...done.steps![0]!, exitCode: 1 }] };
+    expect(next({ spec: oneStep, status: failed, sandbox: READY, now: NOW })).toMatchObject({ kind: "fail", reason: "DeadlineExceeded" });
+    expect(next({ spec: spec({ activeDeadlineSeconds: 60 }), status: done, sandbox: READY, now: NOW })).toMatchObject({ kind: "fail", reason: "DeadlineExceeded" });
+  });
+
   it("fails with SandboxDeleted when the Sandbox goes under a running run, and stops its step", () => {
     const running: SandboxRunStatus = { startTime: at(0), attempts: 1, vmId: "vm-1", steps: [{ name: "a", commandId: "c1", startedAt: at(1) }] };
     expect(next({ spec: spec(), status: running, sandbox: { state: "gone", message: 'Sandbox "box" was deleted' }, now: NOW })).toMatchObject({
