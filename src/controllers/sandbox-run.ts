@@ -653,11 +653,14 @@ class Pass {
           case "fail":
             // The deadline, with a step running as far as status knows: it may have ended
             // since the last look, before the deadline (its command cannot outlive it). Looked
-            // at once, first: a step that ended is recorded as it ended, not as stopped.
+            // at once, first: a step that ended is recorded as it ended, not as stopped. Only a
+            // look: a VM that cannot answer (gone, agentd down) must not keep the run past its
+            // deadline, which is there for a wedged VM too.
             if (n.reason === RunReason.DeadlineExceeded && n.kill !== undefined && !this.lookedAtDeadline) {
               this.lookedAtDeadline = true;
               const running = currentStep(st);
-              if (running !== undefined && (await this.follow(Math.max(1, st.attempts ?? 1), running.index, n.kill.commandId, n.kill.vmId)) === "ended") continue;
+              const seen = running && (await this.follow(Math.max(1, st.attempts ?? 1), running.index, n.kill.commandId, n.kill.vmId).catch(() => undefined));
+              if (seen === "ended") continue;
             }
             if (n.kill !== undefined) {
               await this.kill(n.kill.vmId, n.kill.commandId);
@@ -777,17 +780,19 @@ class Pass {
   private async start(attempt: number, index: number, vmId: string): Promise<void> {
     const { run, st } = this;
     const vm = this.vm(vmId);
+    // What the step needs first (a missing Secret is waited for without a call to the VM).
+    const { envs } = this.r.inputs(run, { files: false });
     // The files go up before the first step, and only if it has not started yet: a start whose
     // answer was lost (a crash, a status write that failed) may have begun it, and it may have
     // changed them since. Its marker is the first thing the step makes, before any of its work.
-    const upload = index === 0 && (await vm.read(startedFile(stepPath(run.metadata.uid, attempt, 0)))) === undefined;
-    const inputs = this.r.inputs(run, { files: upload });
-    for (const f of inputs.files) await vm.upload(f.path, f.content);
+    if (index === 0 && (await vm.read(startedFile(stepPath(run.metadata.uid, attempt, 0)))) === undefined) {
+      for (const f of this.r.inputs(run, { files: true }).files) await vm.upload(f.path, f.content);
+    }
     const deadline = deadlineAt(run.spec, st);
     const timeoutMs = deadline === undefined ? undefined : Math.max(1_000, deadline - this.now.getTime());
     const step = run.spec.steps[index]!;
     const commandId = await startStep(vm, { runUid: run.metadata.uid, attempt, index }, step, {
-      ...(Object.keys(inputs.envs).length > 0 && { envs: inputs.envs }),
+      ...(Object.keys(envs).length > 0 && { envs }),
       ...(timeoutMs !== undefined && { timeoutMs }),
     });
     this.r.stepStarted(run, { vmId, commandId, attempt, index });

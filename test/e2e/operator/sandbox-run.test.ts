@@ -228,6 +228,31 @@ spec: {tier: standard, ttlSeconds: 3600}`, t.namespace);
     expect(steps(r)[0]).toMatchObject({ name: "quick", exitCode: 0, output: "done\n" });
   }, 90_000);
 
+  it("fails at its deadline though its VM's agentd cannot be reached to look at the step (a wedged VM)", async () => {
+    const vmId = await sandboxVM();
+    await apply(runManifest("wedged", `
+  activeDeadlineSeconds: 4
+  steps:
+    - {name: stuck, command: 'sleep 60'}`), t.namespace);
+    const started = await waitFor(async () => {
+      const x = await run("wedged");
+      return steps(x)[0]?.commandId !== undefined ? x : undefined;
+    }, { description: "the step running" });
+    const deadline = Date.parse(started.status?.startTime as string) + 4_000;
+    const BAD_GATEWAY = { status: 502, body: { code: 502, error_code: "bad_gateway", message: "the VM's runtime does not answer" } };
+    try {
+      await t.stack.restartOperator(async () => {
+        t.stack.emulator.injectFault({ path: new RegExp(`^/compute/v1/vms/${vmId}/r/`), times: Infinity, action: BAD_GATEWAY });
+        await new Promise((resolve) => setTimeout(resolve, Math.max(0, deadline - Date.now()) + 500));
+      });
+      const r = await finished("wedged");
+      expect(r.status?.phase).toBe("Failed");
+      expect(condition(r, "Ready")).toMatchObject({ status: "False", reason: "DeadlineExceeded" });
+    } finally {
+      t.stack.emulator.clearFaults();
+    }
+  }, 90_000);
+
   /** A run of one step that sleeps for minutes in the Sandbox's VM, once its step runs. */
   async function runForever(name: string) {
     await apply(runManifest(name, `
