@@ -45,7 +45,7 @@ export const SandboxSpecSchema = Type.Object(
     ttlSeconds: Type.Optional(
       Type.Integer({
         description:
-          "Time-to-live asked for at allocation and at each renewal. At least 2: a renewal must land before the VM runs out, at least a second after the one before. A Sandbox whose renewal the service refuses for this value (its bounds are not published) keeps its VM: it is renewed with the TTL it had, and the Sandbox is Stalled (ServiceRejected) until this changes.",
+          "Time-to-live asked for at allocation and at each renewal. At least 2: a renewal must land before the VM runs out, at least a second after the one before. A Sandbox whose renewal the service refuses for this value (its bounds are not published) keeps its VM: it is renewed with the TTL it had, or the pool's maximum, and the Sandbox is Stalled (ServiceRejected) until this changes.",
         default: 3600,
         minimum: 2,
       }),

@@ -313,8 +313,13 @@ class SandboxClient implements ExternalClient<Sandbox, SandboxPlan> {
    * ttlSeconds must not cost the VM, as a refused tier must not.
    */
   private renewalTtl(cr: Sandbox, vmId: string): number {
+    return this.ttlRefused(cr, vmId)?.instead ?? ttlSeconds(cr);
+  }
+
+  /** The service refused the spec's ttlSeconds for VM `vmId` (refusedTtls), and what it is renewed with instead. */
+  private ttlRefused(cr: Sandbox, vmId: string): RefusedTtl | undefined {
     const refused = this.deps.refusedTtls.get(cr.metadata.uid);
-    return refused?.vmId === vmId && refused.ttl === ttlSeconds(cr) ? refused.instead : ttlSeconds(cr);
+    return refused?.vmId === vmId && refused.ttl === ttlSeconds(cr) ? refused : undefined;
   }
 
   /**
@@ -376,7 +381,12 @@ class SandboxClient implements ExternalClient<Sandbox, SandboxPlan> {
     const now = this.deps.now().getTime();
     const expiresAt = Date.parse(found.expires_at ?? "") || now;
     const renewAt = renewAtOf(cr, found.id, expiresAt, this.renewalTtl(cr, found.id));
-    const renewal = renewalOf(cr, found, { now, renewAt, request, sameSpec });
+    const planned = renewalOf(cr, found, { now, renewAt, request, sameSpec });
+    // A ttlSeconds the service refused for this VM is a spec not applied, whether a renewal is
+    // due or not: not up to date, so that the refusal stands (the reconciler's refused-spec
+    // path, which only keeps the VM alive) rather than a pass between two renewals reporting
+    // it matches the spec. An update (the spec's generation changed since) asks for it again.
+    const renewal: Renewal = planned.action === "none" && this.ttlRefused(cr, found.id) ? { action: "renew" } : planned;
     // Moved in from another owner (sharding), which may have replaced the VM just before it let
     // go, status unwritten: a replacement is planned on a snapshot read since, or it would be a second.
     // Nothing from findOwn's last look at the snapshot to here awaits I/O, so no read can land
@@ -409,7 +419,7 @@ class SandboxClient implements ExternalClient<Sandbox, SandboxPlan> {
       upToDate,
       keptAlive: keepAlive,
       ...((unconfirmed ?? unknownWhere) && { unconfirmed: unconfirmed ?? unknownWhere }),
-      differences: renewal.action === "replace" ? [renewal.why] : [],
+      differences: renewal.action === "replace" ? [renewal.why] : renewal !== planned ? [`spec.ttlSeconds (${ttlSeconds(cr)}, refused by the service)`] : [],
       status: {
         ...statusOf(found),
         // Of a VM found another way: "" where unknown, never the old VM's (left as they were).
@@ -623,9 +633,10 @@ class SandboxClient implements ExternalClient<Sandbox, SandboxPlan> {
     throw new FailedAfterChange(
       refused.err,
       result.status ?? {},
-      `spec.ttlSeconds ${refused.ttl} was refused at the VM's renewal: the VM is renewed with the TTL it had, ${refused.instead} s, until spec.ttlSeconds changes`,
+      `spec.ttlSeconds ${refused.ttl} was refused at the VM's renewal: the VM is renewed with ${refused.instead} s instead (the TTL it had, or the pool's max_vm_ttl_seconds), until spec.ttlSeconds changes`,
       false,
-      { ms: result.requeueAfterMs ?? 0, priority: true },
+      // At least 1 ms: 0 would be no requeue at all, and the next renewal must come.
+      { ms: Math.max(1, result.requeueAfterMs ?? 0), priority: true },
     );
   }
 
@@ -642,11 +653,10 @@ class SandboxClient implements ExternalClient<Sandbox, SandboxPlan> {
       if (ttl === ttlSeconds(cr)) this.deps.refusedTtls.delete(uid);
       return { renewed, ttl };
     } catch (err) {
-      const instead = vm.ttl_seconds;
-      if (refusalOf(err)?.permanent !== true || ttl !== ttlSeconds(cr) || instead === undefined || instead === ttl) throw err;
-      const renewed = await this.handle.client.vms.renew(vm.id, instead);
-      this.deps.refusedTtls.set(uid, { vmId: vm.id, ttl, instead });
-      return { renewed, ttl: instead, refused: err };
+      if (refusalOf(err)?.permanent !== true) throw err;
+      const shorter = await renewShorter(this.handle, vm, ttl, err);
+      this.deps.refusedTtls.set(uid, { vmId: vm.id, ttl: ttlSeconds(cr), instead: shorter.ttl });
+      return { ...shorter, refused: err };
     }
   }
 
@@ -767,6 +777,37 @@ export function renewalOf(
 function madeForOtherSpec(cr: Sandbox, vm: AgentVM, sameSpec: (recorded: string | undefined) => boolean): boolean {
   const recorded = cr.status?.configHash;
   return recorded !== undefined && !sameSpec(recorded) && cr.status?.vmId === vm.id;
+}
+
+/**
+ * Renews `vm` after the service refused `refused` seconds for it (a 400: bounds it does not
+ * publish), with a shorter TTL it may take: the VM's own, which it accepted before (the spec's
+ * was raised), else the pool's `max_vm_ttl_seconds` (a maximum lowered since). Throws `err`
+ * when there is none to try, or the last refusal.
+ */
+export async function renewShorter(handle: ServiceHandle, vm: AgentVM, refused: number, err: unknown): Promise<{ renewed: AgentVM; ttl: number }> {
+  const own = vm.ttl_seconds !== undefined && vm.ttl_seconds < refused ? vm.ttl_seconds : undefined;
+  let last = err;
+  for (const candidate of [own, "pool" as const]) {
+    const ttl = candidate === "pool" ? await poolMaxTtl(handle) : candidate;
+    if (ttl === undefined || ttl >= refused) continue;
+    try {
+      return { renewed: await handle.client.vms.renew(vm.id, ttl), ttl };
+    } catch (e) {
+      if (refusalOf(e)?.permanent !== true) throw e;
+      last = e;
+    }
+  }
+  throw last;
+}
+
+/** The pool's max_vm_ttl_seconds, where it can be read and is a positive integer. */
+async function poolMaxTtl(handle: ServiceHandle): Promise<number | undefined> {
+  const max = await handle.client.pool.config().then(
+    (c) => c.max_vm_ttl_seconds,
+    () => undefined,
+  );
+  return max !== undefined && Number.isSafeInteger(max) && max > 0 ? max : undefined;
 }
 
 function isLive(state: string | undefined): boolean {

@@ -6,7 +6,7 @@
 import { API_VERSION, DEFAULT_CONNECTION, kindNames } from "../api/names.js";
 import type { Sandbox, SandboxRun, SandboxRunSpec, SandboxRunStatus } from "../api/index.js";
 import type { ServiceHandle } from "../controllers/connection-pool.js";
-import { desiredAllocation, renewAtOf, ttlSeconds, type SandboxDeps } from "../controllers/sandbox.js";
+import { desiredAllocation, renewAtOf, renewShorter, ttlSeconds, type SandboxDeps } from "../controllers/sandbox.js";
 import { formatTime } from "../runtime/status.js";
 import { ServiceError, isNotFound, refusalOf, type AllocateVMRequest } from "../service/index.js";
 import { isLiveVMState } from "./vm.js";
@@ -127,10 +127,9 @@ export async function keepRunVM(run: SandboxRun, handle: ServiceHandle, vmId: st
       renewed = await handle.client.vms.renew(vmId, ttl);
     } catch (err) {
       // Refused for the template's TTL (a pool's max_vm_ttl_seconds lowered since): renewed
-      // with the TTL the VM has, which the service took, rather than lost mid-run.
-      if (refusalOf(err)?.permanent !== true || own === undefined || own === ttl) throw err;
-      renewed = await handle.client.vms.renew(vmId, own);
-      ttl = own;
+      // with a shorter one the service takes, rather than lost mid-run.
+      if (refusalOf(err)?.permanent !== true) throw err;
+      ({ renewed, ttl } = await renewShorter(handle, vm, ttl, err));
     }
   } catch (err) {
     if (!isNotFound(err)) throw err;

@@ -8,7 +8,7 @@ import pino from "pino";
 import { InvalidEndpointError, ServiceError, isAuthError } from "./errors.js";
 import { HttpTransport } from "./http.js";
 import { OPERATIONS, REGISTRY, decodeJson, dedupe, pathOf, queryString } from "./operations.js";
-import type { AgentsAPI, ArgsOf, DeploymentsAPI, OperationName, OperationSpec, ResultOf, SkillsAPI, UsageAPI, VMsAPI } from "./operations.js";
+import type { AgentsAPI, ArgsOf, DeploymentsAPI, OperationName, OperationSpec, PoolAPI, ResultOf, SkillsAPI, UsageAPI, VMsAPI } from "./operations.js";
 import { DEFAULTS, resolveRetry } from "./options.js";
 import type { Forwarding, ServiceClientHooks, ServiceClientOptions } from "./options.js";
 import { ClientRateLimiter, type RateLimitOptions } from "./rate-limit.js";
@@ -24,7 +24,7 @@ export const REFUSAL_HOLD_MS = 30_000;
 /** What the token service said of a client's credentials (`ServiceClient.credentials()`). */
 export type CredentialsVerdict = "accepted" | "refused" | "unknown";
 
-export type { AgentsAPI, DeploymentsAPI, SkillsAPI, UsageAPI, VMsAPI } from "./operations.js";
+export type { AgentsAPI, DeploymentsAPI, PoolAPI, SkillsAPI, UsageAPI, VMsAPI } from "./operations.js";
 export type { ServiceClientHooks, ServiceClientOptions } from "./options.js";
 
 /** Page size used by the listAll helpers and usage.list. */
@@ -115,6 +115,10 @@ export class ServiceClient {
     get: (name) => this.call("skills.get", name),
     update: (name, req) => this.call("skills.update", name, req),
     delete: (name) => this.call("skills.delete", name),
+  };
+
+  readonly pool: PoolAPI = {
+    config: () => this.call("pool.config"),
   };
 
   readonly usage: UsageAPI = {

@@ -39,6 +39,7 @@ export type Operation =
   | "skills.delete"
   | "usage.list"
   | "usage.summary"
+  | "pool.config"
   | "access.clients"
   | "token";
 

@@ -32,6 +32,7 @@ import type {
   UsageQuery,
   UsageRecord,
   UsageSummary,
+  PoolConfig,
 } from "./types.js";
 
 // ---------------------------------------------------------------------------------------
@@ -76,6 +77,10 @@ export interface SkillsAPI {
   get(name: string): Promise<Skill>;
   update(name: string, req: SkillRequest): Promise<Skill>;
   delete(name: string): Promise<void>;
+}
+
+export interface PoolAPI {
+  config(): Promise<PoolConfig>;
 }
 
 export interface UsageAPI {
@@ -189,6 +194,7 @@ export const OPERATIONS = {
     decode: arrayOf("records"),
   }),
   "usage.summary": op<[], UsageSummary>({ method: "GET", cls: "idempotent", path: `${COMPUTE}/usage/summary`, decode: objectOf }),
+  "pool.config": op<[], PoolConfig>({ method: "GET", cls: "idempotent", path: `${COMPUTE}/pool/config`, decode: objectOf }),
   "access.clients": op<[], AccessClient[]>({ method: "GET", cls: "idempotent", path: `${COMPUTE}/access/clients`, decode: arrayOf("clients") }),
 } satisfies Record<Exclude<Operation, "token">, OperationSpec<never, unknown>>;
 

@@ -257,6 +257,12 @@ export interface UsageRecord {
   reason: string;
 }
 
+/** The VM pool's configuration (GET /compute/v1/pool/config); only what the operator reads is typed. */
+export interface PoolConfig {
+  /** The longest ttl_seconds an allocation or a renewal may ask for. */
+  max_vm_ttl_seconds?: number;
+}
+
 export interface UsageSummary {
   period_start: string;
   period_end: string;

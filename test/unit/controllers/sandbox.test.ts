@@ -693,7 +693,7 @@ describe("a ttlSeconds the service refuses", () => {
     expect(condition(sandbox(), "Stalled")).toMatchObject({
       status: "True",
       reason: "ServiceRejected",
-      message: expect.stringContaining("spec.ttlSeconds 86400 was refused at the VM's renewal: the VM is renewed with the TTL it had, 600 s"),
+      message: expect.stringContaining("spec.ttlSeconds 86400 was refused at the VM's renewal: the VM is renewed with 600 s instead"),
     });
     expect(w.events.at(-1)).toMatchObject({ type: "Warning", reason: "ServiceRejected" });
     expect(sandbox().status?.renewEverySeconds).toBe(480);
@@ -702,7 +702,18 @@ describe("a ttlSeconds the service refuses", () => {
     expect(first.requeueAfterMs).toBeGreaterThan(420_000);
     expect(first.requeueAfterMs).toBeLessThanOrEqual(480_000);
 
-    w.advance(first.requeueAfterMs);
+    // A pass between two renewals (a resync, a Secret's event): the refusal stands, nothing sent.
+    const warnings = w.events.length;
+    w.advance(100_000);
+    resync();
+    w.emu.clearRequests();
+    await w.reconcile(kind(), "sb");
+    expect(renewals()).toEqual([]);
+    expect(condition(sandbox(), "Stalled")).toMatchObject({ status: "True", reason: "ServiceRejected" });
+    expect(condition(sandbox(), "Ready")?.status).toBe("False");
+    expect(w.events.length).toBe(warnings);
+
+    w.advance(first.requeueAfterMs - 100_000);
     w.emu.clearRequests();
     const second = (await w.reconcile(kind(), "sb")) as { requeueAfterMs: number };
     expect(renewals()).toEqual([200]);
@@ -725,6 +736,30 @@ describe("a ttlSeconds the service refuses", () => {
     expect(condition(sandbox(), "Ready")).toMatchObject({ status: "True" });
     expect(condition(sandbox(), "Stalled")).toMatchObject({ status: "False" });
     expect(sandbox().status?.vmId).toBe(vmId);
+  });
+
+  it("costs no VM when the pool's maximum is lowered below the TTL the VM has: renewed with the maximum", async () => {
+    apply({}); // 600 s
+    await w.reconcile(kind(), "sb");
+    const vmId = sandbox().status?.vmId as string;
+    w.emu.state.updatePoolConfig({ max_vm_ttl_seconds: 300 });
+    w.advance(481_000); // due
+    w.emu.clearRequests();
+    const result = (await w.reconcile(kind(), "sb")) as { requeueAfterMs: number };
+    expect(renewals()).toEqual([400, 200]);
+    expect(w.emu.state.vms.get(vmId)?.expiresAt).toBe(w.clock.ms + 300_000);
+    expect(condition(sandbox(), "Stalled")).toMatchObject({
+      status: "True",
+      reason: "ServiceRejected",
+      message: expect.stringContaining("spec.ttlSeconds 600 was refused at the VM's renewal: the VM is renewed with 300 s instead"),
+    });
+    // On the 300 s TTL's window (60 s), not due again at once.
+    expect(result.requeueAfterMs).toBeGreaterThan(230_000);
+    expect(result.requeueAfterMs).toBeLessThanOrEqual(240_000);
+    w.advance(result.requeueAfterMs);
+    await w.reconcile(kind(), "sb");
+    expect(renewals()).toEqual([200]);
+    expect(w.emu.state.vms.get(vmId)?.expiresAt).toBe(w.clock.ms + 300_000);
   });
 
   it("after a restart, tries the refused TTL once, renews with the VM's own, and goes on with that", async () => {
