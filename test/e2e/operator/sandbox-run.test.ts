@@ -23,6 +23,23 @@ interface StepStatus {
 const steps = (r: Resource) => (r.status?.steps ?? []) as StepStatus[];
 const run = (name: string) => getResource(t.stack.kube, "sandboxruns", t.namespace, name);
 
+/** The run, once its first step is started (its command id in status). */
+function firstStepStarted(name: string): Promise<Resource> {
+  return waitFor(
+    async () => {
+      const r = await run(name);
+      return steps(r)[0]?.commandId !== undefined ? r : undefined;
+    },
+    { timeoutMs: 60_000, description: `sandboxrun/${name}'s first step started` },
+  );
+}
+
+/** When a run's activeDeadlineSeconds pass (ms since the epoch). */
+const deadlineOf = (r: Resource): number => Date.parse(r.status?.startTime as string) + (r.spec?.activeDeadlineSeconds as number) * 1000;
+
+/** Resolves `extraMs` after the time `at` (ms since the epoch). */
+const sleepPast = (at: number, extraMs: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, Math.max(0, at - Date.now()) + extraMs));
+
 /** Waits until the run has finished (Succeeded or Failed). */
 function finished(name: string, timeoutMs = 60_000): Promise<Resource> {
   return waitFor(
@@ -216,13 +233,9 @@ spec: {tier: standard, ttlSeconds: 3600}`, t.namespace);
   activeDeadlineSeconds: 4
   steps:
     - {name: quick, command: 'sleep 1; echo done'}`), t.namespace);
-    const started = await waitFor(async () => {
-      const x = await run("late-look");
-      return steps(x)[0]?.commandId !== undefined ? x : undefined;
-    }, { description: "the step running" });
-    const deadline = Date.parse(started.status?.startTime as string) + 4_000;
+    const deadline = deadlineOf(await firstStepStarted("late-look"));
     // The step ends after a second; the operator is back once the deadline has passed.
-    await t.stack.restartOperator(() => new Promise((resolve) => setTimeout(resolve, Math.max(0, deadline - Date.now()) + 1_000)));
+    await t.stack.restartOperator(() => sleepPast(deadline, 1_000));
     const r = await finished("late-look");
     expect(r.status?.phase).toBe("Succeeded");
     expect(steps(r)[0]).toMatchObject({ name: "quick", exitCode: 0, output: "done\n" });
@@ -234,16 +247,12 @@ spec: {tier: standard, ttlSeconds: 3600}`, t.namespace);
   activeDeadlineSeconds: 4
   steps:
     - {name: stuck, command: 'sleep 60'}`), t.namespace);
-    const started = await waitFor(async () => {
-      const x = await run("wedged");
-      return steps(x)[0]?.commandId !== undefined ? x : undefined;
-    }, { description: "the step running" });
-    const deadline = Date.parse(started.status?.startTime as string) + 4_000;
+    const deadline = deadlineOf(await firstStepStarted("wedged"));
     const BAD_GATEWAY = { status: 502, body: { code: 502, error_code: "bad_gateway", message: "the VM's runtime does not answer" } };
     try {
       await t.stack.restartOperator(async () => {
         t.stack.emulator.injectFault({ path: new RegExp(`^/compute/v1/vms/${vmId}/r/`), times: Infinity, action: BAD_GATEWAY });
-        await new Promise((resolve) => setTimeout(resolve, Math.max(0, deadline - Date.now()) + 500));
+        await sleepPast(deadline, 500);
       });
       const r = await finished("wedged");
       expect(r.status?.phase).toBe("Failed");
@@ -258,10 +267,7 @@ spec: {tier: standard, ttlSeconds: 3600}`, t.namespace);
     await apply(runManifest(name, `
   steps:
     - {name: forever, command: 'sleep 300'}`), t.namespace);
-    const r = await waitFor(async () => {
-      const x = await run(name);
-      return steps(x)[0]?.commandId !== undefined ? x : undefined;
-    }, { description: `sandboxrun/${name}'s step running` });
+    const r = await firstStepStarted(name);
     const rt = t.stack.emulator.runtimes.get(await sandboxVM());
     const commandId = steps(r)[0]!.commandId!;
     expect(rt?.command(commandId)?.running).toBe(true);
@@ -738,7 +744,7 @@ data: {cfg.txt: from-v1}
   steps:
     - {name: read, command: 'sleep 2; cat cfg.txt'}
     - {name: after, command: 'echo second'}`)}`, t.namespace);
-    await waitFor(async () => steps(await run("pruned-inputs"))[0]?.startedAt !== undefined, { timeoutMs: 60_000, description: "the first step started" });
+    await firstStepStarted("pruned-inputs");
     await kubectlOk(["delete", "configmap", "inputs-v1"], { namespace: t.namespace });
     const r = await finished("pruned-inputs");
     expect(r.status?.phase).toBe("Succeeded");
@@ -759,7 +765,7 @@ stringData: {TOKEN: ${SECRET_VALUE}}
   envFrom: [{secretRef: {name: short-lived}}]
   steps:
     - {name: print, command: 'sleep 2; echo "token=$TOKEN"'}`)}`, t.namespace);
-    await waitFor(async () => steps(await run("secret-gone"))[0]?.startedAt !== undefined, { timeoutMs: 60_000, description: "the step started" });
+    await firstStepStarted("secret-gone");
     await kubectlOk(["delete", "secret", "short-lived"], { namespace: t.namespace });
     const r = await finished("secret-gone");
     expect(r.status?.phase).toBe("Succeeded");
@@ -774,10 +780,7 @@ stringData: {TOKEN: ${SECRET_VALUE}}
   steps:
     - {name: wait, command: 'sleep 2; echo one'}
     - {name: last, command: 'echo two'}`), t.namespace);
-    const started = await waitFor(async () => {
-      const r = await run("output-blocked");
-      return steps(r)[0]?.startedAt !== undefined ? r : undefined;
-    }, { timeoutMs: 60_000, description: "the first step started" });
+    const started = await firstStepStarted("output-blocked");
     // Both names the output may have are taken by ConfigMaps of the user's.
     await apply(`
 apiVersion: v1

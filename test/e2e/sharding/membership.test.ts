@@ -45,6 +45,18 @@ function member(ns: string, identity: string, lost: string[] = [], ownsChecks = 
   });
 }
 
+/**
+ * Member "pod-a", whose identity is its Pod's name (POD_NAME, as in manifests/) and whose
+ * Lease records its process (Pod `uid`, as crash-report.ts reads it), and member "b".
+ */
+function podMemberAndAnother(ns: string, uid: string, timings: typeof TIMINGS): { a: MemberLease; b: MemberLease } {
+  const common = { client: admin, namespace: ns, ring: RING, logger: testLogger(), ...timings, onLost: () => undefined };
+  return {
+    a: new MemberLease({ ...common, name: "m-a", identity: "pod-a", process: { namespace: ns, pod: "pod-a", uid, container: OPERATOR_CONTAINER, since: new Date().toISOString() } }),
+    b: new MemberLease({ ...common, name: "m-b", identity: "b" }),
+  };
+}
+
 /** A logger keeping each message with the performance.now() it was logged at. */
 function recordingLogger(logged: Array<{ msg: string; at: number }>): Logger {
   return pino({ level: "debug" }, { write: (line: string) => logged.push({ msg: (JSON.parse(line) as { msg: string }).msg, at: performance.now() }) });
@@ -256,19 +268,7 @@ describe("shard membership (real API server)", () => {
       state: { running: { startedAt: kubeletTime(Date.now() - 5_000) } },
       lastState: { terminated: { exitCode: 137, reason: "Error", startedAt: kubeletTime(Date.now() - 20_000), finishedAt: kubeletTime(Date.now() - 10_000) } },
     });
-    // Its identity is its Pod's name (POD_NAME), as in manifests/.
-    const a = new MemberLease({
-      client: admin,
-      namespace: ns,
-      name: "m-a",
-      identity: "pod-a",
-      ring: RING,
-      logger: testLogger(),
-      ...LONG,
-      onLost: () => undefined,
-      process: { namespace: ns, pod: "pod-a", uid, container: OPERATOR_CONTAINER, since: new Date().toISOString() },
-    });
-    const b = new MemberLease({ client: admin, namespace: ns, name: "m-b", identity: "b", ring: RING, logger: testLogger(), ...LONG, onLost: () => undefined });
+    const { a, b } = podMemberAndAnother(ns, uid, LONG);
     await Promise.all([a.start(), b.start()]);
     const seen: string[][] = [];
     const crashReports = new CrashReports({ client: admin, namespace: ns, logger: testLogger() });
@@ -300,18 +300,7 @@ describe("shard membership (real API server)", () => {
     const replica = await actingAs(ns, "replica", [{ apiGroups: ["coordination.k8s.io"], resources: ["leases"], verbs: ["get", "list", "watch", "create", "update", "patch", "delete"] }]);
     const MEDIUM = { leaseDurationMs: 15_000, renewDeadlineMs: 10_000, retryPeriodMs: 400 };
     const { POD_UID: uid = "" } = await podForReplica(admin, ns, "pod-a");
-    const a = new MemberLease({
-      client: admin,
-      namespace: ns,
-      name: "m-a",
-      identity: "pod-a",
-      ring: RING,
-      logger: testLogger(),
-      ...MEDIUM,
-      onLost: () => undefined,
-      process: { namespace: ns, pod: "pod-a", uid, container: OPERATOR_CONTAINER, since: new Date().toISOString() },
-    });
-    const b = new MemberLease({ client: admin, namespace: ns, name: "m-b", identity: "b", ring: RING, logger: testLogger(), ...MEDIUM, onLost: () => undefined });
+    const { a, b } = podMemberAndAnother(ns, uid, MEDIUM);
     await Promise.all([a.start(), b.start()]);
     const logged: Array<{ msg: string; at: number }> = [];
     const crashReports = new CrashReports({ client: replica, namespace: ns, logger: recordingLogger(logged) });
