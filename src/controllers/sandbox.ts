@@ -647,17 +647,10 @@ class SandboxClient implements ExternalClient<Sandbox, SandboxPlan> {
    */
   private async renewVM(cr: Sandbox, vm: AgentVM, upkeep: boolean): Promise<{ renewed: AgentVM; ttl: number; refused?: unknown }> {
     const uid = cr.metadata.uid;
-    const ttl = upkeep ? this.renewalTtl(cr, vm.id) : ttlSeconds(cr);
-    try {
-      const renewed = await this.handle.client.vms.renew(vm.id, ttl);
-      if (ttl === ttlSeconds(cr)) this.deps.refusedTtls.delete(uid);
-      return { renewed, ttl };
-    } catch (err) {
-      if (refusalOf(err)?.permanent !== true) throw err;
-      const shorter = await renewShorter(this.handle, vm, ttl, err);
-      this.deps.refusedTtls.set(uid, { vmId: vm.id, ttl: ttlSeconds(cr), instead: shorter.ttl });
-      return { ...shorter, refused: err };
-    }
+    const renewal = await renewVMFor(this.handle, vm, upkeep ? this.renewalTtl(cr, vm.id) : ttlSeconds(cr));
+    if (renewal.refused !== undefined) this.deps.refusedTtls.set(uid, { vmId: vm.id, ttl: ttlSeconds(cr), instead: renewal.ttl });
+    else if (renewal.ttl === ttlSeconds(cr)) this.deps.refusedTtls.delete(uid);
+    return renewal;
   }
 
   /** The renewals of `vm` this process counted, or, for one it has not renewed, what status says. */
@@ -780,19 +773,27 @@ function madeForOtherSpec(cr: Sandbox, vm: AgentVM, sameSpec: (recorded: string 
 }
 
 /**
- * Renews `vm` after the service refused `refused` seconds for it (a 400: bounds it does not
- * publish), with a shorter TTL it may take: the VM's own, which it accepted before (the spec's
- * was raised), else the pool's `max_vm_ttl_seconds` (a maximum lowered since). Throws `err`
- * when there is none to try, or the last refusal.
+ * Renews `vm` (a Sandbox's, or a run's own) for `ttl` seconds; if the service refuses that TTL
+ * (a 400: bounds it does not publish), with a shorter one it may take: the VM's own, which it
+ * accepted before (the spec's was raised), else the pool's `max_vm_ttl_seconds` (a maximum
+ * lowered since). The TTL it was renewed for, and the refusal if there was one. Throws the
+ * refusal when no shorter TTL is taken, and any other error as it is.
  */
-export async function renewShorter(handle: ServiceHandle, vm: AgentVM, refused: number, err: unknown): Promise<{ renewed: AgentVM; ttl: number }> {
-  const own = vm.ttl_seconds !== undefined && vm.ttl_seconds < refused ? vm.ttl_seconds : undefined;
-  let last = err;
+export async function renewVMFor(handle: ServiceHandle, vm: AgentVM, ttl: number): Promise<{ renewed: AgentVM; ttl: number; refused?: unknown }> {
+  let refused: unknown;
+  try {
+    return { renewed: await handle.client.vms.renew(vm.id, ttl), ttl };
+  } catch (err) {
+    if (refusalOf(err)?.permanent !== true) throw err;
+    refused = err;
+  }
+  let last = refused;
+  const own = vm.ttl_seconds !== undefined && vm.ttl_seconds < ttl ? vm.ttl_seconds : undefined;
   for (const candidate of [own, "pool" as const]) {
-    const ttl = candidate === "pool" ? await poolMaxTtl(handle) : candidate;
-    if (ttl === undefined || ttl >= refused) continue;
+    const shorter = candidate === "pool" ? await poolMaxTtl(handle) : candidate;
+    if (shorter === undefined || shorter >= ttl) continue;
     try {
-      return { renewed: await handle.client.vms.renew(vm.id, ttl), ttl };
+      return { renewed: await handle.client.vms.renew(vm.id, shorter), ttl: shorter, refused };
     } catch (e) {
       if (refusalOf(e)?.permanent !== true) throw e;
       last = e;

@@ -6,9 +6,9 @@
 import { API_VERSION, DEFAULT_CONNECTION, kindNames } from "../api/names.js";
 import type { Sandbox, SandboxRun, SandboxRunSpec, SandboxRunStatus } from "../api/index.js";
 import type { ServiceHandle } from "../controllers/connection-pool.js";
-import { desiredAllocation, renewAtOf, renewShorter, ttlSeconds, type SandboxDeps } from "../controllers/sandbox.js";
+import { desiredAllocation, renewAtOf, renewVMFor, ttlSeconds, type SandboxDeps } from "../controllers/sandbox.js";
 import { formatTime } from "../runtime/status.js";
-import { ServiceError, isNotFound, refusalOf, type AllocateVMRequest } from "../service/index.js";
+import { ServiceError, isNotFound, type AllocateVMRequest } from "../service/index.js";
 import { isLiveVMState } from "./vm.js";
 
 /** What allocating needs of a Sandbox's dependencies: the Secrets (envFrom) and Skills to wait for. */
@@ -120,17 +120,12 @@ export async function keepRunVM(run: SandboxRun, handle: ServiceHandle, vmId: st
   const own = vm.ttl_seconds;
   const dueAt = renewAtOf(template, vmId, expiresAt, Math.min(ttlSeconds(template), own ?? Infinity));
   if (now() < dueAt) return dueAt;
-  let ttl = ttlSeconds(template);
   let renewed;
+  let ttl;
   try {
-    try {
-      renewed = await handle.client.vms.renew(vmId, ttl);
-    } catch (err) {
-      // Refused for the template's TTL (a pool's max_vm_ttl_seconds lowered since): renewed
-      // with a shorter one the service takes, rather than lost mid-run.
-      if (refusalOf(err)?.permanent !== true) throw err;
-      ({ renewed, ttl } = await renewShorter(handle, vm, ttl, err));
-    }
+    // Refused for the template's TTL (a pool's max_vm_ttl_seconds lowered since): renewed with
+    // a shorter one the service takes, rather than lost mid-run.
+    ({ renewed, ttl } = await renewVMFor(handle, vm, ttlSeconds(template)));
   } catch (err) {
     if (!isNotFound(err)) throw err;
     handle.vms.remove(vmId);
