@@ -219,6 +219,21 @@ export function desiredAllocation(
 }
 
 /**
+ * The values an allocation's env takes from the spec's envFrom Secrets: the client scrubs them
+ * from the service's answers whatever their length. None of a Secret that cannot be read (the
+ * allocation, which reads them first, says so).
+ */
+export function envFromValues(cr: Sandbox, store: SandboxDeps["store"]): string[] {
+  return (cr.spec.envFrom ?? []).flatMap((from, i) => {
+    try {
+      return Object.values(store.secretData(cr.metadata.namespace, from.secretRef.name, `spec.envFrom[${i}].secretRef.name`));
+    } catch {
+      return [];
+    }
+  });
+}
+
+/**
  * What makes a VM different: a change replaces it. Env values (Secret values included) enter
  * only through a salted hash, so status never reveals them. The skills count as a set: listing
  * them in another order asks for the same VM. (`skillsAsListed`: the hash of the VMs allocated
@@ -502,7 +517,7 @@ class SandboxClient implements ExternalClient<Sandbox, SandboxPlan> {
   async create(cr: Sandbox): Promise<ActionResult<SandboxStatus>> {
     const replacing = sandboxExternalId(cr);
     const request = this.desired(cr);
-    const vm = await this.allocate(request);
+    const vm = await this.allocate(cr, request);
     const result = this.afterAllocate(cr, vm, request);
     if (replacing !== undefined) {
       result.event = {
@@ -526,7 +541,7 @@ class SandboxClient implements ExternalClient<Sandbox, SandboxPlan> {
             `remove the annotation ${Annotations.externalId} to have it replaced (a new VM allocated, ${current.id} released), or put the spec back`,
         );
       }
-      const vm = await this.allocate(plan.request);
+      const vm = await this.allocate(cr, plan.request);
       const replaced = this.afterAllocate(cr, vm, plan.request);
       try {
         await this.giveBack(cr, current.id);
@@ -620,7 +635,7 @@ class SandboxClient implements ExternalClient<Sandbox, SandboxPlan> {
       }
       if (!(cr.spec.keepAlive ?? true)) return { status: { state: "expired" } };
       const request = this.desired(cr);
-      const vm = await this.allocate(request);
+      const vm = await this.allocate(cr, request);
       return {
         ...this.afterAllocate(cr, vm, request),
         event: { reason: "VMReplaced", message: `VM ${current.id} was gone at renewal; allocated ${vm.vm_id}`, warning: true },
@@ -702,9 +717,9 @@ class SandboxClient implements ExternalClient<Sandbox, SandboxPlan> {
     for (const each of ids) await this.giveBack(cr, each);
   }
 
-  private async allocate(request: AllocateVMRequest): Promise<Allocation> {
+  private async allocate(cr: Sandbox, request: AllocateVMRequest): Promise<Allocation> {
     try {
-      const vm = await this.handle.client.vms.allocate(request);
+      const vm = await this.handle.client.vms.allocate(request, envFromValues(cr, this.deps.store));
       this.handle.vms.put(vmOf(vm, request, this.deps.now()));
       return vm;
     } catch (err) {

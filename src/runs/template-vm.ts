@@ -6,7 +6,7 @@
 import { API_VERSION, DEFAULT_CONNECTION, kindNames } from "../api/names.js";
 import type { Sandbox, SandboxRun, SandboxRunSpec, SandboxRunStatus } from "../api/index.js";
 import type { ServiceHandle } from "../controllers/connection-pool.js";
-import { desiredAllocation, renewAtOf, renewVMFor, ttlSeconds, type SandboxDeps } from "../controllers/sandbox.js";
+import { desiredAllocation, envFromValues, renewAtOf, renewVMFor, ttlSeconds, type SandboxDeps } from "../controllers/sandbox.js";
 import { formatTime } from "../runtime/status.js";
 import { ServiceError, isNotFound, type AllocateVMRequest } from "../service/index.js";
 import { isLiveVMState } from "./vm.js";
@@ -66,9 +66,10 @@ export async function ensureRunVM(run: SandboxRun, handle: ServiceHandle, deps: 
   const usable = (id: string): boolean => id !== lost && !(Date.parse(handle.vms.get(id)?.expires_at ?? "") <= now);
   const [own] = (await liveVMsOf(run, handle)).filter(usable);
   if (own !== undefined) return own;
-  const request = desiredAllocation(asSandbox(run, { lengthened: true }), handle, deps);
+  const sandbox = asSandbox(run, { lengthened: true });
+  const request = desiredAllocation(sandbox, handle, deps);
   try {
-    const vm = await allocateWithin(handle, request, run.spec.sandboxTemplate?.ttlSeconds);
+    const vm = await allocateWithin(handle, request, run.spec.sandboxTemplate?.ttlSeconds, envFromValues(sandbox, deps.store));
     // Recorded in the snapshot, so a retry before status holds the id finds it by marker.
     handle.vms.put({ id: vm.vm_id, state: vm.state, tier: vm.tier, ...(request.metadata && { metadata: request.metadata }), ...(vm.expires_at && { expires_at: vm.expires_at }) });
     return vm.vm_id;
@@ -84,13 +85,13 @@ export async function ensureRunVM(run: SandboxRun, handle: ServiceHandle, deps: 
  * published: a pool may cap it) is asked for again at the template's own, the run then having
  * that long before its VM runs out. Any other refusal is refused again, and stands.
  */
-async function allocateWithin(handle: ServiceHandle, request: AllocateVMRequest, templateTTL: number | undefined) {
+async function allocateWithin(handle: ServiceHandle, request: AllocateVMRequest, templateTTL: number | undefined, secretValues: string[]) {
   try {
-    return await handle.client.vms.allocate(request);
+    return await handle.client.vms.allocate(request, secretValues);
   } catch (err) {
     const lengthened = templateTTL !== undefined && (request.ttl_seconds ?? 0) > templateTTL;
     if (!lengthened || !(err instanceof ServiceError) || err.status !== 400) throw err;
-    return handle.client.vms.allocate({ ...request, ttl_seconds: templateTTL });
+    return handle.client.vms.allocate({ ...request, ttl_seconds: templateTTL }, secretValues);
   }
 }
 

@@ -98,7 +98,7 @@ export class ServiceClient {
   };
 
   readonly vms: VMsAPI = {
-    allocate: (req) => this.call("vms.allocate", req),
+    allocate: (req, secretValues) => this.call("vms.allocate", req, secretValues),
     list: (q) => this.call("vms.list", q),
     listAll: async (q) => dedupe(await pageAll((limit, offset) => this.vms.list({ ...q, limit, offset })), (v) => v.id),
     get: (id) => this.call("vms.get", id),

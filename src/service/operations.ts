@@ -59,7 +59,11 @@ export interface DeploymentsAPI {
 }
 
 export interface VMsAPI {
-  allocate(req: AllocateVMRequest): Promise<Allocation>;
+  /**
+   * `secretValues`: the values `req.env` holds from Secrets, scrubbed from the service's answers
+   * whatever their length (an env value is scrubbed only from 8 characters: most are plain).
+   */
+  allocate(req: AllocateVMRequest, secretValues?: readonly string[]): Promise<Allocation>;
   list(q?: ListVMsQuery): Promise<AgentVM[]>;
   listAll(q?: Omit<ListVMsQuery, "limit" | "offset">): Promise<AgentVM[]>;
   get(id: string): Promise<AgentVM>;
@@ -153,8 +157,9 @@ export const OPERATIONS = {
   "deployments.delete": op<[id: string], void>({ method: "DELETE", cls: "idempotent", path: `${COMPUTE}/deployments/{id}`, decode: nothing }),
 
   // ------------------------------------------------------------------ VMs
-  "vms.allocate": op<[req: AllocateVMRequest], Allocation>({
-    method: "POST", cls: "unsafe", path: `${COMPUTE}/vms/allocate`, body: (req) => req, secrets: (req) => envSecrets(req.env), decode: objectOf,
+  "vms.allocate": op<[req: AllocateVMRequest, secretValues?: readonly string[]], Allocation>({
+    method: "POST", cls: "unsafe", path: `${COMPUTE}/vms/allocate`, body: (req) => req,
+    secrets: (req, secretValues) => envSecrets(req.env, secretValues), decode: objectOf,
   }),
   "vms.list": op<[q?: ListVMsQuery], AgentVM[]>({
     method: "GET", cls: "idempotent", path: `${COMPUTE}/vms`, query: (q) => ({ ...q }), decode: arrayOf("vms"),
@@ -228,10 +233,14 @@ export function queryString(q: Query | undefined): string {
   return out;
 }
 
-/** Environment values may come from Secrets (envFrom): keep them out of error text. */
-function envSecrets(env: Record<string, string> | undefined): string[] | undefined {
-  if (env === undefined) return undefined;
-  const vals = Object.values(env).filter((v) => typeof v === "string" && v.length >= 8);
+/**
+ * Environment values may come from Secrets (envFrom): keep them out of error text. Those the
+ * caller names as Secret values are kept out whatever their length (scrub matches one of under
+ * 4 characters only where it stands alone); of the others, only those long enough not to be
+ * ordinary words ("true", "prod") that an error message must keep.
+ */
+function envSecrets(env: Record<string, string> | undefined, secretValues: readonly string[] = []): string[] | undefined {
+  const vals = [...Object.values(env ?? {}).filter((v) => typeof v === "string" && v.length >= 8), ...secretValues.filter((v) => v !== "")];
   return vals.length > 0 ? vals : undefined;
 }
 

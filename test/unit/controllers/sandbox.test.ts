@@ -333,6 +333,18 @@ describe("Sandbox", () => {
     expect(w.writes()).toEqual(["vms.allocate", "vms.release"]);
   });
 
+  it("keeps a short value of an envFrom Secret out of the refusal it reports, and a short plain env value in it", async () => {
+    w.secrets.set({ metadata: { name: "env", namespace: NS }, data: { PIN: Buffer.from("k9Zq").toString("base64") } });
+    apply({ env: { MODE: "prod" }, envFrom: [{ secretRef: { name: "env" } }] });
+    // A service that quotes the request it refuses.
+    w.emu.injectFault({ method: "POST", path: "/compute/v1/vms/allocate", action: { status: 400, body: { code: 400, error_code: "invalid_env", message: "env PIN=k9Zq MODE=prod refused" } } });
+    await w.reconcile(kind(), "sb").catch(() => undefined);
+    const message = condition(sandbox(), "Ready")?.message ?? "";
+    expect(message).toContain("env PIN=[REDACTED] MODE=prod refused");
+    expect(JSON.stringify(sandbox().status)).not.toContain("k9Zq");
+    expect(JSON.stringify(w.events)).not.toContain("k9Zq");
+  });
+
   it("keeps renewing its VM while the replacement a spec change asks for cannot be allocated, and retries no later than the next renewal", async () => {
     apply({});
     await w.reconcile(kind(), "sb");
