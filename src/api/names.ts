@@ -34,8 +34,9 @@ export const Annotations = {
   claimedName: `${GROUP}/claimed-name`,
   /**
    * Written by the operator with the claim: a hash of the content, files and description the
-   * create sends, by which a skill that create made (its answer lost) is told from one someone
-   * else made under the name.
+   * create sends (comma-separated, with those of earlier creates none of which was answered),
+   * by which a skill that create made (its answer lost) is told from one someone else made
+   * under the name.
    */
   claimedContent: `${GROUP}/claimed-content`,
 } as const;

@@ -39,7 +39,8 @@ function contentHash(s: { content?: string; resources?: Record<string, string>; 
  * Whether the skill `found` under the resource's name is its own. Status naming it, with what
  * only a service answer gives (created by this resource, or adopted), says so, as does the
  * adoption annotation. A claim alone says only that a create was tried: the skill is the one
- * it made (its answer lost) if it holds what that create sent (the claimed-content hash);
+ * it made (its answer lost) if it holds what that create, or one before it, sent (the
+ * claimed-content hashes, see claimedContent);
  * otherwise someone else made it between this resource's look and its create (another Skill
  * of that name elsewhere, another replica, a script), and overwriting it would take it from
  * them. A claim made before the hash existed is compared with what a create would send now.
@@ -52,7 +53,27 @@ function isOwn(cr: Skill, found: ServiceSkill, desired: () => DesiredSkill): boo
   if (status?.skillName === name && (status.contentHash !== undefined || status.createdAt !== undefined)) return true;
   if (!claimed(cr, name)) return false;
   const sent = annotations[Annotations.claimedContent];
-  return contentHash(found) === (sent ?? contentHash(desired()));
+  return sent === undefined ? contentHash(found) === contentHash(desired()) : claimedHashes(sent).includes(contentHash(found));
+}
+
+/** At most this many hashes in a claim: a create per spec edit while none is answered. */
+const MAX_CLAIMED_HASHES = 8;
+
+const claimedHashes = (annotation: string | undefined): string[] => (annotation === undefined || annotation === "" ? [] : annotation.split(","));
+
+/**
+ * The claimed-content annotation for a create that sends `sent`: that hash, first, then those
+ * claimed before it under the same name while no create was answered. A create whose answer
+ * was lost may land after the spec changed and a create of the new content was claimed; the
+ * skill it made is still this resource's own (isOwn), updated rather than taken for someone
+ * else's, and deleted with it. Once status holds an answer, only the hash of the next create.
+ */
+function claimedContent(cr: Skill, sent: string): string {
+  const annotations = cr.metadata.annotations ?? {};
+  const name = skillName(cr);
+  const answered = cr.status?.skillName === name && (cr.status.contentHash !== undefined || cr.status.createdAt !== undefined);
+  const before = annotations[Annotations.claimedName] === name && !answered ? claimedHashes(annotations[Annotations.claimedContent]) : [];
+  return [...new Set([sent, ...before])].slice(0, MAX_CLAIMED_HASHES).join(",");
 }
 
 /** Skills: their key in the service is their name, so the name is claimed before the create. */
@@ -71,7 +92,7 @@ export function skills(ctx: KindContext): ManagedKind<Skill, SkillPlan> {
       } catch {
         sent = undefined; // its ConfigMap not readable: nothing is created before it is
       }
-      return { [Annotations.claimedName]: skillName(cr), ...(sent !== undefined && { [Annotations.claimedContent]: sent }) };
+      return { [Annotations.claimedName]: skillName(cr), ...(sent !== undefined && { [Annotations.claimedContent]: claimedContent(cr, sent) }) };
     },
     // Content and files may come from ConfigMaps: fixing one is a fix of a refused skill.
     inputs: (cr) => fingerprint(desiredSkill(cr, ctx.store)),

@@ -83,6 +83,27 @@ describe("Skill", () => {
     expect(w.emu.state.skills.get("sk")).toBeUndefined();
   });
 
+  it("knows the skill a lost create made when it lands after a spec edit and a create of the new content: updates it, and deletes it with itself", async () => {
+    apply({ content: "v1" });
+    // Neither create is answered, and neither has landed yet when the next pass looks.
+    w.emu.injectFault({ method: "POST", path: "/compute/v1/skills", times: 2, action: { drop: "before" } });
+    await w.reconcile(kind(), "sk").catch(() => undefined);
+    apply({ content: "v2" }, skill().metadata.annotations);
+    resync();
+    await w.reconcile(kind(), "sk").catch(() => undefined);
+    expect(w.emu.state.skills.get("sk")).toBeUndefined();
+    // The first create lands late.
+    w.emu.state.createSkill({ name: "sk", content: "v1" });
+    resync();
+    await w.reconcile(kind(), "sk");
+    expect(condition(skill(), "Ready")?.status).toBe("True");
+    expect(w.events.filter((e) => e.reason === "NameTaken")).toEqual([]);
+    expect(w.emu.state.skills.get("sk")?.content).toBe("v2");
+    w.apply<Skill>("skills", { metadata: { name: "sk", deletionTimestamp: "2030-01-01T00:00:00Z" }, spec: skill().spec });
+    await w.reconcile(kind(), "sk");
+    expect(w.emu.state.skills.get("sk")).toBeUndefined();
+  });
+
   it("does not take a skill with its content and someone else's description for the one its create made", async () => {
     await w.handle().skills.ensureFresh();
     w.emu.state.createSkill({ name: "sk", content: "same", description: "theirs" });
