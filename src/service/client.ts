@@ -273,8 +273,21 @@ export class ServiceClient {
       secrets: spec.secrets?.(...args),
       writes: spec.method !== "GET",
     });
-    if (spec.decodeText !== undefined) return spec.decodeText(operation, res.status, res.text);
-    return spec.decode(operation, decodeJson(operation, res.status, res.text));
+    try {
+      if (spec.decodeText !== undefined) return spec.decodeText(operation, res.status, res.text);
+      return spec.decode(operation, decodeJson(operation, res.status, res.text));
+    } catch (err) {
+      // A create answered 2xx did what it was asked, though its answer cannot be read (a proxy's
+      // empty 200, a body cut short): the caller must look for what it made before making another.
+      if (spec.cls !== "unsafe" || !(err instanceof ServiceError)) throw err;
+      throw new ServiceError({
+        operation,
+        status: err.status,
+        message: `${err.message}; the request may have taken effect (outcome unknown): look it up before creating again`,
+        retryable: true,
+        outcomeUnknown: true,
+      });
+    }
   }
 
   /**

@@ -214,6 +214,15 @@ export interface ParsedErrorBody {
   snippet?: string;
 }
 
+/**
+ * Whether an error body is the service's own: compute's {code, error_code, message} or the
+ * registry's {error, message}. A proxy's answer (an HTML page, Envoy's text, a bare
+ * {"message"}) is not.
+ */
+export function isServiceErrorBody(body: ParsedErrorBody): boolean {
+  return body.errorCode !== undefined || body.serviceError !== undefined || body.code !== undefined;
+}
+
 const SNIPPET_MAX = 200;
 
 /**

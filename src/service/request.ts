@@ -5,7 +5,7 @@
 
 import { setTimeout as sleep } from "node:timers/promises";
 import type { Logger } from "pino";
-import { ServiceError, httpErrorMessage, parseErrorBody } from "./errors.js";
+import { ServiceError, httpErrorMessage, isServiceErrorBody, parseErrorBody } from "./errors.js";
 import type { Operation } from "./errors.js";
 import { TransportError } from "./http.js";
 import type { HttpMethod, HttpResponse, HttpTransport } from "./http.js";
@@ -88,7 +88,10 @@ export class Requester {
 
   /** The service answered 429: every call of the client waits until `retryAfterMs` (or a backoff) from now. */
   throttled(retryAfterMs: number | undefined, retries = 0): void {
-    this.d.limiter.pause(retryAfterMs ?? backoffDelay(retries, this.d.retry));
+    // At most maxDelayMs: a Retry-After of an hour (or an HTTP-date a skewed clock puts far
+    // ahead) must not hold every call of the client, VM renewals among them, for that long.
+    // A 429 after the pause pauses again.
+    this.d.limiter.pause(Math.min(retryAfterMs ?? backoffDelay(retries, this.d.retry), this.d.retry.maxDelayMs));
   }
 
   async call(spec: CallSpec): Promise<HttpResponse> {
@@ -151,7 +154,10 @@ export class Requester {
         continue;
       }
 
-      const failure: Failure = res !== undefined ? { kind: "status", status: res.status } : { kind: "network", sent: netErr?.sent ?? "maybe", permanent: netErr?.permanent ?? false };
+      const failure: Failure =
+        res !== undefined
+          ? { kind: "status", status: res.status, fromService: isServiceErrorBody(parseErrorBody(res.text, [])) }
+          : { kind: "network", sent: netErr?.sent ?? "maybe", permanent: netErr?.permanent ?? false };
       const verdict = judge(spec.cls, failure);
       const retryAfterMs = res !== undefined ? parseRetryAfter(res.headers["retry-after"], Date.now()) : undefined;
       if (res?.status === 429 && spec.limited) {

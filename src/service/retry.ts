@@ -9,13 +9,21 @@
  * - "unsafe": repeating it may do the work twice (agents.create, skills.create,
  *   deployments.deploy, vms.allocate, vms.execute). Retried only when the service certainly did
  *   nothing: nothing was sent (connection refused, DNS, connect timeout) or it answered 408,
- *   429 or 503. Anything else after sending makes the outcome unknown.
+ *   429 or (with its own error body) 503. Anything else after sending makes the outcome unknown.
  */
 export type RetryClass = "idempotent" | "unsafe";
 
 /** What went wrong with one attempt. */
 export type Failure =
-  | { kind: "status"; status: number }
+  | {
+      kind: "status";
+      status: number;
+      /**
+       * The answer carries the service's own error body ({code, error_code} or {error}); false
+       * for a proxy's (Envoy's "upstream reset before headers", a CDN's page). Undefined: not known.
+       */
+      fromService?: boolean;
+    }
   | {
       kind: "network";
       /** "no": the request never left (refused, DNS, connect timeout); "maybe": it may have been processed. */
@@ -35,15 +43,21 @@ export interface Verdict {
 
 // Answers that mean "not processed": 408 (server gave up reading the request), 429 (rate
 // limited before any work), 503 (unavailable; the service documents it for allocate's empty
-// pool as "retry shortly").
+// pool as "retry shortly"). A 503 a proxy answered (not the service's error body) is not
+// among them: a proxy sends one when the upstream reset the connection before its headers,
+// which may be after the service received the request.
 const NOT_PROCESSED = new Set([408, 429, 503]);
-// Answers that are transient but say nothing about whether the work was done.
-const MAYBE_PROCESSED = new Set([500, 502, 504]);
+// 5xx that say the server does not do what was asked (501 Not Implemented, 505 HTTP Version
+// Not Supported): nothing was done, and asking again gets the same answer. Any other 5xx
+// (500, 502, 504, 507, a CDN's 520-527, ...) is transient but says nothing about whether the
+// work was done.
+const NOT_SUPPORTED = new Set([501, 505]);
 
 export function judge(cls: RetryClass, f: Failure): Verdict {
   if (f.kind === "status") {
-    if (NOT_PROCESSED.has(f.status)) return { retry: true, transient: true, outcomeUnknown: false };
-    if (MAYBE_PROCESSED.has(f.status)) {
+    const proxied503 = f.status === 503 && f.fromService === false;
+    if (NOT_PROCESSED.has(f.status) && !proxied503) return { retry: true, transient: true, outcomeUnknown: false };
+    if (f.status >= 500 && f.status <= 599 && !NOT_SUPPORTED.has(f.status)) {
       return cls === "idempotent"
         ? { retry: true, transient: true, outcomeUnknown: false }
         : { retry: false, transient: true, outcomeUnknown: true };

@@ -5,8 +5,10 @@
 // - All callers that need a fresh token at the same moment share ONE in-flight request.
 // - `invalidate(token)` is called when the service answers 401 with that token; only the first
 //   caller to report a given token clears it, so N concurrent 401s cause one refresh.
-// - If a proactive refresh fails while the cached token has not actually expired, the cached
-//   token keeps being used (the token service may be briefly down; the service is not).
+// - Within the margin the refresh runs in the background: calls go on with the cached token,
+//   which still works, rather than wait for a slow token service. If it fails, the cached
+//   token keeps being used until it actually expires (the token service may be briefly down;
+//   the service is not), and the refresh is tried again every few seconds.
 
 import type { Logger } from "pino";
 
@@ -27,12 +29,16 @@ interface Cached {
 
 /** Refresh this long before expiry (the official SDK's 30 s). */
 export const REFRESH_MARGIN_MS = 30_000;
+/** How long after a failed background refresh the next is tried. */
+const REFRESH_RETRY_MS = 5_000;
 /** `expires_in` when the token service omits it. */
 export const DEFAULT_EXPIRES_IN_SECONDS = 900;
 
 export class TokenSource {
   private current: Cached | undefined;
   private inflight: Promise<Cached> | undefined;
+  /** After a background refresh failed: the next is tried from then (not at every call). */
+  private retryRefreshAt = -Infinity;
 
   constructor(
     private readonly fetchToken: () => Promise<IssuedToken>,
@@ -65,6 +71,18 @@ export class TokenSource {
     const c = this.current;
     const now = this.now();
     if (c !== undefined && now < c.refreshAt) return c;
+    if (c !== undefined && now < c.expiresAt) {
+      // In the margin: refreshed in the background while the calls go on with the token, which
+      // still works. Waiting for the refresh would hold every call of the client for as long
+      // as a slow or hung token service takes (its retries: minutes), VM renewals among them.
+      if (this.inflight === undefined && now >= this.retryRefreshAt) {
+        this.refresh().catch((e: unknown) => {
+          this.retryRefreshAt = this.now() + REFRESH_RETRY_MS;
+          this.log?.warn({ err: e }, "token refresh failed; using the cached token until it expires");
+        });
+      }
+      return c;
+    }
     try {
       return await this.refresh();
     } catch (e) {

@@ -149,6 +149,20 @@ describe("retries of idempotent calls", () => {
     }
   });
 
+  it("holds the other calls no longer than maxDelayMs for a Retry-After longer than that", async () => {
+    const client = newClient(h.emu, { retry: { maxDelayMs: 300 } });
+    try {
+      h.emu.injectFault({ method: "GET", path: AGENTS, action: { status: 429, retryAfterSeconds: 3600 } });
+      const e = await serviceError(client.agents.list());
+      expect(e).toMatchObject({ status: 429, retryAfterMs: 3_600_000 });
+      // An hour's pause would leave this call waiting: the test's own timeout would end it.
+      await client.skills.list();
+      expect(count(h.emu, "skills.list")).toBe(1);
+    } finally {
+      await client.close();
+    }
+  });
+
   it("does not sleep for a Retry-After longer than maxDelayMs: fails with retryAfterMs", async () => {
     h.emu.injectFault({ method: "GET", path: AGENTS, action: { status: 503, retryAfterSeconds: 120 } });
     const e = await serviceError(h.client.agents.list());
@@ -190,6 +204,23 @@ describe("non-idempotent creates", () => {
       expect(count(h.emu, "vms.allocate")).toBe(1);
       expect(e).toMatchObject({ status, outcomeUnknown: true, retryable: true });
     }
+  });
+
+  it("a proxy's 503 (not the service's error body) and a CDN's 524 on a create are not retried and make the outcome unknown", async () => {
+    for (const [status, body] of [[503, "upstream connect error or disconnect/reset before headers. reset reason: connection termination"], [524, "<html>A timeout occurred</html>"]] as const) {
+      h.emu.clearRequests();
+      h.emu.injectFault({ method: "POST", path: ALLOCATE, action: { status, body } });
+      const e = await serviceError(h.client.vms.allocate({ tier: "standard" }));
+      expect(count(h.emu, "vms.allocate")).toBe(1);
+      expect(e).toMatchObject({ status, outcomeUnknown: true, retryable: true });
+    }
+  });
+
+  it("a create answered 2xx with a body that cannot be read is outcome unknown, not a refusal", async () => {
+    h.emu.injectFault({ method: "POST", path: "/compute/v1/skills", action: { status: 201, body: "" } });
+    const e = await serviceError(h.client.skills.create({ name: "unreadable-answer", content: "c" }));
+    expect(e).toMatchObject({ outcomeUnknown: true, retryable: true });
+    expect(e.message).toContain("look it up before creating again");
   });
 
   it("429 on a create is retried (nothing happened)", async () => {

@@ -30,6 +30,17 @@ describe("judge", () => {
     expect(judge(cls, { kind: "status", status })).toEqual({ retry, transient, outcomeUnknown });
   });
 
+  it("a proxy's 503, and any 5xx but 501 and 505: a create may have been done", () => {
+    expect(judge("unsafe", { kind: "status", status: 503, fromService: false })).toEqual({ retry: false, transient: true, outcomeUnknown: true });
+    expect(judge("unsafe", { kind: "status", status: 503, fromService: true })).toEqual({ retry: true, transient: true, outcomeUnknown: false });
+    expect(judge("idempotent", { kind: "status", status: 503, fromService: false })).toEqual({ retry: true, transient: true, outcomeUnknown: false });
+    for (const status of [507, 520, 524, 599]) {
+      expect(judge("unsafe", { kind: "status", status })).toEqual({ retry: false, transient: true, outcomeUnknown: true });
+      expect(judge("idempotent", { kind: "status", status })).toEqual({ retry: true, transient: true, outcomeUnknown: false });
+    }
+    for (const status of [501, 505]) expect(judge("unsafe", { kind: "status", status })).toEqual({ retry: false, transient: false, outcomeUnknown: false });
+  });
+
   it("network failures", () => {
     expect(judge("unsafe", { kind: "network", sent: "no", permanent: false })).toEqual({ retry: true, transient: true, outcomeUnknown: false });
     expect(judge("unsafe", { kind: "network", sent: "maybe", permanent: false })).toEqual({ retry: false, transient: true, outcomeUnknown: true });
@@ -157,6 +168,30 @@ describe("TokenSource", () => {
     expect(s.ts.peek()).toBe(t1);
     s.ts.invalidate(t1);
     expect(s.ts.peek()).toBeUndefined();
+  });
+
+  it("within the margin, answers with the cached token while a slow refresh runs, and with the new one after it", async () => {
+    const s = source(900);
+    const p = s.ts.get();
+    s.release();
+    await p;
+    s.clock.ms = 880_000; // 20 s before expiry: inside the 30 s margin
+    // The refresh does not answer: calls still get the token, which works for 20 s more.
+    expect(await s.ts.get()).toBe("tok-1");
+    expect(await s.ts.get()).toBe("tok-1");
+    expect(s.calls()).toBe(2); // one refresh, shared
+    s.release();
+    await new Promise((r) => setImmediate(r));
+    expect(await s.ts.get()).toBe("tok-2");
+    // Once it has expired, a call waits for the refresh.
+    s.clock.ms = 880_000 + 900_000;
+    let got: string | undefined;
+    const waiting = s.ts.get().then((t) => (got = t));
+    await new Promise((r) => setImmediate(r));
+    expect(got).toBeUndefined();
+    s.release();
+    await waiting;
+    expect(got).toBe("tok-3");
   });
 
   it("uses a tenth of the lifetime as the margin for short tokens", async () => {
