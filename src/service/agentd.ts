@@ -162,18 +162,36 @@ export class AgentdClient {
     return this.stream("commands.run", "v1/commands/run", commandBody(command, opts, false));
   }
 
-  /** Starts a command in the background; resolves with its id as soon as the VM has it. */
+  /**
+   * Starts a command in the background; resolves with its id as soon as the VM has it. Within
+   * the timeout: a stream that stays silent after its headers (a frozen VM, a proxy that
+   * buffers event streams) must not hold the caller for ever.
+   */
   async startCommand(command: string, opts: CommandOptions = {}): Promise<string> {
     const events = this.stream("commands.run", "v1/commands/run", commandBody(command, opts, true));
     // What came instead of the id, to say (names only: data may be the command's output).
     const seen = new Set<string>();
+    let timedOut = false;
+    const timer = setTimeout(() => {
+      timedOut = true;
+      events.close();
+    }, this.timeoutMs);
     try {
       for await (const e of events) {
         if (e.type === "start") return e.id;
         seen.add(e.type === "other" ? e.event : e.type);
       }
     } finally {
+      clearTimeout(timer);
       events.close();
+    }
+    if (timedOut) {
+      throw new ServiceError({
+        operation: "commands.run",
+        message: `commands.run: the VM sent no command id within ${this.timeoutMs} ms (the command may have started)`,
+        retryable: true,
+        outcomeUnknown: true,
+      });
     }
     const instead = seen.size === 0 ? "no events" : `events ${[...seen].slice(0, 10).join(", ")}`;
     throw new ServiceError({

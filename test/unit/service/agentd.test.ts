@@ -335,6 +335,25 @@ describe("toExecEvent", () => {
     }
   });
 
+  it("gives up a start whose stream stays silent after its headers, within the timeout, the outcome unknown", async () => {
+    const server = createServer((_req, res) => {
+      res.writeHead(200, { "content-type": "text/event-stream" });
+      res.flushHeaders(); // and then nothing, as a frozen VM or a buffering proxy
+    });
+    await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+    try {
+      const c = new AgentdClient({ baseURL: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, vmId: "vm-silent", accessToken: async () => "t", timeoutMs: 300 });
+      clients.push(c);
+      const err = await c.startCommand("sleep 1").catch((e: unknown) => e);
+      expect(err).toBeInstanceOf(ServiceError);
+      expect(err).toMatchObject({ retryable: true, outcomeUnknown: true });
+      expect((err as ServiceError).message).toContain("no command id within 300 ms");
+    } finally {
+      server.closeAllConnections();
+      await new Promise<void>((resolve) => server.close(() => resolve()));
+    }
+  });
+
   it("reads exit 0 from an agentd that leaves zero values out (emulator knob agentdOmitEmpty)", async () => {
     h.emu.setOptions({ agentdOmitEmpty: true });
     try {
