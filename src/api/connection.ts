@@ -5,6 +5,9 @@ import { statusSchema, type Resource } from "./common.js";
 import { readyColumns, type KindDefinition } from "./kind.js";
 import { Type, type Static } from "./schema.js";
 
+/** Access clients kept in status (a status must stay well under the API server's 1.5 MiB object limit). */
+export const MAX_ACCESS_CLIENTS = 1000;
+
 const url = (description: string) =>
   Type.String({
     description,
@@ -90,7 +93,7 @@ export const ConnectionStatusSchema = statusSchema("Observed state of the Connec
         clientId: Type.String({ description: "Client id." }),
         active: Type.Boolean({ description: "Whether the client is active." }),
       }),
-      { description: "Access clients of the service account, as the service lists them.", maxItems: 1000 },
+      { description: `Access clients of the service account, as the service lists them (the first ${MAX_ACCESS_CLIENTS}: the Ready message says how many more there are).`, maxItems: MAX_ACCESS_CLIENTS },
     ),
   ),
   accessClientsRefreshedAt: Type.Optional(

@@ -45,11 +45,19 @@ interface Entry {
   fingerprint: string;
   handle: ServiceHandle;
   /**
-   * The client before this one, kept while it is the last whose credentials the token service
-   * accepted and this one's have not been (a rotated Secret not checked yet, or refused): it
-   * serves upkeep if this one's credentials are refused.
+   * A client before this one, kept while it is the last proven one (see proven) and this one
+   * is not: a rotated Secret not checked yet, or refused; a URL edited with a typo. It serves
+   * upkeep and deletions meanwhile.
    */
-  accepted?: ServiceHandle;
+  proven?: ServiceHandle;
+}
+
+/**
+ * A client that works: the token service accepted its credentials and the service answered one
+ * of its calls (a token alone says nothing of spec.baseURL).
+ */
+function proven(handle: ServiceHandle): boolean {
+  return handle.client.credentials() === "accepted" && handle.client.served();
 }
 
 /**
@@ -87,8 +95,8 @@ export class ConnectionPool {
   setRateShare(share: number): void {
     if (!(share > 0 && share <= 1) || share === this.rateShare) return;
     this.rateShare = share;
-    for (const { handle, accepted } of this.entries.values()) {
-      for (const h of [handle, accepted]) h?.client.setRateLimit(this.rateOf(h.connection));
+    for (const { handle, proven } of this.entries.values()) {
+      for (const h of [handle, proven]) h?.client.setRateLimit(this.rateOf(h.connection));
     }
   }
 
@@ -110,18 +118,18 @@ export class ConnectionPool {
     const fingerprint = fingerprintOf(connection, credentials);
     const existing = this.entries.get(key);
     if (existing?.fingerprint === fingerprint) {
-      if (existing.accepted !== undefined && existing.handle.client.credentials() === "accepted") {
-        this.retire(existing.accepted);
-        delete existing.accepted;
+      if (existing.proven !== undefined && proven(existing.handle)) {
+        this.retire(existing.proven);
+        delete existing.proven;
       }
       return existing.handle;
     }
     const handle = this.build(key, connection, credentials);
     const entry: Entry = { fingerprint, handle };
     if (existing) {
-      const accepted = existing.handle.client.credentials() === "accepted" ? existing.handle : existing.accepted;
-      for (const old of [existing.handle, existing.accepted]) if (old !== undefined && old !== accepted) this.retire(old);
-      if (accepted !== undefined) entry.accepted = accepted;
+      const kept = proven(existing.handle) ? existing.handle : existing.proven;
+      for (const old of [existing.handle, existing.proven]) if (old !== undefined && old !== kept) this.retire(old);
+      if (kept !== undefined) entry.proven = kept;
     }
     this.entries.set(key, entry);
     return handle;
@@ -146,8 +154,9 @@ export class ConnectionPool {
     const connection = this.opts.connections.get(namespace, name);
     if (connection === undefined) throw connectionNotFound(namespace, name);
     // Cleaning up must work while everything is being deleted at once: the Connection may be
-    // deleting too (it waits for its users), and its Secret may be gone already.
-    if (opts.deleting) return this.evenIfNotReady(connection);
+    // deleting too (it waits for its users), and its Secret may be gone already. Through a
+    // client that works: a delete a wrong URL answers 404 would count the object gone.
+    if (opts.deleting) return this.workingClient(connection);
     const ready = connection.status?.conditions?.find((c) => c.type === ConditionType.Ready);
     if (ready?.status !== "True" || connection.status?.observedGeneration !== connection.metadata.generation) {
       // Ready for an earlier spec: its message would say all is well.
@@ -169,29 +178,36 @@ export class ConnectionPool {
     const name = connectionRef?.name ?? DEFAULT_CONNECTION;
     const connection = this.opts.connections.get(namespace, name);
     if (connection === undefined) throw connectionNotFound(namespace, name);
-    const handle = this.evenIfNotReady(connection);
-    // New credentials the token service refused (a rotation gone wrong): the ones it last
-    // accepted keep the VMs alive until the Secret is fixed or the service refuses them too.
-    // With none, there is nothing to try: every attempt would be one more refused token request
-    // (the Connection may still say Ready: its controller has not looked since).
+    const handle = this.workingClient(connection);
+    // Credentials the token service refused, and none it accepted before at hand: there is
+    // nothing to try, every attempt would be one more refused token request (the Connection
+    // may still say Ready: its controller has not looked since).
     if (handle.client.credentials() !== "refused") return handle;
-    const accepted = this.entries.get(handle.key)?.accepted;
-    if (accepted?.client.credentials() === "accepted") return accepted;
     throw new NotReadyError(
       "CredentialsRefused",
       `the token service refuses the credentials of Connection "${name}" (Secret "${connection.spec.credentials.secretRef.name}"), and none it accepted before are at hand; fix the Secret`,
     );
   }
 
-  /** The client of the Connection's spec and Secret; the one built before if they cannot make one. */
-  private evenIfNotReady(connection: Connection): ServiceHandle {
+  /**
+   * The client of the Connection's spec and Secret (the one built before if they cannot make
+   * one); while it is not proven, the last proven one, unless the token service has refused
+   * that one's credentials since. So new credentials refused (a rotation gone wrong), or a URL
+   * edited with a typo, keep the VMs alive through the client that worked until the spec or
+   * the Secret is fixed.
+   */
+  private workingClient(connection: Connection): ServiceHandle {
+    let handle: ServiceHandle;
     try {
-      return this.clientFor(connection);
+      handle = this.clientFor(connection);
     } catch (err) {
       const existing = this.entries.get(`${connection.metadata.namespace}/${connection.metadata.name}`);
-      if (existing !== undefined) return existing.handle;
-      throw err;
+      if (existing === undefined) throw err;
+      handle = existing.handle;
     }
+    const before = this.entries.get(handle.key)?.proven;
+    if (before === undefined || proven(handle) || before.client.credentials() === "refused") return handle;
+    return before;
   }
 
   /**
@@ -201,7 +217,7 @@ export class ConnectionPool {
   forget(namespace: string, name: string): void {
     const key = `${namespace}/${name}`;
     const entry = this.entries.get(key);
-    if (entry) for (const h of [entry.handle, entry.accepted]) void h?.client.close();
+    if (entry) for (const h of [entry.handle, entry.proven]) void h?.client.close();
     this.entries.delete(key);
     const reporting = this.reporting.get(key);
     if (reporting !== undefined) reporting.on = false;
@@ -210,7 +226,7 @@ export class ConnectionPool {
 
   async close(): Promise<void> {
     for (const timer of this.retiring.values()) clearTimeout(timer);
-    const all = [...this.entries.values()].flatMap((e) => [e.handle, e.accepted]).concat([...this.retiring.keys()]);
+    const all = [...this.entries.values()].flatMap((e) => [e.handle, e.proven]).concat([...this.retiring.keys()]);
     this.retiring.clear();
     this.entries.clear();
     this.reporting.clear();

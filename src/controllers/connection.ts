@@ -4,9 +4,10 @@
 // deletion until no resource uses it, since they need it to delete their service objects.
 import { ConditionType, FINALIZER, GROUP, VERSION, kindNames } from "../api/names.js";
 import type { Connection, ConnectionStatus } from "../api/index.js";
+import { MAX_ACCESS_CLIENTS } from "../api/connection.js";
 import { errorMessage } from "../lib/errors.js";
 import { kstatusConditions } from "../managed/conditions.js";
-import { NotReadyError, classify, type Failure } from "../managed/errors.js";
+import { NotReadyError, StalledError, classify, type Failure } from "../managed/errors.js";
 import { patchFinalizers } from "../managed/finalizers.js";
 import { afterBackoff, jittered } from "../managed/requeue.js";
 import { StatusWriter } from "../managed/status-writer.js";
@@ -15,7 +16,7 @@ import type { Informer } from "../runtime/informer.js";
 import { resourcePath, type KubeClient } from "../runtime/kube-client.js";
 import type { Controller, ReconcileContext, Reconciler, Request, Result } from "../runtime/controller.js";
 import { boundedMessage, formatTime } from "../runtime/status.js";
-import { InvalidEndpointError, REFUSAL_HOLD_MS, ServiceError, tlsErrorCode, type ServiceClient, type UsageRecord } from "../service/index.js";
+import { InvalidEndpointError, REFUSAL_HOLD_MS, ServiceError, isNotFound, tlsErrorCode, type ServiceClient, type UsageRecord } from "../service/index.js";
 import type { ServiceMetrics } from "../service/metrics.js";
 import type { ConnectionPool } from "./connection-pool.js";
 import { requestOf, specOrMetaChanged, type OperatorContext } from "./kind.js";
@@ -109,12 +110,25 @@ export class ConnectionReconciler implements Reconciler {
       // Ready, since every resource needs only the token. A service that cannot be reached
       // or fails is still the Connection's trouble (below), as every resource would meet it.
       const unread: string[] = [];
+      const notes: string[] = [];
       if (this.refreshDue(conn, refreshMs)) {
         try {
           const clients = await handle.client.accessClients();
-          observed.accessClients = clients.map((c) => ({ name: c.name, clientId: c.client_id, active: c.is_active }));
+          // More than status holds (the CRD's maxItems): the first, and the rest counted, rather
+          // than a status the API server refuses at every pass.
+          observed.accessClients = clients.slice(0, MAX_ACCESS_CLIENTS).map((c) => ({ name: c.name, clientId: c.client_id, active: c.is_active }));
           observed.accessClientsRefreshedAt = formatTime(this.now());
+          if (clients.length > MAX_ACCESS_CLIENTS) notes.push(`status.accessClients shows the first ${MAX_ACCESS_CLIENTS} of the ${clients.length} access clients`);
         } catch (err) {
+          // The route takes no parameter and publishes no 404: a 404 is a base URL that is not
+          // the service's (a path too many, another host's gateway). Every resource would meet
+          // it, and a delete answered 404 would count its object gone.
+          if (isNotFound(err)) {
+            throw new StalledError(
+              "ServiceNotFound",
+              `${conn.spec.baseURL} does not serve the compute API (GET /compute/v1/access/clients answered HTTP 404): check spec.baseURL, the service's root URL (e.g. https://api.example.com, without /compute/v1)`,
+            );
+          }
           unread.push(`the access clients could not be read (${refused(err)})`);
           observed.accessClients = null;
           observed.accessClientsRefreshedAt = null;
@@ -139,7 +153,7 @@ export class ConnectionReconciler implements Reconciler {
         ? `the token service at ${conn.spec.authURL} refused the credentials in Secret "${conn.spec.credentials.secretRef.name}" when the token was refreshed; the token obtained before works until ${formatTime(expiresAt)}, then every call fails unless the token service accepts them again`
         : undefined;
       // As the condition holds it (cut if very long), so that it compares equal next time.
-      const message = boundedMessage([authenticated, ...(refusal === undefined ? [] : [refusal]), ...unread].join("; "));
+      const message = boundedMessage([authenticated, ...(refusal === undefined ? [] : [refusal]), ...unread, ...notes].join("; "));
       await this.opts.status.write(path, conn, observed, kstatusConditions({ state: "ready", reason: "Authenticated", message }));
       if (wasReady?.status !== "True") this.opts.events.normal(conn, "Authenticated", "credentials accepted by the token service");
       if (refusal !== undefined && wasReady?.message !== message) this.opts.events.warning(conn, "RefreshRefused", refusal);
@@ -152,7 +166,12 @@ export class ConnectionReconciler implements Reconciler {
     } catch (err) {
       const { kind, reason, message } = describe(err, conn);
       const stalled = kind === "stalled";
-      await this.opts.status.write(path, conn, {}, kstatusConditions({ state: stalled ? "stalled" : "reconciling", reason, message }));
+      // A changed spec (another Secret, account or workspace): the reports read for the spec
+      // before are not this one's, and are not shown while this one cannot be checked.
+      const specChanged = conn.status?.observedGeneration !== undefined && conn.status.observedGeneration !== conn.metadata.generation;
+      const reports = specChanged ? { accessClients: null, accessClientsRefreshedAt: null, usage: null } : {};
+      if (specChanged) this.opts.usage?.remove(`${conn.metadata.namespace}/${conn.metadata.name}`);
+      await this.opts.status.write(path, conn, reports, kstatusConditions({ state: stalled ? "stalled" : "reconciling", reason, message }));
       if (wasReady?.reason !== reason) this.opts.events.warning(conn, reason, message);
       ctx.log.info({ reason }, message);
       if (stalled) {
@@ -267,7 +286,7 @@ const REPORT_REFUSALS = new Set([400, 403, 404, 422]);
 
 /** A Connection's own sorting of failures: what the token service and TLS say is about the Connection. */
 function describe(err: unknown, conn: Connection): Failure {
-  if (err instanceof NotReadyError) return classify(err);
+  if (err instanceof NotReadyError || err instanceof StalledError) return classify(err);
   if (err instanceof InvalidEndpointError) {
     return {
       kind: "stalled",

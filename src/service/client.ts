@@ -141,6 +141,8 @@ export class ServiceClient {
   private readonly writeGate: (() => void) | undefined;
   private closed = false;
   private verdict: CredentialsVerdict = "unknown";
+  /** The service (not the token service) answered a call of this client with a 2xx: see served(). */
+  private answered = false;
   /** The token service's last refusal, answered again without asking for REFUSAL_HOLD_MS. */
   private refusal: { err: unknown; at: number } | undefined;
   private readonly now: () => number;
@@ -220,6 +222,14 @@ export class ServiceClient {
   }
 
   /**
+   * Whether the service has answered a call of this client with a 2xx: its base URL is the
+   * service's, not only its token service's URL (a token obtained says nothing of baseURL).
+   */
+  served(): boolean {
+    return this.answered;
+  }
+
+  /**
    * Throws if the write gate (ServiceClientOptions.writeGate) refuses writes now: for the writes
    * made with this client's token by another client (a VM's agentd, agentd.ts).
    */
@@ -273,6 +283,7 @@ export class ServiceClient {
       secrets: spec.secrets?.(...args),
       writes: spec.method !== "GET",
     });
+    this.answered = true;
     try {
       if (spec.decodeText !== undefined) return spec.decodeText(operation, res.status, res.text);
       return spec.decode(operation, decodeJson(operation, res.status, res.text));

@@ -1,6 +1,7 @@
-// The Connection pool's clients across a credentials rotation: upkeep (a VM's renewal) goes
-// through the client whose credentials the token service last accepted while the new ones are
-// refused, and a replaced client is not closed under a call begun on it.
+// The Connection pool's clients across a credentials rotation or an edit of its URLs: upkeep (a
+// VM's renewal) and deletions go through the client that last worked (credentials accepted, a
+// call answered) while the new one does not, and a replaced client is not closed under a call
+// begun on it.
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import type { Connection } from "../../../src/api/index.js";
 import { kindNames } from "../../../src/api/names.js";
@@ -26,7 +27,7 @@ describe("ConnectionPool", () => {
   it("serves upkeep through the client last accepted while the new credentials are refused, and drops it once new ones are accepted", async () => {
     const good = currentKey();
     const first = w.pool.forResource(NS, undefined);
-    await first.client.authenticate();
+    await first.client.vms.listAll();
     expect(first.client.credentials()).toBe("accepted");
 
     rotate("a-mistyped-key");
@@ -41,10 +42,37 @@ describe("ConnectionPool", () => {
     rotate(good); // fixed: a new client, whose credentials are accepted
     const fixed = w.pool.clientFor(connection());
     await fixed.client.authenticate();
+    // A token alone does not prove it (nothing of baseURL); a call the service answers does.
+    expect(w.pool.forUpkeep(NS, undefined)).toBe(first);
+    await fixed.client.skills.list();
     expect(w.pool.clientFor(connection())).toBe(fixed);
     expect(w.pool.forUpkeep(NS, undefined)).toBe(fixed);
     // The first is let go, but not closed under a call begun on it (it closes 5 minutes later).
     await expect(first.client.vms.listAll()).resolves.toEqual([]);
+  });
+
+  it("renews and deletes through the client that worked while an edited URL does not: the token service unreachable, or a base URL that is not the service's", async () => {
+    const first = w.pool.forResource(NS, undefined);
+    await first.client.vms.listAll();
+    const edit = (spec: Partial<Connection["spec"]>) => w.apply<Connection>("connections", { metadata: { name: "default" }, spec: { ...connection().spec, ...spec } });
+
+    edit({ authURL: "http://127.0.0.1:9/auth" }); // nothing listens there
+    const typo = w.pool.clientFor(connection());
+    expect(typo).not.toBe(first);
+    await expect(typo.client.authenticate()).rejects.toThrow();
+    expect(typo.client.credentials()).toBe("unknown"); // not refused: unreachable
+    expect(w.pool.forUpkeep(NS, undefined)).toBe(first);
+    expect(w.pool.forResource(NS, undefined, { deleting: true })).toBe(first);
+
+    edit({ authURL: first.connection.spec.authURL, baseURL: `${w.emu.baseURL}/v2` }); // the token is had; every call is answered 404
+    const wrongBase = w.pool.clientFor(connection());
+    await wrongBase.client.authenticate();
+    expect(wrongBase.client.credentials()).toBe("accepted");
+    await expect(wrongBase.client.vms.listAll()).rejects.toThrow(/404/);
+    expect(w.pool.clientFor(connection())).toBe(wrongBase);
+    expect(w.pool.forUpkeep(NS, undefined)).toBe(first);
+    expect(w.pool.forResource(NS, undefined, { deleting: true })).toBe(first);
+    await expect(first.client.vms.listAll()).resolves.toEqual([]); // kept open, not retired
   });
 
   it("has no client for upkeep when the credentials are refused and none were accepted before, and says so", async () => {
@@ -56,7 +84,7 @@ describe("ConnectionPool", () => {
 
   it("closes every client of a Connection it forgets, the one kept for upkeep too", async () => {
     const first = w.pool.forResource(NS, undefined);
-    await first.client.authenticate();
+    await first.client.vms.listAll();
     rotate("a-mistyped-key");
     const refused = w.pool.clientFor(connection());
     await expect(refused.client.authenticate()).rejects.toThrow();

@@ -138,6 +138,40 @@ describe("Connection", () => {
     expect(condition(connection(), "Ready")).toMatchObject({ status: "False", reason: "ServiceError" });
   });
 
+  it("stalls, naming spec.baseURL, on a base URL the token is had with but whose calls are answered 404 (a path too many)", async () => {
+    w.apply<Connection>("connections", { metadata: { name: "c" }, spec: { ...connection().spec, baseURL: `${w.emu.baseURL}/compute/v1` } });
+    await reconcile();
+    expect(condition(connection(), "Stalled")).toMatchObject({ status: "True", reason: "ServiceNotFound" });
+    expect(condition(connection(), "Ready")?.message).toMatch(/does not serve the compute API .*HTTP 404.*check spec\.baseURL/);
+    expect(() => w.pool.forResource(NS, { name: "c" })).toThrow(/not Ready/);
+  });
+
+  it("shows neither the access clients nor the usage read for its spec before while its changed spec cannot be checked", async () => {
+    const { registry, usage } = await reportingUsage();
+    expect(connection().status?.accessClients).toBeDefined();
+    // Another account's Secret, not there yet.
+    w.apply<Connection>("connections", { metadata: { name: "c" }, spec: { ...connection().spec, credentials: { secretRef: { name: "other-account" } } } });
+    await reconcileWith({ usage });
+    expect(condition(connection(), "Ready")).toMatchObject({ status: "False", reason: "SecretNotFound" });
+    expect(connection().status?.usage).toBeUndefined();
+    expect(connection().status?.accessClients).toBeUndefined();
+    expect(await exportedTiers(registry)).toEqual([]);
+    // Once it is there, they are read for it (not taken as read already).
+    w.secrets.set({ metadata: { name: "other-account", namespace: NS }, data: { apiKey: Buffer.from(API_KEY).toString("base64") } });
+    w.calls();
+    await reconcileWith({ usage });
+    expect(w.calls()).toEqual(expect.arrayContaining(["access.clients", "usage.list"]));
+    expect(connection().status?.usage?.vmCount).toBe(1);
+  });
+
+  it("shows the first 1,000 access clients of an account with more, and says how many there are, rather than a status the API server refuses", async () => {
+    for (let i = 0; i < 1_001; i++) w.emu.state.createAccessClient(`client-${i}`);
+    await reconcile();
+    expect(condition(connection(), "Ready")?.status).toBe("True");
+    expect(connection().status?.accessClients).toHaveLength(1_000);
+    expect(condition(connection(), "Ready")?.message).toMatch(/shows the first 1000 of the 100[12] access clients/);
+  });
+
   it("stalls, naming the field, on a base URL that is not a URL", async () => {
     w.apply<Connection>("connections", { metadata: { name: "c" }, spec: { ...connection().spec, baseURL: "http://" } });
     const result = (await reconcile()) as { requeueAfterMs: number };
