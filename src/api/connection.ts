@@ -1,12 +1,10 @@
 import { DEFAULTS } from "../service/options.js";
 import { SecretReference } from "./refs.js";
-import { kindNames } from "./names.js";
+import { MAX_ACCESS_CLIENTS, kindNames } from "./names.js";
 import { statusSchema, type Resource } from "./common.js";
 import { readyColumns, type KindDefinition } from "./kind.js";
 import { Type, type Static } from "./schema.js";
 
-/** Access clients kept in status (a status must stay well under the API server's 1.5 MiB object limit). */
-export const MAX_ACCESS_CLIENTS = 1000;
 
 const url = (description: string) =>
   Type.String({

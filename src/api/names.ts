@@ -104,3 +104,6 @@ export const kindNames = {
   sandbox: { kind: "Sandbox", plural: "sandboxes" },
   sandboxRun: { kind: "SandboxRun", plural: "sandboxruns" },
 } as const satisfies Record<string, KindNames>;
+
+/** Access clients a Connection's status keeps (a status must stay well under the API server's 1.5 MiB object limit). */
+export const MAX_ACCESS_CLIENTS = 1000;

@@ -14,7 +14,9 @@ export type FlagOptions = Readonly<Record<string, { readonly type: "boolean" | "
  * left out), anything else is an Error naming the flag. The argument after a flag that takes a
  * value is that value, whatever it looks like (`-n -f=false`: the namespace "-f=false", as
  * pflag reads it; parseArgs refuses a separate value that starts with a dash, so it is handed
- * over as --namespace=-f=false). The arguments after "--" are left as they are.
+ * over as --namespace=-f=false). A one-letter flag given its value with "=" (-n=team) has
+ * that value, as pflag reads it (parseArgs would take "=team"). The arguments after "--" are
+ * left as they are.
  */
 export function goBooleans(argv: readonly string[], options: FlagOptions): string[] {
   const booleans = new Set<string>();
@@ -49,6 +51,11 @@ export function goBooleans(argv: readonly string[], options: FlagOptions): strin
       continue;
     }
     const long = valued.get(name);
+    if (long !== undefined && short && m[3] !== undefined) {
+      // -n=team is the namespace "team", as pflag reads it; parseArgs would take "=team".
+      out.push(`--${long}=${m[3]}`);
+      continue;
+    }
     if (long !== undefined && m[3] === undefined) {
       // Its value is the next argument, whatever it looks like.
       const value = argv[i + 1];

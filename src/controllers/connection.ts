@@ -2,9 +2,8 @@
 // access clients and a 30-day usage summary by tier. It owns no service object, so it is not a
 // managed resource (nothing to create or delete in the service); its finalizer holds its
 // deletion until no resource uses it, since they need it to delete their service objects.
-import { ConditionType, FINALIZER, GROUP, VERSION, kindNames } from "../api/names.js";
+import { ConditionType, FINALIZER, GROUP, MAX_ACCESS_CLIENTS, VERSION, kindNames } from "../api/names.js";
 import type { Connection, ConnectionStatus } from "../api/index.js";
-import { MAX_ACCESS_CLIENTS } from "../api/connection.js";
 import { errorMessage } from "../lib/errors.js";
 import { kstatusConditions } from "../managed/conditions.js";
 import { NotReadyError, StalledError, classify, type Failure } from "../managed/errors.js";

@@ -31,6 +31,15 @@ describe("kubectl-style booleans", () => {
     expect(parseLogsFlags(["--namespace", "team-a", "-f=true", "run"])).toMatchObject({ run: "run", follow: true, namespace: "team-a" });
   });
 
+  it("a one-letter flag's value after = is that value (-n=team is the namespace team), as pflag reads it", () => {
+    const plan = parsePlanFlags(["-f=d", "-n=team", "-o=json", "-l=app=web"]);
+    expect(plan).toMatchObject({ filenames: ["d"], namespace: "team", output: "json" });
+    const { selector } = plan as { selector: (labels: Record<string, string>) => boolean };
+    expect([selector({ app: "web" }), selector({ app: "=web" })]).toEqual([true, false]);
+    expect(parseLogsFlags(["-n=team", "run"])).toMatchObject({ run: "run", namespace: "team" });
+    expect(parseExecFlags(["-n=team", "box", "--", "ls", "-n=x"])).toMatchObject({ sandbox: "box", namespace: "team", command: "ls -n=x" });
+  });
+
   it("run: its one-letter -h=true too (Go's booleans are read from the flags it declares)", async () => {
     const { parseRunFlags } = await import("../../../src/commands/run.js");
     expect(parseRunFlags(["-h=true"])).toBe("help");
