@@ -5,11 +5,16 @@ import { SENSITIVE, type Change } from "./model.js";
 
 /**
  * Keys whose values are never shown, at any depth (docs/plan.md, "Secrets"): compared without
- * case, "_" and "-", a key that ends in token, password, passwd, secret, apikey, privatekey or
- * credential(s): `githubToken`, `db_password`, `client_secret`, `api-key`, `credentials`.
+ * case, "_" and "-", a key that ends in token, password, passwd, pwd, secret, key, pat or
+ * credential(s): `githubToken`, `db_password`, `client_secret`, `api-key`, `credentials`,
+ * `STRIPE_KEY`, `AWS_SECRET_ACCESS_KEY`, `GH_PAT`.
  */
-const SENSITIVE_ENDING = /(token|password|passwd|secret|apikey|privatekey|credentials?)$/;
+const SENSITIVE_ENDING = /(token|password|passwd|pwd|secret|key|pat|credentials?)$/;
 const isSensitiveKey = (key: string): boolean => SENSITIVE_ENDING.test(key.toLowerCase().replace(/[_-]/g, ""));
+
+/** A URL's password (`postgres://user:pw@db/x`), wherever a string holds one. */
+const URL_PASSWORD = /\b([a-z][a-z0-9+.-]*:\/\/[^/\s:@]*):[^@\s/]*@/gi;
+const withoutURLPasswords = (text: string): string => text.replace(URL_PASSWORD, `$1:${SENSITIVE}@`);
 
 function isRecord(v: unknown): v is Record<string, unknown> {
   return typeof v === "object" && v !== null && !Array.isArray(v);
@@ -56,6 +61,7 @@ function isReference(segments: readonly string[]): boolean {
 }
 
 function redactDeep(value: unknown): unknown {
+  if (typeof value === "string") return withoutURLPasswords(value);
   if (Array.isArray(value)) return value.map(redactDeep);
   if (!isRecord(value)) return value;
   return Object.fromEntries(Object.entries(value).map(([k, v]) => [k, isSensitiveKey(k) && v !== undefined ? SENSITIVE : redactDeep(v)]));

@@ -6,6 +6,7 @@ import { readFileSync, readdirSync, statSync } from "node:fs";
 import { join } from "node:path";
 import { parseAllDocuments, type Tags } from "yaml";
 import { GROUP, VERSION, kindNames } from "../api/names.js";
+import { specProblems } from "./admission.js";
 
 /** One object of the manifests, with where it came from. */
 export interface ManifestObject {
@@ -158,16 +159,30 @@ function toManifest(obj: unknown, where: string, namespace: string, enforceNames
   const { apiVersion, kind, metadata } = obj;
   if (typeof apiVersion !== "string" || apiVersion === "") throw new ManifestError(`${where}: apiVersion is missing`);
   if (typeof kind !== "string" || kind === "") throw new ManifestError(`${where}: kind is missing`);
-  if (!isRecord(metadata) || typeof metadata.name !== "string" || metadata.name === "") {
-    throw new ManifestError(`${where}: ${kind}: metadata.name is missing`);
+  if (!isRecord(metadata)) throw new ManifestError(`${where}: ${kind}: metadata.name is missing`);
+  if (metadata.name === undefined || metadata.name === null || metadata.name === "") {
+    // kubectl apply needs the name: it looks the object up by it.
+    const hint = typeof metadata.generateName === "string" ? " (metadata.generateName cannot be used with kubectl apply: set metadata.name)" : "";
+    throw new ManifestError(`${where}: ${kind}: metadata.name is missing${hint}`);
   }
+  if (typeof metadata.name !== "string") throw new ManifestError(`${where}: ${kind}: metadata.name must be a string (quote it: name: "${String(metadata.name)}")`);
   const label = `${kind} "${metadata.name}"`;
-  if (apiVersion.split("/")[0] === GROUP) {
+  if (metadata.namespace !== undefined && metadata.namespace !== null && typeof metadata.namespace !== "string") {
+    throw new ManifestError(`${where}: ${label}: metadata.namespace must be a string (quote it: namespace: "${String(metadata.namespace)}")`);
+  }
+  const group = apiVersion.includes("/") ? (apiVersion.split("/")[0] ?? "") : "";
+  if (group === GROUP) {
     if (!PLANNED_KINDS.has(kind)) {
       throw new ManifestError(`${where}: ${label}: unknown kind "${kind}" in ${apiVersion} (known: ${[...PLANNED_KINDS].join(", ")})`);
     }
     if (apiVersion !== API_VERSION) throw new ManifestError(`${where}: ${label}: unknown apiVersion "${apiVersion}" (this operator serves ${API_VERSION})`);
-    if (obj.spec !== undefined && !isRecord(obj.spec)) throw new ManifestError(`${where}: ${label}: spec is not a mapping`);
+    if (obj.spec !== undefined && obj.spec !== null && !isRecord(obj.spec)) throw new ManifestError(`${where}: ${label}: spec is not a mapping`);
+    const problems = specProblems(kind, isRecord(obj.spec) ? obj.spec : undefined);
+    if (problems.length > 0) throw new ManifestError(`${where}: ${label}: the API server would refuse it: ${problems.join("; ")}`);
+  } else if (PLANNED_KINDS.has(kind) && (group === "" || group.includes("agentcompute"))) {
+    // One of our kinds in a group that has none of them (a typo, or the version alone): kubectl
+    // apply fails on it ("no matches for kind"); left out, it would vanish from the plan.
+    throw new ManifestError(`${where}: ${label}: apiVersion "${apiVersion}" serves no ${kind}: set apiVersion: ${API_VERSION}`);
   }
   const ns = typeof metadata.namespace === "string" && metadata.namespace !== "" ? metadata.namespace : namespace;
   // kubectl apply -n refuses every namespaced object that names another namespace (in its

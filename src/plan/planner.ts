@@ -4,7 +4,6 @@
 // observes it: observe only reads (one list per collection, GETs), so the plan writes nothing,
 // to the cluster or to the service. Nothing here calls create, update, cleanup or delete.
 import { Annotations, ConditionType, DEFAULT_CONNECTION, GROUP, MARKER_KEY, VERSION, kindNames, type KindNames } from "../api/names.js";
-import Value from "typebox/value";
 import { allKinds, type Agent, type AgentDeployment, type Connection, type Sandbox, type Skill } from "../api/index.js";
 import { agentDeployments, deploymentExternalId, type DeploymentPlan } from "../controllers/agent-deployment.js";
 import { agentExternalId, agentOrgId, agentRevision, agents, imagePullSecretOf, type AgentPlan } from "../controllers/agent.js";
@@ -21,6 +20,7 @@ import type { Informer } from "../runtime/informer.js";
 import { KubeApiError, resourcePath, type KubeClient } from "../runtime/kube-client.js";
 import { silentLogger } from "../runtime/logging.js";
 import { change, diffFields, sameJSON } from "./diff.js";
+import { withDefaults } from "./admission.js";
 import { ManifestError, isPlanned, type ManifestObject } from "./manifests.js";
 import { SENSITIVE, summarize, type Change, type PlanResult, type ResourcePlan } from "./model.js";
 import type { LabelMatcher } from "./selector.js";
@@ -179,50 +179,6 @@ async function readCluster(reader: ClusterReader, namespaces: string[]): Promise
 function isReady(obj: { metadata: { generation?: number }; status?: { observedGeneration?: number; conditions?: Array<{ type: string; status: string }> } }): boolean {
   const ready = obj.status?.conditions?.find((c) => c.type === ConditionType.Ready);
   return ready?.status === "True" && obj.status?.observedGeneration === obj.metadata.generation;
-}
-
-/**
- * The spec as the API server will store it: null values of fields that are not nullable
- * dropped (a field left empty in YAML, `env:`), then the CRD's defaults.
- */
-export function withDefaults(kind: string, spec: object | undefined): Record<string, unknown> {
-  const def = allKinds.find((k) => k.kind === kind);
-  const copy = structuredClone(spec ?? {}) as Record<string, unknown>;
-  if (def === undefined) return copy;
-  pruneNulls(copy, def.spec as SchemaNode);
-  return Value.Default(def.spec, copy) as Record<string, unknown>;
-}
-
-/** The parts of a CRD's (structural) schema that say where a null is kept. */
-interface SchemaNode {
-  properties?: Record<string, SchemaNode>;
-  additionalProperties?: boolean | SchemaNode;
-  items?: SchemaNode;
-  nullable?: boolean;
-}
-
-/**
- * Drops, at any depth, the null values of the fields the schema declares and does not make
- * nullable, as the API server does before defaulting (apiextensions-apiserver's
- * PruneNonNullableNullsWithoutDefaults; a null of a field with a default is defaulted, which
- * Value.Default does once it is gone). Fields the schema does not declare are left as they
- * are: inside an x-kubernetes-preserve-unknown-fields subtree (an Agent's manifest.input_schema,
- * an AgentDeployment's options) the API server keeps nulls, and stores them.
- */
-function pruneNulls(value: unknown, schema: SchemaNode | undefined): void {
-  if (schema === undefined || typeof value !== "object" || value === null) return;
-  if (Array.isArray(value)) {
-    for (const item of value) pruneNulls(item, schema.items);
-    return;
-  }
-  const record = value as Record<string, unknown>;
-  const other = typeof schema.additionalProperties === "object" ? schema.additionalProperties : undefined;
-  for (const [key, v] of Object.entries(record)) {
-    const field = schema.properties !== undefined && Object.hasOwn(schema.properties, key) ? schema.properties[key] : other;
-    if (field === undefined) continue;
-    if (v === null && field.nullable !== true) delete record[key];
-    else pruneNulls(v, field);
-  }
 }
 
 /** The manifest over the live object: metadata and status from the cluster, spec from the manifest. */

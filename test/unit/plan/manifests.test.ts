@@ -61,7 +61,7 @@ spec:
   secureRuntime: "no"
   recycle: On
   ttlSeconds: 0755
-  metadata: {since: 2001-12-14, at: 1:30, flag: off}
+  metadata: {since: 2001-12-14, at: 1:30}
   <<: {tier: large}`;
     expect(parseSources([{ name: "m.yaml", text }], "ns")[0]?.spec).toEqual({
       tier: "large",
@@ -69,8 +69,41 @@ spec:
       secureRuntime: "no",
       recycle: true,
       ttlSeconds: 493,
-      metadata: { since: "2001-12-14", at: "1:30", flag: false },
+      metadata: { since: "2001-12-14", at: "1:30" },
     });
+    // An unquoted off is a boolean there too, which a map of strings refuses (as the API server would).
+    expect(() => parseSources([{ name: "m.yaml", text: text.replace("at: 1:30", "at: 1:30, flag: off") }], "ns")).toThrow(
+      'm.yaml: Sandbox "box": the API server would refuse it: spec.metadata.flag: must be string',
+    );
+  });
+
+  it("refuses a spec the API server would refuse, naming each field and why; one of our kinds in another group; a name that is not one", () => {
+    const sandbox = (spec: string, apiVersion = "agentcompute.dev/v1alpha1") => `apiVersion: ${apiVersion}\nkind: Sandbox\nmetadata: {name: box}\nspec: ${spec}`;
+    const refusal = (text: string) => {
+      try {
+        parseSources([{ name: "m.yaml", text }], "ns");
+      } catch (err) {
+        expect(err).toBeInstanceOf(ManifestError);
+        return (err as Error).message;
+      }
+      return "accepted";
+    };
+    expect(refusal(sandbox("{tier: standard, skills: foo}"))).toBe('m.yaml: Sandbox "box": the API server would refuse it: spec.skills: must be array');
+    expect(refusal(sandbox('{tier: standard, ttlSeconds: "1h", env: {A: 1}}'))).toBe(
+      'm.yaml: Sandbox "box": the API server would refuse it: spec.env.A: must be string; spec.ttlSeconds: must be integer',
+    );
+    expect(refusal(sandbox("{tierr: standard}"))).toBe('m.yaml: Sandbox "box": the API server would refuse it: spec.tierr: unknown field "tierr"; spec: must have required properties tier');
+    expect(refusal(sandbox("{tier: standard, envFrom: [{secretRef: {}}]}"))).toBe(
+      'm.yaml: Sandbox "box": the API server would refuse it: spec.envFrom.0.secretRef: must have required properties name',
+    );
+    // Empty fields (nulls) are dropped before the check, as the API server drops them.
+    expect(refusal(sandbox("{tier: standard, env: null}"))).toBe("accepted");
+    expect(refusal(sandbox("{tier: standard}", "agentcompute.io/v1alpha1"))).toBe('m.yaml: Sandbox "box": apiVersion "agentcompute.io/v1alpha1" serves no Sandbox: set apiVersion: agentcompute.dev/v1alpha1');
+    expect(refusal(sandbox("{tier: standard}", "v1alpha1"))).toMatch(/apiVersion "v1alpha1" serves no Sandbox/);
+    // Another product's kind of the same name is not ours, and not planned.
+    expect(refusal(sandbox("{anything: 1}", "example.com/v1"))).toBe("accepted");
+    expect(refusal("apiVersion: agentcompute.dev/v1alpha1\nkind: Skill\nmetadata: {generateName: s-}\nspec: {content: c}")).toMatch(/metadata\.name is missing \(metadata\.generateName cannot be used with kubectl apply/);
+    expect(refusal("apiVersion: agentcompute.dev/v1alpha1\nkind: Skill\nmetadata: {name: 123}\nspec: {content: c}")).toMatch(/metadata\.name must be a string/);
   });
 
   it("with -n given, refuses an object naming another namespace, as kubectl apply -n does; without, keeps it", () => {

@@ -100,6 +100,15 @@ describe("plan rendering", () => {
     expect(text).toContain('spec.tokenizer: "bpe"');
   });
 
+  it("hides the env variables secrets are usually given in, and a URL's password, in plain spec values", () => {
+    const env = { AWS_SECRET_ACCESS_KEY: "v1", STRIPE_KEY: "v2", GH_PAT: "v3", DB_PWD: "v4", DATABASE_URL: "postgres://app:pw-in-url@db:5432/x", MODE: "prod" };
+    const changes = diffFields(undefined, { env }, "spec");
+    const text = renderText(summarize([{ ...base("Sandbox", "s", "create"), changes }]));
+    for (const v of ["v1", "v2", "v3", "v4", "pw-in-url"]) expect(text).not.toContain(v);
+    expect(text).toContain('spec.env.DATABASE_URL: "postgres://app:(sensitive)@db:5432/x"');
+    expect(text).toContain('spec.env.MODE: "prod"');
+  });
+
   it("hides secret-looking fields at any depth: in arrays, inside objects, under a secret-looking key; in every output", () => {
     expect(diffFields(undefined, { options: { registries: [{ host: "h", password: "p-in-array" }] }, auth: { token: { value: "t-under" } } }, "spec")).toEqual([
       { path: "spec.auth.token.value", new: SENSITIVE },
