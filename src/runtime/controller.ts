@@ -188,6 +188,17 @@ export class Controller {
    * signal and return (they are abandoned, not awaited further). "drained" if every reconcile
    * in flight ended within `graceMs`.
    */
+  /**
+   * Aborts the reconciles in flight now, whatever grace period a stop() under way gave them
+   * (leadership lost while stopping: another replica may lead by now). stop() still ends the
+   * workers.
+   */
+  abortInFlight(why: string): void {
+    if (this.stopController.signal.aborted) return;
+    this.log.warn({ inFlight: this.inFlight.size }, `${why}; aborting in-flight reconciles`);
+    this.stopController.abort(new Error(why));
+  }
+
   async stop(graceMs = 30_000): Promise<"drained" | "timeout"> {
     for (const u of this.unsubscribers.splice(0)) u();
     const drained = this.queue.shutDownWithDrain();

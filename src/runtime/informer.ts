@@ -191,7 +191,9 @@ export class Informer<T extends KubeObject> {
   /** Start list+watch. Resolves once the first list is in the cache (rejects if stopped before). */
   start(): Promise<void> {
     if (this.started) return this.started;
-    this.stopped = false;
+    // Stopped before it was started (a SIGTERM while the manager's servers bind): it stays
+    // stopped, rather than list and watch through a client being closed, for ever.
+    if (this.stopped) return Promise.reject(new Error(`informer ${this.path} stopped before it started`));
     this.started = new Promise<void>((resolve, reject) => this.syncWaiters.push({ resolve, reject }));
     // A caller that never awaits start() must not get an unhandled rejection from stop().
     this.started.catch(() => undefined);
@@ -542,7 +544,15 @@ export class Informer<T extends KubeObject> {
       const meta = obj.metadata as { managedFields?: unknown } | undefined;
       if (meta && meta.managedFields !== undefined) delete meta.managedFields;
     }
-    return this.opts.view ? this.opts.view.transform(obj) : obj;
+    if (!this.opts.view) return obj;
+    try {
+      return this.opts.view.transform(obj);
+    } catch (err) {
+      // Kept as it came, as an index function that throws leaves the object unindexed: a throw
+      // here would end the list or watch at this object, and every retry would meet it again.
+      this.log.error({ err: errorMessage(err) }, "cache transform threw; object kept whole");
+      return obj;
+    }
   }
 
   private upsert(obj: T): void {

@@ -359,10 +359,19 @@ export class Manager {
       },
     });
     this.electionDone = this.elector.run(this.electionAbort.signal).then(() => {
-      if (!this.electionAbort.signal.aborted) {
-        this.logger.error("leader election lost; stopping");
-        void this.stop("leadership-lost");
+      if (this.electionAbort.signal.aborted) return;
+      if (this.stopPromise !== undefined) {
+        // Lost while stopping (its renewals failing mid-drain): the stop under way gave the
+        // leader's reconciles the whole grace period, but another replica may lead by now. They
+        // are aborted at once, as a loss before the stop would have them, and the process ends
+        // as one that lost leadership.
+        this.logger.error("leader election lost while stopping");
+        this.stopReason = "leadership-lost";
+        for (const c of this.controllers) if (!this.runsWithoutLeading(c)) c.abortInFlight("leadership lost");
+        return;
       }
+      this.logger.error("leader election lost; stopping");
+      void this.stop("leadership-lost");
     });
     this.logger.info({ lease: `${namespace}/${cfg.name ?? "agent-operator-leader"}` }, "manager running; campaigning for leadership");
   }
@@ -428,7 +437,9 @@ export class Manager {
     for (const hook of this.stoppedHooks) await hook(drained).catch((err: unknown) => this.logger.warn({ err: errorMessage(err) }, "stop hook failed"));
     await this.endElection();
     await Promise.all([...this.informers.values()].map((i) => i.stop().catch(() => undefined)));
-    await Promise.race([this.events.flush(), delay(Math.max(1_000, Math.min(5_000, deadline - Date.now())))]);
+    // Leadership lost: the client is closed without waiting for the Events, so that nothing
+    // still running here writes beside the next leader.
+    if (this.stopReason !== "leadership-lost") await Promise.race([this.events.flush(), delay(Math.max(1_000, Math.min(5_000, deadline - Date.now())))]);
     this.events.close(); // what is still waiting (rate limit) is dropped, not written through a closed client
     await Promise.all(this.servers.map((s) => s.close().catch(() => undefined)));
     await this.client.close();

@@ -246,4 +246,24 @@ describe("Controller, EventRecorder, Manager (real kube-apiserver)", () => {
       await mgr.stop();
     }
   });
+
+  it("manager: leadership lost while a stop (SIGTERM) drains stops the reconciles in flight at once, and ends as lost leadership", async () => {
+    await client.create(path(ns), widget(ns, "draining"));
+    const { mgr, hang } = hangingManager("rt-lost-draining", "draining", 120_000);
+    try {
+      await mgr.start();
+      await poll(() => hang.signal !== undefined, 60_000, "the reconcile to start");
+      const stopping = mgr.stop("signal"); // 120 s of grace for the reconcile in flight
+      const lease = await client.get<Lease>(leasesPath(ns, "rt-lost-draining"));
+      const now = new Date().toISOString().replace(/\.(\d{3})Z$/, ".$1000Z");
+      await client.replace(leasesPath(ns, "rt-lost-draining"), { ...lease, spec: { ...lease.spec, holderIdentity: "the-new-leader", leaseDurationSeconds: 3600, renewTime: now, acquireTime: now } });
+      await poll(() => hang.signal?.aborted === true, 30_000, "the reconcile's signal aborted");
+      hang.finish(); // the aborted reconcile returns
+      await stopping;
+      expect(await mgr.done()).toBe("leadership-lost");
+    } finally {
+      hang.finish();
+      await mgr.stop();
+    }
+  });
 });

@@ -152,6 +152,36 @@ describe("Informer (real kube-apiserver)", () => {
     proxy.killAll();
   });
 
+  it("keeps an object its cache view cannot transform whole, and goes on listing and watching past it", async () => {
+    const ns6 = await createNamespace(client, "rt-informer-view");
+    closers.push(() => deleteNamespace(client, ns6));
+    await client.create(path(ns6), widget(ns6, "odd", 13));
+    await client.create(path(ns6), widget(ns6, "even", 2));
+    const view = {
+      name: "sizes",
+      transform: (w: Widget): Widget => {
+        if (w.spec?.size === 13) throw new Error("unlucky");
+        return { ...w, spec: { size: w.spec?.size ?? 0 } };
+      },
+    };
+    const inf = new Informer<Widget>(client, { path: path(ns6), logger: testLogger(), view });
+    informers.push(inf);
+    await inf.start();
+    expect(inf.list().map((w) => w.metadata.name).sort()).toEqual(["even", "odd"]);
+    // A watch event it cannot transform either, then one after it.
+    await client.create(path(ns6), widget(ns6, "odd-2", 13));
+    await client.create(path(ns6), widget(ns6, "after", 3));
+    await poll(() => inf.get(ns6, "after") !== undefined, 30_000, "the object created after the one the view cannot transform");
+    expect(inf.get(ns6, "odd-2")?.spec?.size).toBe(13);
+  });
+
+  it("stays stopped when stopped before it was started (a SIGTERM while the operator starts)", async () => {
+    const inf = new Informer<Widget>(client, { path: path(ns), logger: testLogger() });
+    await inf.stop();
+    await expect(inf.start()).rejects.toThrow(/stopped before it started/);
+    expect(inf.hasSynced()).toBe(false);
+  });
+
   it("keeps secondary indices in step with adds, updates and deletes", async () => {
     const ns4 = await createNamespace(client, "rt-informer-idx");
     closers.push(() => deleteNamespace(client, ns4));
