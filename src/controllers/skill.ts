@@ -5,7 +5,7 @@ import { Annotations, kindNames } from "../api/names.js";
 import type { Skill, SkillStatus } from "../api/index.js";
 import { ClaimTaken, NotReadyError, StalledError } from "../managed/errors.js";
 import type { ActionResult, ExternalClient, Observation, Planned } from "../managed/external.js";
-import { isConflict, isNotFound, isOutcomeUnknown, type SkillRequest, type Skill as ServiceSkill } from "../service/index.js";
+import { isBadRequest, isConflict, isNotFound, isOutcomeUnknown, type SkillRequest, type Skill as ServiceSkill } from "../service/index.js";
 import { deepEqual } from "../runtime/status.js";
 import { managementOf } from "../managed/management-policies.js";
 import type { ServiceHandle } from "./connection-pool.js";
@@ -202,12 +202,15 @@ class SkillClient implements ExternalClient<Skill, SkillPlan> {
       return { status: statusOf(created) };
     } catch (err) {
       if (isOutcomeUnknown(err)) this.handle.skills.invalidate();
-      if (!isConflict(err)) throw err;
+      // A name taken is answered 409 by the emulator, as the registry answers for agents; the
+      // published description lists only 400 and 500 for this create, so a refusal is looked
+      // into as well: a 400 with the name taken is the same case.
+      if (!isConflict(err) && !isBadRequest(err)) throw err;
       // Taken since this resource looked: ours only if an earlier create, whose answer was
       // lost, made it (see isOwn); never on the first pass, which made no create before (a
       // Skill of the same name and content through another Connection to the account).
       const existing = await this.read(desired.name);
-      if (existing === undefined) throw err; // gone again meanwhile: the retry creates it
+      if (existing === undefined) throw err; // gone again meanwhile (the retry creates it), or a refusal of the spec
       // The first: the claim is withdrawn (ClaimTaken), so that later looks do not take it either.
       if (opts.first === true) throw nameTaken(desired.name, ClaimTaken);
       if (!isOwn(cr, existing, () => desired)) throw nameTaken(desired.name);

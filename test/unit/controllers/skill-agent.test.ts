@@ -104,6 +104,25 @@ describe("Skill", () => {
     expect(w.emu.state.skills.get("sk")).toBeUndefined();
   });
 
+  it("takes a 400 to a create for a name taken (the published answers are 400 and 500, not 409) as a 409: its own lost create's skill is adopted", async () => {
+    apply({ content: "v1" });
+    w.emu.injectFault({ method: "POST", path: "/compute/v1/skills", times: 1, action: { drop: "before" } });
+    await w.reconcile(kind(), "sk").catch(() => undefined);
+    await w.handle().skills.ensureFresh(); // read before the lost create lands
+    w.emu.state.createSkill({ name: "sk", content: "v1" });
+    w.emu.injectFault({ method: "POST", path: "/compute/v1/skills", times: 1, action: { status: 400, body: { code: 400, error_code: "bad_request", message: 'skill "sk" already exists' } } });
+    await w.reconcile(kind(), "sk");
+    expect(condition(skill(), "Ready")?.status).toBe("True");
+    expect(skill().status?.skillName).toBe("sk");
+    // A 400 for the spec itself, with the name free, still stalls.
+    w.emu.state.deleteSkill("sk");
+    resync();
+    apply({ content: "v2" }, skill().metadata.annotations);
+    w.emu.injectFault({ method: "POST", path: "/compute/v1/skills", times: 1, action: { status: 400, body: { code: 400, error_code: "bad_request", message: "content too long" } } });
+    await w.reconcile(kind(), "sk").catch(() => undefined);
+    expect(condition(skill(), "Stalled")).toMatchObject({ status: "True", reason: "ServiceRejected" });
+  });
+
   it("does not take a skill with its content and someone else's description for the one its create made", async () => {
     await w.handle().skills.ensureFresh();
     w.emu.state.createSkill({ name: "sk", content: "same", description: "theirs" });
