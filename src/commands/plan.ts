@@ -6,7 +6,7 @@
 import { parseArgs } from "node:util";
 import { errorMessage } from "../lib/errors.js";
 import type { KubeClient } from "../runtime/kube-client.js";
-import { ManifestError, parseSources, readSources, renderKustomization, type Source } from "../plan/manifests.js";
+import { ManifestError, isPlanned, parseSources, readSources, renderKustomization, type Source } from "../plan/manifests.js";
 import { exitCodeOf } from "../plan/model.js";
 import { kubeReader, plan } from "../plan/planner.js";
 import { render } from "../plan/render.js";
@@ -19,7 +19,8 @@ const help = (prog: string) => `usage: ${prog} (-f FILENAME | -k DIRECTORY) [fla
 
 Shows what the operator would do in the service if the manifests were applied now: each
 Skill, Agent, AgentDeployment and Sandbox created, updated (fields old -> new), replaced (and
-why), deleted (--prune) or left alone. Reads the cluster and the service; writes nothing.
+why), deleted (--prune) or left alone; each Connection and SandboxRun created or changed.
+Reads the cluster and the service; writes nothing.
 
 flags:
   -f, --filename <path>      a manifest file, a directory of them, or - for stdin; repeatable
@@ -104,6 +105,10 @@ export async function main(argv: string[], prog = "agent-operator plan"): Promis
     const manifests = parseSources(sources, namespaceOf(flags, kube), { enforceNamespace: flags.namespace !== undefined });
     if (kube === undefined) throw kubeError;
     const result = await plan(kubeReader(kube), manifests, { prune: flags.prune, selector: flags.selector });
+    const ours = manifests.filter(isPlanned).length;
+    if (flags.selector !== undefined && result.resources.length === 0 && ours > 0) {
+      console.error(`${prog}: -l matches none of the ${ours} resource(s) of agentcompute.dev in the manifests`);
+    }
     process.stdout.write(render(result, flags.output));
     return exitCodeOf(result);
   } catch (err) {

@@ -133,8 +133,8 @@ export function parseSources(sources: Source[], namespace: string, opts: ParseOp
       if (problem !== undefined) throw new ManifestError(`${where}: not valid YAML: ${(problem.message.split("\n")[0] ?? "").replace(/:$/, "")}`);
       const value: unknown = doc.toJS();
       if (value === null || value === undefined) return; // an empty document
-      for (const obj of expandList(value, where)) {
-        const m = toManifest(obj, where, namespace, opts.enforceNamespace ?? false);
+      for (const [obj, at] of expandList(value, where)) {
+        const m = toManifest(obj, at, namespace, opts.enforceNamespace ?? false);
         const key = `${m.kind}/${m.metadata.namespace}/${m.metadata.name}`;
         const first = seen.get(key);
         if (first !== undefined) throw new ManifestError(`${where}: ${m.kind} ${m.metadata.namespace}/${m.metadata.name} is also in ${first}`);
@@ -146,12 +146,13 @@ export function parseSources(sources: Source[], namespace: string, opts: ParseOp
   return out;
 }
 
-function expandList(value: unknown, where: string): unknown[] {
-  if (isRecord(value) && typeof value.kind === "string" && value.kind.endsWith("List") && Array.isArray(value.items)) {
-    return value.items as unknown[];
+/** The objects of a document, each with where it is: a List's items by their place in it (`item 2`). */
+function expandList(value: unknown, where: string): Array<[unknown, string]> {
+  if (isRecord(value) && typeof value.kind === "string" && value.kind.endsWith("List") && (Array.isArray(value.items) || value.items === null || value.items === undefined)) {
+    return ((value.items ?? []) as unknown[]).map((item, i) => [item, `${where}: item ${i + 1}`]);
   }
   if (!isRecord(value)) throw new ManifestError(`${where}: not a Kubernetes object (a mapping with apiVersion, kind and metadata)`);
-  return [value];
+  return [[value, where]];
 }
 
 function toManifest(obj: unknown, where: string, namespace: string, enforceNamespace: boolean): ManifestObject {

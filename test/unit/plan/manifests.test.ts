@@ -104,6 +104,10 @@ spec:
     expect(refusal(sandbox("{anything: 1}", "example.com/v1"))).toBe("accepted");
     expect(refusal("apiVersion: agentcompute.dev/v1alpha1\nkind: Skill\nmetadata: {generateName: s-}\nspec: {content: c}")).toMatch(/metadata\.name is missing \(metadata\.generateName cannot be used with kubectl apply/);
     expect(refusal("apiVersion: agentcompute.dev/v1alpha1\nkind: Skill\nmetadata: {name: 123}\nspec: {content: c}")).toMatch(/metadata\.name must be a string/);
+    // In a List, the item is named; an empty List is no resource, and no error.
+    const list = "apiVersion: v1\nkind: List\nitems:\n- {apiVersion: agentcompute.dev/v1alpha1, kind: Skill, metadata: {name: a}, spec: {content: c}}\n- {apiVersion: agentcompute.dev/v1alpha1, kind: Agnet, metadata: {name: b}}";
+    expect(refusal(list)).toMatch(/^m\.yaml: item 2: Agnet "b": unknown kind/);
+    expect(refusal("apiVersion: v1\nkind: List\nitems:")).toBe("accepted");
   });
 
   it("with -n given, refuses an object naming another namespace, as kubectl apply -n does; without, keeps it", () => {
