@@ -17,6 +17,7 @@ import { patchFinalizers } from "./finalizers.js";
 import type { StatusWriter } from "./status-writer.js";
 import type { ConnectionSecretWriter } from "./connection-secret.js";
 import { ClaimTaken, FailedAfterChange, StalledError, classify, type Failure } from "./errors.js";
+import { isOutcomeUnknown } from "../service/index.js";
 import type { ActionResult, Connector, ExternalClient, ManagedResource, Observation, StatusOf } from "./external.js";
 import { managementOf, type Management } from "./management-policies.js";
 import type { ResourceMetricsRecorder } from "./resource-metrics.js";
@@ -111,6 +112,14 @@ export class ManagedReconciler<R extends ManagedResource, Plan = unknown> implem
    * first sees, so a fix made while no operator ran waits for the spec or the inputs to change.
    */
   private readonly refusedWith = new Map<string, { uid: string; inputs: string | undefined }>();
+  /**
+   * namespace/name -> when a create of the resource (of that uid) failed with its outcome
+   * unknown (a timeout, a cut connection, a 5xx): it may still land in the service. A deletion
+   * meanwhile waits LANDING_MS from then before it looks for what to delete, or an object that
+   * lands after the look is left behind for good (agents and deployments do not run out).
+   * In memory only: a restart takes longer than the wait.
+   */
+  private readonly uncertainCreates = new Map<string, { uid: string; at: number }>();
 
   constructor(private readonly opts: ManagedReconcilerOptions<R, Plan>) {
     this.now = opts.now ?? (() => new Date());
@@ -124,6 +133,7 @@ export class ManagedReconciler<R extends ManagedResource, Plan = unknown> implem
       this.waitingSince.delete(key);
       this.warnedPoll.delete(key);
       this.metadataWritten.delete(key);
+      this.uncertainCreates.delete(key);
       return; // gone; the finalizer already did its work
     }
     const cachedVersion = cached.metadata.resourceVersion;
@@ -158,6 +168,8 @@ export class ManagedReconciler<R extends ManagedResource, Plan = unknown> implem
       const external = await this.opts.connector.connect(cr, ctx);
       connected = true;
       const seen = (observed = await external.observe(cr));
+      // Found: a create whose outcome was unknown has landed (one request makes one object).
+      if (seen.exists) this.uncertainCreates.delete(keyOf(cr));
       /**
        * Runs a change; if it fails, what runs is still kept alive before the failure is
        * reported: a replacement that cannot be allocated (a pool exhausted, refused) must not
@@ -215,8 +227,10 @@ export class ManagedReconciler<R extends ManagedResource, Plan = unknown> implem
         }
         try {
           action = await external.create(cr, { first });
+          this.uncertainCreates.delete(keyOf(cr));
         } catch (err) {
           if (err instanceof ClaimTaken) await this.withdrawClaim(cr, cachedVersion);
+          if (isOutcomeUnknown(err)) this.uncertainCreates.set(keyOf(cr), { uid: cr.metadata.uid, at: this.now().getTime() });
           throw err;
         }
         // A create of an object that existed (gone out of band) is drift put back; the first is not (no success before it).
@@ -515,6 +529,14 @@ export class ManagedReconciler<R extends ManagedResource, Plan = unknown> implem
         const external = await this.opts.connector.connect(cr, ctx);
         await external.delete(cr);
         event = { reason: "Deleted", message: "deleted the service object" };
+        // What a create whose outcome is unknown makes may land after this look: the finalizer
+        // stays, and the look is made again, until LANDING_MS after that create.
+        const uncertain = this.uncertainCreates.get(keyOf(cr));
+        const waitMs = uncertain?.uid === cr.metadata.uid ? uncertain.at + LANDING_MS - this.now().getTime() : 0;
+        if (waitMs > 0) {
+          ctx.log.info({ waitMs }, "deleted what there is; a create whose outcome is unknown may still land: looking again before the finalizer goes");
+          return { requeueAfterMs: waitMs };
+        }
       } catch (err) {
         const failure = classify(err);
         if (failure.kind === "notReady" && this.opts.externalId(cr) === undefined) {
@@ -529,6 +551,7 @@ export class ManagedReconciler<R extends ManagedResource, Plan = unknown> implem
     }
     await this.opts.secrets?.remove(cr);
     this.opts.status.forget(cr.metadata.uid);
+    this.uncertainCreates.delete(keyOf(cr));
     await this.setFinalizers(
       cr,
       (cr.metadata.finalizers ?? []).filter((f) => f !== FINALIZER),
@@ -680,6 +703,13 @@ const UPKEEP_RETRY_MS = 10_000;
 
 /** How soon an object that could not be compared with its spec (`unconfirmed`) is observed again. */
 const UNCONFIRMED_RECHECK_MS = 30_000;
+
+/**
+ * How long after a create whose outcome is unknown a deletion waits before it looks for what
+ * the create made: a request the client gave up on (its 30 s timeout) may still be worked on
+ * by the service, or held by a proxy, a while longer.
+ */
+export const LANDING_MS = 60_000;
 
 /** What an observation and the action after it leave to report, and when to come back. */
 function outcome<S>(observed: Observation<S, unknown>, action: ActionResult<S> | undefined, keeping: boolean): Upkeep<S> {

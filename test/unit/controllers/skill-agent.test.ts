@@ -1,7 +1,7 @@
 // Skill and Agent: which differences are sent, which fields are left alone, and how a name
 // that is taken is told apart from one this resource claimed.
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
-import { Annotations, MARKER_KEY } from "../../../src/api/names.js";
+import { Annotations, FINALIZER, MARKER_KEY } from "../../../src/api/names.js";
 import type { Agent, Skill } from "../../../src/api/index.js";
 import { agentPatch, agentRevision, agents } from "../../../src/controllers/agent.js";
 import { skills } from "../../../src/controllers/skill.js";
@@ -344,6 +344,24 @@ describe("Agent", () => {
     w.apply<Agent>("agents", { metadata: { name: "ag", deletionTimestamp: "2030-01-01T00:00:00Z" }, spec: agent().spec });
     await w.reconcile(kind(), "ag");
     expect(ours()).toEqual([]);
+  });
+
+  it("deleted after a create whose outcome is unknown: keeps its finalizer and looks again a while later, so an agent that lands late goes too", async () => {
+    const cr = apply({});
+    w.emu.injectFault({ method: "POST", path: "/registry/v1/agents", times: 1, action: { drop: "before" } });
+    await w.reconcile(kind(), "ag").catch(() => undefined);
+    w.apply<Agent>("agents", { metadata: { name: "ag", deletionTimestamp: "2030-01-01T00:00:00Z", finalizers: agent().metadata.finalizers }, spec: agent().spec });
+    const result = (await w.reconcile(kind(), "ag")) as { requeueAfterMs: number };
+    expect(result.requeueAfterMs).toBeGreaterThan(0);
+    expect(result.requeueAfterMs).toBeLessThanOrEqual(60_000);
+    expect(agent().metadata.finalizers).toContain(FINALIZER);
+    // The create lands now, after the first look.
+    w.emu.state.createAgent({ name: "ag", org_id: ORG, image: "registry.example/a:1", metadata: { [MARKER_KEY]: cr.metadata.uid } });
+    w.advance(60_001);
+    resync();
+    await w.reconcile(kind(), "ag");
+    expect([...w.emu.state.agents.values()].filter((a) => a.metadata?.[MARKER_KEY] === cr.metadata.uid)).toEqual([]);
+    expect(agent()?.metadata.finalizers ?? []).not.toContain(FINALIZER);
   });
 
   it("an update that finds the agent gone (deleted in the registry since the last list) waits for the next pass, which creates it again", async () => {
