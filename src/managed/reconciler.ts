@@ -541,6 +541,12 @@ export class ManagedReconciler<R extends ManagedResource, Plan = unknown> implem
         const failure = classify(err);
         if (failure.kind === "notReady" && this.opts.externalId(cr) === undefined) {
           // Never connected, never created: nothing to delete in the service.
+        } else if (failure.kind === "notReady") {
+          // Its Connection or credentials gone (a namespace deleted at once, then a restart): the
+          // service object is there, and only the user can choose between deleting and leaving it.
+          const id = this.opts.externalId(cr) ?? "";
+          const how = `the deletion waits to delete its service object ${id}: restore what is missing, or remove the finalizer ${FINALIZER} to leave the object there`;
+          return this.fail(cr, { ...failure, message: `${failure.message}; ${how}` }, ctx, err);
         } else {
           return this.fail(cr, failure, ctx, err);
         }

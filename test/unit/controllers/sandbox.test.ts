@@ -971,6 +971,20 @@ describe("a Sandbox whose Connection cannot be used", () => {
     expect(ready?.message).toBe(`Connection "default" not found in namespace "${NS}"; create it or set spec.connectionRef.name; its VM cannot be kept alive meanwhile`);
   });
 
+  it("deleted while its Connection is gone: keeps its finalizer, and says how to go on (restore it, or remove the finalizer to leave the VM)", async () => {
+    apply({});
+    await w.reconcile(kind(), "sb");
+    const vmId = sandbox().status?.vmId as string;
+    w.informer({ kind: "connections", plural: "connections" }).delete(NS, "default");
+    w.apply<Sandbox>("sandboxes", { metadata: { name: "sb", deletionTimestamp: "2030-01-01T00:00:00Z", finalizers: sandbox().metadata.finalizers }, spec: sandbox().spec });
+    await w.reconcile(kind(), "sb").catch(() => undefined);
+    expect(sandbox().metadata.finalizers).toContain("agentcompute.dev/finalizer");
+    expect(condition(sandbox(), "Ready")?.message).toBe(
+      `Connection "default" not found in namespace "${NS}"; create it or set spec.connectionRef.name; the deletion waits to delete its service object ${vmId}: restore what is missing, or remove the finalizer agentcompute.dev/finalizer to leave the object there`,
+    );
+    expect(live(vmId)).toBe(true);
+  });
+
   it("says nothing of renewals for a VM it does not keep alive (keepAlive false)", async () => {
     apply({ keepAlive: false });
     await w.reconcile(kind(), "sb");
