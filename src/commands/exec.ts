@@ -24,6 +24,7 @@ import { ServiceError, isAuthError, isNotFound, type ServiceClient } from "../se
 import { goBooleans } from "./booleans.js";
 import { explainKubeError, kubeClientOf, kubeFlagOptions, kubeFlagsHelp, kubeFlagsOf, namespaceOf, type KubeFlags } from "./kube-flags.js";
 import { CLOSED_OUTPUT_EXIT_CODE, exitOnClosedOutput, whenOutputClosed, writeOut } from "./output.js";
+import { WORKSPACE } from "../runs/script.js";
 
 const help = (prog: string) => `usage: ${prog} [flags] <sandbox> -- <command> [args...]
 
@@ -37,7 +38,7 @@ examples:
 
 flags:
 ${kubeFlagsHelp("namespace of the Sandbox", 28)}
-      --cwd <dir>           working directory in the VM
+      --cwd <dir>           working directory in the VM (default /workspace)
   -e, --env <KEY=VALUE>     environment variable for the command; repeatable
       --timeout <duration>  kill the command after this long, e.g. 30s, 10m (exit code 124);
                             at least 1ms (leave it out for no timeout)
@@ -76,8 +77,9 @@ export function parseExecFlags(argv: string[]): ExecFlags | "help" {
   if (dash < 0) throw new UsageError(`give the command after --, e.g. ${positionals[0] ?? "box"} -- ls`);
   if (after.length === 0 || (after.length === 1 && after[0]!.trim() === "")) throw new UsageError("the command after -- is empty");
   const sandbox = positionals[0]!.replace(/^(sandbox|sandboxes|sbx)(\.agentcompute\.dev)?\//, "");
-  const options: CommandOptions = {};
-  if (values.cwd !== undefined) options.cwd = values.cwd;
+  // The published agentd API gives no default working directory: the workspace, as a
+  // SandboxRun's steps are given it, so that `ls` and relative paths mean the same in both.
+  const options: CommandOptions = { cwd: values.cwd ?? WORKSPACE };
   if (values.env !== undefined) {
     const envs: Record<string, string> = {};
     for (const kv of values.env) {

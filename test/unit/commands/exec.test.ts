@@ -18,7 +18,8 @@ describe("exec: parseExecFlags", () => {
 
   it("keeps one argument as a shell command line, and accepts sandbox/NAME", () => {
     const f = parseExecFlags(["sandbox/box", "--", "echo a; exit 3"]);
-    expect(f).toMatchObject({ sandbox: "box", command: "echo a; exit 3", options: {} });
+    // In the workspace when --cwd is not given (the published agentd API names no default), as a SandboxRun's steps are.
+    expect(f).toMatchObject({ sandbox: "box", command: "echo a; exit 3", options: { cwd: "/workspace" } });
   });
 
   it("leaves flags after -- to the command", () => {
