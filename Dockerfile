@@ -6,10 +6,14 @@
 #     --build-arg REVISION=$(git rev-parse HEAD) --build-arg CREATED=$(date -u +%FT%TZ) .
 #
 # build:   every dependency, `npm run build` (tsc: src/ -> dist/)
-# deps:    production dependencies only
-# runtime: Node + dist/ + production node_modules + package.json + crds/; no npm, no compiler,
-#          no shell tools the operator does not use; runs as UID 65532 on a read-only root
-#          filesystem (it writes nothing; mount an emptyDir at /tmp as manifests/ does).
+# deps:    production dependencies only, without the optional one (@kubernetes/client-node,
+#          ~80 MB with what it pulls in: only a kubeconfig user with a legacy auth-provider
+#          needs it, never a pod with its ServiceAccount)
+# runtime: Node + dist/ + production node_modules + package.json + crds/ (the CRDs of this
+#          image's version, for whoever extracts them; the operator reads none); no npm and no
+#          compiler, on Debian slim (which has a shell and dpkg: it is not distroless); runs as
+#          UID 65532 on a read-only root filesystem (it writes nothing; mount an emptyDir at
+#          /tmp as manifests/ does).
 #
 # Node: the same major and version the project pins through its `node` devDependency (see
 # test/e2e/install/image.test.ts, which keeps the two in step). That devDependency only makes
@@ -29,7 +33,7 @@ RUN npm run build
 FROM node:${NODE_VERSION}-bookworm-slim AS deps
 WORKDIR /app
 COPY package.json package-lock.json ./
-RUN --mount=type=cache,target=/root/.npm npm ci --omit=dev --ignore-scripts --no-audit --no-fund
+RUN --mount=type=cache,target=/root/.npm npm ci --omit=dev --omit=optional --ignore-scripts --no-audit --no-fund
 
 FROM node:${NODE_VERSION}-bookworm-slim AS runtime
 ARG VERSION=0.1.0

@@ -19,6 +19,7 @@ import { isIPv6 } from "node:net";
 import { homedir } from "node:os";
 import { delimiter, dirname, isAbsolute, join, resolve } from "node:path";
 import { parse as parseYaml } from "yaml";
+import type * as ClientNodeModule from "@kubernetes/client-node";
 
 export interface TlsOptions {
   ca?: Buffer;
@@ -289,7 +290,16 @@ function toBuffer(v: unknown): Buffer | undefined {
 function legacyAuthProvider(files: string[], context: string, server: string, namespace?: string): ClusterConnection {
   let delegate: Promise<ClusterConnection> | undefined;
   const load = async (): Promise<ClusterConnection> => {
-    const { KubeConfig } = await import("@kubernetes/client-node");
+    let clientNode: typeof ClientNodeModule;
+    try {
+      clientNode = await import("@kubernetes/client-node");
+    } catch {
+      // An optional dependency (the container image leaves it out: a pod uses its ServiceAccount).
+      throw new Error(
+        `the kubeconfig's user in context "${context}" uses an auth-provider, which needs the optional package @kubernetes/client-node (not installed: npm install @kubernetes/client-node); or give the user a token or an exec plugin instead`,
+      );
+    }
+    const { KubeConfig } = clientNode;
     const kc = new KubeConfig();
     const saved = process.env.KUBECONFIG;
     try {

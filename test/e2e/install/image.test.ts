@@ -30,6 +30,7 @@ const pkg = JSON.parse(readFileSync(join(REPO_ROOT, "package.json"), "utf8")) as
   license: string;
   dependencies: Record<string, string>;
   devDependencies: Record<string, string>;
+  optionalDependencies?: Record<string, string>;
 };
 const lock = JSON.parse(readFileSync(join(REPO_ROOT, "package-lock.json"), "utf8")) as {
   packages: Record<string, { version?: string; dev?: boolean }>;
@@ -51,7 +52,7 @@ describe("Dockerfile", () => {
     const build = all(stage(df, "build"), "RUN").map(runCommand);
     expect(build).toContain("npm ci --ignore-scripts --no-audit --no-fund");
     expect(build).toContain("npm run build");
-    expect(all(stage(df, "deps"), "RUN").map(runCommand)).toEqual(["npm ci --omit=dev --ignore-scripts --no-audit --no-fund"]);
+    expect(all(stage(df, "deps"), "RUN").map(runCommand)).toEqual(["npm ci --omit=dev --omit=optional --ignore-scripts --no-audit --no-fund"]);
     // The runtime stage installs nothing itself: it copies the two stages' results.
     expect(all(runtime, "RUN").map(runCommand).join("\n")).not.toMatch(/npm (ci|install)/);
     expect(copies(runtime)).toEqual([
@@ -179,6 +180,9 @@ describe("the runtime stage, replayed in a read-only folder", () => {
     expect(devOnly.map(([path]) => path)).toEqual(expect.arrayContaining(["node_modules/node", "node_modules/typescript", "node_modules/vitest"]));
     for (const [path] of devOnly) expect(existsSync(join(app, path)), path).toBe(false);
     expect(existsSync(join(modules, ".bin", "node"))).toBe(false);
+    // Nor the optional one, which only a legacy auth-provider kubeconfig needs (~80 MB).
+    expect(Object.keys(pkg.optionalDependencies ?? {})).toEqual(["@kubernetes/client-node"]);
+    expect(existsSync(join(modules, "@kubernetes", "client-node"))).toBe(false);
     expect(readdirSync(app).sort()).toEqual(["crds", "dist", "node_modules", "package.json"]);
   });
 
