@@ -181,6 +181,9 @@ export class Controller {
     this.started = true;
     this.log.info({ workers: this.concurrency }, "starting workers");
     for (let i = 0; i < this.concurrency; i++) this.workers.push(this.worker());
+    // And one for the priority lane alone (TTL renewals): with every worker busy in slow
+    // ordinary reconciles (allocations at a cold start), a renewal due now still runs now.
+    this.workers.push(this.worker({ priorityOnly: true }));
   }
 
   /**
@@ -219,9 +222,9 @@ export class Controller {
     return outcome;
   }
 
-  private async worker(): Promise<void> {
+  private async worker(opts: { priorityOnly?: boolean } = {}): Promise<void> {
     for (;;) {
-      const item = await this.queue.get();
+      const item = await (opts.priorityOnly === true ? this.queue.getPriority() : this.queue.get());
       if (!item) return;
       const p = this.process(item.key, item.priority);
       this.inFlight.add(p);

@@ -168,6 +168,8 @@ export class WorkQueue {
   private timer: NodeJS.Timeout | undefined;
   private timerAt = Infinity;
   private readonly getters: ((item: QueueItem | undefined) => void)[] = [];
+  /** Workers kept for the priority lane (getPriority), waiting. */
+  private readonly prioGetters: ((item: QueueItem | undefined) => void)[] = [];
   private drainWaiters: (() => void)[] = [];
   private seq = 0;
   /** number of valid lane entries (dirty keys that are not being processed) */
@@ -270,6 +272,17 @@ export class WorkQueue {
     return new Promise((resolve) => this.getters.push(resolve));
   }
 
+  /**
+   * As get(), for a worker kept for the priority lane: only a priority key, waiting if none
+   * is ready, so that one is never stuck behind workers all busy with slow ordinary keys.
+   */
+  getPriority(): Promise<QueueItem | undefined> {
+    if (this.shuttingDown) return Promise.resolve(undefined);
+    const item = this.take([this.prio]);
+    if (item) return Promise.resolve(item);
+    return new Promise((resolve) => this.prioGetters.push(resolve));
+  }
+
   /** Mark `key` finished; if it was added meanwhile it goes back in the queue. */
   done(key: string): void {
     const started = this.processing.get(key);
@@ -323,7 +336,7 @@ export class WorkQueue {
     // Forget queued (not in-process) keys; in-process keys stay until done().
     for (const key of this.dirty.keys()) if (!this.processing.has(key)) this.dirty.delete(key);
     this.metrics?.workqueueDepth.set({ name: this.name }, 0);
-    const getters = this.getters.splice(0);
+    const getters = [...this.getters.splice(0), ...this.prioGetters.splice(0)];
     for (const g of getters) g(undefined);
     if (this.processing.size === 0) this.unregisterMetrics?.();
   }
@@ -345,6 +358,12 @@ export class WorkQueue {
   }
 
   private dispatch(): void {
+    // Priority keys go to the workers kept for them first: the others stay free for the rest.
+    while (this.prioGetters.length > 0 && this.prio.size > 0) {
+      const item = this.take([this.prio]);
+      if (!item) break;
+      (this.prioGetters.shift() as (item: QueueItem | undefined) => void)(item);
+    }
     while (this.getters.length > 0 && this.ready > 0) {
       const item = this.take();
       if (!item) break;
@@ -352,10 +371,10 @@ export class WorkQueue {
     }
   }
 
-  /** Pop the next valid entry, priority lane first, and mark it in process. */
-  private take(): QueueItem | undefined {
+  /** Pop the next valid entry of `lanes` (priority lane first), and mark it in process. */
+  private take(lanes: readonly Fifo<LaneEntry>[] = [this.prio, this.normal]): QueueItem | undefined {
     if (this.ready === 0) return undefined;
-    for (const lane of [this.prio, this.normal]) {
+    for (const lane of lanes) {
       for (let e = lane.shift(); e !== undefined; e = lane.shift()) {
         const entry = this.dirty.get(e.key);
         if (!entry || entry.seq !== e.seq || this.processing.has(e.key)) continue; // stale

@@ -68,6 +68,29 @@ describe("Controller", () => {
     expect(maxParallel).toBeLessThanOrEqual(4);
   });
 
+  it("keeps a worker for the priority lane: a renewal runs while every other worker is busy with slow ordinary keys", async () => {
+    let release: () => void = () => undefined;
+    const slow = new Promise<void>((r) => (release = r));
+    const done: string[] = [];
+    const { c } = make(async (req) => {
+      if (req.name.startsWith("slow")) await slow;
+      done.push(req.name);
+    }, 1);
+    await c.start();
+    c.enqueue({ namespace: "ns", name: "slow-1" });
+    c.enqueue({ namespace: "ns", name: "slow-2" });
+    await until(() => c.queue.processingLen() === 1);
+    c.enqueue({ namespace: "ns", name: "ordinary" });
+    c.enqueue({ namespace: "ns", name: "renewal" }, { priority: true });
+    await until(() => done.includes("renewal"));
+    // The ordinary keys wait for the one ordinary worker: the kept one takes no ordinary key.
+    expect(done).toEqual(["renewal"]);
+    release();
+    await until(() => done.length === 4);
+    expect(done.slice(1).sort()).toEqual(["ordinary", "slow-1", "slow-2"]);
+    await c.stop(1_000);
+  });
+
   it("retries errors with backoff, then forgets on success", async () => {
     let calls = 0;
     const retries: number[] = [];
