@@ -20,7 +20,8 @@ flags:
   --kubeconfig <path>                  kubeconfig file (default: $KUBECONFIG, ~/.kube/config, in-cluster)
   --namespace <ns>                     watch only this namespace; repeat for several (default: all)
   --sync-period <duration>             re-observe every resource this often, jittered (default 10m)
-  --concurrency <n>                    reconciles in parallel per kind (default 8)
+  --concurrency <n>                    reconciles in parallel per kind (default 8), and one more
+                                       for TTL renewals alone
   --sandbox-status-interval <duration> write a Sandbox's renewals to its status at most this often (default 10m; 0: every renewal)
   --leader-elect                       elect a leader through a Lease so that only one replica acts
   --leader-election-namespace <ns>     namespace of the Lease (default: the pod's namespace)

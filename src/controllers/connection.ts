@@ -120,12 +120,14 @@ export class ConnectionReconciler implements Reconciler {
           if (clients.length > MAX_ACCESS_CLIENTS) notes.push(`status.accessClients shows the first ${MAX_ACCESS_CLIENTS} of the ${clients.length} access clients`);
         } catch (err) {
           // The route takes no parameter and publishes no 404: a 404 is a base URL that is not
-          // the service's (a path too many, another host's gateway). Every resource would meet
-          // it, and a delete answered 404 would count its object gone.
-          if (isNotFound(err)) {
+          // the service's (a path too many, another host's gateway), if another route the
+          // service publishes is not there either (a gateway may hide one route from an
+          // account). Every resource would meet it, and a delete answered 404 would count its
+          // object gone.
+          if (isNotFound(err) && (await notFoundEither(() => handle.client.pool.config()))) {
             throw new StalledError(
               "ServiceNotFound",
-              `${conn.spec.baseURL} does not serve the compute API (GET /compute/v1/access/clients answered HTTP 404): check spec.baseURL, the service's root URL (e.g. https://api.example.com, without /compute/v1)`,
+              `${conn.spec.baseURL} does not serve the compute API (GET /compute/v1/access/clients and /compute/v1/pool/config answered HTTP 404): check spec.baseURL, the service's root URL (e.g. https://api.example.com, without /compute/v1)`,
             );
           }
           unread.push(`the access clients could not be read (${refused(err)})`);
@@ -278,6 +280,18 @@ export function summarise(records: UsageRecord[]) {
 function refused(err: unknown): string {
   if (err instanceof ServiceError && err.status !== undefined && REPORT_REFUSALS.has(err.status)) return err.message;
   throw err;
+}
+
+/** Whether `read` is answered 404 as well; its other failures are the Connection's own trouble, thrown. */
+async function notFoundEither(read: () => Promise<unknown>): Promise<boolean> {
+  try {
+    await read();
+    return false;
+  } catch (err) {
+    if (isNotFound(err)) return true;
+    if (err instanceof ServiceError && err.status !== undefined && REPORT_REFUSALS.has(err.status)) return false;
+    throw err;
+  }
 }
 
 /** Answers to a report's read that the same read would get again: the account or the spec is at fault, not the service. */

@@ -5,15 +5,23 @@ import { SENSITIVE, type Change } from "./model.js";
 
 /**
  * Keys whose values are never shown, at any depth (docs/plan.md, "Secrets"): compared without
- * case, "_" and "-", a key that ends in token, password, passwd, pwd, secret, key, pat or
- * credential(s): `githubToken`, `db_password`, `client_secret`, `api-key`, `credentials`,
- * `STRIPE_KEY`, `AWS_SECRET_ACCESS_KEY`, `GH_PAT`.
+ * case, "_" and "-", a key that ends in token, password, passwd, passphrase, pass, pwd,
+ * secret, key (but publicKey), pat or credential(s): `githubToken`, `db_password`,
+ * `client_secret`, `api-key`, `credentials`, `STRIPE_KEY`, `AWS_SECRET_ACCESS_KEY`, `GH_PAT`,
+ * `DB_PASS`. Not `PWD` alone (the shell's working directory).
  */
-const SENSITIVE_ENDING = /(token|password|passwd|pwd|secret|key|pat|credentials?)$/;
-const isSensitiveKey = (key: string): boolean => SENSITIVE_ENDING.test(key.toLowerCase().replace(/[_-]/g, ""));
+const SENSITIVE_ENDING = /(token|password|passwd|passphrase|pass|pwd|secret|key|pat|credentials?)$/;
+const NOT_SENSITIVE = /^(publickey|pwd)$|publickey$/;
+const isSensitiveKey = (key: string): boolean => {
+  const k = key.toLowerCase().replace(/[_-]/g, "");
+  return SENSITIVE_ENDING.test(k) && !NOT_SENSITIVE.test(k);
+};
 
-/** A URL's password (`postgres://user:pw@db/x`), wherever a string holds one. */
-const URL_PASSWORD = /\b([a-z][a-z0-9+.-]*:\/\/[^/\s:@]*):[^@\s/]*@/gi;
+/**
+ * A URL's password (`postgres://user:pw@db/x`), wherever a string holds one: up to the last
+ * `@` before the path, since a password may hold one unescaped.
+ */
+const URL_PASSWORD = /\b([a-z][a-z0-9+.-]*:\/\/[^/\s:@]*):[^/\s]*@/gi;
 const withoutURLPasswords = (text: string): string => text.replace(URL_PASSWORD, `$1:${SENSITIVE}@`);
 
 function isRecord(v: unknown): v is Record<string, unknown> {

@@ -179,18 +179,13 @@ export class Controller {
   async start(): Promise<void> {
     if (this.started) return;
     this.started = true;
-    this.log.info({ workers: this.concurrency }, "starting workers");
+    this.log.info({ workers: this.concurrency, priorityWorkers: 1 }, "starting workers");
     for (let i = 0; i < this.concurrency; i++) this.workers.push(this.worker());
     // And one for the priority lane alone (TTL renewals): with every worker busy in slow
     // ordinary reconciles (allocations at a cold start), a renewal due now still runs now.
     this.workers.push(this.worker({ priorityOnly: true }));
   }
 
-  /**
-   * Stop taking work and wait for in-flight reconciles, at most `graceMs`; then abort their
-   * signal and return (they are abandoned, not awaited further). "drained" if every reconcile
-   * in flight ended within `graceMs`.
-   */
   /**
    * Aborts the reconciles in flight now, whatever grace period a stop() under way gave them
    * (leadership lost while stopping: another replica may lead by now). stop() still ends the
@@ -201,6 +196,12 @@ export class Controller {
     this.log.warn({ inFlight: this.inFlight.size }, `${why}; aborting in-flight reconciles`);
     this.stopController.abort(new Error(why));
   }
+
+  /**
+   * Stop taking work and wait for in-flight reconciles, at most `graceMs`; then abort their
+   * signal and return (they are abandoned, not awaited further). "drained" if every reconcile
+   * in flight ended within `graceMs`.
+   */
 
   async stop(graceMs = 30_000): Promise<"drained" | "timeout"> {
     for (const u of this.unsubscribers.splice(0)) u();

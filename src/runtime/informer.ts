@@ -193,7 +193,11 @@ export class Informer<T extends KubeObject> {
     if (this.started) return this.started;
     // Stopped before it was started (a SIGTERM while the manager's servers bind): it stays
     // stopped, rather than list and watch through a client being closed, for ever.
-    if (this.stopped) return Promise.reject(new Error(`informer ${this.path} stopped before it started`));
+    if (this.stopped) {
+      const refused = Promise.reject(new Error(`informer ${this.path} stopped before it started`));
+      refused.catch(() => undefined); // a caller that does not await it gets no unhandled rejection
+      return refused;
+    }
     this.started = new Promise<void>((resolve, reject) => this.syncWaiters.push({ resolve, reject }));
     // A caller that never awaits start() must not get an unhandled rejection from stop().
     this.started.catch(() => undefined);

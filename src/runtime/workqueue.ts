@@ -205,6 +205,8 @@ export class WorkQueue {
           // Promote: a fresh entry in the priority lane; the ordinary one becomes stale.
           existing.seq = ++this.seq;
           this.prio.push({ key, seq: existing.seq });
+          // The worker kept for the priority lane may be waiting while the others are busy.
+          this.dispatch();
         }
       }
       return;

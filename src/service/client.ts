@@ -6,7 +6,7 @@
 
 import pino from "pino";
 import { InvalidEndpointError, ServiceError, isAuthError } from "./errors.js";
-import { HttpTransport } from "./http.js";
+import { HttpTransport, type HttpResponse } from "./http.js";
 import { OPERATIONS, REGISTRY, decodeJson, dedupe, pathOf, queryString } from "./operations.js";
 import type { AgentsAPI, ArgsOf, DeploymentsAPI, OperationName, OperationSpec, PoolAPI, ResultOf, SkillsAPI, UsageAPI, VMsAPI } from "./operations.js";
 import { DEFAULTS, resolveRetry } from "./options.js";
@@ -222,7 +222,8 @@ export class ServiceClient {
   }
 
   /**
-   * Whether the service has answered a call of this client with a 2xx: its base URL is the
+   * Whether the service has answered a call of this client: a 2xx whose body reads as the
+   * answer, or a refusal (not a 404) in the service's error body. Its base URL is then the
    * service's, not only its token service's URL (a token obtained says nothing of baseURL).
    */
   served(): boolean {
@@ -270,23 +271,32 @@ export class ServiceClient {
     const path = pathOf(operation, spec.path, args[0]);
     const target = path.startsWith(REGISTRY) ? this.registry : this.service;
     const body = spec.body?.(...args);
-    const res = await this.requester.call({
-      operation,
-      method: spec.method,
-      cls: spec.cls,
-      origin: target.origin,
-      path: target.prefix + path + queryString(spec.query?.(...args)),
-      body: body === undefined ? undefined : JSON.stringify(body),
-      headers: spec.headers?.(...args),
-      auth: true,
-      limited: true,
-      secrets: spec.secrets?.(...args),
-      writes: spec.method !== "GET",
-    });
-    this.answered = true;
+    let res: HttpResponse;
     try {
-      if (spec.decodeText !== undefined) return spec.decodeText(operation, res.status, res.text);
-      return spec.decode(operation, decodeJson(operation, res.status, res.text));
+      res = await this.requester.call({
+        operation,
+        method: spec.method,
+        cls: spec.cls,
+        origin: target.origin,
+        path: target.prefix + path + queryString(spec.query?.(...args)),
+        body: body === undefined ? undefined : JSON.stringify(body),
+        headers: spec.headers?.(...args),
+        auth: true,
+        limited: true,
+        secrets: spec.secrets?.(...args),
+        writes: spec.method !== "GET",
+      });
+    } catch (err) {
+      // A refusal in the service's own words (its error body) says baseURL is the service's too;
+      // not a 404, which the service's router gives any path a wrong prefix makes.
+      if (err instanceof ServiceError && err.status !== undefined && err.status !== 404 && (err.errorCode ?? err.serviceError ?? err.code) !== undefined) this.answered = true;
+      throw err;
+    }
+    try {
+      const decoded = spec.decodeText !== undefined ? spec.decodeText(operation, res.status, res.text) : spec.decode(operation, decodeJson(operation, res.status, res.text));
+      // Read as the service's answer: a host that answers every path 200 with a page is not it.
+      this.answered = true;
+      return decoded;
     } catch (err) {
       // A create answered 2xx did what it was asked, though its answer cannot be read (a proxy's
       // empty 200, a body cut short): the caller must look for what it made before making another.

@@ -75,6 +75,21 @@ describe("ConnectionPool", () => {
     await expect(first.client.vms.listAll()).resolves.toEqual([]); // kept open, not retired
   });
 
+  it("is not proven by a host that answers every path 200 with a page, and is by the service's own refusal of a call", async () => {
+    const first = w.pool.forResource(NS, undefined);
+    await first.client.vms.listAll();
+    const edit = (spec: Partial<Connection["spec"]>) => w.apply<Connection>("connections", { metadata: { name: "default" }, spec: { ...connection().spec, ...spec } });
+    edit({ registryURL: w.emu.baseURL }); // a new client, on the same service
+    const next = w.pool.clientFor(connection());
+    w.emu.injectFault({ method: "GET", path: "/compute/v1/vms", times: 1, action: { status: 200, body: "<html>dashboard</html>" } });
+    await expect(next.client.vms.listAll()).rejects.toThrow(/not JSON/);
+    expect(w.pool.forUpkeep(NS, undefined)).toBe(first);
+    // An account that may not list its access clients: the service's 403 says the URL is its.
+    w.emu.injectFault({ method: "GET", path: "/compute/v1/access/clients", times: 1, action: { status: 403, body: { code: 403, error_code: "forbidden", message: "not allowed" } } });
+    await expect(next.client.accessClients()).rejects.toThrow(/403/);
+    expect(w.pool.forUpkeep(NS, undefined)).toBe(next);
+  });
+
   it("has no client for upkeep when the credentials are refused and none were accepted before, and says so", async () => {
     rotate("a-mistyped-key");
     await expect(w.pool.clientFor(connection()).client.authenticate()).rejects.toThrow(/credentials refused/);

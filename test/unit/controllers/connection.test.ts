@@ -146,6 +146,13 @@ describe("Connection", () => {
     expect(() => w.pool.forResource(NS, { name: "c" })).toThrow(/not Ready/);
   });
 
+  it("stays Ready when only the access clients are answered 404 (a gateway hiding that route) and another route of the service is there", async () => {
+    w.emu.injectFault({ method: "GET", path: "/compute/v1/access/clients", times: 1, action: { status: 404, body: { code: 404, error_code: "not_found", message: "no such route" } } });
+    await reconcile();
+    expect(condition(connection(), "Ready")).toMatchObject({ status: "True", reason: "Authenticated" });
+    expect(condition(connection(), "Ready")?.message).toContain("the access clients could not be read");
+  });
+
   it("shows neither the access clients nor the usage read for its spec before while its changed spec cannot be checked", async () => {
     const { registry, usage } = await reportingUsage();
     expect(connection().status?.accessClients).toBeDefined();

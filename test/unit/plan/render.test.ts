@@ -101,12 +101,16 @@ describe("plan rendering", () => {
   });
 
   it("hides the env variables secrets are usually given in, and a URL's password, in plain spec values", () => {
-    const env = { AWS_SECRET_ACCESS_KEY: "v1", STRIPE_KEY: "v2", GH_PAT: "v3", DB_PWD: "v4", DATABASE_URL: "postgres://app:pw-in-url@db:5432/x", MODE: "prod" };
-    const changes = diffFields(undefined, { env }, "spec");
+    const env = { AWS_SECRET_ACCESS_KEY: "v1", STRIPE_KEY: "v2", GH_PAT: "v3", DB_PWD: "v4", DB_PASS: "v5", GPG_PASSPHRASE: "v6", DATABASE_URL: "postgres://app:pw-in-url@db:5432/x", CACHE_URL: "redis://u:p@ss@cache/0", MODE: "prod", PWD: "/workspace" };
+    const changes = diffFields(undefined, { env, publicKey: "ssh-ed25519 AAAA" }, "spec");
     const text = renderText(summarize([{ ...base("Sandbox", "s", "create"), changes }]));
-    for (const v of ["v1", "v2", "v3", "v4", "pw-in-url"]) expect(text).not.toContain(v);
+    for (const v of ["v1", "v2", "v3", "v4", "v5", "v6", "pw-in-url", "ss@cache"]) expect(text).not.toContain(v);
     expect(text).toContain('spec.env.DATABASE_URL: "postgres://app:(sensitive)@db:5432/x"');
+    expect(text).toContain('spec.env.CACHE_URL: "redis://u:(sensitive)@cache/0"');
     expect(text).toContain('spec.env.MODE: "prod"');
+    // Not secrets: the shell's working directory, a public key.
+    expect(text).toContain('spec.env.PWD: "/workspace"');
+    expect(text).toContain('spec.publicKey: "ssh-ed25519 AAAA"');
   });
 
   it("hides secret-looking fields at any depth: in arrays, inside objects, under a secret-looking key; in every output", () => {

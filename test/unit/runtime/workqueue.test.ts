@@ -288,6 +288,30 @@ describe("rate limiting", () => {
 });
 
 describe("shutdown", () => {
+  it("getPriority() takes only priority keys: one added, one promoted from the ordinary lane, each handed over at once", async () => {
+    const q = new WorkQueue({ name: "t" });
+    q.add("ordinary");
+    q.add("waiting"); // in the ordinary lane, as behind a backlog
+    let got: string | undefined;
+    const next = () => q.getPriority().then((item) => (got = item?.key));
+    let p = next();
+    await Promise.resolve();
+    expect(got).toBeUndefined(); // no ordinary key for it
+    q.add("waiting", { priority: true }); // its renewal came due: promoted
+    await p;
+    expect(got).toBe("waiting");
+    p = next();
+    q.add("renewal", { priority: true });
+    await p;
+    expect(got).toBe("renewal");
+    // The ordinary key is still there for get(); a getPriority() waiting at shutdown ends.
+    expect((await q.get())?.key).toBe("ordinary");
+    p = next();
+    q.shutDown();
+    await p;
+    expect(got).toBeUndefined();
+  });
+
   it("shutDown resolves waiting getters with undefined and ignores later adds", async () => {
     const q = new WorkQueue({ name: "t" });
     const p = q.get();
