@@ -11,7 +11,7 @@ import { SENSITIVE, type Change } from "./model.js";
  * `DB_PASS`. Not `PWD` alone (the shell's working directory).
  */
 const SENSITIVE_ENDING = /(token|password|passwd|passphrase|pass|pwd|secret|key|pat|credentials?)$/;
-const NOT_SENSITIVE = /^(publickey|pwd)$|publickey$/;
+const NOT_SENSITIVE = /^pwd$|publickey$/;
 const isSensitiveKey = (key: string): boolean => {
   const k = key.toLowerCase().replace(/[_-]/g, "");
   return SENSITIVE_ENDING.test(k) && !NOT_SENSITIVE.test(k);

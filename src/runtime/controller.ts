@@ -202,7 +202,6 @@ export class Controller {
    * signal and return (they are abandoned, not awaited further). "drained" if every reconcile
    * in flight ended within `graceMs`.
    */
-
   async stop(graceMs = 30_000): Promise<"drained" | "timeout"> {
     for (const u of this.unsubscribers.splice(0)) u();
     const drained = this.queue.shutDownWithDrain();
