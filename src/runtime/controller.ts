@@ -86,6 +86,11 @@ export interface ControllerOptions {
   rateLimiter?: RateLimiter;
   /** Abort the reconcile's signal after this long (default: none). The worker still waits for it to return. */
   reconcileTimeoutMs?: number;
+  /**
+   * Keep one worker, besides `concurrency`, for the priority lane (default true): TTL renewals
+   * then never wait for a worker. Off where most keys are priority keys anyway.
+   */
+  priorityWorker?: boolean;
 }
 
 /** Encode a request as a queue key (`namespace/name`, `name` when cluster-scoped). */
@@ -116,6 +121,7 @@ export class Controller {
   private readonly inFlight = new Set<Promise<void>>();
   private readonly unsubscribers: (() => void)[] = [];
   private started = false;
+  private readonly priorityWorker: boolean;
 
   constructor(opts: ControllerOptions) {
     if (!(opts.concurrency >= 1)) throw new Error(`controller ${opts.name}: concurrency must be >= 1`);
@@ -125,6 +131,7 @@ export class Controller {
     this.log = opts.logger.child({ controller: opts.name });
     this.metrics = opts.metrics;
     this.reconcileTimeoutMs = opts.reconcileTimeoutMs;
+    this.priorityWorker = opts.priorityWorker ?? true;
     this.queue = new WorkQueue({ name: opts.name, metrics: opts.metrics, rateLimiter: opts.rateLimiter });
     this.metrics.maxConcurrentReconciles.set({ controller: this.name }, this.concurrency);
     this.metrics.activeWorkers.set({ controller: this.name }, 0);
@@ -179,11 +186,11 @@ export class Controller {
   async start(): Promise<void> {
     if (this.started) return;
     this.started = true;
-    this.log.info({ workers: this.concurrency, priorityWorkers: 1 }, "starting workers");
+    this.log.info({ workers: this.concurrency, priorityWorkers: this.priorityWorker ? 1 : 0 }, "starting workers");
     for (let i = 0; i < this.concurrency; i++) this.workers.push(this.worker());
     // And one for the priority lane alone (TTL renewals): with every worker busy in slow
     // ordinary reconciles (allocations at a cold start), a renewal due now still runs now.
-    this.workers.push(this.worker({ priorityOnly: true }));
+    if (this.priorityWorker) this.workers.push(this.worker({ priorityOnly: true }));
   }
 
   /**

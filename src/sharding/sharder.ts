@@ -162,6 +162,9 @@ export class Sharder {
       const controller = new Controller({
         name: `sharder-${kind.plural}`,
         concurrency: o.concurrency ?? 16,
+        // Its priority lane holds most placements (a gone owner's objects, new ones): a kept
+        // worker would be a 17th one; the running Sandboxes go first by their own rule.
+        priorityWorker: false,
         logger: o.logger,
         metrics: o.metrics,
         reconciler: { reconcile: (req, ctx) => this.place(kind, informer, req, ctx.priority) },
