@@ -115,9 +115,10 @@ export class ManagedReconciler<R extends ManagedResource, Plan = unknown> implem
   /**
    * namespace/name -> when a create of the resource (of that uid) failed with its outcome
    * unknown (a timeout, a cut connection, a 5xx): it may still land in the service. A deletion
-   * meanwhile waits LANDING_MS from then before it looks for what to delete, or an object that
-   * lands after the look is left behind for good (agents and deployments do not run out).
-   * In memory only: a restart takes longer than the wait.
+   * meanwhile deletes what it finds and keeps the finalizer to look again LANDING_MS from
+   * then, or an object that lands after its look would be left behind for good (agents and
+   * deployments do not run out). Dropped once a pass finds the object. In memory only: a
+   * restart takes longer than the wait.
    */
   private readonly uncertainCreates = new Map<string, { uid: string; at: number }>();
 
