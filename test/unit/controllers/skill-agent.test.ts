@@ -21,6 +21,11 @@ describe("Skill", () => {
     w.apply<Skill>("skills", { metadata: { name: "sk", annotations }, spec });
   const skill = () => w.get<Skill>("skills", "sk");
   const resync = () => w.handle().skills.invalidate();
+  /** The Skill deleted (kubectl delete: a deletion timestamp), and the pass that follows. */
+  const deleted = async () => {
+    w.apply<Skill>("skills", { metadata: { name: "sk", deletionTimestamp: "2030-01-01T00:00:00Z" }, spec: skill().spec });
+    await w.reconcile(kind(), "sk");
+  };
 
   it("claims the name with the finalizer, before the create, so a create whose answer is lost stays its own", async () => {
     apply({ content: "v1" });
@@ -63,8 +68,7 @@ describe("Skill", () => {
     w.emu.injectFault({ method: "POST", path: "/compute/v1/skills", times: 1, action: { drop: "after" } });
     await w.reconcile(kind(), "sk").catch(() => undefined);
     expect(skill().status?.skillName).toBeUndefined();
-    w.apply<Skill>("skills", { metadata: { name: "sk", deletionTimestamp: "2030-01-01T00:00:00Z" }, spec: skill().spec });
-    await w.reconcile(kind(), "sk");
+    await deleted();
     expect(w.emu.state.skills.get("sk")).toBeUndefined();
   });
 
@@ -78,8 +82,7 @@ describe("Skill", () => {
     await w.reconcile(kind(), "sk");
     expect(condition(skill(), "Ready")?.status).toBe("True");
     expect(w.emu.state.skills.get("sk")?.content).toBe("v2");
-    w.apply<Skill>("skills", { metadata: { name: "sk", deletionTimestamp: "2030-01-01T00:00:00Z" }, spec: skill().spec });
-    await w.reconcile(kind(), "sk");
+    await deleted();
     expect(w.emu.state.skills.get("sk")).toBeUndefined();
   });
 
@@ -99,8 +102,7 @@ describe("Skill", () => {
     expect(condition(skill(), "Ready")?.status).toBe("True");
     expect(w.events.filter((e) => e.reason === "NameTaken")).toEqual([]);
     expect(w.emu.state.skills.get("sk")?.content).toBe("v2");
-    w.apply<Skill>("skills", { metadata: { name: "sk", deletionTimestamp: "2030-01-01T00:00:00Z" }, spec: skill().spec });
-    await w.reconcile(kind(), "sk");
+    await deleted();
     expect(w.emu.state.skills.get("sk")).toBeUndefined();
   });
 
@@ -155,8 +157,7 @@ describe("Skill", () => {
     expect(w.writes()).toEqual(["skills.create"]);
     expect(w.emu.state.skills.get("sk")?.content).toBe("someone else's");
     // ...nor at its deletion: the other party's skill stays.
-    w.apply<Skill>("skills", { metadata: { name: "sk", deletionTimestamp: "2030-01-01T00:00:00Z" }, spec: skill().spec });
-    await w.reconcile(kind(), "sk");
+    await deleted();
     expect(w.emu.state.skills.get("sk")?.content).toBe("someone else's");
   });
 
@@ -179,8 +180,7 @@ describe("Skill", () => {
     expect(condition(skill(), "Stalled")).toMatchObject({ status: "True", reason: "NameTaken" });
     expect(skill().status?.skillName).toBeUndefined();
     // ...nor at its deletion: the other resource's skill stays.
-    w.apply<Skill>("skills", { metadata: { name: "sk", deletionTimestamp: "2030-01-01T00:00:00Z" }, spec: skill().spec });
-    await w.reconcile(kind(), "sk");
+    await deleted();
     expect(w.emu.state.skills.get("sk")?.content).toBe("same");
   });
 
