@@ -197,17 +197,15 @@ export class ConnectionPool {
    * the Secret is fixed.
    */
   private workingClient(connection: Connection): ServiceHandle {
-    let handle: ServiceHandle;
+    let handle: ServiceHandle | undefined;
     try {
       handle = this.clientFor(connection);
     } catch (err) {
-      const existing = this.entries.get(`${connection.metadata.namespace}/${connection.metadata.name}`);
-      if (existing === undefined) throw err;
-      handle = existing.handle;
+      handle = this.entries.get(`${connection.metadata.namespace}/${connection.metadata.name}`)?.handle;
+      if (handle === undefined) throw err;
     }
     const before = this.entries.get(handle.key)?.proven;
-    if (before === undefined || proven(handle) || before.client.credentials() === "refused") return handle;
-    return before;
+    return before === undefined || proven(handle) || before.client.credentials() === "refused" ? handle : before;
   }
 
   /**

@@ -195,12 +195,7 @@ export function desiredAllocation(
       throw new NotReadyError("WaitingForSkill", `Skill "${skill.metadata.name}" (spec.skills) is not Ready yet${why}`, notReportedYet(skill));
     }
   }
-  const env: Record<string, string> = {};
-  for (const [i, from] of (spec.envFrom ?? []).entries()) {
-    const data = deps.store.secretData(metadata.namespace, from.secretRef.name, `spec.envFrom[${i}].secretRef.name`);
-    for (const [k, v] of Object.entries(data)) env[`${from.prefix ?? ""}${k}`] = v;
-  }
-  Object.assign(env, spec.env);
+  const env: Record<string, string> = { ...envFromSecrets(cr, deps.store), ...spec.env };
   const req: AllocateVMRequest = {
     tier: spec.tier,
     ttl_seconds: ttlSeconds(cr),
@@ -218,19 +213,27 @@ export function desiredAllocation(
   return req;
 }
 
+/** The env the spec's envFrom Secrets give (their keys, prefixed); throws for a Secret that cannot be read. */
+function envFromSecrets(cr: Sandbox, store: SandboxDeps["store"]): Record<string, string> {
+  const env: Record<string, string> = {};
+  for (const [i, from] of (cr.spec.envFrom ?? []).entries()) {
+    const data = store.secretData(cr.metadata.namespace, from.secretRef.name, `spec.envFrom[${i}].secretRef.name`);
+    for (const [k, v] of Object.entries(data)) env[`${from.prefix ?? ""}${k}`] = v;
+  }
+  return env;
+}
+
 /**
  * The values an allocation's env takes from the spec's envFrom Secrets: the client scrubs them
- * from the service's answers whatever their length. None of a Secret that cannot be read (the
+ * from the service's answers whatever their length. None while a Secret cannot be read (the
  * allocation, which reads them first, says so).
  */
 export function envFromValues(cr: Sandbox, store: SandboxDeps["store"]): string[] {
-  return (cr.spec.envFrom ?? []).flatMap((from, i) => {
-    try {
-      return Object.values(store.secretData(cr.metadata.namespace, from.secretRef.name, `spec.envFrom[${i}].secretRef.name`));
-    } catch {
-      return [];
-    }
-  });
+  try {
+    return Object.values(envFromSecrets(cr, store));
+  } catch {
+    return [];
+  }
 }
 
 /**

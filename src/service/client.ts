@@ -5,7 +5,7 @@
 // them together, pages through lists, and talks to the token service.
 
 import pino from "pino";
-import { InvalidEndpointError, ServiceError, isAuthError } from "./errors.js";
+import { InvalidEndpointError, ServiceError, isAuthError, isServiceErrorBody } from "./errors.js";
 import { HttpTransport, type HttpResponse } from "./http.js";
 import { OPERATIONS, REGISTRY, decodeJson, dedupe, pathOf, queryString } from "./operations.js";
 import type { AgentsAPI, ArgsOf, DeploymentsAPI, OperationName, OperationSpec, PoolAPI, ResultOf, SkillsAPI, UsageAPI, VMsAPI } from "./operations.js";
@@ -289,7 +289,7 @@ export class ServiceClient {
     } catch (err) {
       // A refusal in the service's own words (its error body) says baseURL is the service's too;
       // not a 404, which the service's router gives any path a wrong prefix makes.
-      if (err instanceof ServiceError && err.status !== undefined && err.status !== 404 && (err.errorCode ?? err.serviceError ?? err.code) !== undefined) this.answered = true;
+      if (err instanceof ServiceError && err.status !== undefined && err.status !== 404 && isServiceErrorBody(err)) this.answered = true;
       throw err;
     }
     try {

@@ -156,7 +156,7 @@ export class Requester {
 
       const failure: Failure =
         res !== undefined
-          ? { kind: "status", status: res.status, fromService: isServiceErrorBody(parseErrorBody(res.text, [])) }
+          ? { kind: "status", status: res.status, ...(res.status === 503 && { fromService: isServiceErrorBody(parseErrorBody(res.text, [])) }) }
           : { kind: "network", sent: netErr?.sent ?? "maybe", permanent: netErr?.permanent ?? false };
       const verdict = judge(spec.cls, failure);
       const retryAfterMs = res !== undefined ? parseRetryAfter(res.headers["retry-after"], Date.now()) : undefined;

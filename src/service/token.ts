@@ -83,16 +83,8 @@ export class TokenSource {
       }
       return c;
     }
-    try {
-      return await this.refresh();
-    } catch (e) {
-      // Still valid and not refused by the service: ride it out until it really expires.
-      if (c !== undefined && this.current === c && this.now() < c.expiresAt) {
-        this.log?.warn({ err: e }, "token refresh failed; using the cached token until it expires");
-        return c;
-      }
-      throw e;
-    }
+    // None, or expired: nothing to ride out on.
+    return this.refresh();
   }
 
   private refresh(): Promise<Cached> {
