@@ -47,6 +47,17 @@ for (const file of positionals) {
   const nameOf = (i: number) => s.strings[s.nodes[i * F + iName] as number] ?? "";
   const sizeOf = (i: number) => s.nodes[i * F + iSize] as number;
 
+  /** A string node's text: a concatenated (or sliced) string's parts joined. */
+  const textOf = (i: number): string => {
+    if (typeOf(i) !== "concatenated string" && typeOf(i) !== "sliced string") return nameOf(i);
+    let text = "";
+    for (let e = firstEdge[i] as number; e < (firstEdge[i + 1] as number); e += E) {
+      const field = s.strings[s.edges[e + eName] as number];
+      if (field === "first" || field === "second" || field === "parent") text += textOf((s.edges[e + eTo] as number) / F);
+    }
+    return text;
+  };
+
   // self size by type / constructor
   const agg = new Map<string, { size: number; count: number }>();
   let total = 0;
@@ -76,7 +87,7 @@ for (const file of positionals) {
       if (edgeTypes[s.edges[e + eType] as number] !== "property") continue;
       const field = s.strings[s.edges[e + eName] as number];
       const to = (s.edges[e + eTo] as number) / F;
-      if ((field === "path" || field === "name") && typeOf(to) === "string") label += ` ${nameOf(to)}`;
+      if ((field === "path" || field === "name" || field === "labelSelector") && typeOf(to).endsWith("string")) label += ` ${textOf(to)}`;
     }
     for (let e = firstEdge[c] as number; e < (firstEdge[c + 1] as number); e += E) {
       if (edgeTypes[s.edges[e + eType] as number] !== "property") continue;

@@ -260,6 +260,7 @@ async function main(): Promise<void> {
       kubeletReport: a.shardKubeletReport,
       ...service,
       nodeOptions: a.nodeOptions,
+      heapSnapshotDir,
     });
   });
   await cluster.close();

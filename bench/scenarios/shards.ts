@@ -60,6 +60,8 @@ export interface ShardsParams {
   syncPeriod: string;
   concurrency?: number;
   nodeOptions?: string;
+  /** Where each operator that runs to the end writes a heap snapshot once everything is Ready (what a replica's memory holds). */
+  heapSnapshotDir?: string;
 }
 
 /** What one operator process cost: memory, CPU since its spawn, its writes to the API server. */
@@ -263,6 +265,7 @@ function stackOf(cluster: Cluster, name: string, p: ShardsParams): Promise<Stack
     concurrency: p.concurrency,
     nodeOptions: p.nodeOptions,
     plurals: PLURALS,
+    ...(p.heapSnapshotDir !== undefined && { heapSnapshotDir: path.join(p.heapSnapshotDir, name) }),
   });
 }
 
@@ -294,6 +297,7 @@ async function runBaseline(cluster: Cluster, p: ShardsParams, mix: Mix): Promise
     const created = stack.create(manifests(stack.namespace, mix, p.ttlSeconds));
     const readySeconds = await waitAllReady(stack, p.resources, t0, "shards baseline");
     await created;
+    await snapshot(op, p.heapSnapshotDir, "bench-shard-base");
     log(`shards baseline: ${readySeconds === null ? "NOT all Ready" : `all Ready after ${readySeconds.toFixed(1)} s`}; running one TTL (${p.ttlSeconds} s) more`);
     await sleep(p.ttlSeconds * 1000);
     const metrics = await op.scrape();
@@ -305,6 +309,13 @@ async function runBaseline(cluster: Cluster, p: ShardsParams, mix: Mix): Promise
     await stack.teardown();
     await waitNamespaceGone(cluster.kube, stack.namespace, { timeoutMs: 180_000, intervalMs: 1000 });
   }
+}
+
+/** A heap snapshot of the operator, when asked for (ShardsParams.heapSnapshotDir). */
+async function snapshot(op: OperatorProcess, dir: string | undefined, name: string): Promise<void> {
+  if (dir === undefined) return;
+  const file = await op.heapSnapshot(path.join(dir, name));
+  log(`shards: ${name}: heap snapshot ${file ?? "not written"}`);
 }
 
 interface Replica {
@@ -355,6 +366,7 @@ async function runSharded(cluster: Cluster, p: ShardsParams, mix: Mix): Promise<
         concurrency: p.concurrency,
         nodeOptions: p.nodeOptions,
         logFile,
+        ...(p.heapSnapshotDir !== undefined && { heapSnapshotDir: path.join(p.heapSnapshotDir, name) }),
         // The Leases live where the manifests' Roles allow them: the operator's own namespace.
         extraArgs: ["--sharding", "--leader-election-namespace", cluster.operator.namespace, "--leader-election-id", lease],
         env,
@@ -484,6 +496,7 @@ async function runSharded(cluster: Cluster, p: ShardsParams, mix: Mix): Promise<
     };
     const readySeconds = await waitAllReady(stack, p.resources, t0, "shards", onTick);
     await created;
+    for (const r of replicas) if (r !== k.victim) await snapshot(r.op, p.heapSnapshotDir, r.name);
     // Past TTL + 30 s after the kill: a VM whose renewal the dead replica missed has run out by then.
     const minAfterKillMs = (p.ttlSeconds + 30) * 1000;
     while (k.killedAt !== undefined && (performance.now() - k.killedAt < minAfterKillMs || k.takeoverSeconds === null || k.allLabelledSeconds === null)) {
