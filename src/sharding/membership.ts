@@ -155,6 +155,8 @@ export class MemberLease {
   private soon = false;
   /** stopRenewing's mark on the Lease, awaited before the Lease is deleted. */
   private marking: Promise<void> = Promise.resolve();
+  /** The Lease says this replica is stopping (the version written last carries the mark). */
+  private markedStopping = false;
 
   constructor(private readonly o: MemberLeaseOptions) {
     this.t = {
@@ -242,7 +244,10 @@ export class MemberLease {
         "merge",
         { signal: AbortSignal.timeout(this.t.retryPeriodMs) },
       );
-      if (this.version === version) this.version = marked.metadata.resourceVersion;
+      if (this.version === version) {
+        this.version = marked.metadata.resourceVersion;
+        this.markedStopping = true;
+      }
     } catch {
       // Nothing to say: the Lease runs out, or is deleted on the way out, all the same.
     }
@@ -300,6 +305,10 @@ export class MemberLease {
       this.log.warn("reconciles still in flight: the member Lease is left to expire rather than deleted");
       return;
     }
+    // The sharder moves a share at once only for a Lease that said it was stopping when it was
+    // deleted (anything else may be a `kubectl delete` under a replica still at work: MemberSet
+    // waits for the lease then). Said already on SIGTERM (stopRenewing); said now otherwise.
+    if (!this.markedStopping) await this.markStopping();
     const path = leasesPath(this.o.namespace, this.o.name);
     const signal = AbortSignal.timeout(this.t.renewDeadlineMs);
     try {
@@ -600,6 +609,14 @@ export class MemberSet {
   private readonly published = new Map<string, string[]>();
   /** Held member Leases whose replica says it is stopping, by name. */
   private readonly stopping = new Set<string>();
+  /**
+   * Member Leases deleted while held and not by their replica leaving (`kubectl delete lease`, a
+   * clean-up script): their members count as live until the Lease would have run out. Their
+   * replica may be at work until it notices (a renewal fails on a deleted Lease as on a fenced
+   * one, within the renew deadline), and moving its share at once would give it two workers.
+   * A replica leaving marks its Lease stopping before it deletes it (MemberLease.stop).
+   */
+  private readonly deletedWhileHeld = new Set<string>();
   private lastSuccession = "";
   private lastCollected = -Infinity;
   /** Other members' Leases as othersMayBeLive's lists saw them: their version, and when it last changed (monotonic). */
@@ -620,13 +637,14 @@ export class MemberSet {
     this.informer.on("delete", (l) => {
       const name = l.metadata.name ?? "";
       if (name === o.ownLease?.name) o.ownLease.taken();
-      this.records.delete(name);
-      this.leases.delete(name);
-      this.fenceTried.delete(name);
-      this.fencedSince.delete(name);
-      this.fences.delete(name);
-      this.published.delete(name);
-      this.stopping.delete(name);
+      const record = this.records.get(name);
+      if (record !== undefined && l.metadata.annotations?.[STOPPING_ANNOTATION] === undefined && this.gone(name, record, performance.now()) === undefined) {
+        this.deletedWhileHeld.add(name);
+        o.logger.warn(
+          { member: record.holder, lease: name },
+          "a member Lease was deleted while held, not by its replica leaving (it did not say it was stopping): that replica may still be at work until it notices, so its share moves once the Lease would have run out",
+        );
+      } else this.forget(name);
       this.evaluate();
     });
     // A crash reported is news at once, not at the next look.
@@ -699,6 +717,18 @@ export class MemberSet {
     };
   }
 
+  /** Everything known of a member Lease, dropped: it is gone from the API server and from the ring. */
+  private forget(name: string): void {
+    this.records.delete(name);
+    this.leases.delete(name);
+    this.fenceTried.delete(name);
+    this.fencedSince.delete(name);
+    this.fences.delete(name);
+    this.published.delete(name);
+    this.stopping.delete(name);
+    this.deletedWhileHeld.delete(name);
+  }
+
   async start(): Promise<void> {
     await Promise.all([this.informer.start(), this.o.crashReports?.start()]);
     // Expiry is a matter of time, not of events: look every half second.
@@ -728,6 +758,7 @@ export class MemberSet {
     if (next === undefined) this.records.delete(name);
     else this.records.set(name, next);
     this.leases.set(name, lease);
+    this.deletedWhileHeld.delete(name); // written again: a process of its identity took it
     if (name === this.o.ownLease?.name && (lease.spec?.holderIdentity ?? "") !== this.o.self) this.o.ownLease.taken();
     const fence = fenceOf(lease);
     if (fence === undefined) this.fences.delete(name);
@@ -747,6 +778,14 @@ export class MemberSet {
     if (!this.informer.hasSynced()) return;
     this.reportSuccession();
     const now = performance.now();
+    // A Lease deleted while held, run out now: its replica has stopped (its renewals failed on
+    // the deleted Lease for longer than the renew deadline). Nothing is left to fence.
+    for (const name of this.deletedWhileHeld) {
+      const r = this.records.get(name);
+      if (r !== undefined && this.gone(name, r, now) === undefined) continue;
+      this.forget(name);
+      this.o.logger.info({ member: r?.holder, lease: name }, "a member Lease deleted while held would have run out: its member counts as gone, and its objects move");
+    }
     // Where departures are confirmed, an expired record still counts until its fence is written.
     const fencing = this.o.fencing?.() ?? false;
     const counted = [...this.records.entries()].map(([name, r]) => {
@@ -839,9 +878,11 @@ export class MemberSet {
       log.info({ member: record.holder }, how);
     };
     // Its heirs: the members not gone themselves (their Leases not run out, no crash reported:
-    // not those waiting for a fence), and not stopping, who take on its objects from this write on (succession.ts).
+    // not those waiting for a fence), and not stopping or deleted, who take on its objects from this write on (succession.ts).
     const now = performance.now();
-    const candidates = [...this.records].filter(([lease, r]) => !this.stopping.has(lease) && this.gone(lease, r, now) === undefined).map(([, r]) => r);
+    const candidates = [...this.records]
+      .filter(([lease, r]) => !this.stopping.has(lease) && !this.deletedWhileHeld.has(lease) && this.gone(lease, r, now) === undefined)
+      .map(([, r]) => r);
     const heirs = liveMembers(candidates, now).filter((m) => m !== record.holder);
     try {
       await this.o.client.patch(

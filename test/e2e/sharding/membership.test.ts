@@ -213,6 +213,41 @@ describe("shard membership (real API server)", () => {
     }
   });
 
+  it("a member Lease deleted by hand, under a replica at work, counts until it would have run out (the replica stops meanwhile); one deleted by its replica leaving counts gone at once", async () => {
+    const ns = await namespace();
+    // Twice the short timings: "not before the lease" must hold with room on a slow machine.
+    const timings = { leaseDurationMs: 6_000, renewDeadlineMs: 4_000, retryPeriodMs: 800 };
+    const common = { client: admin, namespace: ns, ring: RING, logger: testLogger(), ...timings };
+    const lostA: string[] = [];
+    const a = new MemberLease({ ...common, name: "m-a", identity: "a", onLost: (reason) => lostA.push(reason) });
+    const b = new MemberLease({ ...common, name: "m-b", identity: "b", onLost: () => undefined });
+    const set = memberSet(ns, admin, [], { leaseDurationMs: timings.leaseDurationMs });
+    await Promise.all([a.start(), b.start()]);
+    await set.start();
+    try {
+      await poll(() => set.members().length === 2, 10_000, "both members seen");
+      // kubectl delete lease: a's replica is still at work, and stops once it notices.
+      await admin.delete(leasesPath(ns, "m-a"));
+      const deletedAt = performance.now();
+      await poll(() => lostA.length > 0, 5_000, "a to lose its membership");
+      expect(lostA[0]).toMatch(/deleted/);
+      expect(a.mayWork()).toBe(false);
+      // Its share moves only once the Lease would have run out (a lease duration after the last
+      // renewal, at most a retry period before the deletion), not as the deletion is seen.
+      await poll(() => set.members().join() === "b", 15_000, "a counted gone");
+      expect(performance.now() - deletedAt).toBeGreaterThan(timings.leaseDurationMs - timings.retryPeriodMs - 500);
+
+      // b leaves (its reconciles over): its Lease says it is stopping before it is deleted, and
+      // b counts gone at once, well inside a lease duration.
+      await b.stop();
+      await poll(() => set.members().length === 0, timings.leaseDurationMs - 2_000, "b counted gone as it left");
+    } finally {
+      await set.stop();
+      await a.stop();
+      await b.stop();
+    }
+  });
+
   it("a member fenced while it runs stops as soon as the watch of the member Leases shows the fence, not at its next renewal", async () => {
     const ns = await namespace();
     // Renewals two minutes apart: only the watch can tell it within the poll below.
