@@ -107,7 +107,7 @@ export type SandboxRunSpec = Static<typeof SandboxRunSpecSchema>;
 export const RunStepStatusSchema = Type.Object(
   {
     name: Type.String({ description: "The step's name." }),
-    commandId: Type.Optional(Type.String({ description: "Id of the step's command in the VM (how a restarted operator follows it)." })),
+    commandId: Type.Optional(Type.String({ description: "Id of the step's command in the VM (how a restarted operator follows it). None when the VM named no id as it took the command: the step is followed by its files in the VM (its heartbeat and exit code) and stopped through them." })),
     startedAt: Type.Optional(Type.String({ description: "When the step was started.", format: "date-time" })),
     finishedAt: Type.Optional(Type.String({ description: "When the step was seen to end.", format: "date-time" })),
     exitCode: Type.Optional(Type.Integer({ description: "The step's exit code. None for a step that ended without one: its command lost by the VM, or the step not run because its directory in the VM (/workspace/.agent-operator/runs/...) could not be created (the run's condition says which)." })),

@@ -17,10 +17,10 @@ import type { Events } from "../runtime/events.js";
 import type { Informer } from "../runtime/informer.js";
 import { configMapsPath, isAlreadyExists, isForbidden, isInvalid, isKubeApiError, isNotFound, resourcePath, type KubeClient } from "../runtime/kube-client.js";
 import { formatTime } from "../runtime/status.js";
-import { attemptFailed, compareProgress, currentStep, deadlineAt, expiresAt, isFinished, next, pollDelayMs, RunReason, runConditions, runningMessage, type Next, type SandboxState } from "../runs/machine.js";
+import { attemptFailed, compareProgress, currentStep, deadlineAt, expiresAt, isFinished, next, pollDelayMs, RunReason, runConditions, runningMessage, type Next, type SandboxState, type StepToStop } from "../runs/machine.js";
 import { boundedOutput, lastLine, mask, outputWindow, perStepBudget, tail } from "../runs/output.js";
 import { outputFile, runPath, startedFile, stepPath, vmPath } from "../runs/script.js";
-import { observeStep, startStep } from "../runs/steps.js";
+import { Heartbeats, observeStep, startStep, stopStep } from "../runs/steps.js";
 import { ensureRunVM, heldConnection, keepRunVM, releaseRunVMs, type AllocationDeps } from "../runs/template-vm.js";
 import { ForwardedVM, VMGoneError, type RunVM } from "../runs/vm.js";
 import { isServiceError } from "../service/errors.js";
@@ -144,6 +144,8 @@ export class SandboxRunReconciler implements Reconciler {
    * same: the deleted object is the last state stored, which still lists it.)
    */
   private readonly finalized = new Set<string>();
+  /** What the running steps' heartbeats said, for those followed by their files (no command id). */
+  readonly heartbeats = new Heartbeats();
   private readonly vmOf: (handle: ServiceHandle, vmId: string, opts?: { gated?: boolean }) => RunVM;
 
   constructor(private readonly o: SandboxRunReconcilerOptions) {
@@ -215,6 +217,7 @@ export class SandboxRunReconciler implements Reconciler {
     this.lostVMs.delete(uid);
     const steps = this.commandsToStop(run);
     this.startedHere.delete(uid);
+    this.heartbeats.forget(uid);
     if (this.finalized.delete(uid) || run.spec.sandboxTemplate !== undefined) return;
     // Holding the finalizer and not being deleted: it moved to another replica's share.
     if ((run.metadata.finalizers ?? []).includes(FINALIZER) && run.metadata.deletionTimestamp === undefined) return;
@@ -227,16 +230,16 @@ export class SandboxRunReconciler implements Reconciler {
         // reconcile, before this replica joins as well as after, and nothing would try this kill
         // again. The run is gone or going: a replica it moved to meanwhile stops the same step.
         const handle = this.handleOf(run, true);
-        for (const step of steps) await this.kill(handle, step, { gated: false });
+        for (const step of steps) await this.kill(run, handle, step, { gated: false });
       })
       .catch((err: unknown) => this.o.log.info({ ...log, err: errorMessage(err) }, "could not stop the step of a deleted run"));
   }
 
-  /** Kills a step's command; a VM that is gone took the command with it. */
-  private async kill(handle: ServiceHandle, step: RunningCommand, opts?: { gated?: boolean }): Promise<void> {
+  /** Stops a run's step; a VM that is gone took the step with it. */
+  private async kill(run: SandboxRun, handle: ServiceHandle, step: StepToStop, opts?: { gated?: boolean }): Promise<void> {
     const vm = this.vmOf(handle, step.vmId, opts);
     try {
-      await vm.kill(step.commandId);
+      await stopStep(vm, { runUid: run.metadata.uid, attempt: step.attempt, index: step.index }, step.commandId);
     } catch (err) {
       if (!(err instanceof VMGoneError)) throw err;
     } finally {
@@ -522,10 +525,10 @@ export class SandboxRunReconciler implements Reconciler {
       handle = this.handleOf(run, true);
     } catch (err) {
       if (!(err instanceof NotReadyError)) throw err;
-      ctx.log.warn({ reason: err.reason, commandIds: steps.map((c) => c.commandId) }, `cannot stop the deleted run's step: ${err.message}`);
+      ctx.log.warn({ reason: err.reason, steps: steps.map((c) => ({ attempt: c.attempt, index: c.index, commandId: c.commandId })) }, `cannot stop the deleted run's step: ${err.message}`);
       return;
     }
-    for (const step of steps) await this.kill(handle, step);
+    for (const step of steps) await this.kill(run, handle, step);
   }
 
   /**
@@ -542,18 +545,19 @@ export class SandboxRunReconciler implements Reconciler {
     this.startedHere.set(uid, step);
   }
 
-  /** The commands a deleted run's step may run as: the one status names, and the one this process started. */
-  private commandsToStop(run: SandboxRun): RunningCommand[] {
-    const recorded = runningCommand(run.status);
+  /** The steps a deleted run may be running: the one status names, and the one this process started (if another). */
+  private commandsToStop(run: SandboxRun): StepToStop[] {
+    const recorded = runningStep(run.status);
     const startedHere = this.startedStep(run);
-    return [recorded, startedHere?.commandId !== recorded?.commandId ? startedHere : undefined].filter((c) => c !== undefined);
+    const same = startedHere !== undefined && recorded !== undefined && sameStep(startedHere, recorded) && startedHere.commandId === recorded.commandId;
+    return [recorded, same ? undefined : startedHere].filter((c) => c !== undefined);
   }
 
   /**
    * The step this process started, while status does not say it ended: its attempt is the one
    * status names (or a later one the status write did not record), and that step not finished.
    */
-  private startedStep(run: SandboxRun): RunningCommand | undefined {
+  private startedStep(run: SandboxRun): StepToStop | undefined {
     const started = this.startedHere.get(run.metadata.uid);
     const st = run.status ?? {};
     if (started === undefined || isFinished(st)) return undefined;
@@ -570,6 +574,7 @@ export class SandboxRunReconciler implements Reconciler {
   async afterFinish(written: SandboxRun, st: SandboxRunStatus, log: Logger): Promise<Result | void> {
     this.lostVMs.delete(written.metadata.uid);
     this.startedHere.delete(written.metadata.uid);
+    this.heartbeats.forget(written.metadata.uid);
     const run = this.latest(this.o.status.fresh(written)); // with the status this pass wrote, if it did
     // Its own VM not given back for want of a client (its Connection or the Connection's Secret
     // gone): the finalizer stays, the give-back is tried again (the Connection's coming back
@@ -663,7 +668,7 @@ class Pass {
               if (seen === "ended") continue;
             }
             if (n.kill !== undefined) {
-              await this.kill(n.kill.vmId, n.kill.commandId);
+              await this.kill(n.kill);
               await this.keepKilledOutput(n.kill.vmId);
             }
             return await this.finish(RunPhase.Failed, n.reason, n.message);
@@ -795,17 +800,17 @@ class Pass {
       ...(Object.keys(envs).length > 0 && { envs }),
       ...(timeoutMs !== undefined && { timeoutMs }),
     });
-    this.r.stepStarted(run, { vmId, commandId, attempt, index });
+    this.r.stepStarted(run, { vmId, attempt, index, ...(commandId !== undefined && { commandId }) });
     st.attempts = attempt;
     st.vmId = vmId;
-    st.steps = [...(st.steps ?? []).slice(0, index), { name: step.name, commandId, startedAt: formatTime(this.now) }];
+    st.steps = [...(st.steps ?? []).slice(0, index), { name: step.name, ...(commandId !== undefined && { commandId }), startedAt: formatTime(this.now) }];
     if (index === 0) this.r.events.normal(run, "Started", `attempt ${attempt} started in VM ${vmId}`);
   }
 
   /** "ended" (recorded in status), "running", or what a lost step means for the attempt. */
-  private async follow(attempt: number, index: number, commandId: string, vmId: string): Promise<"ended" | "running" | Next> {
+  private async follow(attempt: number, index: number, commandId: string | undefined, vmId: string): Promise<"ended" | "running" | Next> {
     const { run, st } = this;
-    const obs = await observeStep(this.vm(vmId), { runUid: run.metadata.uid, attempt, index }, commandId);
+    const obs = await observeStep(this.vm(vmId), { runUid: run.metadata.uid, attempt, index }, commandId, this.r.heartbeats);
     const steps = st.steps!;
     const step = steps[index]!;
     if (obs.state === "running") return "running";
@@ -868,9 +873,9 @@ class Pass {
     return ends === undefined ? undefined : boundedOutput(ends, secrets, budget);
   }
 
-  private async kill(vmId: string, commandId: string): Promise<void> {
+  private async kill(step: StepToStop): Promise<void> {
     try {
-      await this.vm(vmId).kill(commandId);
+      await stopStep(this.vm(step.vmId), { runUid: this.run.metadata.uid, attempt: step.attempt, index: step.index }, step.commandId);
     } catch (err) {
       // The deadline or the deletion stands either way; a step left running dies with its VM.
       this.log.info({ err: errorMessage(err) }, "could not stop the running step");
@@ -980,27 +985,23 @@ const LOST_VM_WAIT_MS = 60_000;
 /** A renewal of a run's VM that failed is tried again at most this much later (sooner as the VM nears its end). */
 const RENEW_RETRY_MAX_MS = 30_000;
 
-/** A step started and not seen to end: the command to stop, and the VM it runs in. */
-interface RunningCommand {
-  vmId: string;
-  commandId: string;
-}
+/** A step this process started: in which VM, which attempt and step, and its command's id if the VM named one. */
+type StartedStep = StepToStop;
 
-/** A command started for a step: which attempt, and which step. */
-interface StartedStep extends RunningCommand {
-  attempt: number;
-  index: number;
-}
+const sameStep = (a: StepToStop, b: StepToStop): boolean => a.vmId === b.vmId && a.attempt === b.attempt && a.index === b.index;
 
 /** The step a failed attempt failed at: the last that ended otherwise than with exit code 0 (none when its VM was lost between steps). */
 function failingStep(st: SandboxRunStatus): RunStepStatus | undefined {
   return (st.steps ?? []).findLast((s) => s.finishedAt !== undefined && s.exitCode !== 0);
 }
 
-function runningCommand(st: SandboxRunStatus | undefined): RunningCommand | undefined {
+/** The step status says is running (started, not seen to end), if any. */
+function runningStep(st: SandboxRunStatus | undefined): StepToStop | undefined {
   if (isFinished(st) || !st?.vmId) return undefined;
-  const step = (st.steps ?? []).find((s) => s.finishedAt === undefined && s.commandId !== undefined);
-  return step === undefined ? undefined : { vmId: st.vmId, commandId: step.commandId! };
+  const running = currentStep(st);
+  if (running === undefined || running.step.startedAt === undefined) return undefined;
+  const { index, step } = running;
+  return { vmId: st.vmId, attempt: Math.max(1, st.attempts ?? 1), index, ...(step.commandId !== undefined && { commandId: step.commandId }) };
 }
 
 /**

@@ -2,11 +2,12 @@
 // restarted operator has nothing else) and where its Sandbox stands, what to do next. Pure, so
 // every decision is unit-tested; src/controllers/sandbox-run.ts does what it says.
 //
-// What makes it crash-safe: a step is started only when status holds no command id for it, and
-// a start that happens twice anyway (the operator killed between starting the command and
-// recording its id) runs nothing the second time (the marker in ./script.ts). A step with a
-// command id is followed, never started again; an attempt's number is in the marker, so a new
-// attempt's steps run again on purpose.
+// What makes it crash-safe: a step is started only when status does not record it started,
+// and a start that happens twice anyway (the operator killed between starting the command and
+// recording it) runs nothing the second time (the marker in ./script.ts). A step recorded
+// started is followed, never started again: by its command's id, or by its files where the VM
+// named no id; an attempt's number is in the marker, so a new attempt's steps run again on
+// purpose.
 import { RunConditionType, RunPhase, type RunPhaseName } from "../api/names.js";
 import type { RunStepStatus, SandboxRunSpec, SandboxRunStatus } from "../api/index.js";
 import { kstatusConditions, type StatedCondition } from "../managed/conditions.js";
@@ -38,10 +39,19 @@ export type Next =
   | { kind: "finished" }
   | { kind: "wait"; reason: string; message: string }
   | { kind: "start"; attempt: number; index: number; vmId: string }
-  | { kind: "follow"; attempt: number; index: number; commandId: string; vmId: string }
+  /** `commandId`: none where the VM named none (the step is followed by its files). */
+  | { kind: "follow"; attempt: number; index: number; commandId?: string; vmId: string }
   | { kind: "retry"; reason: string; message: string }
-  | { kind: "fail"; reason: string; message: string; kill?: { vmId: string; commandId: string } }
+  | { kind: "fail"; reason: string; message: string; kill?: StepToStop }
   | { kind: "succeed" };
+
+/** A running step to stop: where, which (the step's directory holds its cancel file), and its command's id if known. */
+export interface StepToStop {
+  vmId: string;
+  attempt: number;
+  index: number;
+  commandId?: string;
+}
 
 export interface RunInput {
   spec: Pick<SandboxRunSpec, "steps" | "backoffLimit" | "activeDeadlineSeconds">;
@@ -79,8 +89,9 @@ export function next({ spec, status, sandbox, now }: RunInput): Next {
   // run past the deadline: its command's timeout is the deadline.
   const steps = status.steps ?? [];
   if (started && running === undefined && steps.length >= spec.steps.length && steps.every((s) => s.exitCode === 0)) return { kind: "succeed" };
+  const attempt = Math.max(1, status.attempts ?? 1);
   if (deadline !== undefined && now.getTime() >= deadline) {
-    const kill = running?.step.commandId !== undefined && status.vmId !== undefined ? { vmId: status.vmId, commandId: running.step.commandId } : undefined;
+    const kill = running !== undefined && status.vmId ? stepToStop(status.vmId, attempt, running) : undefined;
     return {
       kind: "fail",
       reason: RunReason.DeadlineExceeded,
@@ -88,7 +99,6 @@ export function next({ spec, status, sandbox, now }: RunInput): Next {
       ...(kill && { kill }),
     };
   }
-  const attempt = Math.max(1, status.attempts ?? 1);
   if (!started) {
     // Between attempts (or before the first): the attempt starts on the Sandbox's VM of now.
     if (sandbox.state === "gone") {
@@ -100,7 +110,7 @@ export function next({ spec, status, sandbox, now }: RunInput): Next {
   }
   const vmId = status.vmId!;
   if (sandbox.state === "gone") {
-    const kill = running?.step.commandId !== undefined ? { vmId, commandId: running.step.commandId } : undefined;
+    const kill = running !== undefined ? stepToStop(vmId, attempt, running) : undefined;
     return { kind: "fail", reason: RunReason.SandboxDeleted, message: `${sandbox.message} while the run was running`, ...(kill && { kill }) };
   }
   const last = steps[steps.length - 1]!;
@@ -116,10 +126,13 @@ export function next({ spec, status, sandbox, now }: RunInput): Next {
   }
   if (running !== undefined) {
     const { index, step } = running;
-    if (step.commandId === undefined) return { kind: "start", attempt, index, vmId };
-    return { kind: "follow", attempt, index, commandId: step.commandId, vmId };
+    return { kind: "follow", attempt, index, vmId, ...(step.commandId !== undefined && { commandId: step.commandId }) };
   }
   return { kind: "start", attempt, index: steps.length, vmId };
+}
+
+function stepToStop(vmId: string, attempt: number, running: { index: number; step: RunStepStatus }): StepToStop {
+  return { vmId, attempt, index: running.index, ...(running.step.commandId !== undefined && { commandId: running.step.commandId }) };
 }
 
 /** A failed attempt: another one while backoffLimit allows, else the run fails. */
@@ -192,7 +205,7 @@ export function compareProgress(a: SandboxRunStatus, b: SandboxRunStatus): numbe
   const key = (s: SandboxRunStatus) => [
     isFinished(s) ? 1 : 0,
     s.attempts ?? 0,
-    (s.steps ?? []).filter((x) => x.commandId !== undefined).length,
+    (s.steps ?? []).filter((x) => x.startedAt !== undefined).length,
     (s.steps ?? []).filter((x) => x.finishedAt !== undefined).length,
     s.vmReleased === true ? 1 : 0,
   ];

@@ -2,11 +2,19 @@
 // directory holds a `started` marker made with noclobber (an atomic "create if absent"), so a
 // second start of the same step of the same attempt (the operator killed between starting it
 // and recording its command id, or an answer lost on the way back) exits at once with
-// ALREADY_STARTED and runs nothing. The step's output goes to a file in that directory and its
-// exit code to `exit` (written last, by rename), which is how a step is followed when the id
-// of the command that runs it is not known. A step whose directory or marker cannot be made
-// (a file in the way, no permission, a read-only or full disk) exits SETUP_FAILED, running
-// nothing: a failure of the step, not a second start.
+// ALREADY_STARTED and runs nothing. A step whose directory or marker cannot be made (a file in
+// the way, no permission, a read-only or full disk) exits SETUP_FAILED, running nothing: a
+// failure of the step, not a second start.
+//
+// The step can be followed by its files alone, for when the id of the command that runs it is
+// not known (the published agentd API names no event that carries it; a second start's id is
+// that of a command that ran nothing): its output goes to `output`, its exit code to `exit`
+// (written last, by rename), and while its shell lives a watcher beside it rewrites `alive`
+// every HEARTBEAT_SECONDS (a counter: no clock of the VM is compared with the operator's) and
+// stops the step when a `cancel` file appears (SIGTERM, then SIGKILL a beat later, to the
+// process whose pid the step wrote to `pid` as it began). A stop that way reaches the step's
+// own process, not what it left running in the background; agentd's kill of a known command
+// reaches its whole process group.
 //
 // The published agentd API gives neither a command's default working directory nor what a
 // relative file path is relative to: every step is started with cwd /workspace, so the paths
@@ -19,6 +27,9 @@ import type { RunLanguage } from "../api/index.js";
 export const ALREADY_STARTED = 213;
 /** Exit code of a start that could not make the step's directory or its marker (and ran nothing). */
 export const SETUP_FAILED = 214;
+
+/** How often a running step's watcher rewrites its `alive` file. */
+export const HEARTBEAT_SECONDS = 2;
 
 /** The VM's workspace: the steps' working directory, and what a relative spec.files path is relative to. */
 export const WORKSPACE = "/workspace";
@@ -56,6 +67,10 @@ export const runPath = (runUid: string): string => vmPath(runDir(runUid));
 export const outputFile = (dir: string): string => `${dir}/output`;
 export const exitFile = (dir: string): string => `${dir}/exit`;
 export const startedFile = (dir: string): string => `${dir}/started`;
+/** Rewritten every HEARTBEAT_SECONDS while the step's shell lives. */
+export const aliveFile = (dir: string): string => `${dir}/alive`;
+/** Its appearance stops the step (written by the operator when the step's command id is not known). */
+export const cancelFile = (dir: string): string => `${dir}/cancel`;
 
 /** A path in the VM as an absolute one: a relative path is relative to /workspace. */
 export function vmPath(path: string): string {
@@ -82,10 +97,22 @@ export function innerCommand(step: StepScript): string {
  */
 export function stepScript(dir: string, step: StepScript): string {
   const d = shellQuote(dir);
+  // The watcher: a background subshell, its $$ the step's shell. Its output goes nowhere, so
+  // that an agentd which waits for the command's pipes to close does not wait for it.
+  const watcher = [
+    "(s=TERM; n=0",
+    // (The directory made again each time, as for the exit file: a step may remove it.)
+    `while kill -0 $$ 2>/dev/null && [ ! -e ${d}/exit ]; do n=$((n+1)); mkdir -p ${d}; echo "$n" > ${d}/alive.tmp && mv -f ${d}/alive.tmp ${d}/alive`,
+    `if [ -e ${d}/cancel ] && [ -s ${d}/pid ]; then kill -s "$s" "$(cat ${d}/pid)"; s=KILL; fi`,
+    `sleep ${HEARTBEAT_SECONDS}; done) > /dev/null 2>&1 < /dev/null &`,
+  ].join("; ");
   return [
     `mkdir -p ${d} 2>/dev/null || exit ${SETUP_FAILED}`,
     `(set -C; : > ${d}/started) 2>/dev/null || { [ -e ${d}/started ] && exit ${ALREADY_STARTED}; exit ${SETUP_FAILED}; }`,
-    `${innerCommand(step)} > ${d}/output 2>&1 < /dev/null`,
+    watcher,
+    // In the foreground (a background command would start with SIGINT ignored), through a shell
+    // that writes its pid for the watcher and then becomes the step's command.
+    `/bin/sh -c 'echo $$ > "$0" 2>/dev/null; exec "$@"' ${d}/pid ${innerCommand(step)} > ${d}/output 2>&1 < /dev/null`,
     "code=$?",
     // Made again if the step removed it (a `git clean -xdf` in /workspace): the exit file, not
     // the exit code 213 or 214 of a step that lost it, must say how the step ended.

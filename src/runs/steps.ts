@@ -1,5 +1,5 @@
-// Starting and following one step in a VM (./script.ts says what runs there).
-import { ALREADY_STARTED, SETUP_FAILED, WORKSPACE, exitFile, outputFile, parseExit, startedFile, stepDir, stepPath, stepScript, type StepScript } from "./script.js";
+// Starting, following and stopping one step in a VM (./script.ts says what runs there).
+import { ALREADY_STARTED, HEARTBEAT_SECONDS, SETUP_FAILED, WORKSPACE, aliveFile, cancelFile, exitFile, outputFile, parseExit, startedFile, stepDir, stepPath, stepScript, type StepScript } from "./script.js";
 import type { RunVM } from "./vm.js";
 
 export type StepObservation =
@@ -18,38 +18,100 @@ export interface StepRef {
 }
 
 /**
+ * How long a step's heartbeat may stay unchanged before the step counts as gone: many beats
+ * (a VM busy enough to delay a few does not lose its step), and longer than the longest wait
+ * between two looks at a running step (5 s).
+ */
+export const HEARTBEAT_SILENCE_MS = 15 * HEARTBEAT_SECONDS * 1000;
+
+/**
+ * What each followed step's `alive` file said, and since when on this process's clock: the
+ * memory a step followed by its files is judged by (a heartbeat unchanged for
+ * HEARTBEAT_SILENCE_MS: its shell is gone). Nothing of the VM's clock is read. A process that
+ * starts following a step (a restart, a run moved to this replica) begins with no memory: it
+ * waits that long again before it gives the step up.
+ */
+export class Heartbeats {
+  private readonly seen = new Map<string, { beat: string | undefined; since: number }>();
+
+  /** Whether the step's heartbeat, `beat` now, has stayed unchanged for longer than HEARTBEAT_SILENCE_MS. */
+  silent(ref: StepRef, beat: string | undefined, now: number): boolean {
+    const key = stepKey(ref);
+    const last = this.seen.get(key);
+    if (last === undefined || last.beat !== beat) {
+      this.seen.set(key, { beat, since: now });
+      return false;
+    }
+    return now - last.since > HEARTBEAT_SILENCE_MS;
+  }
+
+  /** Forgets a run's steps (it ended, or left this process). */
+  forget(runUid: string): void {
+    for (const key of this.seen.keys()) if (key.startsWith(`${runUid}/`)) this.seen.delete(key);
+  }
+}
+
+const stepKey = (ref: StepRef): string => `${ref.runUid}/${ref.attempt}/${ref.index}`;
+
+/**
  * Starts the step's script in the background, in /workspace (agentd's default working
  * directory is not published; the script names the step's directory relative to it): the
- * command's id (a second start runs nothing).
+ * command's id, or undefined when the VM took the command without naming one (the step is
+ * then followed by its files). A second start runs nothing.
  */
-export function startStep(vm: RunVM, ref: StepRef, step: StepScript, opts: { envs?: Record<string, string>; timeoutMs?: number }): Promise<string> {
+export function startStep(vm: RunVM, ref: StepRef, step: StepScript, opts: { envs?: Record<string, string>; timeoutMs?: number }): Promise<string | undefined> {
   return vm.start(stepScript(stepDir(ref.runUid, ref.attempt, ref.index), step), { ...opts, cwd: WORKSPACE });
 }
 
 /**
  * Where the step stands. The `exit` file, when there, is the answer (whichever start of the
- * step wrote it). Without it: the command's status says whether it still runs; a command that
- * ended with ALREADY_STARTED was a second start, so the first one (whose id is not known) is
- * still at work; one that ended with SETUP_FAILED and left no marker could not make the step's
- * directory, and nothing ran; any other end without an `exit` file is a kill (the VM's
- * timeout, a kill).
+ * step wrote it). Without it: the command's status, when its id is known, says whether it
+ * still runs; a command that ended with ALREADY_STARTED was a second start, so the first one
+ * (whose id is not known) is the step; one that ended with SETUP_FAILED and left no marker
+ * could not make the step's directory, and nothing ran; any other end without an `exit` file
+ * is a kill (the VM's timeout, a kill). Where the step's own command is not known (no id, a
+ * second start's, or one the VM forgot), its heartbeat says whether its shell still lives.
  */
-export async function observeStep(vm: RunVM, ref: StepRef, commandId: string): Promise<StepObservation> {
+export async function observeStep(vm: RunVM, ref: StepRef, commandId: string | undefined, heartbeats: Heartbeats, now = Date.now()): Promise<StepObservation> {
   const dir = stepPath(ref.runUid, ref.attempt, ref.index);
-  const status = await vm.status(commandId);
+  const status = commandId === undefined ? undefined : await vm.status(commandId);
   if (status?.running === true) return { state: "running" };
   const exitText = await vm.read(exitFile(dir));
   const exitCode = exitText === undefined ? undefined : parseExit(exitText);
   if (exitCode !== undefined) return { state: "ended", exitCode, outputPath: outputFile(dir) };
-  if (status === undefined) return { state: "lost", message: `the VM no longer knows command ${commandId} and the step left no exit code` };
-  if (status.exitCode === ALREADY_STARTED) return { state: "running" };
-  // With the marker there, the step did start: its own command exited so (and its exit file
-  // could not be written).
-  if (status.exitCode === SETUP_FAILED && (await vm.read(startedFile(dir))) === undefined) {
-    return {
-      state: "setupFailed",
-      message: `the step's directory ${dir} (or the marker file in it) could not be created in the VM (a file in its way, no permission, or a read-only or full disk), so the step did not run`,
-    };
+  if (status !== undefined && status.exitCode !== ALREADY_STARTED) {
+    // With the marker there, the step did start: its own command exited so (and its exit file
+    // could not be written).
+    if (status.exitCode === SETUP_FAILED && (await vm.read(startedFile(dir))) === undefined) return setupFailed(dir);
+    return { state: "ended", exitCode: status.exitCode ?? 137, outputPath: outputFile(dir) };
   }
-  return { state: "ended", exitCode: status.exitCode ?? 137, outputPath: outputFile(dir) };
+  const beat = await vm.read(aliveFile(dir));
+  // A command the VM forgot, of a step that left no trace at all: nothing to wait for.
+  if (commandId !== undefined && status === undefined && beat === undefined && (await vm.read(startedFile(dir))) === undefined) {
+    return { state: "lost", message: `the VM no longer knows command ${commandId} and the step left no trace in ${dir}` };
+  }
+  if (!heartbeats.silent(ref, beat, now)) return { state: "running" };
+  const silence = `${HEARTBEAT_SILENCE_MS / 1000}s`;
+  if (beat !== undefined) return { state: "lost", message: `the step's heartbeat (${aliveFile(dir)}) stopped for ${silence} and it left no exit code: killed in the VM, or the VM restarted` };
+  if ((await vm.read(startedFile(dir))) === undefined) {
+    return { state: "lost", message: `the step left no trace in ${dir} for ${silence} after its start: its directory could not be made there, or the VM did not run the command` };
+  }
+  return { state: "lost", message: `the step began (its marker is in ${dir}) but never wrote a heartbeat for ${silence}, nor an exit code` };
+}
+
+function setupFailed(dir: string): StepObservation {
+  return {
+    state: "setupFailed",
+    message: `the step's directory ${dir} (or the marker file in it) could not be created in the VM (a file in its way, no permission, or a read-only or full disk), so the step did not run`,
+  };
+}
+
+/**
+ * Stops the step: kills its command when its id is known, and in any case writes its `cancel`
+ * file, which its watcher acts on within a heartbeat (the only way when the id is not known,
+ * and the way that reaches the step when the id is a second start's).
+ */
+export async function stopStep(vm: RunVM, ref: StepRef, commandId: string | undefined): Promise<void> {
+  if (commandId !== undefined) await vm.kill(commandId);
+  await vm.upload(cancelFile(stepPath(ref.runUid, ref.attempt, ref.index)), "");
 }

@@ -27,8 +27,8 @@ export function isLiveVMState(state: string | undefined): boolean {
 }
 
 export interface RunVM {
-  /** Starts `script` in the background; the command's id. */
-  start(script: string, opts: { cwd?: string; envs?: Record<string, string>; timeoutMs?: number }): Promise<string>;
+  /** Starts `script` in the background; the command's id (undefined: the VM named none). */
+  start(script: string, opts: { cwd?: string; envs?: Record<string, string>; timeoutMs?: number }): Promise<string | undefined>;
   /** The command's status; undefined if the VM does not know it. */
   status(commandId: string): Promise<CommandStatus | undefined>;
   kill(commandId: string): Promise<void>;
@@ -78,7 +78,7 @@ export class ForwardedVM implements RunVM {
     });
   }
 
-  start(script: string, opts: { cwd?: string; envs?: Record<string, string>; timeoutMs?: number }): Promise<string> {
+  start(script: string, opts: { cwd?: string; envs?: Record<string, string>; timeoutMs?: number }): Promise<string | undefined> {
     return this.agentd.startCommand(script, opts);
   }
 

@@ -10,7 +10,7 @@
 //
 //   const vm = new AgentdClient({ baseURL, vmId, accessToken: (r) => client.accessToken(r) });
 //   for await (const e of vm.runCommand("make test")) ...        // start, stdout, stderr, end
-//   const id = await vm.startCommand("server &", {}); // background: the id, at once
+//   const id = await vm.startCommand("server &", {}); // background: the id, at once (undefined: none named)
 //   await vm.commandStatus(id); await vm.killCommand(id);
 //   const ctx = await vm.createCodeContext("python", "s1"); vm.executeCode(ctx.id, "print(1)")
 //
@@ -18,10 +18,9 @@
 // The emulator's (src/emulator/runtime/execution.ts) are start {"id"|"context_id"}, stdout,
 // stderr, timeout, error, end {"exit_code"|"status"}; the names the official SDK's WebSocket
 // uses (started, output, done, execution_complete) are read as the same things, and a start's
-// id under command_id or commandId too. Every SandboxRun step rests on that id (it is how a
-// step is followed and killed): a service that names it otherwise fails each start with "the
-// VM answered without the command's id", which is where to look first. Anything else comes
-// through as "other". A stream that ends without an end event says nothing about how the
+// id under command_id or commandId too. A background start whose answer names no id resolves
+// with none: a SandboxRun step is then followed and stopped by its files (src/runs/script.ts),
+// not by its id. Anything else comes through as "other". A stream that ends without an end event says nothing about how the
 // command ended: ask commandStatus(id).
 //
 // Retries: a 401 gets one new token and one more attempt (nothing ran). Nothing else is
@@ -163,14 +162,16 @@ export class AgentdClient {
   }
 
   /**
-   * Starts a command in the background; resolves with its id as soon as the VM has it. Within
-   * the timeout: a stream that stays silent after its headers (a frozen VM, a proxy that
-   * buffers event streams) must not hold the caller for ever.
+   * Starts a command in the background; resolves with its id as soon as the VM has it, or with
+   * undefined when the VM took the command and its answer ended without naming an id (the
+   * published description names no event that carries it: the caller follows the command some
+   * other way). Within the timeout: a stream that stays silent after its headers (a frozen VM,
+   * a proxy that buffers event streams) must not hold the caller for ever.
    */
-  async startCommand(command: string, opts: CommandOptions = {}): Promise<string> {
+  async startCommand(command: string, opts: CommandOptions = {}): Promise<string | undefined> {
     const events = this.stream("commands.run", "v1/commands/run", commandBody(command, opts, true));
-    // What came instead of the id, to say (names only: data may be the command's output).
-    const seen = new Set<string>();
+    // An error event's name and value (agentd's, not the command's output).
+    let failure: string | undefined;
     let timedOut = false;
     const timer = setTimeout(() => {
       timedOut = true;
@@ -179,7 +180,7 @@ export class AgentdClient {
     try {
       for await (const e of events) {
         if (e.type === "start") return e.id;
-        seen.add(e.type === "other" ? e.event : e.type);
+        if (e.type === "error") failure ??= [e.name, e.value].filter((x) => x !== undefined && x !== "").join(": ") || "an error event";
       }
     } finally {
       clearTimeout(timer);
@@ -193,13 +194,11 @@ export class AgentdClient {
         outcomeUnknown: true,
       });
     }
-    const instead = seen.size === 0 ? "no events" : `events ${[...seen].slice(0, 10).join(", ")}`;
-    throw new ServiceError({
-      operation: "commands.run",
-      message: `commands.run: the VM answered without the command's id (${instead}; the id is read from a start event's id or command_id)`,
-      retryable: false,
-      outcomeUnknown: true,
-    });
+    // An error event instead of an id: the command did not start as asked.
+    if (failure !== undefined) {
+      throw new ServiceError({ operation: "commands.run", message: `commands.run: the VM refused the command: ${failure}`, retryable: false, outcomeUnknown: true });
+    }
+    return undefined;
   }
 
   async commandStatus(id: string): Promise<CommandStatus> {

@@ -920,3 +920,68 @@ data: {file: "not a directory"}
     expect(items).toEqual([expect.objectContaining({ type: "Warning", message: expect.stringContaining(`attempt 1 failed: step "s" failed: the step's directory ${stepDirOf(r, 1)}`) })]);
   }, 90_000);
 });
+
+describe("SandboxRun on an agentd that names no command id (emulator knob agentdNoStartEvent)", () => {
+  // The published description names no event that carries a command's id: the steps are
+  // followed and stopped by their files in the VM (src/runs/script.ts).
+  const noIdRun = (name: string, stepsYaml: string) => `
+apiVersion: agentcompute.dev/v1alpha1
+kind: SandboxRun
+metadata: {name: ${name}}
+spec:
+  sandboxRef: {name: noid-box}
+  steps:
+${stepsYaml}`;
+  /** The step's directory in the VM's workspace on this host. */
+  const stepFiles = (workspace: string, r: Resource, index: number): string => join(workspace, ".agent-operator/runs", r.metadata.uid as string, "1", String(index));
+
+  it("runs its steps to the end, followed by their files, and across an operator restart without running one twice", async () => {
+    const vmId = await readySandbox("noid-box");
+    const rt = t.stack.emulator.runtimes.get(vmId)!;
+    t.stack.emulator.setOptions({ agentdNoStartEvent: true });
+    try {
+      const before = rt.executions;
+      await apply(noIdRun("no-id", `    - {name: long, command: 'echo started >> no-id.txt; sleep 3; echo finished; exit 0'}
+    - {name: last, command: 'echo last >> no-id.txt; exit 4'}`), t.namespace);
+      const started = await waitFor(async () => {
+        const r = await run("no-id");
+        return steps(r)[0]?.startedAt !== undefined ? r : undefined;
+      }, { description: "the first step started" });
+      expect(steps(started)[0]?.commandId).toBeUndefined();
+      await t.stack.restartOperator();
+      const r = await finished("no-id");
+      expect(r.status?.phase).toBe("Failed");
+      expect(steps(r).map((s) => [s.name, s.exitCode, s.output, s.commandId])).toEqual([
+        ["long", 0, "finished\n", undefined],
+        ["last", 4, "", undefined],
+      ]);
+      expect(condition(r, "Ready")).toMatchObject({ reason: "StepFailed", message: expect.stringContaining('step "last" failed with exit code 4') });
+      expect(readFileSync(join(rt.workspace, "no-id.txt"), "utf8")).toBe("started\nlast\n");
+      expect(rt.executions - before).toBe(2);
+    } finally {
+      t.stack.emulator.setOptions({ agentdNoStartEvent: false });
+    }
+  }, 90_000);
+
+  it("stops its running step through the step's cancel file when it is deleted", async () => {
+    const vmId = await readySandbox("noid-box");
+    const rt = t.stack.emulator.runtimes.get(vmId)!;
+    t.stack.emulator.setOptions({ agentdNoStartEvent: true });
+    try {
+      await apply(noIdRun("no-id-deleted", "    - {name: forever, command: 'echo begun; sleep 300'}"), t.namespace);
+      const r = await waitFor(async () => {
+        const got = await run("no-id-deleted");
+        return steps(got)[0]?.startedAt !== undefined ? got : undefined;
+      }, { description: "the step started" });
+      const dir = stepFiles(rt.workspace, r, 0);
+      await waitFor(() => existsSync(join(dir, "alive")), { description: "the step's heartbeat" });
+      await kubectlOk(["delete", "sandboxrun", "no-id-deleted", "--wait=true", "--timeout=30s"], { namespace: t.namespace });
+      // The step's shell got SIGTERM from its watcher: the step ended, and said so in its exit file.
+      const code = await waitFor(() => (existsSync(join(dir, "exit")) ? readFileSync(join(dir, "exit"), "utf8").trim() : undefined), { description: "the deleted run's step stopped" });
+      expect(code).toBe("143");
+      expect(existsSync(join(dir, "cancel"))).toBe(true);
+    } finally {
+      t.stack.emulator.setOptions({ agentdNoStartEvent: false });
+    }
+  }, 90_000);
+});

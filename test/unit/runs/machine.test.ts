@@ -65,13 +65,31 @@ describe("next", () => {
     expect(next({ spec: spec({ activeDeadlineSeconds: 60 }), status: running, sandbox: READY, now: NOW })).toMatchObject({
       kind: "fail",
       reason: "DeadlineExceeded",
-      kill: { vmId: "vm-1", commandId: "c1" },
+      kill: { vmId: "vm-1", attempt: 1, index: 0, commandId: "c1" },
     });
     expect(next({ spec: spec({ activeDeadlineSeconds: 60 }), status: { startTime: at(0) }, sandbox: { state: "waiting", reason: "W", message: "m" }, now: NOW })).toMatchObject({
       kind: "fail",
       reason: "DeadlineExceeded",
     });
     expect(next({ spec: spec({ activeDeadlineSeconds: 3600 }), status: running, sandbox: READY, now: NOW }).kind).toBe("follow");
+  });
+
+  it("follows a step the VM named no command id for by its files, never starting it again, and names it to stop by attempt and step", () => {
+    const noId: SandboxRunStatus = { startTime: at(0), attempts: 2, vmId: "vm-1", steps: [{ name: "a", startedAt: at(1), finishedAt: at(2), exitCode: 0 }, { name: "b", startedAt: at(3) }] };
+    expect(next({ spec: spec(), status: noId, sandbox: READY, now: NOW })).toEqual({ kind: "follow", attempt: 2, index: 1, vmId: "vm-1" });
+    expect(next({ spec: spec({ activeDeadlineSeconds: 60 }), status: noId, sandbox: READY, now: NOW })).toMatchObject({
+      kind: "fail",
+      reason: "DeadlineExceeded",
+      kill: { vmId: "vm-1", attempt: 2, index: 1 },
+    });
+    expect(next({ spec: spec(), status: noId, sandbox: { state: "gone", message: "gone" }, now: NOW })).toEqual({
+      kind: "fail",
+      reason: "SandboxDeleted",
+      message: "gone while the run was running",
+      kill: { vmId: "vm-1", attempt: 2, index: 1 },
+    });
+    // Started is started, with an id or without: a status that records it is further along.
+    expect(compareProgress(noId, { ...noId, steps: noId.steps!.slice(0, 1) })).toBeGreaterThan(0);
   });
 
   it("succeeds past the deadline when every step is seen to have ended with 0 (the last one between two looks): a step cannot outlive the deadline", () => {
@@ -136,8 +154,8 @@ describe("around the decisions", () => {
   });
 
   it("orders statuses by how far along they are, so an older cached one is never taken for the latest", () => {
-    const running: SandboxRunStatus = { attempts: 1, vmId: "v", steps: [{ name: "a", commandId: "c" }] };
-    const ended: SandboxRunStatus = { attempts: 1, vmId: "v", steps: [{ name: "a", commandId: "c", finishedAt: at(1), exitCode: 1 }] };
+    const running: SandboxRunStatus = { attempts: 1, vmId: "v", steps: [{ name: "a", commandId: "c", startedAt: at(0) }] };
+    const ended: SandboxRunStatus = { attempts: 1, vmId: "v", steps: [{ name: "a", commandId: "c", startedAt: at(0), finishedAt: at(1), exitCode: 1 }] };
     const retry: SandboxRunStatus = { attempts: 2, vmId: "v", steps: [] };
     const done: SandboxRunStatus = { ...ended, phase: "Failed" };
     const released: SandboxRunStatus = { ...done, vmReleased: true };

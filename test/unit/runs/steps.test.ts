@@ -7,7 +7,7 @@ import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { waitFor } from "../../../dev/wait.js";
 import { ALREADY_STARTED, SETUP_FAILED, runPath, shellQuote, stepDir, stepScript } from "../../../src/runs/script.js";
-import { observeStep, startStep, type StepObservation } from "../../../src/runs/steps.js";
+import { HEARTBEAT_SILENCE_MS, Heartbeats, observeStep, startStep, stopStep, type StepObservation } from "../../../src/runs/steps.js";
 import { ForwardedVM, VMGoneError, type RunVM } from "../../../src/runs/vm.js";
 import type { CommandStatus } from "../../../src/service/agentd.js";
 import { start, type Harness } from "../service/helpers.js";
@@ -15,6 +15,8 @@ import { start, type Harness } from "../service/helpers.js";
 let h: Harness;
 let vmId: string;
 let vm: ForwardedVM;
+/** This test process as the operator: what it saw of the steps' heartbeats. */
+const heartbeats = new Heartbeats();
 
 beforeAll(async () => {
   h = await start();
@@ -28,9 +30,9 @@ afterAll(async () => {
 
 const workspace = () => h.emu.runtimes.get(vmId)!.workspace;
 /** How the step ended, with what it printed (read from the file observeStep names). */
-const ended = (ref: Parameters<typeof observeStep>[1], id: string) =>
+const ended = (ref: Parameters<typeof observeStep>[1], id: string | undefined) =>
   waitFor(async () => {
-    const o = await observeStep(vm, ref, id);
+    const o = await observeStep(vm, ref, id, heartbeats);
     if (o.state !== "ended") return o.state === "running" ? undefined : o;
     const printed = await vm.readEnds(o.outputPath, 1 << 20, 0);
     return { state: o.state, exitCode: o.exitCode, output: printed?.head.toString("utf8") };
@@ -39,13 +41,13 @@ const ended = (ref: Parameters<typeof observeStep>[1], id: string) =>
 describe("a step in the VM", () => {
   it("runs a command with the run's env and reports its exit code and output", async () => {
     const ref = { runUid: "uid-1", attempt: 1, index: 0 };
-    const id = await startStep(vm, ref, { command: 'echo "hi $WHO"; echo oops >&2; exit 4' }, { envs: { WHO: "there" } });
+    const id = (await startStep(vm, ref, { command: 'echo "hi $WHO"; echo oops >&2; exit 4' }, { envs: { WHO: "there" } }))!;
     expect(await ended(ref, id)).toEqual({ state: "ended", exitCode: 4, output: "hi there\noops\n" });
   });
 
   it("runs python code", async () => {
     const ref = { runUid: "uid-1", attempt: 1, index: 1 };
-    const id = await startStep(vm, ref, { language: "python", code: "import sys\nprint('it''s', sum(range(10)))\nsys.exit(0)" }, {});
+    const id = (await startStep(vm, ref, { language: "python", code: "import sys\nprint('it''s', sum(range(10)))\nsys.exit(0)" }, {}))!;
     expect(await ended(ref, id)).toEqual({ state: "ended", exitCode: 0, output: "its 45\n" });
   });
 
@@ -57,16 +59,16 @@ describe("a step in the VM", () => {
     const gate = join(workspace(), "gate-uid-2");
     const step = { command: `echo ran >> twice.txt; while [ ! -f ${shellQuote(gate)} ]; do sleep 0.05; done; echo done; exit 7` };
     const before = rt.executions;
-    const first = await startStep(vm, ref, step, {});
+    const first = (await startStep(vm, ref, step, {}))!;
     // The first start has made its marker (on a loaded machine the second could otherwise get
     // there first, and be the one that runs the step).
     await waitFor(() => existsSync(join(workspace(), stepDir(ref.runUid, ref.attempt, ref.index), "started")));
     // The operator dies here, before recording `first`; the next one starts the step again.
-    const second = await startStep(vm, ref, step, {});
+    const second = (await startStep(vm, ref, step, {}))!;
     await waitFor(async () => (await vm.status(second))?.running === false);
     expect((await vm.status(second))?.exitCode).toBe(ALREADY_STARTED);
     // Followed by the second id, the step is still running (the first start is at work)...
-    expect(await observeStep(vm, ref, second)).toEqual<StepObservation>({ state: "running" });
+    expect(await observeStep(vm, ref, second, heartbeats)).toEqual<StepObservation>({ state: "running" });
     writeFileSync(gate, "");
     // ...and ends as the first start ends, with its output.
     expect(await ended(ref, second)).toEqual({ state: "ended", exitCode: 7, output: "done\n" });
@@ -74,19 +76,19 @@ describe("a step in the VM", () => {
     expect(readFileSync(join(workspace(), "twice.txt"), "utf8")).toBe("ran\n");
     expect(rt.executions - before).toBe(2); // two commands, one of which ran nothing
     // Another attempt of the same run is another marker: it runs (the gate is open).
-    const again = await startStep(vm, { ...ref, attempt: 2 }, step, {});
+    const again = (await startStep(vm, { ...ref, attempt: 2 }, step, {}))!;
     expect(await ended({ ...ref, attempt: 2 }, again)).toMatchObject({ exitCode: 7 });
     expect(readFileSync(join(workspace(), "twice.txt"), "utf8")).toBe("ran\nran\n");
   });
 
   it("reports a step killed by the VM's timeout with the command's exit code", async () => {
     const ref = { runUid: "uid-3", attempt: 1, index: 0 };
-    const id = await startStep(vm, ref, { command: "echo before; sleep 30" }, { timeoutMs: 300 });
+    const id = (await startStep(vm, ref, { command: "echo before; sleep 30" }, { timeoutMs: 300 }))!;
     expect(await ended(ref, id)).toEqual({ state: "ended", exitCode: 124, output: "before\n" });
   });
 
   it("is lost when the VM knows neither the command nor an exit code", async () => {
-    expect(await observeStep(vm, { runUid: "uid-4", attempt: 1, index: 0 }, "no-such-command")).toMatchObject({ state: "lost" });
+    expect(await observeStep(vm, { runUid: "uid-4", attempt: 1, index: 0 }, "no-such-command", heartbeats)).toMatchObject({ state: "lost" });
   });
 
   it("uploads files, reads them back, and removes a run's directory", async () => {
@@ -105,10 +107,10 @@ describe("a step in the VM", () => {
       const ws = h.emu.runtimes.get(other)!.workspace;
       writeFileSync(join(ws, ".agent-operator"), "not a directory\n");
       const ref = { runUid: "uid-6", attempt: 1, index: 0 };
-      const id = await startStep(blocked, ref, { command: "echo ran > ran.txt" }, {});
+      const id = (await startStep(blocked, ref, { command: "echo ran > ran.txt" }, {}))!;
       await waitFor(async () => (await blocked.status(id))?.running === false);
       expect((await blocked.status(id))?.exitCode).toBe(SETUP_FAILED);
-      const seen = await observeStep(blocked, ref, id);
+      const seen = await observeStep(blocked, ref, id, heartbeats);
       expect(seen).toEqual<StepObservation>({ state: "setupFailed", message: expect.stringContaining("the step's directory /workspace/.agent-operator/runs/uid-6/1/0") });
       expect(existsSync(join(ws, "ran.txt"))).toBe(false);
     } finally {
@@ -119,9 +121,9 @@ describe("a step in the VM", () => {
   it("reports the exit code of a step that removed its own directory (a git clean of /workspace), even 213 or 214", async () => {
     for (const [index, code] of [[0, 214], [1, 213], [2, 3]] as const) {
       const ref = { runUid: "uid-clean", attempt: 1, index };
-      const id = await startStep(vm, ref, { command: `echo building; rm -rf .agent-operator; exit ${code}` }, {});
+      const id = (await startStep(vm, ref, { command: `echo building; rm -rf .agent-operator; exit ${code}` }, {}))!;
       const o = await waitFor(async () => {
-        const seen = await observeStep(vm, ref, id);
+        const seen = await observeStep(vm, ref, id, heartbeats);
         return seen.state === "running" ? undefined : seen;
       }, { description: "the step ended" });
       expect(o).toMatchObject({ state: "ended", exitCode: code });
@@ -135,6 +137,38 @@ describe("a step in the VM", () => {
     await expect(gone.status("x")).rejects.toBeInstanceOf(VMGoneError);
     await expect(gone.read("x")).rejects.toBeInstanceOf(VMGoneError);
     await gone.close();
+  });
+});
+
+describe("a step whose command's id the VM does not name (emulator knob agentdNoStartEvent)", () => {
+  beforeAll(() => h.emu.setOptions({ agentdNoStartEvent: true }));
+  afterAll(() => h.emu.setOptions({ agentdNoStartEvent: false }));
+
+  it("is followed by its files: running while its heartbeat beats, then ended with its exit code and output", async () => {
+    const ref = { runUid: "uid-noid", attempt: 1, index: 0 };
+    const gate = join(workspace(), "gate-uid-noid");
+    const id = await startStep(vm, ref, { command: `echo working; while [ ! -f ${shellQuote(gate)} ]; do sleep 0.05; done; exit 5` }, {});
+    expect(id).toBeUndefined();
+    const alive = join(workspace(), stepDir(ref.runUid, ref.attempt, ref.index), "alive");
+    await waitFor(() => existsSync(alive));
+    const first = readFileSync(alive, "utf8");
+    expect(await observeStep(vm, ref, undefined, heartbeats)).toEqual<StepObservation>({ state: "running" });
+    // It beats (a new count every HEARTBEAT_SECONDS) while the step runs.
+    await waitFor(() => readFileSync(alive, "utf8") !== first, { timeoutMs: 10_000, description: "the next heartbeat" });
+    writeFileSync(gate, "");
+    expect(await ended(ref, undefined)).toEqual({ state: "ended", exitCode: 5, output: "working\n" });
+  });
+
+  it("is stopped through its cancel file: the step's process gets SIGTERM, and the step ends with 143", async () => {
+    const ref = { runUid: "uid-noid", attempt: 1, index: 1 };
+    await startStep(vm, ref, { command: "echo begun; sleep 60; echo never" }, {});
+    const pid = join(workspace(), stepDir(ref.runUid, ref.attempt, ref.index), "pid");
+    await waitFor(() => existsSync(pid) && readFileSync(pid, "utf8").trim() !== "");
+    await stopStep(vm, ref, undefined);
+    // (The step's shell may say "Terminated" after it: the step's output file is its stderr too.)
+    const o = await ended(ref, undefined);
+    expect(o).toMatchObject({ state: "ended", exitCode: 143, output: expect.stringMatching(/^begun\n/) });
+    expect(JSON.stringify(o)).not.toContain("never");
   });
 });
 
@@ -194,14 +228,42 @@ describe("a step, against a scripted VM", () => {
     const { vm, sent } = scripted(0, { [`${dir}/exit`]: "3\n" });
     await startStep(vm, ref, { command: "true" }, {});
     expect(sent.cwd).toEqual(["/workspace"]);
-    expect(await observeStep(vm, ref, "c1")).toEqual<StepObservation>({ state: "ended", exitCode: 3, outputPath: `${dir}/output` });
+    expect(await observeStep(vm, ref, "c1", heartbeats)).toEqual<StepObservation>({ state: "ended", exitCode: 3, outputPath: `${dir}/output` });
     expect(sent.paths).toEqual([`${dir}/exit`]);
   });
 
   it("reads SETUP_FAILED with the marker there as the step's own exit code (it did start)", async () => {
     const { vm } = scripted(SETUP_FAILED, { [`${dir}/started`]: "" });
-    expect(await observeStep(vm, ref, "c1")).toEqual<StepObservation>({ state: "ended", exitCode: SETUP_FAILED, outputPath: `${dir}/output` });
+    expect(await observeStep(vm, ref, "c1", heartbeats)).toEqual<StepObservation>({ state: "ended", exitCode: SETUP_FAILED, outputPath: `${dir}/output` });
     const none = scripted(SETUP_FAILED).vm;
-    expect((await observeStep(none, ref, "c1")).state).toBe("setupFailed");
+    expect((await observeStep(none, ref, "c1", heartbeats)).state).toBe("setupFailed");
+  });
+
+  it("gives a step up once its heartbeat has not changed for HEARTBEAT_SILENCE_MS and it left no exit code, on this process's clock", async () => {
+    const seen = new Heartbeats();
+    const at = (index: number): string => `/workspace/.agent-operator/runs/uid-7/1/${index}`;
+    const files: Record<string, string> = { [`${at(1)}/started`]: "", [`${at(1)}/alive`]: "7\n", [`${at(2)}/started`]: "", [`${at(2)}/alive`]: "1\n" };
+    const { vm } = scripted(0, files);
+    const noId = { ...ref, index: 1 };
+    const t0 = 1_000_000;
+    expect(await observeStep(vm, noId, undefined, seen, t0)).toEqual<StepObservation>({ state: "running" });
+    expect(await observeStep(vm, noId, undefined, seen, t0 + HEARTBEAT_SILENCE_MS)).toEqual<StepObservation>({ state: "running" });
+    files[`${at(1)}/alive`] = "8\n"; // a beat: the silence counts again from here
+    expect(await observeStep(vm, noId, undefined, seen, t0 + HEARTBEAT_SILENCE_MS + 1)).toEqual<StepObservation>({ state: "running" });
+    expect(await observeStep(vm, noId, undefined, seen, t0 + 2 * HEARTBEAT_SILENCE_MS)).toEqual<StepObservation>({ state: "running" });
+    expect(await observeStep(vm, noId, undefined, seen, t0 + 2 * HEARTBEAT_SILENCE_MS + 2)).toEqual<StepObservation>({
+      state: "lost",
+      message: expect.stringContaining("heartbeat (/workspace/.agent-operator/runs/uid-7/1/1/alive) stopped for 30s and it left no exit code") as string,
+    });
+    // A second start's id (it ran nothing) does not tell whether the step runs: the heartbeat does.
+    const second = scripted(ALREADY_STARTED, files).vm;
+    const other = { ...ref, index: 2 };
+    expect(await observeStep(second, other, "c1", seen, t0)).toEqual<StepObservation>({ state: "running" });
+    expect((await observeStep(second, other, "c1", seen, t0 + HEARTBEAT_SILENCE_MS + 1)).state).toBe("lost");
+    // A step that left no trace at all, started without an id: given the same time, then lost.
+    const empty = scripted(0).vm;
+    const nothing = { ...ref, index: 3 };
+    expect(await observeStep(empty, nothing, undefined, seen, t0)).toEqual<StepObservation>({ state: "running" });
+    expect(await observeStep(empty, nothing, undefined, seen, t0 + HEARTBEAT_SILENCE_MS + 1)).toMatchObject({ state: "lost", message: expect.stringContaining("left no trace") });
   });
 });

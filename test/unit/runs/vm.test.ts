@@ -6,12 +6,13 @@
 // expired, never allocated), and the lookups are counted in its request log.
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { waitFor } from "../../../dev/wait.js";
-import { startStep, observeStep } from "../../../src/runs/steps.js";
+import { Heartbeats, startStep, observeStep } from "../../../src/runs/steps.js";
 import { ForwardedVM, VMGoneError } from "../../../src/runs/vm.js";
 import { ServiceError } from "../../../src/service/index.js";
 import { rejection, start, type Harness } from "../service/helpers.js";
 
 let h: Harness;
+const heartbeats = new Heartbeats();
 const opened: ForwardedVM[] = [];
 
 beforeAll(async () => {
@@ -138,10 +139,10 @@ describe("ForwardedVM: a 404 that does not say whose it is", () => {
     const { id, vm } = await liveVM();
     const ref = { runUid: "uid-twice", attempt: 1, index: 0 };
     await startStep(vm, ref, { command: "sleep 30" }, {});
-    const second = await startStep(vm, ref, { command: "sleep 30" }, {});
+    const second = (await startStep(vm, ref, { command: "sleep 30" }, {}))!;
     await waitFor(async () => (await vm.status(second))?.running === false);
     const before = lookups(id);
-    for (let i = 0; i < 5; i++) expect(await observeStep(vm, ref, second)).toEqual({ state: "running" });
+    for (let i = 0; i < 5; i++) expect(await observeStep(vm, ref, second, heartbeats)).toEqual({ state: "running" });
     expect(lookups(id) - before).toBe(0);
   });
 
@@ -160,11 +161,11 @@ describe("ForwardedVM: a 404 that does not say whose it is", () => {
   it("a step whose VM is gone is not a lost command (CommandLost) but a gone VM (VMLost)", async () => {
     const { id, vm } = await liveVM();
     const ref = { runUid: "uid-gone", attempt: 1, index: 0 };
-    const commandId = await startStep(vm, ref, { command: "sleep 30" }, {});
-    expect(await observeStep(vm, ref, commandId)).toEqual({ state: "running" });
+    const commandId = (await startStep(vm, ref, { command: "sleep 30" }, {}))!;
+    expect(await observeStep(vm, ref, commandId, heartbeats)).toEqual({ state: "running" });
     await h.client.vms.release(id, false);
     bare404(id);
-    await expect(observeStep(vm, ref, commandId)).rejects.toBeInstanceOf(VMGoneError);
+    await expect(observeStep(vm, ref, commandId, heartbeats)).rejects.toBeInstanceOf(VMGoneError);
   });
 });
 
@@ -192,7 +193,7 @@ describe("ForwardedVM: answers that say whose they are", () => {
     const { id, vm } = await liveVM();
     await vm.upload("/workspace/ok.txt", "ok\n");
     expect(await vm.read("/workspace/ok.txt")).toBe("ok\n");
-    const commandId = await vm.start("sleep 5", { cwd: "/workspace" });
+    const commandId = (await vm.start("sleep 5", { cwd: "/workspace" }))!;
     expect(await vm.status(commandId)).toMatchObject({ id: commandId, running: true });
     await vm.kill(commandId);
     expect(lookups(id)).toBe(0);

@@ -1,7 +1,7 @@
 // AgentdClient against the emulator's agentd (real HTTP, through /compute/v1/vms/{id}/r/): a
 // command's output arrives while it runs, with its exit code at the end; background commands,
 // status and kill by id; a refused token is replaced once; errors name the call, never the token.
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { createServer } from "node:http";
 import type { AddressInfo } from "node:net";
 import { tmpdir } from "node:os";
@@ -76,7 +76,7 @@ describe("AgentdClient", () => {
 
   it("starts a background command and follows it by id: status, then kill", async () => {
     const c = vm();
-    const id = await c.startCommand("sleep 30");
+    const id = (await c.startCommand("sleep 30"))!;
     expect(await c.commandStatus(id)).toMatchObject({ id, running: true });
     expect(await c.killCommand(id)).toBe(true);
     await waitFor(() => h.emu.runtimes.get(vmId)?.command(id)?.running === false);
@@ -84,19 +84,33 @@ describe("AgentdClient", () => {
     expect(await c.killCommand("no-such-command")).toBe(false);
   });
 
-  it("says what came instead when a start's answer names no command id (the contract does not say where it is)", async () => {
+  it("resolves with no id when a start's answer names none (the contract does not say where it is), and refuses on an error event", async () => {
     const c = vm();
     // An answer with no server-sent events at all (a JSON body where a stream was expected).
     h.emu.injectFault({ method: "POST", path: /\/r\/v1\/commands\/run$/, times: 1, action: { status: 200, body: { ok: true } } });
-    const err = await c.startCommand("true").catch((e: unknown) => e);
-    expect(err).toMatchObject({ outcomeUnknown: true, message: expect.stringContaining("the VM answered without the command's id (no events;") });
+    expect(await c.startCommand("true")).toBeUndefined();
+    // A stream whose only event is an error: the command did not start as asked.
+    const server = createServer((_req, res) => {
+      res.writeHead(200, { "content-type": "text/event-stream" });
+      res.end('event: error\ndata: {"name":"SpawnError","value":"no shell"}\n\n');
+    });
+    await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+    try {
+      const refusing = new AgentdClient({ baseURL: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, vmId: "vm-refusing", accessToken: async () => "t" });
+      clients.push(refusing);
+      const err = await refusing.startCommand("true").catch((e: unknown) => e);
+      expect(err).toMatchObject({ outcomeUnknown: true, message: "commands.run: the VM refused the command: SpawnError: no shell" });
+    } finally {
+      server.closeAllConnections();
+      await new Promise<void>((resolve) => server.close(() => resolve()));
+    }
   });
 
-  it("says so when a background command's stream has no start event (emulator knob agentdNoStartEvent)", async () => {
+  it("starts a background command whose stream has no start event (emulator knob agentdNoStartEvent): no id, and it runs", async () => {
     h.emu.setOptions({ agentdNoStartEvent: true });
     try {
-      const err = await vm().startCommand("echo hi").catch((e: unknown) => e);
-      expect(err).toMatchObject({ outcomeUnknown: true, message: expect.stringContaining("the VM answered without the command's id (no events;") });
+      expect(await vm().startCommand("echo hi > no-id.txt")).toBeUndefined();
+      await waitFor(() => existsSync(join(h.emu.runtimes.get(vmId)!.workspace, "no-id.txt")));
     } finally {
       h.emu.setOptions({ agentdNoStartEvent: false });
     }
@@ -117,7 +131,7 @@ describe("AgentdClient", () => {
   });
 
   it("with a write gate that refuses (sharded mode, membership lapsed): starts nothing, still reads", async () => {
-    const running = await vm().startCommand("sleep 30");
+    const running = (await vm().startCommand("sleep 30"))!;
     let open = false;
     const c = vm({
       writeGate: () => {
@@ -358,7 +372,7 @@ describe("toExecEvent", () => {
     h.emu.setOptions({ agentdOmitEmpty: true });
     try {
       const c = vm();
-      const id = await c.startCommand("true");
+      const id = (await c.startCommand("true"))!;
       await waitFor(() => h.emu.runtimes.get(vmId)?.command(id)?.running === false);
       expect(await c.commandStatus(id)).toMatchObject({ id, running: false, exitCode: 0 });
     } finally {
