@@ -40,6 +40,7 @@ import {
   HEIRS_ANNOTATION,
   INHERITS_ANNOTATION,
   STOPPING_ANNOTATION,
+  STOPPING_LEFT,
   fenceAnnotations,
   type FenceReason,
   fenceOf,
@@ -154,9 +155,7 @@ export class MemberLease {
   /** The next renewal is wanted at once (renewSoon), even if one is in flight as it is asked for. */
   private soon = false;
   /** stopRenewing's mark on the Lease, awaited before the Lease is deleted. */
-  private marking: Promise<void> = Promise.resolve();
-  /** The Lease says this replica is stopping (the version written last carries the mark). */
-  private markedStopping = false;
+  private marking: Promise<unknown> = Promise.resolve();
 
   constructor(private readonly o: MemberLeaseOptions) {
     this.t = {
@@ -227,30 +226,32 @@ export class MemberLease {
       Math.max(0, this.validity.renewalMs()),
     );
     this.stopDeadline.unref();
-    this.marking = this.markStopping();
+    this.marking = this.markStopping("true", AbortSignal.timeout(this.t.retryPeriodMs)).catch(() => undefined);
   }
 
   /**
-   * Says on the Lease that this replica is stopping, without renewing it (its spec, and so its
-   * expiry, unchanged): a member fenced meanwhile does not get it among its heirs. On the
-   * version written last; refused (a fence, or the last renewal landing late), it says nothing.
+   * Says on the Lease that this replica is stopping (`value` "true"; STOPPING_LEFT once its work
+   * has ended), without renewing it (its spec, and so its expiry, unchanged): a member fenced
+   * meanwhile does not get it among its heirs, and a Lease deleted with STOPPING_LEFT moves its
+   * share at once. On the version written last; if that is refused, on the version the Lease
+   * has now, if it still names this replica (a renewal whose answer the stop cut short landed):
+   * "fenced" if it does not.
    */
-  private async markStopping(): Promise<void> {
-    const version = this.version;
+  private async markStopping(value: string, signal: AbortSignal): Promise<"marked" | "fenced"> {
+    const path = leasesPath(this.o.namespace, this.o.name);
+    const patch = (version: string | undefined) =>
+      this.o.client.patch<Lease>(path, { metadata: { resourceVersion: version, annotations: { [STOPPING_ANNOTATION]: value } } }, "merge", { signal });
+    let marked: Lease;
     try {
-      const marked = await this.o.client.patch<Lease>(
-        leasesPath(this.o.namespace, this.o.name),
-        { metadata: { resourceVersion: version, annotations: { [STOPPING_ANNOTATION]: "true" } } },
-        "merge",
-        { signal: AbortSignal.timeout(this.t.retryPeriodMs) },
-      );
-      if (this.version === version) {
-        this.version = marked.metadata.resourceVersion;
-        this.markedStopping = true;
-      }
-    } catch {
-      // Nothing to say: the Lease runs out, or is deleted on the way out, all the same.
+      marked = await patch(this.version);
+    } catch (err) {
+      if (!isConflict(err)) throw err;
+      const current = await this.o.client.get<Lease>(path, { signal });
+      if (current.spec?.holderIdentity !== this.o.identity) return "fenced";
+      marked = await patch(current.metadata.resourceVersion);
     }
+    this.version = marked.metadata.resourceVersion;
+    return "marked";
   }
 
   /**
@@ -305,27 +306,21 @@ export class MemberLease {
       this.log.warn("reconciles still in flight: the member Lease is left to expire rather than deleted");
       return;
     }
-    // The sharder moves a share at once only for a Lease that said it was stopping when it was
-    // deleted (anything else may be a `kubectl delete` under a replica still at work: MemberSet
-    // waits for the lease then). Said already on SIGTERM (stopRenewing); said now otherwise.
-    if (!this.markedStopping) await this.markStopping();
     const path = leasesPath(this.o.namespace, this.o.name);
     const signal = AbortSignal.timeout(this.t.renewDeadlineMs);
     try {
-      // On the version this replica wrote last: a Lease fenced meanwhile stays (deleting it
-      // would let the next process of this identity join before its share has moved).
+      // The sharder moves a share at once only for a Lease deleted with this mark (anything
+      // else may be a `kubectl delete` under a replica still at work: MemberSet waits for the
+      // lease then). A Lease fenced meanwhile stays: deleting it would let the next process of
+      // this identity join before its share has moved.
+      if ((await this.markStopping(STOPPING_LEFT, signal)) === "fenced") return this.log.info("the member Lease was fenced; left in place");
+      // On the version just written: nothing else writes this Lease now but a fence.
       await this.o.client.delete(path, { signal, preconditions: { resourceVersion: this.version } });
       this.log.info("left the shard ring");
     } catch (err) {
       if (isNotFound(err)) return;
-      if (!isConflict(err)) return this.log.warn({ err: errorMessage(err) }, "could not delete the member Lease; it expires instead");
-      // Changed since: fenced, or a renewal cut short on the way out landed. Only the latter is ours.
-      const current = await this.o.client.get<Lease>(path, { signal }).catch(() => undefined);
-      if (current?.spec?.holderIdentity !== this.o.identity) return this.log.info("the member Lease was fenced; left in place");
-      await this.o.client
-        .delete(path, { signal, preconditions: { resourceVersion: current.metadata.resourceVersion } })
-        .then(() => this.log.info("left the shard ring"))
-        .catch((e: unknown) => this.log.warn({ err: errorMessage(e) }, "could not delete the member Lease; it expires instead"));
+      if (isConflict(err)) return this.log.info("the member Lease was fenced; left in place");
+      this.log.warn({ err: errorMessage(err) }, "could not delete the member Lease; it expires instead");
     }
   }
 
@@ -614,7 +609,9 @@ export class MemberSet {
    * clean-up script): their members count as live until the Lease would have run out. Their
    * replica may be at work until it notices (a renewal fails on a deleted Lease as on a fenced
    * one, within the renew deadline), and moving its share at once would give it two workers.
-   * A replica leaving marks its Lease stopping before it deletes it (MemberLease.stop).
+   * A replica leaving marks its Lease STOPPING_LEFT, once its work has ended, before it deletes
+   * it (MemberLease.stop). The record is this process's memory: a replica that starts after the
+   * deletion (and comes to lead within the lease) never saw the Lease, and moves the share at once.
    */
   private readonly deletedWhileHeld = new Set<string>();
   private lastSuccession = "";
@@ -638,11 +635,11 @@ export class MemberSet {
       const name = l.metadata.name ?? "";
       if (name === o.ownLease?.name) o.ownLease.taken();
       const record = this.records.get(name);
-      if (record !== undefined && l.metadata.annotations?.[STOPPING_ANNOTATION] === undefined && this.gone(name, record, performance.now()) === undefined) {
+      if (record !== undefined && l.metadata.annotations?.[STOPPING_ANNOTATION] !== STOPPING_LEFT && this.gone(name, record, performance.now()) === undefined) {
         this.deletedWhileHeld.add(name);
         o.logger.warn(
           { member: record.holder, lease: name },
-          "a member Lease was deleted while held, not by its replica leaving (it did not say it was stopping): that replica may still be at work until it notices, so its share moves once the Lease would have run out",
+          "a member Lease was deleted while held, not by its replica leaving (it did not say its work had ended): that replica may still be at work until it notices, so its share moves once the Lease would have run out",
         );
       } else this.forget(name);
       this.evaluate();

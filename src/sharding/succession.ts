@@ -51,6 +51,12 @@ export const INHERITS_ANNOTATION = "shard.agentcompute.dev/inherits";
  * nothing new while its controllers drain).
  */
 export const STOPPING_ANNOTATION = "shard.agentcompute.dev/stopping";
+/**
+ * STOPPING_ANNOTATION's value once the replica's work has ended, written just before it deletes
+ * its Lease: only a Lease deleted with it moves its share at once. Any other deletion (`kubectl
+ * delete lease`, also while a stopping replica still drains) is waited out (MemberSet).
+ */
+export const STOPPING_LEFT = "left";
 
 /** The fenced members a held Lease says its replica works for. */
 export function inheritsOf(lease: Lease): string[] {
