@@ -613,6 +613,8 @@ class Pass {
   private lostBeforeStart = false;
   /** This pass looked at the running step once the deadline had passed (see execute). */
   private lookedAtDeadline = false;
+  /** This pass stopped a step: its directory in the VM stays (its watcher reads the cancel file there). */
+  private stoppedStep = false;
   private handle: ServiceHandle | undefined;
   private readonly now: Date;
 
@@ -810,10 +812,16 @@ class Pass {
   /** "ended" (recorded in status), "running", or what a lost step means for the attempt. */
   private async follow(attempt: number, index: number, commandId: string | undefined, vmId: string): Promise<"ended" | "running" | Next> {
     const { run, st } = this;
-    const obs = await observeStep(this.vm(vmId), { runUid: run.metadata.uid, attempt, index }, commandId, this.r.heartbeats);
+    const obs = await observeStep(this.vm(vmId), { runUid: run.metadata.uid, attempt, index }, commandId, this.r.heartbeats, this.now.getTime());
     const steps = st.steps!;
     const step = steps[index]!;
     if (obs.state === "running") return "running";
+    // Its start's answer may have been cut before the VM had the command: started again (a start
+    // that lands late exits at the marker).
+    if (obs.state === "notStarted") {
+      this.log.info({ step: step.name }, `starting the step again: ${obs.message}`);
+      return { kind: "start", attempt, index, vmId };
+    }
     if (obs.state === "lost") {
       steps[index] = { ...step, finishedAt: formatTime(this.now) };
       return attemptFailed(run.spec, st, RunReason.CommandLost, `step "${step.name}": ${obs.message}`);
@@ -874,6 +882,7 @@ class Pass {
   }
 
   private async kill(step: StepToStop): Promise<void> {
+    this.stoppedStep = true;
     try {
       await stopStep(this.vm(step.vmId), { runUid: this.run.metadata.uid, attempt: step.attempt, index: step.index }, step.commandId);
     } catch (err) {
@@ -889,8 +898,10 @@ class Pass {
     await this.flush(phase, reason, full);
     if (phase === RunPhase.Failed) this.r.events.warning(run, reason, full);
     else this.r.events.normal(run, "Completed", full);
-    // The markers are no longer needed once status says the run is over.
-    if (st.vmId !== undefined && this.handle !== undefined) {
+    // The markers are no longer needed once status says the run is over; but a step stopped
+    // just now may not have seen its cancel file yet (its watcher looks every 2 s), and
+    // removing it would leave the step running.
+    if (st.vmId !== undefined && this.handle !== undefined && !this.stoppedStep) {
       await this.vm(st.vmId).removeDir(runPath(run.metadata.uid)).catch(() => undefined);
     }
     return this.r.afterFinish(run, st, this.log);

@@ -11,10 +11,10 @@
 // that of a command that ran nothing): its output goes to `output`, its exit code to `exit`
 // (written last, by rename), and while its shell lives a watcher beside it rewrites `alive`
 // every HEARTBEAT_SECONDS (a counter: no clock of the VM is compared with the operator's) and
-// stops the step when a `cancel` file appears (SIGTERM, then SIGKILL a beat later, to the
-// process whose pid the step wrote to `pid` as it began). A stop that way reaches the step's
-// own process, not what it left running in the background; agentd's kill of a known command
-// reaches its whole process group.
+// stops the step when a `cancel` file appears (SIGTERM, then SIGKILL two seconds later, to the
+// process whose pid the step wrote to `pid` as it began and every process below it). A process
+// that left the step's tree (a daemon) is not reached that way; agentd's kill of a known
+// command reaches its whole process group.
 //
 // The published agentd API gives neither a command's default working directory nor what a
 // relative file path is relative to: every step is started with cwd /workspace, so the paths
@@ -96,23 +96,35 @@ export function innerCommand(step: StepScript): string {
  * SETUP_FAILED, as is a directory that cannot be made.
  */
 export function stepScript(dir: string, step: StepScript): string {
-  const d = shellQuote(dir);
-  // The watcher: a background subshell, its $$ the step's shell. Its output goes nowhere, so
-  // that an agentd which waits for the command's pipes to close does not wait for it.
-  const watcher = [
-    "(s=TERM; n=0",
-    // (The directory made again each time, as for the exit file: a step may remove it.)
-    `while kill -0 $$ 2>/dev/null && [ ! -e ${d}/exit ]; do n=$((n+1)); mkdir -p ${d}; echo "$n" > ${d}/alive.tmp && mv -f ${d}/alive.tmp ${d}/alive`,
-    `if [ -e ${d}/cancel ] && [ -s ${d}/pid ]; then kill -s "$s" "$(cat ${d}/pid)"; s=KILL; fi`,
-    `sleep ${HEARTBEAT_SECONDS}; done) > /dev/null 2>&1 < /dev/null &`,
+  // Absolute from the start: a step that removes and makes /workspace again (a fresh clone)
+  // leaves the wrapper's working directory behind, and the exit file must still land.
+  const d = '"$_ao_d"';
+  // The watcher: a background subshell. It beats while the step's own process lives (its pid
+  // from the pid file; the wrapper's $$ until that is there) and until the exit file is
+  // written, making the directory again if the step removed it. On a cancel file it signals
+  // the step's process and every process below it (found through /proc, read before the
+  // signals: once the step's shell dies its children belong to init), SIGTERM, then SIGKILL
+  // two seconds later, and stops. Its output goes nowhere, so that an agentd which waits for
+  // the command's pipes to close does not wait for it.
+  const beat = [
+    `[ -n "$p" ] || p=$(cat ${d}/pid 2>/dev/null)`,
+    'if [ -n "$p" ]; then kill -0 "$p" 2>/dev/null || break; else kill -0 $$ 2>/dev/null || break; fi',
+    `[ -e ${d}/exit ] && break`,
+    `n=$((n+1)); mkdir -p ${d}; echo "$n" > ${d}/alive.tmp && mv -f ${d}/alive.tmp ${d}/alive`,
+    `if [ -n "$p" ] && [ -e ${d}/cancel ]; then t=$(tree "$p"); kill -s TERM $t; sleep ${HEARTBEAT_SECONDS}; kill -s KILL $t $(tree "$p"); break; fi`,
+    `sleep ${HEARTBEAT_SECONDS}`,
   ].join("; ");
+  const tree = `tree() { echo "$1"; for c in $(grep -l "^PPid:[[:space:]]*$1$" /proc/[0-9]*/status 2>/dev/null | cut -d/ -f3); do tree "$c"; done; }`;
+  const watcher = `(${tree}; p=; n=0; while :; do ${beat}; done) > /dev/null 2>&1 < /dev/null &`;
   return [
+    `_ao_d="$PWD"/${shellQuote(dir)}`,
     `mkdir -p ${d} 2>/dev/null || exit ${SETUP_FAILED}`,
     `(set -C; : > ${d}/started) 2>/dev/null || { [ -e ${d}/started ] && exit ${ALREADY_STARTED}; exit ${SETUP_FAILED}; }`,
     watcher,
     // In the foreground (a background command would start with SIGINT ignored), through a shell
-    // that writes its pid for the watcher and then becomes the step's command.
-    `/bin/sh -c 'echo $$ > "$0" 2>/dev/null; exec "$@"' ${d}/pid ${innerCommand(step)} > ${d}/output 2>&1 < /dev/null`,
+    // that writes its pid for the watcher and then becomes the step's command (named "sh", so
+    // that the shell's own messages read as before).
+    `/bin/sh -c '{ echo $$ > "$1"; } 2>/dev/null; shift; exec "$@"' sh ${d}/pid ${innerCommand(step)} > ${d}/output 2>&1 < /dev/null`,
     "code=$?",
     // Made again if the step removed it (a `git clean -xdf` in /workspace): the exit file, not
     // the exit code 213 or 214 of a step that lost it, must say how the step ended.

@@ -9,7 +9,13 @@ export type StepObservation =
   /** The step could not be set up in the VM (its directory or marker not made) and did not run. */
   | { state: "setupFailed"; message: string }
   /** The VM knows neither the command nor how the step ended. */
-  | { state: "lost"; message: string };
+  | { state: "lost"; message: string }
+  /**
+   * Started without an id, and no trace of it in the VM since (no marker, no heartbeat): the
+   * start's answer may have been cut before the VM had the command. To be started again, once
+   * (its marker makes a start that lands late run nothing).
+   */
+  | { state: "notStarted"; message: string };
 
 export interface StepRef {
   runUid: string;
@@ -33,6 +39,8 @@ export const HEARTBEAT_SILENCE_MS = 15 * HEARTBEAT_SECONDS * 1000;
  */
 export class Heartbeats {
   private readonly seen = new Map<string, { beat: string | undefined; since: number }>();
+  /** Steps started again after they left no trace (notStarted): once each. */
+  private readonly restarted = new Set<string>();
 
   /** Whether the step's heartbeat, `beat` now, has stayed unchanged for longer than HEARTBEAT_SILENCE_MS. */
   silent(ref: StepRef, beat: string | undefined, now: number): boolean {
@@ -45,9 +53,19 @@ export class Heartbeats {
     return now - last.since > HEARTBEAT_SILENCE_MS;
   }
 
+  /** Whether a step that left no trace may be started again: the first time it is asked. */
+  mayStartAgain(ref: StepRef): boolean {
+    const key = stepKey(ref);
+    if (this.restarted.has(key)) return false;
+    this.restarted.add(key);
+    this.seen.delete(key); // its new start gets the whole silence again
+    return true;
+  }
+
   /** Forgets a run's steps (it ended, or left this process). */
   forget(runUid: string): void {
     for (const key of this.seen.keys()) if (key.startsWith(`${runUid}/`)) this.seen.delete(key);
+    for (const key of this.restarted) if (key.startsWith(`${runUid}/`)) this.restarted.delete(key);
   }
 }
 
@@ -76,6 +94,9 @@ export async function observeStep(vm: RunVM, ref: StepRef, commandId: string | u
   const dir = stepPath(ref.runUid, ref.attempt, ref.index);
   const status = commandId === undefined ? undefined : await vm.status(commandId);
   if (status?.running === true) return { state: "running" };
+  // Without an id, the heartbeat first: an answer of the VM's, so that the exit file's 404
+  // (the step still running) is taken as agentd's without asking the compute API each time.
+  let beat = commandId === undefined ? await vm.read(aliveFile(dir)) : undefined;
   const exitText = await vm.read(exitFile(dir));
   const exitCode = exitText === undefined ? undefined : parseExit(exitText);
   if (exitCode !== undefined) return { state: "ended", exitCode, outputPath: outputFile(dir) };
@@ -85,7 +106,7 @@ export async function observeStep(vm: RunVM, ref: StepRef, commandId: string | u
     if (status.exitCode === SETUP_FAILED && (await vm.read(startedFile(dir))) === undefined) return setupFailed(dir);
     return { state: "ended", exitCode: status.exitCode ?? 137, outputPath: outputFile(dir) };
   }
-  const beat = await vm.read(aliveFile(dir));
+  if (commandId !== undefined) beat = await vm.read(aliveFile(dir));
   // A command the VM forgot, of a step that left no trace at all: nothing to wait for.
   if (commandId !== undefined && status === undefined && beat === undefined && (await vm.read(startedFile(dir))) === undefined) {
     return { state: "lost", message: `the VM no longer knows command ${commandId} and the step left no trace in ${dir}` };
@@ -94,7 +115,9 @@ export async function observeStep(vm: RunVM, ref: StepRef, commandId: string | u
   const silence = `${HEARTBEAT_SILENCE_MS / 1000}s`;
   if (beat !== undefined) return { state: "lost", message: `the step's heartbeat (${aliveFile(dir)}) stopped for ${silence} and it left no exit code: killed in the VM, or the VM restarted` };
   if ((await vm.read(startedFile(dir))) === undefined) {
-    return { state: "lost", message: `the step left no trace in ${dir} for ${silence} after its start: its directory could not be made there, or the VM did not run the command` };
+    const message = `the step left no trace in ${dir} for ${silence} after its start: its directory could not be made there, or the VM did not run the command`;
+    if (commandId === undefined && heartbeats.mayStartAgain(ref)) return { state: "notStarted", message };
+    return { state: "lost", message };
   }
   return { state: "lost", message: `the step began (its marker is in ${dir}) but never wrote a heartbeat for ${silence}, nor an exit code` };
 }
@@ -107,11 +130,14 @@ function setupFailed(dir: string): StepObservation {
 }
 
 /**
- * Stops the step: kills its command when its id is known, and in any case writes its `cancel`
- * file, which its watcher acts on within a heartbeat (the only way when the id is not known,
- * and the way that reaches the step when the id is a second start's).
+ * Stops the step: kills its command when its id is known, and writes its `cancel` file, which
+ * its watcher acts on within a heartbeat: the only way when the id is not known, and the way
+ * that reaches the step when the id is a second start's. After a kill by id the file is a
+ * second chance only: a VM whose disk is full must not hold a deletion up.
  */
 export async function stopStep(vm: RunVM, ref: StepRef, commandId: string | undefined): Promise<void> {
-  if (commandId !== undefined) await vm.kill(commandId);
-  await vm.upload(cancelFile(stepPath(ref.runUid, ref.attempt, ref.index)), "");
+  const cancel = (): Promise<void> => vm.upload(cancelFile(stepPath(ref.runUid, ref.attempt, ref.index)), "");
+  if (commandId === undefined) return cancel();
+  await vm.kill(commandId);
+  await cancel().catch(() => undefined);
 }

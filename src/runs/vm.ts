@@ -56,14 +56,14 @@ export interface VMTarget {
 }
 
 const TIMEOUT_MS = 30_000;
-/** How long after the VM answered a status a bare 404 of a file read is taken as agentd's without asking the compute API. */
+/** How long after the VM answered a bare 404 of a file read is taken as agentd's without asking the compute API. */
 const RECENTLY_ANSWERED_MS = 5_000;
 
 /** A RunVM over the service's forwarding route. Every call throws VMGoneError once the VM is gone. */
 export class ForwardedVM implements RunVM {
   private readonly agentd: AgentdClient;
-  /** When the VM last answered a command's status (it was there then). */
-  private statusAnsweredAt = -Infinity;
+  /** When the VM last answered a command's status or a file read (it was there then). */
+  private answeredAt = -Infinity;
 
   constructor(private readonly target: VMTarget) {
     this.agentd = new AgentdClient({
@@ -85,7 +85,7 @@ export class ForwardedVM implements RunVM {
   async status(commandId: string): Promise<CommandStatus | undefined> {
     try {
       const status = await this.agentd.commandStatus(commandId);
-      this.statusAnsweredAt = Date.now();
+      this.answeredAt = Date.now();
       return status;
     } catch (err) {
       if (isAgentdNotFound(err)) return undefined;
@@ -97,8 +97,11 @@ export class ForwardedVM implements RunVM {
     await this.agentd.killCommand(commandId);
   }
 
-  read(path: string): Promise<string | undefined> {
-    return this.agentd.downloadFile(path);
+  async read(path: string): Promise<string | undefined> {
+    const text = await this.agentd.downloadFile(path);
+    // Only a file read proves the VM there: a bare 404 taken as agentd's must not prolong that.
+    if (text !== undefined) this.answeredAt = Date.now();
+    return text;
   }
 
   readEnds(path: string, headBytes: number, tailBytes: number): Promise<FileEnds | undefined> {
@@ -126,10 +129,10 @@ export class ForwardedVM implements RunVM {
   private async explain(err: ServiceError): Promise<Error | undefined> {
     const { vmId } = this.target;
     if (err.status === 404 && err.errorCode !== undefined) return new VMGoneError(vmId);
-    // A file read just after the VM answered a command's status (observeStep reads the exit file
-    // right after it): a bare 404 is agentd's (no exit file yet, which a step followed through
-    // a second start meets at every poll), not worth a look-up each time.
-    if (err.status === 404 && err.operation === "files.download" && Date.now() - this.statusAnsweredAt < RECENTLY_ANSWERED_MS) return undefined;
+    // A file read just after the VM answered (observeStep reads the exit file right after a
+    // command's status or the step's heartbeat): a bare 404 is agentd's (no exit file yet, which
+    // a step followed by its files meets at every poll), not worth a look-up each time.
+    if (err.status === 404 && err.operation === "files.download" && Date.now() - this.answeredAt < RECENTLY_ANSWERED_MS) return undefined;
     try {
       const vm = await this.target.client.vms.get(vmId);
       return isLiveVMState(vm.state) ? undefined : new VMGoneError(vmId);

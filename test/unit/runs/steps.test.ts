@@ -1,6 +1,6 @@
 // A step in a real (emulated) VM: started, followed, and started twice for one attempt (the
 // operator killed between starting it and recording its command id) without running twice.
-import { spawnSync } from "node:child_process";
+import { spawn, spawnSync } from "node:child_process";
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -202,6 +202,41 @@ describe("the step script", () => {
       rmSync(root, { recursive: true, force: true });
     }
   });
+
+  it("on a cancel file stops the step and what it started (not only its shell), and the step ends with 143", async () => {
+    const root = mkdtempSync(join(tmpdir(), "step-cancel-"));
+    const dir = stepDir("uid-c", 1, 0);
+    // A compound command: its shell waits for a child that would write a file 3 s on.
+    const script = stepScript(dir, { command: "echo begun; sleep 3 && echo leaked > leaked.txt" });
+    const child = spawn("/bin/sh", ["-c", script], { cwd: root, stdio: "ignore" });
+    const exited = new Promise<number | null>((resolve) => child.once("exit", resolve));
+    try {
+      await waitFor(() => existsSync(join(root, dir, "pid")) && readFileSync(join(root, dir, "pid"), "utf8").trim() !== "");
+      writeFileSync(join(root, dir, "cancel"), "");
+      expect(await exited).toBe(143);
+      expect(readFileSync(join(root, dir, "exit"), "utf8")).toBe("143\n");
+      await new Promise((resolve) => setTimeout(resolve, 4_000));
+      expect(existsSync(join(root, "leaked.txt"))).toBe(false);
+    } finally {
+      child.kill("SIGKILL");
+      rmSync(root, { recursive: true, force: true });
+    }
+  }, 20_000);
+
+  it("writes the exit code where the step's directory is, even if the step made its working directory anew", () => {
+    const root = mkdtempSync(join(tmpdir(), "step-anew-"));
+    const ws = join(root, "ws");
+    mkdirSync(ws);
+    const dir = stepDir("uid-n", 1, 0);
+    try {
+      const script = stepScript(dir, { command: `cd /; rm -rf ${shellQuote(ws)}; mkdir ${shellQuote(ws)}; cd ${shellQuote(ws)}; echo cloned > cloned.txt; exit 7` });
+      expect(spawnSync("/bin/sh", ["-c", script], { cwd: ws }).status).toBe(7);
+      expect(readFileSync(join(ws, dir, "exit"), "utf8")).toBe("7\n");
+      expect(readFileSync(join(ws, "cloned.txt"), "utf8")).toBe("cloned\n");
+    } finally {
+      rmSync(root, { recursive: true, force: true });
+    }
+  });
 });
 
 describe("a step, against a scripted VM", () => {
@@ -260,10 +295,32 @@ describe("a step, against a scripted VM", () => {
     const other = { ...ref, index: 2 };
     expect(await observeStep(second, other, "c1", seen, t0)).toEqual<StepObservation>({ state: "running" });
     expect((await observeStep(second, other, "c1", seen, t0 + HEARTBEAT_SILENCE_MS + 1)).state).toBe("lost");
-    // A step that left no trace at all, started without an id: given the same time, then lost.
+    // A step that left no trace at all, started without an id (its start's answer cut before
+    // the VM had the command?): given the same time, then started again once, then lost.
     const empty = scripted(0).vm;
     const nothing = { ...ref, index: 3 };
     expect(await observeStep(empty, nothing, undefined, seen, t0)).toEqual<StepObservation>({ state: "running" });
-    expect(await observeStep(empty, nothing, undefined, seen, t0 + HEARTBEAT_SILENCE_MS + 1)).toMatchObject({ state: "lost", message: expect.stringContaining("left no trace") });
+    expect(await observeStep(empty, nothing, undefined, seen, t0 + HEARTBEAT_SILENCE_MS + 1)).toMatchObject({ state: "notStarted", message: expect.stringContaining("left no trace") });
+    const again = t0 + HEARTBEAT_SILENCE_MS + 2;
+    expect(await observeStep(empty, nothing, undefined, seen, again)).toEqual<StepObservation>({ state: "running" });
+    expect(await observeStep(empty, nothing, undefined, seen, again + HEARTBEAT_SILENCE_MS + 1)).toMatchObject({ state: "lost", message: expect.stringContaining("left no trace") });
+  });
+
+  it("stops a step by its cancel file, which must land when the id is not known, and is a second chance after a kill by id", async () => {
+    const calls: string[] = [];
+    const vm = (uploadFails: boolean) =>
+      ({
+        kill: async (id: string) => void calls.push(`kill ${id}`),
+        upload: async (path: string) => {
+          calls.push(`upload ${path}`);
+          if (uploadFails) throw new Error("no space left on device");
+        },
+      }) as unknown as RunVM;
+    await stopStep(vm(false), ref, "c1");
+    expect(calls).toEqual(["kill c1", `upload ${dir}/cancel`]);
+    // A full disk does not hold a deletion up once the kill by id went through...
+    await expect(stopStep(vm(true), ref, "c1")).resolves.toBeUndefined();
+    // ...but without an id the cancel file is the stop.
+    await expect(stopStep(vm(true), ref, undefined)).rejects.toThrow("no space left on device");
   });
 });

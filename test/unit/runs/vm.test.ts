@@ -7,6 +7,7 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { waitFor } from "../../../dev/wait.js";
 import { Heartbeats, startStep, observeStep } from "../../../src/runs/steps.js";
+import { stepPath } from "../../../src/runs/script.js";
 import { ForwardedVM, VMGoneError } from "../../../src/runs/vm.js";
 import { ServiceError } from "../../../src/service/index.js";
 import { rejection, start, type Harness } from "../service/helpers.js";
@@ -143,6 +144,21 @@ describe("ForwardedVM: a 404 that does not say whose it is", () => {
     await waitFor(async () => (await vm.status(second))?.running === false);
     const before = lookups(id);
     for (let i = 0; i < 5; i++) expect(await observeStep(vm, ref, second, heartbeats)).toEqual({ state: "running" });
+    expect(lookups(id) - before).toBe(0);
+  });
+
+  it("a step followed by its files alone (the VM named no id) costs no look-up at each poll once it beats", async () => {
+    const { id, vm } = await liveVM();
+    const ref = { runUid: "uid-no-id", attempt: 1, index: 0 };
+    h.emu.setOptions({ agentdNoStartEvent: true });
+    try {
+      expect(await startStep(vm, ref, { command: "sleep 30" }, {})).toBeUndefined();
+    } finally {
+      h.emu.setOptions({ agentdNoStartEvent: false });
+    }
+    await waitFor(async () => (await vm.read(`${stepPath(ref.runUid, 1, 0)}/alive`)) !== undefined);
+    const before = lookups(id);
+    for (let i = 0; i < 5; i++) expect(await observeStep(vm, ref, undefined, heartbeats)).toEqual({ state: "running" });
     expect(lookups(id) - before).toBe(0);
   });
 
