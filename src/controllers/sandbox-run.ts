@@ -241,7 +241,15 @@ export class SandboxRunReconciler implements Reconciler {
     try {
       await stopStep(vm, { runUid: run.metadata.uid, attempt: step.attempt, index: step.index }, step.commandId);
     } catch (err) {
-      if (!(err instanceof VMGoneError)) throw err;
+      if (err instanceof VMGoneError) return;
+      // Without an id the cancel file is the only stop, and a VM that answers but refuses it (a
+      // full disk) would hold the deletion for ever: it goes on, and says so. One that does not
+      // answer is tried again.
+      if (step.commandId === undefined && isServiceError(err) && err.status !== undefined) {
+        this.o.events.warning(run, "StepNotStopped", `step ${step.index + 1} of attempt ${step.attempt} may still run in VM ${step.vmId}: the VM refused its cancel file (${err.message})`);
+        return;
+      }
+      throw err;
     } finally {
       await vm.close();
     }
@@ -613,7 +621,7 @@ class Pass {
   private lostBeforeStart = false;
   /** This pass looked at the running step once the deadline had passed (see execute). */
   private lookedAtDeadline = false;
-  /** This pass stopped a step: its directory in the VM stays (its watcher reads the cancel file there). */
+  /** This pass stopped a step by its cancel file alone: its directory in the VM stays (its watcher reads the file there). */
   private stoppedStep = false;
   private handle: ServiceHandle | undefined;
   private readonly now: Date;
@@ -823,6 +831,9 @@ class Pass {
       return { kind: "start", attempt, index, vmId };
     }
     if (obs.state === "lost") {
+      // What may still run of it (its watcher died, not its command) must not run beside the
+      // next attempt: stopped, best effort.
+      if (obs.began) await this.kill({ vmId, attempt, index, ...(commandId !== undefined && { commandId }) });
       steps[index] = { ...step, finishedAt: formatTime(this.now) };
       return attemptFailed(run.spec, st, RunReason.CommandLost, `step "${step.name}": ${obs.message}`);
     }
@@ -882,7 +893,9 @@ class Pass {
   }
 
   private async kill(step: StepToStop): Promise<void> {
-    this.stoppedStep = true;
+    // Without an id the cancel file is the stop: its directory must stay until the watcher has
+    // read it. With one, agentd's kill stopped the command's process group.
+    if (step.commandId === undefined) this.stoppedStep = true;
     try {
       await stopStep(this.vm(step.vmId), { runUid: this.run.metadata.uid, attempt: step.attempt, index: step.index }, step.commandId);
     } catch (err) {

@@ -100,22 +100,29 @@ export function stepScript(dir: string, step: StepScript): string {
   // leaves the wrapper's working directory behind, and the exit file must still land.
   const d = '"$_ao_d"';
   // The watcher: a background subshell. It beats while the step's own process lives (its pid
-  // from the pid file; the wrapper's $$ until that is there) and until the exit file is
-  // written, making the directory again if the step removed it. On a cancel file it signals
-  // the step's process and every process below it (found through /proc, read before the
-  // signals: once the step's shell dies its children belong to init), SIGTERM, then SIGKILL
-  // two seconds later, and stops. Its output goes nowhere, so that an agentd which waits for
-  // the command's pipes to close does not wait for it.
+  // from the pid file; the wrapper's $$ until that is there; by /proc too, as `kill -0` is
+  // refused for a process of another user, a step that became `sudo ...`) and until the exit
+  // file is written, making the directory again if the step removed it. On a cancel file it
+  // signals the step's process and every process below it (one scan of /proc, read before the
+  // signals: once the step's shell dies its children belong to init; the step's pid alone
+  // where there is no awk), SIGTERM, then SIGKILL two seconds later, and stops. Its output goes
+  // nowhere, so that an agentd which waits for the command's pipes to close does not wait for it.
   const beat = [
     `[ -n "$p" ] || p=$(cat ${d}/pid 2>/dev/null)`,
-    'if [ -n "$p" ]; then kill -0 "$p" 2>/dev/null || break; else kill -0 $$ 2>/dev/null || break; fi',
+    'if [ -n "$p" ]; then live "$p" || break; else live $$ || break; fi',
     `[ -e ${d}/exit ] && break`,
     `n=$((n+1)); mkdir -p ${d}; echo "$n" > ${d}/alive.tmp && mv -f ${d}/alive.tmp ${d}/alive`,
-    `if [ -n "$p" ] && [ -e ${d}/cancel ]; then t=$(tree "$p"); kill -s TERM $t; sleep ${HEARTBEAT_SECONDS}; kill -s KILL $t $(tree "$p"); break; fi`,
+    `if [ -n "$p" ] && [ -e ${d}/cancel ]; then t=$(tree "$p"); [ -n "$t" ] || t=$p; kill -s TERM $t; sleep ${HEARTBEAT_SECONDS}; kill -s KILL $t $(tree "$p"); break; fi`,
     `sleep ${HEARTBEAT_SECONDS}`,
   ].join("; ");
-  const tree = `tree() { echo "$1"; for c in $(grep -l "^PPid:[[:space:]]*$1$" /proc/[0-9]*/status 2>/dev/null | cut -d/ -f3); do tree "$c"; done; }`;
-  const watcher = `(${tree}; p=; n=0; while :; do ${beat}; done) > /dev/null 2>&1 < /dev/null &`;
+  const live = 'live() { kill -0 "$1" 2>/dev/null || [ -d /proc/"$1" ]; }';
+  // The pid and its descendants, from each process's parent in /proc/<pid>/stat (the fields
+  // after the command name, which may hold spaces and parentheses, so cut at its last ")").
+  // (Through cat: a process that ends during the scan must not end it, as it does some awks.)
+  const tree =
+    "tree() { cat /proc/[0-9]*/stat 2>/dev/null | awk -v root=\"$1\" '{ s = $0; sub(/^.*\\) /, \"\", s); split(s, a, \" \"); parent[$1] = a[2] } " +
+    "END { n = 1; q[1] = root; out = root; for (i = 1; i <= n; i++) for (c in parent) if (parent[c] == q[i]) { q[++n] = c; out = out \" \" c }; print out }' 2>/dev/null; }";
+  const watcher = `(${live}; ${tree}; p=; n=0; while :; do ${beat}; done) > /dev/null 2>&1 < /dev/null &`;
   return [
     `_ao_d="$PWD"/${shellQuote(dir)}`,
     `mkdir -p ${d} 2>/dev/null || exit ${SETUP_FAILED}`,

@@ -8,8 +8,11 @@ export type StepObservation =
   | { state: "ended"; exitCode: number; outputPath: string }
   /** The step could not be set up in the VM (its directory or marker not made) and did not run. */
   | { state: "setupFailed"; message: string }
-  /** The VM knows neither the command nor how the step ended. */
-  | { state: "lost"; message: string }
+  /**
+   * The VM knows neither the command nor how the step ended. `began`: the step left a trace (its
+   * marker or heartbeat), so something of it may still run (its watcher died, not its command).
+   */
+  | { state: "lost"; message: string; began: boolean }
   /**
    * Started without an id, and no trace of it in the VM since (no marker, no heartbeat): the
    * start's answer may have been cut before the VM had the command. To be started again, once
@@ -109,17 +112,17 @@ export async function observeStep(vm: RunVM, ref: StepRef, commandId: string | u
   if (commandId !== undefined) beat = await vm.read(aliveFile(dir));
   // A command the VM forgot, of a step that left no trace at all: nothing to wait for.
   if (commandId !== undefined && status === undefined && beat === undefined && (await vm.read(startedFile(dir))) === undefined) {
-    return { state: "lost", message: `the VM no longer knows command ${commandId} and the step left no trace in ${dir}` };
+    return { state: "lost", message: `the VM no longer knows command ${commandId} and the step left no trace in ${dir}`, began: false };
   }
   if (!heartbeats.silent(ref, beat, now)) return { state: "running" };
   const silence = `${HEARTBEAT_SILENCE_MS / 1000}s`;
-  if (beat !== undefined) return { state: "lost", message: `the step's heartbeat (${aliveFile(dir)}) stopped for ${silence} and it left no exit code: killed in the VM, or the VM restarted` };
+  if (beat !== undefined) return { state: "lost", message: `the step's heartbeat (${aliveFile(dir)}) stopped for ${silence} and it left no exit code: killed in the VM, or the VM restarted`, began: true };
   if ((await vm.read(startedFile(dir))) === undefined) {
     const message = `the step left no trace in ${dir} for ${silence} after its start: its directory could not be made there, or the VM did not run the command`;
     if (commandId === undefined && heartbeats.mayStartAgain(ref)) return { state: "notStarted", message };
-    return { state: "lost", message };
+    return { state: "lost", message, began: false };
   }
-  return { state: "lost", message: `the step began (its marker is in ${dir}) but never wrote a heartbeat for ${silence}, nor an exit code` };
+  return { state: "lost", message: `the step began (its marker is in ${dir}) but never wrote a heartbeat for ${silence}, nor an exit code`, began: true };
 }
 
 function setupFailed(dir: string): StepObservation {

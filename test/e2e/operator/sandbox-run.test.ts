@@ -984,4 +984,33 @@ ${stepsYaml}`;
       t.stack.emulator.setOptions({ agentdNoStartEvent: false });
     }
   }, 90_000);
+
+  it("is deleted all the same, with a Warning, when the VM refuses its step's cancel file (a full disk)", async () => {
+    const vmId = await readySandbox("noid-box");
+    const rt = t.stack.emulator.runtimes.get(vmId)!;
+    t.stack.emulator.setOptions({ agentdNoStartEvent: true });
+    let dir: string | undefined;
+    try {
+      await apply(noIdRun("no-id-full-disk", "    - {name: forever, command: 'sleep 300'}"), t.namespace);
+      const r = await waitFor(async () => {
+        const got = await run("no-id-full-disk");
+        return steps(got)[0]?.startedAt !== undefined ? got : undefined;
+      }, { description: "the step started" });
+      dir = stepFiles(rt.workspace, r, 0);
+      await waitFor(() => existsSync(join(dir!, "alive")), { description: "the step's heartbeat" });
+      t.stack.emulator.injectFault({
+        method: "POST",
+        path: new RegExp(`^/compute/v1/vms/${vmId}/r/v1/files/upload$`),
+        times: Infinity,
+        action: { status: 507, body: { code: 507, message: "no space left on device" } },
+      });
+      await kubectlOk(["delete", "sandboxrun", "no-id-full-disk", "--wait=true", "--timeout=30s"], { namespace: t.namespace });
+      expect(await eventReasons(t.stack, "no-id-full-disk")).toContain("StepNotStopped");
+      expect(existsSync(join(dir, "exit"))).toBe(false); // it runs on, as the Warning says
+    } finally {
+      t.stack.emulator.clearFaults();
+      t.stack.emulator.setOptions({ agentdNoStartEvent: false });
+      if (dir !== undefined) writeFileSync(join(dir, "cancel"), ""); // not left running for the tests after
+    }
+  }, 90_000);
 });

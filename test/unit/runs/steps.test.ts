@@ -289,6 +289,7 @@ describe("a step, against a scripted VM", () => {
     expect(await observeStep(vm, noId, undefined, seen, t0 + 2 * HEARTBEAT_SILENCE_MS + 2)).toEqual<StepObservation>({
       state: "lost",
       message: expect.stringContaining("heartbeat (/workspace/.agent-operator/runs/uid-7/1/1/alive) stopped for 30s and it left no exit code") as string,
+      began: true, // what may still run of it is stopped before the next attempt
     });
     // A second start's id (it ran nothing) does not tell whether the step runs: the heartbeat does.
     const second = scripted(ALREADY_STARTED, files).vm;
@@ -303,7 +304,7 @@ describe("a step, against a scripted VM", () => {
     expect(await observeStep(empty, nothing, undefined, seen, t0 + HEARTBEAT_SILENCE_MS + 1)).toMatchObject({ state: "notStarted", message: expect.stringContaining("left no trace") });
     const again = t0 + HEARTBEAT_SILENCE_MS + 2;
     expect(await observeStep(empty, nothing, undefined, seen, again)).toEqual<StepObservation>({ state: "running" });
-    expect(await observeStep(empty, nothing, undefined, seen, again + HEARTBEAT_SILENCE_MS + 1)).toMatchObject({ state: "lost", message: expect.stringContaining("left no trace") });
+    expect(await observeStep(empty, nothing, undefined, seen, again + HEARTBEAT_SILENCE_MS + 1)).toMatchObject({ state: "lost", message: expect.stringContaining("left no trace"), began: false });
   });
 
   it("stops a step by its cancel file, which must land when the id is not known, and is a second chance after a kill by id", async () => {
