@@ -3,7 +3,7 @@
 // Sandbox's VM and reports exit codes and output as a Job would.
 import { existsSync, readFileSync, realpathSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { describe, expect, it } from "vitest";
+import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { main as logs, type LogsIO } from "../../../src/commands/logs.js";
 import { kubectl, kubectlOk, testKubeconfig, waitFor } from "../support/kube.js";
 import { apply, condition, connectionManifest, eventReasons, everythingSaid, getResource, useStack, waitForReady, type Resource } from "../support/operator.js";
@@ -935,72 +935,67 @@ ${stepsYaml}`;
   /** The step's directory in the VM's workspace on this host. */
   const stepFiles = (workspace: string, r: Resource, index: number): string => join(workspace, ".agent-operator/runs", r.metadata.uid as string, "1", String(index));
 
+  beforeEach(() => t.stack.emulator.setOptions({ agentdNoStartEvent: true }));
+  afterEach(() => t.stack.emulator.setOptions({ agentdNoStartEvent: false }));
+
+  /** The VM runtime of the tests' Sandbox (Ready). */
+  const box = async () => t.stack.emulator.runtimes.get(await readySandbox("noid-box"))!;
+
+  /** The run once its first step has started, with no command id in status. */
+  async function startedWithoutId(name: string): Promise<Resource> {
+    const r = await waitFor(async () => {
+      const got = await run(name);
+      return steps(got)[0]?.startedAt !== undefined ? got : undefined;
+    }, { description: `sandboxrun/${name}'s first step started` });
+    expect(steps(r)[0]?.commandId).toBeUndefined();
+    return r;
+  }
+
+  /** Its first step's directory in the VM, once the step's watcher has beaten there. */
+  async function beating(workspace: string, r: Resource): Promise<string> {
+    const dir = stepFiles(workspace, r, 0);
+    await waitFor(() => existsSync(join(dir, "alive")), { description: "the step's heartbeat" });
+    return dir;
+  }
+
   it("runs its steps to the end, followed by their files, and across an operator restart without running one twice", async () => {
-    const vmId = await readySandbox("noid-box");
-    const rt = t.stack.emulator.runtimes.get(vmId)!;
-    t.stack.emulator.setOptions({ agentdNoStartEvent: true });
-    try {
-      const before = rt.executions;
-      await apply(noIdRun("no-id", `    - {name: long, command: 'echo started >> no-id.txt; sleep 3; echo finished; exit 0'}
+    const rt = await box();
+    const before = rt.executions;
+    await apply(noIdRun("no-id", `    - {name: long, command: 'echo started >> no-id.txt; sleep 3; echo finished; exit 0'}
     - {name: last, command: 'echo last >> no-id.txt; exit 4'}`), t.namespace);
-      const started = await waitFor(async () => {
-        const r = await run("no-id");
-        return steps(r)[0]?.startedAt !== undefined ? r : undefined;
-      }, { description: "the first step started" });
-      expect(steps(started)[0]?.commandId).toBeUndefined();
-      await t.stack.restartOperator();
-      const r = await finished("no-id");
-      expect(r.status?.phase).toBe("Failed");
-      expect(steps(r).map((s) => [s.name, s.exitCode, s.output, s.commandId])).toEqual([
-        ["long", 0, "finished\n", undefined],
-        ["last", 4, "", undefined],
-      ]);
-      expect(condition(r, "Ready")).toMatchObject({ reason: "StepFailed", message: expect.stringContaining('step "last" failed with exit code 4') });
-      expect(readFileSync(join(rt.workspace, "no-id.txt"), "utf8")).toBe("started\nlast\n");
-      expect(rt.executions - before).toBe(2);
-    } finally {
-      t.stack.emulator.setOptions({ agentdNoStartEvent: false });
-    }
+    await startedWithoutId("no-id");
+    await t.stack.restartOperator();
+    const r = await finished("no-id");
+    expect(r.status?.phase).toBe("Failed");
+    expect(steps(r).map((s) => [s.name, s.exitCode, s.output, s.commandId])).toEqual([
+      ["long", 0, "finished\n", undefined],
+      ["last", 4, "", undefined],
+    ]);
+    expect(condition(r, "Ready")).toMatchObject({ reason: "StepFailed", message: expect.stringContaining('step "last" failed with exit code 4') });
+    expect(readFileSync(join(rt.workspace, "no-id.txt"), "utf8")).toBe("started\nlast\n");
+    expect(rt.executions - before).toBe(2);
   }, 90_000);
 
   it("stops its running step through the step's cancel file when it is deleted", async () => {
-    const vmId = await readySandbox("noid-box");
-    const rt = t.stack.emulator.runtimes.get(vmId)!;
-    t.stack.emulator.setOptions({ agentdNoStartEvent: true });
-    try {
-      await apply(noIdRun("no-id-deleted", "    - {name: forever, command: 'echo begun; sleep 300'}"), t.namespace);
-      const r = await waitFor(async () => {
-        const got = await run("no-id-deleted");
-        return steps(got)[0]?.startedAt !== undefined ? got : undefined;
-      }, { description: "the step started" });
-      const dir = stepFiles(rt.workspace, r, 0);
-      await waitFor(() => existsSync(join(dir, "alive")), { description: "the step's heartbeat" });
-      await kubectlOk(["delete", "sandboxrun", "no-id-deleted", "--wait=true", "--timeout=30s"], { namespace: t.namespace });
-      // The step's shell got SIGTERM from its watcher: the step ended, and said so in its exit file.
-      const code = await waitFor(() => (existsSync(join(dir, "exit")) ? readFileSync(join(dir, "exit"), "utf8").trim() : undefined), { description: "the deleted run's step stopped" });
-      expect(code).toBe("143");
-      expect(existsSync(join(dir, "cancel"))).toBe(true);
-    } finally {
-      t.stack.emulator.setOptions({ agentdNoStartEvent: false });
-    }
+    const rt = await box();
+    await apply(noIdRun("no-id-deleted", "    - {name: forever, command: 'echo begun; sleep 300'}"), t.namespace);
+    const dir = await beating(rt.workspace, await startedWithoutId("no-id-deleted"));
+    await kubectlOk(["delete", "sandboxrun", "no-id-deleted", "--wait=true", "--timeout=30s"], { namespace: t.namespace });
+    // The step's shell got SIGTERM from its watcher: the step ended, and said so in its exit file.
+    const code = await waitFor(() => (existsSync(join(dir, "exit")) ? readFileSync(join(dir, "exit"), "utf8").trim() : undefined), { description: "the deleted run's step stopped" });
+    expect(code).toBe("143");
+    expect(existsSync(join(dir, "cancel"))).toBe(true);
   }, 90_000);
 
   it("is deleted all the same, with a Warning, when the VM refuses its step's cancel file (a full disk)", async () => {
-    const vmId = await readySandbox("noid-box");
-    const rt = t.stack.emulator.runtimes.get(vmId)!;
-    t.stack.emulator.setOptions({ agentdNoStartEvent: true });
+    const rt = await box();
     let dir: string | undefined;
     try {
       await apply(noIdRun("no-id-full-disk", "    - {name: forever, command: 'sleep 300'}"), t.namespace);
-      const r = await waitFor(async () => {
-        const got = await run("no-id-full-disk");
-        return steps(got)[0]?.startedAt !== undefined ? got : undefined;
-      }, { description: "the step started" });
-      dir = stepFiles(rt.workspace, r, 0);
-      await waitFor(() => existsSync(join(dir!, "alive")), { description: "the step's heartbeat" });
+      dir = await beating(rt.workspace, await startedWithoutId("no-id-full-disk"));
       t.stack.emulator.injectFault({
         method: "POST",
-        path: new RegExp(`^/compute/v1/vms/${vmId}/r/v1/files/upload$`),
+        path: new RegExp(`^/compute/v1/vms/${rt.vmId}/r/v1/files/upload$`),
         times: Infinity,
         action: { status: 507, body: { code: 507, message: "no space left on device" } },
       });
@@ -1009,7 +1004,6 @@ ${stepsYaml}`;
       expect(existsSync(join(dir, "exit"))).toBe(false); // it runs on, as the Warning says
     } finally {
       t.stack.emulator.clearFaults();
-      t.stack.emulator.setOptions({ agentdNoStartEvent: false });
       if (dir !== undefined) writeFileSync(join(dir, "cancel"), ""); // not left running for the tests after
     }
   }, 90_000);
