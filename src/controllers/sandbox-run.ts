@@ -19,7 +19,7 @@ import { configMapsPath, isAlreadyExists, isForbidden, isInvalid, isKubeApiError
 import { formatTime } from "../runtime/status.js";
 import { attemptFailed, compareProgress, currentStep, deadlineAt, expiresAt, isFinished, next, pollDelayMs, RunReason, runConditions, runningMessage, type Next, type SandboxState, type StepToStop } from "../runs/machine.js";
 import { boundedOutput, lastLine, mask, outputWindow, perStepBudget, tail } from "../runs/output.js";
-import { outputFile, runPath, startedFile, stepPath, vmPath } from "../runs/script.js";
+import { cancelFile, outputFile, runPath, startedFile, stepPath, vmPath } from "../runs/script.js";
 import { Heartbeats, observeStep, startStep, stopStep } from "../runs/steps.js";
 import { ensureRunVM, heldConnection, keepRunVM, releaseRunVMs, type AllocationDeps } from "../runs/template-vm.js";
 import { ForwardedVM, VMGoneError, type RunVM } from "../runs/vm.js";
@@ -137,7 +137,7 @@ export class SandboxRunReconciler implements Reconciler {
    * step's next start then exits at the marker and status records that one), and a deletion
    * must still stop it.
    */
-  private readonly startedHere = new Map<string, StartedStep>();
+  private readonly startedHere = new Map<string, StepToStop>();
   /**
    * Runs (uid) whose finalizer this process removed, until their delete event: the finalizer
    * did what could be done. (A finalizer removed by hand shows in the delete event just the
@@ -215,7 +215,7 @@ export class SandboxRunReconciler implements Reconciler {
     const uid = run.metadata.uid;
     this.written.delete(uid);
     this.lostVMs.delete(uid);
-    const steps = this.commandsToStop(run);
+    const steps = this.stepsToStop(run);
     this.startedHere.delete(uid);
     this.heartbeats.forget(uid);
     if (this.finalized.delete(uid) || run.spec.sandboxTemplate !== undefined) return;
@@ -244,8 +244,8 @@ export class SandboxRunReconciler implements Reconciler {
       if (err instanceof VMGoneError) return;
       // Without an id the cancel file is the only stop, and a VM that answers but refuses it (a
       // full disk) would hold the deletion for ever: it goes on, and says so. One that does not
-      // answer is tried again.
-      if (step.commandId === undefined && isServiceError(err) && err.status !== undefined) {
+      // answer (a gateway's 502, 503, 504 too: agentd restarting) is tried again.
+      if (step.commandId === undefined && isServiceError(err) && err.status !== undefined && ![502, 503, 504].includes(err.status)) {
         this.o.events.warning(run, "StepNotStopped", `step ${step.index + 1} of attempt ${step.attempt} may still run in VM ${step.vmId}: the VM refused its cancel file (${err.message})`);
         return;
       }
@@ -485,7 +485,7 @@ export class SandboxRunReconciler implements Reconciler {
     const finalizers = run.metadata.finalizers ?? [];
     if (!finalizers.includes(FINALIZER)) return;
     if (run.spec.sandboxTemplate !== undefined) await this.giveBackOwnVM(run, run.status?.vmId, ctx.log);
-    else await this.stopStep(this.latest(this.o.status.fresh(run)), ctx);
+    else await this.stopDeletedRunStep(this.latest(this.o.status.fresh(run)), ctx);
     this.finalized.add(run.metadata.uid);
     await removeFinalizer(this.o.kube, this.path(run), run, FINALIZER);
     this.o.status.forget(run.metadata.uid);
@@ -524,8 +524,8 @@ export class SandboxRunReconciler implements Reconciler {
    * force): said in the log, and the deletion goes on rather than wait for ever. Any other
    * failure is retried, and the deletion waits, as a Sandbox's waits for its VM's.
    */
-  private async stopStep(run: SandboxRun, ctx: ReconcileContext): Promise<void> {
-    const steps = this.commandsToStop(run);
+  private async stopDeletedRunStep(run: SandboxRun, ctx: ReconcileContext): Promise<void> {
+    const steps = this.stepsToStop(run);
     const name = run.spec.sandboxRef?.name;
     if (steps.length === 0 || name === undefined || this.o.sandboxes.get(run.metadata.namespace, name) === undefined) return;
     let handle: ServiceHandle;
@@ -545,7 +545,7 @@ export class SandboxRunReconciler implements Reconciler {
    * attempt's VM replaced, is a real one). Not for a run no longer in the cache (deleted, or
    * moved to another replica while the pass ran): nothing would forget it.
    */
-  stepStarted(run: SandboxRun, step: StartedStep): void {
+  stepStarted(run: SandboxRun, step: StepToStop): void {
     const uid = run.metadata.uid;
     if (this.o.runs.get(run.metadata.namespace, run.metadata.name)?.metadata.uid !== uid) return;
     const known = this.startedHere.get(uid);
@@ -554,7 +554,7 @@ export class SandboxRunReconciler implements Reconciler {
   }
 
   /** The steps a deleted run may be running: the one status names, and the one this process started (if another). */
-  private commandsToStop(run: SandboxRun): StepToStop[] {
+  private stepsToStop(run: SandboxRun): StepToStop[] {
     const recorded = runningStep(run.status);
     const startedHere = this.startedStep(run);
     const same = startedHere !== undefined && recorded !== undefined && sameStep(startedHere, recorded) && startedHere.commandId === recorded.commandId;
@@ -621,8 +621,8 @@ class Pass {
   private lostBeforeStart = false;
   /** This pass looked at the running step once the deadline had passed (see execute). */
   private lookedAtDeadline = false;
-  /** This pass stopped a step by its cancel file alone: its directory in the VM stays (its watcher reads the file there). */
-  private stoppedStep = false;
+  /** The step this pass stopped: its cancel file is written again after the run's directory is removed (see finish). */
+  private stopped: StepToStop | undefined;
   private handle: ServiceHandle | undefined;
   private readonly now: Date;
 
@@ -688,7 +688,7 @@ class Pass {
             return await this.finish(RunPhase.Succeeded, RunReason.Succeeded, `${count} step${count === 1 ? "" : "s"} succeeded${attempts > 1 ? ` in attempt ${attempts}` : ""}`);
           }
           case "start":
-            await this.start(n.attempt, n.index, n.vmId);
+            await this.start(n.attempt, n.index, n.vmId, n.again === true);
             await this.flush(RunPhase.Running, RunReason.Running, runningMessage(run.spec, st));
             return this.pollResult(await this.keepOwnVM());
           case "follow": {
@@ -792,7 +792,7 @@ class Pass {
     return vm;
   }
 
-  private async start(attempt: number, index: number, vmId: string): Promise<void> {
+  private async start(attempt: number, index: number, vmId: string, again = false): Promise<void> {
     const { run, st } = this;
     const vm = this.vm(vmId);
     // What the step needs first (a missing Secret is waited for without a call to the VM).
@@ -814,7 +814,7 @@ class Pass {
     st.attempts = attempt;
     st.vmId = vmId;
     st.steps = [...(st.steps ?? []).slice(0, index), { name: step.name, ...(commandId !== undefined && { commandId }), startedAt: formatTime(this.now) }];
-    if (index === 0) this.r.events.normal(run, "Started", `attempt ${attempt} started in VM ${vmId}`);
+    if (index === 0 && !again) this.r.events.normal(run, "Started", `attempt ${attempt} started in VM ${vmId}`);
   }
 
   /** "ended" (recorded in status), "running", or what a lost step means for the attempt. */
@@ -828,7 +828,7 @@ class Pass {
     // that lands late exits at the marker).
     if (obs.state === "notStarted") {
       this.log.info({ step: step.name }, `starting the step again: ${obs.message}`);
-      return { kind: "start", attempt, index, vmId };
+      return { kind: "start", attempt, index, vmId, again: true };
     }
     if (obs.state === "lost") {
       // What may still run of it (its watcher died, not its command) must not run beside the
@@ -893,9 +893,7 @@ class Pass {
   }
 
   private async kill(step: StepToStop): Promise<void> {
-    // Without an id the cancel file is the stop: its directory must stay until the watcher has
-    // read it. With one, agentd's kill stopped the command's process group.
-    if (step.commandId === undefined) this.stoppedStep = true;
+    this.stopped = step;
     try {
       await stopStep(this.vm(step.vmId), { runUid: this.run.metadata.uid, attempt: step.attempt, index: step.index }, step.commandId);
     } catch (err) {
@@ -911,11 +909,14 @@ class Pass {
     await this.flush(phase, reason, full);
     if (phase === RunPhase.Failed) this.r.events.warning(run, reason, full);
     else this.r.events.normal(run, "Completed", full);
-    // The markers are no longer needed once status says the run is over; but a step stopped
-    // just now may not have seen its cancel file yet (its watcher looks every 2 s), and
-    // removing it would leave the step running.
-    if (st.vmId !== undefined && this.handle !== undefined && !this.stoppedStep) {
-      await this.vm(st.vmId).removeDir(runPath(run.metadata.uid)).catch(() => undefined);
+    // The markers are no longer needed once status says the run is over. A step stopped just
+    // now may not have read its cancel file yet (its watcher looks every 2 s; the file is the
+    // stop where the id is not known, or is a second start's): it is written again, alone.
+    if (st.vmId !== undefined && this.handle !== undefined) {
+      const vm = this.vm(st.vmId);
+      await vm.removeDir(runPath(run.metadata.uid)).catch(() => undefined);
+      const stopped = this.stopped;
+      if (stopped !== undefined) await vm.upload(cancelFile(stepPath(run.metadata.uid, stopped.attempt, stopped.index)), "").catch(() => undefined);
     }
     return this.r.afterFinish(run, st, this.log);
   }
@@ -1008,9 +1009,6 @@ function outputRefused(err: unknown): boolean {
 const LOST_VM_WAIT_MS = 60_000;
 /** A renewal of a run's VM that failed is tried again at most this much later (sooner as the VM nears its end). */
 const RENEW_RETRY_MAX_MS = 30_000;
-
-/** A step this process started: in which VM, which attempt and step, and its command's id if the VM named one. */
-type StartedStep = StepToStop;
 
 const sameStep = (a: StepToStop, b: StepToStop): boolean => a.vmId === b.vmId && a.attempt === b.attempt && a.index === b.index;
 

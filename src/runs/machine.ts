@@ -23,7 +23,7 @@ export const RunReason = {
   SandboxDeleted: "SandboxDeleted",
   /** The VM the attempt ran in was replaced or went away. */
   VMLost: "VMLost",
-  /** The VM no longer knows the step's command and the step left no exit code. */
+  /** The step left no exit code and no longer runs: its command forgotten by the VM, its heartbeat stopped, or no trace of it. */
   CommandLost: "CommandLost",
   Retrying: "Retrying",
 } as const;
@@ -38,7 +38,8 @@ export type SandboxState =
 export type Next =
   | { kind: "finished" }
   | { kind: "wait"; reason: string; message: string }
-  | { kind: "start"; attempt: number; index: number; vmId: string }
+  /** `again`: a step started before that left no trace in the VM (its start's answer cut short?). */
+  | { kind: "start"; attempt: number; index: number; vmId: string; again?: boolean }
   /** `commandId`: none where the VM named none (the step is followed by its files). */
   | { kind: "follow"; attempt: number; index: number; commandId?: string; vmId: string }
   | { kind: "retry"; reason: string; message: string }

@@ -69,7 +69,7 @@ export const exitFile = (dir: string): string => `${dir}/exit`;
 export const startedFile = (dir: string): string => `${dir}/started`;
 /** Rewritten every HEARTBEAT_SECONDS while the step's shell lives. */
 export const aliveFile = (dir: string): string => `${dir}/alive`;
-/** Its appearance stops the step (written by the operator when the step's command id is not known). */
+/** Its appearance stops the step: written by the operator with every stop (the stop itself when the step's command id is not known). */
 export const cancelFile = (dir: string): string => `${dir}/cancel`;
 
 /** A path in the VM as an absolute one: a relative path is relative to /workspace. */

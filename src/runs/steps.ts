@@ -9,7 +9,8 @@ export type StepObservation =
   /** The step could not be set up in the VM (its directory or marker not made) and did not run. */
   | { state: "setupFailed"; message: string }
   /**
-   * The VM knows neither the command nor how the step ended. `began`: the step left a trace (its
+   * The step left no exit code and no longer runs, as far as can be told: the VM forgot its
+   * command, its heartbeat stopped, or it left no trace. `began`: the step left a trace (its
    * marker or heartbeat), so something of it may still run (its watcher died, not its command).
    */
   | { state: "lost"; message: string; began: boolean }

@@ -18,10 +18,10 @@
 // The emulator's (src/emulator/runtime/execution.ts) are start {"id"|"context_id"}, stdout,
 // stderr, timeout, error, end {"exit_code"|"status"}; the names the official SDK's WebSocket
 // uses (started, output, done, execution_complete) are read as the same things, and a start's
-// id under command_id or commandId too. A background start whose answer names no id resolves
-// with none: a SandboxRun step is then followed and stopped by its files (src/runs/script.ts),
-// not by its id. Anything else comes through as "other". A stream that ends without an end event says nothing about how the
-// command ended: ask commandStatus(id).
+// id under command_id or commandId too. Anything else comes through as "other". A stream that
+// ends without an end event says nothing about how the command ended: ask commandStatus(id). A
+// background start whose answer names no id resolves with none: a SandboxRun step is then
+// followed and stopped by its files (src/runs/script.ts), not by its id.
 //
 // Retries: a 401 gets one new token and one more attempt (nothing ran). Nothing else is
 // retried here: a command sent once may have started, and the caller knows whether running it
@@ -189,7 +189,7 @@ export class AgentdClient {
     if (timedOut) {
       throw new ServiceError({
         operation: "commands.run",
-        message: `commands.run: the VM sent no command id within ${this.timeoutMs} ms (the command may have started)`,
+        message: `commands.run: the VM's answer neither named the command's id nor ended within ${this.timeoutMs} ms (the command may have started)`,
         retryable: true,
         outcomeUnknown: true,
       });

@@ -320,7 +320,7 @@ export class MemberLease {
     } catch (err) {
       if (isNotFound(err)) return;
       if (isConflict(err)) return this.log.info("the member Lease was fenced; left in place");
-      this.log.warn({ err: errorMessage(err) }, "could not delete the member Lease; it expires instead");
+      this.log.warn({ err: errorMessage(err) }, "could not mark or delete the member Lease; it expires instead");
     }
   }
 
@@ -779,9 +779,10 @@ export class MemberSet {
     // the deleted Lease for longer than the renew deadline). Nothing is left to fence.
     for (const name of this.deletedWhileHeld) {
       const r = this.records.get(name);
-      if (r !== undefined && this.gone(name, r, now) === undefined) continue;
+      const why = r === undefined ? "forgotten" : this.gone(name, r, now);
+      if (why === undefined) continue;
       this.forget(name);
-      this.o.logger.info({ member: r?.holder, lease: name }, "a member Lease deleted while held would have run out: its member counts as gone, and its objects move");
+      this.o.logger.info({ member: r?.holder, lease: name, why }, "a member Lease deleted while held counts as gone now (it would have run out, or its crash is reported): its objects move");
     }
     // Where departures are confirmed, an expired record still counts until its fence is written.
     const fencing = this.o.fencing?.() ?? false;

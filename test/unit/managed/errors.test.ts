@@ -18,11 +18,11 @@ describe("classify", () => {
   });
 
   it("says what made an outcome unknown, in the client's words", () => {
-    const noId = new ServiceError({ operation: "commands.run", message: "commands.run: the VM answered without the command's id (no events)", retryable: false, outcomeUnknown: true });
-    expect(classify(noId)).toEqual({
+    const refused = new ServiceError({ operation: "commands.run", message: "commands.run: the VM refused the command: SpawnError: no shell", retryable: false, outcomeUnknown: true });
+    expect(classify(refused)).toEqual({
       kind: "transient",
       reason: "OutcomeUnknown",
-      message: "commands.run: the VM answered without the command's id (no events); outcome unknown; looked up before it is tried again",
+      message: "commands.run: the VM refused the command: SpawnError: no shell; outcome unknown; looked up before it is tried again",
     });
     const cut = new ServiceError({ operation: "skills.create", message: "skills.create: connection lost (the request may have taken effect (outcome unknown))", retryable: true, outcomeUnknown: true });
     expect(classify(cut).message).toBe("skills.create: connection lost (the request may have taken effect (outcome unknown)); looked up before it is tried again");

@@ -361,7 +361,7 @@ describe("toExecEvent", () => {
       const err = await c.startCommand("sleep 1").catch((e: unknown) => e);
       expect(err).toBeInstanceOf(ServiceError);
       expect(err).toMatchObject({ retryable: true, outcomeUnknown: true });
-      expect((err as ServiceError).message).toContain("no command id within 300 ms");
+      expect((err as ServiceError).message).toContain("neither named the command's id nor ended within 300 ms");
     } finally {
       server.closeAllConnections();
       await new Promise<void>((resolve) => server.close(() => resolve()));
