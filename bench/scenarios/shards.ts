@@ -265,7 +265,7 @@ function stackOf(cluster: Cluster, name: string, p: ShardsParams): Promise<Stack
     concurrency: p.concurrency,
     nodeOptions: p.nodeOptions,
     plurals: PLURALS,
-    ...(p.heapSnapshotDir !== undefined && { heapSnapshotDir: path.join(p.heapSnapshotDir, name) }),
+    ...snapshotDir(p, name),
   });
 }
 
@@ -297,7 +297,7 @@ async function runBaseline(cluster: Cluster, p: ShardsParams, mix: Mix): Promise
     const created = stack.create(manifests(stack.namespace, mix, p.ttlSeconds));
     const readySeconds = await waitAllReady(stack, p.resources, t0, "shards baseline");
     await created;
-    await snapshot(op, p.heapSnapshotDir, "bench-shard-base");
+    await snapshot(op, p, "bench-shard-base");
     log(`shards baseline: ${readySeconds === null ? "NOT all Ready" : `all Ready after ${readySeconds.toFixed(1)} s`}; running one TTL (${p.ttlSeconds} s) more`);
     await sleep(p.ttlSeconds * 1000);
     const metrics = await op.scrape();
@@ -311,10 +311,16 @@ async function runBaseline(cluster: Cluster, p: ShardsParams, mix: Mix): Promise
   }
 }
 
-/** A heap snapshot of the operator, when asked for (ShardsParams.heapSnapshotDir). */
-async function snapshot(op: OperatorProcess, dir: string | undefined, name: string): Promise<void> {
-  if (dir === undefined) return;
-  const file = await op.heapSnapshot(path.join(dir, name));
+/** Where the operator `name` writes its heap snapshots, when asked for (ShardsParams.heapSnapshotDir): its start options. */
+function snapshotDir(p: ShardsParams, name: string): { heapSnapshotDir?: string } {
+  return p.heapSnapshotDir === undefined ? {} : { heapSnapshotDir: path.join(p.heapSnapshotDir, name) };
+}
+
+/** A heap snapshot of the operator `name`, when asked for. */
+async function snapshot(op: OperatorProcess, p: ShardsParams, name: string): Promise<void> {
+  const { heapSnapshotDir } = snapshotDir(p, name);
+  if (heapSnapshotDir === undefined) return;
+  const file = await op.heapSnapshot(heapSnapshotDir);
   log(`shards: ${name}: heap snapshot ${file ?? "not written"}`);
 }
 
@@ -366,7 +372,7 @@ async function runSharded(cluster: Cluster, p: ShardsParams, mix: Mix): Promise<
         concurrency: p.concurrency,
         nodeOptions: p.nodeOptions,
         logFile,
-        ...(p.heapSnapshotDir !== undefined && { heapSnapshotDir: path.join(p.heapSnapshotDir, name) }),
+        ...snapshotDir(p, name),
         // The Leases live where the manifests' Roles allow them: the operator's own namespace.
         extraArgs: ["--sharding", "--leader-election-namespace", cluster.operator.namespace, "--leader-election-id", lease],
         env,
@@ -496,7 +502,7 @@ async function runSharded(cluster: Cluster, p: ShardsParams, mix: Mix): Promise<
     };
     const readySeconds = await waitAllReady(stack, p.resources, t0, "shards", onTick);
     await created;
-    for (const r of replicas) if (r !== k.victim) await snapshot(r.op, p.heapSnapshotDir, r.name);
+    for (const r of replicas) if (r !== k.victim) await snapshot(r.op, p, r.name);
     // Past TTL + 30 s after the kill: a VM whose renewal the dead replica missed has run out by then.
     const minAfterKillMs = (p.ttlSeconds + 30) * 1000;
     while (k.killedAt !== undefined && (performance.now() - k.killedAt < minAfterKillMs || k.takeoverSeconds === null || k.allLabelledSeconds === null)) {

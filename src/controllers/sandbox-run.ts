@@ -19,8 +19,8 @@ import { configMapsPath, isAlreadyExists, isForbidden, isInvalid, isKubeApiError
 import { formatTime } from "../runtime/status.js";
 import { attemptFailed, compareProgress, currentStep, deadlineAt, expiresAt, isFinished, next, pollDelayMs, RunReason, runConditions, runningMessage, type Next, type SandboxState, type StepToStop } from "../runs/machine.js";
 import { boundedOutput, lastLine, mask, outputWindow, perStepBudget, tail } from "../runs/output.js";
-import { cancelFile, outputFile, runPath, startedFile, stepPath, vmPath } from "../runs/script.js";
-import { Heartbeats, observeStep, startStep, stopStep } from "../runs/steps.js";
+import { outputFile, runPath, startedFile, stepPath, vmPath } from "../runs/script.js";
+import { Heartbeats, cancelStep, observeStep, startStep, stopStep, type StepRef } from "../runs/steps.js";
 import { ensureRunVM, heldConnection, keepRunVM, releaseRunVMs, type AllocationDeps } from "../runs/template-vm.js";
 import { ForwardedVM, VMGoneError, type RunVM } from "../runs/vm.js";
 import { isServiceError } from "../service/errors.js";
@@ -239,7 +239,7 @@ export class SandboxRunReconciler implements Reconciler {
   private async kill(run: SandboxRun, handle: ServiceHandle, step: StepToStop, opts?: { gated?: boolean }): Promise<void> {
     const vm = this.vmOf(handle, step.vmId, opts);
     try {
-      await stopStep(vm, { runUid: run.metadata.uid, attempt: step.attempt, index: step.index }, step.commandId);
+      await stopStep(vm, refOf(run, step), step.commandId);
     } catch (err) {
       if (err instanceof VMGoneError) return;
       // Without an id the cancel file is the only stop, and a VM that answers but refuses it (a
@@ -895,7 +895,7 @@ class Pass {
   private async kill(step: StepToStop): Promise<void> {
     this.stopped = step;
     try {
-      await stopStep(this.vm(step.vmId), { runUid: this.run.metadata.uid, attempt: step.attempt, index: step.index }, step.commandId);
+      await stopStep(this.vm(step.vmId), refOf(this.run, step), step.commandId);
     } catch (err) {
       // The deadline or the deletion stands either way; a step left running dies with its VM.
       this.log.info({ err: errorMessage(err) }, "could not stop the running step");
@@ -915,8 +915,7 @@ class Pass {
     if (st.vmId !== undefined && this.handle !== undefined) {
       const vm = this.vm(st.vmId);
       await vm.removeDir(runPath(run.metadata.uid)).catch(() => undefined);
-      const stopped = this.stopped;
-      if (stopped !== undefined) await vm.upload(cancelFile(stepPath(run.metadata.uid, stopped.attempt, stopped.index)), "").catch(() => undefined);
+      if (this.stopped !== undefined) await cancelStep(vm, refOf(run, this.stopped)).catch(() => undefined);
     }
     return this.r.afterFinish(run, st, this.log);
   }
@@ -1009,6 +1008,9 @@ function outputRefused(err: unknown): boolean {
 const LOST_VM_WAIT_MS = 60_000;
 /** A renewal of a run's VM that failed is tried again at most this much later (sooner as the VM nears its end). */
 const RENEW_RETRY_MAX_MS = 30_000;
+
+/** Which step of the run a step to stop is. */
+const refOf = (run: SandboxRun, step: StepToStop): StepRef => ({ runUid: run.metadata.uid, attempt: step.attempt, index: step.index });
 
 const sameStep = (a: StepToStop, b: StepToStop): boolean => a.vmId === b.vmId && a.attempt === b.attempt && a.index === b.index;
 

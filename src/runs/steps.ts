@@ -98,9 +98,10 @@ export async function observeStep(vm: RunVM, ref: StepRef, commandId: string | u
   const dir = stepPath(ref.runUid, ref.attempt, ref.index);
   const status = commandId === undefined ? undefined : await vm.status(commandId);
   if (status?.running === true) return { state: "running" };
-  // Without an id, the heartbeat first: an answer of the VM's, so that the exit file's 404
-  // (the step still running) is taken as agentd's without asking the compute API each time.
-  let beat = commandId === undefined ? await vm.read(aliveFile(dir)) : undefined;
+  // Without an id, the heartbeat before the exit file: an answer of the VM's, so that the exit
+  // file's 404 (the step still running) is taken as agentd's without asking the compute API
+  // each time. With one, it is read only where the command's status does not settle it.
+  const beatFirst = commandId === undefined ? await vm.read(aliveFile(dir)) : undefined;
   const exitText = await vm.read(exitFile(dir));
   const exitCode = exitText === undefined ? undefined : parseExit(exitText);
   if (exitCode !== undefined) return { state: "ended", exitCode, outputPath: outputFile(dir) };
@@ -110,7 +111,7 @@ export async function observeStep(vm: RunVM, ref: StepRef, commandId: string | u
     if (status.exitCode === SETUP_FAILED && (await vm.read(startedFile(dir))) === undefined) return setupFailed(dir);
     return { state: "ended", exitCode: status.exitCode ?? 137, outputPath: outputFile(dir) };
   }
-  if (commandId !== undefined) beat = await vm.read(aliveFile(dir));
+  const beat = commandId === undefined ? beatFirst : await vm.read(aliveFile(dir));
   // A command the VM forgot, of a step that left no trace at all: nothing to wait for.
   if (commandId !== undefined && status === undefined && beat === undefined && (await vm.read(startedFile(dir))) === undefined) {
     return { state: "lost", message: `the VM no longer knows command ${commandId} and the step left no trace in ${dir}`, began: false };
@@ -140,8 +141,12 @@ function setupFailed(dir: string): StepObservation {
  * second chance only: a VM whose disk is full must not hold a deletion up.
  */
 export async function stopStep(vm: RunVM, ref: StepRef, commandId: string | undefined): Promise<void> {
-  const cancel = (): Promise<void> => vm.upload(cancelFile(stepPath(ref.runUid, ref.attempt, ref.index)), "");
-  if (commandId === undefined) return cancel();
+  if (commandId === undefined) return cancelStep(vm, ref);
   await vm.kill(commandId);
-  await cancel().catch(() => undefined);
+  await cancelStep(vm, ref).catch(() => undefined);
+}
+
+/** Writes the step's `cancel` file: its watcher stops it within a heartbeat. */
+export function cancelStep(vm: RunVM, ref: StepRef): Promise<void> {
+  return vm.upload(cancelFile(stepPath(ref.runUid, ref.attempt, ref.index)), "");
 }
