@@ -9,22 +9,18 @@
 // usage error; 128+n after signal n (Ctrl-C: 130), once the remote command has been killed; 141
 // (128 + SIGPIPE) when its output was closed (`| head`), once the remote command has been killed.
 import { parseArgs } from "node:util";
-import { ConditionType, DEFAULT_CONNECTION, GROUP, VERSION, kindNames } from "../api/names.js";
-import type { Connection, Sandbox } from "../api/index.js";
-import { ConnectionPool } from "../controllers/connection-pool.js";
+import { ConditionType, GROUP, VERSION, kindNames } from "../api/names.js";
+import type { Sandbox } from "../api/index.js";
 import { durationMs } from "../lib/duration.js";
 import { errorMessage } from "../lib/errors.js";
-import type { SecretObject } from "../managed/connection-secret.js";
-import { NotReadyError } from "../managed/errors.js";
-import type { Informer } from "../runtime/informer.js";
-import { KubeApiError, resourcePath, secretsPath, type KubeClient } from "../runtime/kube-client.js";
-import { silentLogger } from "../runtime/logging.js";
-import { AgentdClient, type CommandOptions, type ExecStream } from "../service/agentd.js";
-import { ServiceError, isAuthError, isNotFound, type ServiceClient } from "../service/index.js";
+import { WORKSPACE } from "../runs/script.js";
+import { resourcePath, type KubeClient } from "../runtime/kube-client.js";
+import type { CommandOptions, ExecStream } from "../service/agentd.js";
+import { ServiceError, isNotFound } from "../service/index.js";
 import { goBooleans } from "./booleans.js";
 import { explainKubeError, kubeClientOf, kubeFlagOptions, kubeFlagsHelp, kubeFlagsOf, namespaceOf, type KubeFlags } from "./kube-flags.js";
 import { CLOSED_OUTPUT_EXIT_CODE, exitOnClosedOutput, whenOutputClosed, writeOut } from "./output.js";
-import { WORKSPACE } from "../runs/script.js";
+import { VMAccessError, connectVM, readObject, type Explain, type VMAccess } from "./vm-access.js";
 
 const help = (prog: string) => `usage: ${prog} [flags] <sandbox> -- <command> [args...]
 
@@ -131,11 +127,6 @@ export function processExitCode(code: number): number {
   return low === 0 ? 1 : low;
 }
 
-/** Could not run the command, for a reason the message says (exit 1). */
-class ExecError extends Error {
-  override readonly name = "ExecError";
-}
-
 export async function main(argv: string[], prog = "agent-operator exec"): Promise<number> {
   exitOnClosedOutput();
   let flags: ExecFlags | "help";
@@ -150,7 +141,7 @@ export async function main(argv: string[], prog = "agent-operator exec"): Promis
     return 0;
   }
   let kube: KubeClient | undefined;
-  let target: Target | undefined;
+  let target: VMAccess | undefined;
   try {
     kube = kubeClientOf(flags);
     const [k, f] = [kube, flags];
@@ -168,95 +159,18 @@ export async function main(argv: string[], prog = "agent-operator exec"): Promis
 // ---------------------------------------------------------------------------------------
 // Where the command goes: the Sandbox's VM, through its Connection
 
-interface Target {
-  vm: AgentdClient;
-  close(): Promise<void>;
-}
-
-/** A failure of the API server's, told with which server and kubeconfig (explainKubeError). */
-type Explain = (err: unknown) => unknown;
-
-async function resolve(kube: KubeClient, namespace: string, name: string, explain: Explain): Promise<Target> {
+async function resolve(kube: KubeClient, namespace: string, name: string, explain: Explain): Promise<VMAccess> {
   const what = `Sandbox "${name}" in namespace "${namespace}"`;
-  const read = <T>(path: string, what: string) => readObject<T>(kube, path, what, explain);
-  const sandbox = await read<Sandbox>(resourcePath({ group: GROUP, version: VERSION, plural: kindNames.sandbox.plural, namespace, name }), what);
-  if (sandbox === undefined) throw new ExecError(`${what} not found (kubectl get sandboxes -n ${namespace})`);
+  const reader = { kube, explain, needs: "get on sandboxes, connections and the Connection's Secret" };
+  const sandbox = await readObject<Sandbox>(reader, resourcePath({ group: GROUP, version: VERSION, plural: kindNames.sandbox.plural, namespace, name }), what);
+  if (sandbox === undefined) throw new VMAccessError(`${what} not found (kubectl get sandboxes -n ${namespace})`);
   const vmId = sandbox.status?.vmId;
   const ready = sandbox.status?.conditions?.find((c) => c.type === ConditionType.Ready);
   if (vmId === undefined || vmId === "" || ready?.status !== "True") {
     const why = ready === undefined ? "no Ready condition yet" : `Ready=${ready.status}${ready.reason ? ` (${ready.reason}${ready.message ? `: ${ready.message}` : ""})` : ""}`;
-    throw new ExecError(`${what} has no running VM: ${why}; wait for it: kubectl wait --for=condition=Ready sandbox/${name} -n ${namespace}`);
+    throw new VMAccessError(`${what} has no running VM: ${why}; wait for it: kubectl wait --for=condition=Ready sandbox/${name} -n ${namespace}`);
   }
-  const connectionName = sandbox.spec.connectionRef?.name ?? DEFAULT_CONNECTION;
-  const connection = await read<Connection>(
-    resourcePath({ group: GROUP, version: VERSION, plural: kindNames.connection.plural, namespace, name: connectionName }),
-    `Connection "${connectionName}" in namespace "${namespace}"`,
-  );
-  const secretName = connection?.spec.credentials.secretRef.name;
-  const secret = secretName === undefined ? undefined : await read<SecretObject>(secretsPath(namespace, secretName), `Secret "${secretName}" in namespace "${namespace}"`);
-
-  // The operator's own construction of a client from a Connection and its Secret (and its
-  // messages for what is missing), over the two objects just read.
-  const pool = new ConnectionPool({
-    connections: lookup(connection),
-    secrets: lookup(secret),
-    logger: silentLogger(),
-    inventoryMaxAgeMs: 3_600_000,
-  });
-  let client: ServiceClient;
-  try {
-    client = pool.forResource(namespace, sandbox.spec.connectionRef).client;
-  } catch (err) {
-    await pool.close();
-    if (err instanceof NotReadyError) throw new ExecError(`${what}: ${err.message}`);
-    throw err;
-  }
-  const spec = connection!.spec;
-  const vm = new AgentdClient({
-    baseURL: spec.baseURL,
-    vmId,
-    accessToken: (refused) => client.accessToken(refused),
-    insecureSkipTLSVerify: spec.insecureSkipTLSVerify ?? false,
-    ...(spec.timeoutSeconds !== undefined && { timeoutMs: spec.timeoutSeconds * 1000 }),
-  });
-  const close = async () => {
-    await vm.close();
-    await pool.close();
-  };
-  try {
-    // Credentials first: a refusal is then a clear one-liner, not a failed command.
-    await client.accessToken();
-  } catch (err) {
-    await close();
-    if (isAuthError(err)) {
-      throw new ExecError(`Connection "${connectionName}" in namespace "${namespace}": ${errorMessage(err)}; check the credentials in Secret "${secretName ?? ""}"`);
-    }
-    throw new ExecError(`Connection "${connectionName}" in namespace "${namespace}": ${errorMessage(err)}`);
-  }
-  return { vm, close };
-}
-
-/** GET; undefined for 404; a one-line error naming the object otherwise. */
-async function readObject<T>(kube: KubeClient, path: string, what: string, explain: Explain): Promise<T | undefined> {
-  try {
-    return await kube.get<T>(path);
-  } catch (err) {
-    if (err instanceof KubeApiError && err.status === 404) {
-      // An object that is not there names itself in the answer; a kind the server does not serve does not.
-      if (err.details?.name !== undefined) return undefined;
-      throw new ExecError(`cannot read ${what}: the API server does not serve that kind (are the agentcompute.dev CRDs installed?)`);
-    }
-    if (err instanceof KubeApiError && (err.status === 401 || err.status === 403)) {
-      throw new ExecError(`cannot read ${what}: ${err.message} (exec needs get on sandboxes, connections and the Connection's Secret)`);
-    }
-    throw new ExecError(`cannot read ${what}: ${errorMessage(explain(err))}`);
-  }
-}
-
-/** The one-object "informer" ConnectionPool reads (get by namespace and name). */
-function lookup<T extends { metadata: { name?: string; namespace?: string } }>(obj: T | undefined): Informer<T & { metadata: { name: string } }> {
-  const get = (namespace: string | undefined, name: string) => (obj !== undefined && obj.metadata.namespace === namespace && obj.metadata.name === name ? obj : undefined);
-  return { get } as unknown as Informer<T & { metadata: { name: string } }>;
+  return connectVM(reader, namespace, sandbox.spec.connectionRef, vmId, what);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -271,7 +185,7 @@ const KILL_WAIT_MS = 5_000;
 /** How often to ask how the command ended when its stream broke off. */
 const STATUS_POLL_MS = 1_000;
 
-async function runStreaming(target: Target, command: string, options: CommandOptions, prog: string): Promise<number> {
+async function runStreaming(target: VMAccess, command: string, options: CommandOptions, prog: string): Promise<number> {
   const stream: ExecStream = target.vm.runCommand(command, options);
   let id: string | undefined;
   let signal: Signal | undefined;
@@ -324,7 +238,7 @@ async function runStreaming(target: Target, command: string, options: CommandOpt
       // No id to ask about (the published stream format names none): the end without an exit
       // code is all there is, and it means 0 (a Go server's omitempty); no end, nothing known.
       if (ended) return 0;
-      throw new ExecError("the VM's answer ended without the command's id or its end: how the command ended is unknown");
+      throw new VMAccessError("the VM's answer ended without the command's id or its end: how the command ended is unknown");
     }
     // The stream broke off: the command may still run. (An end without an exit code, as a Go
     // server's omitempty sends for 0, is asked about the same way: its status says.)
@@ -348,7 +262,7 @@ async function runStreaming(target: Target, command: string, options: CommandOpt
         continue;
       }
       if (!st.running) {
-        if (st.exitCode === undefined) throw new ExecError(`command ${id} ended without an exit code`);
+        if (st.exitCode === undefined) throw new VMAccessError(`command ${id} ended without an exit code`);
         return processExitCode(st.exitCode);
       }
       await new Promise((r) => setTimeout(r, STATUS_POLL_MS));
