@@ -18,7 +18,7 @@ import type { Informer } from "../runtime/informer.js";
 import { configMapsPath, isAlreadyExists, isForbidden, isInvalid, isKubeApiError, isNotFound, resourcePath, type KubeClient } from "../runtime/kube-client.js";
 import { formatTime } from "../runtime/status.js";
 import { attemptFailed, compareProgress, currentStep, deadlineAt, expiresAt, isFinished, next, pollDelayMs, RunReason, runConditions, runningMessage, type Next, type SandboxState, type StepToStop } from "../runs/machine.js";
-import { boundedOutput, lastLine, mask, outputWindow, perStepBudget, tail } from "../runs/output.js";
+import { boundedOutput, lastLine, mask, maskingSecretNames, outputWindow, perStepBudget, tail } from "../runs/output.js";
 import { outputFile, runPath, startedFile, stepPath, vmPath } from "../runs/script.js";
 import { Heartbeats, cancelStep, observeStep, startStep, stopStep, type StepRef } from "../runs/steps.js";
 import { ensureRunVM, heldConnection, keepRunVM, releaseRunVMs, type AllocationDeps } from "../runs/template-vm.js";
@@ -370,27 +370,18 @@ export class SandboxRunReconciler implements Reconciler {
     return { envs, files };
   }
 
-  /** The envFrom of the run's VM: its template's, or its Sandbox's. */
-  private vmEnvFrom(run: SandboxRun): Array<{ secretRef: { name: string } }> {
-    const sandbox = run.spec.sandboxRef && this.o.sandboxes.get(run.metadata.namespace, run.spec.sandboxRef.name);
-    return run.spec.sandboxTemplate?.envFrom ?? (sandbox ? sandbox.spec.envFrom : undefined) ?? [];
-  }
-
   /**
    * What the steps' output and the run's messages are masked with: every value of the Secrets
-   * the run reads (its envFrom and secret files; its VM's envFrom, which the VM's env holds and
-   * a step may print) that can be read now. `gone`: a Secret of the run's own that cannot be
-   * read any more (deleted since a step started): the values it held are not known, so output
-   * cannot be kept. One of the VM's that is gone (deleted since the VM was allocated) has
-   * nothing to mask with, as before.
+   * the run reads (maskingSecretNames) that can be read now. `gone`: a Secret of the run's own
+   * that cannot be read any more (deleted since a step started): the values it held are not
+   * known, so output cannot be kept. One of the VM's that is gone (deleted since the VM was
+   * allocated) has nothing to mask with, as before.
    */
   maskingSecrets(run: SandboxRun): { values: string[]; gone: string | undefined } {
-    const own = [
-      ...(run.spec.envFrom ?? []).map((f) => f.secretRef.name),
-      ...(run.spec.files ?? []).flatMap((f) => (f.secretKeyRef === undefined ? [] : [f.secretKeyRef.name])),
-    ];
+    const sandbox = run.spec.sandboxRef && this.o.sandboxes.get(run.metadata.namespace, run.spec.sandboxRef.name);
+    const { own, all } = maskingSecretNames(run.spec, sandbox || undefined);
     let gone: string | undefined;
-    const values = [...new Set([...own, ...this.vmEnvFrom(run).map((f) => f.secretRef.name)])].flatMap((name) => {
+    const values = all.flatMap((name) => {
       try {
         return Object.values(this.o.store.secretData(run.metadata.namespace, name, "masking"));
       } catch {

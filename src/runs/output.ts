@@ -5,6 +5,7 @@
 // A step may print gigabytes, so its output file is never read whole: only the two ends the
 // ConfigMap keeps (outputWindow), each with room for a secret that crosses the cut, so that
 // the cut never leaves part of a secret in clear (boundedOutput).
+import type { SandboxRunSpec, SandboxSpec } from "../api/index.js";
 import { mergeRanges, type Range } from "../lib/ranges.js";
 import type { FileEnds } from "../service/agentd.js";
 
@@ -138,6 +139,54 @@ export function mask(text: string, secrets: Iterable<string>): string {
   if (values.length === 0) return text;
   const buf = Buffer.from(text, "utf8");
   return maskedSpan(buf, values.map((v) => Buffer.from(v, "utf8")), 0, buf.length).text;
+}
+
+/**
+ * The Secrets whose values a run's output is masked with: `own`, those the run reads (its
+ * envFrom and secret files), and in `all` its VM's envFrom too (its template's, or its
+ * Sandbox's: the VM's env holds those values, and a step may print them).
+ */
+export function maskingSecretNames(spec: SandboxRunSpec, sandbox: { spec: Pick<SandboxSpec, "envFrom"> } | undefined): { own: string[]; all: string[] } {
+  const own = [...(spec.envFrom ?? []).map((f) => f.secretRef.name), ...(spec.files ?? []).flatMap((f) => (f.secretKeyRef === undefined ? [] : [f.secretKeyRef.name]))];
+  const vm = (spec.sandboxTemplate?.envFrom ?? sandbox?.spec.envFrom ?? []).map((f) => f.secretRef.name);
+  return { own, all: [...new Set([...own, ...vm])] };
+}
+
+/**
+ * Masks output that is still being written (a running step's file, read as it grows): each
+ * push gives the text that can be printed now. The last bytes, where a secret value may have
+ * begun but not yet arrived whole, are held back until more comes or the output has ended, so
+ * that no value is ever printed in part.
+ */
+export class GrowingOutput {
+  private readonly values: Buffer[];
+  /** Bytes held back at the end of what has come: one less than the longest masked value. */
+  readonly holdBack: number;
+  private pending = Buffer.alloc(0);
+
+  /** Bytes come and not printed yet (held back). */
+  get held(): number {
+    return this.pending.length;
+  }
+
+  constructor(secrets: Iterable<string>) {
+    this.values = maskedValues(secrets).map((v) => Buffer.from(v, "utf8"));
+    this.holdBack = Math.max(0, ...this.values.map((v) => v.length - 1));
+  }
+
+  /**
+   * The bytes that came after those pushed before; `ended`: the output has ended, print all.
+   * `from`: the bytes before that offset are not new, but read again after a gap (more came
+   * than is read at once) so that a value across the gap's end is masked whole: what was held
+   * back is dropped, and the text starts at `from`, or before it where a value crosses it.
+   */
+  push(bytes: Buffer, { ended = false, from }: { ended?: boolean; from?: number } = {}): string {
+    const buf = from === undefined ? Buffer.concat([this.pending, bytes]) : bytes;
+    const to = ended ? buf.length : Math.max(from ?? 0, buf.length - this.holdBack);
+    const span = maskedSpan(buf, this.values, from ?? 0, to);
+    this.pending = Buffer.from(buf.subarray(span.end));
+    return span.text;
+  }
 }
 
 /** The ConfigMap's share of each step when `steps` steps share the budget. */

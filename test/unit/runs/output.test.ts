@@ -1,6 +1,6 @@
 // A step's output as a run reports it: tail in status, capped whole in the ConfigMap, secrets masked.
 import { describe, expect, it } from "vitest";
-import { boundedOutput, cap, lastLine, mask, outputWindow, tail } from "../../../src/runs/output.js";
+import { GrowingOutput, boundedOutput, cap, lastLine, mask, maskingSecretNames, outputWindow, tail } from "../../../src/runs/output.js";
 import type { FileEnds } from "../../../src/service/agentd.js";
 
 /** What AgentdClient.downloadFileEnds reads of `text` with the window for `budget` and `secrets`. */
@@ -121,3 +121,60 @@ describe("step output read by its ends", () => {
   });
 });
 
+
+describe("step output read as it grows (logs -f)", () => {
+  const SECRET = "s3cret-value-xyz";
+  /** The text printed when `whole` comes in the given chunk sizes, then ends. */
+  function printed(whole: string, sizes: number[]): string[] {
+    const out = new GrowingOutput([SECRET]);
+    const bytes = Buffer.from(whole, "utf8");
+    const texts: string[] = [];
+    let at = 0;
+    for (const n of sizes) {
+      texts.push(out.push(bytes.subarray(at, at + n)));
+      at += n;
+    }
+    texts.push(out.push(bytes.subarray(at), { ended: true }));
+    return texts;
+  }
+
+  it("prints each chunk as it comes, holding back only where a secret value may have begun", () => {
+    const texts = printed(`first line\ntoken=${SECRET}\nlast\n`, [11, 6, 5, 20]);
+    expect(texts.join("")).toBe("first line\ntoken=***\nlast\n");
+    expect(texts[0]).toBe(""); // 11 bytes, all within the longest value's reach of the end
+    expect(texts.slice(0, -1).join("")).toContain("first line");
+  });
+
+  it("never prints part of a value, however it is cut between reads", () => {
+    const whole = `a${SECRET}b${SECRET}${SECRET}c`;
+    const pieces = Array.from({ length: SECRET.length - 3 }, (_, i) => SECRET.slice(i, i + 4));
+    for (let cut = 1; cut < whole.length; cut++) {
+      const text = printed(whole, [cut, 3, 7]).join("");
+      for (const piece of pieces) expect(text).not.toContain(piece);
+      // Two values side by side are one mask or two, by where the reads fell.
+      expect(text).toMatch(/^a\*\*\*b\*\*\*(\*\*\*)?c$/);
+    }
+  });
+
+  it("after a gap starts at `from`, masking a value that crosses it whole", () => {
+    const out = new GrowingOutput([SECRET]);
+    const lead = Buffer.from(`xx${SECRET}yy`, "utf8");
+    // The new text starts in the middle of the value: it is masked whole, not printed from its middle.
+    expect(out.push(lead, { ended: true, from: 6 })).toBe("***yy");
+    expect(out.push(Buffer.from("zz"), { ended: true })).toBe("zz");
+  });
+
+  it("does not cut a character in two at the hold-back point", () => {
+    const texts = printed(`${"é".repeat(40)}`, [41]);
+    expect(texts.join("")).toBe("é".repeat(40));
+    expect(texts[0]).not.toContain("?");
+  });
+
+  it("masks with the run's own Secrets and its VM's envFrom, each named once", () => {
+    const names = maskingSecretNames(
+      { steps: [], envFrom: [{ secretRef: { name: "a" } }], files: [{ path: "k", secretKeyRef: { name: "b", key: "k" } }, { path: "c", configMapKeyRef: { name: "cm", key: "c" } }] } as never,
+      { spec: { envFrom: [{ secretRef: { name: "a" } }, { secretRef: { name: "vm" } }] } } as never,
+    );
+    expect(names).toEqual({ own: ["a", "b"], all: ["a", "b", "vm"] });
+  });
+});
