@@ -1,10 +1,12 @@
 // `agent-operator logs [-n ns] [-f] <sandboxrun>` (also `kubectl agentcompute logs`): the output
-// of a SandboxRun's steps, as `kubectl logs` prints a pod's. Read from the cluster only: each
-// ended step's whole output from the run's output ConfigMap (status holds only its tail). With
-// -f, follows the run while it runs: each step's output is printed as the step ends, until the
-// run has succeeded or failed. The steps' output goes to stdout as it is; a line naming each
-// step (and its exit code), and one when a step starts running, the run waits or a new
-// attempt starts, go to stderr, so that stdout can be piped.
+// of a SandboxRun's steps, as `kubectl logs` prints a pod's. Each ended step's whole output
+// comes from the run's output ConfigMap (status holds only its tail); a running step's output
+// so far is read from its file in the VM (./live-output.ts), masked as the operator masks it,
+// where the caller may read the Secrets that takes (else it comes once the step has ended).
+// With -f, follows the run while it runs, printing a running step's output as it is written,
+// until the run has succeeded or failed. The steps' output goes to stdout as it is; a line
+// naming each step (and its exit code), and one when a step starts running, the run waits or a
+// new attempt starts, go to stderr, so that stdout can be piped.
 //
 // Exit codes: 0 printed (with -f: the run succeeded); 1 the run could not be read, or (with
 // -f) it failed; 2 usage error; 141 (128 + SIGPIPE) its output closed early (`| head`).
@@ -16,14 +18,16 @@ import { errorMessage } from "../lib/errors.js";
 import { configMapsPath, isNotFound, resourcePath, type KubeClient } from "../runtime/kube-client.js";
 import { goBooleans } from "./booleans.js";
 import { explainKubeError, kubeClientOf, kubeFlagOptions, kubeFlagsHelp, kubeFlagsOf, namespaceOf, type KubeFlags } from "./kube-flags.js";
+import { LiveOutput } from "./live-output.js";
 import { exitOnClosedOutput } from "./output.js";
 
 const help = (prog: string) => `usage: ${prog} [flags] <sandboxrun>
 
 Prints the output of a SandboxRun's steps (stdout and stderr of each, in order); a line naming
-each step and its exit code goes to stderr, and so does one when a step is running (its output
-is printed once it has ended: -f waits for it), when the run waits or cannot go on (and why),
-and when a new attempt starts.
+each step and its exit code goes to stderr, and so does one when a step is running, when the
+run waits or cannot go on (and why), and when a new attempt starts. A running step's output is
+read from the VM as it is written, with the values of the run's Secrets masked; that needs get
+on sandboxes, connections and secrets (without it, a step's output is printed once it has ended).
 
 flags:
   -f, --follow              follow the run while it runs; exit when it has ended
@@ -81,23 +85,29 @@ export async function main(argv: string[], prog = "agent-operator logs", io: Log
     return 0;
   }
   let kube: KubeClient | undefined;
+  let live: LiveOutput | undefined;
   try {
     kube = kubeClientOf(flags);
-    return await printLogs(kube, namespaceOf(flags, kube), flags.run, flags.follow, io);
+    const k = kube;
+    const namespace = namespaceOf(flags, k);
+    live = new LiveOutput({ kube: k, explain: (err) => explainKubeError(err, k), needs: "get on sandboxes, connections and secrets" }, namespace, io);
+    return await printLogs(kube, namespace, flags.run, flags.follow, io, live);
   } catch (err) {
     io.err(`${prog}: ${errorMessage(explainKubeError(err, kube))}\n`);
     return 1;
   } finally {
+    await live?.close();
     await kube?.close();
   }
 }
 
 /**
- * Prints the run's ended steps; with `follow`, until the run ends. What the run is doing
- * meanwhile (waiting, and why; a step running, whose output comes when it ends) is said once on
- * stderr, so that a long step does not look like a hung command.
+ * Prints the run's ended steps, and what its running step has printed so far (`live`, where
+ * it can be read); with `follow`, until the run ends. What the run is doing meanwhile (waiting,
+ * and why; a step running) is said once on stderr, so that a long step does not look like a
+ * hung command.
  */
-export async function printLogs(kube: KubeClient, namespace: string, name: string, follow: boolean, io: LogsIO): Promise<number> {
+export async function printLogs(kube: KubeClient, namespace: string, name: string, follow: boolean, io: LogsIO, live?: LiveOutput): Promise<number> {
   const printed = new Set<string>();
   const said = new Set<string>();
   const sayOnce = (key: string, line: string) => {
@@ -109,10 +119,11 @@ export async function printLogs(kube: KubeClient, namespace: string, name: strin
     const run = await readRun(kube, namespace, name);
     const st = run.status ?? {};
     const attempt = st.attempts ?? 1;
+    const steps = st.steps ?? [];
     // An attempt that failed before this one: where it failed, then the new attempt, before
     // any step of it.
     sayFailedAttempt(st, printed, sayOnce, io);
-    const ended = (st.steps ?? []).filter((s) => s.finishedAt !== undefined);
+    const ended = steps.filter((s) => s.finishedAt !== undefined);
     if (ended.some((s) => !printed.has(`${attempt}/${s.name}`))) {
       const data = st.outputConfigMap === undefined ? {} : await readData(kube, namespace, st.outputConfigMap);
       for (const s of ended) {
@@ -120,12 +131,23 @@ export async function printLogs(kube: KubeClient, namespace: string, name: strin
         if (printed.has(key)) continue;
         printed.add(key);
         const code = s.exitCode === undefined ? "no exit code" : `exit code ${s.exitCode}`;
+        const kept = data[s.name] ?? s.output ?? "";
+        // Followed live: the rest of it, then how it ended.
+        if (live !== undefined && (await live.end(run, steps.indexOf(s), kept))) {
+          io.err(`--- step "${s.name}" (attempt ${attempt}) ended, ${code} ---\n`);
+          continue;
+        }
         io.err(`--- step "${s.name}" (attempt ${attempt}, ${code}) ---\n`);
-        io.out(data[s.name] ?? s.output ?? "");
+        io.out(kept);
       }
     }
     const done = st.phase === "Succeeded" || st.phase === "Failed";
-    if (!done) sayProgress(st, name, sayOnce, follow);
+    if (!done) {
+      const running = steps.findIndex((s) => s.finishedAt === undefined);
+      const followed = running >= 0 && live !== undefined && (await live.ready(run));
+      sayProgress(st, name, sayOnce, follow, followed);
+      if (followed) await live.look(run, running);
+    }
     if (!follow) return 0;
     if (done) {
       if (st.phase === "Succeeded") return 0;
@@ -141,10 +163,10 @@ export async function printLogs(kube: KubeClient, namespace: string, name: strin
  * Where a run that has not ended stands, each thing said once: a new attempt (the one before
  * failed), a step running, or why it waits or cannot go on (its Ready reason, when it is not
  * Running: a Sandbox not Ready, a Secret missing, the service failing). `follow`: whether the
- * run is followed (-f), and so a running step's output printed once it ends, or not (the
- * command ends now, without it).
+ * run is followed (-f); `live`: whether the running step's output is read as it is written
+ * (else it is printed once the step has ended, or, without -f, not now).
  */
-export function sayProgress(st: SandboxRunStatus, name: string, sayOnce: (key: string, line: string) => void, follow: boolean): void {
+export function sayProgress(st: SandboxRunStatus, name: string, sayOnce: (key: string, line: string) => void, follow: boolean, live = false): void {
   const attempt = st.attempts ?? 1;
   if (attempt > 1) sayOnce(`attempt/${attempt}`, attemptBanner(st));
   const ready = st.conditions?.find((c) => c.type === "Ready");
@@ -155,12 +177,14 @@ export function sayProgress(st: SandboxRunStatus, name: string, sayOnce: (key: s
   const running = (st.steps ?? []).find((s) => s.finishedAt === undefined);
   if (running !== undefined) {
     const step = `--- step "${running.name}" (attempt ${attempt})`;
-    sayOnce(
-      `${attempt}/${running.name}/running`,
-      follow
+    const line = live
+      ? follow
+        ? `${step} is running ---\n`
+        : `${step} is still running; its output so far: ---\n`
+      : follow
         ? `${step} is running; its output is printed once it has ended ---\n`
-        : `${step} is still running; its output is not printed yet (-f follows the run and prints it once the step has ended) ---\n`,
-    );
+        : `${step} is still running; its output is not printed yet (-f follows the run and prints it once the step has ended) ---\n`;
+    sayOnce(`${attempt}/${running.name}/running`, line);
   }
 }
 

@@ -1,9 +1,11 @@
 // SandboxRun end to end: the real API server, the emulator (which really runs the commands),
 // the operator. A run is applied before its Sandbox and waits; then it runs its steps in the
 // Sandbox's VM and reports exit codes and output as a Job would.
-import { existsSync, readFileSync, realpathSync, writeFileSync } from "node:fs";
+import { existsSync, mkdtempSync, readFileSync, realpathSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
+import { writeServiceAccountKubeconfig } from "../../../dev/service-account.js";
 import { main as logs, type LogsIO } from "../../../src/commands/logs.js";
 import { kubectl, kubectlOk, testKubeconfig, waitFor } from "../support/kube.js";
 import { apply, condition, connectionManifest, eventReasons, everythingSaid, getResource, useStack, waitForReady, type Resource } from "../support/operator.js";
@@ -365,6 +367,65 @@ spec: {tier: standard, ttlSeconds: 3600}`, t.namespace);
     expect(await logs(args("no-such-run"), "logs", missing.io)).toBe(1);
     expect(missing.o.err).toContain('SandboxRun "no-such-run" not found');
     expect(await logs([], "logs", capture().io)).toBe(2);
+  }, 90_000);
+
+  it("agent-operator logs -f prints a running step's output as it is written, the run's secret values masked; without the rights to mask, once it has ended", async () => {
+    const workspace = t.stack.emulator.runtimes.get(await sandboxVM())!.workspace;
+    const liveSecret = `${SECRET_VALUE}-live`;
+    await apply(`
+apiVersion: v1
+kind: Secret
+metadata: {name: live-secrets}
+stringData: {LIVE_TOKEN: ${liveSecret}}
+---${runManifest("live", `
+  envFrom: [{secretRef: {name: live-secrets}}]
+  steps:
+    - {name: talk, command: 'echo first; echo "token=$LIVE_TOKEN"; while [ ! -e go-live ]; do sleep 0.1; done; echo last'}
+    - {name: after, command: 'echo after'}`)}
+---
+apiVersion: v1
+kind: ServiceAccount
+metadata: {name: run-reader}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: {name: run-reader}
+rules: [{apiGroups: [agentcompute.dev], resources: [sandboxruns], verbs: [get]}, {apiGroups: [""], resources: [configmaps], verbs: [get]}]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {name: run-reader}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: run-reader}
+subjects: [{kind: ServiceAccount, name: run-reader}]`, t.namespace);
+    const readerKubeconfig = join(mkdtempSync(join(tmpdir(), "logs-reader-")), "kubeconfig");
+    await writeServiceAccountKubeconfig({ adminKubeconfig: testKubeconfig(), namespace: t.namespace, name: "run-reader", duration: "10m", file: readerKubeconfig });
+    const follow = (kubeconfig: string) => {
+      const o = { out: "", err: "" };
+      const io: LogsIO = { out: (x) => void (o.out += x), err: (x) => void (o.err += x), intervalMs: 100 };
+      return { o, done: logs(["-n", t.namespace, "--kubeconfig", kubeconfig, "-f", "live"], "logs", io) };
+    };
+    const admin = follow(testKubeconfig());
+    const reader = follow(readerKubeconfig);
+    // The step's first lines reach the follower while the step still waits for its gate file:
+    // its value masked, and nothing of it in clear.
+    await waitFor(() => admin.o.out.includes("token=***"), { timeoutMs: 60_000, description: "the running step's output, followed live" });
+    expect(steps(await run("live"))[0]?.finishedAt).toBeUndefined();
+    expect(admin.o.out).toBe("first\ntoken=***");
+    expect(admin.o.err).toContain('--- step "talk" (attempt 1) is running ---');
+    // One who may not read the Secrets to mask with gets no live output, and is told why.
+    await waitFor(() => reader.o.err.includes("live output is off"), { timeoutMs: 30_000, description: "the reader told live output is off" });
+    expect(reader.o.err).toMatch(/live output is off \(cannot read Sandbox "box" in namespace "[^"]+": .*forbidden.* \(this needs get on sandboxes, connections and secrets\)\)/);
+    expect(reader.o.out).toBe("");
+
+    writeFileSync(join(workspace, "go-live"), "");
+    expect(await admin.done).toBe(0);
+    expect(await reader.done).toBe(0);
+    expect(admin.o.out).toBe("first\ntoken=***\nlast\nafter\n");
+    expect(admin.o.err).toContain('--- step "talk" (attempt 1) ended, exit code 0 ---');
+    // The same output, whole, once each step had ended.
+    expect(reader.o.out).toBe(admin.o.out);
+    expect(reader.o.err).toContain('--- step "talk" (attempt 1, exit code 0) ---');
+    for (const o of [admin.o, reader.o]) expect(o.out + o.err).not.toContain(liveSecret);
   }, 90_000);
 
   it("is followed to its end, not restarted, when the operator restarts during a step", async () => {

@@ -4,7 +4,7 @@ import type { SandboxRunStatus } from "../../../src/api/index.js";
 import { sayFailedAttempt, sayProgress } from "../../../src/commands/logs.js";
 
 /** The lines said over a sequence of looks at a run, as printLogs says them (once each). */
-function said(looks: SandboxRunStatus[], follow = true): string[] {
+function said(looks: SandboxRunStatus[], follow = true, live = false): string[] {
   const keys = new Set<string>();
   const lines: string[] = [];
   for (const st of looks) {
@@ -17,6 +17,7 @@ function said(looks: SandboxRunStatus[], follow = true): string[] {
         lines.push(line.trimEnd());
       },
       follow,
+      live,
     );
   }
   return lines;
@@ -47,6 +48,17 @@ describe("logs: what a run that has not ended is doing", () => {
       conditions: ready("Running", 'step 1/1 "build" is running'),
     };
     expect(said([running], false)).toEqual(['--- step "build" (attempt 1) is still running; its output is not printed yet (-f follows the run and prints it once the step has ended) ---']);
+  });
+
+  it("with the step's output read live, says only that it runs (its output follows, on stdout)", () => {
+    const running: SandboxRunStatus = {
+      phase: "Running",
+      attempts: 1,
+      steps: [{ name: "build", commandId: "c1", startedAt: "2026-11-25T00:00:01Z" }],
+      conditions: ready("Running", 'step 1/1 "build" is running'),
+    };
+    expect(said([running, running], true, true)).toEqual(['--- step "build" (attempt 1) is running ---']);
+    expect(said([running], false, true)).toEqual(['--- step "build" (attempt 1) is still running; its output so far: ---']);
   });
 
   it("says a trouble met while a step runs, rather than only that the step runs", () => {
