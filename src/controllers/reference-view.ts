@@ -2,16 +2,18 @@
 // AgentDeployment of its Agent, a SandboxRun of its Sandbox. In sharded mode each replica
 // needs every such resource (the referrer and the referred may be on different replicas) but
 // reconciles only its share, so these lookups get a cache of their own that keeps only what
-// they read: the metadata, the spec's connectionRef and name, and the status. The spec (an
-// Agent's instructions and tools) and kubectl's last-applied-configuration annotation (a copy
-// of the spec) are most of an object's size.
+// they read: the metadata, the status, and of the spec the connectionRef, a Skill's name and
+// a Sandbox's envFrom (a run's output is masked with its VM's Secrets). The rest of the spec
+// (an Agent's instructions and tools) and kubectl's last-applied-configuration annotation (a
+// copy of the spec) are most of an object's size. A lookup that reads another spec field must
+// add it here: the view of a field it drops is undefined, with no error.
 import type { KubeObject } from "../runtime/kube-client.js";
 
 const LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration";
 
 interface Referable extends KubeObject {
   metadata: KubeObject["metadata"] & { annotations?: Record<string, string> };
-  spec?: { connectionRef?: unknown; name?: unknown };
+  spec?: { connectionRef?: unknown; name?: unknown; envFrom?: unknown };
   status?: unknown;
 }
 
@@ -19,7 +21,14 @@ function referenceView(obj: KubeObject): KubeObject {
   const o = obj as Referable;
   const { annotations, ...metadata } = o.metadata;
   const kept = annotations === undefined ? undefined : Object.fromEntries(Object.entries(annotations).filter(([k]) => k !== LAST_APPLIED));
-  const spec = o.spec === undefined ? undefined : { ...(o.spec.connectionRef !== undefined && { connectionRef: o.spec.connectionRef }), ...(o.spec.name !== undefined && { name: o.spec.name }) };
+  const spec =
+    o.spec === undefined
+      ? undefined
+      : {
+          ...(o.spec.connectionRef !== undefined && { connectionRef: o.spec.connectionRef }),
+          ...(o.spec.name !== undefined && { name: o.spec.name }),
+          ...(o.spec.envFrom !== undefined && { envFrom: o.spec.envFrom }),
+        };
   return {
     apiVersion: o.apiVersion,
     kind: o.kind,

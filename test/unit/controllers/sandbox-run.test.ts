@@ -6,6 +6,8 @@ import { describe, expect, it } from "vitest";
 import type { Sandbox, SandboxRun } from "../../../src/api/index.js";
 import { SandboxRunReconciler, type SandboxRunReconcilerOptions } from "../../../src/controllers/sandbox-run.js";
 import { ObjectStore, type ConfigMapObject } from "../../../src/controllers/object-store.js";
+import { REFERENCE_VIEW } from "../../../src/controllers/reference-view.js";
+import type { KubeObject } from "../../../src/runtime/kube-client.js";
 import type { SecretObject } from "../../../src/managed/connection-secret.js";
 import { silentLogger } from "../../../src/runtime/logging.js";
 import { FakeInformer, NS } from "./helpers.js";
@@ -86,6 +88,15 @@ describe("SandboxRun: masking when an input cannot be read", () => {
     expect(masking.values.sort()).toEqual(["file-secret-value", "run-token-value", "vm-key-value"]);
     // The run's own Secret that is gone: the output of a step cannot be masked with it.
     expect(masking.gone).toBe("deleted");
+  });
+
+  it("masks with its VM's envFrom Secrets in sharded mode too, where its Sandbox is looked up in the reference view", () => {
+    const secrets = new FakeInformer<SecretObject>();
+    secrets.set({ metadata: { name: "vm-env", namespace: NS }, data: { KEY: Buffer.from("vm-key-value").toString("base64") } } as SecretObject);
+    const sandboxes = new FakeInformer<Sandbox>();
+    const whole = { ...sandbox("vm-a"), spec: { tier: "standard", env: { A: "b" }, envFrom: [{ secretRef: { name: "vm-env" } }] } };
+    sandboxes.set(REFERENCE_VIEW.transform(structuredClone(whole) as KubeObject) as unknown as Sandbox);
+    expect(reconciler(sandboxes, { ms: 0 }, secrets).maskingSecrets(run)).toEqual({ values: ["vm-key-value"], gone: undefined });
   });
 
   it("starts a step after the first without its files' ConfigMap (deleted since the first started): only the first uploads them", () => {
