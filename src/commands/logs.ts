@@ -120,8 +120,13 @@ export async function printLogs(kube: KubeClient, namespace: string, name: strin
     const st = run.status ?? {};
     const attempt = st.attempts ?? 1;
     const steps = st.steps ?? [];
-    // An attempt that failed before this one: where it failed, then the new attempt, before
-    // any step of it.
+    // An attempt that failed before this one: the end of its step followed live, or where it
+    // failed; then the new attempt, before any step of it.
+    for (const s of (await live?.endEarlier(run)) ?? []) {
+      printed.add(`${s.attempt}/${s.name}`);
+      const failed = st.lastFailedAttempt?.attempt === s.attempt && st.lastFailedAttempt.step?.name === s.name ? st.lastFailedAttempt.step : undefined;
+      io.err(`--- step "${s.name}" (attempt ${s.attempt}) ended${failed === undefined ? "" : `, ${exitCodeOf(failed)}`} ---\n`);
+    }
     sayFailedAttempt(st, printed, sayOnce, io);
     const ended = steps.filter((s) => s.finishedAt !== undefined);
     if (ended.some((s) => !printed.has(`${attempt}/${s.name}`))) {
@@ -130,7 +135,7 @@ export async function printLogs(kube: KubeClient, namespace: string, name: strin
         const key = `${attempt}/${s.name}`;
         if (printed.has(key)) continue;
         printed.add(key);
-        const code = s.exitCode === undefined ? "no exit code" : `exit code ${s.exitCode}`;
+        const code = exitCodeOf(s);
         const kept = data[s.name] ?? s.output ?? "";
         // Followed live: the rest of it, then how it ended.
         if (live !== undefined && (await live.end(run, steps.indexOf(s), kept))) {
@@ -199,13 +204,15 @@ export function sayFailedAttempt(st: SandboxRunStatus, printed: Set<string>, say
   const step = failed?.step;
   if (failed !== undefined && step !== undefined && step.finishedAt !== undefined && !printed.has(`${failed.attempt}/${step.name}`)) {
     printed.add(`${failed.attempt}/${step.name}`);
-    const code = step.exitCode === undefined ? "no exit code" : `exit code ${step.exitCode}`;
+    const code = exitCodeOf(step);
     // On stderr, as what is said about the run: stdout is the output of the attempt that counts.
     const tail = step.output ?? "";
     io.err(`--- step "${step.name}" (attempt ${failed.attempt}, ${code}; the last of its output) ---\n${tail}${tail === "" || tail.endsWith("\n") ? "" : "\n"}`);
   }
   if (attempt > 1) sayOnce(`attempt/${attempt}`, attemptBanner(st));
 }
+
+const exitCodeOf = (step: { exitCode?: number }): string => (step.exitCode === undefined ? "no exit code" : `exit code ${step.exitCode}`);
 
 /** `--- attempt 2 (attempt 1 failed: <why>) ---` */
 function attemptBanner(st: SandboxRunStatus): string {

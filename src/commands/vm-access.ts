@@ -17,6 +17,13 @@ import { isAuthError, type ServiceClient } from "../service/index.js";
 /** The VM could not be reached, for a reason the message says. */
 export class VMAccessError extends Error {
   override readonly name = "VMAccessError";
+  constructor(
+    message: string,
+    /** A failure that may pass (the API server or the token service not answering), not a refusal or a thing missing. */
+    readonly transient = false,
+  ) {
+    super(message);
+  }
 }
 
 /** A failure of the API server's, told with which server and kubeconfig (explainKubeError). */
@@ -50,7 +57,7 @@ export async function readObject<T>(r: Reader, path: string, what: string): Prom
     if (err instanceof KubeApiError && (err.status === 401 || err.status === 403)) {
       throw new VMAccessError(`cannot read ${what}: ${err.message} (this needs ${r.needs})`);
     }
-    throw new VMAccessError(`cannot read ${what}: ${errorMessage(r.explain(err))}`);
+    throw new VMAccessError(`cannot read ${what}: ${errorMessage(r.explain(err))}`, !(err instanceof KubeApiError) || err.status === 429 || err.status >= 500);
   }
 }
 
@@ -104,7 +111,7 @@ export async function connectVM(r: Reader, namespace: string, connectionRef: { n
     if (isAuthError(err)) {
       throw new VMAccessError(`Connection "${connectionName}" in namespace "${namespace}": ${errorMessage(err)}; check the credentials in Secret "${secretName ?? ""}"`);
     }
-    throw new VMAccessError(`Connection "${connectionName}" in namespace "${namespace}": ${errorMessage(err)}`);
+    throw new VMAccessError(`Connection "${connectionName}" in namespace "${namespace}": ${errorMessage(err)}`, true);
   }
   return { vm, close };
 }

@@ -154,24 +154,29 @@ export function maskingSecretNames(spec: SandboxRunSpec, sandbox: { spec: Pick<S
 
 /**
  * Masks output that is still being written (a running step's file, read as it grows): each
- * push gives the text that can be printed now. The last bytes, where a secret value may have
- * begun but not yet arrived whole, are held back until more comes or the output has ended, so
- * that no value is ever printed in part.
+ * push gives the text that can be printed now. What may be the start of a secret value not yet
+ * arrived whole (the longest end of what has come that begins some value), and a character
+ * not yet arrived whole, are held back until more comes or the output has ended, so that no
+ * value is ever printed in part. The last bytes printed are kept as context, so that a value
+ * that begins inside one already masked is found too.
  */
 export class GrowingOutput {
   private readonly values: Buffer[];
-  /** Bytes held back at the end of what has come: one less than the longest masked value. */
-  readonly holdBack: number;
-  private pending = Buffer.alloc(0);
-
+  /** Bytes of the longest masked value: a read after a gap takes this many before it (push's `from`). */
+  readonly longest: number;
+  /** The last bytes printed (at most `longest` - 1). */
+  private context = Buffer.alloc(0);
   /** Bytes come and not printed yet (held back). */
-  get held(): number {
-    return this.pending.length;
-  }
+  private pending = Buffer.alloc(0);
 
   constructor(secrets: Iterable<string>) {
     this.values = maskedValues(secrets).map((v) => Buffer.from(v, "utf8"));
-    this.holdBack = Math.max(0, ...this.values.map((v) => v.length - 1));
+    this.longest = Math.max(0, ...this.values.map((v) => v.length));
+  }
+
+  /** Bytes come and not printed yet. */
+  get held(): number {
+    return this.pending.length;
   }
 
   /**
@@ -181,12 +186,39 @@ export class GrowingOutput {
    * back is dropped, and the text starts at `from`, or before it where a value crosses it.
    */
   push(bytes: Buffer, { ended = false, from }: { ended?: boolean; from?: number } = {}): string {
-    const buf = from === undefined ? Buffer.concat([this.pending, bytes]) : bytes;
-    const to = ended ? buf.length : Math.max(from ?? 0, buf.length - this.holdBack);
-    const span = maskedSpan(buf, this.values, from ?? 0, to);
+    const buf = from === undefined ? Buffer.concat([this.context, this.pending, bytes]) : bytes;
+    const start = from ?? this.context.length;
+    const to = ended ? buf.length : Math.max(start, buf.length - Math.max(this.partialValueAtEnd(buf, start), incompleteCharAtEnd(buf)));
+    const span = maskedSpan(buf, this.values, start, to);
+    this.context = Buffer.from(buf.subarray(Math.max(0, span.end - Math.max(0, this.longest - 1)), span.end));
     this.pending = Buffer.from(buf.subarray(span.end));
     return span.text;
   }
+
+  /** The length of the longest end of buf[start..] that is the beginning (not all) of a masked value. */
+  private partialValueAtEnd(buf: Buffer, start: number): number {
+    let longest = 0;
+    for (const v of this.values) {
+      for (let k = Math.min(v.length - 1, buf.length - start); k > longest; k--) {
+        if (buf[buf.length - k] === v[0] && buf.subarray(buf.length - k).equals(v.subarray(0, k))) {
+          longest = k;
+          break;
+        }
+      }
+    }
+    return longest;
+  }
+}
+
+/** Bytes at the end of `buf` that begin a UTF-8 character not all there. */
+function incompleteCharAtEnd(buf: Buffer): number {
+  for (let i = buf.length - 1; i >= Math.max(0, buf.length - 4); i--) {
+    const b = buf[i]!;
+    if ((b & 0xc0) === 0x80) continue; // a continuation byte: its lead is before it
+    const size = b >= 0xf0 ? 4 : b >= 0xe0 ? 3 : b >= 0xc0 ? 2 : 1;
+    return buf.length - i < size ? buf.length - i : 0;
+  }
+  return 0;
 }
 
 /** The ConfigMap's share of each step when `steps` steps share the budget. */

@@ -242,6 +242,24 @@ export class AgentdClient {
     await this.json("code.contexts.delete", "DELETE", `v1/code/contexts/${encodeURIComponent(contextId)}`);
   }
 
+  /** A file's size in bytes (models.FileInfo.size); undefined when the VM has no such file. */
+  async fileSize(path: string): Promise<number | undefined> {
+    let body: unknown;
+    try {
+      body = await this.json("files.info", "GET", `v1/files/info?path=${encodeURIComponent(path)}`);
+    } catch (err) {
+      if (isAgentdNotFound(err)) return undefined;
+      throw err;
+    }
+    const size = asObject(body).size;
+    // Every field of models.FileInfo is optional: a Go service's omitempty leaves out a size of 0.
+    if (size === undefined) return 0;
+    if (typeof size !== "number" || !Number.isInteger(size) || size < 0) {
+      throw new ServiceError({ operation: "files.info", message: `files.info: the VM answered a size that is not a byte count: ${JSON.stringify(size)}`, retryable: false });
+    }
+    return size;
+  }
+
   /** A file's text; undefined when the VM has no such file (agentd's own 404). */
   async downloadFile(path: string): Promise<string | undefined> {
     try {

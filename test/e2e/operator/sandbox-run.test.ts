@@ -408,9 +408,9 @@ subjects: [{kind: ServiceAccount, name: run-reader}]`, t.namespace);
     const reader = follow(readerKubeconfig);
     // The step's first lines reach the follower while the step still waits for its gate file:
     // its value masked, and nothing of it in clear.
-    await waitFor(() => admin.o.out.includes("token=***"), { timeoutMs: 60_000, description: "the running step's output, followed live" });
+    await waitFor(() => admin.o.out.includes("token=***\n"), { timeoutMs: 60_000, description: "the running step's output, followed live" });
     expect(steps(await run("live"))[0]?.finishedAt).toBeUndefined();
-    expect(admin.o.out).toBe("first\ntoken=***");
+    expect(admin.o.out).toBe("first\ntoken=***\n");
     expect(admin.o.err).toContain('--- step "talk" (attempt 1) is running ---');
     // One who may not read the Secrets to mask with gets no live output, and is told why.
     await waitFor(() => reader.o.err.includes("live output is off"), { timeoutMs: 30_000, description: "the reader told live output is off" });
@@ -426,6 +426,26 @@ subjects: [{kind: ServiceAccount, name: run-reader}]`, t.namespace);
     expect(reader.o.out).toBe(admin.o.out);
     expect(reader.o.err).toContain('--- step "talk" (attempt 1, exit code 0) ---');
     for (const o of [admin.o, reader.o]) expect(o.out + o.err).not.toContain(liveSecret);
+  }, 90_000);
+
+  it("agent-operator logs -f prints the end of a step followed live whose attempt failed, once, before the next attempt's output", async () => {
+    const workspace = t.stack.emulator.runtimes.get(await sandboxVM())!.workspace;
+    await apply(runManifest("live-retried", `
+  backoffLimit: 1
+  steps:
+    - {name: flaky, command: 'echo try; while [ ! -e go-live-retried ]; do sleep 0.1; done; if [ -e live-retried-once ]; then echo ok; else touch live-retried-once; echo failing; exit 3; fi'}`), t.namespace);
+    const o = { out: "", err: "" };
+    const io: LogsIO = { out: (x) => void (o.out += x), err: (x) => void (o.err += x), intervalMs: 100 };
+    const done = logs(["-n", t.namespace, "--kubeconfig", testKubeconfig(), "-f", "live-retried"], "logs", io);
+    await waitFor(() => o.out === "try\n", { timeoutMs: 60_000, description: "the first attempt's output, followed live" });
+    writeFileSync(join(workspace, "go-live-retried"), "");
+    expect(await done).toBe(0);
+    expect(o.out).toBe("try\nfailing\ntry\nok\n");
+    const ended = o.err.indexOf('--- step "flaky" (attempt 1) ended, exit code 3 ---\n');
+    expect(ended).toBeGreaterThanOrEqual(0);
+    expect(o.err.indexOf("--- attempt 2 (attempt 1 failed")).toBeGreaterThan(ended);
+    // Its end was printed live: not again, on stderr, as the last of the failed attempt's output.
+    expect(o.err).not.toContain("the last of its output");
   }, 90_000);
 
   it("is followed to its end, not restarted, when the operator restarts during a step", async () => {

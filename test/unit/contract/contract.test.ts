@@ -912,6 +912,13 @@ describe("contract: agent VMs", () => {
     expect(got.status, show(got)).toBe(200);
     expect(got.headers.get("content-type") ?? "").toMatch(/^application\/octet-stream/);
     expect(got.text).toBe("hello, contract");
+    // D: GET v1/files/info?path= -> 200 models.FileInfo (logs reads a step's output size with it); 404 models.ErrorResponse.
+    const info = expectBody(await r("GET", "v1/files/info", { query: { path: "/workspace/contract/in.txt" } }), 200, S.FileInfo, "r/v1/files/info");
+    expect(info).toMatchObject({ size: "hello, contract".length });
+    expect(info.is_dir ?? false).toBe(false);
+    const noInfo = await r("GET", "v1/files/info", { query: { path: "/workspace/contract/none.txt" } });
+    expect(noInfo.status, show(noInfo)).toBe(404);
+    expect(S.violations(S.AgentdError, noInfo.json), `agentd error body: ${show(noInfo)}`).toEqual([]);
     // D: DELETE v1/directories ["<path>"] -> 204; what was in it is gone.
     const removed = await r("DELETE", "v1/directories", { body: ["/workspace/contract"] });
     expect(removed.status, show(removed)).toBe(204);

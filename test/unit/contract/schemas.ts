@@ -16,7 +16,7 @@
 //   dialect), the VM endpoint answer (a map of strings).
 // - shared/reference/service-openapi/agentd-api.json ("D"): the VM runtime reached through
 //   /compute/v1/vms/{id}/r/<path>: models.ErrorResponse (agentd's {code, message}),
-//   models.CodeContext, models.CommandStatus, models.MetricsSnapshot.
+//   models.CodeContext, models.CommandStatus, models.FileInfo, models.MetricsSnapshot.
 //
 // Rules applied:
 // - Types are the published ones; metadata values are strings (C/R `additionalProperties:
@@ -344,6 +344,20 @@ export const EndedCommandStatus = Type.Object({
   exit_code: Type.Optional(Type.Integer()),
   started_at: Type.Optional(Type.String()),
   finished_at: Type.Optional(Type.String()),
+}, { additionalProperties: false });
+
+/**
+ * D models.FileInfo {path, size, is_dir, mode, mod_time, owner, group}: nothing published as
+ * required (omitempty leaves out `size: 0` and `is_dir: false`), each typed.
+ */
+export const FileInfo = Type.Object({
+  path: Type.Optional(Type.String()),
+  size: Type.Optional(Type.Integer({ minimum: 0 })),
+  is_dir: Type.Optional(Type.Boolean()),
+  mode: Type.Optional(Type.String()),
+  mod_time: Type.Optional(Type.String()),
+  owner: Type.Optional(Type.String()),
+  group: Type.Optional(Type.String()),
 }, { additionalProperties: false });
 
 /** D models.MetricsSnapshot. */

@@ -1,0 +1,103 @@
+// Following a step's output file as the step writes it (for `logs`): each look prints what came
+// since the last one, masked (GrowingOutput). The step's `exit` file, written last, says the
+// output is whole: the look that finds it prints all that is left.
+//
+// agentd publishes no ranged download: a look asks the file's size (files/info) and, if it
+// grew, downloads the whole file, keeping only what is new. So a look prints at most LOOK_BYTES
+// (more between two looks is skipped, with a line saying how much), and a file larger than
+// MAX_FOLLOWED_BYTES is not downloaded at all (the caller prints what the run keeps instead).
+import type { FileEnds } from "../service/agentd.js";
+import { GrowingOutput } from "./output.js";
+import { exitFile, outputFile } from "./script.js";
+
+/** The most of a step's output one look prints; more between two looks is skipped. */
+export const LOOK_BYTES = 1024 * 1024;
+/** A step's output file this large is not downloaded any more (each download is all of it). */
+export const MAX_FOLLOWED_BYTES = 64 * 1024 * 1024;
+/** What was printed is kept up to this size, to match the output the run keeps with (StepFollower.printed). */
+const MATCHED_BYTES = 1024 * 1024;
+
+/** What a follower reads of the VM (AgentdClient's calls). */
+export interface StepFiles {
+  fileSize(path: string): Promise<number | undefined>;
+  downloadFileEnds(path: string, headBytes: number, tailBytes: number): Promise<FileEnds | undefined>;
+}
+
+export interface Look {
+  /** To print (stdout). */
+  text: string;
+  /** To say (stderr), once. */
+  note?: string;
+}
+
+export class StepFollower {
+  private readonly output: GrowingOutput;
+  /** Bytes of the file pushed to `output` so far. */
+  private offset = 0;
+  /** All of the output has been printed (its exit file was there, and the output read to its end). */
+  done = false;
+  /** The file is too large to download (MAX_FOLLOWED_BYTES). */
+  tooLarge = false;
+  /** What was printed, while short enough to match with, and nothing was skipped; else undefined. */
+  printed: string | undefined = "";
+
+  constructor(
+    private readonly vm: StepFiles,
+    /** The step's directory in the VM (stepPath). */
+    private readonly dir: string,
+    secrets: Iterable<string>,
+    private readonly limits = { lookBytes: LOOK_BYTES, maxFollowedBytes: MAX_FOLLOWED_BYTES },
+  ) {
+    this.output = new GrowingOutput(secrets);
+  }
+
+  /** Reads what came since the last look; when the step has ended (its exit file), all of it. */
+  async look(): Promise<Look> {
+    if (this.done || this.tooLarge) return { text: "" };
+    // The exit file first: once it is there, the output file is whole.
+    const ended = (await this.vm.fileSize(exitFile(this.dir))) !== undefined;
+    const size = await this.vm.fileSize(outputFile(this.dir));
+    if (size === undefined) {
+      // Not made yet (the step is starting), or gone (its run's directory removed).
+      if (ended) this.done = true;
+      return { text: "" };
+    }
+    if (size > this.limits.maxFollowedBytes) {
+      this.tooLarge = true;
+      this.printed = undefined;
+      return { text: "", note: `its output is over ${Math.floor(this.limits.maxFollowedBytes / (1024 * 1024))} MiB and is not read live any more` };
+    }
+    let text = "";
+    if (size > this.offset) {
+      const lead = this.output.longest;
+      const ends = await this.vm.downloadFileEnds(outputFile(this.dir), 0, Math.min(size - this.offset, this.limits.lookBytes) + lead);
+      if (ends === undefined) return { text: "" };
+      text = this.take(ends, ended);
+    } else if (ended) {
+      text = this.output.push(Buffer.alloc(0), { ended });
+    }
+    if (ended) this.done = true;
+    this.remember(text);
+    return { text };
+  }
+
+  /** The new bytes of `ends` (the file's last bytes, as large as asked or the file), masked. */
+  private take(ends: FileEnds, ended: boolean): string {
+    const fresh = ends.size - this.offset; // the file may have grown since its size was asked
+    this.offset = Math.max(this.offset, ends.size);
+    if (fresh <= 0) return ended ? this.output.push(Buffer.alloc(0), { ended }) : "";
+    const look = this.limits.lookBytes;
+    if (fresh <= ends.tail.length && fresh <= look) return this.output.push(ends.tail.subarray(ends.tail.length - fresh), { ended });
+    // More than one look prints: the last `look` bytes, after a line saying how much is left
+    // out; the bytes read before them only so that a value across the cut is masked whole.
+    const shown = Math.min(look, ends.tail.length);
+    const skipped = fresh - shown + this.output.held;
+    this.printed = undefined;
+    return `\n[... ${skipped} bytes of output skipped here ...]\n` + this.output.push(ends.tail, { ended, from: ends.tail.length - shown });
+  }
+
+  private remember(text: string): void {
+    if (this.printed === undefined || text === "") return;
+    this.printed = this.printed.length + text.length > MATCHED_BYTES ? undefined : this.printed + text;
+  }
+}

@@ -1,0 +1,117 @@
+// Following a step's output file as it grows (`logs`), against the emulator's agentd: the files
+// are the step's own (written on the VM's disk here as the step's script would), read through
+// the service's forwarding route with the published file calls (files/info, files/download).
+import { appendFileSync, mkdirSync, rmSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { StepFollower } from "../../../src/runs/follow.js";
+import { stepDir, stepPath } from "../../../src/runs/script.js";
+import { AgentdClient } from "../../../src/service/agentd.js";
+import { start, type Harness } from "../service/helpers.js";
+
+const SECRET = "s3cret-value-for-follow";
+let h: Harness;
+let vm: AgentdClient;
+let workspace: string;
+let vmId: string;
+
+beforeAll(async () => {
+  h = await start();
+  vmId = (await h.client.vms.allocate({ tier: "standard" })).vm_id;
+  workspace = h.emu.runtimes.get(vmId)!.workspace;
+  vm = new AgentdClient({ baseURL: h.emu.baseURL, vmId, accessToken: (refused) => h.client.accessToken(refused) });
+});
+afterAll(async () => {
+  await vm.close();
+  await h.close();
+});
+
+let steps = 0;
+/** A step's directory of its own on the VM's disk, and a follower of it. */
+function step(limits?: { lookBytes: number; maxFollowedBytes: number }) {
+  const index = steps++;
+  const dir = join(workspace, stepDir("run-uid", 1, index));
+  mkdirSync(dir, { recursive: true });
+  return {
+    dir,
+    write: (text: string | Buffer) => appendFileSync(join(dir, "output"), text),
+    exit: (code = 0) => writeFileSync(join(dir, "exit"), `${code}\n`),
+    follower: new StepFollower(vm, stepPath("run-uid", 1, index), [SECRET], limits),
+  };
+}
+
+const downloads = () => h.emu.requests.filter((r) => r.path === `/compute/v1/vms/${vmId}/r/v1/files/download`).length;
+
+describe("a step's output followed as it is written", () => {
+  it("prints what came since the last look, masked, and all that is left once the exit file is there", async () => {
+    const s = step();
+    expect(await s.follower.look()).toEqual({ text: "" }); // no output yet
+    s.write("building\n");
+    expect(await s.follower.look()).toEqual({ text: "building\n" });
+    expect(await s.follower.look()).toEqual({ text: "" });
+    s.write(`token=${SECRET}\ns3cr`);
+    // The value masked; the end that may begin it again held back.
+    expect(await s.follower.look()).toEqual({ text: "token=***\n" });
+    expect(s.follower.done).toBe(false);
+    s.write("ew\n");
+    s.exit();
+    expect(await s.follower.look()).toEqual({ text: "s3crew\n" });
+    expect(s.follower.done).toBe(true);
+    expect(s.follower.printed).toBe(`building\ntoken=***\ns3crew\n`);
+  });
+
+  it("skips what one look cannot print, saying how much, and masks a value across the cut whole", async () => {
+    const s = step({ lookBytes: 40, maxFollowedBytes: 10_000 });
+    s.write(`${"a".repeat(100)}${SECRET}${"b".repeat(30)}`);
+    const { text } = await s.follower.look();
+    // 100 + 23 + 30 bytes; the last 40 start inside the value: it is masked whole.
+    expect(text).toBe(`\n[... 113 bytes of output skipped here ...]\n***${"b".repeat(30)}`);
+    expect(text).not.toContain(SECRET.slice(-8));
+    expect(s.follower.printed).toBeUndefined(); // the kept output can no longer be matched with it
+  });
+
+  it("does not download a file over the limit, and says so", async () => {
+    const s = step({ lookBytes: 40, maxFollowedBytes: 1_000 });
+    s.write("x".repeat(2_000));
+    const before = downloads();
+    expect((await s.follower.look()).note).toMatch(/is not read live any more/);
+    expect(s.follower.tooLarge).toBe(true);
+    expect(await s.follower.look()).toEqual({ text: "" });
+    expect(downloads()).toBe(before);
+  });
+
+  it("prints nothing for a step whose directory is gone, and is not done", async () => {
+    const s = step();
+    s.write("half");
+    rmSync(s.dir, { recursive: true });
+    expect(await s.follower.look()).toEqual({ text: "" });
+    expect(s.follower.done).toBe(false);
+  });
+
+  it("does not cut a character in two between looks, with nothing to mask", async () => {
+    const index = steps++;
+    const dir = join(workspace, stepDir("run-uid", 1, index));
+    mkdirSync(dir, { recursive: true });
+    const follower = new StepFollower(vm, stepPath("run-uid", 1, index), []);
+    const bytes = Buffer.from("héllo\n", "utf8");
+    writeFileSync(join(dir, "output"), bytes.subarray(0, 2)); // "h" and half of "é"
+    expect((await follower.look()).text).toBe("h");
+    appendFileSync(join(dir, "output"), bytes.subarray(2));
+    expect((await follower.look()).text).toBe("éllo\n");
+  });
+});
+
+describe("a file's size (agentd files/info)", () => {
+  it("is the published size; a size left out (a Go service's omitempty) is 0; no such file is undefined", async () => {
+    const s = step();
+    s.write("12345");
+    expect(await vm.fileSize(stepPath("run-uid", 1, steps - 1) + "/output")).toBe(5);
+    expect(await vm.fileSize(stepPath("run-uid", 1, steps - 1) + "/none")).toBeUndefined();
+    h.emu.injectFault({ path: new RegExp(`/r/v1/files/info$`), times: 1, action: { status: 200, body: { path: "/workspace/empty", is_dir: false } } });
+    try {
+      expect(await vm.fileSize("/workspace/empty")).toBe(0);
+    } finally {
+      h.emu.clearFaults();
+    }
+  });
+});
