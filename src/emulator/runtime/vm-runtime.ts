@@ -132,12 +132,16 @@ export class VMRuntime {
   // ---------------------------------------------------------------------------------------
   // Code contexts
 
-  /** A new context (interpreter) for `language`; 400 for a language without a driver. */
-  createContext(language: string, sessionId: string): Kernel {
+  /**
+   * A new context (interpreter) for `language`; 400 for a language without a driver. A
+   * client's runs in its session's directory, whatever the id (`default` too); the VM's own
+   * (`own`: defaultContext) in the workspace.
+   */
+  createContext(language: string, sessionId: string, own = false): Kernel {
     this.check();
     const driver = driverFor(language);
     if (!driver) throw badRequest(`language ${JSON.stringify(language)} is not supported (supported: ${SUPPORTED_LANGUAGES.join(", ")})`);
-    const cwd = sessionId === DEFAULT_SESSION ? this.workspace : this.sessionDir(sessionId);
+    const cwd = own ? this.workspace : this.sessionDir(sessionId);
     try {
       mkdirSync(cwd, { recursive: true });
     } catch (err) {
@@ -164,7 +168,7 @@ export class VMRuntime {
     const driver = driverFor(language);
     const existing = driver && this.defaults.get(driver.language);
     if (existing && this._contexts.has(existing.id)) return existing;
-    const kernel = this.createContext(language, DEFAULT_SESSION);
+    const kernel = this.createContext(language, DEFAULT_SESSION, true);
     this.defaults.set(kernel.language, kernel);
     return kernel;
   }
@@ -223,10 +227,14 @@ export class VMRuntime {
     return this.hostPath(`${VM_WORKSPACE}/${SESSIONS_DIR}/${id}`, field);
   }
 
-  /** Removes a session's directory and closes its code contexts. */
+  /**
+   * Removes a session's directory and closes its code contexts: a client's, never the VM's own
+   * (listed with session `default`, which a client may name its session too).
+   */
   async deleteSession(id: string): Promise<void> {
     const dir = this.sessionDir(id, "session id");
-    for (const [cid, k] of this._contexts) if (k.sessionId === id) this.deleteContext(cid);
+    const own = new Set(this.defaults.values());
+    for (const [cid, k] of this._contexts) if (k.sessionId === id && !own.has(k)) this.deleteContext(cid);
     await rm(dir, { recursive: true, force: true, maxRetries: 3 }).catch((err: NodeJS.ErrnoException) => {
       // The published answers of this route are 204 and 500 only.
       throw new ServiceError(500, "internal_error", `session ${JSON.stringify(id)}: its directory cannot be removed: ${err.code ?? "unexpected error"}`);

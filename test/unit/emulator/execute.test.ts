@@ -23,6 +23,23 @@ describe("emulator POST /compute/v1/vms/{id}/execute (older SDKs)", () => {
     expect(streamText(js, "stdout")).toBe("42\n");
   });
 
+  it("keeps the VM's own context apart from a client's session named \"default\": its own directory, and not deleted with it", async () => {
+    const emu = await emulator();
+    const c = await client(emu);
+    const vm = await allocate(c);
+    const path = `/compute/v1/vms/${vm.vm_id}/execute`;
+    expect(endOf(parseSSE((await c.post(path, { code: "kept = 1", language: "python" })).text))).toEqual({ status: "ok" });
+    const r = `/compute/v1/vms/${vm.vm_id}/r/v1`;
+    const mine = await c.post<{ id: string }>(`${r}/code/contexts`, { language: "python", session_id: "default" });
+    expect(mine.status).toBe(201);
+    const cwd = parseSSE((await c.post(`${r}/code/execute`, { context_id: mine.body.id, code: "import os; print(os.getcwd())" })).text);
+    expect(streamText(cwd, "stdout")).toBe(`${emu.runtimes.get(vm.vm_id)!.workspace}/sessions/default\n`);
+    expect((await c.del(`${r}/sessions/default`)).status).toBe(204);
+    expect((await c.get(`${r}/code/contexts/${mine.body.id}`)).status).toBe(404);
+    // The VM's own context, and its state, live on.
+    expect(streamText(parseSSE((await c.post(path, { code: "print(kept)" })).text), "stdout")).toBe("1\n");
+  });
+
   it("runs a command", async () => {
     const emu = await emulator();
     const c = await client(emu);
