@@ -22,6 +22,7 @@ flags:
   --omit-expires-in        answer /token without expires_in
   --agentd-omit-empty      agentd leaves zero values out of its answers (a Go server's omitempty)
   --agentd-no-start-event  agentd's command streams carry no start event (no command id)
+  --agentd-background-streams  a background command's stream goes on until the command ends
   --strict-bodies          refuse (400) request fields the published models lack, rather than drop them
   --latency <ms>           added to every response (default 0)
   --jitter <ms>            uniform extra 0..ms per response (default 0)
@@ -63,6 +64,7 @@ export function parseEmulatorArgs(argv: string[], env: NodeJS.ProcessEnv = proce
         "omit-expires-in": { type: "boolean" },
         "agentd-omit-empty": { type: "boolean" },
         "agentd-no-start-event": { type: "boolean" },
+        "agentd-background-streams": { type: "boolean" },
         "strict-bodies": { type: "boolean" },
         latency: { type: "string" },
         jitter: { type: "string" },
@@ -103,6 +105,7 @@ export function parseEmulatorArgs(argv: string[], env: NodeJS.ProcessEnv = proce
   if (values["omit-expires-in"]) opts.omitExpiresIn = true;
   if (values["agentd-omit-empty"]) opts.agentdOmitEmpty = true;
   if (values["agentd-no-start-event"]) opts.agentdNoStartEvent = true;
+  if (values["agentd-background-streams"]) opts.agentdBackgroundStreams = true;
   if (values["strict-bodies"]) opts.strictBodies = true;
   set("latencyMs", number("latency", values.latency, (n) => n >= 0, "a non-negative number"));
   set("jitterMs", number("jitter", values.jitter, (n) => n >= 0, "a non-negative number"));

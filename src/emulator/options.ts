@@ -63,6 +63,12 @@ export interface EmulatorOptions {
    */
   agentdNoStartEvent?: boolean;
   /**
+   * A background command's answer streams its whole run (output, end), as a foreground one's,
+   * instead of ending after its start event: the published description says only that the
+   * answer is an event stream, so a client must not wait for that stream to end. Default false.
+   */
+  agentdBackgroundStreams?: boolean;
+  /**
    * Refuse (400) a request body's fields the published request model does not have, and those
    * it says a client may not set. Default false: they are dropped, as a Go service decoding
    * into its request struct drops them, so a client that sends back what it read works. The
@@ -141,6 +147,7 @@ export function resolveOptions(opts: EmulatorOptions): ResolvedOptions {
     outputLimitBytes: opts.outputLimitBytes ?? 1 << 20,
     agentdOmitEmpty: opts.agentdOmitEmpty ?? false,
     agentdNoStartEvent: opts.agentdNoStartEvent ?? false,
+    agentdBackgroundStreams: opts.agentdBackgroundStreams ?? false,
     strictBodies: opts.strictBodies ?? false,
   };
   validateOptions(resolved);

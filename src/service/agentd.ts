@@ -131,6 +131,14 @@ export interface CodeContext {
 
 type Method = "GET" | "POST" | "DELETE";
 
+/**
+ * How long a background command's answer may go on, once it has begun, before the command is
+ * taken as started without an id: agentd's own answer names it at once where it names it, and
+ * an agentd whose background answer streams the whole run would hold the step's start until
+ * the step ends.
+ */
+const ID_WAIT_MS = 5_000;
+
 export class AgentdClient {
   private readonly origin: string;
   /** `<base path>/compute/v1/vms/<id>/r/` */
@@ -163,24 +171,32 @@ export class AgentdClient {
 
   /**
    * Starts a command in the background; resolves with its id as soon as the VM has it, or with
-   * undefined when the VM took the command and its answer ended without naming an id (the
-   * published description names no event that carries it: the caller follows the command some
-   * other way). Within the timeout: a stream that stays silent after its headers (a frozen VM,
-   * a proxy that buffers event streams) must not hold the caller for ever.
+   * undefined when the VM took the command without naming an id (the published description
+   * names no event that carries it: the caller follows the command some other way): its answer
+   * ended without one, or went on to the command's output or end, or stayed open ID_WAIT_MS
+   * after it began with nothing (an agentd whose background answer streams the whole run).
+   * Within the timeout: an answer that does not begin (a frozen VM) must not hold the caller
+   * for ever.
    */
   async startCommand(command: string, opts: CommandOptions = {}): Promise<string | undefined> {
-    const events = this.stream("commands.run", "v1/commands/run", commandBody(command, opts, true));
     // An error event's name and value (agentd's, not the command's output).
     let failure: string | undefined;
     let timedOut = false;
-    const timer = setTimeout(() => {
+    let timer = setTimeout(() => {
       timedOut = true;
       events.close();
     }, this.timeoutMs);
+    // The VM answered: the command is its. An id, if one comes, comes first.
+    const answered = () => {
+      clearTimeout(timer);
+      timer = setTimeout(() => events.close(), Math.min(ID_WAIT_MS, this.timeoutMs));
+    };
+    const events = this.stream("commands.run", "v1/commands/run", commandBody(command, opts, true), answered);
     try {
       for await (const e of events) {
         if (e.type === "start") return e.id;
         if (e.type === "error") failure ??= [e.name, e.value].filter((x) => x !== undefined && x !== "").join(": ") || "an error event";
+        else if (e.type !== "other") break; // its output or its end: it runs, and no id came first
       }
     } finally {
       clearTimeout(timer);
@@ -189,7 +205,7 @@ export class AgentdClient {
     if (timedOut) {
       throw new ServiceError({
         operation: "commands.run",
-        message: `commands.run: the VM's answer neither named the command's id nor ended within ${this.timeoutMs} ms (the command may have started)`,
+        message: `commands.run: the VM did not answer within ${this.timeoutMs} ms (the command may have started)`,
         retryable: true,
         outcomeUnknown: true,
       });
@@ -367,9 +383,14 @@ export class AgentdClient {
     }
   }
 
-  private stream(operation: string, path: string, body: unknown): ExecStream {
+  /** `answered`: told once the answer has begun (its status and headers are in). */
+  private stream(operation: string, path: string, body: unknown, answered?: () => void): ExecStream {
     const ac = new AbortController();
-    const send = (): Promise<Dispatcher.ResponseData> => this.send(operation, "POST", path, body, ac.signal, 0);
+    const send = async (): Promise<Dispatcher.ResponseData> => {
+      const res = await this.send(operation, "POST", path, body, ac.signal, 0);
+      answered?.();
+      return res;
+    };
     return {
       close: () => ac.abort(),
       [Symbol.asyncIterator]: () => events(operation, send, ac),

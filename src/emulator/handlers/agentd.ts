@@ -36,6 +36,8 @@ export interface AgentdRequest {
   omitEmpty?: boolean;
   /** A command's stream has no start event (EmulatorOptions.agentdNoStartEvent). */
   noStartEvent?: boolean;
+  /** A background command's stream goes on until it ends (EmulatorOptions.agentdBackgroundStreams). */
+  backgroundStreams?: boolean;
 }
 
 type AgentdHandler = (req: AgentdRequest, params: Record<string, string>) => HandlerResult | Promise<HandlerResult>;
@@ -169,8 +171,8 @@ const ok = (status: number, body?: unknown): HandlerResult => ({ status, ...(bod
 async function runCommand(req: AgentdRequest): Promise<HandlerResult> {
   const { background, command } = await startCommand(objectBody(req.raw), req.runtime);
   // Published: the answer is an event stream. In the background it holds the start event (the
-  // command's id) only; the command runs on, and its status says how it ended.
-  if (background) return ok(200, eventsSSE(command.execution.events.filter((e) => e.event === "start")));
+  // command's id) only (unless backgroundStreams); the command runs on, and its status says how it ended.
+  if (background && req.backgroundStreams !== true) return ok(200, eventsSSE(command.execution.events.filter((e) => e.event === "start")));
   return ok(200, executionSSE(command.execution));
 }
 

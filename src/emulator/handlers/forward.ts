@@ -27,6 +27,7 @@ function forward(method: string) {
       skill: (name) => ctx.state.skills.get(name),
       omitEmpty: ctx.options.agentdOmitEmpty,
       noStartEvent: ctx.options.agentdNoStartEvent,
+      backgroundStreams: ctx.options.agentdBackgroundStreams,
     });
   };
 }

@@ -1057,6 +1057,29 @@ ${stepsYaml}`;
     expect(rt.executions - before).toBe(2);
   }, 90_000);
 
+  it("starts each step once on an agentd whose background answer streams the whole run (emulator knob agentdBackgroundStreams)", async () => {
+    const rt = await box();
+    const before = rt.executions;
+    t.stack.emulator.setOptions({ agentdBackgroundStreams: true });
+    try {
+      await apply(noIdRun("no-id-streamed", `    - {name: wait, command: 'while [ ! -e go-no-id-streamed ]; do sleep 0.1; done; echo waited'}
+    - {name: next, command: 'echo next'}`), t.namespace);
+      await startedWithoutId("no-id-streamed");
+      writeFileSync(join(rt.workspace, "go-no-id-streamed"), "");
+      const r = await finished("no-id-streamed");
+      expect(r.status?.phase).toBe("Succeeded");
+      expect(steps(r).map((s) => [s.name, s.exitCode, s.output])).toEqual([
+        ["wait", 0, "waited\n"],
+        ["next", 0, "next\n"],
+      ]);
+      // Each step started once: its start's answer, open until the step ended, was not waited out
+      // and the step started again.
+      expect(rt.executions - before).toBe(2);
+    } finally {
+      t.stack.emulator.setOptions({ agentdBackgroundStreams: false });
+    }
+  }, 90_000);
+
   it("stops its running step through the step's cancel file when it is deleted", async () => {
     const rt = await box();
     await apply(noIdRun("no-id-deleted", "    - {name: forever, command: 'echo begun; sleep 300'}"), t.namespace);

@@ -349,24 +349,44 @@ describe("toExecEvent", () => {
     }
   });
 
-  it("gives up a start whose stream stays silent after its headers, within the timeout, the outcome unknown", async () => {
+  it("takes a start whose answer began but named no id as started without one; gives up one not answered within the timeout, the outcome unknown", async () => {
+    let answer = true;
     const server = createServer((_req, res) => {
+      if (!answer) return; // a frozen VM: not even the headers
       res.writeHead(200, { "content-type": "text/event-stream" });
-      res.flushHeaders(); // and then nothing, as a frozen VM or a buffering proxy
+      res.flushHeaders(); // and then nothing: an agentd that streams the whole run, and names no id
     });
     await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
     try {
       const c = new AgentdClient({ baseURL: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, vmId: "vm-silent", accessToken: async () => "t", timeoutMs: 300 });
       clients.push(c);
+      expect(await c.startCommand("sleep 1")).toBeUndefined();
+      answer = false;
       const err = await c.startCommand("sleep 1").catch((e: unknown) => e);
       expect(err).toBeInstanceOf(ServiceError);
       expect(err).toMatchObject({ retryable: true, outcomeUnknown: true });
-      expect((err as ServiceError).message).toContain("neither named the command's id nor ended within 300 ms");
+      expect((err as ServiceError).message).toContain("the VM did not answer within 300 ms");
     } finally {
       server.closeAllConnections();
       await new Promise<void>((resolve) => server.close(() => resolve()));
     }
   });
+
+  it("starts a command on an agentd whose background answer streams the whole run with no id, without waiting for its end (emulator knobs agentdBackgroundStreams, agentdNoStartEvent)", async () => {
+    h.emu.setOptions({ agentdBackgroundStreams: true, agentdNoStartEvent: true });
+    try {
+      const c = new AgentdClient({ baseURL: h.emu.baseURL, vmId, accessToken: (r) => h.client.accessToken(r), timeoutMs: 120_000 });
+      clients.push(c);
+      const rt = h.emu.runtimes.get(vmId)!;
+      const gate = join(rt.workspace, "background-gate");
+      // Resolves while the command still runs (it waits for the gate): not at its end, nor at the 120 s timeout.
+      expect(await c.startCommand("while [ ! -e background-gate ]; do sleep 0.1; done")).toBeUndefined();
+      expect([...rt.commands.values()].some((cmd) => cmd.running)).toBe(true);
+      writeFileSync(gate, "");
+    } finally {
+      h.emu.setOptions({ agentdBackgroundStreams: false, agentdNoStartEvent: false });
+    }
+  }, 30_000);
 
   it("reads exit 0 from an agentd that leaves zero values out (emulator knob agentdOmitEmpty)", async () => {
     h.emu.setOptions({ agentdOmitEmpty: true });
