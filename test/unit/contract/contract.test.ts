@@ -1,12 +1,16 @@
-// Contract test: every published endpoint of the Agent Registry and Compute Service, called over
-// raw HTTP against the in-process emulator, each answer checked against the hand-written schemas
+// Contract test: every published endpoint of the Agent Registry and Compute Service, and every
+// operation of agentd (the daemon in each VM), called over raw HTTP against the in-process
+// emulator, each answer checked against the hand-written schemas
 // of ./schemas.ts (which come from shared/design/SERVICE.md and the published OpenAPI
 // descriptions, never from src/emulator or src/service). The client below is written from the
 // descriptions too: global fetch, a bearer token from `POST {auth_url}/token`.
 //
-// ENDPOINTS is the table of what this file covers. One test checks it against the published
-// descriptions (skipped when they are not beside the clone), the last test checks that every
-// entry was really called with a token during the run.
+// ENDPOINTS is the table of what this file covers; AGENTD_ENDPOINTS the same for agentd, the
+// daemon in every VM (agentd-api.json), reached through the forwarding route
+// /compute/v1/vms/{id}/r/<agentd path>. Tests check both against the published descriptions
+// (skipped when they are not beside the clone), the last test checks that every entry was
+// really called with a token during the run (an agentd entry: a call through r/ that agentd
+// answered, its concrete path matched against the templates).
 import { existsSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -64,6 +68,40 @@ const ENDPOINTS = [
   ["POST", "/compute/v1/vms/{id}/renew"],
 ] as const;
 
+// The agentd operations: method and path template exactly as published in agentd-api.json
+// (its paths are relative to the daemon; through the compute API they follow `r/`).
+const AGENTD_ENDPOINTS = [
+  ["GET", "/v1/agents"],
+  ["POST", "/v1/agents/execute"],
+  ["GET", "/v1/agents/{id}"],
+  ["DELETE", "/v1/agents/{id}"],
+  ["GET", "/v1/code/contexts"],
+  ["POST", "/v1/code/contexts"],
+  ["GET", "/v1/code/contexts/{id}"],
+  ["DELETE", "/v1/code/contexts/{id}"],
+  ["POST", "/v1/code/execute"],
+  ["DELETE", "/v1/code/execute/{id}"],
+  ["POST", "/v1/commands/run"],
+  ["DELETE", "/v1/commands/{id}"],
+  ["GET", "/v1/commands/{id}/status"],
+  ["POST", "/v1/directories"],
+  ["DELETE", "/v1/directories"],
+  ["DELETE", "/v1/files"],
+  ["GET", "/v1/files/download"],
+  ["GET", "/v1/files/info"],
+  ["POST", "/v1/files/mv"],
+  ["GET", "/v1/files/search"],
+  ["POST", "/v1/files/upload"],
+  ["GET", "/v1/metrics"],
+  ["GET", "/v1/metrics/watch"],
+  ["POST", "/v1/sessions/init"],
+  ["DELETE", "/v1/sessions/{id}"],
+  ["GET", "/v1/skills"],
+  ["POST", "/v1/skills/load"],
+  ["GET", "/v1/skills/{name}"],
+  ["POST", "/v1/workspace/reset"],
+] as const;
+
 type Method = (typeof ENDPOINTS)[number][0];
 type Template = (typeof ENDPOINTS)[number][1];
 
@@ -71,10 +109,31 @@ const keyOf = (method: string, template: string): string => `${method.toUpperCas
 /** Path parameter names are not part of the wire contract: compare templates without them. */
 const shapeOf = (method: string, template: string): string => keyOf(method, template.replace(/\{[^}]+\}/g, "{}"));
 const TABLE = new Set(ENDPOINTS.map(([m, t]) => keyOf(m, t)));
+const AGENTD_TABLE = new Set(AGENTD_ENDPOINTS.map(([m, t]) => keyOf(m, t)));
+
+/** The forwarding route, and the agentd operation a concrete agentd path (after `r/`) hits. */
+const FORWARD = "/compute/v1/vms/{id}/r/{path}";
+const AGENTD_MATCHERS = AGENTD_ENDPOINTS.map(([method, template]) => ({
+  key: keyOf(method, template),
+  method: method as string,
+  literal: !template.includes("{"),
+  re: new RegExp(`^${template.replace(/\{[^}]+\}/g, "[^/]+")}$`),
+}));
+function agentdOperation(method: string, path: string): string | undefined {
+  const concrete = `/${path.replace(/^\/+/, "")}`;
+  const hits = AGENTD_MATCHERS.filter((x) => x.method === method.toUpperCase() && x.re.test(concrete));
+  // A literal template wins over one with a parameter (none overlap today; keep it so).
+  return (hits.find((x) => x.literal) ?? hits[0])?.key;
+}
 
 const REPO = fileURLToPath(new URL("../../../", import.meta.url));
 const PUBLISHED_DIR = join(REPO, "..", "shared", "reference", "service-openapi");
-const PUBLISHED_FILES = ["compute-api.json", "agent-registry-api.json"];
+/** Each published description and the table it is checked against. */
+const PUBLISHED_FILES = {
+  "compute-api.json": "service", // ENDPOINTS
+  "agent-registry-api.json": "service", // ENDPOINTS
+  "agentd-api.json": "agentd", // AGENTD_ENDPOINTS
+} as const;
 const HAVE_PUBLISHED = existsSync(PUBLISHED_DIR);
 const SKIP_REASON = HAVE_PUBLISHED ? "" : ` (skipped: ${PUBLISHED_DIR} does not exist; CI has it beside the clone)`;
 
@@ -96,10 +155,19 @@ interface CallOptions {
   headers?: Record<string, string>;
   /** undefined: the session's token; null: no Authorization header; a string: that token. */
   token?: string | null;
+  /**
+   * For an event stream that does not end by itself (agentd's metrics/watch): read only this
+   * many events, then drop the connection (AbortController). At most STREAM_WAIT_MS.
+   */
+  events?: number;
 }
 
 /** (method, template) pairs called with the session's token during the run. */
 const exercised = new Set<string>();
+/** agentd (method, template) pairs that answered a call through r/ with the session's token. */
+const agentdExercised = new Set<string>();
+
+const STREAM_WAIT_MS = 10_000;
 
 async function readAnswer(res: Response): Promise<Answer> {
   const text = await res.text();
@@ -112,6 +180,31 @@ async function readAnswer(res: Response): Promise<Answer> {
     }
   }
   return { status: res.status, headers: res.headers, text, json };
+}
+
+/** The first `count` events of an event stream, then the connection is dropped. */
+async function readFirstEvents(res: Response, count: number, abort: AbortController): Promise<Answer> {
+  if (!(res.headers.get("content-type") ?? "").startsWith("text/event-stream") || !res.body) return readAnswer(res);
+  const reader = res.body.getReader();
+  const decoder = new TextDecoder();
+  let text = "";
+  const complete = (): string => text.slice(0, text.lastIndexOf("\n\n") + 2);
+  const eventsIn = (t: string): number => t.split("\n\n").filter((b) => b.split("\n").some((l) => l.startsWith("data:"))).length;
+  const timer = setTimeout(() => abort.abort(), STREAM_WAIT_MS);
+  try {
+    while (eventsIn(complete()) < count) {
+      const { done, value } = await reader.read();
+      if (done) break;
+      text += decoder.decode(value, { stream: true });
+    }
+  } catch {
+    // Aborted after STREAM_WAIT_MS: what came so far is the answer.
+  } finally {
+    clearTimeout(timer);
+    abort.abort();
+    await reader.cancel().catch(() => undefined);
+  }
+  return { status: res.status, headers: res.headers, text: complete(), json: undefined };
 }
 
 class RawService {
@@ -159,8 +252,17 @@ class RawService {
       headers["content-type"] = "application/json";
       body = typeof opts.body === "string" ? opts.body : JSON.stringify(opts.body);
     }
-    const ans = await fetch(url, { method, headers, body }).then(readAnswer);
-    if (opts.token === undefined) exercised.add(key);
+    const abort = opts.events === undefined ? undefined : new AbortController();
+    const res = await fetch(url, { method, headers, body, signal: abort?.signal });
+    const ans = abort ? await readFirstEvents(res, opts.events ?? 1, abort) : await readAnswer(res);
+    if (opts.token === undefined) {
+      exercised.add(key);
+      // agentd answered unless the compute API did itself (its dialect has `error_code`: an
+      // unknown or gone VM).
+      const byCompute = typeof (ans.json as { error_code?: unknown } | undefined)?.error_code === "string";
+      const op = template === FORWARD && !byCompute ? agentdOperation(method, opts.params?.["path"] ?? "") : undefined;
+      if (op) agentdExercised.add(op);
+    }
     return ans;
   }
 }
@@ -186,19 +288,25 @@ function expectNoContent(ans: Answer, what: string): void {
   expect(ans.text, `${what}: 204 body`).toBe("");
 }
 
-type Dialect = "compute" | "registry";
+type Dialect = "compute" | "registry" | "agentd";
 
-/** An error answer in its dialect; the compute dialect's `code` is the HTTP status. */
+/**
+ * An error answer in its dialect; the compute dialect's `code` is the HTTP status. agentd's
+ * (D models.ErrorResponse {code, message}, neither required) is a JSON body; its `code`, when
+ * there, is read as the HTTP status too.
+ */
 function expectError(ans: Answer, status: number, dialect: Dialect, what: string, mentions?: RegExp): void {
   expect(ans.status, `${what}: ${show(ans)}`).toBe(status);
-  const schema = dialect === "compute" ? S.ComputeError : S.RegistryError;
+  const schema = dialect === "compute" ? S.ComputeError : dialect === "registry" ? S.RegistryError : S.AgentdError;
+  expect(ans.json, `${what}: a JSON ${dialect} error body: ${show(ans)}`).not.toBeUndefined();
   expect(S.violations(schema, ans.json), `${what}: ${dialect} error body: ${show(ans)}`).toEqual([]);
   const body = ans.json as { code?: number; message: string };
   if (dialect === "compute") expect(body.code, `${what}: code equals the HTTP status`).toBe(status);
+  if (dialect === "agentd" && body.code !== undefined) expect(body.code, `${what}: code equals the HTTP status`).toBe(status);
   if (mentions) expect(body.message, `${what}: the message names the field`).toMatch(mentions);
 }
 
-const dialectOf = (template: string): Dialect => (template.startsWith("/registry/") ? "registry" : "compute");
+const dialectOf = (template: string): "compute" | "registry" => (template.startsWith("/registry/") ? "registry" : "compute");
 
 /** A server-sent event stream (S: "answers a server-sent event stream (`event`, `data` strings)"). */
 function expectEventStream(ans: Answer, what: string): { event: string; data: string }[] {
@@ -298,6 +406,17 @@ describe("contract: the schemas reject what the facts rule out", () => {
     expect(S.violations(S.EndedCommandStatus, { id: "c", started_at: ts, finished_at: ts }), "omitempty: running false and exit_code 0 left out").toEqual([]);
   });
 
+  it("accepts agentd's other models with properties left out (D requires none)", () => {
+    expect(S.violations(S.RunningCommandStatus, { id: "c", running: true, started_at: ts })).toEqual([]);
+    expect(S.violations(S.RunningCommandStatus, { running: true })).toEqual([]);
+    expect(S.violations(S.SkillInfo, { name: "s", loaded: true, path: "/workspace/skills/s" })).toEqual([]);
+    expect(S.violations(S.SkillInfo, { name: "s" }), "omitempty: loaded false left out").toEqual([]);
+    expect(S.violations(S.SkillInfoList, [])).toEqual([]);
+    expect(S.violations(S.CodeContextList, [{ id: "x", language: "python" }])).toEqual([]);
+    expect(S.violations(S.FileInfoList, [{ path: "/workspace/a", size: 3 }, { path: "/workspace/d", is_dir: true }])).toEqual([]);
+    expect(S.violations(S.AgentProcessList, [{ id: "p", anything: [1] }]), "published as objects with additionalProperties: true").toEqual([]);
+  });
+
   it.each([
     ["a Deployment echoing env", S.Deployment, { ...deployment, env: { K: "v" } }],
     ["a Deployment with agent_id", S.Deployment, { ...deployment, agent_id: "a1" }],
@@ -322,6 +441,17 @@ describe("contract: the schemas reject what the facts rule out", () => {
     ["a command status with a fractional exit_code", S.EndedCommandStatus, { id: "c", exit_code: 1.5 }],
     ["a command status keyed exitCode instead of exit_code", S.EndedCommandStatus, { id: "c", running: false, exitCode: 4 }],
     ["metrics with a string figure", S.MetricsSnapshot, { cpu_percent: "3" }],
+    ["a running command status that says it is not running", S.RunningCommandStatus, { id: "c", running: false }],
+    ["a running command status without running (reads as ended)", S.RunningCommandStatus, { id: "c", started_at: ts }],
+    ["a running command status with a string exit_code", S.RunningCommandStatus, { id: "c", running: true, exit_code: "0" }],
+    ["a skill info with a string loaded", S.SkillInfo, { name: "s", loaded: "true" }],
+    ["a skill info with a field SkillInfo lacks", S.SkillInfo, { name: "s", loaded: true, content_hash: "h" }],
+    ["a skill list that is a map by name", S.SkillInfoList, { s: { name: "s" } }],
+    ["a code context list holding a context with a numeric id", S.CodeContextList, [{ id: 1 }]],
+    ["a code context list wrapped in an object", S.CodeContextList, { contexts: [] }],
+    ["a file list holding a file info with a string size", S.FileInfoList, [{ path: "/workspace/a", size: "3" }]],
+    ["a file list holding a file info keyed name instead of path", S.FileInfoList, [{ name: "a", size: 3 }]],
+    ["an agent-process list holding a string", S.AgentProcessList, ["p"]],
   ] as const)("rejects %s", (_what, schema, body) => {
     expect(S.violations(schema, JSON.parse(JSON.stringify(body)))).not.toEqual([]);
   });
@@ -920,8 +1050,7 @@ describe("contract: agent VMs", () => {
     expect(noInfo.status, show(noInfo)).toBe(404);
     expect(S.violations(S.AgentdError, noInfo.json), `agentd error body: ${show(noInfo)}`).toEqual([]);
     // D: DELETE v1/directories ["<path>"] -> 204; what was in it is gone.
-    const removed = await r("DELETE", "v1/directories", { body: ["/workspace/contract"] });
-    expect(removed.status, show(removed)).toBe(204);
+    expectNoContent(await r("DELETE", "v1/directories", { body: ["/workspace/contract"] }), "r/v1/directories (DELETE)");
     const missing = await r("GET", "v1/files/download", { query: { path: "/workspace/contract/in.txt" } });
     expect(missing.status, show(missing)).toBe(404);
     expect(S.violations(S.AgentdError, missing.json), `agentd error body: ${show(missing)}`).toEqual([]);
@@ -931,12 +1060,270 @@ describe("contract: agent VMs", () => {
     const started = expectEventStream(await r("POST", "v1/commands/run", { body: { command: "sleep 30", background: true } }), "r/v1/commands/run");
     const id = (JSON.parse(started[0]?.data ?? "{}") as { id?: string }).id ?? "";
     expect(id, "the background stream's first event names the command's id (project decision 28, not contract)").not.toBe("");
-    expect((await r("DELETE", `v1/commands/${id}`)).status).toBe(204);
+    expectNoContent(await r("DELETE", `v1/commands/${id}`), "r/v1/commands/{id} (DELETE) of a running command");
     // D: DELETE v1/code/execute/{id} (interrupt; nothing running) -> 204; DELETE v1/code/contexts/{id} -> 204, then 404.
     const ctx = expectBody(await r("POST", "v1/code/contexts", { body: { language: "python", session_id: "contract-files" } }), 201, S.CodeContext, "r/v1/code/contexts");
-    expect((await r("DELETE", `v1/code/execute/${ctx.id ?? ""}`)).status).toBe(204);
-    expect((await r("DELETE", `v1/code/contexts/${ctx.id ?? ""}`)).status).toBe(204);
-    expect((await r("DELETE", `v1/code/contexts/${ctx.id ?? ""}`)).status).toBe(404);
+    expectNoContent(await r("DELETE", `v1/code/execute/${ctx.id ?? ""}`), "r/v1/code/execute/{id} (DELETE)");
+    expectNoContent(await r("DELETE", `v1/code/contexts/${ctx.id ?? ""}`), "r/v1/code/contexts/{id} (DELETE)");
+    expectError(await r("DELETE", `v1/code/contexts/${ctx.id ?? ""}`), 404, "agentd", "r/v1/code/contexts/{id} (DELETE) again");
+  });
+});
+
+// ---------------------------------------------------------------------------------------------
+// agentd (D: agentd-api.json), every published operation, through the forwarding route with the
+// session's token. The r/ tests of "agent VMs" above hold the calls a SandboxRun makes; these
+// hold the rest, and the published 400s and 404s that a client can reach.
+type AgentdCall = (method: "GET" | "POST" | "DELETE", path: string, opts?: Omit<CallOptions, "params">) => Promise<Answer>;
+const agentdOf =
+  (vmId: string): AgentdCall =>
+  (method, path, opts = {}) =>
+    api.call(method, FORWARD, { params: { id: vmId, path }, ...opts });
+
+/** A file's bytes through r/v1/files/upload (D: multipart path + file -> 201, a map of strings). */
+async function upload(r: AgentdCall, path: string, content: string): Promise<void> {
+  const form = new FormData();
+  form.set("path", path);
+  form.set("file", new Blob([content]), path.split("/").pop() ?? "file");
+  expectBody(await r("POST", "v1/files/upload", { form }), 201, S.StringMap, `r/v1/files/upload ${path}`);
+}
+
+/** The command's id from a v1/commands/run stream: PROJECT DECISION, NOT CONTRACT (decision 28). */
+function commandIdOf(events: { event: string; data: string }[]): string {
+  for (const e of events) {
+    try {
+      const d = JSON.parse(e.data) as { id?: unknown };
+      if (typeof d.id === "string" && d.id !== "") return d.id;
+    } catch {
+      // not JSON: output
+    }
+  }
+  return "";
+}
+
+describe("contract: agentd, every published operation through /compute/v1/vms/{id}/r/{path}", () => {
+  it("v1/agents, v1/agents/{id}: 200 an array of objects, the published 404s; v1/agents/execute 501 (PROJECT DECISION 31)", async () => {
+    const r = agentdOf((await allocate()).vm_id);
+    // D: GET v1/agents -> 200, an array of objects (`additionalProperties: true`).
+    const list = expectBody(await r("GET", "v1/agents"), 200, S.AgentProcessList, "r/v1/agents");
+    // PROJECT DECISION, NOT CONTRACT: agent processes are not emulated (docs/emulator.md decision
+    // 31), so the list is empty, and GET/DELETE v1/agents/{id} can only answer their 404s.
+    expect(list, "no agent process runs (project decision 31, not contract)").toEqual([]);
+    // D: GET v1/agents/{id} -> 200 an object; 404 models.ErrorResponse.
+    expectError(await r("GET", `v1/agents/${UNKNOWN}`), 404, "agentd", "r/v1/agents/{id} unknown");
+    // D: DELETE v1/agents/{id} -> 204; 404 models.ErrorResponse.
+    expectError(await r("DELETE", `v1/agents/${UNKNOWN}`), 404, "agentd", "r/v1/agents/{id} (DELETE) unknown");
+    // D: POST v1/agents/execute (models.ExecuteRequest: an object, no properties published) ->
+    // 200 an event stream; 400. PROJECT DECISION, NOT CONTRACT: 501 in agentd's dialect, since
+    // what to run is not published (docs/emulator.md decision 31); no published status is 501.
+    expectError(await r("POST", "v1/agents/execute", { body: {} }), 501, "agentd", "r/v1/agents/execute (project decision 31, not contract)");
+  });
+
+  it("v1/code/contexts and v1/code/execute: list, get, the 204s of interrupt and delete, the published 400s and 404s", async () => {
+    const r = agentdOf((await allocate()).vm_id);
+    const session = unique("ctx-session");
+    // D: POST v1/code/contexts (models.CreateContextRequest requires language and session_id) -> 201 CodeContext; 400.
+    const ctx = expectBody(await r("POST", "v1/code/contexts", { body: { language: "python", session_id: session } }), 201, S.CodeContext, "r/v1/code/contexts");
+    expect(ctx.id, "a context has an id").toEqual(expect.any(String));
+    const id = ctx.id ?? "";
+    expectError(await r("POST", "v1/code/contexts", { body: { language: "python" } }), 400, "agentd", "create a context without session_id");
+    expectError(await r("POST", "v1/code/contexts", { body: { session_id: session } }), 400, "agentd", "create a context without language");
+
+    // D: GET v1/code/contexts -> 200 CodeContext[].
+    const list = expectBody(await r("GET", "v1/code/contexts"), 200, S.CodeContextList, "r/v1/code/contexts (GET)");
+    expect(list.map((c) => c.id)).toContain(id);
+    // D: GET v1/code/contexts/{id} -> 200 CodeContext; 404.
+    const got = expectBody(await r("GET", `v1/code/contexts/${id}`), 200, S.CodeContext, "r/v1/code/contexts/{id}");
+    expect(got).toMatchObject({ id, session_id: session });
+    expectError(await r("GET", `v1/code/contexts/${UNKNOWN}`), 404, "agentd", "r/v1/code/contexts/{id} unknown");
+
+    // D: POST v1/code/execute (models.ExecuteCodeRequest requires code and context_id) -> 400;
+    // 404 for an unknown context. Those two are published as text/event-stream: PROJECT
+    // DECISION, NOT CONTRACT, agentd's errors are JSON {code, message} everywhere
+    // (docs/emulator.md decision 37), which expectError reads.
+    expectError(await r("POST", "v1/code/execute", { body: { context_id: id } }), 400, "agentd", "execute without code");
+    expectError(await r("POST", "v1/code/execute", { body: { code: "print(1)" } }), 400, "agentd", "execute without context_id");
+    expectError(await r("POST", "v1/code/execute", { body: { code: "print(1)", context_id: UNKNOWN } }), 404, "agentd", "execute in an unknown context");
+
+    // D: DELETE v1/code/execute/{id} (interrupt; here nothing runs) -> 204; 404. The context lives on.
+    expectNoContent(await r("DELETE", `v1/code/execute/${id}`), "r/v1/code/execute/{id} (DELETE)");
+    expectError(await r("DELETE", `v1/code/execute/${UNKNOWN}`), 404, "agentd", "interrupt in an unknown context");
+    expectBody(await r("GET", `v1/code/contexts/${id}`), 200, S.CodeContext, "the context after an interrupt");
+
+    // D: DELETE v1/code/contexts/{id} -> 204; 404. Then it is gone from get and list.
+    expectNoContent(await r("DELETE", `v1/code/contexts/${id}`), "r/v1/code/contexts/{id} (DELETE)");
+    expectError(await r("GET", `v1/code/contexts/${id}`), 404, "agentd", "get a deleted context");
+    expectError(await r("DELETE", `v1/code/contexts/${id}`), 404, "agentd", "delete a deleted context");
+    const after = expectBody(await r("GET", "v1/code/contexts"), 200, S.CodeContextList, "r/v1/code/contexts after delete");
+    expect(after.map((c) => c.id)).not.toContain(id);
+  });
+
+  it("v1/commands: run 400; the status of a running command; kill 204, then ended; the published 404s", async () => {
+    const r = agentdOf((await allocate()).vm_id);
+    // D: POST v1/commands/run (models.RunCommandRequest requires command; timeout_ms an integer)
+    // -> 400, published as text/event-stream: JSON by PROJECT DECISION (decision 37), as above.
+    expectError(await r("POST", "v1/commands/run", { body: {} }), 400, "agentd", "run without command");
+    expectError(await r("POST", "v1/commands/run", { body: { command: "true", timeout_ms: "5" } }), 400, "agentd", "run with a string timeout_ms");
+
+    const started = expectEventStream(await r("POST", "v1/commands/run", { body: { command: "sleep 30", background: true } }), "r/v1/commands/run (background)");
+    const id = commandIdOf(started);
+    expect(id, "the stream names the command's id (project decision 28, not contract)").not.toBe("");
+    // D: GET v1/commands/{id}/status -> 200 models.CommandStatus; of a command that runs: running true.
+    const running = expectBody(await r("GET", `v1/commands/${id}/status`), 200, S.RunningCommandStatus, "r/v1/commands/{id}/status of a running command");
+    expect(running.id ?? id).toBe(id);
+    // PROJECT DECISION, NOT CONTRACT: while running, no exit_code and no finished_at (docs/emulator.md decision 29).
+    expect(running, "no exit_code while running (project decision 29, not contract)").not.toHaveProperty("exit_code");
+    expect(running, "no finished_at while running (project decision 29, not contract)").not.toHaveProperty("finished_at");
+
+    // D: DELETE v1/commands/{id} ("Terminates a running command") -> 204; its status then says it ended.
+    expectNoContent(await r("DELETE", `v1/commands/${id}`), "r/v1/commands/{id} (DELETE) of a running command");
+    let status = await r("GET", `v1/commands/${id}/status`);
+    for (let i = 0; i < 100 && (status.json as { running?: unknown } | undefined)?.running === true; i++) {
+      await new Promise((resolve) => setTimeout(resolve, 20));
+      status = await r("GET", `v1/commands/${id}/status`);
+    }
+    const ended = expectBody(status, 200, S.EndedCommandStatus, "r/v1/commands/{id}/status after the kill");
+    expect(ended.id ?? id).toBe(id);
+
+    expectError(await r("GET", `v1/commands/${UNKNOWN}/status`), 404, "agentd", "status of an unknown command");
+    expectError(await r("DELETE", `v1/commands/${UNKNOWN}`), 404, "agentd", "kill an unknown command");
+  });
+
+  it("v1/files and v1/directories: mkdir 201, search, mv 204, delete 204, and the published 400s", async () => {
+    const r = agentdOf((await allocate()).vm_id);
+    const base = `/workspace/${unique("files")}`;
+    // D: POST v1/directories (an array of paths) -> 201 (no body published); 400. Parents are
+    // named first: whether one path's missing parents are made is not published.
+    const made = await r("POST", "v1/directories", { body: [base, `${base}/a`, `${base}/a/b`, `${base}/c`] });
+    expect(made.status, `r/v1/directories: ${show(made)}`).toBe(201);
+    for (const dir of [`${base}/a`, `${base}/a/b`, `${base}/c`]) {
+      const info = expectBody(await r("GET", "v1/files/info", { query: { path: dir } }), 200, S.FileInfo, `r/v1/files/info ${dir}`);
+      expect(info.is_dir, `${dir} is a directory`).toBe(true);
+    }
+    expectError(await r("POST", "v1/directories", { body: { paths: [`${base}/d`] } }), 400, "agentd", "mkdir with an object for the array");
+
+    // D: POST v1/files/upload requires path and file (multipart): 400 without either.
+    await upload(r, `${base}/a/one.txt`, "one");
+    await upload(r, `${base}/a/other.md`, "other");
+    const noFile = new FormData();
+    noFile.set("path", `${base}/a/none.txt`);
+    expectError(await r("POST", "v1/files/upload", { form: noFile }), 400, "agentd", "upload without file");
+    const noPath = new FormData();
+    noPath.set("file", new Blob(["x"]), "x.txt");
+    expectError(await r("POST", "v1/files/upload", { form: noPath }), 400, "agentd", "upload without path");
+    // D: GET v1/files/download and v1/files/info require path: 400 without it (download's 400
+    // is published as application/octet-stream: JSON by PROJECT DECISION, decision 37).
+    expectError(await r("GET", "v1/files/download"), 400, "agentd", "download without path");
+    expectError(await r("GET", "v1/files/info"), 400, "agentd", "info without path");
+
+    // D: GET v1/files/search?dir=&pattern= (a glob, required) -> 200 FileInfo[]; 400.
+    const found = expectBody(await r("GET", "v1/files/search", { query: { dir: `${base}/a`, pattern: "*.txt" } }), 200, S.FileInfoList, "r/v1/files/search");
+    expect(found.map((f) => f.path ?? ""), "the matching file is found").toEqual([expect.stringMatching(/one\.txt$/)]);
+    expectError(await r("GET", "v1/files/search", { query: { dir: `${base}/a` } }), 400, "agentd", "search without pattern");
+
+    // D: POST v1/files/mv ("Array of {src, dst}", maps of strings) -> 204; 400.
+    expectNoContent(await r("POST", "v1/files/mv", { body: [{ src: `${base}/a/one.txt`, dst: `${base}/a/b/two.txt` }] }), "r/v1/files/mv");
+    const moved = await r("GET", "v1/files/download", { query: { path: `${base}/a/b/two.txt` } });
+    expect(moved.status, show(moved)).toBe(200);
+    expect(moved.text, "the file is at its destination").toBe("one");
+    expectError(await r("GET", "v1/files/info", { query: { path: `${base}/a/one.txt` } }), 404, "agentd", "the moved file's source");
+    expectError(await r("POST", "v1/files/mv", { body: { src: `${base}/a/other.md`, dst: `${base}/c/other.md` } }), 400, "agentd", "mv with an object for the array");
+
+    // D: DELETE v1/files (an array of paths) -> 204; 400.
+    expectNoContent(await r("DELETE", "v1/files", { body: [`${base}/a/b/two.txt`, `${base}/a/other.md`] }), "r/v1/files (DELETE)");
+    for (const path of [`${base}/a/b/two.txt`, `${base}/a/other.md`]) {
+      expectError(await r("GET", "v1/files/info", { query: { path } }), 404, "agentd", `info of the deleted ${path}`);
+    }
+    expectError(await r("DELETE", "v1/files", { body: { paths: [`${base}/c`] } }), 400, "agentd", "delete files with an object for the array");
+
+    // D: DELETE v1/directories (an array of paths; recursive) -> 204; 400.
+    expectNoContent(await r("DELETE", "v1/directories", { body: [base] }), "r/v1/directories (DELETE)");
+    expectError(await r("GET", "v1/files/info", { query: { path: `${base}/a/b` } }), 404, "agentd", "info under the deleted directory");
+    expectError(await r("DELETE", "v1/directories", { body: { paths: [base] } }), 400, "agentd", "delete directories with an object for the array");
+  });
+
+  it("v1/sessions: init 201 (a map of strings) makes the session's directory; 400; delete 204 removes it", async () => {
+    const r = agentdOf((await allocate()).vm_id);
+    const sid = unique("session");
+    // D: POST v1/sessions/init ("Session init request with session_id", a map of strings) -> 201 a map of strings; 400.
+    const init = expectBody(await r("POST", "v1/sessions/init", { body: { session_id: sid } }), 201, S.StringMap, "r/v1/sessions/init");
+    // PROJECT DECISION, NOT CONTRACT: the answer's keys are not published (a map of strings);
+    // the emulator's are {session_id, path} with path /workspace/sessions/<id> (docs/emulator.md,
+    // the agentd table and decision 33).
+    expect(init, "the answer's keys (project decision, not contract)").toEqual({ session_id: sid, path: `/workspace/sessions/${sid}` });
+    const dir = init["path"] ?? "";
+    // D: "Creates the workspace directory for a session".
+    const info = expectBody(await r("GET", "v1/files/info", { query: { path: dir } }), 200, S.FileInfo, "the session's directory");
+    expect(info.is_dir).toBe(true);
+    expectError(await r("POST", "v1/sessions/init", { body: { session_id: 5 } }), 400, "agentd", "init with a numeric session_id");
+    expectError(await r("POST", "v1/sessions/init", { body: {} }), 400, "agentd", "init without session_id");
+    // D: DELETE v1/sessions/{id} -> 204 ("Removes the workspace directory for a session"); 500 only when that fails.
+    expectNoContent(await r("DELETE", `v1/sessions/${sid}`), "r/v1/sessions/{id} (DELETE)");
+    expectError(await r("GET", "v1/files/info", { query: { path: dir } }), 404, "agentd", "the session's directory after delete");
+  });
+
+  it("v1/skills: the VM's skills (allocated with a compute skill), get, load, the published 400 and 404", async () => {
+    const skill = await newSkill();
+    const later = await newSkill();
+    const r = agentdOf((await allocate({ skills: [skill.name] })).vm_id);
+    // D: GET v1/skills -> 200 SkillInfo[]: the skill named at allocation is loaded.
+    const list = expectBody(await r("GET", "v1/skills"), 200, S.SkillInfoList, "r/v1/skills");
+    const entry = list.find((s) => s.name === skill.name);
+    expect(entry, `the allocated skill is listed: ${JSON.stringify(list)}`).toBeDefined();
+    expect(entry?.loaded ?? true, "not listed as unloaded").toBe(true);
+    // PROJECT DECISION, NOT CONTRACT: SkillInfo.path is the skill's directory (docs/emulator.md, agentd table).
+    expect(entry?.path, "path (project decision, not contract)").toBe(`/workspace/skills/${skill.name}`);
+    // S: a skill's resources are written under /workspace/skills/<name>/ on the VM.
+    expectBody(
+      await r("GET", "v1/files/info", { query: { path: `/workspace/skills/${skill.name}/requirements.txt` } }),
+      200,
+      S.FileInfo,
+      "the skill's resource in the VM",
+    );
+
+    // D: GET v1/skills/{name} -> 200 SkillInfo; 404 (not loaded).
+    const got = expectBody(await r("GET", `v1/skills/${skill.name}`), 200, S.SkillInfo, "r/v1/skills/{name}");
+    expect(got.name).toBe(skill.name);
+    expectError(await r("GET", `v1/skills/${unique("missing")}`), 404, "agentd", "r/v1/skills/{name} unknown");
+    expectError(await r("GET", `v1/skills/${later.name}`), 404, "agentd", "r/v1/skills/{name} of a skill not loaded in this VM");
+
+    // D: POST v1/skills/load (models.LoadSkillsRequest requires skills) -> 200 SkillInfo[]; 400.
+    const loaded = expectBody(await r("POST", "v1/skills/load", { body: { skills: [later.name] } }), 200, S.SkillInfoList, "r/v1/skills/load");
+    expect(loaded.map((s) => s.name)).toContain(later.name);
+    expect(expectBody(await r("GET", `v1/skills/${later.name}`), 200, S.SkillInfo, "r/v1/skills/{name} after load").name).toBe(later.name);
+    const both = expectBody(await r("GET", "v1/skills"), 200, S.SkillInfoList, "r/v1/skills after load");
+    expect(both.map((s) => s.name)).toEqual(expect.arrayContaining([skill.name, later.name]));
+    expectError(await r("POST", "v1/skills/load", { body: {} }), 400, "agentd", "load without skills");
+    expectError(await r("POST", "v1/skills/load", { body: { skills: later.name } }), 400, "agentd", "load with a string for skills");
+  });
+
+  it("v1/metrics/watch: an event stream of metrics snapshots (its first event read, then the client goes)", async () => {
+    const r = agentdOf((await allocate()).vm_id);
+    const events = expectEventStream(await r("GET", "v1/metrics/watch", { events: 1 }), "r/v1/metrics/watch");
+    // D: "Streams metrics snapshots every 2 seconds via SSE": an event's data is a snapshot,
+    // read as models.MetricsSnapshot in JSON. Its event name is not published (decision 28).
+    const data = events[0]?.data ?? "";
+    const snapshot = ((): unknown => {
+      try {
+        return JSON.parse(data);
+      } catch {
+        return undefined;
+      }
+    })();
+    expect(snapshot, `the event's data is JSON: ${JSON.stringify(data)}`).not.toBeUndefined();
+    expect(S.violations(S.MetricsSnapshot, snapshot), `a snapshot: ${data}`).toEqual([]);
+  });
+
+  it("v1/workspace/reset: 204; the sessions' data is gone", async () => {
+    const r = agentdOf((await allocate()).vm_id);
+    const sid = unique("reset");
+    const init = expectBody(await r("POST", "v1/sessions/init", { body: { session_id: sid } }), 201, S.StringMap, "r/v1/sessions/init");
+    // The session's directory: the init answer's `path` (PROJECT DECISION, NOT CONTRACT, as above).
+    const dir = init["path"] ?? `/workspace/sessions/${sid}`;
+    await upload(r, `${dir}/data.txt`, "session data");
+    // D: POST v1/workspace/reset ("Wipes all session data for pool recycling") -> 204; 500 only when that fails.
+    expectNoContent(await r("POST", "v1/workspace/reset"), "r/v1/workspace/reset");
+    expectError(await r("GET", "v1/files/info", { query: { path: `${dir}/data.txt` } }), 404, "agentd", "a session's file after reset");
+    expectError(await r("GET", "v1/files/info", { query: { path: dir } }), 404, "agentd", "a session's directory after reset");
   });
 });
 
@@ -1102,14 +1489,15 @@ describe("contract: pool", () => {
 
 // ---------------------------------------------------------------------------------------------
 describe("contract: coverage", () => {
-  function published(): Set<string> {
+  function published(table: "service" | "agentd" = "service", key: (method: string, path: string) => string = shapeOf): Set<string> {
     const out = new Set<string>();
-    for (const file of PUBLISHED_FILES) {
+    for (const [file, of] of Object.entries(PUBLISHED_FILES)) {
+      if (of !== table) continue;
       const doc = JSON.parse(readFileSync(join(PUBLISHED_DIR, file), "utf8")) as { paths: Record<string, Record<string, unknown>> };
       for (const [path, item] of Object.entries(doc.paths)) {
         if (path.startsWith("/internal/")) continue;
         for (const method of Object.keys(item)) {
-          if (["get", "put", "post", "delete", "patch", "head", "options", "trace"].includes(method)) out.add(shapeOf(method, path));
+          if (["get", "put", "post", "delete", "patch", "head", "options", "trace"].includes(method)) out.add(key(method, path));
         }
       }
     }
@@ -1128,9 +1516,24 @@ describe("contract: coverage", () => {
     expect(extra, "table entries not in the published descriptions").toEqual([]);
   });
 
-  // Runs last in this file: every table entry was called, with a token, by a test above.
+  // agentd's table is written exactly as published (parameter names too): compared as is.
+  it.skipIf(!HAVE_PUBLISHED)(`every published agentd method+path is in the agentd table${SKIP_REASON}`, () => {
+    const missing = [...published("agentd", keyOf)].filter((k) => !AGENTD_TABLE.has(k));
+    expect(missing, "published agentd operations missing from the agentd table").toEqual([]);
+  });
+
+  it.skipIf(!HAVE_PUBLISHED)(`every agentd table entry is a published method+path${SKIP_REASON}`, () => {
+    const pub = published("agentd", keyOf);
+    const extra = [...AGENTD_TABLE].filter((k) => !pub.has(k));
+    expect(extra, "agentd table entries not in agentd-api.json").toEqual([]);
+  });
+
+  // Runs last in this file: every table entry was called, with a token, by a test above; every
+  // agentd entry answered a call through r/ with the session's token.
   it("every table entry was exercised by an authenticated request", () => {
     const missed = [...TABLE].filter((k) => !exercised.has(k));
     expect(missed).toEqual([]);
+    const missedAgentd = [...AGENTD_TABLE].filter((k) => !agentdExercised.has(k)).map((k) => `agentd ${k}`);
+    expect(missedAgentd, "agentd operations no call through r/ reached").toEqual([]);
   });
 });

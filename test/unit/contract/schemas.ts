@@ -16,7 +16,10 @@
 //   dialect), the VM endpoint answer (a map of strings).
 // - shared/reference/service-openapi/agentd-api.json ("D"): the VM runtime reached through
 //   /compute/v1/vms/{id}/r/<path>: models.ErrorResponse (agentd's {code, message}),
-//   models.CodeContext, models.CommandStatus, models.FileInfo, models.MetricsSnapshot.
+//   models.CodeContext, models.CommandStatus, models.FileInfo, models.MetricsSnapshot,
+//   models.SkillInfo, and the answers published without a model: the agent-process list
+//   and record (objects with `additionalProperties: true`), the upload and session-init
+//   answers (maps of strings), the lists of CodeContext, FileInfo and SkillInfo.
 //
 // Rules applied:
 // - Types are the published ones; metadata values are strings (C/R `additionalProperties:
@@ -347,6 +350,23 @@ export const EndedCommandStatus = Type.Object({
 }, { additionalProperties: false });
 
 /**
+ * D models.CommandStatus of a command that is still running. As above every field is optional
+ * but typed, except `running`: it must be there and true, since a Go server's `omitempty` drops
+ * only `running: false`, and a status without it reads as an ended command (S: the status is
+ * what tells a resumed run whether its command still runs).
+ */
+export const RunningCommandStatus = Type.Object({
+  id: Type.Optional(Type.String()),
+  running: Type.Literal(true),
+  exit_code: Type.Optional(Type.Integer()),
+  started_at: Type.Optional(Type.String()),
+  finished_at: Type.Optional(Type.String()),
+}, { additionalProperties: false });
+
+/** D GET v1/code/contexts: an array of models.CodeContext. */
+export const CodeContextList = Type.Array(CodeContext);
+
+/**
  * D models.FileInfo {path, size, is_dir, mode, mod_time, owner, group}: nothing published as
  * required (omitempty leaves out `size: 0` and `is_dir: false`), each typed.
  */
@@ -359,6 +379,26 @@ export const FileInfo = Type.Object({
   owner: Type.Optional(Type.String()),
   group: Type.Optional(Type.String()),
 }, { additionalProperties: false });
+
+/** D GET v1/files/search: an array of models.FileInfo. */
+export const FileInfoList = Type.Array(FileInfo);
+
+/** D models.SkillInfo {name, loaded, path}: nothing published as required, each typed. */
+export const SkillInfo = Type.Object({
+  name: Type.Optional(Type.String()),
+  loaded: Type.Optional(Type.Boolean()),
+  path: Type.Optional(Type.String()),
+}, { additionalProperties: false });
+
+/** D GET v1/skills and POST v1/skills/load: an array of models.SkillInfo. */
+export const SkillInfoList = Type.Array(SkillInfo);
+
+/**
+ * D GET v1/agents/{id}: an object with `additionalProperties: true` (no model is published);
+ * GET v1/agents: an array of them.
+ */
+export const AgentProcess = FreeObject;
+export const AgentProcessList = Type.Array(AgentProcess);
 
 /** D models.MetricsSnapshot. */
 export const MetricsSnapshot = Type.Object({
