@@ -146,6 +146,12 @@ export class SandboxRunReconciler implements Reconciler {
   private readonly finalized = new Set<string>();
   /** What the running steps' heartbeats said, for those followed by their files (no command id). */
   readonly heartbeats = new Heartbeats();
+  /**
+   * Per run (uid): every Secret value this process has masked its output with, kept until the
+   * run ends or leaves. A Secret rotated while a step runs: the step's env holds the old value,
+   * which the step may print, and the cache only the new.
+   */
+  private readonly maskedValues = new Map<string, Set<string>>();
   private readonly vmOf: (handle: ServiceHandle, vmId: string, opts?: { gated?: boolean }) => RunVM;
 
   constructor(private readonly o: SandboxRunReconcilerOptions) {
@@ -218,6 +224,7 @@ export class SandboxRunReconciler implements Reconciler {
     const steps = this.stepsToStop(run);
     this.startedHere.delete(uid);
     this.heartbeats.forget(uid);
+    this.maskedValues.delete(uid);
     if (this.finalized.delete(uid) || run.spec.sandboxTemplate !== undefined) return;
     // Holding the finalizer and not being deleted: it moved to another replica's share.
     if ((run.metadata.finalizers ?? []).includes(FINALIZER) && run.metadata.deletionTimestamp === undefined) return;
@@ -372,10 +379,12 @@ export class SandboxRunReconciler implements Reconciler {
 
   /**
    * What the steps' output and the run's messages are masked with: every value of the Secrets
-   * the run reads (maskingSecretNames) that can be read now. `gone`: a Secret of the run's own
-   * that cannot be read any more (deleted since a step started): the values it held are not
-   * known, so output cannot be kept. One of the VM's that is gone (deleted since the VM was
-   * allocated) has nothing to mask with, as before.
+   * the run reads (maskingSecretNames) that can be read now, and every one read for the run
+   * before (since this process has followed it: a step started before a Secret was rotated
+   * holds its old value). `gone`: a Secret of the run's own that cannot be read any more
+   * (deleted since a step started): the values it held are not known, so output cannot be
+   * kept. One of the VM's that is gone (deleted since the VM was allocated) has nothing to mask
+   * with, as before.
    */
   maskingSecrets(run: SandboxRun): { values: string[]; gone: string | undefined } {
     const sandbox = run.spec.sandboxRef && this.o.sandboxes.get(run.metadata.namespace, run.spec.sandboxRef.name);
@@ -389,7 +398,10 @@ export class SandboxRunReconciler implements Reconciler {
         return [];
       }
     });
-    return { values, gone };
+    let seen = this.maskedValues.get(run.metadata.uid);
+    if (seen === undefined) this.maskedValues.set(run.metadata.uid, (seen = new Set()));
+    for (const v of values) seen.add(v);
+    return { values: [...seen], gone };
   }
 
   get clock(): Date {
@@ -574,6 +586,7 @@ export class SandboxRunReconciler implements Reconciler {
     this.lostVMs.delete(written.metadata.uid);
     this.startedHere.delete(written.metadata.uid);
     this.heartbeats.forget(written.metadata.uid);
+    this.maskedValues.delete(written.metadata.uid);
     const run = this.latest(this.o.status.fresh(written)); // with the status this pass wrote, if it did
     // Its own VM not given back for want of a client (its Connection or the Connection's Secret
     // gone): the finalizer stays, the give-back is tried again (the Connection's coming back
@@ -788,6 +801,7 @@ class Pass {
     const vm = this.vm(vmId);
     // What the step needs first (a missing Secret is waited for without a call to the VM).
     const { envs } = this.r.inputs(run, { files: false });
+    this.r.maskingSecrets(run); // the values it starts with are masked in its output, even if rotated meanwhile
     // The files go up before the first step, and only if it has not started yet: a start whose
     // answer was lost (a crash, a status write that failed) may have begun it, and it may have
     // changed them since. Its marker is the first thing the step makes, before any of its work.

@@ -855,6 +855,29 @@ stringData: {TOKEN: ${SECRET_VALUE}}
     expect(JSON.stringify((await configMap(r.status?.outputConfigMap as string)).data)).not.toContain(SECRET_VALUE);
   }, 90_000);
 
+  it("masks a Secret's old value in a step started before the Secret was rotated (its env holds the old one)", async () => {
+    const workspace = t.stack.emulator.runtimes.get(await readySandbox("files-box"))!.workspace;
+    const old = `${SECRET_VALUE}-before-rotation`;
+    await apply(`
+apiVersion: v1
+kind: Secret
+metadata: {name: rotated}
+stringData: {TOKEN: ${old}}
+---${runInManifest("files-box", "secret-rotated", `
+  envFrom: [{secretRef: {name: rotated}}]
+  steps:
+    - {name: print, command: 'while [ ! -e go-secret-rotated ]; do sleep 0.1; done; echo "token=$TOKEN"'}`)}`, t.namespace);
+    await firstStepStarted("secret-rotated");
+    await kubectlOk(["patch", "secret", "rotated", "--type=merge", "-p", JSON.stringify({ stringData: { TOKEN: "the-rotated-value" } })], { namespace: t.namespace });
+    // The operator's cache has the new value by the time the step ends (its watch is well under a second behind).
+    await new Promise((resolve) => setTimeout(resolve, 1_500));
+    writeFileSync(join(workspace, "go-secret-rotated"), "");
+    const r = await finished("secret-rotated");
+    expect(steps(r)[0]).toMatchObject({ exitCode: 0, output: "token=***\n" });
+    expect(JSON.stringify(r)).not.toContain(old);
+    expect(JSON.stringify((await configMap(r.status?.outputConfigMap as string)).data)).not.toContain(old);
+  }, 90_000);
+
   it("ends all the same when its output ConfigMap cannot be written (both of its names another's), saying so, with each step's tail in status", async () => {
     await readySandbox("files-box");
     await apply(runInManifest("files-box", "output-blocked", `

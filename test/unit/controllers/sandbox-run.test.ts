@@ -99,6 +99,17 @@ describe("SandboxRun: masking when an input cannot be read", () => {
     expect(reconciler(sandboxes, { ms: 0 }, secrets).maskingSecrets(run)).toEqual({ values: ["vm-key-value"], gone: undefined });
   });
 
+  it("masks with a Secret's old value after it is rotated while the run runs (its step's env holds the old one)", () => {
+    const secrets = new FakeInformer<SecretObject>();
+    const rotate = (value: string) => secrets.set({ metadata: { name: "run-env", namespace: NS }, data: { TOKEN: Buffer.from(value).toString("base64") } } as SecretObject);
+    rotate("old-token-value");
+    const r = reconciler(new FakeInformer<Sandbox>(), { ms: 0 }, secrets);
+    const withEnv = { ...run, spec: { ...run.spec, envFrom: [{ secretRef: { name: "run-env" } }] } } as unknown as SandboxRun;
+    expect(r.maskingSecrets(withEnv).values).toEqual(["old-token-value"]);
+    rotate("new-token-value");
+    expect(r.maskingSecrets(withEnv).values.sort()).toEqual(["new-token-value", "old-token-value"]);
+  });
+
   it("starts a step after the first without its files' ConfigMap (deleted since the first started): only the first uploads them", () => {
     const withFiles = {
       ...run,
