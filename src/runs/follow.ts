@@ -81,19 +81,28 @@ export class StepFollower {
     return { text };
   }
 
-  /** The new bytes of `ends` (the file's last bytes, as large as asked or the file), masked. */
+  /**
+   * The new bytes of `ends` (the file's last bytes, as many as were asked for, or the whole
+   * file), masked. Where they do not reach back to what was read before (more came than a look
+   * prints, or the file grew while it was read), the bytes between are skipped, and at least
+   * the longest value's length of what was read goes before what is printed, so that a value
+   * across the cut is masked whole.
+   */
   private take(ends: FileEnds, ended: boolean): string {
-    const fresh = ends.size - this.offset; // the file may have grown since its size was asked
-    this.offset = Math.max(this.offset, ends.size);
-    if (fresh <= 0) return ended ? this.output.push(Buffer.alloc(0), { ended }) : "";
-    const look = this.limits.lookBytes;
-    if (fresh <= ends.tail.length && fresh <= look) return this.output.push(ends.tail.subarray(ends.tail.length - fresh), { ended });
-    // More than one look prints: the last `look` bytes, after a line saying how much is left
-    // out; the bytes read before them only so that a value across the cut is masked whole.
-    const shown = Math.min(look, ends.tail.length);
-    const skipped = fresh - shown + this.output.held;
+    const { size } = ends;
+    const tail = ends.tail;
+    const tailStart = size - tail.length;
+    if (size <= this.offset) return ended ? this.output.push(Buffer.alloc(0), { ended }) : "";
+    if (tailStart <= this.offset) {
+      const fresh = tail.subarray(this.offset - tailStart);
+      this.offset = size;
+      return this.output.push(fresh, { ended });
+    }
+    const from = Math.min(tail.length, Math.max(this.output.longest, tail.length - this.limits.lookBytes));
+    const skipped = tailStart + from - this.offset + this.output.held;
+    this.offset = size;
     this.printed = undefined;
-    return `\n[... ${skipped} bytes of output skipped here ...]\n` + this.output.push(ends.tail, { ended, from: ends.tail.length - shown });
+    return `\n[... ${skipped} bytes of output skipped here ...]\n` + this.output.push(tail, { ended, from });
   }
 
   private remember(text: string): void {

@@ -70,6 +70,32 @@ describe("a step's output followed as it is written", () => {
     expect(s.follower.printed).toBeUndefined(); // the kept output can no longer be matched with it
   });
 
+  it("masks a value across the cut when the file grew while it was read (more came than asked for)", async () => {
+    const s = step();
+    let grow = "";
+    // Its download comes after `grow` more bytes were written (a step writing fast).
+    const racing = new StepFollower(
+      {
+        fileSize: (path) => vm.fileSize(path),
+        downloadFileEnds: (path, head, tail) => {
+          s.write(grow);
+          return vm.downloadFileEnds(path, head, tail);
+        },
+      },
+      stepPath("run-uid", 1, steps - 1),
+      [SECRET],
+    );
+    s.write("start\n");
+    expect((await racing.look()).text).toBe("start\n");
+    s.write(`aaaaa${SECRET}`); // the value is bytes 11..34
+    grow = "b".repeat(40);
+    // It asked for the 28 new bytes and 23 before them; the file grew by 40 meanwhile, so what
+    // came back starts inside the value: that part is read only as a lead-in, never printed.
+    const { text } = await racing.look();
+    expect(text).toBe(`\n[... 40 bytes of output skipped here ...]\n${"b".repeat(28)}`);
+    for (let i = 0; i + 4 <= SECRET.length; i++) expect(text).not.toContain(SECRET.slice(i, i + 4));
+  });
+
   it("does not download a file over the limit, and says so", async () => {
     const s = step({ lookBytes: 40, maxFollowedBytes: 1_000 });
     s.write("x".repeat(2_000));
