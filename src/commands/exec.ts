@@ -127,6 +127,11 @@ export function processExitCode(code: number): number {
   return low === 0 ? 1 : low;
 }
 
+/** How the command ended cannot be told (exit 1), for a reason the message says. */
+class ExecError extends Error {
+  override readonly name = "ExecError";
+}
+
 export async function main(argv: string[], prog = "agent-operator exec"): Promise<number> {
   exitOnClosedOutput();
   let flags: ExecFlags | "help";
@@ -238,7 +243,7 @@ async function runStreaming(target: VMAccess, command: string, options: CommandO
       // No id to ask about (the published stream format names none): the end without an exit
       // code is all there is, and it means 0 (a Go server's omitempty); no end, nothing known.
       if (ended) return 0;
-      throw new VMAccessError("the VM's answer ended without the command's id or its end: how the command ended is unknown");
+      throw new ExecError("the VM's answer ended without the command's id or its end: how the command ended is unknown");
     }
     // The stream broke off: the command may still run. (An end without an exit code, as a Go
     // server's omitempty sends for 0, is asked about the same way: its status says.)
@@ -262,7 +267,7 @@ async function runStreaming(target: VMAccess, command: string, options: CommandO
         continue;
       }
       if (!st.running) {
-        if (st.exitCode === undefined) throw new VMAccessError(`command ${id} ended without an exit code`);
+        if (st.exitCode === undefined) throw new ExecError(`command ${id} ended without an exit code`);
         return processExitCode(st.exitCode);
       }
       await new Promise((r) => setTimeout(r, STATUS_POLL_MS));

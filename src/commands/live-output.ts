@@ -4,14 +4,15 @@
 // needs to read those Secrets and the Connection's; where it may not, nothing is printed live
 // (never unmasked output) and each step's output comes from the cluster once it has ended.
 //
-// The Secrets are read again at each step's first look, and every value seen is masked: a step
-// started after an edit prints the new value, and one started before it the old.
+// The Secrets are read when the run is first seen and again at each step's first look, and
+// every value seen is masked: a step started after an edit prints the new value, and one
+// started before it the old.
 import type { Sandbox, SandboxRun } from "../api/index.js";
 import { GROUP, VERSION, kindNames } from "../api/names.js";
 import { errorMessage } from "../lib/errors.js";
 import type { SecretObject } from "../managed/connection-secret.js";
 import { StepFollower } from "../runs/follow.js";
-import { maskingSecretNames } from "../runs/output.js";
+import { afterCut, maskingSecretNames } from "../runs/output.js";
 import { stepPath } from "../runs/script.js";
 import { resourcePath, secretsPath } from "../runtime/kube-client.js";
 import { VMAccessError, connectVM, readObject, type Reader, type VMAccess } from "./vm-access.js";
@@ -29,9 +30,6 @@ interface Followed {
   follower: StepFollower;
 }
 
-/** The line that cuts output the run keeps (src/runs/output.ts cutMarker). */
-const CUT_LINE = /\n\[\.\.\. \d+ bytes of output cut here \.\.\.\]\n/;
-
 export class LiveOutput {
   /** The VM of the run's current attempt, and its Sandbox (whose envFrom is masked too). */
   private access: { vmId: string; vm: VMAccess; sandbox: Sandbox | undefined } | undefined;
@@ -46,6 +44,8 @@ export class LiveOutput {
     private readonly reader: Reader,
     private readonly namespace: string,
     private readonly io: LiveIO,
+    /** Whether the run is followed (-f): a failure that may pass is tried again at the next look. */
+    private readonly following: boolean,
   ) {}
 
   /**
@@ -63,6 +63,7 @@ export class LiveOutput {
       const ref = run.spec.sandboxRef;
       const sandbox = ref === undefined ? undefined : await this.read<Sandbox>(resourcePath({ group: GROUP, version: VERSION, plural: kindNames.sandbox.plural, namespace: this.namespace, name: ref.name }), `Sandbox "${ref.name}"`);
       if (ref !== undefined && sandbox === undefined) throw new VMAccessError(`Sandbox "${ref.name}" is not found`);
+      await this.readSecrets(run, sandbox);
       const connectionRef = sandbox?.spec.connectionRef ?? run.spec.sandboxTemplate?.connectionRef;
       const vm = await connectVM(this.reader, this.namespace, connectionRef, vmId, `SandboxRun "${run.metadata.name}"`);
       this.access = { vmId, vm, sandbox };
@@ -96,18 +97,19 @@ export class LiveOutput {
   }
 
   /**
-   * The steps of attempts before the current one (a new attempt started): each is read to its
-   * end where its file still is. Answers those printed whole (step names by attempt).
+   * The steps followed live of attempts before the current one (a new attempt started): each
+   * is read to its end where its file still is. Answers each, and whether it was printed whole
+   * (the ConfigMap holds the new attempt's output, so the rest of one that was not is lost).
    */
-  async endEarlier(run: SandboxRun): Promise<Array<{ attempt: number; name: string }>> {
-    const whole: Array<{ attempt: number; name: string }> = [];
+  async endEarlier(run: SandboxRun): Promise<Array<{ attempt: number; name: string; whole: boolean }>> {
+    const ended: Array<{ attempt: number; name: string; whole: boolean }> = [];
     for (const [key, f] of this.followed) {
       if (f.attempt >= currentAttempt(run)) continue;
       this.followed.delete(key);
       if (!f.follower.done) await this.lookAt(f);
-      if (f.follower.done) whole.push({ attempt: f.attempt, name: f.name });
+      ended.push({ attempt: f.attempt, name: f.name, whole: f.follower.done });
     }
-    return whole;
+    return ended;
   }
 
   async close(): Promise<void> {
@@ -123,11 +125,7 @@ export class LiveOutput {
     const known = this.followed.get(key);
     if (known !== undefined || this.access === undefined) return known;
     try {
-      for (const name of maskingSecretNames(run.spec, this.access.sandbox).all) {
-        const secret = await this.read<SecretObject>(secretsPath(this.namespace, name), `Secret "${name}"`);
-        if (secret === undefined) throw new VMAccessError(`Secret "${name}", which the run reads, is not found, so its values could not be masked`);
-        for (const v of Object.values(secret.data ?? {})) this.secrets.add(Buffer.from(v, "base64").toString("utf8"));
-      }
+      await this.readSecrets(run, this.access.sandbox);
     } catch (err) {
       this.failed(err);
       return undefined;
@@ -136,6 +134,15 @@ export class LiveOutput {
     const f: Followed = { attempt, name, vmId: this.access.vmId, follower: new StepFollower(this.access.vm.vm, stepPath(run.metadata.uid, attempt, index), this.secrets) };
     this.followed.set(key, f);
     return f;
+  }
+
+  /** Adds the values of every Secret the run's output is masked with, as they are now; one that is gone stops live output. */
+  private async readSecrets(run: SandboxRun, sandbox: Sandbox | undefined): Promise<void> {
+    for (const name of maskingSecretNames(run.spec, sandbox).all) {
+      const secret = await this.read<SecretObject>(secretsPath(this.namespace, name), `Secret "${name}"`);
+      if (secret === undefined) throw new VMAccessError(`Secret "${name}", which the run reads, is not found, so its values could not be masked`);
+      for (const v of Object.values(secret.data ?? {})) this.secrets.add(Buffer.from(v, "base64").toString("utf8"));
+    }
   }
 
   /** One look at a followed step: its new output to stdout, what it says to stderr. */
@@ -147,7 +154,7 @@ export class LiveOutput {
       if (text !== "") this.io.out(text);
       if (note !== undefined) this.sayOnce(`${f.attempt}/${f.name}/note`, `--- step "${f.name}" (attempt ${f.attempt}): ${note} ---\n`);
     } catch (err) {
-      this.sayOnce(`${f.attempt}/${f.name}/failed`, `--- step "${f.name}" (attempt ${f.attempt}): its output could not be read live (${errorMessage(err)}); trying again ---\n`);
+      this.sayOnce(`${f.attempt}/${f.name}/failed`, `--- step "${f.name}" (attempt ${f.attempt}): its output could not be read live (${errorMessage(err)}) ---\n`);
     }
   }
 
@@ -163,10 +170,10 @@ export class LiveOutput {
       return;
     }
     const step = `--- step "${f.name}" (attempt ${f.attempt})`;
-    const cut = CUT_LINE.exec(kept);
-    if (cut !== null) {
+    const keptTail = afterCut(kept);
+    if (keptTail !== undefined) {
       this.io.err(`${step}: the end of its output could not be read live; the last of it, as the run keeps it: ---\n`);
-      this.io.out(kept.slice(cut.index + cut[0].length));
+      this.io.out(keptTail);
       return;
     }
     this.io.err(`${step}: the end of its output could not be read live; all of it, as the run keeps it: ---\n`);
@@ -176,7 +183,7 @@ export class LiveOutput {
   /** A failure to set up live output: for good (said, and off), or for now (said once, tried again). */
   private failed(err: unknown): void {
     if (err instanceof VMAccessError && err.transient) {
-      this.sayOnce("transient", `--- live output could not be set up (${err.message}); trying again ---\n`);
+      this.sayOnce("transient", `--- live output could not be set up (${err.message})${this.following ? "; trying again" : ""} ---\n`);
       return;
     }
     this.off = errorMessage(err);

@@ -18,7 +18,7 @@ import { errorMessage } from "../lib/errors.js";
 import { configMapsPath, isNotFound, resourcePath, type KubeClient } from "../runtime/kube-client.js";
 import { goBooleans } from "./booleans.js";
 import { explainKubeError, kubeClientOf, kubeFlagOptions, kubeFlagsHelp, kubeFlagsOf, namespaceOf, type KubeFlags } from "./kube-flags.js";
-import { LiveOutput } from "./live-output.js";
+import { LiveOutput, type LiveIO } from "./live-output.js";
 import { exitOnClosedOutput } from "./output.js";
 
 const help = (prog: string) => `usage: ${prog} [flags] <sandboxrun>
@@ -58,9 +58,7 @@ export function parseLogsFlags(argv: string[]): LogsFlags | "help" {
   };
 }
 
-export interface LogsIO {
-  out(text: string): void;
-  err(text: string): void;
+export interface LogsIO extends LiveIO {
   /** Between two looks at a followed run (default 1 s). */
   intervalMs?: number;
 }
@@ -90,7 +88,7 @@ export async function main(argv: string[], prog = "agent-operator logs", io: Log
     kube = kubeClientOf(flags);
     const k = kube;
     const namespace = namespaceOf(flags, k);
-    live = new LiveOutput({ kube: k, explain: (err) => explainKubeError(err, k), needs: "get on sandboxes, connections and secrets" }, namespace, io);
+    live = new LiveOutput({ kube: k, explain: (err) => explainKubeError(err, k), needs: "get on sandboxes, connections and secrets" }, namespace, io, flags.follow);
     return await printLogs(kube, namespace, flags.run, flags.follow, io, live);
   } catch (err) {
     io.err(`${prog}: ${errorMessage(explainKubeError(err, kube))}\n`);
@@ -123,9 +121,14 @@ export async function printLogs(kube: KubeClient, namespace: string, name: strin
     // An attempt that failed before this one: the end of its step followed live, or where it
     // failed; then the new attempt, before any step of it.
     for (const s of (await live?.endEarlier(run)) ?? []) {
-      printed.add(`${s.attempt}/${s.name}`);
       const failed = st.lastFailedAttempt?.attempt === s.attempt && st.lastFailedAttempt.step?.name === s.name ? st.lastFailedAttempt.step : undefined;
-      io.err(`--- step "${s.name}" (attempt ${s.attempt}) ended${failed === undefined ? "" : `, ${exitCodeOf(failed)}`} ---\n`);
+      if (s.whole) {
+        printed.add(`${s.attempt}/${s.name}`);
+        io.err(`--- step "${s.name}" (attempt ${s.attempt}) ended${failed === undefined ? "" : `, ${exitCodeOf(failed)}`} ---\n`);
+      } else if (failed === undefined) {
+        // Not the failing step (whose last output comes next): its end is not kept anywhere now.
+        io.err(`--- step "${s.name}" (attempt ${s.attempt}): the end of its output could not be read live ---\n`);
+      }
     }
     sayFailedAttempt(st, printed, sayOnce, io);
     const ended = steps.filter((s) => s.finishedAt !== undefined);

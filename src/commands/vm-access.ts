@@ -1,7 +1,7 @@
 // How the CLI reaches a VM's agentd as the operator does: the Connection and its credentials
 // Secret read from the cluster with the caller's kubeconfig, the operator's own ConnectionPool
 // built over those two objects, and an AgentdClient for the VM through the service. Used by
-// `exec` (a Sandbox's VM) and `logs -f` (the VM a run's step runs in).
+// `exec` (a Sandbox's VM) and `logs` (the VM a run's step runs in).
 import type { Connection } from "../api/index.js";
 import { DEFAULT_CONNECTION, GROUP, VERSION, kindNames } from "../api/names.js";
 import { ConnectionPool } from "../controllers/connection-pool.js";

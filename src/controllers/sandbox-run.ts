@@ -147,11 +147,12 @@ export class SandboxRunReconciler implements Reconciler {
   /** What the running steps' heartbeats said, for those followed by their files (no command id). */
   readonly heartbeats = new Heartbeats();
   /**
-   * Per run (uid): every Secret value this process has masked its output with, kept until the
-   * run ends or leaves. A Secret rotated while a step runs: the step's env holds the old value,
-   * which the step may print, and the cache only the new.
+   * Per run (uid): every Secret value this process has masked its output with, dropped when the
+   * run ends or leaves (a message masked after that starts it again, harmlessly). A Secret
+   * rotated while a step runs: the step's env holds the old value, which the step may print,
+   * and the cache only the new.
    */
-  private readonly maskedValues = new Map<string, Set<string>>();
+  private readonly seenSecretValues = new Map<string, Set<string>>();
   private readonly vmOf: (handle: ServiceHandle, vmId: string, opts?: { gated?: boolean }) => RunVM;
 
   constructor(private readonly o: SandboxRunReconcilerOptions) {
@@ -224,7 +225,7 @@ export class SandboxRunReconciler implements Reconciler {
     const steps = this.stepsToStop(run);
     this.startedHere.delete(uid);
     this.heartbeats.forget(uid);
-    this.maskedValues.delete(uid);
+    this.seenSecretValues.delete(uid);
     if (this.finalized.delete(uid) || run.spec.sandboxTemplate !== undefined) return;
     // Holding the finalizer and not being deleted: it moved to another replica's share.
     if ((run.metadata.finalizers ?? []).includes(FINALIZER) && run.metadata.deletionTimestamp === undefined) return;
@@ -398,8 +399,8 @@ export class SandboxRunReconciler implements Reconciler {
         return [];
       }
     });
-    let seen = this.maskedValues.get(run.metadata.uid);
-    if (seen === undefined) this.maskedValues.set(run.metadata.uid, (seen = new Set()));
+    let seen = this.seenSecretValues.get(run.metadata.uid);
+    if (seen === undefined) this.seenSecretValues.set(run.metadata.uid, (seen = new Set()));
     for (const v of values) seen.add(v);
     return { values: [...seen], gone };
   }
@@ -586,7 +587,7 @@ export class SandboxRunReconciler implements Reconciler {
     this.lostVMs.delete(written.metadata.uid);
     this.startedHere.delete(written.metadata.uid);
     this.heartbeats.forget(written.metadata.uid);
-    this.maskedValues.delete(written.metadata.uid);
+    this.seenSecretValues.delete(written.metadata.uid);
     const run = this.latest(this.o.status.fresh(written)); // with the status this pass wrote, if it did
     // Its own VM not given back for want of a client (its Connection or the Connection's Secret
     // gone): the finalizer stays, the give-back is tried again (the Connection's coming back

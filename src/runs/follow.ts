@@ -4,8 +4,10 @@
 //
 // agentd publishes no ranged download: a look asks the file's size (files/info) and, if it
 // grew, downloads the whole file, keeping only what is new. So a look prints at most LOOK_BYTES
-// (more between two looks is skipped, with a line saying how much), and a file larger than
-// MAX_FOLLOWED_BYTES is not downloaded at all (the caller prints what the run keeps instead).
+// (more between two looks is skipped, with a line saying how much), and a file found larger
+// than MAX_FOLLOWED_BYTES is not downloaded any more (the caller prints what the run keeps
+// instead). A step whose output file is gone before its end was read (its run's directory
+// removed when the run ended) is never done here: the caller prints the rest as the run keeps it.
 import type { FileEnds } from "../service/agentd.js";
 import { GrowingOutput } from "./output.js";
 import { exitFile, outputFile } from "./script.js";
@@ -57,25 +59,21 @@ export class StepFollower {
     // The exit file first: once it is there, the output file is whole.
     const ended = (await this.vm.fileSize(exitFile(this.dir))) !== undefined;
     const size = await this.vm.fileSize(outputFile(this.dir));
-    if (size === undefined) {
-      // Not made yet (the step is starting), or gone (its run's directory removed).
-      if (ended) this.done = true;
-      return { text: "" };
-    }
+    // Not made yet (the step is starting), or gone (its run's directory removed): even with
+    // its exit file seen, what it wrote since the last look is not known.
+    if (size === undefined) return { text: "" };
     if (size > this.limits.maxFollowedBytes) {
       this.tooLarge = true;
       this.printed = undefined;
       return { text: "", note: `its output is over ${Math.floor(this.limits.maxFollowedBytes / (1024 * 1024))} MiB and is not read live any more` };
     }
-    let text = "";
+    let ends: FileEnds | undefined = { head: Buffer.alloc(0), tail: Buffer.alloc(0), size };
     if (size > this.offset) {
       const lead = this.output.longest;
-      const ends = await this.vm.downloadFileEnds(outputFile(this.dir), 0, Math.min(size - this.offset, this.limits.lookBytes) + lead);
+      ends = await this.vm.downloadFileEnds(outputFile(this.dir), 0, Math.min(size - this.offset, this.limits.lookBytes) + lead);
       if (ends === undefined) return { text: "" };
-      text = this.take(ends, ended);
-    } else if (ended) {
-      text = this.output.push(Buffer.alloc(0), { ended });
     }
+    const text = this.take(ends, ended);
     if (ended) this.done = true;
     this.remember(text);
     return { text };

@@ -47,6 +47,12 @@ const cutMarker = (cut: number): string => `\n[... ${cut} bytes of output cut he
 /** The line cutMarker makes. */
 const CUT_MARKER_LINE = /^\[\.\.\. \d+ bytes of output cut here \.\.\.\]$/;
 
+/** The text after the cut of output that `cap` cut (its kept tail); undefined if it was not cut. */
+export function afterCut(text: string): string | undefined {
+  const cut = /\n\[\.\.\. \d+ bytes of output cut here \.\.\.\]\n/.exec(text);
+  return cut === null ? undefined : text.slice(cut.index + cut[0].length);
+}
+
 /** At most `bytes`: the head and the tail, with a line saying how much was cut between them. */
 export function cap(text: string, bytes: number): string {
   const buf = Buffer.from(text, "utf8");
@@ -188,18 +194,22 @@ export class GrowingOutput {
   push(bytes: Buffer, { ended = false, from }: { ended?: boolean; from?: number } = {}): string {
     const buf = from === undefined ? Buffer.concat([this.context, this.pending, bytes]) : bytes;
     const start = from ?? this.context.length;
-    const to = ended ? buf.length : Math.max(start, buf.length - Math.max(this.partialValueAtEnd(buf, start), incompleteCharAtEnd(buf)));
+    const to = ended ? buf.length : Math.max(start, buf.length - Math.max(this.partialValueAtEnd(buf), incompleteCharAtEnd(buf)));
     const span = maskedSpan(buf, this.values, start, to);
     this.context = Buffer.from(buf.subarray(Math.max(0, span.end - Math.max(0, this.longest - 1)), span.end));
     this.pending = Buffer.from(buf.subarray(span.end));
     return span.text;
   }
 
-  /** The length of the longest end of buf[start..] that is the beginning (not all) of a masked value. */
-  private partialValueAtEnd(buf: Buffer, start: number): number {
+  /**
+   * The length of the longest end of `buf` that is the beginning (not all) of a masked value. It
+   * may begin in the context, inside a value already masked (`password1` then `23`, with values
+   * `password1` and `1234abcd`): what follows it is then held back too.
+   */
+  private partialValueAtEnd(buf: Buffer): number {
     let longest = 0;
     for (const v of this.values) {
-      for (let k = Math.min(v.length - 1, buf.length - start); k > longest; k--) {
+      for (let k = Math.min(v.length - 1, buf.length); k > longest; k--) {
         if (buf[buf.length - k] === v[0] && buf.subarray(buf.length - k).equals(v.subarray(0, k))) {
           longest = k;
           break;

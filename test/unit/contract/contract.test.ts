@@ -258,9 +258,12 @@ class RawService {
     if (opts.token === undefined) {
       exercised.add(key);
       // agentd answered unless the compute API did itself (its dialect has `error_code`: an
-      // unknown or gone VM).
-      const byCompute = typeof (ans.json as { error_code?: unknown } | undefined)?.error_code === "string";
-      const op = template === FORWARD && !byCompute ? agentdOperation(method, opts.params?.["path"] ?? "") : undefined;
+      // unknown or gone VM), or no agentd operation took the call (a 404 or 405 for the route
+      // itself: PROJECT DECISION, docs/emulator.md, "agentd has no route" / "is not allowed").
+      const body = ans.json as { error_code?: unknown; message?: unknown } | undefined;
+      const byCompute = typeof body?.error_code === "string";
+      const noRoute = (ans.status === 404 || ans.status === 405) && typeof body?.message === "string" && /^(agentd has no route|method \w+ is not allowed)/.test(body.message);
+      const op = template === FORWARD && !byCompute && !noRoute ? agentdOperation(method, opts.params?.["path"] ?? "") : undefined;
       if (op) agentdExercised.add(op);
     }
     return ans;

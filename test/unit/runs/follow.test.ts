@@ -106,12 +106,30 @@ describe("a step's output followed as it is written", () => {
     expect(downloads()).toBe(before);
   });
 
-  it("prints nothing for a step whose directory is gone, and is not done", async () => {
+  it("prints nothing for a step whose directory is gone, and is not done, even with its exit file seen just before", async () => {
     const s = step();
     s.write("half");
     rmSync(s.dir, { recursive: true });
     expect(await s.follower.look()).toEqual({ text: "" });
     expect(s.follower.done).toBe(false);
+    // Its exit file there, then the run's directory removed before the output is asked about
+    // (the run ended): the rest is not known here, so the caller takes it from what the run keeps.
+    const t = step();
+    t.write("all of it\n");
+    t.exit();
+    const follower = new StepFollower(
+      {
+        fileSize: async (path) => {
+          if (path.endsWith("/output")) rmSync(t.dir, { recursive: true, force: true });
+          return vm.fileSize(path);
+        },
+        downloadFileEnds: (path, head, tail) => vm.downloadFileEnds(path, head, tail),
+      },
+      stepPath("run-uid", 1, steps - 1),
+      [SECRET],
+    );
+    expect(await follower.look()).toEqual({ text: "" });
+    expect(follower.done).toBe(false);
   });
 
   it("does not cut a character in two between looks, with nothing to mask", async () => {

@@ -174,6 +174,20 @@ describe("step output read as it grows (logs -f)", () => {
     expect(out.push(Buffer.from("zz"), { ended: true })).toBe("zz");
   });
 
+  it("holds back what may be a value begun inside one already masked, however the rest comes", () => {
+    const pieces = (values: string[], chunks: string[]) => {
+      const out = new GrowingOutput(values);
+      return chunks.map((c, i) => out.push(Buffer.from(c), { ended: i === chunks.length - 1 }));
+    };
+    // `1234abcd` begins inside `password1`, and its middle comes alone.
+    const a = pieces(["password1", "1234abcd"], ["password1", "23", "4abcd"]);
+    expect(a.join("")).not.toMatch(/23|4abcd/);
+    expect(a.join("")).toMatch(/^(\*\*\*)+$/);
+    // A value that begins as it ends, printed twice overlapping.
+    const b = pieces(["tok-SECRETMIDDLE-tok"], ["tok-SECRETMIDDLE-tok", "-SECRETMIDDLE-", "tok"]);
+    expect(b.join("")).not.toContain("SECRET");
+  });
+
   it("does not cut a character in two at the hold-back point", () => {
     const texts = printed(`${"é".repeat(40)}`, [41]);
     expect(texts.join("")).toBe("é".repeat(40));

@@ -380,8 +380,10 @@ describe("toExecEvent", () => {
       const rt = h.emu.runtimes.get(vmId)!;
       const gate = join(rt.workspace, "background-gate");
       // Resolves while the command still runs (it waits for the gate): not at its end, nor at the 120 s timeout.
+      const before = new Set(rt.commands.keys());
       expect(await c.startCommand("while [ ! -e background-gate ]; do sleep 0.1; done")).toBeUndefined();
-      expect([...rt.commands.values()].some((cmd) => cmd.running)).toBe(true);
+      const started = [...rt.commands.values()].filter((cmd) => !before.has(cmd.id));
+      expect(started.map((cmd) => cmd.running)).toEqual([true]);
       writeFileSync(gate, "");
     } finally {
       h.emu.setOptions({ agentdBackgroundStreams: false, agentdNoStartEvent: false });
