@@ -12,7 +12,7 @@ import { GROUP, VERSION, kindNames } from "../api/names.js";
 import { errorMessage } from "../lib/errors.js";
 import type { SecretObject } from "../managed/connection-secret.js";
 import { StepFollower } from "../runs/follow.js";
-import { afterCut, maskingSecretNames } from "../runs/output.js";
+import { maskingSecretNames } from "../runs/output.js";
 import { stepPath } from "../runs/script.js";
 import { resourcePath, secretsPath } from "../runtime/kube-client.js";
 import { VMAccessError, connectVM, readObject, type Reader, type VMAccess } from "./vm-access.js";
@@ -158,26 +158,11 @@ export class LiveOutput {
     }
   }
 
-  /**
-   * The rest of an ended step's output from what the run keeps, where its file could not be
-   * read to its end: after what was printed live if the kept text starts with it, else its
-   * kept tail (the kept text is cut), else all of it, each said.
-   */
+  /** The rest of an ended step's output from what the run keeps (StepFollower.restFrom). */
   private printKept(f: Followed, kept: string): void {
-    const printed = f.follower.printed;
-    if (printed !== undefined && kept.startsWith(printed)) {
-      this.io.out(kept.slice(printed.length));
-      return;
-    }
-    const step = `--- step "${f.name}" (attempt ${f.attempt})`;
-    const keptTail = afterCut(kept);
-    if (keptTail !== undefined) {
-      this.io.err(`${step}: the end of its output could not be read live; the last of it, as the run keeps it: ---\n`);
-      this.io.out(keptTail);
-      return;
-    }
-    this.io.err(`${step}: the end of its output could not be read live; all of it, as the run keeps it: ---\n`);
-    this.io.out(kept);
+    const { text, note } = f.follower.restFrom(kept);
+    if (note !== undefined) this.io.err(`--- step "${f.name}" (attempt ${f.attempt}): ${note} ---\n`);
+    this.io.out(text);
   }
 
   /** A failure to set up live output: for good (said, and off), or for now (said once, tried again). */

@@ -9,15 +9,30 @@
 // instead). A step whose output file is gone before its end was read (its run's directory
 // removed when the run ended) is never done here: the caller prints the rest as the run keeps it.
 import type { FileEnds } from "../service/agentd.js";
-import { GrowingOutput } from "./output.js";
+import { GrowingOutput, afterCut } from "./output.js";
 import { exitFile, outputFile } from "./script.js";
 
 /** The most of a step's output one look prints; more between two looks is skipped. */
 export const LOOK_BYTES = 1024 * 1024;
 /** A step's output file this large is not downloaded any more (each download is all of it). */
 export const MAX_FOLLOWED_BYTES = 64 * 1024 * 1024;
+/**
+ * Downloads are paced to read at most this many bytes a second on average: a step appending to
+ * a large file is not downloaded whole every second (a 32 MiB file: every 2 s).
+ */
+export const READ_BYTES_PER_SECOND = 16 * 1024 * 1024;
 /** What was printed is kept up to this size, to match the output the run keeps with (StepFollower.printed). */
 const MATCHED_BYTES = 1024 * 1024;
+
+export interface FollowLimits {
+  lookBytes: number;
+  maxFollowedBytes: number;
+  readBytesPerSecond: number;
+  /** Milliseconds, for the pacing. */
+  now(): number;
+}
+
+const DEFAULT_LIMITS: FollowLimits = { lookBytes: LOOK_BYTES, maxFollowedBytes: MAX_FOLLOWED_BYTES, readBytesPerSecond: READ_BYTES_PER_SECOND, now: () => Date.now() };
 
 /** What a follower reads of the VM (AgentdClient's calls). */
 export interface StepFiles {
@@ -42,20 +57,27 @@ export class StepFollower {
   tooLarge = false;
   /** What was printed, while short enough to match with, and nothing was skipped; else undefined. */
   printed: string | undefined = "";
+  /** No download before this time (the pacing): ms. */
+  private nextRead = 0;
+  private readonly limits: FollowLimits;
 
   constructor(
     private readonly vm: StepFiles,
     /** The step's directory in the VM (stepPath). */
     private readonly dir: string,
     secrets: Iterable<string>,
-    private readonly limits = { lookBytes: LOOK_BYTES, maxFollowedBytes: MAX_FOLLOWED_BYTES },
+    limits: Partial<FollowLimits> = {},
   ) {
     this.output = new GrowingOutput(secrets);
+    this.limits = { ...DEFAULT_LIMITS, ...limits };
   }
 
-  /** Reads what came since the last look; when the step has ended (its exit file), all of it. */
+  /**
+   * Reads what came since the last look; when the step has ended (its exit file), all of it.
+   * A look sooner than the pacing allows after the last download asks nothing.
+   */
   async look(): Promise<Look> {
-    if (this.done || this.tooLarge) return { text: "" };
+    if (this.done || this.tooLarge || this.limits.now() < this.nextRead) return { text: "" };
     // The exit file first: once it is there, the output file is whole.
     const ended = (await this.vm.fileSize(exitFile(this.dir))) !== undefined;
     const size = await this.vm.fileSize(outputFile(this.dir));
@@ -72,6 +94,9 @@ export class StepFollower {
       const lead = this.output.longest;
       ends = await this.vm.downloadFileEnds(outputFile(this.dir), 0, Math.min(size - this.offset, this.limits.lookBytes) + lead);
       if (ends === undefined) return { text: "" };
+      // Under a second's worth of reading: every look may read (looks come about once a second).
+      const pause = (ends.size / this.limits.readBytesPerSecond) * 1000;
+      this.nextRead = pause < 1000 ? 0 : this.limits.now() + pause;
     }
     const text = this.take(ends, ended);
     if (ended) this.done = true;
@@ -101,6 +126,18 @@ export class StepFollower {
     this.offset = size;
     this.printed = undefined;
     return `\n[... ${skipped} bytes of output skipped here ...]\n` + this.output.push(tail, { ended, from });
+  }
+
+  /**
+   * The rest of an ended step's output, from `kept` (its output as the run keeps it), where its
+   * file could not be read to its end: what follows what was printed, if the kept text starts
+   * with it; else, said, the kept tail (the kept text was cut), else all of it.
+   */
+  restFrom(kept: string): Look {
+    if (this.printed !== undefined && kept.startsWith(this.printed)) return { text: kept.slice(this.printed.length) };
+    const keptTail = afterCut(kept);
+    if (keptTail !== undefined) return { text: keptTail, note: "the end of its output could not be read live; the last of it, as the run keeps it:" };
+    return { text: kept, note: "the end of its output could not be read live; all of it, as the run keeps it:" };
   }
 
   private remember(text: string): void {

@@ -159,3 +159,34 @@ describe("a file's size (agentd files/info)", () => {
     }
   });
 });
+
+describe("a followed step's file: pacing and the rest from what the run keeps", () => {
+  it("downloads a large file no more often than the read rate allows, asking nothing in between", async () => {
+    const index = steps++;
+    const dir = join(workspace, stepDir("run-uid", 1, index));
+    mkdirSync(dir, { recursive: true });
+    const clock = { ms: 0 };
+    const follower = new StepFollower(vm, stepPath("run-uid", 1, index), [], { readBytesPerSecond: 1_000, now: () => clock.ms });
+    writeFileSync(join(dir, "output"), "x".repeat(2_000));
+    const calls = () => h.emu.requests.filter((r) => r.path.startsWith(`/compute/v1/vms/${vmId}/r/v1/files/`)).length;
+    expect((await follower.look()).text).toHaveLength(2_000);
+    appendFileSync(join(dir, "output"), "y");
+    const before = calls();
+    clock.ms = 1_500; // 2,000 bytes at 1,000 a second: the next download not before 2 s
+    expect(await follower.look()).toEqual({ text: "" });
+    expect(calls()).toBe(before);
+    clock.ms = 2_001;
+    expect((await follower.look()).text).toBe("y");
+  });
+
+  it("takes the rest of an ended step from what the run keeps: after what was printed, else the kept tail or all of it, said", async () => {
+    const s = step();
+    s.write("one\ntwo\n");
+    expect((await s.follower.look()).text).toBe("one\ntwo\n");
+    expect(s.follower.restFrom("one\ntwo\nthree\n")).toEqual({ text: "three\n" });
+    // Kept text that does not start with what was printed: cut (its tail), or not.
+    const cut = "head\n[... 100 bytes of output cut here ...]\nthe tail\n";
+    expect(s.follower.restFrom(cut)).toEqual({ text: "the tail\n", note: expect.stringContaining("the last of it, as the run keeps it") });
+    expect(s.follower.restFrom("other\n")).toEqual({ text: "other\n", note: expect.stringContaining("all of it, as the run keeps it") });
+  });
+});
