@@ -91,7 +91,7 @@ export class LiveOutput {
     if (f === undefined) return false;
     this.followed.delete(key);
     // Its end from its file, while that is there (the run's directory is removed when it ends).
-    if (!f.follower.done) await this.lookAt(f);
+    if (!f.follower.done) await this.lookAt(f, true);
     if (!f.follower.done) this.printKept(f, kept);
     return true;
   }
@@ -106,7 +106,7 @@ export class LiveOutput {
     for (const [key, f] of this.followed) {
       if (f.attempt >= currentAttempt(run)) continue;
       this.followed.delete(key);
-      if (!f.follower.done) await this.lookAt(f);
+      if (!f.follower.done) await this.lookAt(f, true);
       ended.push({ attempt: f.attempt, name: f.name, whole: f.follower.done });
     }
     return ended;
@@ -145,12 +145,12 @@ export class LiveOutput {
     }
   }
 
-  /** One look at a followed step: its new output to stdout, what it says to stderr. */
-  private async lookAt(f: Followed): Promise<void> {
+  /** One look at a followed step (`last`: it has ended): its new output to stdout, what it says to stderr. */
+  private async lookAt(f: Followed, last = false): Promise<void> {
     // A new attempt's VM since: this step's is not read any more.
     if (this.access?.vmId !== f.vmId) return;
     try {
-      const { text, note } = await f.follower.look();
+      const { text, note } = await f.follower.look(last);
       if (text !== "") this.io.out(text);
       if (note !== undefined) this.sayOnce(`${f.attempt}/${f.name}/note`, `--- step "${f.name}" (attempt ${f.attempt}): ${note} ---\n`);
     } catch (err) {

@@ -74,10 +74,11 @@ export class StepFollower {
 
   /**
    * Reads what came since the last look; when the step has ended (its exit file), all of it.
-   * A look sooner than the pacing allows after the last download asks nothing.
+   * A look sooner than the pacing allows after the last download asks nothing, unless it is the
+   * `last` (the step has ended, as status says).
    */
-  async look(): Promise<Look> {
-    if (this.done || this.tooLarge || this.limits.now() < this.nextRead) return { text: "" };
+  async look(last = false): Promise<Look> {
+    if (this.done || this.tooLarge || (!last && this.limits.now() < this.nextRead)) return { text: "" };
     // The exit file first: once it is there, the output file is whole.
     const ended = (await this.vm.fileSize(exitFile(this.dir))) !== undefined;
     const size = await this.vm.fileSize(outputFile(this.dir));
