@@ -411,8 +411,11 @@ async function resetWorkspace(req: AgentdRequest): Promise<HandlerResult> {
   return ok(204);
 }
 
-function agentsNotEmulated(): HandlerResult {
+function agentsNotEmulated(req: AgentdRequest): HandlerResult {
+  // The published requestBody is required and an object (400 otherwise, as published); then
   // models.ExecuteRequest is published without fields: there is no telling what to run.
+  if (json(req.raw) === undefined) throw badRequest("request body is required: a JSON object (models.ExecuteRequest)");
+  objectBody(req.raw);
   throw new ServiceError(501, "not_implemented", "agent processes are not emulated: the body of v1/agents/execute (models.ExecuteRequest) is not published");
 }
 

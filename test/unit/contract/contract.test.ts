@@ -1119,6 +1119,9 @@ describe("contract: agentd, every published operation through /compute/v1/vms/{i
     // 200 an event stream; 400. PROJECT DECISION, NOT CONTRACT: 501 in agentd's dialect, since
     // what to run is not published (docs/emulator.md decision 31); no published status is 501.
     expectError(await r("POST", "v1/agents/execute", { body: {} }), 501, "agentd", "r/v1/agents/execute (project decision 31, not contract)");
+    // D: its requestBody is required, an object: 400 without one, or for another JSON value.
+    expectError(await r("POST", "v1/agents/execute"), 400, "agentd", "r/v1/agents/execute without a body");
+    expectError(await r("POST", "v1/agents/execute", { body: [] }), 400, "agentd", "r/v1/agents/execute with an array");
   });
 
   it("v1/code/contexts and v1/code/execute: list, get, the 204s of interrupt and delete, the published 400s and 404s", async () => {
