@@ -69,13 +69,21 @@ export function cap(text: string, bytes: number): string {
 /**
  * What `mask` masks of each secret value: the value, the value without the line break it ends
  * with (a Secret made with `kubectl create secret --from-file` keeps the file's last newline,
- * and a step prints the value without it), and each line of a value of several (a PEM key,
- * printed a line at a time) long enough not to be ordinary text, as CI systems mask theirs.
+ * and a step prints the value without it), each of those as a JSON string writes it and as a
+ * URL encodes it, and each line of a value of several (a PEM key, printed a line at a time)
+ * long enough not to be ordinary text, as CI systems mask theirs.
  */
 function maskedValues(secrets: Iterable<string>): string[] {
   const forms = new Set<string>();
   for (const value of secrets) {
-    for (const whole of [value, value.trim()]) if (whole.length >= MIN_MASKED) forms.add(whole);
+    for (const whole of [value, value.trim()]) {
+      if (whole.length < MIN_MASKED) continue;
+      forms.add(whole);
+      // As a step that prints its env as JSON (a string's escapes: a PEM key's line breaks) or
+      // puts a value in a URL would write it.
+      forms.add(JSON.stringify(whole).slice(1, -1));
+      forms.add(encodeURIComponent(whole));
+    }
     const lines = value.trim().split(/\r?\n/);
     if (lines.length > 1) for (const line of lines) if (line.trim().length >= MIN_MASKED_LINE) forms.add(line.trim());
   }

@@ -202,3 +202,13 @@ describe("step output read as it grows (logs -f)", () => {
     expect(names).toEqual({ own: ["a", "b"], all: ["a", "b", "vm"] });
   });
 });
+
+describe("secret values as a step may write them", () => {
+  it("masks a value as a JSON string writes it (a PEM key's line breaks, quotes) and as a URL encodes it", () => {
+    const pem = "-----BEGIN KEY-----\nMIIEvQIBADANBgkqhkiG9w0BAQEFAASC\n-----END KEY-----\n";
+    const quoted = 'pa"ss\\word-1234';
+    const env = JSON.stringify({ KEY: pem, PASS: quoted });
+    expect(mask(env, [pem, quoted])).toBe('{"KEY":"***","PASS":"***"}');
+    expect(mask(`https://host/?p=${encodeURIComponent("p@ss word/1234")}`, ["p@ss word/1234"])).toBe("https://host/?p=***");
+  });
+});
