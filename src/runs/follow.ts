@@ -32,7 +32,8 @@ export interface FollowLimits {
   now(): number;
 }
 
-const DEFAULT_LIMITS: FollowLimits = { lookBytes: LOOK_BYTES, maxFollowedBytes: MAX_FOLLOWED_BYTES, readBytesPerSecond: READ_BYTES_PER_SECOND, now: () => Date.now() };
+// A monotonic clock: a wall clock set back would hold the pacing for as long.
+const DEFAULT_LIMITS: FollowLimits = { lookBytes: LOOK_BYTES, maxFollowedBytes: MAX_FOLLOWED_BYTES, readBytesPerSecond: READ_BYTES_PER_SECOND, now: () => performance.now() };
 
 /** What a follower reads of the VM (AgentdClient's calls). */
 export interface StepFiles {
@@ -78,7 +79,8 @@ export class StepFollower {
    * `last` (the step has ended, as status says).
    */
   async look(last = false): Promise<Look> {
-    if (this.done || this.tooLarge || (!last && this.limits.now() < this.nextRead)) return { text: "" };
+    const began = this.limits.now();
+    if (this.done || this.tooLarge || (!last && began < this.nextRead)) return { text: "" };
     // The exit file first: once it is there, the output file is whole.
     const ended = (await this.vm.fileSize(exitFile(this.dir))) !== undefined;
     const size = await this.vm.fileSize(outputFile(this.dir));
@@ -97,7 +99,7 @@ export class StepFollower {
       if (ends === undefined) return { text: "" };
       // Under a second's worth of reading: every look may read (looks come about once a second).
       const pause = (ends.size / this.limits.readBytesPerSecond) * 1000;
-      this.nextRead = pause < 1000 ? 0 : this.limits.now() + pause;
+      this.nextRead = pause < 1000 ? 0 : began + pause;
     }
     const text = this.take(ends, ended);
     if (ended) this.done = true;

@@ -76,13 +76,17 @@ export function cap(text: string, bytes: number): string {
 function maskedValues(secrets: Iterable<string>): string[] {
   const forms = new Set<string>();
   for (const value of secrets) {
-    for (const whole of [value, value.trim()]) {
-      if (whole.length < MIN_MASKED) continue;
+    // Short by what it holds, not by a line break it ends with ("dev\n" would mask every line
+    // ending in "dev", and the break with it).
+    if (value.trim().length < MIN_MASKED) continue;
+    // A value that is not text (its bytes decoded as U+FFFD) is never printed as those escapes.
+    const text = !value.includes("\uFFFD");
+    for (const whole of new Set([value, value.trim()])) {
       forms.add(whole);
       // As a step that prints its env as JSON (a string's escapes: a PEM key's line breaks) or
       // puts a value in a URL would write it.
-      forms.add(JSON.stringify(whole).slice(1, -1));
-      forms.add(encodeURIComponent(whole));
+      if (text) forms.add(JSON.stringify(whole).slice(1, -1));
+      if (text) forms.add(encodeURIComponent(whole));
     }
     const lines = value.trim().split(/\r?\n/);
     if (lines.length > 1) for (const line of lines) if (line.trim().length >= MIN_MASKED_LINE) forms.add(line.trim());

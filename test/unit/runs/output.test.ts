@@ -212,3 +212,16 @@ describe("secret values as a step may write them", () => {
     expect(mask(`https://host/?p=${encodeURIComponent("p@ss word/1234")}`, ["p@ss word/1234"])).toBe("https://host/?p=***");
   });
 });
+
+describe("what is too short, or not text, to mask in its other forms", () => {
+  it("does not mask a value that is short without its line break (\"dev\\n\"), nor blank", () => {
+    expect(mask("deploying to dev\nok\n", ["dev\n", "    "])).toBe("deploying to dev\nok\n");
+  });
+
+  it("masks a value that is not text only as its bytes come, not as JSON or URL escapes of them", () => {
+    const binary = Buffer.from([0xff, 0xfe, 0x00, 0x41, 0x42, 0x43, 0x44]).toString("utf8");
+    // Its escaped forms (three times as long, as %EF%BF%BD) would widen what is read at each
+    // end of a file, and held back, for nothing.
+    expect(new GrowingOutput([binary]).longest).toBe(Buffer.byteLength(binary));
+  });
+});
