@@ -120,16 +120,7 @@ export async function printLogs(kube: KubeClient, namespace: string, name: strin
     const steps = st.steps ?? [];
     // An attempt that failed before this one: the end of its step followed live, or where it
     // failed; then the new attempt, before any step of it.
-    for (const s of (await live?.endEarlier(run)) ?? []) {
-      const failed = st.lastFailedAttempt?.attempt === s.attempt && st.lastFailedAttempt.step?.name === s.name ? st.lastFailedAttempt.step : undefined;
-      if (s.whole) {
-        printed.add(`${s.attempt}/${s.name}`);
-        io.err(`--- step "${s.name}" (attempt ${s.attempt}) ended${failed === undefined ? "" : `, ${exitCodeOf(failed)}`} ---\n`);
-      } else if (failed === undefined) {
-        // Not the failing step (whose last output comes next): its end is not kept anywhere now.
-        io.err(`--- step "${s.name}" (attempt ${s.attempt}): the end of its output could not be read live ---\n`);
-      }
-    }
+    if (live !== undefined) await endEarlierAttempts(live, run, printed, io);
     sayFailedAttempt(st, printed, sayOnce, io);
     const ended = steps.filter((s) => s.finishedAt !== undefined);
     if (ended.some((s) => !printed.has(`${attempt}/${s.name}`))) {
@@ -164,6 +155,25 @@ export async function printLogs(kube: KubeClient, namespace: string, name: strin
       return 1;
     }
     await sleep(io.intervalMs ?? 1_000);
+  }
+}
+
+/**
+ * The steps followed live of an attempt before the run's current one: the end of each read
+ * whole is followed by how it ended (and counts as printed, so its last output is not said
+ * again); one whose end could not be read is said, unless it is the failing step, whose last
+ * output sayFailedAttempt says.
+ */
+async function endEarlierAttempts(live: LiveOutput, run: SandboxRun, printed: Set<string>, io: LogsIO): Promise<void> {
+  const failedAttempt = run.status?.lastFailedAttempt;
+  for (const s of await live.endEarlier(run)) {
+    const failed = failedAttempt?.attempt === s.attempt && failedAttempt.step?.name === s.name ? failedAttempt.step : undefined;
+    if (s.whole) {
+      printed.add(`${s.attempt}/${s.name}`);
+      io.err(`--- step "${s.name}" (attempt ${s.attempt}) ended${failed === undefined ? "" : `, ${exitCodeOf(failed)}`} ---\n`);
+    } else if (failed === undefined) {
+      io.err(`--- step "${s.name}" (attempt ${s.attempt}): the end of its output could not be read live ---\n`);
+    }
   }
 }
 
