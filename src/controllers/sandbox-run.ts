@@ -221,11 +221,8 @@ export class SandboxRunReconciler implements Reconciler {
   stopDeleted(run: SandboxRun): void {
     const uid = run.metadata.uid;
     this.written.delete(uid);
-    this.lostVMs.delete(uid);
     const steps = this.stepsToStop(run);
-    this.startedHere.delete(uid);
-    this.heartbeats.forget(uid);
-    this.seenSecretValues.delete(uid);
+    this.forget(uid);
     if (this.finalized.delete(uid) || run.spec.sandboxTemplate !== undefined) return;
     // Holding the finalizer and not being deleted: it moved to another replica's share.
     if ((run.metadata.finalizers ?? []).includes(FINALIZER) && run.metadata.deletionTimestamp === undefined) return;
@@ -557,6 +554,14 @@ export class SandboxRunReconciler implements Reconciler {
     this.startedHere.set(uid, step);
   }
 
+  /** What this process keeps of a run while it runs here: dropped when it ends or leaves. */
+  private forget(uid: string): void {
+    this.lostVMs.delete(uid);
+    this.startedHere.delete(uid);
+    this.heartbeats.forget(uid);
+    this.seenSecretValues.delete(uid);
+  }
+
   /** The steps a deleted run may be running: the one status names, and the one this process started (if another). */
   private stepsToStop(run: SandboxRun): StepToStop[] {
     const recorded = runningStep(run.status);
@@ -584,10 +589,7 @@ export class SandboxRunReconciler implements Reconciler {
    * once its ttlSecondsAfterFinished has passed.
    */
   async afterFinish(written: SandboxRun, st: SandboxRunStatus, log: Logger): Promise<Result | void> {
-    this.lostVMs.delete(written.metadata.uid);
-    this.startedHere.delete(written.metadata.uid);
-    this.heartbeats.forget(written.metadata.uid);
-    this.seenSecretValues.delete(written.metadata.uid);
+    this.forget(written.metadata.uid);
     const run = this.latest(this.o.status.fresh(written)); // with the status this pass wrote, if it did
     // Its own VM not given back for want of a client (its Connection or the Connection's Secret
     // gone): the finalizer stays, the give-back is tried again (the Connection's coming back

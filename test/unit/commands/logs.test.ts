@@ -25,15 +25,18 @@ function said(looks: SandboxRunStatus[], follow = true, live = false): string[] 
 
 const ready = (reason: string, message: string) => [{ type: "Ready", status: "False" as const, reason, message, lastTransitionTime: "2026-11-25T00:00:00Z" }];
 
+/** A run whose step "build" (of `of`) runs, Ready saying `reason` and `message` (default: Running). */
+const runningStatus = (of: number, reason = "Running", message = `step 1/${of} "build" is running`): SandboxRunStatus => ({
+  phase: "Running",
+  attempts: 1,
+  steps: [{ name: "build", commandId: "c1", startedAt: "2026-11-25T00:00:01Z" }],
+  conditions: ready(reason, message),
+});
+
 describe("logs: what a run that has not ended is doing", () => {
   it("says why it waits, then that its step runs, once each however often it is looked at", () => {
     const waiting: SandboxRunStatus = { phase: "Pending", conditions: ready("WaitingForSandbox", 'Sandbox "box" is not Ready yet') };
-    const running: SandboxRunStatus = {
-      phase: "Running",
-      attempts: 1,
-      steps: [{ name: "build", commandId: "c1", startedAt: "2026-11-25T00:00:01Z" }],
-      conditions: ready("Running", 'step 1/2 "build" is running'),
-    };
+    const running = runningStatus(2);
     expect(said([waiting, waiting, running, running])).toEqual([
       'sandboxrun/job: WaitingForSandbox: Sandbox "box" is not Ready yet',
       '--- step "build" (attempt 1) is running; its output is printed once it has ended ---',
@@ -41,33 +44,18 @@ describe("logs: what a run that has not ended is doing", () => {
   });
 
   it("without -f, says a running step's output is not printed yet and that -f follows it", () => {
-    const running: SandboxRunStatus = {
-      phase: "Running",
-      attempts: 1,
-      steps: [{ name: "build", commandId: "c1", startedAt: "2026-11-25T00:00:01Z" }],
-      conditions: ready("Running", 'step 1/1 "build" is running'),
-    };
+    const running = runningStatus(1);
     expect(said([running], false)).toEqual(['--- step "build" (attempt 1) is still running; its output is not printed yet (-f follows the run and prints it once the step has ended) ---']);
   });
 
   it("with the step's output read live, says only that it runs (its output follows, on stdout)", () => {
-    const running: SandboxRunStatus = {
-      phase: "Running",
-      attempts: 1,
-      steps: [{ name: "build", commandId: "c1", startedAt: "2026-11-25T00:00:01Z" }],
-      conditions: ready("Running", 'step 1/1 "build" is running'),
-    };
+    const running = runningStatus(1);
     expect(said([running, running], true, true)).toEqual(['--- step "build" (attempt 1) is running ---']);
     expect(said([running], false, true)).toEqual(['--- step "build" (attempt 1) is still running; its output so far: ---']);
   });
 
   it("says a trouble met while a step runs, rather than only that the step runs", () => {
-    const troubled: SandboxRunStatus = {
-      phase: "Running",
-      attempts: 1,
-      steps: [{ name: "build", commandId: "c1", startedAt: "2026-11-25T00:00:01Z" }],
-      conditions: ready("SecretNotFound", 'Secret "creds" (spec.envFrom[0].secretRef.name) not found'),
-    };
+    const troubled = runningStatus(1, "SecretNotFound", 'Secret "creds" (spec.envFrom[0].secretRef.name) not found');
     expect(said([troubled])).toEqual(['sandboxrun/job: SecretNotFound: Secret "creds" (spec.envFrom[0].secretRef.name) not found']);
   });
 

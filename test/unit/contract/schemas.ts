@@ -341,13 +341,13 @@ export const CodeContext = Type.Object({
  * (`running: false`, `exit_code: 0`), so every field is optional but typed. For a command that
  * has ended, `running` is not true.
  */
-export const EndedCommandStatus = Type.Object({
+const commandStatusFields = {
   id: Type.Optional(Type.String()),
-  running: Type.Optional(Type.Literal(false)),
   exit_code: Type.Optional(Type.Integer()),
   started_at: Type.Optional(Type.String()),
   finished_at: Type.Optional(Type.String()),
-}, { additionalProperties: false });
+};
+export const EndedCommandStatus = Type.Object({ ...commandStatusFields, running: Type.Optional(Type.Literal(false)) }, { additionalProperties: false });
 
 /**
  * D models.CommandStatus of a command that is still running. As above every field is optional
@@ -355,13 +355,7 @@ export const EndedCommandStatus = Type.Object({
  * only `running: false`, and a status without it reads as an ended command (S: the status is
  * what tells a resumed run whether its command still runs).
  */
-export const RunningCommandStatus = Type.Object({
-  id: Type.Optional(Type.String()),
-  running: Type.Literal(true),
-  exit_code: Type.Optional(Type.Integer()),
-  started_at: Type.Optional(Type.String()),
-  finished_at: Type.Optional(Type.String()),
-}, { additionalProperties: false });
+export const RunningCommandStatus = Type.Object({ ...commandStatusFields, running: Type.Literal(true) }, { additionalProperties: false });
 
 /** D GET v1/code/contexts: an array of models.CodeContext. */
 export const CodeContextList = Type.Array(CodeContext);
