@@ -23,7 +23,7 @@
 // background start whose answer names no id resolves with none: a SandboxRun step is then
 // followed and stopped by its files (src/runs/script.ts), not by its id.
 //
-// Retries: a 401 gets one new token and one more attempt (nothing ran). Nothing else is
+// Retries: a 401 gets a new token and one more attempt (nothing ran; RefusedTokens says how often). Nothing else is
 // retried here: a command sent once may have started, and the caller knows whether running it
 // twice is acceptable (commandStatus by id is the way to find out).
 import { StringDecoder } from "node:string_decoder";
@@ -35,6 +35,7 @@ import { ServiceError, httpErrorMessage, parseErrorBody } from "./errors.js";
 import { DEFAULTS } from "./options.js";
 import type { Forwarding } from "./options.js";
 import { parseRetryAfter } from "./retry.js";
+import { RefusedTokens } from "./token.js";
 import { userAgent } from "./user-agent.js";
 
 export interface AgentdClientOptions {
@@ -397,8 +398,9 @@ export class AgentdClient {
     };
   }
 
-  /** One request, with one more (and a new token) after a 401. Non-2xx answers throw. */
+  /** One request, with another (and a new token) after a 401. Non-2xx answers throw. */
   private async send(operation: string, method: Method, path: string, body: unknown, signal: AbortSignal, bodyTimeout: number): Promise<Dispatcher.ResponseData> {
+    const refusals = new RefusedTokens();
     let refused: string | undefined;
     for (let attempt = 1; ; attempt++) {
       await this.opts.forwarding?.take(operation);
@@ -431,7 +433,7 @@ export class AgentdClient {
       if (res.statusCode >= 200 && res.statusCode < 300) return res;
       const text = await res.body.text().catch(() => "");
       if (res.statusCode === 429) this.opts.forwarding?.throttled(parseRetryAfter(res.headers["retry-after"], Date.now()));
-      if (res.statusCode === 401 && attempt === 1) {
+      if (res.statusCode === 401 && refusals.retryAfter(token)) {
         refused = token;
         continue;
       }

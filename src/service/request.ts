@@ -13,6 +13,7 @@ import type { ResolvedRetry, ServiceClientHooks } from "./options.js";
 import type { ClientRateLimiter } from "./rate-limit.js";
 import { backoffDelay, judge, parseRetryAfter, retryDelay } from "./retry.js";
 import type { Failure, RetryClass } from "./retry.js";
+import { RefusedTokens } from "./token.js";
 import type { TokenSource } from "./token.js";
 
 export interface CallSpec {
@@ -99,7 +100,7 @@ export class Requester {
     const debug = d.log.isLevelEnabled("debug");
     let attempt = 0;
     let retries = 0;
-    let reauthenticated = false;
+    const refused = new RefusedTokens();
     for (;;) {
       attempt++;
       if (spec.limited) await this.takeRateToken(spec.operation);
@@ -147,9 +148,8 @@ export class Requester {
 
       if (res !== undefined && res.status >= 200 && res.status < 300) return res;
 
-      if (res !== undefined && res.status === 401 && spec.auth && bearer !== undefined && !reauthenticated) {
-        // Revoked or expired early: one refresh (shared with concurrent callers) and one retry.
-        reauthenticated = true;
+      if (res !== undefined && res.status === 401 && spec.auth && bearer !== undefined && refused.retryAfter(bearer)) {
+        // Revoked or expired early: a refresh (shared with concurrent callers) and a retry.
         this.requireTokens().invalidate(bearer);
         continue;
       }
@@ -170,9 +170,7 @@ export class Requester {
       if (verdict.retry && budgetLeft && !waitTooLong) {
         const delayMs = retryDelay(retries, retryAfterMs, d.retry);
         retries++;
-        // The wait (and the rate limiter's after it) may outlast a short-lived token: a 401
-        // after it is a new expiry, refreshed again. Two 401s in a row still end the call.
-        reauthenticated = false;
+        refused.waited();
         const reason = res !== undefined ? `HTTP ${res.status}` : (netErr?.code ?? "network error");
         if (d.hooks.onRetry !== undefined) this.emit("onRetry", { operation: spec.operation, attempt, delayMs, reason });
         if (debug) d.log.debug({ operation: spec.operation, attempt, delayMs, reason }, "retrying service request");

@@ -5,6 +5,7 @@
 // - All callers that need a fresh token at the same moment share ONE in-flight request.
 // - `invalidate(token)` is called when the service answers 401 with that token; only the first
 //   caller to report a given token clears it, so N concurrent 401s cause one refresh.
+// - RefusedTokens says, for one call, which 401s earn a new token and another attempt.
 // - Within the margin the refresh runs in the background: calls go on with the cached token,
 //   which still works, rather than wait for a slow token service. If it fails, the cached
 //   token keeps being used until it actually expires (the token service may be briefly down;
@@ -104,6 +105,35 @@ export class TokenSource {
         });
     }
     return this.inflight;
+  }
+}
+
+/** New tokens one call gets after 401s in a row; the next 401 ends it (credentials the service does not accept). */
+export const TOKEN_REFRESHES_PER_CALL = 2;
+
+/**
+ * Which 401s of one call earn a new token and one more attempt. Each token may be refused
+ * once: a token fetched while the service was revoking tokens (or one that expired on its way
+ * through a slow token service) is refused too, and the call gets another. The same token
+ * refused twice (a token service that hands the same one back) or a third refused in a row
+ * (TOKEN_REFRESHES_PER_CALL: the service does not accept what these credentials get) end the
+ * call, since a further token would be refused as well.
+ */
+export class RefusedTokens {
+  private last: string | undefined;
+  private refreshes = 0;
+
+  /** The service answered 401 to `token`: true when the call should get a new one and try again. */
+  retryAfter(token: string): boolean {
+    if (token === this.last || this.refreshes >= TOKEN_REFRESHES_PER_CALL) return false;
+    this.last = token;
+    this.refreshes++;
+    return true;
+  }
+
+  /** The call waited (a backoff): a wait may outlast a short-lived token, so refusals count anew. */
+  waited(): void {
+    this.refreshes = 0;
   }
 }
 

@@ -173,6 +173,22 @@ describe("AgentdClient", () => {
     expect(asked).toEqual([undefined, "stale-token-value"]);
   });
 
+  it("gets another when the new token is refused too (fetched while the service revoked), and stops at the same one twice", async () => {
+    const asked: (string | undefined)[] = [];
+    const c = vm({
+      accessToken: async (refused) => {
+        asked.push(refused);
+        if (refused === undefined) return "stale-token-one";
+        return refused === "stale-token-one" ? "revoked-token-two" : h.client.accessToken();
+      },
+    });
+    expect(text(await collect(c.runCommand("echo ok")), "stdout")).toBe("ok\n");
+    expect(asked).toEqual([undefined, "stale-token-one", "revoked-token-two"]);
+
+    const sameAgain = vm({ accessToken: async () => "handed-back-token" });
+    await expect(collect(sameAgain.runCommand("true"))).rejects.toMatchObject({ status: 401 });
+  });
+
   it("reports a refusal with the call and the service's message, never the token", async () => {
     const token = "never-valid-token-5d1e";
     const refused = await collect(vm({ accessToken: async () => token }).runCommand("true")).catch((e: unknown) => e);

@@ -4,6 +4,7 @@
 
 import { afterEach, describe, expect, it } from "vitest";
 import { isAuthError, ServiceClient, ServiceError } from "../../../src/service/index.js";
+import { TOKEN_REFRESHES_PER_CALL } from "../../../src/service/token.js";
 import { count, FakeClock, newClient, rejection, start } from "./helpers.js";
 import type { Harness } from "./helpers.js";
 
@@ -111,15 +112,30 @@ describe("401 recovery", () => {
     ]);
   });
 
-  it("a second 401 on the same call is final (refresh only once per call)", async () => {
+  it("a new token refused too (fetched while the service revoked) earns another: the call succeeds", async () => {
+    h = await start();
+    await h.client.skills.list();
+    h.emu.clearRequests();
+    h.emu.injectFault({ method: "GET", path: "/compute/v1/skills", times: 2, action: { status: 401 } });
+    await h.client.skills.list();
+    expect(h.emu.requests.map((r) => `${r.operation} ${r.status}`)).toEqual([
+      "skills.list 401",
+      "token 200",
+      "skills.list 401",
+      "token 200",
+      "skills.list 200",
+    ]);
+  });
+
+  it("three tokens refused in a row end the call with the refusal", async () => {
     h = await start();
     h.emu.injectFault({ method: "GET", path: "/compute/v1/skills", times: Infinity, action: { status: 401 } });
     const e = (await rejection(h.client.skills.list())) as ServiceError;
     expect(e).toBeInstanceOf(ServiceError);
     expect(e).toMatchObject({ operation: "skills.list", status: 401, retryable: false });
     expect(isAuthError(e)).toBe(true);
-    expect(count(h.emu, "skills.list")).toBe(2);
-    expect(count(h.emu, "token")).toBe(2);
+    expect(count(h.emu, "skills.list")).toBe(TOKEN_REFRESHES_PER_CALL + 1);
+    expect(count(h.emu, "token")).toBe(TOKEN_REFRESHES_PER_CALL + 1);
   });
 });
 
