@@ -13,6 +13,7 @@
 // material changes (rotated client certificate), the connection pool is replaced.
 import { setTimeout as sleep } from "node:timers/promises";
 import { Agent, type Dispatcher } from "undici";
+import { notJsonMessage } from "../lib/errors.js";
 import {
   fromKubeConfig,
   inClusterConfig,
@@ -820,7 +821,9 @@ function parseWatchLine<T>(line: string, path: string): WatchEvent<T> | undefine
     // Unlike client-node (which drops unparsable lines silently, losing events), a corrupt
     // frame ends the watch with an error: the informer reconnects from the last good
     // resourceVersion and nothing is lost.
-    throw new Error(`watch ${path}: unparsable event (${(err as Error).message})`, { cause: err });
+    // Not V8's message, nor it as the cause: it quotes the line, a Secret's data perhaps.
+    // eslint-disable-next-line preserve-caught-error -- the cause would carry that quote into logs
+    throw new Error(`watch ${path}: unparsable event (${notJsonMessage(err, trimmed)})`);
   }
   if (!parsed || typeof parsed !== "object") throw new Error(`watch ${path}: event is not an object`);
   const ev = parsed as { type?: unknown; object?: unknown };

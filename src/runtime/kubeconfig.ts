@@ -20,6 +20,7 @@ import { homedir } from "node:os";
 import { delimiter, dirname, isAbsolute, join, resolve } from "node:path";
 import { parse as parseYaml } from "yaml";
 import type * as ClientNodeModule from "@kubernetes/client-node";
+import { notJsonMessage } from "../lib/errors.js";
 
 export interface TlsOptions {
   ca?: Buffer;
@@ -367,8 +368,9 @@ class ExecPlugin {
           reject(new Error(`exec credential plugin ${this.cfg.command} failed: ${err.message}${stderr ? `: ${String(stderr).trim().slice(0, 300)}` : ""}`));
           return;
         }
+        const output = String(stdout);
         try {
-          const parsed = JSON.parse(String(stdout)) as {
+          const parsed = JSON.parse(output) as {
             status?: { token?: string; clientCertificateData?: string; clientKeyData?: string; expirationTimestamp?: string };
           };
           const s = parsed.status ?? {};
@@ -380,7 +382,7 @@ class ExecPlugin {
             expiresAt: expires !== undefined && Number.isFinite(expires) ? expires : undefined,
           });
         } catch (e) {
-          reject(new Error(`exec credential plugin ${this.cfg.command}: unparsable output (${(e as Error).message})`));
+          reject(new Error(`exec credential plugin ${this.cfg.command}: unparsable output (${notJsonMessage(e, output)})`));
         }
       });
     });

@@ -197,14 +197,16 @@ describe("watch", () => {
   it("ends with an error on a corrupt frame instead of silently dropping it", async () => {
     const c = await serve((_req, res) => {
       res.writeHead(200);
-      res.end('{"type":"ADDED","object":{"metadata":{}}}\n{not json\n');
+      // A Secret's event cut short: the error must not quote its data.
+      res.end('{"type":"ADDED","object":{"metadata":{}}}\n{"type":"MODIFIED","object":{"kind":"Secret","data":{"token":"c2VjcmV0LXZhbHVl"\n');
     });
     const got: unknown[] = [];
-    await expect(
-      (async () => {
-        for await (const ev of c.watch("/w", {})) got.push(ev);
-      })(),
-    ).rejects.toThrow(/unparsable/);
+    const err = await (async () => {
+      for await (const ev of c.watch("/w", {})) got.push(ev);
+    })().catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(Error);
+    expect((err as Error).message).toMatch(/unparsable event \(not JSON \(\d+ bytes/);
+    expect(JSON.stringify(err, Object.getOwnPropertyNames(err))).not.toContain("c2VjcmV0");
     expect(got).toHaveLength(1);
   });
 

@@ -121,6 +121,24 @@ process.stdout.write(JSON.stringify({ apiVersion: info.apiVersion, kind: "ExecCr
     expect((await c.credentials(true)).headers.authorization).toBe("Bearer tok-2-x-https://10.0.0.1:6443");
   });
 
+  it("an exec plugin that prints something other than JSON (a bare token): the error says so without quoting it", async () => {
+    const plugin = join(dir, "bare.mjs");
+    await writeFile(plugin, `process.stdout.write("bare-token-0c7f31a9");\n`);
+    const p = join(dir, "config");
+    await writeFile(
+      p,
+      config(`- name: u1
+  user:
+    exec:
+      apiVersion: client.authentication.k8s.io/v1
+      command: ${process.execPath}
+      args: [${JSON.stringify(plugin)}]`),
+    );
+    const err = await loadKubeconfig({ path: p }).credentials().catch((e: unknown) => e);
+    expect((err as Error).message).toMatch(/unparsable output \(not JSON \(19 bytes/);
+    expect((err as Error).message).not.toMatch(/bare|0c7f/);
+  });
+
   it("refuses plain http without insecure-skip-tls-verify", async () => {
     const p = join(dir, "config");
     await writeFile(p, config(`- name: u1\n  user: {token: a}`).replace("https://10.0.0.1:6443/", "http://10.0.0.1:8080"));
