@@ -105,8 +105,10 @@ describe.each([
     expect(hungVM).toBeDefined();
     emulator.injectFault({ method: "POST", path: `/compute/v1/vms/${hungVM}/release`, action: { delayMs: CALL_TIMEOUT_S * 1000 } });
     await kubectlOk(["delete", "sandbox", hung.metadata.name, "--wait=false"], { namespace: ns.name });
-    // The release reached the service (the VM is released there; its answer is being held).
-    await waitFor(() => emulator.state.vms.get(hungVM)?.state !== "running", { timeoutMs: 30_000, intervalMs: 100, description: "the hung release to reach the service" });
+    // The release reached the service: the VM is gone there (the emulator ends it, then holds
+    // the answer). Not a state: its VMs are never "running", so that wait passed at once, and
+    // a signal sent before the deletion was dequeued let the replica drain cleanly (exit 0).
+    await waitFor(() => !emulator.state.vms.has(hungVM), { timeoutMs: 30_000, intervalMs: 100, description: "the hung release to reach the service" });
 
     const signalledAt = Date.now();
     victim.kill("SIGTERM").catch(() => undefined);

@@ -41,7 +41,7 @@ describe("ensureRunVM", () => {
     expect(await ensureRunVM(run, w.handle(), deps)).toBe(first);
     expect(allocations()).toBe(1);
     // The attempt found it gone (a 404 through the forwarding route) while the list still shows it.
-    expect(w.emu.state.vms.get(first)?.state).not.toBe("released");
+    expect(w.emu.state.vms.get(first)?.state).toBe("allocated");
     const second = await ensureRunVM(run, w.handle(), deps, first);
     expect(second).not.toBe(first);
     expect(allocations()).toBe(2);
