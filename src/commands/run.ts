@@ -29,7 +29,7 @@ flags:
   --sharding                           active-active: every replica reconciles its share of the objects (implies --leader-elect; docs/sharding.md)
   --metrics-bind-address <addr>        Prometheus /metrics (default :8080; 0 disables)
   --health-probe-bind-address <addr>   /healthz and /readyz (default :8081; 0 disables)
-  --graceful-shutdown-timeout <dur>    time in-flight reconciles get on SIGTERM (default 30s; with --sharding at most 8-10s)
+  --graceful-shutdown-timeout <dur>    time in-flight reconciles get on SIGTERM (default 30s; with --sharding they get no longer than the member Lease's renew deadline, 8-10s)
   --log-level <level>                  trace, debug, info, warn, error (default info)
 `;
 
