@@ -444,16 +444,20 @@ export class ManagedReconciler<R extends ManagedResource, Plan = unknown> implem
     // Trouble matters only for an object there to keep: without one, nothing waits on it.
     const trouble = kept?.trouble?.exists ? kept.trouble : undefined;
     // Ready=True only while nothing waits to be applied: it was Ready for this very generation,
-    // and what it names is still there.
+    // what it names is still there, and nothing its spec draws on changed since (a Secret
+    // rotated: a SandboxRun must not start in a VM holding values it cannot mask).
     const gone = kept?.gone === true;
     const unusable = kept?.unusable;
-    const inSync = !deleting && !gone && unusable === undefined && previousReady?.status === "True" && previousReady.observedGeneration === cr.metadata.generation;
+    const held = kept?.held;
+    const inSync =
+      !deleting && !gone && unusable === undefined && held === undefined && previousReady?.status === "True" && previousReady.observedGeneration === cr.metadata.generation;
     const upkeep = kept?.keeping && trouble === undefined ? " (its VM is still renewed)" : "";
     const waiting = deleting ? "; deletion waits, with the finalizer kept, until" : "; changes made meanwhile are applied when";
     const problem = trouble ? `; cannot keep its VM alive: ${trouble.failure.reason}: ${trouble.failure.message}` : "";
     const lost = gone ? `; its VM is gone (expired or deleted)${deleting ? "" : ": a new one is allocated once the annotation is removed"}` : "";
     const state = unusable !== undefined ? `; ${unusable.message}` : "";
-    const message = `paused by the annotation ${Annotations.paused}: "true": the operator makes no change in the service${upkeep}${waiting} the annotation is removed${problem}${lost}${state}`;
+    const pending = held !== undefined && !deleting ? `; not applied yet: ${held.join(", ")}` : "";
+    const message = `paused by the annotation ${Annotations.paused}: "true": the operator makes no change in the service${upkeep}${waiting} the annotation is removed${problem}${lost}${state}${pending}`;
     await this.writeStatusBeforeUpkeep(cr, kept, kept?.status ?? {}, pausedConditions({ inSync, message, keepStalled: stalledAtThisGeneration(cr) !== undefined }));
     // Said once the conditions remember the pause: a status write that fails says nothing, and
     // its retry says it once.
@@ -483,7 +487,9 @@ export class ManagedReconciler<R extends ManagedResource, Plan = unknown> implem
       const kept = await this.keepAlive(cr, external, observed);
       // Named in status, but not found: nothing left to keep alive, and not to be called in sync.
       if (!observed.exists && this.namesKept(cr)) return { ...kept, gone: true };
-      return observed.exists && observed.notReady !== undefined ? { ...kept, unusable: observed.notReady } : kept;
+      if (!observed.exists) return kept;
+      const held = observed.differences !== undefined && observed.differences.length > 0 ? { held: observed.differences } : {};
+      return { ...kept, ...held, ...(observed.notReady !== undefined && { unusable: observed.notReady }) };
     } catch (err) {
       // The kind's client says when to try again (a VM's read: before it runs out); else the backoff.
       const exists = this.namesKept(cr);
@@ -700,6 +706,12 @@ interface Upkeep<S> {
   gone?: boolean;
   /** It is there but cannot be used, and the operator will not fix it (Observation.notReady: a VM run out with keepAlive false). */
   unusable?: { reason: string; message: string };
+  /**
+   * What differs from what would be applied now and is held back (Observation.differences): a
+   * change the spec or its Secrets made while paused (a VM whose envFrom Secret was rotated
+   * still holds the old values).
+   */
+  held?: string[];
 }
 
 /**

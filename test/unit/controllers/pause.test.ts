@@ -140,6 +140,33 @@ describe("paused Sandbox", () => {
     expect(reasons()).toEqual(["Created", "Paused", "Replaced", "Resumed"]);
   });
 
+  it("is not Ready once an envFrom Secret is rotated while paused (its VM keeps the old values), and is Ready again with a new VM on resume", async () => {
+    const secret = (value: string) => w.secrets.set({ metadata: { name: "env", namespace: NS }, data: { TOKEN: Buffer.from(value).toString("base64") } });
+    secret("first-value-aa11");
+    apply({ envFrom: [{ secretRef: { name: "env" } }] });
+    await w.reconcile(kind(), "sb");
+    const vmId = sandbox().status?.vmId as string;
+    apply({ envFrom: [{ secretRef: { name: "env" } }] }, PAUSED);
+    await w.reconcile(kind(), "sb");
+    expect(condition(sandbox(), "Ready")).toMatchObject({ status: "True", reason: "ReconcilePaused" });
+
+    secret("rotated-value-bb22");
+    w.calls();
+    await w.reconcile(kind(), "sb");
+    expect(w.writes()).toEqual([]);
+    const ready = condition(sandbox(), "Ready");
+    expect(ready).toMatchObject({ status: "False", reason: "ReconcilePaused" });
+    expect(ready?.message).toContain("not applied yet: tier, skills, env");
+    expect(JSON.stringify(sandbox())).not.toMatch(/first-value|rotated-value/);
+    expect(sandbox().status?.vmId).toBe(vmId);
+
+    apply({ envFrom: [{ secretRef: { name: "env" } }] });
+    await w.reconcile(kind(), "sb");
+    expect(w.writes()).toEqual(["vms.allocate", "vms.release"]);
+    expect(condition(sandbox(), "Ready")?.status).toBe("True");
+    expect(sandbox().status?.vmId).not.toBe(vmId);
+  });
+
   it("keeps renewing its VM while its Connection is not Ready and its Secret is gone", async () => {
     apply({});
     await w.reconcile(kind(), "sb");
