@@ -197,7 +197,7 @@ export type ManagedStatusBase = {
  * since the operator's value would silently win.
  */
 export function ServiceMetadata(description: string, reserved: readonly string[]) {
-  const keys = reserved.length === 1 ? `the key ${reserved[0]} is` : `the keys ${reserved.join(" and ")} are`;
+  const keys = reserved.length === 1 ? `the key ${reserved[0]} is` : `the keys ${reserved.slice(0, -1).join(", ")} and ${reserved.at(-1)} are`;
   const them = reserved.length === 1 ? "it" : "them";
   return StringMap(`${description} ${keys[0]!.toUpperCase()}${keys.slice(1)} the operator's.`, {
     "x-kubernetes-validations": [

@@ -51,6 +51,14 @@ export const MARKER_KEY = `${GROUP}/uid`;
  */
 export const CONFIG_HASH_KEY = `${GROUP}/config-hash`;
 
+/**
+ * Written into a VM's `metadata` when its env takes values from Secrets (a Sandbox's envFrom):
+ * a salted hash of those values, so that a SandboxRun can tell that a VM holds values of a
+ * Secret rotated since (not replaced yet, or not to be: policies without Update), which its
+ * output could show and it could not mask.
+ */
+export const SECRETS_HASH_KEY = `${GROUP}/secrets-hash`;
+
 /** The same for a deployment: the optionsHash of the spec it was deployed from. */
 export const OPTIONS_HASH_KEY = `${GROUP}/options-hash`;
 

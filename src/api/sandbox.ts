@@ -1,4 +1,4 @@
-import { CONFIG_HASH_KEY, MARKER_KEY, kindNames } from "./names.js";
+import { CONFIG_HASH_KEY, MARKER_KEY, SECRETS_HASH_KEY, kindNames } from "./names.js";
 import { StringEnum, StringMap, Type, type Static } from "./schema.js";
 import { EnvFromSecrets, ServiceMetadata, WriteConnectionSecretTo, managedSpecFields, managementPolicyRules, statusSchema, type Resource } from "./common.js";
 import { readyColumns, type KindDefinition } from "./kind.js";
@@ -24,7 +24,7 @@ export const SandboxSpecSchema = Type.Object(
     metadata: Type.Optional(
       ServiceMetadata(
         "Free key/value metadata of the VM, given at allocation: a change takes effect with the next VM (the service cannot change a VM's metadata, and a change alone does not replace the VM).",
-        [MARKER_KEY, CONFIG_HASH_KEY],
+        [MARKER_KEY, CONFIG_HASH_KEY, SECRETS_HASH_KEY],
       ),
     ),
     orgId: Type.Optional(

@@ -24,8 +24,10 @@ import { Heartbeats, cancelStep, observeStep, startStep, stopStep, type StepRef 
 import { ensureRunVM, heldConnection, keepRunVM, releaseRunVMs, type AllocationDeps } from "../runs/template-vm.js";
 import { ForwardedVM, VMGoneError, type RunVM } from "../runs/vm.js";
 import { isServiceError } from "../service/errors.js";
+import type { AgentVM } from "../service/types.js";
 import type { ConnectionPool, ServiceHandle } from "./connection-pool.js";
 import { readinessChanged, referrers, requestOf, specOrMetaChanged, type OperatorContext } from "./kind.js";
+import { holdsRotatedSecrets } from "./sandbox.js";
 import { skillName } from "./skill.js";
 import type { ObjectStore } from "./object-store.js";
 
@@ -297,7 +299,28 @@ export class SandboxRunReconciler implements Reconciler {
     if (lost?.vmId === vmId && this.now().getTime() - lost.at < LOST_VM_WAIT_MS) {
       return { state: "waiting", reason: RunReason.WaitingForSandbox, message: `the VM ${vmId} of Sandbox "${name}" is gone: waiting for the Sandbox to allocate another` };
     }
+    // Only before an attempt starts (next() reads this then): a step already running goes on,
+    // masked with the values it was started with.
+    if (this.vmHoldsRotatedSecrets(run, sb, vmId)) {
+      return {
+        state: "waiting",
+        reason: RunReason.WaitingForSandbox,
+        message: `the VM ${vmId} of Sandbox "${name}" holds values of its envFrom Secrets from before they changed, which a step could print and the run could not mask: waiting for the Sandbox to replace it (it does, unless its managementPolicies leave out Update)`,
+      };
+    }
     return { state: "ready", vmId };
+  }
+
+  /** The Sandbox's VM, as the Connection's inventory lists it, was allocated with Secret values rotated since. */
+  private vmHoldsRotatedSecrets(run: SandboxRun, sb: Sandbox, vmId: string): boolean {
+    if ((sb.spec.envFrom ?? []).length === 0) return false;
+    let vm: AgentVM | undefined;
+    try {
+      vm = this.handleOf(run).vms.get(vmId);
+    } catch {
+      return false; // no usable Connection: the attempt cannot start anyway, and says why
+    }
+    return vm !== undefined && holdsRotatedSecrets(sb, vm, this.o.store);
   }
 
   /**

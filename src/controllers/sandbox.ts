@@ -10,7 +10,7 @@
 // (KEP-589). Status also says the cadences (renewEverySeconds, reportEverySeconds), so a reader
 // can tell a VM that is alive from one that is not even when expiresAt is in the past.
 import { createHash } from "node:crypto";
-import { Annotations, CONFIG_HASH_KEY, ConditionType, MARKER_KEY, kindNames } from "../api/names.js";
+import { Annotations, CONFIG_HASH_KEY, ConditionType, MARKER_KEY, SECRETS_HASH_KEY, kindNames } from "../api/names.js";
 import type { Sandbox, SandboxStatus, Skill } from "../api/index.js";
 import { notReportedYet, troubleOf } from "../managed/conditions.js";
 import { FailedAfterChange, NotReadyError, StalledError } from "../managed/errors.js";
@@ -195,11 +195,16 @@ export function desiredAllocation(
       throw new NotReadyError("WaitingForSkill", `Skill "${skill.metadata.name}" (spec.skills) is not Ready yet${why}`, notReportedYet(skill));
     }
   }
-  const env: Record<string, string> = { ...envFromSecrets(cr, deps.store), ...spec.env };
+  const fromSecrets = envFromSecrets(cr, deps.store);
+  const env: Record<string, string> = { ...fromSecrets, ...spec.env };
   const req: AllocateVMRequest = {
     tier: spec.tier,
     ttl_seconds: ttlSeconds(cr),
-    metadata: { ...spec.metadata, [MARKER_KEY]: metadata.uid },
+    metadata: {
+      ...spec.metadata,
+      [MARKER_KEY]: metadata.uid,
+      ...(Object.keys(fromSecrets).length > 0 && { [SECRETS_HASH_KEY]: secretsHash(cr, fromSecrets) }),
+    },
   };
   if (spec.skills !== undefined) req.skills = spec.skills;
   if (Object.keys(env).length > 0) req.env = env;
@@ -249,6 +254,27 @@ export function allocationHash(cr: Sandbox, req: AllocateVMRequest, opts: { skil
     .update(JSON.stringify([req.tier, skills, sortedEntries(req.env ?? {}), req.secure_runtime ?? false, req.org_id ?? null]))
     .digest("hex")
     .slice(0, 16);
+}
+
+/** SECRETS_HASH_KEY's value: the env a Sandbox's envFrom Secrets give, salted like allocationHash. */
+function secretsHash(cr: Sandbox, fromSecrets: Record<string, string>): string {
+  return createHash("sha256").update(cr.metadata.uid).update(JSON.stringify(sortedEntries(fromSecrets))).digest("hex").slice(0, 16);
+}
+
+/**
+ * Whether the Sandbox's `vm` was allocated with other values of its envFrom Secrets than they
+ * hold now (one rotated since): a step run in it could print values nobody knows any more.
+ * False where that cannot be told: no envFrom, a VM without the hash (allocated before it was
+ * recorded, or for another resource), a Secret that cannot be read (the Sandbox waits for it).
+ */
+export function holdsRotatedSecrets(cr: Sandbox, vm: { metadata?: Record<string, string> }, store: SandboxDeps["store"]): boolean {
+  const recorded = (cr.spec.envFrom ?? []).length > 0 ? madeFor(cr, vm, SECRETS_HASH_KEY) : undefined;
+  if (recorded === undefined) return false;
+  try {
+    return recorded !== secretsHash(cr, envFromSecrets(cr, store));
+  } catch {
+    return false;
+  }
 }
 
 /**

@@ -1,16 +1,19 @@
 // The SandboxRun reconciler's own bookkeeping, without a VM: a run whose step found its
 // Sandbox's VM gone waits for the Sandbox's next VM rather than start its next attempt in the
 // gone one, but not for ever (a 404 that passes, such as a service list lagging behind, must not
-// hold it); and what a message is masked with when the run's inputs cannot all be read.
-import { describe, expect, it } from "vitest";
+// hold it); and what a message is masked with when the run's inputs cannot all be read; and
+// that it does not start in a VM holding values of a Secret rotated since (it could not mask them).
+import { afterEach, describe, expect, it } from "vitest";
 import type { Sandbox, SandboxRun } from "../../../src/api/index.js";
+import { kindNames } from "../../../src/api/names.js";
 import { SandboxRunReconciler, type SandboxRunReconcilerOptions } from "../../../src/controllers/sandbox-run.js";
 import { ObjectStore, type ConfigMapObject } from "../../../src/controllers/object-store.js";
 import { REFERENCE_VIEW } from "../../../src/controllers/reference-view.js";
 import type { KubeObject } from "../../../src/runtime/kube-client.js";
 import type { SecretObject } from "../../../src/managed/connection-secret.js";
 import { silentLogger } from "../../../src/runtime/logging.js";
-import { FakeInformer, NS } from "./helpers.js";
+import { sandboxes as sandboxKind } from "../../../src/controllers/sandbox.js";
+import { FakeInformer, NS, World } from "./helpers.js";
 
 const sandbox = (vmId: string): Sandbox =>
   ({
@@ -119,5 +122,60 @@ describe("SandboxRun: masking when an input cannot be read", () => {
     expect(() => r.inputs(withFiles, { files: true })).toThrow(/pruned/);
     expect(r.inputs(withFiles, { files: false })).toEqual({ envs: { MODE: "fast" }, files: [] });
     expect(r.maskingSecrets(withFiles)).toEqual({ values: [], gone: undefined });
+  });
+});
+
+describe("SandboxRun: a Sandbox whose VM holds values of a Secret rotated since", () => {
+  let w: World | undefined;
+  afterEach(async () => {
+    await w?.close();
+    w = undefined;
+  });
+
+  it("waits for the Sandbox to replace its VM, then starts in the new one; under policies without Update it keeps waiting, and says why", async () => {
+    w = await World.start();
+    const world = w;
+    const secret = (value: string) => world.secrets.set({ metadata: { name: "vm-env", namespace: NS }, data: { TOKEN: Buffer.from(value).toString("base64") } });
+    const apply = (policies?: string[]) =>
+      world.apply<Sandbox>("sandboxes", {
+        metadata: { name: "box" },
+        spec: { tier: "standard", ttlSeconds: 600, envFrom: [{ secretRef: { name: "vm-env" } }], ...(policies && { managementPolicies: policies }) },
+      });
+    const box = () => world.get<Sandbox>("sandboxes", "box");
+    secret("first-value-aa11");
+    apply();
+    await world.reconcile(sandboxKind(world.ctx), "box");
+    const first = box().status?.vmId as string;
+    const r = new SandboxRunReconciler({
+      store: world.ctx.store,
+      runs: new FakeInformer<SandboxRun>().as<SandboxRun>(),
+      sandboxes: world.informer(kindNames.sandbox).as<Sandbox>(),
+      pool: world.pool,
+      log: silentLogger,
+      now: () => new Date(world.clock.ms),
+    } as unknown as SandboxRunReconcilerOptions);
+    expect(r.sandboxState(run, {})).toEqual({ state: "ready", vmId: first });
+
+    secret("rotated-value-bb22");
+    const waiting = r.sandboxState(run, {});
+    expect(waiting).toMatchObject({ state: "waiting", reason: "WaitingForSandbox" });
+    expect(waiting.state === "waiting" && waiting.message).toContain(`the VM ${first} of Sandbox "box" holds values of its envFrom Secrets from before they changed`);
+    expect(JSON.stringify(waiting)).not.toMatch(/first-value|rotated-value/);
+
+    await world.reconcile(sandboxKind(world.ctx), "box"); // replaced: the new VM has the new values
+    const second = box().status?.vmId as string;
+    expect(second).not.toBe(first);
+    expect(r.sandboxState(run, {})).toEqual({ state: "ready", vmId: second });
+
+    apply(["Observe", "Create", "Delete", "LateInitialize"]);
+    await world.reconcile(sandboxKind(world.ctx), "box");
+    secret("third-value-cc33");
+    await world.reconcile(sandboxKind(world.ctx), "box");
+    expect(box().status?.vmId).toBe(second); // not replaced: Update is left out
+    const held = r.sandboxState(run, {});
+    expect(held.state === "waiting" && held.message).toContain("unless its managementPolicies leave out Update");
+    // The Secret's values put back: nothing it could not mask.
+    secret("rotated-value-bb22");
+    expect(r.sandboxState(run, {})).toEqual({ state: "ready", vmId: second });
   });
 });
