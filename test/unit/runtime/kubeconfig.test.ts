@@ -17,6 +17,21 @@ afterEach(async () => {
 
 const b64 = (s: string) => Buffer.from(s).toString("base64");
 
+/** A kubeconfig whose user runs `plugin` (a Node script) as its exec credential plugin; `more`: further exec fields. */
+async function execPluginConfig(plugin: string, more = ""): Promise<string> {
+  const p = join(dir, "config");
+  await writeFile(
+    p,
+    config(`- name: u1
+  user:
+    exec:
+      apiVersion: client.authentication.k8s.io/v1
+      command: ${process.execPath}
+      args: [${JSON.stringify(plugin)}]${more}`),
+  );
+  return p;
+}
+
 function config(users: string, extra = ""): string {
   return `apiVersion: v1
 kind: Config
@@ -103,19 +118,7 @@ process.stdout.write(JSON.stringify({ apiVersion: info.apiVersion, kind: "ExecCr
 `,
     );
     await chmod(plugin, 0o755);
-    const p = join(dir, "config");
-    await writeFile(
-      p,
-      config(`- name: u1
-  user:
-    exec:
-      apiVersion: client.authentication.k8s.io/v1
-      command: ${process.execPath}
-      args: [${JSON.stringify(plugin)}]
-      env: [{name: EXTRA, value: x}]
-      provideClusterInfo: true`),
-    );
-    const c = loadKubeconfig({ path: p });
+    const c = loadKubeconfig({ path: await execPluginConfig(plugin, "\n      env: [{name: EXTRA, value: x}]\n      provideClusterInfo: true") });
     expect((await c.credentials()).headers.authorization).toBe("Bearer tok-1-x-https://10.0.0.1:6443");
     expect((await c.credentials()).headers.authorization).toBe("Bearer tok-1-x-https://10.0.0.1:6443");
     expect((await c.credentials(true)).headers.authorization).toBe("Bearer tok-2-x-https://10.0.0.1:6443");
@@ -124,17 +127,7 @@ process.stdout.write(JSON.stringify({ apiVersion: info.apiVersion, kind: "ExecCr
   it("an exec plugin that prints something other than JSON (a bare token): the error says so without quoting it", async () => {
     const plugin = join(dir, "bare.mjs");
     await writeFile(plugin, `process.stdout.write("bare-token-0c7f31a9");\n`);
-    const p = join(dir, "config");
-    await writeFile(
-      p,
-      config(`- name: u1
-  user:
-    exec:
-      apiVersion: client.authentication.k8s.io/v1
-      command: ${process.execPath}
-      args: [${JSON.stringify(plugin)}]`),
-    );
-    const err = await loadKubeconfig({ path: p }).credentials().catch((e: unknown) => e);
+    const err = await loadKubeconfig({ path: await execPluginConfig(plugin) }).credentials().catch((e: unknown) => e);
     expect((err as Error).message).toMatch(/unparsable output \(not JSON \(19 bytes/);
     expect((err as Error).message).not.toMatch(/bare|0c7f/);
   });
