@@ -3,7 +3,8 @@
 // needs every such resource (the referrer and the referred may be on different replicas) but
 // reconciles only its share, so these lookups get a cache of their own that keeps only what
 // they read: the metadata, the status, and of the spec the connectionRef, a Skill's name and
-// a Sandbox's envFrom (a run's output is masked with its VM's Secrets). The rest of the spec
+// a Sandbox's env and envFrom (a run's output is masked with its VM's Secrets, and a run does
+// not start in a VM holding values of them rotated since, which the keys env sets are not). The rest of the spec
 // (an Agent's instructions and tools) and kubectl's last-applied-configuration annotation (a
 // copy of the spec) are most of an object's size. A lookup that reads another spec field must
 // add it here: the view of a field it drops is undefined, with no error.
@@ -13,7 +14,7 @@ const LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration";
 
 interface Referable extends KubeObject {
   metadata: KubeObject["metadata"] & { annotations?: Record<string, string> };
-  spec?: { connectionRef?: unknown; name?: unknown; envFrom?: unknown };
+  spec?: { connectionRef?: unknown; name?: unknown; env?: unknown; envFrom?: unknown };
   status?: unknown;
 }
 
@@ -27,6 +28,7 @@ function referenceView(obj: KubeObject): KubeObject {
       : {
           ...(o.spec.connectionRef !== undefined && { connectionRef: o.spec.connectionRef }),
           ...(o.spec.name !== undefined && { name: o.spec.name }),
+          ...(o.spec.env !== undefined && { env: o.spec.env }),
           ...(o.spec.envFrom !== undefined && { envFrom: o.spec.envFrom }),
         };
   return {

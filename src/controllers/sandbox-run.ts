@@ -5,7 +5,7 @@
 // writes the output ConfigMap and status, deletes finished runs after their TTL.
 import { createHash } from "node:crypto";
 import type { Logger } from "pino";
-import { API_VERSION, DEFAULT_CONNECTION, FINALIZER, GROUP, RUN_LABEL, RunPhase, VERSION, kindNames, type RunPhaseName } from "../api/names.js";
+import { API_VERSION, Annotations, DEFAULT_CONNECTION, FINALIZER, GROUP, RUN_LABEL, RunPhase, VERSION, kindNames, type RunPhaseName } from "../api/names.js";
 import type { RunStepStatus, Sandbox, SandboxRun, SandboxRunStatus, Skill } from "../api/index.js";
 import { errorMessage } from "../lib/errors.js";
 import { NotReadyError, classify } from "../managed/errors.js";
@@ -17,7 +17,7 @@ import type { Events } from "../runtime/events.js";
 import type { Informer } from "../runtime/informer.js";
 import { configMapsPath, isAlreadyExists, isForbidden, isInvalid, isKubeApiError, isNotFound, resourcePath, type KubeClient } from "../runtime/kube-client.js";
 import { formatTime } from "../runtime/status.js";
-import { attemptFailed, compareProgress, currentStep, deadlineAt, expiresAt, isFinished, next, pollDelayMs, RunReason, runConditions, runningMessage, type Next, type SandboxState, type StepToStop } from "../runs/machine.js";
+import { attemptFailed, attemptStarted, compareProgress, currentStep, deadlineAt, expiresAt, isFinished, next, pollDelayMs, RunReason, runConditions, runningMessage, type Next, type SandboxState, type StepToStop } from "../runs/machine.js";
 import { boundedOutput, lastLine, mask, maskingSecretNames, outputWindow, perStepBudget, tail } from "../runs/output.js";
 import { outputFile, runPath, startedFile, stepPath, vmPath } from "../runs/script.js";
 import { Heartbeats, cancelStep, observeStep, startStep, stopStep, type StepRef } from "../runs/steps.js";
@@ -27,7 +27,7 @@ import { isServiceError } from "../service/errors.js";
 import type { AgentVM } from "../service/types.js";
 import type { ConnectionPool, ServiceHandle } from "./connection-pool.js";
 import { readinessChanged, referrers, requestOf, specOrMetaChanged, type OperatorContext } from "./kind.js";
-import { holdsRotatedSecrets } from "./sandbox.js";
+import { envFromSecretNames, holdsRotatedSecrets } from "./sandbox.js";
 import { skillName } from "./skill.js";
 import type { ObjectStore } from "./object-store.js";
 
@@ -61,13 +61,15 @@ export function setupSandboxRun(ctx: OperatorContext, connection: Controller): C
   // What an unfinished run waits for brings it back when it comes (or changes): its inputs, and
   // for a run with a template what a Sandbox waits for, its Connection, Skills and envFrom Secrets.
   const unfinished = (waiting: SandboxRun[]) => waiting.filter((r) => !isFinished(r.status)).map(requestOf);
+  // And a run waiting for its Sandbox's VM to hold its envFrom Secrets' values of now (they may come back).
+  const sandboxesUsingSecret = referrers(sandboxes, "runSandboxSecret", envFromSecretNames);
   const usingSecret = referrers(runs, "runSecret", (r) => [
     ...(r.spec.envFrom ?? []).map((e) => e.secretRef.name),
     ...(r.spec.files ?? []).map((f) => f.secretKeyRef?.name),
     ...(r.spec.sandboxTemplate?.envFrom ?? []).map((e) => e.secretRef.name),
   ]);
   const usingConfigMap = referrers(runs, "runConfigMap", (r) => (r.spec.files ?? []).map((f) => f.configMapKeyRef?.name));
-  controller.watch(ctx.secrets, (s) => unfinished(usingSecret(s)));
+  controller.watch(ctx.secrets, (s) => unfinished([...usingSecret(s), ...sandboxesUsingSecret(s).flatMap(using)]));
   controller.watch(ctx.configMaps, (c) => unfinished(usingConfigMap(c)));
   const usingConnection = referrers(runs, "runConnection", (r) => [
     r.spec.sandboxTemplate === undefined ? undefined : (r.spec.sandboxTemplate.connectionRef?.name ?? DEFAULT_CONNECTION),
@@ -299,28 +301,36 @@ export class SandboxRunReconciler implements Reconciler {
     if (lost?.vmId === vmId && this.now().getTime() - lost.at < LOST_VM_WAIT_MS) {
       return { state: "waiting", reason: RunReason.WaitingForSandbox, message: `the VM ${vmId} of Sandbox "${name}" is gone: waiting for the Sandbox to allocate another` };
     }
-    // Only before an attempt starts (next() reads this then): a step already running goes on,
-    // masked with the values it was started with.
-    if (this.vmHoldsRotatedSecrets(run, sb, vmId)) {
-      return {
-        state: "waiting",
-        reason: RunReason.WaitingForSandbox,
-        message: `the VM ${vmId} of Sandbox "${name}" holds values of its envFrom Secrets from before they changed, which a step could print and the run could not mask: waiting for the Sandbox to replace it (it does, unless its managementPolicies leave out Update)`,
-      };
-    }
     return { state: "ready", vmId };
   }
 
-  /** The Sandbox's VM, as the Connection's inventory lists it, was allocated with Secret values rotated since. */
-  private vmHoldsRotatedSecrets(run: SandboxRun, sb: Sandbox, vmId: string): boolean {
-    if ((sb.spec.envFrom ?? []).length === 0) return false;
-    let vm: AgentVM | undefined;
-    try {
-      vm = this.handleOf(run).vms.get(vmId);
-    } catch {
-      return false; // no usable Connection: the attempt cannot start anyway, and says why
+  /**
+   * Where the Sandbox stands for starting an attempt in its VM (`state` ready): waiting while
+   * the VM holds values of its envFrom Secrets rotated since, which a step could print and the
+   * run could not mask. Only before an attempt: a step already running goes on, masked with the
+   * values it was started with. The VM as the Connection's snapshot lists it, else as the
+   * service answers for it (a replica that lists no VMs of that Connection, or not yet).
+   */
+  async forAttempt(run: SandboxRun, state: SandboxState & { state: "ready" }): Promise<SandboxState> {
+    const sb = run.spec.sandboxRef && this.o.sandboxes.get(run.metadata.namespace, run.spec.sandboxRef.name);
+    if (!sb || (sb.spec.envFrom ?? []).length === 0) return state;
+    const handle = this.handleOf(run);
+    let vm: AgentVM | undefined = handle.vms.get(state.vmId);
+    if (vm === undefined) {
+      try {
+        vm = await handle.client.vms.get(state.vmId);
+      } catch (err) {
+        if (isNotFound(err)) return state; // gone: the start finds it so, and waits for the next
+        throw err;
+      }
     }
-    return vm !== undefined && holdsRotatedSecrets(sb, vm, this.o.store);
+    if (!holdsRotatedSecrets(sb, vm, this.o.store)) return state;
+    const paused = sb.metadata.annotations?.[Annotations.paused] === "true" ? ", once it is no longer paused" : "";
+    return {
+      state: "waiting",
+      reason: RunReason.WaitingForSandbox,
+      message: `the VM ${state.vmId} of Sandbox "${sb.metadata.name}" holds values of its envFrom Secrets from before they changed, which a step could print and the run could not mask: waiting for the Sandbox to replace it${paused} (unless its managementPolicies leave out Update), or for the values to come back`,
+    };
   }
 
   /**
@@ -673,7 +683,8 @@ class Pass {
     for (let guard = 0; guard < 4 * run.spec.steps.length + 8; guard++) {
       try {
         await this.ensureOwnVM();
-        const sandbox = this.r.sandboxState(run, st);
+        let sandbox = this.r.sandboxState(run, st);
+        if (sandbox.state === "ready" && !attemptStarted(st)) sandbox = await this.r.forAttempt(run, sandbox);
         const n = forced ?? next({ spec: run.spec, status: st, sandbox, now: this.now });
         forced = undefined;
         switch (n.kind) {

@@ -113,7 +113,7 @@ export function sandboxes(ctx: KindContext): ManagedKind<Sandbox, SandboxPlan> {
     client: (handle) => new SandboxClient(handle, deps),
     watches(controller, own) {
       const loading = referrers(own, "skill", (sb) => sb.spec.skills ?? []);
-      const usingSecret = referrers(own, "envFromSecret", (sb) => (sb.spec.envFrom ?? []).map((e) => e.secretRef.name));
+      const usingSecret = referrers(own, "envFromSecret", envFromSecretNames);
       controller.watch(skills, (sk) => loading({ metadata: { namespace: sk.metadata.namespace, name: skillName(sk) } }).map(requestOf));
       controller.watch(ctx.secrets, (s) => usingSecret(s).map(requestOf));
       own.on("delete", (sb) => {
@@ -203,7 +203,7 @@ export function desiredAllocation(
     metadata: {
       ...spec.metadata,
       [MARKER_KEY]: metadata.uid,
-      ...(Object.keys(fromSecrets).length > 0 && { [SECRETS_HASH_KEY]: secretsHash(cr, fromSecrets) }),
+      ...(Object.keys(heldFromSecrets(cr, fromSecrets)).length > 0 && { [SECRETS_HASH_KEY]: secretsHash(cr, fromSecrets) }),
     },
   };
   if (spec.skills !== undefined) req.skills = spec.skills;
@@ -216,6 +216,11 @@ export function desiredAllocation(
   if (typeof secureRuntime === "string" && secureRuntime !== "") req.secure_runtime = secureRuntime;
   req.metadata = { ...req.metadata, [CONFIG_HASH_KEY]: allocationHash(cr, req) };
   return req;
+}
+
+/** The Secrets a Sandbox's VM takes env from. */
+export function envFromSecretNames(sb: Sandbox): string[] {
+  return (sb.spec.envFrom ?? []).map((e) => e.secretRef.name);
 }
 
 /** The env the spec's envFrom Secrets give (their keys, prefixed); throws for a Secret that cannot be read. */
@@ -256,9 +261,19 @@ export function allocationHash(cr: Sandbox, req: AllocateVMRequest, opts: { skil
     .slice(0, 16);
 }
 
-/** SECRETS_HASH_KEY's value: the env a Sandbox's envFrom Secrets give, salted like allocationHash. */
+/** Of the env the envFrom Secrets give, what the VM holds: the keys spec.env does not set. */
+function heldFromSecrets(cr: Sandbox, fromSecrets: Record<string, string>): Record<string, string> {
+  const plain = cr.spec.env ?? {};
+  return Object.fromEntries(Object.entries(fromSecrets).filter(([k]) => !Object.hasOwn(plain, k)));
+}
+
+/**
+ * SECRETS_HASH_KEY's value: the env the VM holds from the envFrom Secrets, salted like
+ * allocationHash (with the uid, which the VM's metadata shows too: like config-hash, it tells a
+ * value to whoever can guess it and list the org's VMs).
+ */
 function secretsHash(cr: Sandbox, fromSecrets: Record<string, string>): string {
-  return createHash("sha256").update(cr.metadata.uid).update(JSON.stringify(sortedEntries(fromSecrets))).digest("hex").slice(0, 16);
+  return createHash("sha256").update(cr.metadata.uid).update(JSON.stringify(sortedEntries(heldFromSecrets(cr, fromSecrets)))).digest("hex").slice(0, 16);
 }
 
 /**

@@ -20,9 +20,9 @@ export function errorMessage(err: unknown, opts: { labelNonError?: boolean } = {
  * What to say about text JSON.parse refused, without quoting it: V8's message quotes the text
  * around the fault ("Unexpected token 'a', \"abc…\" is not valid JSON"), and text that should
  * have been JSON may be a credential (an exec plugin that prints a bare token) or carry one (a
- * Secret's watch event). Its position, where V8 names one, and its length say enough.
+ * Secret's watch event, a list of Secrets). Its position, where V8 names one, and its length say enough.
  */
 export function notJsonMessage(err: unknown, text: string): string {
   const at = /at position (\d+)/.exec(errorMessage(err))?.[1];
-  return `not JSON (${text.length} bytes${at !== undefined ? `, fault at ${at}` : ""})`;
+  return `not JSON (${text.length} characters${at !== undefined ? `, fault at ${at}` : ""})`;
 }

@@ -78,11 +78,15 @@ export function currentStep(status: SandboxRunStatus): { index: number; step: Ru
   return index < 0 ? undefined : { index, step: steps[index]! };
 }
 
+/** An attempt has started once its first step has (status.steps is emptied for the next one). */
+export function attemptStarted(status: SandboxRunStatus): boolean {
+  return (status.steps ?? []).length > 0 && status.vmId !== undefined;
+}
+
 /** What to do next. */
 export function next({ spec, status, sandbox, now }: RunInput): Next {
   if (isFinished(status)) return { kind: "finished" };
-  // An attempt has started once its first step has (status.steps is emptied for the next one).
-  const started = (status.steps ?? []).length > 0 && status.vmId !== undefined;
+  const started = attemptStarted(status);
   const running = currentStep(status);
   const deadline = deadlineAt(spec, status);
   // Every step ended with 0 (the last one seen to end only now, after the deadline): the run

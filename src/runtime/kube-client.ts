@@ -640,7 +640,13 @@ export class KubeClient {
       }
       const text = await res.body.text();
       if (text.length === 0) return undefined as T;
-      return JSON.parse(text) as T;
+      try {
+        return JSON.parse(text) as T;
+      } catch (err) {
+        // Not V8's message, nor it as the cause: it quotes the body, a list of Secrets perhaps.
+        // eslint-disable-next-line preserve-caught-error -- the cause would carry that quote into logs
+        throw new Error(`${req.method} ${req.path}: the API server answered HTTP ${res.statusCode} with a body that is ${notJsonMessage(err, text)}`);
+      }
     }
     throw await this.errorFrom(res, req.method, req.path);
   }

@@ -23,9 +23,9 @@
 // background start whose answer names no id resolves with none: a SandboxRun step is then
 // followed and stopped by its files (src/runs/script.ts), not by its id.
 //
-// Retries: a 401 gets a new token and one more attempt (nothing ran; RefusedTokens says how often). Nothing else is
-// retried here: a command sent once may have started, and the caller knows whether running it
-// twice is acceptable (commandStatus by id is the way to find out).
+// Retries: a 401 gets a new token and another attempt (nothing ran; RefusedTokens says how many
+// in a row). Nothing else is retried here: a command sent once may have started, and the caller
+// knows whether running it twice is acceptable (commandStatus by id is the way to find out).
 import { StringDecoder } from "node:string_decoder";
 import { rootCertificates } from "node:tls";
 import { readFileSync } from "node:fs";

@@ -27,7 +27,7 @@ export interface CallSpec {
   body?: string;
   /** Extra headers (X-API-Key, X-Workspace-Id, ...). */
   headers?: Record<string, string>;
-  /** Send the bearer token (and re-authenticate once on 401). */
+  /** Send the bearer token (and re-authenticate on a 401: RefusedTokens). */
   auth: boolean;
   /** Take a rate-limiter token per attempt (service calls; not the token service). */
   limited: boolean;

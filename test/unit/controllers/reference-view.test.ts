@@ -34,4 +34,14 @@ describe("the reference view", () => {
     const skill = { apiVersion: "agentcompute.dev/v1alpha1", kind: "Skill", metadata: { name: "s", namespace: "ns" }, spec: { name: "web-search", description: "d", files: { "a.md": "b" } } } as KubeObject;
     expect((REFERENCE_VIEW.transform(skill) as { spec?: unknown }).spec).toEqual({ name: "web-search" });
   });
+
+  it("keeps a Sandbox's env and envFrom, by which a run tells the Secret values its VM holds", () => {
+    const sandbox = {
+      apiVersion: "agentcompute.dev/v1alpha1",
+      kind: "Sandbox",
+      metadata: { name: "b", namespace: "ns" },
+      spec: { tier: "standard", skills: ["web-search"], env: { MODE: "fast" }, envFrom: [{ secretRef: { name: "keys" }, prefix: "K_" }] },
+    } as KubeObject;
+    expect((REFERENCE_VIEW.transform(sandbox) as { spec?: unknown }).spec).toEqual({ env: { MODE: "fast" }, envFrom: [{ secretRef: { name: "keys" }, prefix: "K_" }] });
+  });
 });

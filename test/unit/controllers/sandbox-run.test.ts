@@ -132,20 +132,17 @@ describe("SandboxRun: a Sandbox whose VM holds values of a Secret rotated since"
     w = undefined;
   });
 
-  it("waits for the Sandbox to replace its VM, then starts in the new one; under policies without Update it keeps waiting, and says why", async () => {
-    w = await World.start();
-    const world = w;
-    const secret = (value: string) => world.secrets.set({ metadata: { name: "vm-env", namespace: NS }, data: { TOKEN: Buffer.from(value).toString("base64") } });
+  async function setUp(env?: Record<string, string>) {
+    const world = (w = await World.start());
+    const secret = (data: Record<string, string>) =>
+      world.secrets.set({ metadata: { name: "vm-env", namespace: NS }, data: Object.fromEntries(Object.entries(data).map(([k, v]) => [k, Buffer.from(v).toString("base64")])) });
     const apply = (policies?: string[]) =>
       world.apply<Sandbox>("sandboxes", {
         metadata: { name: "box" },
-        spec: { tier: "standard", ttlSeconds: 600, envFrom: [{ secretRef: { name: "vm-env" } }], ...(policies && { managementPolicies: policies }) },
+        spec: { tier: "standard", ttlSeconds: 600, envFrom: [{ secretRef: { name: "vm-env" } }], ...(env && { env }), ...(policies && { managementPolicies: policies }) },
       });
-    const box = () => world.get<Sandbox>("sandboxes", "box");
-    secret("first-value-aa11");
-    apply();
-    await world.reconcile(sandboxKind(world.ctx), "box");
-    const first = box().status?.vmId as string;
+    const reconcileSandbox = () => world.reconcile(sandboxKind(world.ctx), "box");
+    const vmId = () => world.get<Sandbox>("sandboxes", "box").status?.vmId as string;
     const r = new SandboxRunReconciler({
       store: world.ctx.store,
       runs: new FakeInformer<SandboxRun>().as<SandboxRun>(),
@@ -154,28 +151,62 @@ describe("SandboxRun: a Sandbox whose VM holds values of a Secret rotated since"
       log: silentLogger,
       now: () => new Date(world.clock.ms),
     } as unknown as SandboxRunReconcilerOptions);
-    expect(r.sandboxState(run, {})).toEqual({ state: "ready", vmId: first });
+    // Where the Sandbox stands for a new attempt.
+    const forAttempt = async () => {
+      const state = r.sandboxState(run, {});
+      return state.state === "ready" ? r.forAttempt(run, state) : state;
+    };
+    return { world, r, secret, apply, reconcileSandbox, vmId, forAttempt };
+  }
 
-    secret("rotated-value-bb22");
-    const waiting = r.sandboxState(run, {});
+  it("waits for the Sandbox to replace its VM, then starts in the new one; under policies without Update it waits for the values to come back, and says why", async () => {
+    const { r, secret, apply, reconcileSandbox, vmId, forAttempt } = await setUp();
+    secret({ TOKEN: "first-value-aa11" });
+    apply();
+    await reconcileSandbox();
+    const first = vmId();
+    expect(await forAttempt()).toEqual({ state: "ready", vmId: first });
+
+    secret({ TOKEN: "rotated-value-bb22" });
+    const waiting = await forAttempt();
     expect(waiting).toMatchObject({ state: "waiting", reason: "WaitingForSandbox" });
     expect(waiting.state === "waiting" && waiting.message).toContain(`the VM ${first} of Sandbox "box" holds values of its envFrom Secrets from before they changed`);
     expect(JSON.stringify(waiting)).not.toMatch(/first-value|rotated-value/);
+    // A step already running in it goes on: only an attempt's start waits.
+    expect(r.sandboxState(run, {})).toEqual({ state: "ready", vmId: first });
 
-    await world.reconcile(sandboxKind(world.ctx), "box"); // replaced: the new VM has the new values
-    const second = box().status?.vmId as string;
+    await reconcileSandbox(); // replaced: the new VM has the new values
+    const second = vmId();
     expect(second).not.toBe(first);
-    expect(r.sandboxState(run, {})).toEqual({ state: "ready", vmId: second });
+    expect(await forAttempt()).toEqual({ state: "ready", vmId: second });
 
     apply(["Observe", "Create", "Delete", "LateInitialize"]);
-    await world.reconcile(sandboxKind(world.ctx), "box");
-    secret("third-value-cc33");
-    await world.reconcile(sandboxKind(world.ctx), "box");
-    expect(box().status?.vmId).toBe(second); // not replaced: Update is left out
-    const held = r.sandboxState(run, {});
-    expect(held.state === "waiting" && held.message).toContain("unless its managementPolicies leave out Update");
-    // The Secret's values put back: nothing it could not mask.
-    secret("rotated-value-bb22");
-    expect(r.sandboxState(run, {})).toEqual({ state: "ready", vmId: second });
+    await reconcileSandbox();
+    secret({ TOKEN: "third-value-cc33" });
+    await reconcileSandbox();
+    expect(vmId()).toBe(second); // not replaced: Update is left out
+    const held = await forAttempt();
+    expect(held.state === "waiting" && held.message).toContain("unless its managementPolicies leave out Update), or for the values to come back");
+    secret({ TOKEN: "rotated-value-bb22" });
+    expect(await forAttempt()).toEqual({ state: "ready", vmId: second });
+  });
+
+  it("asks the service for a VM its Connection's snapshot does not list (another replica allocated it), and does not wait for a key spec.env sets", async () => {
+    const { world, secret, apply, reconcileSandbox, vmId, forAttempt } = await setUp({ DEBUG: "0" });
+    secret({ TOKEN: "first-value-aa11", DEBUG: "1" });
+    apply();
+    await reconcileSandbox();
+    const first = vmId();
+    // spec.env sets DEBUG: the VM does not hold the Secret's value of it, nor is it replaced for it.
+    secret({ TOKEN: "first-value-aa11", DEBUG: "2" });
+    await reconcileSandbox();
+    expect(vmId()).toBe(first);
+    expect(await forAttempt()).toEqual({ state: "ready", vmId: first });
+
+    secret({ TOKEN: "rotated-value-bb22", DEBUG: "2" });
+    world.handle().vms.remove(first);
+    world.calls();
+    expect(await forAttempt()).toMatchObject({ state: "waiting", reason: "WaitingForSandbox" });
+    expect(world.calls()).toEqual(["vms.get"]);
   });
 });

@@ -115,6 +115,15 @@ describe("requests", () => {
     expect(plain.message).toContain("bad gateway");
   });
 
+  it("a 2xx body cut short (a list of Secrets): the error names the request and never quotes the body", async () => {
+    const c = await serve((_req, res) => {
+      res.writeHead(200, { "content-type": "application/json" }).end('{"kind":"SecretList","items":[{"data":{"token":"c2VjcmV0LXZhbHVl"');
+    });
+    const err = await c.get("/api/v1/secrets").catch((e: unknown) => e);
+    expect((err as Error).message).toMatch(/^GET \/api\/v1\/secrets: the API server answered HTTP 200 with a body that is not JSON \(\d+ characters/);
+    expect(JSON.stringify(err, Object.getOwnPropertyNames(err))).not.toContain("c2VjcmV0");
+  });
+
   it("retries 429 honouring Retry-After", async () => {
     let n = 0;
     const c = await serve((_req, res) => {
@@ -205,7 +214,7 @@ describe("watch", () => {
       for await (const ev of c.watch("/w", {})) got.push(ev);
     })().catch((e: unknown) => e);
     expect(err).toBeInstanceOf(Error);
-    expect((err as Error).message).toMatch(/unparsable event \(not JSON \(\d+ bytes/);
+    expect((err as Error).message).toMatch(/unparsable event \(not JSON \(\d+ characters/);
     expect(JSON.stringify(err, Object.getOwnPropertyNames(err))).not.toContain("c2VjcmV0");
     expect(got).toHaveLength(1);
   });

@@ -128,7 +128,7 @@ process.stdout.write(JSON.stringify({ apiVersion: info.apiVersion, kind: "ExecCr
     const plugin = join(dir, "bare.mjs");
     await writeFile(plugin, `process.stdout.write("bare-token-0c7f31a9");\n`);
     const err = await loadKubeconfig({ path: await execPluginConfig(plugin) }).credentials().catch((e: unknown) => e);
-    expect((err as Error).message).toMatch(/unparsable output \(not JSON \(19 bytes/);
+    expect((err as Error).message).toMatch(/unparsable output \(not JSON \(19 characters/);
     expect((err as Error).message).not.toMatch(/bare|0c7f/);
   });
 
