@@ -21,7 +21,7 @@ import { attemptFailed, attemptStarted, compareProgress, currentStep, deadlineAt
 import { boundedOutput, lastLine, mask, maskingSecretNames, outputWindow, perStepBudget, tail } from "../runs/output.js";
 import { outputFile, runPath, startedFile, stepPath, vmPath } from "../runs/script.js";
 import { Heartbeats, cancelStep, observeStep, startStep, stopStep, type StepRef } from "../runs/steps.js";
-import { ensureRunVM, heldConnection, keepRunVM, releaseRunVMs, type AllocationDeps } from "../runs/template-vm.js";
+import { ensureRunVM, heldConnection, keepRunVM, releaseRunVMs, runVMHoldsRotatedSecrets, type AllocationDeps } from "../runs/template-vm.js";
 import { ForwardedVM, VMGoneError, type RunVM } from "../runs/vm.js";
 import { isServiceError } from "../service/errors.js";
 import type { AgentVM } from "../service/types.js";
@@ -365,6 +365,22 @@ export class SandboxRunReconciler implements Reconciler {
     return this.o.pool.forUpkeep(run.metadata.namespace, run.spec.sandboxTemplate?.connectionRef);
   }
 
+  /**
+   * Before an attempt's first step: the run's own VM (spec.sandboxTemplate) holding values of
+   * the template's envFrom Secrets rotated since its allocation is given back (true), and the
+   * attempt starts in another, whose values the run knows.
+   */
+  async gaveBackOutdatedOwnVM(run: SandboxRun, vmId: string): Promise<boolean> {
+    if ((run.spec.sandboxTemplate?.envFrom ?? []).length === 0) return false;
+    const handle = this.handleOf(run);
+    if (handle.vms.get(vmId) === undefined) await handle.vms.ensureFresh(); // a restarted operator's snapshot may not be read yet
+    const vm = handle.vms.get(vmId);
+    if (vm === undefined || !runVMHoldsRotatedSecrets(run, vm, this.o.store)) return false;
+    await releaseRunVMs(run, handle, vmId);
+    this.o.events.normal(run, "Replaced", `VM ${vmId} held values of the template's envFrom Secrets from before they changed: given back before the first step, another is allocated`);
+    return true;
+  }
+
   /** The service handle of the run's Connection (the Sandbox's). */
   handleOf(run: SandboxRun, deleting = false): ServiceHandle {
     const sb = run.spec.sandboxRef ? this.o.sandboxes.get(run.metadata.namespace, run.spec.sandboxRef.name) : undefined;
@@ -684,7 +700,13 @@ class Pass {
       try {
         await this.ensureOwnVM();
         let sandbox = this.r.sandboxState(run, st);
-        if (sandbox.state === "ready" && !attemptStarted(st)) sandbox = await this.r.forAttempt(run, sandbox);
+        if (sandbox.state === "ready" && !attemptStarted(st)) {
+          if (run.spec.sandboxTemplate === undefined) sandbox = await this.r.forAttempt(run, sandbox);
+          else if (await this.r.gaveBackOutdatedOwnVM(run, sandbox.vmId)) {
+            st.vmId = "";
+            continue;
+          }
+        }
         const n = forced ?? next({ spec: run.spec, status: st, sandbox, now: this.now });
         forced = undefined;
         switch (n.kind) {

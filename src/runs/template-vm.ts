@@ -6,7 +6,7 @@
 import { API_VERSION, DEFAULT_CONNECTION, kindNames } from "../api/names.js";
 import type { Sandbox, SandboxRun, SandboxRunSpec, SandboxRunStatus } from "../api/index.js";
 import type { ServiceHandle } from "../controllers/connection-pool.js";
-import { desiredAllocation, envFromValues, renewAtOf, renewVMFor, ttlSeconds, type SandboxDeps } from "../controllers/sandbox.js";
+import { desiredAllocation, envFromValues, holdsRotatedSecrets, renewAtOf, renewVMFor, ttlSeconds, type SandboxDeps } from "../controllers/sandbox.js";
 import { formatTime } from "../runtime/status.js";
 import { ServiceError, isNotFound, type AllocateVMRequest } from "../service/index.js";
 import { isLiveVMState } from "./vm.js";
@@ -78,6 +78,15 @@ export async function ensureRunVM(run: SandboxRun, handle: ServiceHandle, deps: 
     handle.vms.invalidate();
     throw err;
   }
+}
+
+/**
+ * The run's own VM holds values of its template's envFrom Secrets from before they changed
+ * (allocated, then the Secret rotated before the first step started): a step could print them,
+ * and the run could not mask them.
+ */
+export function runVMHoldsRotatedSecrets(run: SandboxRun, vm: { metadata?: Record<string, string> }, store: SandboxDeps["store"]): boolean {
+  return holdsRotatedSecrets(asSandbox(run, { lengthened: false }), vm, store);
 }
 
 /**

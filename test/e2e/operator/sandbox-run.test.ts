@@ -878,6 +878,40 @@ stringData: {TOKEN: ${old}}
     expect(JSON.stringify((await configMap(r.status?.outputConfigMap as string)).data)).not.toContain(old);
   }, 90_000);
 
+  it("does not start in its Sandbox's VM while that holds a value of an envFrom Secret rotated since: it runs in the next VM, the value masked", async () => {
+    const before = `${SECRET_VALUE}-vm-before`;
+    await apply(`
+apiVersion: v1
+kind: Secret
+metadata: {name: vm-rotating}
+stringData: {TOKEN: ${before}}
+---
+apiVersion: agentcompute.dev/v1alpha1
+kind: Sandbox
+metadata: {name: rotating-box}
+spec: {tier: standard, ttlSeconds: 3600, envFrom: [{secretRef: {name: vm-rotating}}]}`, t.namespace);
+    const first = await sandboxVM("rotating-box");
+    const uid = (await getResource(t.stack.kube, "sandboxes", t.namespace, "rotating-box")).metadata.uid;
+    // The replacement's allocation is held: the Sandbox still names the old VM, Ready, while the
+    // operator knows the new value (its allocation asked for it).
+    t.stack.emulator.injectFault({ method: "POST", path: "/compute/v1/vms/allocate", times: 1, action: { delayMs: 3_000 } });
+    await kubectlOk(["patch", "secret", "vm-rotating", "--type=merge", "-p", JSON.stringify({ stringData: { TOKEN: "the-vm-rotated-value" } })], { namespace: t.namespace });
+    await waitFor(() => [...t.stack.emulator.state.vms.values()].some((v) => v.metadata["agentcompute.dev/uid"] === uid && v.id !== first), {
+      timeoutMs: 30_000,
+      intervalMs: 50,
+      description: "the replacement's allocation to reach the service",
+    });
+    await apply(runInManifest("rotating-box", "after-rotation", `
+  steps:
+    - {name: print, command: 'echo "token=$TOKEN"'}`), t.namespace);
+    const r = await finished("after-rotation");
+    expect(r.status?.phase).toBe("Succeeded");
+    expect(r.status?.vmId).not.toBe(first);
+    expect(steps(r)[0]).toMatchObject({ exitCode: 0, output: "token=***\n" });
+    expect(JSON.stringify(r)).not.toContain(before);
+    expect(JSON.stringify((await configMap(r.status?.outputConfigMap as string)).data)).not.toContain(before);
+  }, 90_000);
+
   it("ends all the same when its output ConfigMap cannot be written (both of its names another's), saying so, with each step's tail in status", async () => {
     await readySandbox("files-box");
     await apply(runInManifest("files-box", "output-blocked", `

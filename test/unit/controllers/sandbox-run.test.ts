@@ -4,7 +4,7 @@
 // hold it); and what a message is masked with when the run's inputs cannot all be read; and
 // that it does not start in a VM holding values of a Secret rotated since (it could not mask them).
 import { afterEach, describe, expect, it } from "vitest";
-import type { Sandbox, SandboxRun } from "../../../src/api/index.js";
+import type { Sandbox, SandboxRun, Skill } from "../../../src/api/index.js";
 import { kindNames } from "../../../src/api/names.js";
 import { SandboxRunReconciler, type SandboxRunReconcilerOptions } from "../../../src/controllers/sandbox-run.js";
 import { ObjectStore, type ConfigMapObject } from "../../../src/controllers/object-store.js";
@@ -148,6 +148,8 @@ describe("SandboxRun: a Sandbox whose VM holds values of a Secret rotated since"
       runs: new FakeInformer<SandboxRun>().as<SandboxRun>(),
       sandboxes: world.informer(kindNames.sandbox).as<Sandbox>(),
       pool: world.pool,
+      events: world.recorder(),
+      sandboxDeps: { store: world.ctx.store, skills: world.informer(kindNames.skill).as<Skill>(), now: () => new Date(world.clock.ms) },
       log: silentLogger,
       now: () => new Date(world.clock.ms),
     } as unknown as SandboxRunReconcilerOptions);
@@ -189,6 +191,28 @@ describe("SandboxRun: a Sandbox whose VM holds values of a Secret rotated since"
     expect(held.state === "waiting" && held.message).toContain("unless its managementPolicies leave out Update), or for the values to come back");
     secret({ TOKEN: "rotated-value-bb22" });
     expect(await forAttempt()).toEqual({ state: "ready", vmId: second });
+  });
+
+  it("a run's own VM (sandboxTemplate) allocated before its Secret was rotated is given back before the first step, and another allocated", async () => {
+    const { world, r, secret } = await setUp();
+    secret({ TOKEN: "first-value-aa11" });
+    const own = {
+      ...run,
+      metadata: { ...run.metadata, uid: "run-uid-own" },
+      spec: { sandboxTemplate: { tier: "standard", ttlSeconds: 600, envFrom: [{ secretRef: { name: "vm-env" } }] }, steps: run.spec.steps },
+    } as unknown as SandboxRun;
+    const first = await r.allocate(own);
+    expect(await r.gaveBackOutdatedOwnVM(own, first)).toBe(false);
+
+    secret({ TOKEN: "rotated-value-bb22" });
+    world.calls();
+    expect(await r.gaveBackOutdatedOwnVM(own, first)).toBe(true);
+    expect(world.writes()).toEqual(["vms.release"]);
+    expect(world.emu.state.vms.has(first)).toBe(false);
+    expect(world.events.map((e) => e.reason)).toEqual(["Replaced"]);
+    const second = await r.allocate(own);
+    expect(second).not.toBe(first);
+    expect(await r.gaveBackOutdatedOwnVM(own, second)).toBe(false);
   });
 
   it("asks the service for a VM its Connection's snapshot does not list (another replica allocated it), and does not wait for a key spec.env sets", async () => {
