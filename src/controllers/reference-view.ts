@@ -4,8 +4,8 @@
 // reconciles only its share, so these lookups get a cache of their own that keeps only what
 // they read: the metadata, the status, and of the spec the connectionRef, a Skill's name and
 // a Sandbox's env and envFrom (a run's output is masked with its VM's Secrets, and a run does
-// not start in a VM holding values of them rotated since, which the keys env sets are not). The rest of the spec
-// (an Agent's instructions and tools) and kubectl's last-applied-configuration annotation (a
+// not start in a VM holding values of them rotated since: the keys env sets it does not hold).
+// The rest of the spec (an Agent's instructions and tools) and kubectl's last-applied-configuration annotation (a
 // copy of the spec) are most of an object's size. A lookup that reads another spec field must
 // add it here: the view of a field it drops is undefined, with no error.
 import type { KubeObject } from "../runtime/kube-client.js";

@@ -69,7 +69,8 @@ export function setupSandboxRun(ctx: OperatorContext, connection: Controller): C
     ...(r.spec.sandboxTemplate?.envFrom ?? []).map((e) => e.secretRef.name),
   ]);
   const usingConfigMap = referrers(runs, "runConfigMap", (r) => (r.spec.files ?? []).map((f) => f.configMapKeyRef?.name));
-  controller.watch(ctx.secrets, (s) => unfinished([...usingSecret(s), ...sandboxesUsingSecret(s).flatMap(using)]));
+  const notStarted = (rs: SandboxRun[]) => rs.filter((r) => !attemptStarted(r.status ?? {}));
+  controller.watch(ctx.secrets, (s) => unfinished([...usingSecret(s), ...notStarted(sandboxesUsingSecret(s).flatMap(using))]));
   controller.watch(ctx.configMaps, (c) => unfinished(usingConfigMap(c)));
   const usingConnection = referrers(runs, "runConnection", (r) => [
     r.spec.sandboxTemplate === undefined ? undefined : (r.spec.sandboxTemplate.connectionRef?.name ?? DEFAULT_CONNECTION),
@@ -305,32 +306,39 @@ export class SandboxRunReconciler implements Reconciler {
   }
 
   /**
-   * Where the Sandbox stands for starting an attempt in its VM (`state` ready): waiting while
-   * the VM holds values of its envFrom Secrets rotated since, which a step could print and the
-   * run could not mask. Only before an attempt: a step already running goes on, masked with the
-   * values it was started with. The VM as the Connection's snapshot lists it, else as the
-   * service answers for it (a replica that lists no VMs of that Connection, or not yet).
+   * Whether `vmId`, where an attempt's first step is about to start, holds values of its envFrom
+   * Secrets (its Sandbox's, or the run's template's) rotated since it was allocated, which a
+   * step could print and the run could not mask. The VM as the Connection's snapshot lists it,
+   * else as the service answers for it (kept in the snapshot): a replica may list no VMs of
+   * that Connection, or not since another allocated it.
    */
-  async forAttempt(run: SandboxRun, state: SandboxState & { state: "ready" }): Promise<SandboxState> {
-    const sb = run.spec.sandboxRef && this.o.sandboxes.get(run.metadata.namespace, run.spec.sandboxRef.name);
-    if (!sb || (sb.spec.envFrom ?? []).length === 0) return state;
+  async vmHoldsRotatedSecrets(run: SandboxRun, vmId: string): Promise<boolean> {
+    const sb = this.sandboxOf(run);
+    const envFrom = sb ? sb.spec.envFrom : run.spec.sandboxTemplate?.envFrom;
+    if ((envFrom ?? []).length === 0) return false;
     const handle = this.handleOf(run);
-    let vm: AgentVM | undefined = handle.vms.get(state.vmId);
+    let vm: AgentVM | undefined = handle.vms.get(vmId);
     if (vm === undefined) {
       try {
-        vm = await handle.client.vms.get(state.vmId);
+        vm = await handle.client.vms.get(vmId);
       } catch (err) {
-        if (isNotFound(err)) return state; // gone: the start finds it so, and waits for the next
+        if (isNotFound(err)) return false; // gone: the start finds it so
         throw err;
       }
+      handle.vms.put(vm);
     }
-    if (!holdsRotatedSecrets(sb, vm, this.o.store)) return state;
-    const paused = sb.metadata.annotations?.[Annotations.paused] === "true" ? ", once it is no longer paused" : "";
-    return {
-      state: "waiting",
-      reason: RunReason.WaitingForSandbox,
-      message: `the VM ${state.vmId} of Sandbox "${sb.metadata.name}" holds values of its envFrom Secrets from before they changed, which a step could print and the run could not mask: waiting for the Sandbox to replace it${paused} (unless its managementPolicies leave out Update), or for the values to come back`,
-    };
+    return sb ? holdsRotatedSecrets(sb, vm, this.o.store) : runVMHoldsRotatedSecrets(run, vm, this.o.store);
+  }
+
+  /**
+   * The run's own VM (spec.sandboxTemplate) held values of rotated Secrets before its first
+   * step: given back, and kept out of the allocation of the next (a list lagging behind the
+   * release still shows it).
+   */
+  async giveBackOutdatedOwnVM(run: SandboxRun, vmId: string): Promise<void> {
+    await releaseRunVMs(run, this.handleOf(run), vmId);
+    this.lostVMs.set(run.metadata.uid, { vmId, at: this.now().getTime() });
+    this.o.events.normal(run, "Replaced", `VM ${vmId} held values of the template's envFrom Secrets from before they changed: given back before the first step, another is allocated`);
   }
 
   /**
@@ -381,9 +389,14 @@ export class SandboxRunReconciler implements Reconciler {
     return true;
   }
 
+  /** The Sandbox of spec.sandboxRef, if the cache has it. */
+  sandboxOf(run: SandboxRun): Sandbox | undefined {
+    return run.spec.sandboxRef ? this.o.sandboxes.get(run.metadata.namespace, run.spec.sandboxRef.name) : undefined;
+  }
+
   /** The service handle of the run's Connection (the Sandbox's). */
   handleOf(run: SandboxRun, deleting = false): ServiceHandle {
-    const sb = run.spec.sandboxRef ? this.o.sandboxes.get(run.metadata.namespace, run.spec.sandboxRef.name) : undefined;
+    const sb = this.sandboxOf(run);
     const ref = sb?.spec.connectionRef ?? run.spec.sandboxTemplate?.connectionRef;
     return this.o.pool.forResource(run.metadata.namespace, ref, { deleting: deleting || sb?.metadata.deletionTimestamp !== undefined });
   }
@@ -699,16 +712,17 @@ class Pass {
     for (let guard = 0; guard < 4 * run.spec.steps.length + 8; guard++) {
       try {
         await this.ensureOwnVM();
-        let sandbox = this.r.sandboxState(run, st);
-        if (sandbox.state === "ready" && !attemptStarted(st)) {
-          if (run.spec.sandboxTemplate === undefined) sandbox = await this.r.forAttempt(run, sandbox);
-          else if (await this.r.gaveBackOutdatedOwnVM(run, sandbox.vmId)) {
+        const sandbox = this.r.sandboxState(run, st);
+        let n = forced ?? next({ spec: run.spec, status: st, sandbox, now: this.now });
+        forced = undefined;
+        if (n.kind === "start" && n.index === 0 && n.again !== true && (await this.heldRotatedSecrets(n.attempt, n.vmId))) {
+          if (run.spec.sandboxTemplate !== undefined) {
+            await this.r.giveBackOutdatedOwnVM(run, n.vmId);
             st.vmId = "";
             continue;
           }
+          n = { kind: "wait", reason: RunReason.WaitingForSandbox, message: rotatedSecretsMessage(run, n.vmId, this.r.sandboxOf(run)) };
         }
-        const n = forced ?? next({ spec: run.spec, status: st, sandbox, now: this.now });
-        forced = undefined;
         switch (n.kind) {
           case "finished":
             return this.r.afterFinish(run, st, this.log);
@@ -853,6 +867,17 @@ class Pass {
       this.vms.set(vmId, vm);
     }
     return vm;
+  }
+
+  /**
+   * The attempt's first step is about to start in a VM holding values of rotated Secrets
+   * (SandboxRunReconciler.vmHoldsRotatedSecrets), and has not started there already: a start
+   * whose record was lost (a status write that failed, a crash) left its marker, and that step
+   * is followed, not held back or moved.
+   */
+  private async heldRotatedSecrets(attempt: number, vmId: string): Promise<boolean> {
+    if (!(await this.r.vmHoldsRotatedSecrets(this.run, vmId))) return false;
+    return (await this.vm(vmId).read(startedFile(stepPath(this.run.metadata.uid, attempt, 0)))) === undefined;
   }
 
   private async start(attempt: number, index: number, vmId: string, again = false): Promise<void> {
@@ -1058,6 +1083,12 @@ class Pass {
     const at = Math.min(...until);
     return { requeueAfterMs: Math.max(50, Math.min(30_000, at - now + 50)), ...(at === renewAt && { priority: true }) };
   }
+}
+
+/** Why a run waits for its Sandbox's VM that holds values of rotated envFrom Secrets. */
+function rotatedSecretsMessage(run: SandboxRun, vmId: string, sb: Sandbox | undefined): string {
+  const paused = sb?.metadata.annotations?.[Annotations.paused] === "true" ? ", once it is no longer paused" : "";
+  return `the VM ${vmId} of Sandbox "${run.spec.sandboxRef?.name ?? ""}" holds values of its envFrom Secrets from before they changed, which a step could print and the run could not mask: waiting for the Sandbox to replace it${paused} (unless its managementPolicies leave out Update), or for the values to come back`;
 }
 
 /** Both names the run's output ConfigMap may have are another's. */

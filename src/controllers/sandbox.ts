@@ -196,6 +196,7 @@ export function desiredAllocation(
     }
   }
   const fromSecrets = envFromSecrets(cr, deps.store);
+  const held = heldFromSecrets(cr, fromSecrets);
   const env: Record<string, string> = { ...fromSecrets, ...spec.env };
   const req: AllocateVMRequest = {
     tier: spec.tier,
@@ -203,7 +204,7 @@ export function desiredAllocation(
     metadata: {
       ...spec.metadata,
       [MARKER_KEY]: metadata.uid,
-      ...(Object.keys(heldFromSecrets(cr, fromSecrets)).length > 0 && { [SECRETS_HASH_KEY]: secretsHash(cr, fromSecrets) }),
+      ...(Object.keys(held).length > 0 && { [SECRETS_HASH_KEY]: secretsHash(cr, held) }),
     },
   };
   if (spec.skills !== undefined) req.skills = spec.skills;
@@ -272,8 +273,8 @@ function heldFromSecrets(cr: Sandbox, fromSecrets: Record<string, string>): Reco
  * allocationHash (with the uid, which the VM's metadata shows too: like config-hash, it tells a
  * value to whoever can guess it and list the org's VMs).
  */
-function secretsHash(cr: Sandbox, fromSecrets: Record<string, string>): string {
-  return createHash("sha256").update(cr.metadata.uid).update(JSON.stringify(sortedEntries(heldFromSecrets(cr, fromSecrets)))).digest("hex").slice(0, 16);
+function secretsHash(cr: Sandbox, held: Record<string, string>): string {
+  return createHash("sha256").update(cr.metadata.uid).update(JSON.stringify(sortedEntries(held))).digest("hex").slice(0, 16);
 }
 
 /**
@@ -286,7 +287,7 @@ export function holdsRotatedSecrets(cr: Sandbox, vm: { metadata?: Record<string,
   const recorded = (cr.spec.envFrom ?? []).length > 0 ? madeFor(cr, vm, SECRETS_HASH_KEY) : undefined;
   if (recorded === undefined) return false;
   try {
-    return recorded !== secretsHash(cr, envFromSecrets(cr, store));
+    return recorded !== secretsHash(cr, heldFromSecrets(cr, envFromSecrets(cr, store)));
   } catch {
     return false;
   }

@@ -8,6 +8,7 @@
 // versions of the service send (a wrapped agent, an array under a key) are accepted.
 
 import { createParser } from "eventsource-parser";
+import { notJsonMessage } from "../lib/errors.js";
 import { ServiceError } from "./errors.js";
 import type { Operation } from "./errors.js";
 import type { HttpMethod } from "./http.js";
@@ -252,12 +253,12 @@ export function decodeJson(op: Operation, status: number, text: string): unknown
   if (text === "" || status === 204) return undefined;
   try {
     return JSON.parse(text);
-  } catch {
+  } catch (err) {
     // Never quote a 2xx body: it may carry a token.
     throw new ServiceError({
       operation: op,
       status,
-      message: `${op}: the service answered HTTP ${status} with a body that is not JSON (${text.length} bytes)`,
+      message: `${op}: the service answered HTTP ${status} with a body that is ${notJsonMessage(err, text)}`,
       retryable: false,
     });
   }

@@ -894,7 +894,7 @@ spec: {tier: standard, ttlSeconds: 3600, envFrom: [{secretRef: {name: vm-rotatin
     const uid = (await getResource(t.stack.kube, "sandboxes", t.namespace, "rotating-box")).metadata.uid;
     // The replacement's allocation is held: the Sandbox still names the old VM, Ready, while the
     // operator knows the new value (its allocation asked for it).
-    t.stack.emulator.injectFault({ method: "POST", path: "/compute/v1/vms/allocate", times: 1, action: { delayMs: 3_000 } });
+    t.stack.emulator.injectFault({ method: "POST", path: "/compute/v1/vms/allocate", times: 1, action: { delayMs: 5_000 } });
     await kubectlOk(["patch", "secret", "vm-rotating", "--type=merge", "-p", JSON.stringify({ stringData: { TOKEN: "the-vm-rotated-value" } })], { namespace: t.namespace });
     await waitFor(() => [...t.stack.emulator.state.vms.values()].some((v) => v.metadata["agentcompute.dev/uid"] === uid && v.id !== first), {
       timeoutMs: 30_000,
@@ -904,6 +904,15 @@ spec: {tier: standard, ttlSeconds: 3600, envFrom: [{secretRef: {name: vm-rotatin
     await apply(runInManifest("rotating-box", "after-rotation", `
   steps:
     - {name: print, command: 'echo "token=$TOKEN"'}`), t.namespace);
+    // It says why it waits while the replacement is held.
+    const waiting = await waitFor(
+      async () => {
+        const ready = condition(await run("after-rotation"), "Ready");
+        return ready?.reason === "WaitingForSandbox" ? ready : undefined;
+      },
+      { timeoutMs: 30_000, intervalMs: 100, description: "sandboxrun/after-rotation to wait for the Sandbox's next VM" },
+    );
+    expect(waiting.message).toContain(`the VM ${first} of Sandbox "rotating-box" holds values of its envFrom Secrets from before they changed`);
     const r = await finished("after-rotation");
     expect(r.status?.phase).toBe("Succeeded");
     expect(r.status?.vmId).not.toBe(first);
