@@ -373,22 +373,6 @@ export class SandboxRunReconciler implements Reconciler {
     return this.o.pool.forUpkeep(run.metadata.namespace, run.spec.sandboxTemplate?.connectionRef);
   }
 
-  /**
-   * Before an attempt's first step: the run's own VM (spec.sandboxTemplate) holding values of
-   * the template's envFrom Secrets rotated since its allocation is given back (true), and the
-   * attempt starts in another, whose values the run knows.
-   */
-  async gaveBackOutdatedOwnVM(run: SandboxRun, vmId: string): Promise<boolean> {
-    if ((run.spec.sandboxTemplate?.envFrom ?? []).length === 0) return false;
-    const handle = this.handleOf(run);
-    if (handle.vms.get(vmId) === undefined) await handle.vms.ensureFresh(); // a restarted operator's snapshot may not be read yet
-    const vm = handle.vms.get(vmId);
-    if (vm === undefined || !runVMHoldsRotatedSecrets(run, vm, this.o.store)) return false;
-    await releaseRunVMs(run, handle, vmId);
-    this.o.events.normal(run, "Replaced", `VM ${vmId} held values of the template's envFrom Secrets from before they changed: given back before the first step, another is allocated`);
-    return true;
-  }
-
   /** The Sandbox of spec.sandboxRef, if the cache has it. */
   sandboxOf(run: SandboxRun): Sandbox | undefined {
     return run.spec.sandboxRef ? this.o.sandboxes.get(run.metadata.namespace, run.spec.sandboxRef.name) : undefined;
