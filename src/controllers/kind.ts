@@ -343,18 +343,22 @@ export function poolConnector<R extends ManagedResource, Plan>(pool: ConnectionP
  * Map functions ("which Sandboxes load this Skill?") answer from these indices: at 10,000
  * resources a scan of the namespace per event (every Secret, Agent and Skill the cold start
  * writes is one) was the operator's biggest CPU cost after garbage collection, and most of
- * that garbage.
+ * that garbage. An index name stands for one mapping: two controllers asking for the same one
+ * of a shared informer (the Sandbox and SandboxRun controllers, of a Sandbox's envFrom Secrets)
+ * share one index.
  */
 export function referrers<T extends KubeObject>(
   informer: Informer<T>,
   index: string,
   refs: (obj: T) => Array<string | undefined>,
 ): (target: { metadata: { namespace?: string; name?: string } }) => T[] {
-  informer.addIndex(index, (obj) => {
-    const out: string[] = [];
-    for (const r of refs(obj)) if (r !== undefined) out.push(`${obj.metadata.namespace ?? ""}/${r}`);
-    return out;
-  });
+  if (!informer.hasIndex(index)) {
+    informer.addIndex(index, (obj) => {
+      const out: string[] = [];
+      for (const r of refs(obj)) if (r !== undefined) out.push(`${obj.metadata.namespace ?? ""}/${r}`);
+      return out;
+    });
+  }
   return (target) => informer.byIndex(index, `${target.metadata.namespace ?? ""}/${target.metadata.name ?? ""}`);
 }
 

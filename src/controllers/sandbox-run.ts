@@ -27,7 +27,7 @@ import { isServiceError } from "../service/errors.js";
 import type { AgentVM } from "../service/types.js";
 import type { ConnectionPool, ServiceHandle } from "./connection-pool.js";
 import { readinessChanged, referrers, requestOf, specOrMetaChanged, type OperatorContext } from "./kind.js";
-import { envFromSecretNames, holdsRotatedSecrets } from "./sandbox.js";
+import { holdsRotatedSecrets, sandboxesUsingSecret } from "./sandbox.js";
 import { skillName } from "./skill.js";
 import type { ObjectStore } from "./object-store.js";
 
@@ -62,7 +62,7 @@ export function setupSandboxRun(ctx: OperatorContext, connection: Controller): C
   // for a run with a template what a Sandbox waits for, its Connection, Skills and envFrom Secrets.
   const unfinished = (waiting: SandboxRun[]) => waiting.filter((r) => !isFinished(r.status)).map(requestOf);
   // And a run waiting for its Sandbox's VM to hold its envFrom Secrets' values of now (they may come back).
-  const sandboxesUsingSecret = referrers(sandboxes, "runSandboxSecret", envFromSecretNames);
+  const sandboxesUsing = sandboxesUsingSecret(sandboxes);
   const usingSecret = referrers(runs, "runSecret", (r) => [
     ...(r.spec.envFrom ?? []).map((e) => e.secretRef.name),
     ...(r.spec.files ?? []).map((f) => f.secretKeyRef?.name),
@@ -70,7 +70,7 @@ export function setupSandboxRun(ctx: OperatorContext, connection: Controller): C
   ]);
   const usingConfigMap = referrers(runs, "runConfigMap", (r) => (r.spec.files ?? []).map((f) => f.configMapKeyRef?.name));
   const notStarted = (rs: SandboxRun[]) => rs.filter((r) => !attemptStarted(r.status ?? {}));
-  controller.watch(ctx.secrets, (s) => unfinished([...usingSecret(s), ...notStarted(sandboxesUsingSecret(s).flatMap(using))]));
+  controller.watch(ctx.secrets, (s) => unfinished([...usingSecret(s), ...notStarted(sandboxesUsing(s).flatMap(using))]));
   controller.watch(ctx.configMaps, (c) => unfinished(usingConfigMap(c)));
   const usingConnection = referrers(runs, "runConnection", (r) => [
     r.spec.sandboxTemplate === undefined ? undefined : (r.spec.sandboxTemplate.connectionRef?.name ?? DEFAULT_CONNECTION),

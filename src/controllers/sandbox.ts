@@ -113,7 +113,7 @@ export function sandboxes(ctx: KindContext): ManagedKind<Sandbox, SandboxPlan> {
     client: (handle) => new SandboxClient(handle, deps),
     watches(controller, own) {
       const loading = referrers(own, "skill", (sb) => sb.spec.skills ?? []);
-      const usingSecret = referrers(own, "envFromSecret", envFromSecretNames);
+      const usingSecret = sandboxesUsingSecret(own);
       controller.watch(skills, (sk) => loading({ metadata: { namespace: sk.metadata.namespace, name: skillName(sk) } }).map(requestOf));
       controller.watch(ctx.secrets, (s) => usingSecret(s).map(requestOf));
       own.on("delete", (sb) => {
@@ -219,9 +219,9 @@ export function desiredAllocation(
   return req;
 }
 
-/** The Secrets a Sandbox's VM takes env from. */
-export function envFromSecretNames(sb: Sandbox): string[] {
-  return (sb.spec.envFrom ?? []).map((e) => e.secretRef.name);
+/** The Sandboxes of `informer` whose VM takes env from a given Secret (one index per informer, however many ask). */
+export function sandboxesUsingSecret(informer: Informer<Sandbox>): (secret: { metadata: { namespace?: string; name?: string } }) => Sandbox[] {
+  return referrers(informer, "envFromSecret", (sb) => (sb.spec.envFrom ?? []).map((e) => e.secretRef.name));
 }
 
 /** The env the spec's envFrom Secrets give (their keys, prefixed); throws for a Secret that cannot be read. */

@@ -17,12 +17,17 @@ export function errorMessage(err: unknown, opts: { labelNonError?: boolean } = {
 }
 
 /**
- * What to say about text JSON.parse refused, without quoting it: V8's message quotes the text
- * around the fault ("Unexpected token 'a', \"abc…\" is not valid JSON"), and text that should
+ * JSON.parse, failing with `fail("not JSON (…)")` rather than V8's error, which quotes the
+ * text around the fault ("Unexpected token 'a', \"abc…\" is not valid JSON"): text that should
  * have been JSON may be a credential (an exec plugin that prints a bare token) or carry one (a
- * Secret's watch event, a list of Secrets). Its position, where V8 names one, and its length say enough.
+ * Secret's watch event, a list of Secrets, a service's answer). Its length and the fault's
+ * position, where V8 names one, say enough; V8's error is not kept as the cause either.
  */
-export function notJsonMessage(err: unknown, text: string): string {
-  const at = /at position (\d+)/.exec(errorMessage(err))?.[1];
-  return `not JSON (${text.length} characters${at !== undefined ? `, fault at ${at}` : ""})`;
+export function parseJsonOr(text: string, fail: (notJson: string) => Error): unknown {
+  try {
+    return JSON.parse(text);
+  } catch (err) {
+    const at = /at position (\d+)/.exec(errorMessage(err))?.[1];
+    throw fail(`not JSON (${text.length} characters${at !== undefined ? `, fault at ${at}` : ""})`);
+  }
 }

@@ -99,6 +99,10 @@ class StaticInformer<T extends { metadata: { name?: string; namespace?: string }
     return [...this.objects.values()].filter((o) => namespace === undefined || o.metadata.namespace === namespace);
   }
 
+  hasIndex(name: string): boolean {
+    return this.indexers.has(name);
+  }
+
   addIndex(name: string, fn: (obj: T) => string[]): void {
     this.indexers.set(name, fn);
   }

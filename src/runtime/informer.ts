@@ -262,6 +262,11 @@ export class Informer<T extends KubeObject> {
     return this.count;
   }
 
+  /** Whether addIndex(name) was called. */
+  hasIndex(name: string): boolean {
+    return this.indexers.has(name);
+  }
+
   /**
    * Add a secondary index (client-go's Indexer): `fn` returns the index values of an object,
    * e.g. the `namespace/name` of every Secret a Sandbox references. byIndex() then answers

@@ -13,7 +13,7 @@
 // material changes (rotated client certificate), the connection pool is replaced.
 import { setTimeout as sleep } from "node:timers/promises";
 import { Agent, type Dispatcher } from "undici";
-import { notJsonMessage } from "../lib/errors.js";
+import { parseJsonOr } from "../lib/errors.js";
 import {
   fromKubeConfig,
   inClusterConfig,
@@ -640,13 +640,7 @@ export class KubeClient {
       }
       const text = await res.body.text();
       if (text.length === 0) return undefined as T;
-      try {
-        return JSON.parse(text) as T;
-      } catch (err) {
-        // Not V8's message, nor it as the cause: it quotes the body, a list of Secrets perhaps.
-        // eslint-disable-next-line preserve-caught-error -- the cause would carry that quote into logs
-        throw new Error(`${req.method} ${req.path}: the API server answered HTTP ${res.statusCode} with a body that is ${notJsonMessage(err, text)}`);
-      }
+      return parseJsonOr(text, (notJson) => new Error(`${req.method} ${req.path}: the API server answered HTTP ${res.statusCode} with a body that is ${notJson}`)) as T;
     }
     throw await this.errorFrom(res, req.method, req.path);
   }
@@ -820,17 +814,10 @@ function parseRetryAfter(v: string | string[] | undefined): number | undefined {
 function parseWatchLine<T>(line: string, path: string): WatchEvent<T> | undefined {
   const trimmed = line.trim();
   if (trimmed.length === 0) return undefined;
-  let parsed: unknown;
-  try {
-    parsed = JSON.parse(trimmed);
-  } catch (err) {
-    // Unlike client-node (which drops unparsable lines silently, losing events), a corrupt
-    // frame ends the watch with an error: the informer reconnects from the last good
-    // resourceVersion and nothing is lost.
-    // Not V8's message, nor it as the cause: it quotes the line, a Secret's data perhaps.
-    // eslint-disable-next-line preserve-caught-error -- the cause would carry that quote into logs
-    throw new Error(`watch ${path}: unparsable event (${notJsonMessage(err, trimmed)})`);
-  }
+  // Unlike client-node (which drops unparsable lines silently, losing events), a corrupt
+  // frame ends the watch with an error: the informer reconnects from the last good
+  // resourceVersion and nothing is lost.
+  const parsed = parseJsonOr(trimmed, (notJson) => new Error(`watch ${path}: unparsable event (${notJson})`));
   if (!parsed || typeof parsed !== "object") throw new Error(`watch ${path}: event is not an object`);
   const ev = parsed as { type?: unknown; object?: unknown };
   if (typeof ev.type !== "string" || !ev.object || typeof ev.object !== "object") {

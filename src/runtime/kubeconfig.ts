@@ -20,7 +20,7 @@ import { homedir } from "node:os";
 import { delimiter, dirname, isAbsolute, join, resolve } from "node:path";
 import { parse as parseYaml } from "yaml";
 import type * as ClientNodeModule from "@kubernetes/client-node";
-import { notJsonMessage } from "../lib/errors.js";
+import { parseJsonOr } from "../lib/errors.js";
 
 export interface TlsOptions {
   ca?: Buffer;
@@ -368,9 +368,8 @@ class ExecPlugin {
           reject(new Error(`exec credential plugin ${this.cfg.command} failed: ${err.message}${stderr ? `: ${String(stderr).trim().slice(0, 300)}` : ""}`));
           return;
         }
-        const output = String(stdout);
         try {
-          const parsed = JSON.parse(output) as {
+          const parsed = parseJsonOr(String(stdout), (notJson) => new Error(notJson)) as {
             status?: { token?: string; clientCertificateData?: string; clientKeyData?: string; expirationTimestamp?: string };
           };
           const s = parsed.status ?? {};
@@ -382,7 +381,7 @@ class ExecPlugin {
             expiresAt: expires !== undefined && Number.isFinite(expires) ? expires : undefined,
           });
         } catch (e) {
-          reject(new Error(`exec credential plugin ${this.cfg.command}: unparsable output (${notJsonMessage(e, output)})`));
+          reject(new Error(`exec credential plugin ${this.cfg.command}: unparsable output (${(e as Error).message})`));
         }
       });
     });

@@ -400,11 +400,10 @@ export class AgentdClient {
 
   /** One request, with another (and a new token) after a 401. Non-2xx answers throw. */
   private async send(operation: string, method: Method, path: string, body: unknown, signal: AbortSignal, bodyTimeout: number): Promise<Dispatcher.ResponseData> {
-    const refusals = new RefusedTokens();
-    let refused: string | undefined;
+    const refused = new RefusedTokens();
     for (let attempt = 1; ; attempt++) {
       await this.opts.forwarding?.take(operation);
-      const token = await this.opts.accessToken(refused);
+      const token = await this.opts.accessToken(refused.last);
       if (method !== "GET") this.opts.writeGate?.();
       const started = performance.now();
       const attempted = (status: number | "error"): void =>
@@ -433,10 +432,7 @@ export class AgentdClient {
       if (res.statusCode >= 200 && res.statusCode < 300) return res;
       const text = await res.body.text().catch(() => "");
       if (res.statusCode === 429) this.opts.forwarding?.throttled(parseRetryAfter(res.headers["retry-after"], Date.now()));
-      if (res.statusCode === 401 && refusals.retryAfter(token)) {
-        refused = token;
-        continue;
-      }
+      if (res.statusCode === 401 && refused.retryAfter(token)) continue;
       // The token is the only secret this client holds; an echo of it never reaches a message.
       const parsed = parseErrorBody(text, [token]);
       const error = new ServiceError({

@@ -8,7 +8,7 @@
 // versions of the service send (a wrapped agent, an array under a key) are accepted.
 
 import { createParser } from "eventsource-parser";
-import { notJsonMessage } from "../lib/errors.js";
+import { parseJsonOr } from "../lib/errors.js";
 import { ServiceError } from "./errors.js";
 import type { Operation } from "./errors.js";
 import type { HttpMethod } from "./http.js";
@@ -251,17 +251,8 @@ function envSecrets(env: Record<string, string> | undefined, secretValues: reado
 /** The body of a 2xx answer as JSON; undefined when empty. */
 export function decodeJson(op: Operation, status: number, text: string): unknown {
   if (text === "" || status === 204) return undefined;
-  try {
-    return JSON.parse(text);
-  } catch (err) {
-    // Never quote a 2xx body: it may carry a token.
-    throw new ServiceError({
-      operation: op,
-      status,
-      message: `${op}: the service answered HTTP ${status} with a body that is ${notJsonMessage(err, text)}`,
-      retryable: false,
-    });
-  }
+  // Never quote a 2xx body: it may carry a token.
+  return parseJsonOr(text, (notJson) => new ServiceError({ operation: op, status, message: `${op}: the service answered HTTP ${status} with a body that is ${notJson}`, retryable: false }));
 }
 
 function isObject(v: unknown): v is Record<string, unknown> {

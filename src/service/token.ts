@@ -120,13 +120,18 @@ export const TOKEN_REFRESHES_PER_CALL = 2;
  * call, since a further token would be refused as well.
  */
 export class RefusedTokens {
-  private last: string | undefined;
+  private refused: string | undefined;
   private refreshes = 0;
+
+  /** The token refused last, if any (the one to replace: TokenSource.invalidate). */
+  get last(): string | undefined {
+    return this.refused;
+  }
 
   /** The service answered 401 to `token`: true when the call should get a new one and try again. */
   retryAfter(token: string): boolean {
-    if (token === this.last || this.refreshes >= TOKEN_REFRESHES_PER_CALL) return false;
-    this.last = token;
+    if (token === this.refused || this.refreshes >= TOKEN_REFRESHES_PER_CALL) return false;
+    this.refused = token;
     this.refreshes++;
     return true;
   }

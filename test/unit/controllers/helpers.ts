@@ -60,6 +60,10 @@ export class FakeInformer<T extends Stored> {
     this.objects.delete(`${namespace}/${name}`);
   }
 
+  hasIndex(name: string): boolean {
+    return this.indexers.has(name);
+  }
+
   addIndex(name: string, fn: (obj: T) => string[]): void {
     this.indexers.set(name, fn);
   }
@@ -353,6 +357,11 @@ function mergeKeys(base: Record<string, unknown> | undefined, patch: Record<stri
 
 function isMapping(v: unknown): v is Record<string, unknown> {
   return typeof v === "object" && v !== null && !Array.isArray(v);
+}
+
+/** A Secret of NS holding `data` as text (stored base64, as the API server serves it). */
+export function secretOf(name: string, data: Record<string, string>): SecretObject {
+  return { metadata: { name, namespace: NS }, data: Object.fromEntries(Object.entries(data).map(([k, v]) => [k, Buffer.from(v).toString("base64")])) };
 }
 
 export function reconcileContext(): ReconcileContext {

@@ -8,7 +8,7 @@ import { agents } from "../../../src/controllers/agent.js";
 import { sandboxes } from "../../../src/controllers/sandbox.js";
 import { skills } from "../../../src/controllers/skill.js";
 import { RetryNoLaterThan } from "../../../src/runtime/controller.js";
-import { condition, NS, World } from "./helpers.js";
+import { condition, NS, World, secretOf } from "./helpers.js";
 
 let w: World;
 beforeEach(async () => {
@@ -141,7 +141,7 @@ describe("paused Sandbox", () => {
   });
 
   it("is not Ready once an envFrom Secret is rotated while paused (its VM keeps the old values), and is Ready again with a new VM on resume", async () => {
-    const secret = (value: string) => w.secrets.set({ metadata: { name: "env", namespace: NS }, data: { TOKEN: Buffer.from(value).toString("base64") } });
+    const secret = (value: string) => w.secrets.set(secretOf("env", { TOKEN: value }));
     secret("first-value-aa11");
     apply({ envFrom: [{ secretRef: { name: "env" } }] });
     await w.reconcile(kind(), "sb");

@@ -13,7 +13,7 @@ import type { KubeObject } from "../../../src/runtime/kube-client.js";
 import type { SecretObject } from "../../../src/managed/connection-secret.js";
 import { silentLogger } from "../../../src/runtime/logging.js";
 import { sandboxes as sandboxKind } from "../../../src/controllers/sandbox.js";
-import { FakeInformer, NS, World } from "./helpers.js";
+import { FakeInformer, NS, World, secretOf } from "./helpers.js";
 
 const sandbox = (vmId: string): Sandbox =>
   ({
@@ -70,8 +70,7 @@ describe("SandboxRun: a VM found gone", () => {
 describe("SandboxRun: masking when an input cannot be read", () => {
   it("masks with every Secret value it can read (the run's, its VM's, its files'), skipping the ones gone", () => {
     const secrets = new FakeInformer<SecretObject>();
-    const secret = (name: string, data: Record<string, string>) =>
-      secrets.set({ metadata: { name, namespace: NS }, data: Object.fromEntries(Object.entries(data).map(([k, v]) => [k, Buffer.from(v).toString("base64")])) } as SecretObject);
+    const secret = (name: string, data: Record<string, string>) => secrets.set(secretOf(name, data));
     secret("run-env", { TOKEN: "run-token-value" });
     secret("vm-env", { KEY: "vm-key-value" });
     secret("file", { "id_rsa": "file-secret-value" });
@@ -134,8 +133,7 @@ describe("SandboxRun: a Sandbox whose VM holds values of a Secret rotated since"
 
   async function setUp(env?: Record<string, string>) {
     const world = (w = await World.start());
-    const secret = (data: Record<string, string>) =>
-      world.secrets.set({ metadata: { name: "vm-env", namespace: NS }, data: Object.fromEntries(Object.entries(data).map(([k, v]) => [k, Buffer.from(v).toString("base64")])) });
+    const secret = (data: Record<string, string>) => world.secrets.set(secretOf("vm-env", data));
     const apply = (policies?: string[]) =>
       world.apply<Sandbox>("sandboxes", {
         metadata: { name: "box" },
