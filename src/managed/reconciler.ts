@@ -443,14 +443,16 @@ export class ManagedReconciler<R extends ManagedResource, Plan = unknown> implem
     const kept = await this.upkeepOnly(cr, async () => (connector.connectForUpkeep ? connector.connectForUpkeep(cr) : connector.connect(cr, ctx)));
     // Trouble matters only for an object there to keep: without one, nothing waits on it.
     const trouble = kept?.trouble?.exists ? kept.trouble : undefined;
-    // Ready=True only while nothing waits to be applied: it was Ready for this very generation,
-    // what it names is still there, and nothing its spec draws on changed since (a Secret
-    // rotated: a SandboxRun must not start in a VM holding values it cannot mask).
+    // Ready=True only while nothing waits to be applied: it was Ready for this very generation
+    // (or upkeep's observation found it as the spec would have it: a change held back, since
+    // undone), what it names is still there, and nothing its spec draws on changed since (a
+    // Secret rotated: a SandboxRun must not start in a VM holding values it cannot mask).
     const gone = kept?.gone === true;
     const unusable = kept?.unusable;
     const held = kept?.held;
-    const inSync =
-      !deleting && !gone && unusable === undefined && held === undefined && previousReady?.status === "True" && previousReady.observedGeneration === cr.metadata.generation;
+    const wasReady = previousReady?.status === "True" && previousReady.observedGeneration === cr.metadata.generation;
+    const found = kept?.matches === true && trouble === undefined && stalledAtThisGeneration(cr) === undefined;
+    const inSync = !deleting && !gone && unusable === undefined && held === undefined && (wasReady || found);
     const upkeep = kept?.keeping && trouble === undefined ? " (its VM is still renewed)" : "";
     const waiting = deleting ? "; deletion waits, with the finalizer kept, until" : "; changes made meanwhile are applied when";
     const problem = trouble ? `; cannot keep its VM alive: ${trouble.failure.reason}: ${trouble.failure.message}` : "";
@@ -488,8 +490,14 @@ export class ManagedReconciler<R extends ManagedResource, Plan = unknown> implem
       // Named in status, but not found: nothing left to keep alive, and not to be called in sync.
       if (!observed.exists && this.namesKept(cr)) return { ...kept, gone: true };
       if (!observed.exists) return kept;
-      const held = observed.differences !== undefined && observed.differences.length > 0 ? { held: observed.differences } : {};
-      return { ...kept, ...held, ...(observed.notReady !== undefined && { unusable: observed.notReady }) };
+      const differs = observed.differences !== undefined && observed.differences.length > 0;
+      const compared = !differs && observed.notReady === undefined && observed.unconfirmed === undefined;
+      return {
+        ...kept,
+        ...(differs && { held: observed.differences }),
+        ...(compared && { matches: true }),
+        ...(observed.notReady !== undefined && { unusable: observed.notReady }),
+      };
     } catch (err) {
       // The kind's client says when to try again (a VM's read: before it runs out); else the backoff.
       const exists = this.namesKept(cr);
@@ -712,6 +720,12 @@ interface Upkeep<S> {
    * still holds the old values).
    */
   held?: string[];
+  /**
+   * It was compared with the spec and found as the spec (and its Secrets) would have it: a
+   * change held back while paused and then undone (a Secret put back) no longer keeps it from
+   * being Ready.
+   */
+  matches?: boolean;
 }
 
 /**

@@ -140,6 +140,27 @@ describe("paused Sandbox", () => {
     expect(reasons()).toEqual(["Created", "Paused", "Replaced", "Resumed"]);
   });
 
+  it("a change made while paused and undone before the resume leaves it Ready, with its VM", async () => {
+    apply({});
+    await w.reconcile(kind(), "sb");
+    const vmId = sandbox().status?.vmId as string;
+    apply({ tier: "large" }, PAUSED);
+    await w.reconcile(kind(), "sb");
+    expect(condition(sandbox(), "Ready")).toMatchObject({ status: "False", reason: "ReconcilePaused" });
+
+    apply({ tier: "standard" }, PAUSED);
+    w.calls();
+    await w.reconcile(kind(), "sb");
+    expect(w.writes()).toEqual([]);
+    expect(condition(sandbox(), "Ready")).toMatchObject({ status: "True", reason: "ReconcilePaused", observedGeneration: sandbox().metadata.generation });
+
+    apply({});
+    await w.reconcile(kind(), "sb");
+    expect(w.writes()).toEqual([]);
+    expect(sandbox().status?.vmId).toBe(vmId);
+    expect(condition(sandbox(), "Ready")?.status).toBe("True");
+  });
+
   it("is not Ready once an envFrom Secret is rotated while paused (its VM keeps the old values), and is Ready again with a new VM on resume", async () => {
     const secret = (value: string) => w.secrets.set(secretOf("env", { TOKEN: value }));
     secret("first-value-aa11");
@@ -160,6 +181,16 @@ describe("paused Sandbox", () => {
     expect(JSON.stringify(sandbox())).not.toMatch(/first-value|rotated-value/);
     expect(sandbox().status?.vmId).toBe(vmId);
 
+    // Put back while still paused: the VM holds the values again, and is Ready again.
+    secret("first-value-aa11");
+    await w.reconcile(kind(), "sb");
+    expect(w.writes()).toEqual([]);
+    expect(condition(sandbox(), "Ready")).toMatchObject({ status: "True", reason: "ReconcilePaused" });
+    expect(condition(sandbox(), "Ready")?.message).not.toContain("not applied yet");
+
+    secret("rotated-value-bb22");
+    await w.reconcile(kind(), "sb");
+    expect(condition(sandbox(), "Ready")?.status).toBe("False");
     apply({ envFrom: [{ secretRef: { name: "env" } }] });
     await w.reconcile(kind(), "sb");
     expect(w.writes()).toEqual(["vms.allocate", "vms.release"]);
