@@ -89,7 +89,9 @@ export const SandboxStatusSchema = statusSchema("Observed state of the sandbox V
   skillsLoaded: Type.Optional(Type.Array(Type.String(), { description: "Skills the VM loaded.", maxItems: 256 })),
   endpoint: Type.Optional(Type.String({ description: "Endpoint of the VM (also in the connection Secret)." })),
   wsURL: Type.Optional(Type.String({ description: "WebSocket URL of the VM (also in the connection Secret)." })),
-  configHash: Type.Optional(Type.String({ description: "Hash of the allocation options of the current VM." })),
+  configHash: Type.Optional(
+    Type.String({ description: "Hash of the allocation options of the current VM: of the env its envFrom Secrets give, the keys only, never the values." }),
+  ),
   allocatedAt: Type.Optional(Type.String({ description: "When the current VM was allocated.", format: "date-time" })),
   expiresAt: Type.Optional(
     Type.String({

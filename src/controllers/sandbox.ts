@@ -248,16 +248,21 @@ export function envFromValues(cr: Sandbox, store: SandboxDeps["store"]): string[
 }
 
 /**
- * What makes a VM different: a change replaces it. Env values (Secret values included) enter
- * only through a salted hash, so status never reveals them. The skills count as a set: listing
- * them in another order asks for the same VM. (`skillsAsListed`: the hash of the VMs allocated
- * before that, which still names them; see sameSpecAs.)
+ * What makes a VM different: a change replaces it. The hash is in status, which more people
+ * may read than the Secrets (the `view` role): of the env the envFrom Secrets give, only the
+ * keys enter, and a change of their values is told by the VM's SECRETS_HASH_KEY
+ * (holdsRotatedSecrets), which only holders of the service's API key see (who can read the VM's
+ * env anyway). Plain env values (spec.env, in the spec for all to read) enter as they are. The
+ * skills count as a set: listing them in another order asks for the same VM. (`legacy`: the
+ * forms hashed before, still recorded by VMs allocated then; see sameSpecAs.)
  */
-export function allocationHash(cr: Sandbox, req: AllocateVMRequest, opts: { skillsAsListed?: boolean } = {}): string {
-  const skills = opts.skillsAsListed ? (req.skills ?? []) : [...new Set(req.skills ?? [])].sort();
+export function allocationHash(cr: Sandbox, req: AllocateVMRequest, opts: { legacy?: "secretValues" | "skillsAsListed" } = {}): string {
+  const skills = opts.legacy === "skillsAsListed" ? (req.skills ?? []) : [...new Set(req.skills ?? [])].sort();
+  const plain = cr.spec.env ?? {};
+  const env = opts.legacy === undefined ? sortedEntries(req.env ?? {}).map(([k, v]) => [k, Object.hasOwn(plain, k) ? v : null]) : sortedEntries(req.env ?? {});
   return createHash("sha256")
     .update(cr.metadata.uid)
-    .update(JSON.stringify([req.tier, skills, sortedEntries(req.env ?? {}), req.secure_runtime ?? false, req.org_id ?? null]))
+    .update(JSON.stringify([req.tier, skills, env, req.secure_runtime ?? false, req.org_id ?? null]))
     .digest("hex")
     .slice(0, 16);
 }
@@ -269,9 +274,9 @@ function heldFromSecrets(cr: Sandbox, fromSecrets: Record<string, string>): Reco
 }
 
 /**
- * SECRETS_HASH_KEY's value: the env the VM holds from the envFrom Secrets, salted like
- * allocationHash (with the uid, which the VM's metadata shows too: like config-hash, it tells a
- * value to whoever can guess it and list the org's VMs).
+ * SECRETS_HASH_KEY's value: the env the VM holds from the envFrom Secrets, salted with the uid.
+ * Only in the VM's metadata, never in status: it tells a value to whoever can guess it and list
+ * the org's VMs, who holds the API key that reads the VM's env anyway.
  */
 function secretsHash(cr: Sandbox, held: Record<string, string>): string {
   return createHash("sha256").update(cr.metadata.uid).update(JSON.stringify(sortedEntries(held))).digest("hex").slice(0, 16);
@@ -294,14 +299,30 @@ export function holdsRotatedSecrets(cr: Sandbox, vm: { metadata?: Record<string,
 }
 
 /**
- * Whether a recorded hash (status's, or a VM's own) says the VM was made for the allocation
- * `request` asks for: its hash, or the one computed before the skills counted as a set (so that
- * an upgrade of the operator replaces no VM).
+ * Whether a VM, by the hash it records (status's, or the VM's own), was made for the allocation
+ * `request` asks for, with the values its envFrom Secrets hold now (holdsRotatedSecrets). The
+ * hash may be of a form hashed before (so that an upgrade of the operator replaces no VM): with
+ * the values of the envFrom Secrets, which matches only while they hold them still, and before
+ * that with the skills as listed.
  */
-function sameSpecAs(cr: Sandbox, request: AllocateVMRequest): (recorded: string | undefined) => boolean {
+export interface SameSpec {
+  (recorded: string | undefined, vm: AgentVM): boolean;
+  /**
+   * The recorded hash to keep in status: the one computed now, unless only a form hashed before
+   * tells a rotated Secret (its values in, and no SECRETS_HASH_KEY on a VM allocated before that).
+   */
+  recorded(recorded: string, vm: AgentVM): string;
+}
+
+function sameSpecAs(cr: Sandbox, request: AllocateVMRequest, store: SandboxDeps["store"]): SameSpec {
   const hash = hashOf(request);
-  let listed: string | undefined;
-  return (recorded) => recorded !== undefined && (recorded === hash || recorded === (listed ??= allocationHash(cr, request, { skillsAsListed: true })));
+  let older: string[] | undefined;
+  const legacy = (recorded: string) =>
+    (older ??= [allocationHash(cr, request, { legacy: "secretValues" }), allocationHash(cr, request, { legacy: "skillsAsListed" })]).includes(recorded);
+  const fromSecrets = Object.keys(request.env ?? {}).some((k) => !Object.hasOwn(cr.spec.env ?? {}, k));
+  const same = (recorded: string | undefined, vm: AgentVM) => recorded !== undefined && (recorded === hash || legacy(recorded)) && !holdsRotatedSecrets(cr, vm, store);
+  const keepLegacy = (recorded: string, vm: AgentVM) => fromSecrets && madeFor(cr, vm, SECRETS_HASH_KEY) === undefined && recorded !== hash && legacy(recorded);
+  return Object.assign(same, { recorded: (recorded: string, vm: AgentVM) => (keepLegacy(recorded, vm) ? recorded : (hash ?? recorded)) });
 }
 
 /**
@@ -436,7 +457,7 @@ class SandboxClient implements ExternalClient<Sandbox, SandboxPlan> {
         : desired instanceof NotReadyError
           ? { reason: desired.reason, message: `${desired.message}; ${meanwhile} compared with the spec once that is resolved` }
           : undefined;
-    const sameSpec = request === undefined ? undefined : sameSpecAs(cr, request);
+    const sameSpec = request === undefined ? undefined : sameSpecAs(cr, request, this.deps.store);
     const { found, leftovers } = this.replacementMadeAlready(cr, named.found, named.leftovers, sameSpec);
     const now = this.deps.now().getTime();
     const expiresAt = Date.parse(found.expires_at ?? "") || now;
@@ -460,8 +481,9 @@ class SandboxClient implements ExternalClient<Sandbox, SandboxPlan> {
     // A VM adopted (after a lost status write) says which spec it was made for, if we made it.
     const recordedHash = (sameVM ? undefined : madeFor(cr, found, CONFIG_HASH_KEY)) ?? cr.status?.configHash;
     // One recorded in another form for this very spec (the skills as listed) is written as now
-    // computed: a later change of their order must find it the same VM.
-    const configHash = recordedHash !== undefined && sameSpec?.(recordedHash) ? hash : (recordedHash ?? hash);
+    // computed: a later change of their order must find it the same VM. (Not one that alone
+    // tells a rotated Secret: SameSpec.recorded.)
+    const configHash = recordedHash !== undefined && sameSpec?.(recordedHash, found) ? sameSpec.recorded(recordedHash, found) : (recordedHash ?? hash);
     // A VM found another way than by status (adopted) is reported at once.
     const report = this.report(cr, found, this.known(cr, found), now, !sameVM);
     // The VM record has no endpoint or ws_url: they came with the allocation and are in status.
@@ -517,10 +539,10 @@ class SandboxClient implements ExternalClient<Sandbox, SandboxPlan> {
     cr: Sandbox,
     named: AgentVM,
     leftovers: string[],
-    sameSpec: ((recorded: string | undefined) => boolean) | undefined,
+    sameSpec: SameSpec | undefined,
   ): { found: AgentVM; leftovers: string[] } {
     if (sameSpec === undefined || !madeForOtherSpec(cr, named, sameSpec)) return { found: named, leftovers };
-    const made = leftovers.map((id) => this.handle.vms.get(id)).find((vm) => vm !== undefined && sameSpec(madeFor(cr, vm, CONFIG_HASH_KEY)));
+    const made = leftovers.map((id) => this.handle.vms.get(id)).find((vm) => vm !== undefined && sameSpec(madeFor(cr, vm, CONFIG_HASH_KEY), vm));
     if (made === undefined) return { found: named, leftovers };
     return { found: made, leftovers: [...leftovers.filter((id) => id !== made.id), named.id] };
   }
@@ -814,10 +836,11 @@ class SandboxClient implements ExternalClient<Sandbox, SandboxPlan> {
 export function renewalOf(
   cr: Sandbox,
   vm: AgentVM,
-  at: { now: number; renewAt: number; request: AllocateVMRequest | undefined; sameSpec: ((recorded: string | undefined) => boolean) | undefined },
+  at: { now: number; renewAt: number; request: AllocateVMRequest | undefined; sameSpec: SameSpec | undefined },
 ): Renewal {
   if (at.request !== undefined && at.sameSpec !== undefined && madeForOtherSpec(cr, vm, at.sameSpec)) {
-    return { action: "replace", why: "tier, skills, env, secureRuntime or orgId (the Sandbox's, else its Connection's) changed", request: at.request };
+    const why = "tier, skills, env (or a value of an envFrom Secret), secureRuntime or orgId (the Sandbox's, else its Connection's) changed";
+    return { action: "replace", why, request: at.request };
   }
   if (renewEverySeconds(cr) > 0 && at.now >= at.renewAt) return { action: "renew" };
   return { action: "none" };
@@ -827,9 +850,9 @@ export function renewalOf(
  * `vm` is the one status names, and status says it was allocated for another spec than the one
  * hashed now: it is to be replaced.
  */
-function madeForOtherSpec(cr: Sandbox, vm: AgentVM, sameSpec: (recorded: string | undefined) => boolean): boolean {
+function madeForOtherSpec(cr: Sandbox, vm: AgentVM, sameSpec: SameSpec): boolean {
   const recorded = cr.status?.configHash;
-  return recorded !== undefined && !sameSpec(recorded) && cr.status?.vmId === vm.id;
+  return recorded !== undefined && !sameSpec(recorded, vm) && cr.status?.vmId === vm.id;
 }
 
 /**

@@ -2,11 +2,11 @@
 // allocation left behind: observe only reports them; the reconcile gives them back. Then a
 // Sandbox moved in from another replica (sharding).
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
-import { Annotations, CONFIG_HASH_KEY, MARKER_KEY } from "../../../src/api/names.js";
+import { Annotations, CONFIG_HASH_KEY, MARKER_KEY, SECRETS_HASH_KEY } from "../../../src/api/names.js";
 import type { Connection, Sandbox, SandboxStatus, Skill } from "../../../src/api/index.js";
 import { allocationHash, sandboxes } from "../../../src/controllers/sandbox.js";
 import { RetryNoLaterThan } from "../../../src/runtime/controller.js";
-import { condition, NS, ORG, World } from "./helpers.js";
+import { condition, NS, ORG, secretOf, World } from "./helpers.js";
 
 let w: World;
 beforeEach(async () => {
@@ -291,7 +291,7 @@ describe("Sandbox", () => {
     expect(condition(sandbox(), "Ready")).toMatchObject({ status: "True" });
 
     // Status recorded by an operator that hashed the skills in the order listed: the same VM.
-    const listed = allocationHash(sandbox(), { ...asked, skills: ["two", "one"] }, { skillsAsListed: true });
+    const listed = allocationHash(sandbox(), { ...asked, skills: ["two", "one"] }, { legacy: "skillsAsListed" });
     expect(listed).not.toBe(sandbox().status?.configHash);
     w.setStatus("sandboxes", "sb", { ...sandbox().status, configHash: listed });
     await w.reconcile(kind(), "sb");
@@ -654,6 +654,71 @@ describe("Sandbox", () => {
     expect(sandbox().status?.vmId).toBe(newer.vm_id);
     expect(live(older.vm_id)).toBe(false);
     expect(live(newer.vm_id)).toBe(true);
+  });
+});
+
+describe("a Sandbox's envFrom Secrets", () => {
+  const secret = (value: string) => w.secrets.set(secretOf("env", { TOKEN: value }));
+  const withSecret = () => apply({ env: { MODE: "prod" }, envFrom: [{ secretRef: { name: "env" } }] });
+  /** The hash an operator before this one recorded: the Secret's value in it. */
+  const hashedWithValue = (value: string) =>
+    allocationHash(sandbox(), { tier: "standard", ttl_seconds: 600, org_id: ORG, env: { TOKEN: value, MODE: "prod" } }, { legacy: "secretValues" });
+
+  it("replaces the VM when a value changes, and status.configHash tells nothing of the values (a view of the Sandbox cannot guess them)", async () => {
+    secret("pin-1234");
+    withSecret();
+    await w.reconcile(kind(), "sb");
+    const { vmId: first, configHash } = sandbox().status ?? {};
+    expect(configHash).not.toBe(hashedWithValue("pin-1234"));
+
+    secret("pin-5678");
+    w.calls();
+    await w.reconcile(kind(), "sb");
+    expect(w.writes()).toEqual(["vms.allocate", "vms.release"]);
+    expect(sandbox().status?.vmId).not.toBe(first);
+    expect(w.emu.state.vms.get(sandbox().status?.vmId as string)?.env).toMatchObject({ TOKEN: "pin-5678" });
+    // The same, whatever the value: nothing to try guesses against.
+    expect(sandbox().status?.configHash).toBe(configHash);
+    await w.reconcile(kind(), "sb");
+    expect(w.writes()).toEqual([]);
+  });
+
+  it("keeps a VM whose status an operator before this one recorded with the values, and records it anew where the VM tells a rotation", async () => {
+    secret("pin-1234");
+    withSecret();
+    await w.reconcile(kind(), "sb");
+    const { vmId, configHash } = sandbox().status ?? {};
+    w.setStatus("sandboxes", "sb", { ...sandbox().status, configHash: hashedWithValue("pin-1234") });
+    w.calls();
+    await w.reconcile(kind(), "sb");
+    expect(w.writes()).toEqual([]);
+    expect(sandbox().status).toMatchObject({ vmId, configHash });
+
+    secret("pin-5678");
+    await w.reconcile(kind(), "sb");
+    expect(w.writes()).toEqual(["vms.allocate", "vms.release"]);
+  });
+
+  it("keeps the hash with the values of a VM allocated before its metadata recorded them, so that a rotation still replaces it", async () => {
+    secret("pin-1234");
+    withSecret();
+    await w.reconcile(kind(), "sb");
+    const vmId = sandbox().status?.vmId as string;
+    const vm = w.emu.state.vms.get(vmId)!;
+    vm.metadata[CONFIG_HASH_KEY] = hashedWithValue("pin-1234");
+    delete vm.metadata[SECRETS_HASH_KEY];
+    resync();
+    const legacy = hashedWithValue("pin-1234");
+    w.setStatus("sandboxes", "sb", { ...sandbox().status, configHash: legacy });
+    w.calls();
+    await w.reconcile(kind(), "sb");
+    expect(w.writes()).toEqual([]);
+    expect(sandbox().status).toMatchObject({ vmId, configHash: legacy });
+
+    secret("pin-5678");
+    await w.reconcile(kind(), "sb");
+    expect(w.writes()).toEqual(["vms.allocate", "vms.release"]);
+    expect(sandbox().status?.configHash).not.toBe(legacy);
   });
 });
 

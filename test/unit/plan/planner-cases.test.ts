@@ -26,7 +26,7 @@ const reader = memoryCluster(() => cluster);
 /** A Sandbox in the cluster with its VM in the service, made for `req`. */
 function liveSandbox(name: string, spec: Record<string, unknown>, req: Partial<AllocateVMRequest> = {}) {
   const vm = emu.state.allocateVM({ tier: (spec.tier as string) ?? "standard", ttl_seconds: 3600, org_id: ORG, metadata: { [MARKER_KEY]: `uid-${name}` } });
-  const configHash = allocationHash({ metadata: { uid: `uid-${name}` } } as Sandbox, { tier: (spec.tier as string) ?? "standard", org_id: ORG, ...req } as AllocateVMRequest);
+  const configHash = allocationHash({ metadata: { uid: `uid-${name}` }, spec } as unknown as Sandbox, { tier: (spec.tier as string) ?? "standard", org_id: ORG, ...req } as AllocateVMRequest);
   return live(name, spec, { vmId: vm.vm_id, tier: vm.tier, configHash, expiresAt: vm.expires_at });
 }
 

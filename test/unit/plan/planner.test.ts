@@ -368,7 +368,7 @@ spec: {agentRef: {name: triage}, tier: standard}`;
     const vm = emu.state.allocateVM({ tier: "large", ttl_seconds: 600, org_id: ORG, metadata: {} });
     const sandboxes = cluster.get("sandboxes")!;
     // Made for tier large: a spec that reads otherwise (a merge key left unread: no tier) replaces it.
-    const configHash = allocationHash({ metadata: { uid: "uid-merged" } } as Sandbox, { tier: "large", org_id: ORG } as AllocateVMRequest);
+    const configHash = allocationHash({ metadata: { uid: "uid-merged" }, spec: { tier: "large" } } as Sandbox, { tier: "large", org_id: ORG } as AllocateVMRequest);
     cluster.set("sandboxes", [...sandboxes, live("merged", { tier: "large", ttlSeconds: 600 }, { vmId: vm.vm_id, tier: "large", configHash })]);
     try {
       const plain = "apiVersion: agentcompute.dev/v1alpha1\nkind: Sandbox\nmetadata: {name: merged}\nspec: {tier: large, ttlSeconds: 600}";
