@@ -672,8 +672,8 @@ class Pass {
   private readonly vms = new Map<string, RunVM>();
   /** This pass found the attempt's VM gone before a step started (see execute). */
   private lostBeforeStart = false;
-  /** This pass looked at the running step once the deadline had passed (see execute). */
-  private lookedAtDeadline = false;
+  /** This pass looked at the running step before stopping it for the deadline or the Sandbox's deletion (see execute). */
+  private lookedBeforeStop = false;
   /** The step this pass stopped: its cancel file is written again after the run's directory is removed (see finish). */
   private stopped: StepToStop | undefined;
   private handle: ServiceHandle | undefined;
@@ -723,17 +723,21 @@ class Pass {
             st.steps = [];
             // A run's own VM that is gone is replaced for the next attempt.
             if (run.spec.sandboxTemplate !== undefined && n.reason === RunReason.VMLost) st.vmId = "";
+            // What this pass read of the failed attempt (the failing step's output) is not the
+            // next one's: the ConfigMap is cleared of every step.
+            this.outputs.clear();
             this.clearOutputs = run.spec.steps.map((s) => s.name);
             continue;
           }
           case "fail":
-            // The deadline, with a step running as far as status knows: it may have ended
-            // since the last look, before the deadline (its command cannot outlive it). Looked
-            // at once, first: a step that ended is recorded as it ended, not as stopped. Only a
-            // look: a VM that cannot answer (gone, agentd down) must not keep the run past its
-            // deadline, which is there for a wedged VM too.
-            if (n.reason === RunReason.DeadlineExceeded && n.kill !== undefined && !this.lookedAtDeadline) {
-              this.lookedAtDeadline = true;
+            // The deadline, or the Sandbox deleted, with a step running as far as status
+            // knows: it may have ended since the last look, before either (a command cannot
+            // outlive the deadline). Looked at once, first: a step that ended is recorded as it
+            // ended, not as stopped, and a run whose last step succeeded succeeds. Only a look:
+            // a VM that cannot answer (gone, agentd down) must not keep the run past its
+            // deadline, which is there for a wedged VM too, nor past its Sandbox.
+            if (n.kill !== undefined && !this.lookedBeforeStop) {
+              this.lookedBeforeStop = true;
               const running = currentStep(st);
               const seen = running && (await this.follow(Math.max(1, st.attempts ?? 1), running.index, n.kill.commandId, n.kill.vmId).catch(() => undefined));
               if (seen === "ended") continue;

@@ -243,6 +243,27 @@ spec: {tier: standard, ttlSeconds: 3600}`, t.namespace);
     expect(steps(r)[0]).toMatchObject({ name: "quick", exitCode: 0, output: "done\n" });
   }, 90_000);
 
+  it("succeeds when its last step ended with 0 before its Sandbox's deletion, though the operator looks only after it", async () => {
+    await readySandbox("doomed");
+    await apply(runManifest("outlived", `
+  steps:
+    - {name: quick, command: 'sleep 1; echo done'}`).replace("sandboxRef: {name: box}", "sandboxRef: {name: doomed}"), t.namespace);
+    await firstStepStarted("outlived");
+    try {
+      await t.stack.restartOperator(async () => {
+        // Paused: its deletion waits, and its VM with it, so the step can still be looked at.
+        await kubectlOk(["annotate", "sandbox", "doomed", "agentcompute.dev/paused=true"], { namespace: t.namespace });
+        await kubectlOk(["delete", "sandbox", "doomed", "--wait=false"], { namespace: t.namespace });
+        await new Promise((resolve) => setTimeout(resolve, 2_000)); // the step ends meanwhile
+      });
+      const r = await finished("outlived");
+      expect(condition(r, "Ready")).toMatchObject({ reason: "Succeeded" });
+      expect(steps(r)[0]).toMatchObject({ name: "quick", exitCode: 0, output: "done\n" });
+    } finally {
+      await kubectlOk(["annotate", "sandbox", "doomed", "agentcompute.dev/paused-"], { namespace: t.namespace });
+    }
+  }, 90_000);
+
   it("fails at its deadline though its VM's agentd cannot be reached to look at the step (a wedged VM)", async () => {
     const vmId = await sandboxVM();
     await apply(runManifest("wedged", `
@@ -323,6 +344,18 @@ spec: {tier: standard, ttlSeconds: 3600}`, t.namespace);
     );
     const events = await kubectlOk(["get", "events", "--field-selector", "involvedObject.name=retried,reason=Retrying", "-o", "json"], { namespace: t.namespace });
     expect(events).toContain("attempt 1 failed");
+  }, 90_000);
+
+  it("with backoffLimit: 1 keeps in its output ConfigMap only the last attempt's output, not a step the failed attempt got further to", async () => {
+    await apply(runManifest("retried-output", `
+  backoffLimit: 1
+  steps:
+    - {name: build, command: 'if [ -e retried-output.mark ]; then echo build-2; exit 1; fi; echo build-1'}
+    - {name: test, command: 'touch retried-output.mark; echo test-1; exit 1'}`), t.namespace);
+    const r = await finished("retried-output");
+    expect(r.status?.attempts).toBe(2);
+    expect(condition(r, "Ready")).toMatchObject({ reason: "BackoffLimitExceeded" });
+    expect((await configMap(r.status?.outputConfigMap as string)).data).toEqual({ build: "build-2\n" });
   }, 90_000);
 
   it("agent-operator logs prints the steps' output; with -f it follows a run and exits with how it ended", async () => {
