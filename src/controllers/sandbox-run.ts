@@ -573,17 +573,52 @@ export class SandboxRunReconciler implements Reconciler {
    */
   private async stopDeletedRunStep(run: SandboxRun, ctx: ReconcileContext): Promise<void> {
     const steps = this.stepsToStop(run);
+    const unrecorded = steps.length === 0 ? this.unrecordedStart(run) : undefined;
     const name = run.spec.sandboxRef?.name;
-    if (steps.length === 0 || name === undefined || this.o.sandboxes.get(run.metadata.namespace, name) === undefined) return;
+    if ((steps.length === 0 && unrecorded === undefined) || name === undefined || this.o.sandboxes.get(run.metadata.namespace, name) === undefined) return;
     let handle: ServiceHandle;
     try {
       handle = this.handleOf(run, true);
     } catch (err) {
       if (!(err instanceof NotReadyError)) throw err;
-      ctx.log.warn({ reason: err.reason, steps: steps.map((c) => ({ attempt: c.attempt, index: c.index, commandId: c.commandId })) }, `cannot stop the deleted run's step: ${err.message}`);
+      const named = [...steps, ...(unrecorded ? [unrecorded] : [])].map((c) => ({ attempt: c.attempt, index: c.index, commandId: c.commandId }));
+      ctx.log.warn({ reason: err.reason, steps: named }, `cannot stop the deleted run's step: ${err.message}`);
       return;
     }
     for (const step of steps) await this.kill(run, handle, step);
+    if (unrecorded !== undefined) await this.cancelIfStarted(run, handle, unrecorded, ctx.log);
+  }
+
+  /**
+   * The step a pass would start next, where status names none running: one may have been
+   * started with its record lost (a crash, or a status write that failed, between its start and
+   * the write; a shard moved meanwhile), which nothing else here remembers.
+   */
+  private unrecordedStart(run: SandboxRun): StepToStop | undefined {
+    const st = run.status ?? {};
+    if (isFinished(st) || run.spec.sandboxRef === undefined) return undefined;
+    const sandbox = this.sandboxState(run, st);
+    const n = next({ spec: run.spec, status: st, sandbox, now: this.now() });
+    if (n.kind === "start") return { vmId: n.vmId, attempt: n.attempt, index: n.index };
+    // A retry is written with the next attempt's first start.
+    if (n.kind === "retry" && sandbox.state === "ready") return { vmId: sandbox.vmId, attempt: Math.max(1, st.attempts ?? 1) + 1, index: 0 };
+    return undefined;
+  }
+
+  /**
+   * Stops `step` by its cancel file if its marker shows it started. Best effort: a step that
+   * most likely never started (a run deleted while it waited) must not hold the deletion on a
+   * VM that cannot be read; one that did runs on, and that is said in the log.
+   */
+  private async cancelIfStarted(run: SandboxRun, handle: ServiceHandle, step: StepToStop, log: Logger): Promise<void> {
+    const vm = this.vmOf(handle, step.vmId);
+    try {
+      if ((await vm.read(startedFile(stepPath(run.metadata.uid, step.attempt, step.index)))) !== undefined) await cancelStep(vm, refOf(run, step));
+    } catch (err) {
+      if (!(err instanceof VMGoneError)) log.warn({ err: errorMessage(err), attempt: step.attempt, index: step.index, vmId: step.vmId }, "could not tell whether the deleted run's next step was started (its start unrecorded); if it was, it may still run");
+    } finally {
+      await vm.close();
+    }
   }
 
   /**

@@ -1009,6 +1009,33 @@ data: {state.txt: original}
     }
   }, 90_000);
 
+  it("stops the step of a run deleted while no operator ran whose start status never recorded (its answer lost)", async () => {
+    const vmId = await readySandbox("unrecorded-box");
+    const rt = t.stack.emulator.runtimes.get(vmId)!;
+    const running = () => [...rt.commands.values()].some((c) => c.running);
+    // Every start is done in the VM and its answer lost: status never says the step started.
+    t.stack.emulator.injectFault({ method: "POST", path: `/compute/v1/vms/${vmId}/r/v1/commands/run`, times: Infinity, action: { drop: "after" } });
+    try {
+      await apply(runInManifest("unrecorded-box", "unrecorded", `
+  steps:
+    - {name: forever, command: 'sleep 300'}`), t.namespace);
+      await waitFor(() => running(), { timeoutMs: 60_000, description: "the step running in the VM" });
+      await t.stack.restartOperator(async () => {
+        t.stack.emulator.clearFaults();
+        const r = await run("unrecorded");
+        expect(steps(r)).toEqual([]);
+        expect(r.metadata.finalizers).toContain("agentcompute.dev/finalizer");
+        await kubectlOk(["delete", "sandboxrun", "unrecorded", "--wait=false"], { namespace: t.namespace });
+      });
+      await waitFor(() => !running(), { description: "the deleted run's step stopped" });
+      await waitFor(async () => (await kubectl(["get", "sandboxrun", "unrecorded"], { namespace: t.namespace })).exitCode !== 0, {
+        description: "sandboxrun/unrecorded gone",
+      });
+    } finally {
+      t.stack.emulator.clearFaults();
+    }
+  }, 90_000);
+
   it("starts its steps in /workspace and names every file to the VM's file API by its absolute path", async () => {
     const vmId = await readySandbox("files-box");
     const from = t.stack.emulator.requests.length;
