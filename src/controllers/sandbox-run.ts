@@ -882,6 +882,16 @@ class Pass {
     await Promise.all([...this.vms.values()].map((vm) => vm.close().catch(() => undefined)));
   }
 
+  /** The VM, or undefined without a client to reach it with (no Ready Connection). */
+  private vmIfReachable(vmId: string): RunVM | undefined {
+    try {
+      return this.vm(vmId);
+    } catch (err) {
+      if (err instanceof NotReadyError) return undefined;
+      throw err;
+    }
+  }
+
   private vm(vmId: string): RunVM {
     let vm = this.vms.get(vmId);
     if (vm === undefined) {
@@ -1024,10 +1034,12 @@ class Pass {
     // The markers are no longer needed once status says the run is over. A step stopped just
     // now may not have read its cancel file yet (its watcher looks every 2 s; the file is the
     // stop where the id is not known, or is a second start's): it is written again, alone.
-    if (st.vmId !== undefined && this.handle !== undefined) {
-      const vm = this.vm(st.vmId);
-      await vm.removeDir(runPath(run.metadata.uid)).catch(() => undefined);
-      if (this.stopped !== undefined) await cancelStep(vm, refOf(run, this.stopped)).catch(() => undefined);
+    // Also from a pass that did not reach the VM (a deadline met between two steps): the
+    // Sandbox's VM is shared, and the run's directory would stay there. (A run's own VM goes.)
+    if (st.vmId && (this.handle !== undefined || run.spec.sandboxRef !== undefined)) {
+      const vm = this.vmIfReachable(st.vmId);
+      await vm?.removeDir(runPath(run.metadata.uid)).catch(() => undefined);
+      if (vm !== undefined && this.stopped !== undefined) await cancelStep(vm, refOf(run, this.stopped)).catch(() => undefined);
     }
     return this.r.afterFinish(run, st, this.log);
   }

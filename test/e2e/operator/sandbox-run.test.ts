@@ -888,6 +888,29 @@ stringData: {TOKEN: ${SECRET_VALUE}}
     expect(JSON.stringify((await configMap(r.status?.outputConfigMap as string)).data)).not.toContain(SECRET_VALUE);
   }, 90_000);
 
+  it("leaves no directory of its own in its Sandbox's VM when its deadline passes while its next step waits for a Secret", async () => {
+    const workspace = t.stack.emulator.runtimes.get(await readySandbox("files-box"))!.workspace;
+    await apply(`
+apiVersion: v1
+kind: Secret
+metadata: {name: gone-before-second}
+stringData: {TOKEN: ${SECRET_VALUE}}
+---${runInManifest("files-box", "deadline-between", `
+  activeDeadlineSeconds: 8
+  envFrom: [{secretRef: {name: gone-before-second}}]
+  steps:
+    - {name: first, command: 'while [ ! -e go-deadline-between ]; do sleep 0.1; done'}
+    - {name: second, command: 'echo two'}`)}`, t.namespace);
+    const started = await firstStepStarted("deadline-between");
+    await kubectlOk(["delete", "secret", "gone-before-second"], { namespace: t.namespace });
+    await new Promise((resolve) => setTimeout(resolve, 1_000)); // the operator's cache sees it gone
+    writeFileSync(join(workspace, "go-deadline-between"), "");
+    const r = await finished("deadline-between");
+    expect(condition(r, "Ready")).toMatchObject({ reason: "DeadlineExceeded" });
+    expect(steps(r).map((s) => s.name)).toEqual(["first"]);
+    expect(existsSync(join(workspace, ".agent-operator", "runs", started.metadata.uid as string))).toBe(false);
+  }, 90_000);
+
   it("masks a Secret's old value in a step started before the Secret was rotated (its env holds the old one)", async () => {
     const workspace = t.stack.emulator.runtimes.get(await readySandbox("files-box"))!.workspace;
     const old = `${SECRET_VALUE}-before-rotation`;
