@@ -758,9 +758,10 @@ class Pass {
             st.steps = [];
             // A run's own VM that is gone is replaced for the next attempt.
             if (run.spec.sandboxTemplate !== undefined && n.reason === RunReason.VMLost) st.vmId = "";
-            // What this pass read of the failed attempt (the failing step's output) is not the
-            // next one's: the ConfigMap is cleared of every step.
+            // What this pass read of the failed attempt (the failing step's output, its last
+            // line) is not the next one's: the ConfigMap is cleared of every step.
             this.outputs.clear();
+            this.failureDetail = undefined;
             this.clearOutputs = run.spec.steps.map((s) => s.name);
             continue;
           }

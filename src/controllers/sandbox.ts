@@ -314,15 +314,22 @@ export interface SameSpec {
   recorded(recorded: string, vm: AgentVM): string;
 }
 
-function sameSpecAs(cr: Sandbox, request: AllocateVMRequest, store: SandboxDeps["store"]): SameSpec {
+function sameSpecAs(cr: Sandbox, request: AllocateVMRequest): SameSpec {
   const hash = hashOf(request);
   let older: string[] | undefined;
-  const legacy = (recorded: string) =>
-    (older ??= [allocationHash(cr, request, { legacy: "secretValues" }), allocationHash(cr, request, { legacy: "skillsAsListed" })]).includes(recorded);
+  const legacyForms = () => (older ??= [allocationHash(cr, request, { legacy: "secretValues" }), allocationHash(cr, request, { legacy: "skillsAsListed" })]);
+  const legacy = (recorded: string) => legacyForms().includes(recorded);
+  // holdsRotatedSecrets, with the values' hash desiredAllocation made already (not the Secrets decoded and hashed again).
+  const envFrom = (cr.spec.envFrom ?? []).length > 0;
+  const rotated = (vm: AgentVM) => {
+    const recorded = envFrom ? madeFor(cr, vm, SECRETS_HASH_KEY) : undefined;
+    return recorded !== undefined && recorded !== request.metadata?.[SECRETS_HASH_KEY];
+  };
+  const same = (recorded: string | undefined, vm: AgentVM) => recorded !== undefined && (recorded === hash || legacy(recorded)) && !rotated(vm);
   const fromSecrets = Object.keys(request.env ?? {}).some((k) => !Object.hasOwn(cr.spec.env ?? {}, k));
-  const same = (recorded: string | undefined, vm: AgentVM) => recorded !== undefined && (recorded === hash || legacy(recorded)) && !holdsRotatedSecrets(cr, vm, store);
+  // Kept in the form with the values, skills as a set (a later change of their order must find it the same VM).
   const keepLegacy = (recorded: string, vm: AgentVM) => fromSecrets && madeFor(cr, vm, SECRETS_HASH_KEY) === undefined && recorded !== hash && legacy(recorded);
-  return Object.assign(same, { recorded: (recorded: string, vm: AgentVM) => (keepLegacy(recorded, vm) ? recorded : (hash ?? recorded)) });
+  return Object.assign(same, { recorded: (recorded: string, vm: AgentVM) => (keepLegacy(recorded, vm) ? legacyForms()[0]! : (hash ?? recorded)) });
 }
 
 /**
@@ -457,7 +464,7 @@ class SandboxClient implements ExternalClient<Sandbox, SandboxPlan> {
         : desired instanceof NotReadyError
           ? { reason: desired.reason, message: `${desired.message}; ${meanwhile} compared with the spec once that is resolved` }
           : undefined;
-    const sameSpec = request === undefined ? undefined : sameSpecAs(cr, request, this.deps.store);
+    const sameSpec = request === undefined ? undefined : sameSpecAs(cr, request);
     const { found, leftovers } = this.replacementMadeAlready(cr, named.found, named.leftovers, sameSpec);
     const now = this.deps.now().getTime();
     const expiresAt = Date.parse(found.expires_at ?? "") || now;
@@ -484,6 +491,12 @@ class SandboxClient implements ExternalClient<Sandbox, SandboxPlan> {
     // computed: a later change of their order must find it the same VM. (Not one that alone
     // tells a rotated Secret: SameSpec.recorded.)
     const configHash = recordedHash !== undefined && sameSpec?.(recordedHash, found) ? sameSpec.recorded(recordedHash, found) : (recordedHash ?? hash);
+    // Adopted, and made for another spec than now: replaced once status names it (the next
+    // look), and never said to match the spec meanwhile (a paused Sandbox's upkeep would).
+    const outdated =
+      !sameVM && sameSpec !== undefined && recordedHash !== undefined && !sameSpec(recordedHash, found)
+        ? { reason: "Replacing", message: `VM ${found.id}, found by its marker (status did not name it: a status write was lost), was allocated for another spec, and is replaced` }
+        : undefined;
     // A VM found another way than by status (adopted) is reported at once.
     const report = this.report(cr, found, this.known(cr, found), now, !sameVM);
     // The VM record has no endpoint or ws_url: they came with the allocation and are in status.
@@ -500,7 +513,7 @@ class SandboxClient implements ExternalClient<Sandbox, SandboxPlan> {
       exists: true,
       upToDate,
       keptAlive: keepAlive,
-      ...((unconfirmed ?? unknownWhere) && { unconfirmed: unconfirmed ?? unknownWhere }),
+      ...((unconfirmed ?? outdated ?? unknownWhere) && { unconfirmed: unconfirmed ?? outdated ?? unknownWhere }),
       differences: renewal.action === "replace" ? [renewal.why] : renewal !== planned ? [`spec.ttlSeconds (${ttlSeconds(cr)}, refused by the service)`] : [],
       status: {
         ...statusOf(found),

@@ -2,13 +2,13 @@
 // holds (deletion waits with the finalizer), one Paused and one Resumed Event, what changed
 // meanwhile applied once on resume, and a paused Sandbox's VM still renewed.
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
-import { Annotations, FINALIZER } from "../../../src/api/names.js";
+import { Annotations, CONFIG_HASH_KEY, FINALIZER, MARKER_KEY } from "../../../src/api/names.js";
 import type { Agent, Connection, Sandbox, Skill } from "../../../src/api/index.js";
 import { agents } from "../../../src/controllers/agent.js";
-import { sandboxes } from "../../../src/controllers/sandbox.js";
+import { allocationHash, sandboxes } from "../../../src/controllers/sandbox.js";
 import { skills } from "../../../src/controllers/skill.js";
 import { RetryNoLaterThan } from "../../../src/runtime/controller.js";
-import { condition, NS, World, secretOf } from "./helpers.js";
+import { condition, NS, ORG, World, secretOf } from "./helpers.js";
 
 let w: World;
 beforeEach(async () => {
@@ -159,6 +159,25 @@ describe("paused Sandbox", () => {
     expect(w.writes()).toEqual([]);
     expect(sandbox().status?.vmId).toBe(vmId);
     expect(condition(sandbox(), "Ready")?.status).toBe("True");
+  });
+
+  it("is not said Ready for a VM found by its marker that was allocated for another spec (a replacement whose status write was lost)", async () => {
+    apply({});
+    await w.reconcile(kind(), "sb");
+    const first = sandbox().status?.vmId as string;
+    apply({ tier: "large" }, PAUSED);
+    await w.reconcile(kind(), "sb");
+    expect(condition(sandbox(), "Ready")?.status).toBe("False");
+    // The VM status names is gone; one allocated for yet another spec carries the marker.
+    w.emu.state.releaseVM(first);
+    const request = { tier: "xlarge", ttl_seconds: 600, org_id: ORG };
+    const other = w.emu.state.allocateVM({ ...request, metadata: { [MARKER_KEY]: sandbox().metadata.uid, [CONFIG_HASH_KEY]: allocationHash(sandbox(), request) } }).vm_id;
+    w.handle().vms.invalidate();
+    w.calls();
+    await w.reconcile(kind(), "sb");
+    expect(w.writes()).toEqual([]);
+    expect(sandbox().status?.vmId).toBe(other);
+    expect(condition(sandbox(), "Ready")).toMatchObject({ status: "False", reason: "ReconcilePaused" });
   });
 
   it("is not Ready once an envFrom Secret is rotated while paused (its VM keeps the old values), and is Ready again with a new VM on resume", async () => {

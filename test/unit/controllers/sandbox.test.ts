@@ -720,6 +720,29 @@ describe("a Sandbox's envFrom Secrets", () => {
     expect(w.writes()).toEqual(["vms.allocate", "vms.release"]);
     expect(sandbox().status?.configHash).not.toBe(legacy);
   });
+
+  it("keeps the hash with the values of such a VM recorded with its skills as listed in the form with them as a set: a new order is the same VM", async () => {
+    for (const name of ["one", "two"]) w.emu.state.createSkill({ name, content: "# made outside the cluster" });
+    secret("pin-1234");
+    apply({ env: { MODE: "prod" }, envFrom: [{ secretRef: { name: "env" } }], skills: ["two", "one"] });
+    await w.reconcile(kind(), "sb");
+    const vmId = sandbox().status?.vmId as string;
+    const request = { tier: "standard", ttl_seconds: 600, org_id: ORG, skills: ["two", "one"], env: { TOKEN: "pin-1234", MODE: "prod" } };
+    const listed = allocationHash(sandbox(), request, { legacy: "skillsAsListed" });
+    const vm = w.emu.state.vms.get(vmId)!;
+    vm.metadata[CONFIG_HASH_KEY] = listed;
+    delete vm.metadata[SECRETS_HASH_KEY];
+    resync();
+    w.setStatus("sandboxes", "sb", { ...sandbox().status, configHash: listed });
+    await w.reconcile(kind(), "sb");
+    expect(sandbox().status?.configHash).toBe(allocationHash(sandbox(), request, { legacy: "secretValues" }));
+
+    apply({ env: { MODE: "prod" }, envFrom: [{ secretRef: { name: "env" } }], skills: ["one", "two"] });
+    w.calls();
+    await w.reconcile(kind(), "sb");
+    expect(w.writes()).toEqual([]);
+    expect(sandbox().status?.vmId).toBe(vmId);
+  });
 });
 
 /** The VMs the service keeps alive for the Sandbox (carrying its marker). */
