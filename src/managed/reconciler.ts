@@ -231,7 +231,7 @@ export class ManagedReconciler<R extends ManagedResource, Plan = unknown> implem
           this.uncertainCreates.delete(keyOf(cr));
         } catch (err) {
           if (err instanceof ClaimTaken) await this.withdrawClaim(cr, cachedVersion);
-          if (isOutcomeUnknown(err)) this.uncertainCreates.set(keyOf(cr), { uid: cr.metadata.uid, at: this.now().getTime() });
+          this.noteUncertainCreate(cr, err, { wrappedOnly: false });
           throw err;
         }
         // A create of an object that existed (gone out of band) is drift put back; the first is not (no success before it).
@@ -249,7 +249,12 @@ export class ManagedReconciler<R extends ManagedResource, Plan = unknown> implem
         // Renewals differ in nothing: only a difference put back is drift (and a change).
         const differs = (observed.differences?.length ?? 0) > 0;
         const update = () => external.update(cr, { ...seen, plan });
-        action = differs ? await changing(update) : await update();
+        try {
+          action = differs ? await changing(update) : await update();
+        } catch (err) {
+          this.noteUncertainCreate(cr, err, { wrappedOnly: true });
+          throw err;
+        }
         if (differs) this.opts.resourceMetrics?.drifted(cr, this.now());
         const drift = observed.differences?.length ? `: ${observed.differences.join(", ")}` : "";
         this.record(cr, action, "Updated", `updated the service object${drift}`);
@@ -504,6 +509,17 @@ export class ManagedReconciler<R extends ManagedResource, Plan = unknown> implem
       const next = err instanceof RetryNoLaterThan ? { next: { ms: err.ms, priority: err.priority } } : {};
       return { keeping: false, status: {}, trouble: { exists, failure: classify(err), err }, ...(exists && next) };
     }
+  }
+
+  /**
+   * A create whose outcome is unknown may still land (uncertainCreates). From create: its
+   * failure, or the one it wraps (FailedAfterChange: a deployment deployed again in place of one
+   * deleted outside the operator). From update (`wrappedOnly`): only one a replacement wraps,
+   * whose old object is gone already; an update's own unknown outcome creates nothing.
+   */
+  private noteUncertainCreate(cr: R, err: unknown, { wrappedOnly }: { wrappedOnly: boolean }): void {
+    const unknown = err instanceof FailedAfterChange ? isOutcomeUnknown(err.cause) : !wrappedOnly && isOutcomeUnknown(err);
+    if (unknown) this.uncertainCreates.set(keyOf(cr), { uid: cr.metadata.uid, at: this.now().getTime() });
   }
 
   /** The resource names a service object its upkeep keeps alive (a Sandbox's VM with keepAlive). */

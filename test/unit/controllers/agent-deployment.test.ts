@@ -2,7 +2,7 @@
 // action (replace, stop, redeploy) or none. The plan table, then the same decisions end to end
 // against the emulator: which calls are made, and what status records.
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
-import { Annotations, MARKER_KEY, OPTIONS_HASH_KEY } from "../../../src/api/names.js";
+import { Annotations, FINALIZER, MARKER_KEY, OPTIONS_HASH_KEY } from "../../../src/api/names.js";
 import type { Agent, AgentDeployment, AgentDeploymentStatus } from "../../../src/api/index.js";
 import { agentDeployments, desiredOptions, optionsHash, planFor, type Target } from "../../../src/controllers/agent-deployment.js";
 import type { Deployment } from "../../../src/service/index.js";
@@ -469,6 +469,27 @@ describe("AgentDeployment against the service", () => {
     expect(deployment().status).toMatchObject({ deploymentId: lost.deploymentId, agentRevision: "rev-2" });
     await w.reconcile(kind(), "d");
     expect(w.writes()).toEqual([]);
+  });
+
+  it("deleted after a replacement whose deploy's outcome is unknown: keeps its finalizer a while, so a deployment that lands late goes too", async () => {
+    const process = w.kindOf(agentDeployments); // one operator process: it remembers the unknown outcome
+    const cr = apply();
+    await w.reconcile(process, "d");
+    w.emu.injectFault({ method: "POST", path: /\/deploy$/, times: 1, action: { drop: "before" } });
+    apply({ tier: "large" });
+    await w.reconcile(process, "d").catch(() => undefined);
+    expect(deployment().status?.deploymentId).toBeUndefined(); // the old one deleted
+    w.apply<AgentDeployment>("agentdeployments", { metadata: { name: "d", deletionTimestamp: "2030-01-01T00:00:00Z", finalizers: deployment().metadata.finalizers }, spec: deployment().spec });
+    const result = (await w.reconcile(process, "d")) as { requeueAfterMs: number } | undefined;
+    expect(result?.requeueAfterMs).toBeGreaterThan(0);
+    expect(deployment().metadata.finalizers).toContain(FINALIZER);
+    // The deploy lands now, after the first look.
+    const late = w.emu.state.deploy(agentId, { tier: "large", metadata: { [MARKER_KEY]: cr.metadata.uid } });
+    w.advance(60_001);
+    resync();
+    await w.reconcile(process, "d");
+    expect(w.emu.state.deployments.has(late.id)).toBe(false);
+    expect(deployment()?.metadata.finalizers ?? []).not.toContain(FINALIZER);
   });
 
   it("reports a deployment a lost deploy left behind without deleting it; the reconcile deletes it", async () => {
