@@ -197,12 +197,12 @@ class DeploymentClient implements ExternalClient<AgentDeployment, DeploymentPlan
         };
       }
       case "stop": {
-        const stopped = await changeObserved(this.handle.deployments, current.id, `deployment ${current.id}`, () => client.stop(current.id));
+        const stopped = await this.change(current.id, "stop", plan.target, () => client.stop(current.id));
         this.handle.deployments.put(stopped);
         return { status: { ...statusOf(stopped), configHash: stopped.config_hash }, event: { reason: "Stopped", message: `stopped deployment ${current.id} (spec.suspend: true)` } };
       }
       case "redeploy": {
-        const redeployed = await changeObserved(this.handle.deployments, current.id, `deployment ${current.id}`, () => client.redeploy(current.id));
+        const redeployed = await this.change(current.id, "redeploy", plan.target, () => client.redeploy(current.id));
         this.handle.deployments.put(redeployed);
         return {
           status: {
@@ -218,6 +218,28 @@ class DeploymentClient implements ExternalClient<AgentDeployment, DeploymentPlan
       }
       case "none":
         return {};
+    }
+  }
+
+  /**
+   * A stop or a redeploy of deployment `id`. Its 404 need not be about the deployment: a
+   * redeploy takes its agent's image from the registry, and the agent may be gone (an external
+   * spec.agentId deleted, or an Agent being made again). The deployment is asked for: gone, the
+   * pass waits and the next deploys again (changeObserved); there, the pass waits for the agent,
+   * saying so, rather than take the deployment for gone at every pass.
+   */
+  private async change(id: string, verb: string, target: Target, call: () => Promise<Deployment>): Promise<Deployment> {
+    try {
+      return await call();
+    } catch (err) {
+      if (!isNotFound(err)) throw err;
+      const still = await this.handle.client.deployments.get(id).catch((e: unknown) => {
+        if (isNotFound(e)) return undefined;
+        throw e;
+      });
+      if (still === undefined) return changeObserved(this.handle.deployments, id, `deployment ${id}`, () => Promise.reject(err));
+      this.handle.deployments.put(still);
+      throw new NotReadyError("WaitingForAgent", `deployment ${id} is there, but its ${verb} was answered 404 (${errorMessage(err)}): its agent "${target.agentId}" may be gone from the registry`);
     }
   }
 

@@ -331,6 +331,24 @@ describe("AgentDeployment against the service", () => {
     expect(deployment().status?.deploymentId).not.toBe(first);
   });
 
+  it("a redeploy answered 404 for its agent (gone from the registry), not for the deployment: waits for the agent, saying so, and keeps the deployment", async () => {
+    apply();
+    await w.reconcile(kind(), "d");
+    const first = deployment().status?.deploymentId as string;
+    w.emu.state.deleteAgent(agentId); // out of band
+    apply({}, { [Annotations.redeployAt]: "2030-01-01T00:00:00Z" });
+    w.calls();
+    await w.reconcile(kind(), "d");
+    expect(w.writes()).toEqual(["deployments.redeploy"]);
+    const reconciling = condition(deployment(), "Reconciling");
+    expect(reconciling).toMatchObject({ status: "True", reason: "WaitingForAgent" });
+    expect(reconciling?.message).toContain(`agent "${agentId}" may be gone from the registry`);
+    expect(deployment().status?.deploymentId).toBe(first);
+    await w.reconcile(kind(), "d");
+    expect(w.emu.state.deployments.has(first)).toBe(true);
+    expect(w.writes().filter((op) => op !== "deployments.redeploy")).toEqual([]);
+  });
+
   it("stops on suspend and starts again on resume", async () => {
     apply();
     await w.reconcile(kind(), "d");
