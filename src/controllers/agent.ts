@@ -138,6 +138,13 @@ class AgentClient implements ExternalClient<Agent, AgentPlan> {
     };
   }
 
+  /** NameTaken stands while the registry's list (as last read) shows another agent of the name in the org. */
+  refusalStands(cr: Agent, reason: string): boolean {
+    if (reason !== "NameTaken") return true;
+    const [name, orgId] = [cr.spec.name ?? cr.metadata.name, this.orgId(cr)];
+    return [...this.handle.agents.values()].some((a) => a.name === name && (a.org_id ?? orgId) === orgId);
+  }
+
   async create(cr: Agent): Promise<ActionResult<AgentStatus>> {
     const orgId = this.orgId(cr);
     // public_key is updatable but not in models.CreateAgentRequest: set by an update after it.
@@ -228,7 +235,7 @@ class AgentClient implements ExternalClient<Agent, AgentPlan> {
     const hint = other ? ` (agent ${other.id})` : "";
     throw new StalledError(
       "NameTaken",
-      `the agent name "${name}" is already taken in org "${orgId}" by an agent this resource does not manage${hint}; choose another spec.name, or adopt it with the annotation ${Annotations.externalId}: <id>`,
+      `the agent name "${name}" is already taken in org "${orgId}" by an agent this resource does not manage${hint}; delete that agent from the registry (this resource creates its own once the registry's list no longer shows it), adopt it with the annotation ${Annotations.externalId}: <id>, or create this resource again with another spec.name (it is immutable)`,
     );
   }
 

@@ -152,6 +152,11 @@ class SkillClient implements ExternalClient<Skill, SkillPlan> {
     private readonly store: ObjectStore,
   ) {}
 
+  /** NameTaken stands while the service's list (as last read) shows a skill of the name (observe found it gone, or it would say NameTaken itself). */
+  refusalStands(cr: Skill, reason: string): boolean {
+    return reason !== "NameTaken" || this.handle.skills.get(skillName(cr)) !== undefined;
+  }
+
   async observe(cr: Skill): Promise<Observation<SkillStatus, SkillPlan>> {
     const inventory = this.handle.skills;
     await inventory.ensureFresh();
@@ -297,7 +302,7 @@ function skillToSend(found: ServiceSkill, managed: DesiredSkill): SkillRequest {
 function nameTaken(name: string, as: typeof StalledError = StalledError): StalledError {
   return new as(
     "NameTaken",
-    `a skill named "${name}" already exists in the service and is not managed by this resource; choose another spec.name, or adopt it with the annotation ${Annotations.externalId}: "${name}"`,
+    `a skill named "${name}" already exists in the service and is not managed by this resource; delete that skill from the service (this resource creates its own once the service's list no longer shows it), adopt it with the annotation ${Annotations.externalId}: "${name}", or create this resource again with another spec.name (it is immutable)`,
   );
 }
 

@@ -91,6 +91,14 @@ export interface ExternalClient<R extends ManagedResource, Plan = unknown> {
    * update, replace or delete. Needed when the kind sets `needsUpkeep`.
    */
   upkeep?(cr: R, observed: Observation<StatusOf<R>, Plan>): Promise<ActionResult<StatusOf<R>> | undefined>;
+  /**
+   * After the service refused a write of this very spec (Stalled with `reason`): whether it
+   * would be refused again as things stand, so that it is not sent (a refusal of the spec
+   * itself stands until the spec or its inputs change). A refusal over something outside the
+   * spec that can go away (NameTaken: another object holds the name) is over once the latest
+   * observation no longer sees it. Absent: it stands.
+   */
+  refusalStands?(cr: R, reason: string): boolean;
   /** Gives back the leftovers observe reported (a 404 is success); needed if observe reports any. */
   cleanup?(cr: R, leftovers: string[]): Promise<void>;
   /** Deletes (or releases) the service object; a 404 is success. */

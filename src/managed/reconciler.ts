@@ -201,7 +201,7 @@ export class ManagedReconciler<R extends ManagedResource, Plan = unknown> implem
       }
       const needsWrite = !observed.exists || (!observed.upToDate && observed.notReady === undefined);
       const stalled = stalledAtThisGeneration(cr);
-      if (needsWrite && stalled && !this.inputsChangedSinceRefusal(cr)) {
+      if (needsWrite && stalled && !this.inputsChangedSinceRefusal(cr) && (external.refusalStands?.(cr, stalled.reason ?? "") ?? true)) {
         // The service refused this spec; asking again with the same spec would only be refused
         // again (and write to the service on every resync). Wait for the user's change, and
         // keep what runs alive meanwhile: a refused tier must not cost the VM of the old one.

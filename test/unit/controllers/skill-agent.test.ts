@@ -306,6 +306,21 @@ describe("Skill", () => {
     expect(w.emu.state.skills.get("sk")?.content).toBe("someone else's");
   });
 
+  it("creates its skill once the one that took the name is gone from the service's list, with no change of its spec", async () => {
+    await w.handle().skills.ensureFresh();
+    w.emu.state.createSkill({ name: "sk", content: "someone else's" });
+    apply({ content: "mine" });
+    await w.reconcile(kind(), "sk"); // a 409 at its create
+    expect(condition(skill(), "Stalled")).toMatchObject({ status: "True", reason: "NameTaken" });
+    w.emu.state.deleteSkill("sk");
+    resync();
+    w.calls();
+    await w.reconcile(kind(), "sk");
+    expect(w.writes()).toEqual(["skills.create"]);
+    expect(w.emu.state.skills.get("sk")?.content).toBe("mine");
+    expect(condition(skill(), "Ready")).toMatchObject({ status: "True" });
+  });
+
   it("takes it over with the adoption annotation", async () => {
     w.emu.state.createSkill({ name: "sk", content: "someone else's" });
     apply({ content: "mine" }, { [Annotations.externalId]: "sk" });
@@ -537,5 +552,20 @@ describe("Agent", () => {
     w.calls();
     await w.reconcile(kind(), "ag");
     expect(w.writes()).toEqual([]);
+    expect(condition(agent(), "Stalled")?.message).toContain("delete that agent from the registry");
+  });
+
+  it("creates its agent once the one that took the name is gone from the registry's list, with no change of its spec", async () => {
+    const other = w.emu.state.createAgent({ name: "ag", org_id: ORG, image: "other" });
+    apply({});
+    await w.reconcile(kind(), "ag");
+    expect(condition(agent(), "Stalled")).toMatchObject({ status: "True", reason: "NameTaken" });
+    w.emu.state.deleteAgent(other.id);
+    w.handle().agents.invalidate(); // the next list, at the sync period
+    w.calls();
+    await w.reconcile(kind(), "ag");
+    expect(w.writes()).toEqual(["agents.create"]);
+    expect(condition(agent(), "Ready")).toMatchObject({ status: "True" });
+    expect(condition(agent(), "Stalled")?.status).not.toBe("True");
   });
 });
