@@ -252,6 +252,13 @@ export function agentPatch(cr: Agent, found: RegistryAgent): UpdateAgentRequest 
     const asAnswered = k === "manifest" ? manifestAsAnswered : emptyAsAbsent;
     if (!deepEqual(asAnswered(v), asAnswered((found as unknown as Record<string, unknown>)[k]))) patch[k] = v;
   }
+  // spec.metadata unset: only the marker is managed, and the registry's other keys (another
+  // team's, on an agent taken over) are sent back as they are.
+  if (cr.spec.metadata === undefined && desired.metadata !== undefined) {
+    const theirs = found.metadata ?? {};
+    if (Object.entries(desired.metadata).every(([k, v]) => theirs[k] === v)) delete patch["metadata"];
+    else patch["metadata"] = { ...theirs, ...desired.metadata };
+  }
   return patch as UpdateAgentRequest;
 }
 

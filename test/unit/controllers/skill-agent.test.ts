@@ -471,10 +471,21 @@ describe("Agent", () => {
     expect([...w.emu.state.agents.values()]).toHaveLength(1);
   });
 
-  it("always manages metadata, with the marker in it", () => {
+  it("manages metadata as spec.metadata sets it, with the marker in it", () => {
     const cr = apply({ metadata: { team: "a" } });
-    const found = { id: "x", name: "ag", image: "registry.example/a:1", metadata: { team: "a" } };
+    const found = { id: "x", name: "ag", image: "registry.example/a:1", metadata: { team: "a", cost: "x" } };
     expect(agentPatch(cr, found)).toEqual({ metadata: { team: "a", [MARKER_KEY]: cr.metadata.uid } });
+  });
+
+  it("takes an agent over (the adoption annotation) keeping the registry's metadata where spec.metadata is unset: only the marker is added", async () => {
+    const theirs = w.emu.state.createAgent({ name: "shared", org_id: ORG, image: "registry.example/a:1", metadata: { team: "platform", cost: "c-17" } });
+    const cr = w.apply<Agent>("agents", { metadata: { name: "ag", annotations: { [Annotations.externalId]: theirs.id } }, spec: { image: "registry.example/a:1" } });
+    await w.reconcile(kind(), "ag");
+    expect(registry()?.metadata).toEqual({ team: "platform", cost: "c-17", [MARKER_KEY]: cr.metadata.uid });
+    w.calls();
+    resync();
+    await w.reconcile(kind(), "ag");
+    expect(w.writes()).toEqual([]);
   });
 
   it("waits for an image pull Secret with an empty value, naming the Secret and the key, and sends nothing", async () => {
