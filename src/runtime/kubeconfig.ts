@@ -115,8 +115,18 @@ interface MergedConfig {
   currentContext?: string;
 }
 
-function readConfigFile(path: string, into: MergedConfig): void {
-  const doc: unknown = parseYaml(readFileSync(path, "utf8"));
+function readConfigFile(path: string, into: MergedConfig, source: string): void {
+  const text = readNamed(path, `kubeconfig ${path}${source}`).toString("utf8");
+  let doc: unknown;
+  try {
+    doc = parseYaml(text);
+  } catch (err) {
+    // The first line only: the library quotes the lines around the fault, tokens included
+    // (and so would its error, kept as the cause).
+    const first = ((err as Error).message.split("\n")[0] ?? "").replace(/:$/, "");
+    // eslint-disable-next-line preserve-caught-error -- the cause quotes the file
+    throw new Error(`kubeconfig ${path}${source}: not valid YAML: ${first}`);
+  }
   if (!doc || typeof doc !== "object") return;
   const d = doc as Record<string, unknown>;
   const dir = dirname(resolve(path));
@@ -141,10 +151,21 @@ function resolvePath(dir: string, p: string): string {
   return isAbsolute(p) ? p : join(dir, p);
 }
 
-function fileOrData(dir: string, file: string | undefined, data: string | undefined): Buffer | undefined {
+function fileOrData(dir: string, file: string | undefined, data: string | undefined, what: string): Buffer | undefined {
   if (data) return Buffer.from(data, "base64");
-  if (file) return readFileSync(resolvePath(dir, file));
+  if (file) return readNamed(resolvePath(dir, file), `${what} ${resolvePath(dir, file)}`);
   return undefined;
+}
+
+/** A file's bytes; a failure says which file it was for, and why, in words (not a bare ENOENT). */
+function readNamed(path: string, what: string): Buffer {
+  try {
+    return readFileSync(path);
+  } catch (err) {
+    const code = (err as NodeJS.ErrnoException).code;
+    const why = code === "ENOENT" ? "no such file" : code === "EISDIR" ? "is a directory, not a file" : code === "EACCES" ? "permission denied" : (code ?? "cannot be read");
+    throw new Error(`${what}: ${why}`, { cause: err });
+  }
 }
 
 // ---------------------------------------------------------------------------------------
@@ -169,10 +190,11 @@ export function loadKubeconfig(opts: LoadOptions = {}): ClusterConnection {
     throw new Error("no kubeconfig found (set KUBECONFIG or --kubeconfig) and not running in a cluster");
   }
   const merged: MergedConfig = { clusters: [], users: [], contexts: [] };
-  for (const f of files) {
-    if (opts.path !== undefined || existsSync(f)) readConfigFile(f, merged);
-  }
-  const from = opts.path === undefined && process.env.KUBECONFIG ? " ($KUBECONFIG)" : "";
+  const from = opts.path !== undefined ? " (--kubeconfig)" : process.env.KUBECONFIG ? " ($KUBECONFIG)" : "";
+  // kubectl skips the files of a $KUBECONFIG list that do not exist, but not all of them.
+  const existing = opts.path !== undefined ? files : files.filter((f) => existsSync(f));
+  if (existing.length === 0) throw new Error(`kubeconfig ${files.join(delimiter)}${from}: no such file`);
+  for (const f of existing) readConfigFile(f, merged, from);
   const connection = fromMergedConfig(merged, opts.context, files);
   const context = opts.context ?? merged.currentContext;
   return { ...connection, source: `kubeconfig ${files.join(delimiter)}${from}${context === undefined ? "" : `, context "${context}"`}` };
@@ -184,7 +206,8 @@ function fromMergedConfig(cfg: MergedConfig, contextName: string | undefined, fi
   const ctx = cfg.contexts.find((c) => c.name === name);
   if (!ctx) throw new Error(`kubeconfig: context "${name}" not found`);
   const cluster = cfg.clusters.find((c) => c.name === ctx.value.cluster);
-  if (!cluster?.value.server) throw new Error(`kubeconfig: cluster "${ctx.value.cluster ?? ""}" of context "${name}" has no server`);
+  if (!cluster) throw new Error(`kubeconfig: cluster "${ctx.value.cluster ?? ""}" of context "${name}" not found`);
+  if (!cluster.value.server) throw new Error(`kubeconfig: cluster "${cluster.name}" of context "${name}" has no server`);
   const user = cfg.users.find((u) => u.name === ctx.value.user) ?? { name: "", value: {}, dir: cluster.dir };
   if (cluster.value["proxy-url"]) {
     throw new Error(`kubeconfig: cluster "${cluster.name}" uses proxy-url, which the operator does not support`);
@@ -202,16 +225,19 @@ function fromMergedConfig(cfg: MergedConfig, contextName: string | undefined, fi
       const c = cluster.value;
       const u = user.value;
       const tls: TlsOptions = {
-        ca: fileOrData(cluster.dir, c["certificate-authority"], c["certificate-authority-data"]),
-        cert: fileOrData(user.dir, u["client-certificate"], u["client-certificate-data"]),
-        key: fileOrData(user.dir, u["client-key"], u["client-key-data"]),
+        ca: fileOrData(cluster.dir, c["certificate-authority"], c["certificate-authority-data"], `kubeconfig: certificate-authority of cluster "${cluster.name}"`),
+        cert: fileOrData(user.dir, u["client-certificate"], u["client-certificate-data"], `kubeconfig: client-certificate of user "${user.name}"`),
+        key: fileOrData(user.dir, u["client-key"], u["client-key-data"], `kubeconfig: client-key of user "${user.name}"`),
       };
       if (c["insecure-skip-tls-verify"]) tls.rejectUnauthorized = false;
       if (c["tls-server-name"]) tls.servername = c["tls-server-name"];
       const headers: Record<string, string> = {};
       const tokenFile = u.tokenFile ?? u["token-file"];
       if (u.token) headers.authorization = `Bearer ${u.token}`;
-      else if (tokenFile) headers.authorization = `Bearer ${readFileSync(resolvePath(user.dir, tokenFile), "utf8").trim()}`;
+      else if (tokenFile) {
+        const path = resolvePath(user.dir, tokenFile);
+        headers.authorization = `Bearer ${readNamed(path, `kubeconfig: token-file of user "${user.name}" ${path}`).toString("utf8").trim()}`;
+      }
       else if (u.username !== undefined && u.password !== undefined) {
         headers.authorization = `Basic ${Buffer.from(`${u.username}:${u.password}`).toString("base64")}`;
       }
@@ -365,7 +391,12 @@ class ExecPlugin {
     return new Promise((resolvePromise, reject) => {
       execFile(command, this.cfg.args ?? [], { env, timeout: 60_000, maxBuffer: 1 << 20 }, (err, stdout, stderr) => {
         if (err) {
-          reject(new Error(`exec credential plugin ${this.cfg.command} failed: ${err.message}${stderr ? `: ${String(stderr).trim().slice(0, 300)}` : ""}`));
+          // Not err.message: it spells out the command line, whose arguments may hold a secret
+          // (a client secret given to a login plugin). Its own stderr, once.
+          const code = (err as { code?: unknown }).code;
+          const how = err.killed ? "timed out after 60 s" : typeof code === "number" ? `exited ${code}` : code === "ENOENT" ? "was not found" : `could not be run (${String(code ?? err.name)})`;
+          const said = String(stderr).trim().slice(0, 300);
+          reject(new Error(`exec credential plugin ${this.cfg.command} ${how}${said ? `: ${said}` : ""}`));
           return;
         }
         try {

@@ -1,4 +1,4 @@
-import { chmod, mkdtemp, rm, writeFile, mkdir } from "node:fs/promises";
+import { chmod, mkdtemp, readFile, rm, writeFile, mkdir } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { delimiter, join } from "node:path";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
@@ -142,6 +142,42 @@ process.stdout.write(JSON.stringify({ apiVersion: info.apiVersion, kind: "ExecCr
     const p = join(dir, "config");
     await writeFile(p, config(`- name: u1\n  user: {token: a}`));
     expect(() => loadKubeconfig({ path: p, context: "nope" })).toThrow(/context "nope" not found/);
+  });
+
+  it("names the file and the flag, in words, for a kubeconfig that is missing, a directory, or not YAML, and quotes none of it", async () => {
+    const missing = join(dir, "nope");
+    expect(() => loadKubeconfig({ path: missing })).toThrow(`kubeconfig ${missing} (--kubeconfig): no such file`);
+    expect(() => loadKubeconfig({ path: dir })).toThrow(`kubeconfig ${dir} (--kubeconfig): is a directory, not a file`);
+    process.env.KUBECONFIG = missing;
+    expect(() => loadKubeconfig()).toThrow(`kubeconfig ${missing} ($KUBECONFIG): no such file`);
+    const p = join(dir, "config");
+    await writeFile(p, config(`- name: u1\n  user:\n    token: secret-token-5e1b\n   bad: indent`));
+    const err = (() => {
+      try {
+        loadKubeconfig({ path: p });
+      } catch (e) {
+        return e as Error;
+      }
+    })();
+    expect(err?.message).toMatch(new RegExp(`^kubeconfig ${p} \\(--kubeconfig\\): not valid YAML: .* at line \\d+, column \\d+$`));
+    expect(err?.message).not.toContain("secret-token");
+  });
+
+  it("names the user and the file of a token-file that cannot be read, and the cluster a context names that is not there", async () => {
+    const p = join(dir, "config");
+    await writeFile(p, config(`- name: u1\n  user: {tokenFile: gone/token}`));
+    await expect(loadKubeconfig({ path: p }).credentials()).rejects.toThrow(`kubeconfig: token-file of user "u1" ${join(dir, "gone/token")}: no such file`);
+    await writeFile(p, config(`- name: u1\n  user: {token: a}`).replace("cluster: c1, user: u1", "cluster: c9, user: u1"));
+    expect(() => loadKubeconfig({ path: p })).toThrow('kubeconfig: cluster "c9" of context "main" not found');
+  });
+
+  it("a failing exec plugin: how it ended and its stderr, never its command line (its arguments may hold a secret)", async () => {
+    const plugin = join(dir, "failing.mjs");
+    await writeFile(plugin, `process.stderr.write("login refused\\n"); process.exit(3);\n`);
+    const p = await execPluginConfig(plugin, "");
+    await writeFile(p, (await readFile(p, "utf8")).replace(`args: [${JSON.stringify(plugin)}]`, `args: [${JSON.stringify(plugin)}, "--client-secret=cs-7d2e"]`));
+    const err = (await loadKubeconfig({ path: p }).credentials().catch((e: unknown) => e)) as Error;
+    expect(err.message).toBe(`exec credential plugin ${process.execPath} exited 3: login refused`);
   });
 });
 
