@@ -60,6 +60,15 @@ export function parseExecFlags(argv: string[]): ExecFlags | "help" {
   const dash = argv.indexOf("--");
   const before = dash < 0 ? argv : argv.slice(0, dash);
   const after = dash < 0 ? [] : argv.slice(dash + 1);
+  // kubectl exec's flags, said plainly (parseArgs would advise putting them after --, which
+  // would hand them to the command).
+  for (const arg of before) {
+    const flag = arg.replace(/=.*$/, "");
+    if (/^-[it]{1,2}$/.test(flag) || flag === "--stdin" || flag === "--tty") {
+      throw new UsageError(`${flag}: exec has no stdin nor terminal: it runs the command and prints its output; leave ${flag} out`);
+    }
+    if (flag === "-c" || flag === "--container") throw new UsageError(`${flag}: a Sandbox has one VM, with no containers to choose; leave ${flag} out`);
+  }
   let parsed: ReturnType<typeof parse>;
   try {
     parsed = parse(before);
@@ -78,9 +87,10 @@ export function parseExecFlags(argv: string[]): ExecFlags | "help" {
   const options: CommandOptions = { cwd: values.cwd ?? WORKSPACE };
   if (values.env !== undefined) {
     const envs: Record<string, string> = {};
-    for (const kv of values.env) {
+    for (const [i, kv] of values.env.entries()) {
       const eq = kv.indexOf("=");
-      if (eq <= 0) throw new UsageError(`--env: "${kv}" is not KEY=VALUE`);
+      // Not quoted: what was given may be the value alone, and a value is often a secret.
+      if (eq <= 0) throw new UsageError(`--env (the ${ordinal(i + 1)}): ${eq === 0 ? "no name before the =" : "no ="}; give KEY=VALUE`);
       envs[kv.slice(0, eq)] = kv.slice(eq + 1);
     }
     options.envs = envs;
@@ -283,4 +293,11 @@ async function runStreaming(target: VMAccess, command: string, options: CommandO
 /** A failure below HTTP (no answer, a connection cut): the service may still be at work. */
 function isTransportFailure(err: unknown): boolean {
   return err instanceof ServiceError && err.status === undefined;
+}
+
+/** 1st, 2nd, 3rd, 4th... */
+function ordinal(n: number): string {
+  const tens = n % 100;
+  const suffix = tens >= 11 && tens <= 13 ? "th" : (["th", "st", "nd", "rd"][n % 10] ?? "th");
+  return `${n}${suffix}`;
 }

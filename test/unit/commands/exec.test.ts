@@ -32,7 +32,11 @@ describe("exec: parseExecFlags", () => {
     [["box", "--"], /empty/],
     [["box", "other", "--", "ls"], /unexpected argument "other"/],
     [["--bogus", "box", "--", "ls"], /bogus/],
-    [["box", "-e", "NOEQUALS", "--", "ls"], /--env: "NOEQUALS" is not KEY=VALUE/],
+    [["box", "-e", "NOEQUALS", "--", "ls"], /^--env \(the 1st\): no =; give KEY=VALUE$/],
+    [["box", "-e", "A=1", "-e", "=sk-live-abc", "--", "ls"], /^--env \(the 2nd\): no name before the =; give KEY=VALUE$/],
+    // kubectl exec's flags: said plainly, not advised to go after -- (to the command).
+    [["-it", "box", "--", "bash"], /^-it: exec has no stdin nor terminal: it runs the command and prints its output; leave -it out$/],
+    [["box", "-c", "main", "--", "ls"], /^-c: a Sandbox has one VM, with no containers to choose; leave -c out$/],
     [["box", "--timeout", "soon", "--", "ls"], /--timeout/],
     // 0, or less than a millisecond, would reach the VM as no timeout at all.
     [["box", "--timeout", "0", "--", "ls"], /^--timeout: "0" is less than 1ms; give a longer one \(e\.g\. 30s\), or leave --timeout out for no timeout$/],
