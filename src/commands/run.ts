@@ -7,6 +7,8 @@ import { KubeClient } from "../runtime/kube-client.js";
 import { createLogger } from "../runtime/logging.js";
 import { Manager } from "../runtime/manager.js";
 import { parseDuration } from "../lib/duration.js";
+import { errorMessage } from "../lib/errors.js";
+import { parseBindAddress } from "../runtime/probes.js";
 import { goBooleans } from "./booleans.js";
 import { setServiceReplica } from "../service/client.js";
 import { Sharding, replicaIdentity, thisProcess } from "../sharding/index.js";
@@ -30,7 +32,7 @@ flags:
   --metrics-bind-address <addr>        Prometheus /metrics (default :8080; 0 disables)
   --health-probe-bind-address <addr>   /healthz and /readyz (default :8081; 0 disables)
   --graceful-shutdown-timeout <dur>    time in-flight reconciles get on SIGTERM (default 30s; with --sharding they get no longer than the member Lease's renew deadline, 8-10s)
-  --log-level <level>                  trace, debug, info, warn, error (default info)
+  --log-level <level>                  trace, debug, info, warn, error, fatal, silent (default info, or $LOG_LEVEL)
 `;
 
 export interface RunFlags {
@@ -72,13 +74,30 @@ export function parseRunFlags(argv: string[]): RunFlags | "help" {
   } as const;
   const { values } = parseArgs({ args: goBooleans(argv, options), strict: true, options });
   if (values.help) return "help";
-  const concurrency = Number(values.concurrency);
-  if (!Number.isInteger(concurrency) || concurrency < 1) {
+  const concurrency = /^\d+$/.test(values.concurrency) ? Number(values.concurrency) : NaN;
+  if (!Number.isSafeInteger(concurrency) || concurrency < 1) {
     throw new Error(`--concurrency: "${values.concurrency}" is not a whole number of at least 1`);
   }
   const levels = ["trace", "debug", "info", "warn", "error", "fatal", "silent"];
   if (!levels.includes(values["log-level"])) {
     throw new Error(`--log-level: "${values["log-level"]}" is not one of ${levels.join(", ")}`);
+  }
+  // An empty value (--namespace=$(WATCH_NS) with the variable unset) would silently mean all
+  // namespaces, under a Role for one.
+  if ((values.namespace ?? []).some((ns) => ns.trim() === "")) throw new Error("--namespace: empty; leave the flag out to watch all namespaces");
+  // goBooleans drops an explicit =false (every boolean defaults to false): read from argv.
+  const noLeader = argv.some((a) => /^--?leader-elect=(0|f|false)$/i.test(a));
+  if (values.sharding && noLeader) {
+    throw new Error("--leader-elect=false: --sharding needs leader election (the leader assigns the shares); leave --leader-elect out");
+  }
+  if (values["leader-election-id"].trim() === "") throw new Error("--leader-election-id: empty; leave the flag out for agent-operator-leader");
+  for (const flag of ["metrics-bind-address", "health-probe-bind-address"] as const) {
+    try {
+      const { port } = parseBindAddress(values[flag]);
+      if (port > 65_535) throw new Error(`port ${port} is not within 0..65535`);
+    } catch (err) {
+      throw new Error(`--${flag}: ${errorMessage(err)}`, { cause: err });
+    }
   }
   const syncPeriodMs = parseDuration(values["sync-period"], "--sync-period");
   if (syncPeriodMs < 1000) throw new Error("--sync-period: must be at least 1s");
@@ -90,7 +109,7 @@ export function parseRunFlags(argv: string[]): RunFlags | "help" {
     syncPeriodMs,
     concurrency,
     sandboxStatusIntervalMs,
-    leaderElect: values["leader-elect"],
+    leaderElect: values["leader-elect"] || values.sharding,
     leaderElectionNamespace: values["leader-election-namespace"],
     leaderElectionId: values["leader-election-id"],
     sharding: values.sharding,
@@ -129,9 +148,7 @@ export async function main(argv: string[]): Promise<number> {
     metricsBindAddress: flags.metricsBindAddress,
     healthProbeBindAddress: flags.healthProbeBindAddress,
     gracefulShutdownTimeoutMs: flags.gracefulShutdownTimeoutMs,
-    leaderElection: flags.leaderElect || sharding
-      ? { namespace: flags.leaderElectionNamespace, name: flags.leaderElectionId }
-      : false,
+    leaderElection: flags.leaderElect ? { namespace: flags.leaderElectionNamespace, name: flags.leaderElectionId } : false,
     ...sharding?.managerOptions(),
   });
   sharding?.bind(manager);

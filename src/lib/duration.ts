@@ -26,7 +26,9 @@ export function durationMs(text: string, flag: string): number {
     pos = re.lastIndex;
   }
   if (text.length === 0 || pos !== text.length) {
-    throw new Error(`${flag}: "${text}" is not a duration (examples: 30s, 10m, 1h30m)`);
+    // The likely slips, said: a bare number (Go wants a unit) and a negative one.
+    const hint = /^\d+(\.\d+)?$/.test(text) ? ` (a unit is needed: ${text}s?)` : text.startsWith("-") ? " (it cannot be negative)" : "";
+    throw new Error(`${flag}: "${text}" is not a duration${hint} (examples: 30s, 10m, 1h30m)`);
   }
   return total;
 }

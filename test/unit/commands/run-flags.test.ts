@@ -30,7 +30,22 @@ describe("agent-operator run flags", () => {
     expect(parseDuration("2µs", "--x")).toBe(0);
     expect(parseDuration("1h0m0s0us", "--x")).toBe(3_600_000);
     expect(parseDuration(".5s", "--x")).toBe(500);
-    expect(() => parseDuration("5", "--sync-period")).toThrow('--sync-period: "5" is not a duration');
-    expect(() => parseDuration("-1s", "--sync-period")).toThrow("is not a duration");
+    expect(() => parseDuration("5", "--sync-period")).toThrow('--sync-period: "5" is not a duration (a unit is needed: 5s?)');
+    expect(() => parseDuration("-1s", "--sync-period")).toThrow('--sync-period: "-1s" is not a duration (it cannot be negative)');
+  });
+
+  it("refuses, naming the flag, what would only fail once running or mean something else than written", () => {
+    // An unset variable in --namespace=$(WATCH_NS) would watch every namespace, under a Role for one.
+    expect(() => flags("--namespace", "")).toThrow("--namespace: empty; leave the flag out to watch all namespaces");
+    expect(() => flags("--namespace=a", "--namespace= ")).toThrow("--namespace: empty");
+    expect(() => flags("--leader-election-id=")).toThrow("--leader-election-id: empty");
+    expect(() => flags("--health-probe-bind-address", "127.0.0.1:99999")).toThrow("--health-probe-bind-address: port 99999 is not within 0..65535");
+    expect(() => flags("--metrics-bind-address", "garbage")).toThrow('--metrics-bind-address: invalid bind address "garbage"');
+    expect(flags("--metrics-bind-address", "0", "--health-probe-bind-address", "[::1]:8081")).toMatchObject({ metricsBindAddress: "0" });
+    for (const n of ["1e3", "0x10", "2.0", "0"]) expect(() => flags("--concurrency", n)).toThrow(`--concurrency: "${n}" is not a whole number of at least 1`);
+    expect(flags("--concurrency", "16").concurrency).toBe(16);
+    // --sharding needs the leader (it assigns the shares): implied, and an explicit false refused.
+    expect(flags("--sharding").leaderElect).toBe(true);
+    expect(() => flags("--sharding", "--leader-elect=false")).toThrow("--leader-elect=false: --sharding needs leader election");
   });
 });
