@@ -908,7 +908,9 @@ stringData: {TOKEN: ${SECRET_VALUE}}
     const r = await finished("deadline-between");
     expect(condition(r, "Ready")).toMatchObject({ reason: "DeadlineExceeded" });
     expect(steps(r).map((s) => s.name)).toEqual(["first"]);
-    expect(existsSync(join(workspace, ".agent-operator", "runs", started.metadata.uid as string))).toBe(false);
+    // Removed once status says the run is over (just after that write).
+    const runDir = join(workspace, ".agent-operator", "runs", started.metadata.uid as string);
+    await waitFor(() => !existsSync(runDir), { timeoutMs: 10_000, description: "the run's directory removed from the VM" });
   }, 90_000);
 
   it("masks a Secret's old value in a step started before the Secret was rotated (its env holds the old one)", async () => {
