@@ -651,14 +651,16 @@ export class KubeClient {
    * Retry-After: wait and retry, up to maxRetries; the server refused before doing anything).
    */
   private async send(req: RawRequest, isWatch: boolean): Promise<Dispatcher.ResponseData> {
-    if (this.closed) throw new Error("KubeClient is closed");
     let authRetried = false;
     for (let attempt = 0; ; attempt++) {
+      // At every attempt: one made after a Retry-After wait or a 401 must not go out once the
+      // client is closed (the leadership lost: nothing here may write beside the next leader).
+      if (this.closed) throw new Error("KubeClient is closed");
       const auth = await this.authState(false);
       // After the wait for credentials or a Retry-After: what allowed the write may be over.
       req.gate?.();
       const agent = this.agent;
-      if (!agent) throw new Error("KubeClient is closed");
+      if (!agent || this.closed) throw new Error("KubeClient is closed");
       const headers: Record<string, string> = {
         accept: "application/json",
         "user-agent": this.userAgent,
@@ -758,6 +760,8 @@ export class KubeClient {
 
   private async deriveAuth(force: boolean): Promise<AuthState> {
     const { headers, tls } = await this.cluster.credentials(force);
+    // Closed meanwhile: no new connection pool (it would be left open, and used).
+    if (this.closed) throw new Error("KubeClient is closed");
     const fingerprint = tlsFingerprint(tls);
     if (!this.agent || !this.auth || this.auth.tlsFingerprint !== fingerprint) {
       const old = this.agent;

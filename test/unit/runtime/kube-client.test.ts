@@ -135,6 +135,22 @@ describe("requests", () => {
     expect(n).toBe(3);
   });
 
+  it("sends nothing more once closed: a write waiting out a Retry-After fails instead (a lost leader must not write beside the next)", async () => {
+    let posts = 0;
+    const c = await serve((req, res) => {
+      if (req.method === "POST") posts++;
+      res.writeHead(429, { "retry-after": "1", "content-type": "application/json" }).end("{}");
+    });
+    const write = c.create("/api/v1/namespaces/team-a/events", { metadata: { name: "e" } }).then(
+      () => "sent",
+      (err: unknown) => (err as Error).message,
+    );
+    await new Promise((r) => setTimeout(r, 200));
+    await c.close();
+    expect(await write).toBe("KubeClient is closed");
+    expect(posts).toBe(1);
+  });
+
   it("times out a request that gets no answer", async () => {
     const c = await serve(() => {
       /* never answers */
