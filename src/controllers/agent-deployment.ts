@@ -11,7 +11,7 @@
 import { createHash } from "node:crypto";
 import stableStringify from "safe-stable-stringify";
 import { AGENT_REVISION_KEY, Annotations, ConditionType, MARKER_KEY, OPTIONS_HASH_KEY, kindNames } from "../api/names.js";
-import type { Agent, AgentDeployment, AgentDeploymentStatus } from "../api/index.js";
+import type { Agent, AgentDeployment, AgentDeploymentStatus, Skill } from "../api/index.js";
 import { notReportedYet, troubleOf } from "../managed/conditions.js";
 import { managementOf } from "../managed/management-policies.js";
 import { FailedAfterChange, NotReadyError, StalledError } from "../managed/errors.js";
@@ -23,6 +23,7 @@ import { isNotFound, isOutcomeUnknown, type Deployment, type DeployOptions } fro
 import type { ServiceHandle } from "./connection-pool.js";
 import { referrers, requestOf, type KindContext, type ManagedKind } from "./kind.js";
 import { changeObserved, findOwn, madeFor, removeObject } from "./marker.js";
+import { skillName, skillNamed, skillNotReady, skillsByName } from "./skill.js";
 
 export function deploymentExternalId(cr: AgentDeployment): string | undefined {
   return cr.metadata.annotations?.[Annotations.externalId] ?? cr.status?.deploymentId;
@@ -31,16 +32,19 @@ export function deploymentExternalId(cr: AgentDeployment): string | undefined {
 /** Deployments of registry agents; an Agent getting its id, or a new revision, brings its deployments back. */
 export function agentDeployments(ctx: KindContext): ManagedKind<AgentDeployment, DeploymentPlan> {
   const agents = ctx.informer<Agent>(kindNames.agent);
+  const skills = skillsByName(ctx);
   return {
     names: kindNames.agentDeployment,
     controller: "agentdeployment",
     inventory: "deployments",
     externalId: deploymentExternalId,
     connectionSecret: true,
-    client: (handle) => new DeploymentClient(handle, agents, () => ctx.now()),
+    client: (handle) => new DeploymentClient(handle, agents, skills, () => ctx.now()),
     watches(controller, own) {
       const ofAgent = referrers(own, "agentRef", (d) => [d.spec.agentRef?.name]);
       controller.watch(agents, (a) => ofAgent(a).map(requestOf));
+      const loading = referrers(own, "skill", (d) => d.spec.skills ?? []);
+      controller.watch(skills, (sk) => loading({ metadata: { namespace: sk.metadata.namespace, name: skillName(sk) } }).map(requestOf));
     },
   };
 }
@@ -73,6 +77,20 @@ export function targetOf(cr: AgentDeployment, agents: Informer<Agent>): Target {
   return { agentId: agent.status.agentId, revision: synced ? agent.status.revision : cr.status?.agentRevision };
 }
 
+/**
+ * Throws NotReadyError while a Skill resource of the namespace that makes one of spec.skills is
+ * not Ready, as a Sandbox waits: apply order never matters, and a deploy naming a skill still
+ * being created could be refused, which would stall it. A skill no Skill resource makes is
+ * left to the service.
+ */
+export function waitForSkills(cr: AgentDeployment, skills: Informer<Skill>): void {
+  for (const name of cr.spec.skills ?? []) {
+    const skill = skillNamed(skills, cr.metadata.namespace, name);
+    const waiting = skill === undefined ? undefined : skillNotReady(skill);
+    if (waiting !== undefined) throw waiting;
+  }
+}
+
 /** What to do about a deployment that exists. The service has no update for deployments. */
 export type Action =
   | { action: "replace"; why: string }
@@ -87,6 +105,7 @@ class DeploymentClient implements ExternalClient<AgentDeployment, DeploymentPlan
   constructor(
     private readonly handle: ServiceHandle,
     private readonly agents: Informer<Agent>,
+    private readonly skills: Informer<Skill>,
     private readonly now: () => Date,
   ) {}
 
@@ -257,6 +276,7 @@ class DeploymentClient implements ExternalClient<AgentDeployment, DeploymentPlan
   }
 
   private async deploy(cr: AgentDeployment, target: Target): Promise<Deployment> {
+    waitForSkills(cr, this.skills);
     try {
       const options = desiredOptions(cr);
       options.metadata = {

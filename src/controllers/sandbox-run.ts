@@ -28,7 +28,7 @@ import type { AgentVM } from "../service/types.js";
 import type { ConnectionPool, ServiceHandle } from "./connection-pool.js";
 import { readinessChanged, referrers, requestOf, specOrMetaChanged, type OperatorContext } from "./kind.js";
 import { holdsRotatedSecrets, sandboxesUsingSecret } from "./sandbox.js";
-import { skillName } from "./skill.js";
+import { skillName, skillsByName } from "./skill.js";
 import type { ObjectStore } from "./object-store.js";
 
 /** Index of runs by the Sandbox they name. */
@@ -45,7 +45,7 @@ export function setupSandboxRun(ctx: OperatorContext, connection: Controller): C
     events: ctx.events,
     pool: ctx.pool,
     store: ctx.store,
-    sandboxDeps: { store: ctx.store, skills: ctx.informer<Skill>(kindNames.skill), now: () => ctx.now() },
+    sandboxDeps: { store: ctx.store, skills: skillsByName(ctx), now: () => ctx.now() },
     log: ctx.manager.logger.child({ controller: "sandboxrun" }),
   });
   const controller = ctx.manager.newController({ name: "sandboxrun", concurrency: ctx.options.concurrency, reconciler });

@@ -12,7 +12,6 @@
 import { createHash } from "node:crypto";
 import { Annotations, CONFIG_HASH_KEY, ConditionType, MARKER_KEY, SECRETS_HASH_KEY, kindNames } from "../api/names.js";
 import type { Sandbox, SandboxStatus, Skill } from "../api/index.js";
-import { notReportedYet, troubleOf } from "../managed/conditions.js";
 import { FailedAfterChange, NotReadyError, StalledError } from "../managed/errors.js";
 import type { ActionResult, ConnectionDetails, ExternalClient, Observation, Planned } from "../managed/external.js";
 import { managementOf } from "../managed/management-policies.js";
@@ -34,12 +33,9 @@ import type { ServiceHandle } from "./connection-pool.js";
 import { fingerprint, referrers, requestOf, type KindContext, type ManagedKind } from "./kind.js";
 import { findOwn, madeFor, removeObject } from "./marker.js";
 import type { ObjectStore } from "./object-store.js";
-import { skillName } from "./skill.js";
+import { skillName, skillNamed, skillNotReady, skillsByName } from "./skill.js";
 
 export const DEFAULT_TTL_SECONDS = 3600;
-
-/** Index of the Skills informer by `namespace/<skill name in the service>`. */
-export const SKILL_NAME_INDEX = "skillName";
 
 export function sandboxExternalId(cr: Sandbox): string | undefined {
   return cr.metadata.annotations?.[Annotations.externalId] ?? cr.status?.vmId;
@@ -87,8 +83,7 @@ export function renewEverySeconds(cr: Sandbox, ttl = ttlSeconds(cr)): number {
 
 /** Sandbox VMs; a Skill (by its name in the service) or an envFrom Secret changing brings them back. */
 export function sandboxes(ctx: KindContext): ManagedKind<Sandbox, SandboxPlan> {
-  const skills = ctx.informer<Skill>(kindNames.skill);
-  skills.addIndex(SKILL_NAME_INDEX, (s) => [`${s.metadata.namespace}/${skillName(s)}`]);
+  const skills = skillsByName(ctx);
   const deps: SandboxDeps = {
     store: ctx.store,
     skills,
@@ -127,7 +122,7 @@ export function sandboxes(ctx: KindContext): ManagedKind<Sandbox, SandboxPlan> {
 
 export interface SandboxDeps {
   store: ObjectStore;
-  /** Indexed by SKILL_NAME_INDEX. */
+  /** Indexed by SKILL_NAME_INDEX (skillsByName). */
   skills: Informer<Skill>;
   now(): Date;
   /** Status reports renewals at most this often (ms); 0: at every renewal. */
@@ -176,7 +171,7 @@ export function desiredAllocation(
 ): AllocateVMRequest {
   const { spec, metadata } = cr;
   for (const name of spec.skills ?? []) {
-    const skill = deps.skills.byIndex(SKILL_NAME_INDEX, `${metadata.namespace}/${name}`)[0];
+    const skill = skillNamed(deps.skills, metadata.namespace, name);
     if (skill === undefined) {
       // Not managed here: it must exist in the service already. Order never matters, so a
       // skill that is missing is awaited rather than sent (and refused with a 400).
@@ -188,12 +183,8 @@ export function desiredAllocation(
       }
       continue;
     }
-    const ready = skill.status?.conditions?.find((c) => c.type === ConditionType.Ready);
-    if (ready?.status !== "True") {
-      const trouble = troubleOf(skill);
-      const why = trouble === undefined ? "" : `: ${trouble}`;
-      throw new NotReadyError("WaitingForSkill", `Skill "${skill.metadata.name}" (spec.skills) is not Ready yet${why}`, notReportedYet(skill));
-    }
+    const waiting = skillNotReady(skill);
+    if (waiting !== undefined) throw waiting;
   }
   const fromSecrets = envFromSecrets(cr, deps.store);
   const held = heldFromSecrets(cr, fromSecrets);

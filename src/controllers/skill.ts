@@ -1,7 +1,8 @@
 // Skill: a named bundle of instructions and files in the Compute Service. Its key there is
 // its name; skills carry no metadata, so the name is claimed before the create (annotations
 // written with the finalizer: the name, and a hash of what the create sends; see isOwn).
-import { Annotations, kindNames } from "../api/names.js";
+import { Annotations, ConditionType, kindNames } from "../api/names.js";
+import { notReportedYet, troubleOf } from "../managed/conditions.js";
 import type { Skill, SkillStatus } from "../api/index.js";
 import { ClaimTaken, NotReadyError, StalledError } from "../managed/errors.js";
 import type { ActionResult, ExternalClient, Observation, Planned } from "../managed/external.js";
@@ -12,9 +13,34 @@ import type { ServiceHandle } from "./connection-pool.js";
 import { fingerprint, referrers, requestOf, type KindContext, type ManagedKind } from "./kind.js";
 import { changeObserved, goneSinceObserved, removeObject, staleFor } from "./marker.js";
 import type { ObjectStore } from "./object-store.js";
+import type { Informer } from "../runtime/informer.js";
 
 export function skillName(cr: Skill): string {
   return cr.spec.name ?? cr.metadata.name;
+}
+
+/** The Skills' index by `namespace/<name in the service>` (skillsByName). */
+export const SKILL_NAME_INDEX = "skillName";
+
+/** The Skill informer, indexed by SKILL_NAME_INDEX: one index, however many kinds look Skills up by the name they use. */
+export function skillsByName(ctx: KindContext): Informer<Skill> {
+  const skills = ctx.informer<Skill>(kindNames.skill);
+  if (!skills.hasIndex(SKILL_NAME_INDEX)) skills.addIndex(SKILL_NAME_INDEX, (s) => [`${s.metadata.namespace}/${skillName(s)}`]);
+  return skills;
+}
+
+/** The Skill resource of `namespace` that makes the skill `name` in the service, if there is one. */
+export function skillNamed(skills: Informer<Skill>, namespace: string | undefined, name: string): Skill | undefined {
+  return skills.byIndex(SKILL_NAME_INDEX, `${namespace}/${name}`)[0];
+}
+
+/** Why a user of a Skill resource's skill (a Sandbox, a deployment) waits for it: not Ready yet; undefined once it is. */
+export function skillNotReady(skill: Skill): NotReadyError | undefined {
+  const ready = skill.status?.conditions?.find((c) => c.type === ConditionType.Ready);
+  if (ready?.status === "True") return undefined;
+  const trouble = troubleOf(skill);
+  const why = trouble === undefined ? "" : `: ${trouble}`;
+  return new NotReadyError("WaitingForSkill", `Skill "${skill.metadata.name}" (spec.skills) is not Ready yet${why}`, notReportedYet(skill));
 }
 
 export function skillExternalId(cr: Skill): string | undefined {

@@ -3,7 +3,7 @@
 // against the emulator: which calls are made, and what status records.
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { Annotations, FINALIZER, MARKER_KEY, OPTIONS_HASH_KEY } from "../../../src/api/names.js";
-import type { Agent, AgentDeployment, AgentDeploymentStatus } from "../../../src/api/index.js";
+import type { Agent, AgentDeployment, AgentDeploymentStatus, Skill } from "../../../src/api/index.js";
 import { agentDeployments, desiredOptions, optionsHash, planFor, type Target } from "../../../src/controllers/agent-deployment.js";
 import type { Deployment } from "../../../src/service/index.js";
 import { condition, NS, ORG, World } from "./helpers.js";
@@ -148,6 +148,23 @@ describe("AgentDeployment against the service", () => {
       message: 'Agent "a" has no id in the registry yet; the Agent is not Ready (ConnectionNotReady)',
     });
     expect(w.events).toMatchObject([{ type: "Warning", reason: "WaitingForAgent" }]);
+  });
+
+  it("waits for a Skill resource of a skill it loads until that is Ready (apply order never matters); a skill no Skill resource makes is the service's", async () => {
+    w.apply<Skill>("skills", { metadata: { name: "sk" }, spec: { name: "triage", content: "# c" } });
+    apply({ skills: ["triage", "made-elsewhere"] });
+    w.calls();
+    await w.reconcile(kind(), "d");
+    expect(w.writes()).toEqual([]);
+    w.setStatus("skills", "sk", { conditions: [{ type: "Ready", status: "False", reason: "ServiceRejected", lastTransitionTime: "2030-01-01T00:00:00Z" }] });
+    await w.reconcile(kind(), "d");
+    expect(w.writes()).toEqual([]);
+    expect(condition(deployment(), "Ready")).toMatchObject({ status: "False", reason: "WaitingForSkill" });
+    expect(condition(deployment(), "Ready")?.message).toBe('Skill "sk" (spec.skills) is not Ready yet: ServiceRejected');
+    w.setStatus("skills", "sk", { skillName: "triage", conditions: [{ type: "Ready", status: "True", lastTransitionTime: "2030-01-01T00:00:00Z" }] });
+    await w.reconcile(kind(), "d");
+    expect(w.writes()).toEqual(["deployments.deploy"]);
+    expect(condition(deployment(), "Ready")?.status).toBe("True");
   });
 
   it("a first deploy waits for an Agent being updated, and says so", async () => {
