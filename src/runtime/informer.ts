@@ -310,7 +310,8 @@ export class Informer<T extends KubeObject> {
     while (!this.stopped) {
       const abort = new AbortController();
       r.abort = abort;
-      const startedAt = Date.now();
+      /** When the watch began (not the list before it): what "stayed up" is measured from. */
+      let watchStartedAt: number | undefined;
       let outcome: Outcome;
       /** The server-side timeout the watch asked for (0 while listing). */
       let askedMs = 0;
@@ -322,10 +323,10 @@ export class Informer<T extends KubeObject> {
           await this.relist(r, abort.signal);
           needList = false;
         }
-        const watchStartedAt = Date.now();
+        watchStartedAt = performance.now();
         askedMs = await this.watchOnce(r, abort);
         // It ran its course if it lasted about as long as it asked for (the server ends it then).
-        if (Date.now() - watchStartedAt < askedMs * 0.9) askedMs = 0;
+        if (performance.now() - watchStartedAt < askedMs * 0.9) askedMs = 0;
         outcome = "closed";
       } catch (err) {
         if (this.stopped) break;
@@ -351,7 +352,9 @@ export class Informer<T extends KubeObject> {
       // Backoff resets only after a watch that stayed up; a normal close of such a watch
       // reconnects at once. Anything else (errors, instant closes) backs off, so a cut that
       // repeats immediately never turns into a reconnect storm.
-      const lived = Date.now() - startedAt;
+      // From the watch's start: a slow list before a watch answered 410 at once is no healthy
+      // watch (counted so, each 410 would relist at once, for ever).
+      const lived = watchStartedAt === undefined ? 0 : performance.now() - watchStartedAt;
       // A watch the server ended at the timeout we asked for was healthy too, however short
       // that timeout (an API server with a small --min-request-timeout, minWatchTimeoutSeconds
       // below healthyMs): backing off after it would leave the cache stale for up to backoffMaxMs.
