@@ -197,7 +197,9 @@ export function loadKubeconfig(opts: LoadOptions = {}): ClusterConnection {
   for (const f of existing) readConfigFile(f, merged, from);
   const connection = fromMergedConfig(merged, opts.context, files);
   const context = opts.context ?? merged.currentContext;
-  return { ...connection, source: `kubeconfig ${files.join(delimiter)}${from}${context === undefined ? "" : `, context "${context}"`}` };
+  // Where the connection came from, in messages about reaching it: $KUBECONFIG said, a flag's path plain.
+  const env = opts.path === undefined && process.env.KUBECONFIG ? " ($KUBECONFIG)" : "";
+  return { ...connection, source: `kubeconfig ${files.join(delimiter)}${env}${context === undefined ? "" : `, context "${context}"`}` };
 }
 
 function fromMergedConfig(cfg: MergedConfig, contextName: string | undefined, files: string[]): ClusterConnection {
