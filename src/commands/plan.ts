@@ -3,6 +3,7 @@
 // service; writes nothing to either. Flags follow kubectl's. Exit codes follow
 // `terraform plan -detailed-exitcode`: 0 no changes, 1 error, 2 changes; 141 (128 + SIGPIPE)
 // when its output is closed early (`| head`), as a program killed by the closed pipe.
+import { readdirSync, statSync } from "node:fs";
 import { parseArgs } from "node:util";
 import { errorMessage } from "../lib/errors.js";
 import type { KubeClient } from "../runtime/kube-client.js";
@@ -103,6 +104,9 @@ export async function main(argv: string[], prog = "agent-operator plan"): Promis
     }
     // -n given: a manifest naming another namespace is refused, as kubectl apply -n refuses it.
     const manifests = parseSources(sources, namespaceOf(flags, kube), { enforceNamespace: flags.namespace !== undefined });
+    // As kubectl apply ("no objects passed to apply"): a plan of nothing is most likely a
+    // wrong path, and "no changes" would pass a CI check.
+    if (manifests.length === 0) throw new Error(noObjects(flags));
     if (kube === undefined) throw kubeError;
     const result = await plan(kubeReader(kube), manifests, { prune: flags.prune, selector: flags.selector });
     const ours = manifests.filter(isPlanned).length;
@@ -117,5 +121,20 @@ export async function main(argv: string[], prog = "agent-operator plan"): Promis
     return 1;
   } finally {
     await kube?.close();
+  }
+}
+
+/** What to say when the manifests hold no object at all; a directory read without -R that has sub-directories is named. */
+function noObjects(flags: PlanFlags): string {
+  if (flags.kustomize !== undefined) return `no objects in -k ${flags.kustomize}`;
+  const nested = flags.recursive ? undefined : flags.filenames.find((f) => f !== "-" && hasSubdirectory(f));
+  return `no objects in -f ${flags.filenames.join(" -f ")}${nested !== undefined ? ` (${nested} has sub-directories: add -R to read them)` : ""}`;
+}
+
+function hasSubdirectory(path: string): boolean {
+  try {
+    return statSync(path).isDirectory() && readdirSync(path, { withFileTypes: true }).some((e) => e.isDirectory());
+  } catch {
+    return false;
   }
 }

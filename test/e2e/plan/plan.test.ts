@@ -261,5 +261,18 @@ spec: {content: "v9", connectionRef: {name: nowhere}}`;
     const missing = await run(["-f", join(dir, "nope.yaml")]);
     expect(missing.code).toBe(1);
     expect(missing.stderr).toContain("nope.yaml: no such file or directory");
+
+    // No objects at all: an error (as kubectl apply's), not "no changes" that would pass a CI check.
+    const repo = join(dir, "repo");
+    mkdirSync(join(repo, "prod"), { recursive: true });
+    writeFileSync(join(repo, "prod", "skill.yaml"), skill("nested", "x"));
+    const nested = await run(["-f", repo, "-n", t.namespace]);
+    expect(nested.code).toBe(1);
+    expect(nested.stdout).toBe("");
+    expect(nested.stderr).toContain(`no objects in -f ${repo} (${repo} has sub-directories: add -R to read them)`);
+    const empty = await run(["-f", "-", "-n", t.namespace], "\n");
+    expect(empty.code).toBe(1);
+    expect(empty.stderr).toContain("no objects in -f -");
+    expect((await run(["-f", repo, "-R", "-n", t.namespace])).code).toBe(2);
   }, 60_000);
 });
