@@ -11,8 +11,8 @@
 //
 // Hand-written rather than an npm limiter (limiter, bottleneck, p-throttle): those are
 // asynchronous schedulers that own their timers and read the wall clock. What is shared here is
-// the synchronous arithmetic on an injectable clock (tests drive it with fake clocks; the
-// service and the emulator use the monotonic clock, the queue and the recorder Date.now); the
+// the synchronous arithmetic on an injectable clock (tests drive it with fake clocks; every user
+// runs it on the monotonic clock, which a wall clock stepped back cannot stall); the
 // waiting is the part each user does differently (a FIFO behind one timer, the queue's delay
 // heap, the recorder's write slots, an HTTP 429), so it stays with them.
 

@@ -76,6 +76,7 @@ export interface EventRecorderOptions {
   /** Event writes (creates and patches) per second, and burst (defaults 10 and 100). */
   qps?: number;
   burst?: number;
+  /** One clock for all (tests); default: Date.now for timestamps, performance.now for rate limits and windows. */
   now?: () => number;
 }
 
@@ -180,7 +181,10 @@ export function eventsWhile(events: Events, allowed: () => boolean): Events {
 
 export class EventRecorder {
   private readonly o: Required<Omit<EventRecorderOptions, "metrics" | "now">> & Pick<EventRecorderOptions, "metrics">;
+  /** The wall clock: Events' timestamps and names. */
   private readonly now: () => number;
+  /** The monotonic clock: rate limits and correlation windows, which a wall clock stepped back would stall. */
+  private readonly tick: () => number;
   private readonly log: Logger;
   private readonly entries = new Map<string, Entry>();
   private readonly buckets = new Map<string, TokenBucket>();
@@ -216,9 +220,10 @@ export class EventRecorder {
       ...opts,
     };
     this.now = opts.now ?? Date.now;
+    this.tick = opts.now ?? (() => performance.now());
     this.log = opts.logger.child({ component: "events" });
     if (!(this.o.qps > 0) || !(this.o.burst >= 1)) throw new RangeError("EventRecorder: qps must be > 0 and burst >= 1");
-    this.writes = new TokenBucket({ rate: this.o.qps, burst: this.o.burst, now: this.now });
+    this.writes = new TokenBucket({ rate: this.o.qps, burst: this.o.burst, now: this.tick });
   }
 
   normal(obj: KubeObject, reason: string, message: string, opts: EventOptions = {}): void {
@@ -260,8 +265,9 @@ export class EventRecorder {
   private record(obj: KubeObject, type: EventType, reason: string, rawMessage: string, { action, while: allowed }: EventOptions): void {
     if (this.closed) return;
     const now = this.now();
+    const at = this.tick();
     const meta = obj.metadata;
-    if (type === "Normal" && this.aggregated.has(reason) && this.combine(obj, reason, rawMessage, now, allowed)) return;
+    if (type === "Normal" && this.aggregated.has(reason) && this.combine(obj, reason, rawMessage, { now, at }, allowed)) return;
     const objectKey = `${obj.kind ?? ""}/${meta.namespace ?? ""}/${meta.name ?? ""}/${meta.uid ?? ""}`;
     if (!this.allow(objectKey)) {
       this.tally(type, "dropped");
@@ -273,9 +279,9 @@ export class EventRecorder {
     const key = `${objectKey}|${type}|${reason}|${action ?? ""}|${message}`;
     const ts = formatTime(new Date(now));
     let entry = this.entries.get(key);
-    if (entry && now - entry.lastSeen <= this.o.correlationWindowMs) {
+    if (entry && at - entry.lastSeen <= this.o.correlationWindowMs) {
       entry.count++;
-      entry.lastSeen = now;
+      entry.lastSeen = at;
       entry.body.lastTimestamp = ts;
       lruTouch(this.entries, key, entry);
     } else {
@@ -288,7 +294,7 @@ export class EventRecorder {
       const involved = { apiVersion: obj.apiVersion, kind: obj.kind, name: meta.name, namespace: meta.namespace, uid: meta.uid, resourceVersion: meta.resourceVersion };
       const body = this.newBody(namespace, name, involved, type, reason, message, ts);
       if (action) body.action = truncate(action, 128);
-      entry = { name, namespace, body, count: 1, writtenCount: 0, lastSeen: now, created: false, writing: false, again: false };
+      entry = { name, namespace, body, count: 1, writtenCount: 0, lastSeen: at, created: false, writing: false, again: false };
       lruSet(this.entries, key, entry, this.o.cacheSize);
     }
     entry.allowed = allowed;
@@ -299,13 +305,13 @@ export class EventRecorder {
    * Counts a similar event; past `aggregateAfter` in the window, folds it into the window's
    * combined Event on the namespace (true: the caller writes nothing for the object itself).
    */
-  private combine(obj: KubeObject, reason: string, rawMessage: string, now: number, allowed: EventOptions["while"]): boolean {
+  private combine(obj: KubeObject, reason: string, rawMessage: string, { now, at }: { now: number; at: number }, allowed: EventOptions["while"]): boolean {
     const namespace = obj.metadata.namespace || "default";
     const kind = obj.kind ?? "object";
     const key = `${namespace}|${kind}|${reason}`;
     let similar = this.similar.get(key);
-    if (similar === undefined || now - similar.since > this.o.correlationWindowMs) {
-      similar = { since: now, count: 0 };
+    if (similar === undefined || at - similar.since > this.o.correlationWindowMs) {
+      similar = { since: at, count: 0 };
       lruSet(this.similar, key, similar, this.o.cacheSize);
     }
     similar.count++;
@@ -325,11 +331,11 @@ export class EventRecorder {
       // `kubectl get events -n <ns>` lists it next to the resources' own.
       const involved = { apiVersion: "v1", kind: "Namespace", name: namespace, namespace };
       const body = this.newBody(namespace, name, involved, "Normal", reason, message(1), ts);
-      entry = { name, namespace, body, count: 0, writtenCount: 0, lastSeen: now, created: false, writing: false, again: false };
+      entry = { name, namespace, body, count: 0, writtenCount: 0, lastSeen: at, created: false, writing: false, again: false };
       similar.combined = entry;
     }
     entry.count++;
-    entry.lastSeen = now;
+    entry.lastSeen = at;
     entry.combined = message; // the message is made for the count written, at the write
     entry.body.lastTimestamp = ts;
     entry.allowed = allowed;
@@ -477,7 +483,7 @@ export class EventRecorder {
   private allow(objectKey: string): boolean {
     let b = this.buckets.get(objectKey);
     if (!b) {
-      b = new TokenBucket({ rate: 1, perMs: this.o.spamRefillMs, burst: this.o.spamBurst, now: this.now });
+      b = new TokenBucket({ rate: 1, perMs: this.o.spamRefillMs, burst: this.o.spamBurst, now: this.tick });
       lruSet(this.buckets, objectKey, b, this.o.cacheSize);
     } else {
       lruTouch(this.buckets, objectKey, b);

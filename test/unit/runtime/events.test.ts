@@ -1,4 +1,4 @@
-import { describe, expect, it } from "vitest";
+import { describe, expect, it, vi } from "vitest";
 import { EventRecorder, eventsWhile, scrubSecrets } from "../../../src/runtime/events.js";
 import { KubeApiError, type KubeClient, type KubeObject } from "../../../src/runtime/kube-client.js";
 import { silentLogger } from "../../../src/runtime/logging.js";
@@ -69,6 +69,24 @@ describe("EventRecorder", () => {
       metadata: { namespace: "team-a" },
     });
     expect(String((body.metadata as { name: string }).name)).toMatch(/^sb-1\.[0-9a-f]+$/);
+  });
+
+  it("keeps writing when the wall clock steps back (NTP, a VM resumed from a snapshot): its rate limits run on the monotonic clock", async () => {
+    const real = Date.now();
+    const clock = vi.spyOn(Date, "now").mockReturnValue(real);
+    const { client, rec } = setup({ qps: 50, burst: 2 });
+    try {
+      const one = (i: number): KubeObject => ({ ...sandbox, metadata: { ...sandbox.metadata, name: `sb-${i}`, uid: `u-${i}` } });
+      rec.warning(one(1), "A", "first");
+      rec.warning(one(2), "A", "second"); // the burst spent
+      clock.mockReturnValue(real - 3_600_000); // an hour back
+      for (let i = 3; i <= 6; i++) rec.warning(one(i), "A", `event ${i}`);
+      await Promise.race([rec.flush(), new Promise((r) => setTimeout(r, 3_000))]);
+      expect(client.creates).toHaveLength(6);
+    } finally {
+      clock.mockRestore();
+      rec.close();
+    }
   });
 
   it("aggregates identical events into count patches instead of new Events", async () => {
