@@ -41,6 +41,9 @@ export interface Result {
  * far the key's backoff has grown: the work it reports is done, and something is due by then (a
  * TTL renewal). The retry still counts as an error, and the backoff still grows.
  */
+/** The soonest a failure's RetryNoLaterThan brings its key back. */
+export const MIN_FAILURE_RETRY_MS = 1_000;
+
 export class RetryNoLaterThan extends Error {
   constructor(
     cause: unknown,
@@ -279,8 +282,10 @@ export class Controller {
       this.metrics.reconcileTotal.inc({ controller: this.name, result: "error" });
       if (!(err instanceof Error)) this.metrics.reconcilePanics.inc({ controller: this.name });
       this.queue.addRateLimited(key, { priority });
-      // The earlier of the two wins (the queue keeps the earliest time asked for a key).
-      if (err instanceof RetryNoLaterThan) this.queue.addAfter(key, err.ms, { priority: err.priority });
+      // The earlier of the two wins (the queue keeps the earliest time asked for a key); never
+      // sooner than a second: a cap computed from a time already past must not retry a failing
+      // reconcile in a loop, past every backoff.
+      if (err instanceof RetryNoLaterThan) this.queue.addAfter(key, Math.max(err.ms, MIN_FAILURE_RETRY_MS), { priority: err.priority });
       // The message only: never the object, whose spec may hold what it should not.
       log.error({ err: errorMessage(err, { labelNonError: true }), retries: retries + 1 }, "reconciler error");
     } finally {

@@ -167,6 +167,29 @@ describe("Controller", () => {
     expect(text).toMatch(/controller_runtime_reconcile_total\{controller="test",result="error"\} 1/);
   });
 
+  it("a failure capped at a time already past (1 ms) comes back after a second, not in a loop past the backoff", async () => {
+    let calls = 0;
+    const c = new Controller({
+      name: "test",
+      rateLimiter: new ItemExponentialFailureRateLimiter(3_600_000, 3_600_000),
+      reconciler: {
+        reconcile: async () => {
+          calls++;
+          throw new RetryNoLaterThan(new Error("renewal failed"), 1, true);
+        },
+      },
+      concurrency: 1,
+      logger: silentLogger(),
+      metrics: new Metrics({ defaultMetrics: false }),
+    });
+    await c.start();
+    c.enqueue({ namespace: "ns", name: "k" });
+    await sleep(500);
+    expect(calls).toBe(1);
+    await until(() => calls === 2, 5_000);
+    await c.stop(1_000);
+  });
+
   it("a wait for a dependency backs off, but comes back no later than the time it says, without counting as an error", async () => {
     const { lanes, text } = await cappedRetry(async () => ({ requeue: true, requeueNoLaterThanMs: 20, priority: true }));
     expect(lanes).toEqual([false, true]);
