@@ -477,15 +477,17 @@ class SandboxClient implements ExternalClient<Sandbox, SandboxPlan> {
     const nextAt = renewEverySeconds(cr) > 0 ? renewAt : expiresAt + 1000;
     const sameVM = cr.status?.vmId === found.id;
     // A VM adopted (after a lost status write) says which spec it was made for, if we made it.
-    const recordedHash = (sameVM ? undefined : madeFor(cr, found, CONFIG_HASH_KEY)) ?? cr.status?.configHash;
+    const ownHash = sameVM ? undefined : madeFor(cr, found, CONFIG_HASH_KEY);
+    const recordedHash = ownHash ?? cr.status?.configHash;
+    const matches = recordedHash !== undefined && sameSpec?.(recordedHash, found) === true;
     // One recorded in another form for this very spec (the skills as listed) is written as now
     // computed: a later change of their order must find it the same VM. (Not one that alone
     // tells a rotated Secret: SameSpec.recorded.)
-    const configHash = recordedHash !== undefined && sameSpec?.(recordedHash, found) ? sameSpec.recorded(recordedHash, found) : (recordedHash ?? hash);
+    const configHash = matches && sameSpec !== undefined ? sameSpec.recorded(recordedHash, found) : (recordedHash ?? hash);
     // Adopted, and made for another spec than now: replaced once status names it (the next
     // look), and never said to match the spec meanwhile (a paused Sandbox's upkeep would).
     const outdated =
-      !sameVM && sameSpec !== undefined && recordedHash !== undefined && !sameSpec(recordedHash, found)
+      ownHash !== undefined && sameSpec !== undefined && !matches
         ? { reason: "Replacing", message: `VM ${found.id}, found by its marker (status did not name it: a status write was lost), was allocated for another spec, and is replaced` }
         : undefined;
     // A VM found another way than by status (adopted) is reported at once.
