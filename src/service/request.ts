@@ -156,7 +156,7 @@ export class Requester {
 
       const failure: Failure =
         res !== undefined
-          ? { kind: "status", status: res.status, ...(res.status === 503 && { fromService: isServiceErrorBody(parseErrorBody(res.text, [])) }) }
+          ? { kind: "status", status: res.status, ...(res.status === 503 && { fromService: answeredByService(parseErrorBody(res.text, []), spec.cls) }) }
           : { kind: "network", sent: netErr?.sent ?? "maybe", permanent: netErr?.permanent ?? false };
       const verdict = judge(spec.cls, failure);
       const retryAfterMs = res !== undefined ? parseRetryAfter(res.headers["retry-after"], Date.now()) : undefined;
@@ -245,4 +245,15 @@ export class Requester {
 
 function closedError(operation: string, cause: unknown): ServiceError {
   return new ServiceError({ operation, message: `${operation}: service client closed`, retryable: false, cause });
+}
+
+/**
+ * Whether a 503 is the service's own "not processed" rather than a proxy's. A bare `{code,
+ * message}` is also what a gateway writes when the upstream reset before its headers (ESPv2,
+ * API Gateway), which may be after the service took the request: a call that is not idempotent
+ * takes it as the service's only by its `error_code` (compute) or `error` (registry), and
+ * otherwise as an outcome unknown (looked up before it is made again).
+ */
+function answeredByService(body: ReturnType<typeof parseErrorBody>, cls: RetryClass): boolean {
+  return cls === "idempotent" ? isServiceErrorBody(body) : body.errorCode !== undefined || body.serviceError !== undefined;
 }

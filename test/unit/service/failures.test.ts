@@ -207,7 +207,12 @@ describe("non-idempotent creates", () => {
   });
 
   it("a proxy's 503 (not the service's error body) and a CDN's 524 on a create are not retried and make the outcome unknown", async () => {
-    for (const [status, body] of [[503, "upstream connect error or disconnect/reset before headers. reset reason: connection termination"], [524, "<html>A timeout occurred</html>"]] as const) {
+    for (const [status, body] of [
+      [503, "upstream connect error or disconnect/reset before headers. reset reason: connection termination"],
+      // A gateway that writes JSON (ESPv2, API Gateway): its shape is compute's, less error_code.
+      [503, { code: 503, message: "upstream connect error or disconnect/reset before headers" }],
+      [524, "<html>A timeout occurred</html>"],
+    ] as const) {
       h.emu.clearRequests();
       h.emu.injectFault({ method: "POST", path: ALLOCATE, action: { status, body } });
       const e = await serviceError(h.client.vms.allocate({ tier: "standard" }));
