@@ -41,6 +41,21 @@ export interface Result {
  * far the key's backoff has grown: the work it reports is done, and something is due by then (a
  * TTL renewal). The retry still counts as an error, and the backoff still grows.
  */
+/** The longest wait a failure's Retry-After holds its key back (a bogus header must not hold it for hours). */
+export const MAX_SERVER_ASKED_WAIT_MS = 10 * 60_000;
+
+/**
+ * The wait the server asked for with the failure: a numeric `retryAfterMs` on the error or on
+ * one it wraps (`cause`), as the service client's errors carry it; capped.
+ */
+export function serverAskedWaitMs(err: unknown): number | undefined {
+  for (let e: unknown = err, depth = 0; e instanceof Error && depth < 8; e = e.cause, depth++) {
+    const ms = (e as { retryAfterMs?: unknown }).retryAfterMs;
+    if (typeof ms === "number" && ms > 0) return Math.min(ms, MAX_SERVER_ASKED_WAIT_MS);
+  }
+  return undefined;
+}
+
 /** The soonest a failure's RetryNoLaterThan brings its key back. */
 export const MIN_FAILURE_RETRY_MS = 1_000;
 
@@ -281,7 +296,9 @@ export class Controller {
       this.metrics.reconcileErrors.inc({ controller: this.name });
       this.metrics.reconcileTotal.inc({ controller: this.name, result: "error" });
       if (!(err instanceof Error)) this.metrics.reconcilePanics.inc({ controller: this.name });
-      this.queue.addRateLimited(key, { priority });
+      // Not sooner than the server asked (a Retry-After longer than the client would wait for
+      // itself: an empty pool, a rate limit), however young the key's backoff.
+      this.queue.addRateLimited(key, { priority, atLeastMs: serverAskedWaitMs(err) });
       // The earlier of the two wins (the queue keeps the earliest time asked for a key); never
       // sooner than a second: a cap computed from a time already past must not retry a failing
       // reconcile in a loop, past every backoff.

@@ -248,10 +248,13 @@ export class WorkQueue {
     this.armTimer();
   }
 
-  /** addAfter with the rate limiter's delay for this key (per-item backoff + overall bucket). */
-  addRateLimited(key: string, opts: AddOptions = {}): void {
+  /**
+   * addAfter with the rate limiter's delay for this key (per-item backoff + overall bucket), or
+   * `atLeastMs` if that is longer (a wait the server asked for: Retry-After).
+   */
+  addRateLimited(key: string, opts: AddOptions & { atLeastMs?: number } = {}): void {
     if (this.shuttingDown) return;
-    this.addAfter(key, this.rateLimiter.when(key), opts);
+    this.addAfter(key, Math.max(this.rateLimiter.when(key), opts.atLeastMs ?? 0), opts);
   }
 
   /** Reset the key's failure count (call after a successful reconcile). */

@@ -167,6 +167,22 @@ describe("Controller", () => {
     expect(text).toMatch(/controller_runtime_reconcile_total\{controller="test",result="error"\} 1/);
   });
 
+  it("a failure whose server asked to wait (Retry-After: an empty pool) comes back no sooner, however young its backoff", async () => {
+    let calls = 0;
+    const busy = Object.assign(new Error("vms.allocate: pool_exhausted (HTTP 503)"), { retryAfterMs: 1_500 });
+    const { c } = make(async () => {
+      calls++;
+      // As the managed reconciler throws it: wrapped, the service's error its cause.
+      if (calls === 1) throw new Error("reconcile failed", { cause: busy });
+    }, 1);
+    await c.start();
+    c.enqueue({ namespace: "ns", name: "k" });
+    await sleep(800); // the backoff alone would have brought it back after 1 ms
+    expect(calls).toBe(1);
+    await until(() => calls === 2, 5_000);
+    await c.stop(1_000);
+  });
+
   it("a failure capped at a time already past (1 ms) comes back after a second, not in a loop past the backoff", async () => {
     let calls = 0;
     const c = new Controller({
