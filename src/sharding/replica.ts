@@ -386,9 +386,9 @@ export class ReplicaShard {
       // with a list by name, not a GET: the operator's role reads these kinds with list and watch only.
       const still = await this.manager!.client.list<Labelled>(collectionPath(kind, req.namespace), { fieldSelector: `metadata.name=${req.name}` }).then(
         (now) =>
-          now.items.some(
-            (o) => o.metadata.uid === obj.metadata.uid && o.metadata.labels?.[OWNER_LABEL] === this.o.identity && o.metadata.resourceVersion === obj.metadata.resourceVersion,
-          ),
+          // As it was when this replica took it to be its to work on: the same version (its
+          // owner label too: its own, or a fenced member's it inherits).
+          now.items.some((o) => o.metadata.uid === obj.metadata.uid && o.metadata.resourceVersion === obj.metadata.resourceVersion),
         (readErr: unknown) => {
           log.warn({ err: errorMessage(readErr), kind: kind.kind }, "could not read the object back after its release failed; neither releasing nor working on it until it can be");
           return false;

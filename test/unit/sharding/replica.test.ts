@@ -454,6 +454,17 @@ describe("ReplicaShard: a drain that cannot be acknowledged", () => {
     expect(back.asked).toEqual([ASKED]);
   });
 
+  it("an heir keeps working on an inherited object (the fenced member's label on it) whose drain it could not acknowledge", async () => {
+    const obj = draining();
+    obj.metadata.labels = { ...obj.metadata.labels, [OWNER_LABEL]: "replica-gone" };
+    const r = replica(() => null, { patch: refused, list: readBack(obj).list });
+    r.shard.setSuccession({ holders: new Set([ME]), heirs: new Map([["replica-gone", [ME]]]) });
+    r.share.relisted();
+    r.share.add(obj);
+    expect(await r.reconcile(obj)).toEqual({ requeueAfterMs: 1_000, priority: true });
+    expect(r.reconciled).toEqual(["draining"]);
+  });
+
   it("sends the release again when the object reads back unchanged, and does not work on it when that one lands", async () => {
     const obj = draining();
     const back = readBack(obj); // unchanged: the first PATCH has not landed (yet)
