@@ -23,7 +23,7 @@ import { isNotFound, isOutcomeUnknown, type Deployment, type DeployOptions } fro
 import type { ServiceHandle } from "./connection-pool.js";
 import { referrers, requestOf, type KindContext, type ManagedKind } from "./kind.js";
 import { changeObserved, findOwn, madeFor, removeObject } from "./marker.js";
-import { skillName, skillNamed, skillNotReady, skillsByName } from "./skill.js";
+import { skillName, skillsByName, waitForSkills } from "./skill.js";
 
 export function deploymentExternalId(cr: AgentDeployment): string | undefined {
   return cr.metadata.annotations?.[Annotations.externalId] ?? cr.status?.deploymentId;
@@ -75,20 +75,6 @@ export function targetOf(cr: AgentDeployment, agents: Informer<Agent>): Target {
   }
   // While the Agent is being updated, keep running the revision we have; roll out once it is synced.
   return { agentId: agent.status.agentId, revision: synced ? agent.status.revision : cr.status?.agentRevision };
-}
-
-/**
- * Throws NotReadyError while a Skill resource of the namespace that makes one of spec.skills is
- * not Ready, as a Sandbox waits: apply order never matters, and a deploy naming a skill still
- * being created could be refused, which would stall it. A skill no Skill resource makes is
- * left to the service.
- */
-export function waitForSkills(cr: AgentDeployment, skills: Informer<Skill>): void {
-  for (const name of cr.spec.skills ?? []) {
-    const skill = skillNamed(skills, cr.metadata.namespace, name);
-    const waiting = skill === undefined ? undefined : skillNotReady(skill);
-    if (waiting !== undefined) throw waiting;
-  }
 }
 
 /** What to do about a deployment that exists. The service has no update for deployments. */
@@ -193,6 +179,8 @@ class DeploymentClient implements ExternalClient<AgentDeployment, DeploymentPlan
               `remove the annotation ${Annotations.externalId} to have it replaced (${current.id} deleted, a new one deployed), or put the spec back`,
           );
         }
+        // Before the old one goes: it runs on while the new one's Skills are made.
+        this.waitForSkills(cr);
         await this.remove(current.id);
         let deployed: Deployment;
         try {
@@ -276,7 +264,7 @@ class DeploymentClient implements ExternalClient<AgentDeployment, DeploymentPlan
   }
 
   private async deploy(cr: AgentDeployment, target: Target): Promise<Deployment> {
-    waitForSkills(cr, this.skills);
+    this.waitForSkills(cr);
     try {
       const options = desiredOptions(cr);
       options.metadata = {
@@ -304,6 +292,15 @@ class DeploymentClient implements ExternalClient<AgentDeployment, DeploymentPlan
       }
       throw err;
     }
+  }
+
+  /**
+   * WaitingForSkill while a Skill resource of the namespace that makes one of spec.skills is
+   * not Ready, as a Sandbox waits: apply order never matters, and a deploy naming a skill still
+   * being made could be refused, and stall. A skill no Skill resource makes is the service's.
+   */
+  private waitForSkills(cr: AgentDeployment): void {
+    waitForSkills(this.skills, cr.metadata.namespace, cr.spec.skills ?? []);
   }
 
   private remove(id: string): Promise<void> {

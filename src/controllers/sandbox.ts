@@ -33,7 +33,7 @@ import type { ServiceHandle } from "./connection-pool.js";
 import { fingerprint, referrers, requestOf, type KindContext, type ManagedKind } from "./kind.js";
 import { findOwn, madeFor, removeObject } from "./marker.js";
 import type { ObjectStore } from "./object-store.js";
-import { skillName, skillNamed, skillNotReady, skillsByName } from "./skill.js";
+import { skillName, skillsByName, waitForSkills } from "./skill.js";
 
 export const DEFAULT_TTL_SECONDS = 3600;
 
@@ -170,22 +170,13 @@ export function desiredAllocation(
   deps: Pick<SandboxDeps, "store" | "skills"> & Partial<SandboxDeps>,
 ): AllocateVMRequest {
   const { spec, metadata } = cr;
-  for (const name of spec.skills ?? []) {
-    const skill = skillNamed(deps.skills, metadata.namespace, name);
-    if (skill === undefined) {
-      // Not managed here: it must exist in the service already. Order never matters, so a
-      // skill that is missing is awaited rather than sent (and refused with a 400).
-      if (handle.skills.get(name) === undefined) {
-        throw new NotReadyError(
-          "WaitingForSkill",
-          `skill "${name}" (spec.skills) is neither a Skill resource in this namespace nor a skill in the service`,
-        );
-      }
-      continue;
+  waitForSkills(deps.skills, metadata.namespace, spec.skills ?? [], (name) => {
+    // Not managed here: it must exist in the service already. Order never matters, so a
+    // skill that is missing is awaited rather than sent (and refused with a 400).
+    if (handle.skills.get(name) === undefined) {
+      throw new NotReadyError("WaitingForSkill", `skill "${name}" (spec.skills) is neither a Skill resource in this namespace nor a skill in the service`);
     }
-    const waiting = skillNotReady(skill);
-    if (waiting !== undefined) throw waiting;
-  }
+  });
   const fromSecrets = envFromSecrets(cr, deps.store);
   const held = heldFromSecrets(cr, fromSecrets);
   const env: Record<string, string> = { ...fromSecrets, ...spec.env };

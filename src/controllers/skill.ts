@@ -43,6 +43,23 @@ export function skillNotReady(skill: Skill): NotReadyError | undefined {
   return new NotReadyError("WaitingForSkill", `Skill "${skill.metadata.name}" (spec.skills) is not Ready yet${why}`, notReportedYet(skill));
 }
 
+/**
+ * Throws WaitingForSkill for the first of `names` (spec.skills) whose Skill resource in
+ * `namespace` is not Ready yet; a name no Skill resource makes is `unmanaged`'s to judge (a
+ * Sandbox waits for it in the service; a deployment leaves it to the service).
+ */
+export function waitForSkills(skills: Informer<Skill>, namespace: string | undefined, names: readonly string[], unmanaged: (name: string) => void = () => undefined): void {
+  for (const name of names) {
+    const skill = skillNamed(skills, namespace, name);
+    if (skill === undefined) {
+      unmanaged(name);
+      continue;
+    }
+    const waiting = skillNotReady(skill);
+    if (waiting !== undefined) throw waiting;
+  }
+}
+
 export function skillExternalId(cr: Skill): string | undefined {
   return cr.metadata.annotations?.[Annotations.externalId] ?? cr.status?.skillName;
 }

@@ -11,7 +11,7 @@ import { ConnectionPool, type ServiceHandle } from "../controllers/connection-po
 import type { KindContext, ManagedKind } from "../controllers/kind.js";
 import { ObjectStore, type ConfigMapObject } from "../controllers/object-store.js";
 import { desiredAllocation, sandboxExternalId, sandboxes, type SandboxPlan } from "../controllers/sandbox.js";
-import { skillExternalId, skillName, skills, type SkillPlan } from "../controllers/skill.js";
+import { skillExternalId, skillName, skillNamed, skills, waitForSkills, type SkillPlan } from "../controllers/skill.js";
 import type { SecretObject } from "../managed/connection-secret.js";
 import { NotReadyError, StalledError, classify } from "../managed/errors.js";
 import { managementOf } from "../managed/management-policies.js";
@@ -546,6 +546,7 @@ function beforeCreate(cr: Obj, handle: ServiceHandle, deps: Deps): string | unde
   try {
     if (cr.kind === "Sandbox") desiredAllocation(cr as unknown as Sandbox, handle, { store: deps.store, skills: deps.skillInformer.as<Skill>() });
     if (cr.kind === "Agent") agentCreateChecks(cr as unknown as Agent, handle, deps.store);
+    if (cr.kind === "AgentDeployment") waitForSkills(deps.skillInformer.as<Skill>(), cr.metadata.namespace, (cr as unknown as AgentDeployment).spec.skills ?? []);
     return undefined;
   } catch (err) {
     if (err instanceof NotReadyError) return `then waits: ${err.reason}: ${err.message}`;
@@ -704,9 +705,10 @@ function dependencyNotes(cr: Obj, deps: Deps): string[] {
     const ref = (cr as unknown as AgentDeployment).spec.agentRef?.name;
     if (ref !== undefined) dep("Agent", ref);
   }
-  if (cr.kind === "Sandbox") {
-    for (const name of (cr as unknown as Sandbox).spec.skills ?? []) {
-      const skill = deps.skillInformer.byIndex("skillName", `${ns}/${name}`)[0];
+  // A Sandbox's and a deployment's skills: both wait for the Skill resources that make them.
+  if (cr.kind === "Sandbox" || cr.kind === "AgentDeployment") {
+    for (const name of (cr as unknown as { spec: { skills?: string[] } }).spec.skills ?? []) {
+      const skill = skillNamed(deps.skillInformer.as<Skill>(), ns, name);
       if (skill !== undefined) dep("Skill", skill.metadata.name);
     }
   }

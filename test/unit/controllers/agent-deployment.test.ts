@@ -167,6 +167,25 @@ describe("AgentDeployment against the service", () => {
     expect(condition(deployment(), "Ready")?.status).toBe("True");
   });
 
+  it("a replacement that adds a skill whose Skill resource is not Ready yet keeps the running deployment until it is", async () => {
+    apply();
+    await w.reconcile(kind(), "d");
+    const running = deployment().status?.deploymentId as string;
+    w.apply<Skill>("skills", { metadata: { name: "sk" }, spec: { name: "triage", content: "# c" } });
+    w.setStatus("skills", "sk", { conditions: [{ type: "Ready", status: "False", reason: "ServiceUnavailable", lastTransitionTime: "2030-01-01T00:00:00Z" }] });
+    apply({ skills: ["triage"] });
+    w.calls();
+    await w.reconcile(kind(), "d");
+    expect(w.writes()).toEqual([]);
+    expect(w.emu.state.deployments.has(running)).toBe(true);
+    expect(deployment().status?.deploymentId).toBe(running);
+    expect(condition(deployment(), "Ready")).toMatchObject({ status: "False", reason: "WaitingForSkill" });
+    w.setStatus("skills", "sk", { skillName: "triage", conditions: [{ type: "Ready", status: "True", lastTransitionTime: "2030-01-01T00:00:00Z" }] });
+    await w.reconcile(kind(), "d");
+    expect(w.writes()).toEqual(["deployments.delete", "deployments.deploy"]);
+    expect(deployment().status?.deploymentId).not.toBe(running);
+  });
+
   it("a first deploy waits for an Agent being updated, and says so", async () => {
     w.apply<Agent>("agents", { metadata: { name: "a" }, spec: { image: "registry.example/a:2" } }); // a new generation, not synced yet
     w.setStatus("agents", "a", { conditions: [{ type: "Ready", status: "False", reason: "ServiceUnavailable", lastTransitionTime: "2030-01-01T00:00:00Z" }] });

@@ -67,6 +67,20 @@ describe("planner", () => {
     }
   });
 
+  it("says a deployment's create waits for the Skill resource of a skill it loads that is not Ready", async () => {
+    const notReady = { conditions: [{ type: "Ready", status: "False", reason: "ServiceUnavailable", lastTransitionTime: "2030-01-01T00:00:00Z" }] };
+    cluster.set("skills", [{ ...live("sk", { name: "triage", content: "# c" }, {}), status: notReady }]);
+    try {
+      const yaml = "apiVersion: agentcompute.dev/v1alpha1\nkind: AgentDeployment\nmetadata: {name: with-skill}\nspec: {agentId: agent-x, tier: standard, skills: [triage]}";
+      const r = find(await plan(reader, manifests(yaml), { prune: false }), "AgentDeployment", "with-skill");
+      expect(r.action).toBe("create");
+      expect(r.notes).toContain('then waits: WaitingForSkill: Skill "sk" (spec.skills) is not Ready yet: ServiceUnavailable');
+      expect(r.notes).toContain("waits for Skill sk, not Ready now");
+    } finally {
+      cluster.set("skills", []);
+    }
+  });
+
   it("never shows a secret-looking field's value, at any depth, in an update's or a create's changes, in any output", async () => {
     const secrets = ["old-token-1f3a", "new-token-9b2c", "old-pass-77e1", "new-pass-0d4f", "reg-pass-5a6b"];
     const registry = emu.state.createAgent({
