@@ -86,12 +86,14 @@ export function parseRunFlags(argv: string[]): RunFlags | "help" {
   // namespaces, under a Role for one.
   if ((values.namespace ?? []).some((ns) => ns.trim() === "")) throw new Error("--namespace: empty; leave the flag out to watch all namespaces");
   // goBooleans drops an explicit =false (every boolean defaults to false): read from argv.
-  const noLeader = argv.some((a) => /^--?leader-elect=(0|f|false)$/i.test(a));
+  // The last one given counts, as for any flag.
+  const noLeader = /^--?leader-elect=(0|f|false)$/i.test(argv.findLast((a) => /^--?leader-elect(=|$)/.test(a)) ?? "");
   if (values.sharding && noLeader) {
     throw new Error("--leader-elect=false: --sharding needs leader election (the leader assigns the shares); leave --leader-elect out");
   }
   if (values["leader-election-id"].trim() === "") throw new Error("--leader-election-id: empty; leave the flag out for agent-operator-leader");
   for (const flag of ["metrics-bind-address", "health-probe-bind-address"] as const) {
+    if (values[flag] === "") continue; // disabled, as "0" is
     try {
       const { port } = parseBindAddress(values[flag]);
       if (port > 65_535) throw new Error(`port ${port} is not within 0..65535`);

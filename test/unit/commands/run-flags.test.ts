@@ -47,5 +47,8 @@ describe("agent-operator run flags", () => {
     // --sharding needs the leader (it assigns the shares): implied, and an explicit false refused.
     expect(flags("--sharding").leaderElect).toBe(true);
     expect(() => flags("--sharding", "--leader-elect=false")).toThrow("--leader-elect=false: --sharding needs leader election");
+    expect(flags("--leader-elect=false", "--leader-elect", "--sharding").leaderElect).toBe(true); // the last one counts
+    // An empty bind address is off, as "0" is.
+    expect(flags("--metrics-bind-address=", "--health-probe-bind-address=0")).toMatchObject({ metricsBindAddress: "", healthProbeBindAddress: "0" });
   });
 });
