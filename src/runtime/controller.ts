@@ -36,17 +36,13 @@ export interface Result {
   requeueNoLaterThanMs?: number;
 }
 
-/**
- * A failure whose retry must come no later than `ms` (the priority lane if `priority`) however
- * far the key's backoff has grown: the work it reports is done, and something is due by then (a
- * TTL renewal). The retry still counts as an error, and the backoff still grows.
- */
 /** The longest wait a failure's Retry-After holds its key back (a bogus header must not hold it for hours). */
 export const MAX_SERVER_ASKED_WAIT_MS = 10 * 60_000;
 
 /**
- * The wait the server asked for with the failure: a numeric `retryAfterMs` on the error or on
- * one it wraps (`cause`), as the service client's errors carry it; capped.
+ * The wait the server asked for with the failure (its Retry-After): a numeric `retryAfterMs` on
+ * the error or on one it wraps (`cause`), as the service client's errors carry it; capped. The
+ * key comes back no sooner (a failure the client retried itself, waiting that long, too).
  */
 export function serverAskedWaitMs(err: unknown): number | undefined {
   for (let e: unknown = err, depth = 0; e instanceof Error && depth < 8; e = e.cause, depth++) {
@@ -59,6 +55,11 @@ export function serverAskedWaitMs(err: unknown): number | undefined {
 /** The soonest a failure's RetryNoLaterThan brings its key back. */
 export const MIN_FAILURE_RETRY_MS = 1_000;
 
+/**
+ * A failure whose retry must come no later than `ms` (the priority lane if `priority`) however
+ * far the key's backoff has grown: the work it reports is done, and something is due by then (a
+ * TTL renewal). The retry still counts as an error, and the backoff still grows.
+ */
 export class RetryNoLaterThan extends Error {
   constructor(
     cause: unknown,
