@@ -13,6 +13,7 @@ import type { ResolvedRetry, ServiceClientHooks } from "./options.js";
 import type { ClientRateLimiter } from "./rate-limit.js";
 import { backoffDelay, judge, parseRetryAfter, retryDelay } from "./retry.js";
 import type { Failure, RetryClass } from "./retry.js";
+import { REGISTRY } from "./operations.js";
 import { RefusedTokens } from "./token.js";
 import type { TokenSource } from "./token.js";
 
@@ -156,7 +157,7 @@ export class Requester {
 
       const failure: Failure =
         res !== undefined
-          ? { kind: "status", status: res.status, ...(res.status === 503 && { fromService: answeredByService(parseErrorBody(res.text, []), spec.cls) }) }
+          ? { kind: "status", status: res.status, ...(res.status === 503 && { fromService: answeredByService(parseErrorBody(res.text, []), spec) }) }
           : { kind: "network", sent: netErr?.sent ?? "maybe", permanent: netErr?.permanent ?? false };
       const verdict = judge(spec.cls, failure);
       const retryAfterMs = res !== undefined ? parseRetryAfter(res.headers["retry-after"], Date.now()) : undefined;
@@ -250,10 +251,12 @@ function closedError(operation: string, cause: unknown): ServiceError {
 /**
  * Whether a 503 is the service's own "not processed" rather than a proxy's. A bare `{code,
  * message}` is also what a gateway writes when the upstream reset before its headers (ESPv2,
- * API Gateway), which may be after the service took the request: a call that is not idempotent
- * takes it as the service's only by its `error_code` (compute) or `error` (registry), and
- * otherwise as an outcome unknown (looked up before it is made again).
+ * API Gateway), which may be after the service took the request, and `{error}` what a Spring
+ * one writes: a call that is not idempotent takes it as the service's only by the field its
+ * own service's errors have, `error_code` (compute) or `error` (registry), and otherwise as an
+ * outcome unknown (looked up before it is made again).
  */
-function answeredByService(body: ReturnType<typeof parseErrorBody>, cls: RetryClass): boolean {
-  return cls === "idempotent" ? isServiceErrorBody(body) : body.errorCode !== undefined || body.serviceError !== undefined;
+function answeredByService(body: ReturnType<typeof parseErrorBody>, spec: { cls: RetryClass; path: string }): boolean {
+  if (spec.cls === "idempotent") return isServiceErrorBody(body);
+  return spec.path.startsWith(`${REGISTRY}/`) ? body.serviceError !== undefined : body.errorCode !== undefined;
 }

@@ -211,6 +211,8 @@ describe("non-idempotent creates", () => {
       [503, "upstream connect error or disconnect/reset before headers. reset reason: connection termination"],
       // A gateway that writes JSON (ESPv2, API Gateway): its shape is compute's, less error_code.
       [503, { code: 503, message: "upstream connect error or disconnect/reset before headers" }],
+      // A Spring gateway's: the registry's error field, on a compute call.
+      [503, { status: 503, error: "Service Unavailable" }],
       [524, "<html>A timeout occurred</html>"],
     ] as const) {
       h.emu.clearRequests();
