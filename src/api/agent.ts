@@ -79,7 +79,7 @@ export const AgentSpecSchema = Type.Object(
       }),
     ),
     metadata: Type.Optional(
-      ServiceMetadata("Free key/value metadata stored with the agent, as a whole: keys the registry has and this map lacks are removed. Unset: the registry's metadata stays as it is (the operator only adds its marker).", [MARKER_KEY]),
+      ServiceMetadata("Free key/value metadata stored with the agent, as a whole: keys the registry has and this map lacks are removed. Unset: the registry's metadata stays as it is (the operator only adds its marker); to remove keys set before, set it to {} rather than leave it out.", [MARKER_KEY]),
     ),
     manifest: Type.Optional(AgentManifestSchema),
   },

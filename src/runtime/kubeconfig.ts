@@ -115,8 +115,8 @@ interface MergedConfig {
   currentContext?: string;
 }
 
-function readConfigFile(path: string, into: MergedConfig, source: string): void {
-  const text = readNamed(path, `kubeconfig ${path}${source}`).toString("utf8");
+function readConfigFile(path: string, into: MergedConfig, from: string): void {
+  const text = readNamed(path, `kubeconfig ${path}${from}`).toString("utf8");
   let doc: unknown;
   try {
     doc = parseYaml(text);
@@ -125,7 +125,7 @@ function readConfigFile(path: string, into: MergedConfig, source: string): void 
     // (and so would its error, kept as the cause).
     const first = ((err as Error).message.split("\n")[0] ?? "").replace(/:$/, "");
     // eslint-disable-next-line preserve-caught-error -- the cause quotes the file
-    throw new Error(`kubeconfig ${path}${source}: not valid YAML: ${first}`);
+    throw new Error(`kubeconfig ${path}${from}: not valid YAML: ${first}`);
   }
   if (!doc || typeof doc !== "object") return;
   const d = doc as Record<string, unknown>;
@@ -153,8 +153,9 @@ function resolvePath(dir: string, p: string): string {
 
 function fileOrData(dir: string, file: string | undefined, data: string | undefined, what: string): Buffer | undefined {
   if (data) return Buffer.from(data, "base64");
-  if (file) return readNamed(resolvePath(dir, file), `${what} ${resolvePath(dir, file)}`);
-  return undefined;
+  if (!file) return undefined;
+  const path = resolvePath(dir, file);
+  return readNamed(path, `${what} ${path}`);
 }
 
 /** A file's bytes; a failure says which file it was for, and why, in words (not a bare ENOENT). */
@@ -190,15 +191,16 @@ export function loadKubeconfig(opts: LoadOptions = {}): ClusterConnection {
     throw new Error("no kubeconfig found (set KUBECONFIG or --kubeconfig) and not running in a cluster");
   }
   const merged: MergedConfig = { clusters: [], users: [], contexts: [] };
-  const from = opts.path !== undefined ? " (--kubeconfig)" : process.env.KUBECONFIG ? " ($KUBECONFIG)" : "";
+  // Where the path came from: said in a message about the files; of the two, only
+  // $KUBECONFIG in messages about reaching the API server (a flag's path reads plainly there).
+  const env = opts.path === undefined && process.env.KUBECONFIG ? " ($KUBECONFIG)" : "";
+  const from = opts.path !== undefined ? " (--kubeconfig)" : env;
   // kubectl skips the files of a $KUBECONFIG list that do not exist, but not all of them.
   const existing = opts.path !== undefined ? files : files.filter((f) => existsSync(f));
   if (existing.length === 0) throw new Error(`kubeconfig ${files.join(delimiter)}${from}: no such file`);
   for (const f of existing) readConfigFile(f, merged, from);
   const connection = fromMergedConfig(merged, opts.context, files);
   const context = opts.context ?? merged.currentContext;
-  // Where the connection came from, in messages about reaching it: $KUBECONFIG said, a flag's path plain.
-  const env = opts.path === undefined && process.env.KUBECONFIG ? " ($KUBECONFIG)" : "";
   return { ...connection, source: `kubeconfig ${files.join(delimiter)}${env}${context === undefined ? "" : `, context "${context}"`}` };
 }
 
@@ -395,8 +397,18 @@ class ExecPlugin {
         if (err) {
           // Not err.message: it spells out the command line, whose arguments may hold a secret
           // (a client secret given to a login plugin). Its own stderr, once.
-          const code = (err as { code?: unknown }).code;
-          const how = err.killed ? "timed out after 60 s" : typeof code === "number" ? `exited ${code}` : code === "ENOENT" ? "was not found" : `could not be run (${String(code ?? err.name)})`;
+          const { code, signal } = err as { code?: unknown; signal?: unknown };
+          const how = err.killed
+            ? "timed out after 60 s"
+            : typeof code === "number"
+              ? `exited ${code}`
+              : code === "ENOENT"
+                ? "was not found"
+                : code === "ERR_CHILD_PROCESS_STDIO_MAXBUFFER"
+                  ? "printed more than 1 MiB"
+                  : typeof signal === "string"
+                    ? `was killed (${signal})`
+                    : `could not be run (${String(code ?? err.name)})`;
           const said = String(stderr).trim().slice(0, 300);
           reject(new Error(`exec credential plugin ${this.cfg.command} ${how}${said ? `: ${said}` : ""}`));
           return;
