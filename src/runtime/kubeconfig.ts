@@ -397,20 +397,8 @@ class ExecPlugin {
         if (err) {
           // Not err.message: it spells out the command line, whose arguments may hold a secret
           // (a client secret given to a login plugin). Its own stderr, once.
-          const { code, signal } = err as { code?: unknown; signal?: unknown };
-          const how = err.killed
-            ? "timed out after 60 s"
-            : typeof code === "number"
-              ? `exited ${code}`
-              : code === "ENOENT"
-                ? "was not found"
-                : code === "ERR_CHILD_PROCESS_STDIO_MAXBUFFER"
-                  ? "printed more than 1 MiB"
-                  : typeof signal === "string"
-                    ? `was killed (${signal})`
-                    : `could not be run (${String(code ?? err.name)})`;
           const said = String(stderr).trim().slice(0, 300);
-          reject(new Error(`exec credential plugin ${this.cfg.command} ${how}${said ? `: ${said}` : ""}`));
+          reject(new Error(`exec credential plugin ${this.cfg.command} ${howItEnded(err)}${said ? `: ${said}` : ""}`));
           return;
         }
         try {
@@ -431,4 +419,15 @@ class ExecPlugin {
       });
     });
   }
+}
+
+/** How an exec plugin's run failed, in words (never execFile's message: it spells out the arguments). */
+function howItEnded(err: Error & { killed?: boolean; code?: unknown; signal?: unknown }): string {
+  const { code, signal } = err;
+  if (err.killed === true) return "timed out after 60 s";
+  if (typeof code === "number") return `exited ${code}`;
+  if (code === "ENOENT") return "was not found";
+  if (code === "ERR_CHILD_PROCESS_STDIO_MAXBUFFER") return "printed more than 1 MiB";
+  if (typeof signal === "string") return `was killed (${signal})`;
+  return `could not be run (${String(code ?? err.name)})`;
 }
