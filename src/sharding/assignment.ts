@@ -20,7 +20,12 @@ export type Decision =
   | { action: "drain"; owner: string; to: string }
   | { action: "assign"; to: string; from?: string };
 
-export function decide(labels: Readonly<Record<string, string>> | undefined, desired: string | undefined, live: ReadonlySet<string>): Decision {
+export function decide(
+  labels: Readonly<Record<string, string>> | undefined,
+  desired: string | undefined,
+  live: ReadonlySet<string>,
+  takingOn: ReadonlySet<string> = live,
+): Decision {
   if (desired === undefined) return { action: "none" }; // no members: nobody to give it to
   const owner = labels?.[OWNER_LABEL] ?? "";
   const draining = labels?.[DRAIN_LABEL] !== undefined;
@@ -28,6 +33,9 @@ export function decide(labels: Readonly<Record<string, string>> | undefined, des
   if (!live.has(owner)) return { action: "assign", to: desired, from: owner };
   if (draining) return { action: "wait", owner };
   if (owner === desired) return { action: "none" };
+  // An owner that is stopping, or gone awaiting its fence, cannot acknowledge a drain: its
+  // objects move once it has left (to its heirs), not through a drain now.
+  if (!takingOn.has(owner)) return { action: "wait", owner };
   return { action: "drain", owner, to: desired };
 }
 

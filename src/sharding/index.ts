@@ -183,10 +183,10 @@ export class Sharding {
         const owners = this.sharder?.owners();
         return owners && new Set([...owners].map((o) => memberLeaseName(this.memberLeasePrefix, o)));
       },
-      onChange: (m) => {
+      onChange: (m, eligible) => {
         membersGauge.set(m.length);
         operator.pool.setRateShare(1 / Math.max(1, m.length));
-        this.sharder?.setMembers(m);
+        this.sharder?.setMembers(m, eligible);
       },
       // A fenced member's heirs work on its objects at once, before any of them is relabelled.
       onSuccession: (view) => {
@@ -220,7 +220,7 @@ export class Sharding {
       this.leading = true;
       peers.refresh();
       sharder.setSuccession(peers.succession());
-      sharder.setMembers(peers.members());
+      sharder.setMembers(peers.members(), peers.eligible());
       this.sharder = sharder;
       const stop = async (): Promise<void> => {
         this.leading = false;

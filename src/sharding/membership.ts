@@ -537,6 +537,10 @@ function renewTimeOf(record: MemberRecord): string | undefined {
 }
 
 /** The holders of the records that have not expired at `now`, sorted. */
+function sameMembers(a: readonly string[], b: readonly string[]): boolean {
+  return a.length === b.length && a.every((m, i) => m === b[i]);
+}
+
 export function liveMembers(records: Iterable<MemberRecord>, now: number): string[] {
   const out = new Set<string>();
   for (const r of records) if (r.expiresAt > now) out.add(r.holder);
@@ -572,8 +576,11 @@ export interface MemberSetOptions {
    * crashed pod name.
    */
   leasesInUse?(): ReadonlySet<string> | undefined;
-  /** The live members changed (sorted identities). */
-  onChange(members: string[]): void;
+  /**
+   * The live members changed (sorted identities), or which of them may take objects on
+   * (`eligible`: not stopping, not deleted while held, not gone awaiting a fence; a subset).
+   */
+  onChange(members: string[], eligible: string[]): void;
   /** The held and the fenced member Leases changed (src/sharding/succession.ts). */
   onSuccession?(view: SuccessionView): void;
   /**
@@ -619,6 +626,7 @@ export class MemberSet {
   /** Other members' Leases as othersMayBeLive's lists saw them: their version, and when it last changed (monotonic). */
   private readonly polled = new Map<string, { version: string; changedAt: number }>();
   private current: string[] = [];
+  private currentEligible: string[] = [];
   private timer: NodeJS.Timeout | undefined;
 
   constructor(private readonly o: MemberSetOptions) {
@@ -743,6 +751,11 @@ export class MemberSet {
     return this.current;
   }
 
+  /** The live members that may take objects on (onChange's `eligible`). */
+  eligible(): string[] {
+    return this.currentEligible;
+  }
+
   /** Counts the members again now (fencing may have been switched on: this replica leads). */
   refresh(): void {
     this.evaluate();
@@ -795,12 +808,25 @@ export class MemberSet {
     });
     if (fencing) this.collectFenced(now);
     const live = liveMembers(counted, now);
-    if (live.length === this.current.length && live.every((m, i) => m === this.current[i])) return;
+    const eligible = liveMembers(this.takingOn(now), now);
+    if (sameMembers(live, this.current) && sameMembers(eligible, this.currentEligible)) return;
     const joined = live.filter((m) => !this.current.includes(m));
     const left = this.current.filter((m) => !live.includes(m));
+    const changed = !sameMembers(live, this.current);
     this.current = live;
-    this.o.logger.info({ members: live, joined, left }, "shard ring members changed");
-    this.o.onChange(live);
+    this.currentEligible = eligible;
+    if (changed) this.o.logger.info({ members: live, joined, left }, "shard ring members changed");
+    else this.o.logger.info({ members: live, eligible }, "shard members that take objects on changed");
+    this.o.onChange(live, eligible);
+  }
+
+  /**
+   * The records of members that may take objects on: not gone themselves (their Leases not run
+   * out, no crash reported: not those waiting for a fence), and not stopping or deleted. A
+   * fenced member's heirs, and the sharder's ring for placing objects.
+   */
+  private takingOn(now: number): MemberRecord[] {
+    return [...this.records].filter(([lease, r]) => !this.stopping.has(lease) && !this.deletedWhileHeld.has(lease) && this.gone(lease, r, now) === undefined).map(([, r]) => r);
   }
 
   /**
@@ -875,13 +901,9 @@ export class MemberSet {
       if (this.records.get(name) === record) this.records.delete(name);
       log.info({ member: record.holder }, how);
     };
-    // Its heirs: the members not gone themselves (their Leases not run out, no crash reported:
-    // not those waiting for a fence), and not stopping or deleted, who take on its objects from this write on (succession.ts).
+    // Its heirs: the members that may take objects on, who take on its objects from this write on (succession.ts).
     const now = performance.now();
-    const candidates = [...this.records]
-      .filter(([lease, r]) => !this.stopping.has(lease) && !this.deletedWhileHeld.has(lease) && this.gone(lease, r, now) === undefined)
-      .map(([, r]) => r);
-    const heirs = liveMembers(candidates, now).filter((m) => m !== record.holder);
+    const heirs = liveMembers(this.takingOn(now), now).filter((m) => m !== record.holder);
     try {
       await this.o.client.patch(
         path,

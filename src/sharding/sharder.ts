@@ -136,6 +136,8 @@ export class Sharder {
   private readonly placing = new Set<Part>();
   private ring: Ring = new Ring([]);
   private live: ReadonlySet<string> = new Set();
+  /** The live members the ring places objects on (setMembers). */
+  private takingOn: ReadonlySet<string> = new Set();
   /** Who works on a gone owner's objects until they move (its heirs, named by its fence). */
   private readonly succession = new Succession();
   /** Sandboxes with a running VM nobody renews (a gone replica's, or let go): placed before anything of any other kind. */
@@ -239,10 +241,16 @@ export class Sharder {
     await Promise.all(this.parts.filter((p) => !p.shared).map((p) => p.informer.stop().catch(() => undefined)));
   }
 
-  /** The live members changed: a new ring, and every object looked at again. */
-  setMembers(members: readonly string[]): void {
-    this.ring = new Ring(members);
+  /**
+   * The live members changed, or which of them take objects on: a new ring of those that do
+   * (a stopping member, or one gone awaiting its fence, is given nothing: its objects wait for
+   * it to leave, and move then), and every object looked at again.
+   */
+  setMembers(members: readonly string[], eligible: readonly string[] = members): void {
+    const placing = eligible.length > 0 ? eligible : members;
+    this.ring = new Ring(placing);
     this.live = new Set(members);
+    this.takingOn = new Set(placing);
     this.enqueue([...this.placing]);
   }
 
@@ -370,7 +378,7 @@ export class Sharder {
     const owner = obj.metadata.labels?.[OWNER_LABEL];
     const heir = owner !== undefined && !this.live.has(owner) ? this.succession.worker(owner, key) : undefined;
     const desired = heir !== undefined && this.live.has(heir) ? heir : this.ring.owner(key);
-    const decision = decide(obj.metadata.labels, desired, this.live);
+    const decision = decide(obj.metadata.labels, desired, this.live, this.takingOn);
     const patch = patchFor(decision, obj.metadata.resourceVersion);
     if (patch === undefined) return;
     const path = objectPath(kind, req.namespace, req.name);

@@ -252,6 +252,8 @@ describe("shard membership (real API server)", () => {
       // deleted by hand, it is waited out the same way.
       b.stopRenewing();
       await poll(async () => (await admin.get<Lease>(leasesPath(ns, "m-b"))).metadata.annotations?.[STOPPING_ANNOTATION] === "true", 5_000, "b's stop said");
+      // Still a member (what it owns stays its own until it leaves), but placed nothing new on.
+      await poll(() => set.members().join() === "b,c" && set.eligible().join() === "c", 5_000, "b live, taking nothing on");
       const renewedB = await deleteByHand("b");
       await poll(() => !set.members().includes("b"), 15_000, "b counted gone");
       expect(Date.now() - renewedB).toBeGreaterThanOrEqual(timings.leaseDurationMs - 100);

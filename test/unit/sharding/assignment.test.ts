@@ -24,6 +24,13 @@ describe("decide", () => {
     expect(decide(owned("a", true), "a", live)).toEqual({ action: "wait", owner: "a" });
   });
 
+  it("asks nothing of an owner that is stopping (or gone awaiting its fence): its objects wait for it to leave, and move to its heirs then", () => {
+    const takingOn = new Set(["b", "c"]); // a is live, but stopping
+    expect(decide(owned("a"), "b", live, takingOn)).toEqual({ action: "wait", owner: "a" });
+    expect(decide(owned("a"), "a", live, takingOn)).toEqual({ action: "none" });
+    expect(decide(owned("b"), "c", live, takingOn)).toEqual({ action: "drain", owner: "b", to: "c" });
+  });
+
   it("takes an object from an owner that is no longer a member at once, drain pending or not", () => {
     expect(decide(owned("gone"), "c", live)).toEqual({ action: "assign", to: "c", from: "gone" });
     expect(decide(owned("gone", true), "c", live)).toEqual({ action: "assign", to: "c", from: "gone" });
