@@ -23,7 +23,7 @@ import { isNotFound, isOutcomeUnknown, type Deployment, type DeployOptions } fro
 import type { ServiceHandle } from "./connection-pool.js";
 import { referrers, requestOf, type KindContext, type ManagedKind } from "./kind.js";
 import { changeObserved, findOwn, madeFor, removeObject } from "./marker.js";
-import { skillName, skillsByName, waitForSkills } from "./skill.js";
+import { skillUsers, skillsByName, waitForSkills } from "./skill.js";
 
 export function deploymentExternalId(cr: AgentDeployment): string | undefined {
   return cr.metadata.annotations?.[Annotations.externalId] ?? cr.status?.deploymentId;
@@ -43,8 +43,8 @@ export function agentDeployments(ctx: KindContext): ManagedKind<AgentDeployment,
     watches(controller, own) {
       const ofAgent = referrers(own, "agentRef", (d) => [d.spec.agentRef?.name]);
       controller.watch(agents, (a) => ofAgent(a).map(requestOf));
-      const loading = referrers(own, "skill", (d) => d.spec.skills ?? []);
-      controller.watch(skills, (sk) => loading({ metadata: { namespace: sk.metadata.namespace, name: skillName(sk) } }).map(requestOf));
+      const loading = skillUsers(own);
+      controller.watch(skills, (sk) => loading(sk).map(requestOf));
     },
   };
 }

@@ -33,7 +33,7 @@ import type { ServiceHandle } from "./connection-pool.js";
 import { fingerprint, referrers, requestOf, type KindContext, type ManagedKind } from "./kind.js";
 import { findOwn, madeFor, removeObject } from "./marker.js";
 import type { ObjectStore } from "./object-store.js";
-import { skillName, skillsByName, waitForSkills } from "./skill.js";
+import { skillUsers, skillsByName, waitForSkills } from "./skill.js";
 
 export const DEFAULT_TTL_SECONDS = 3600;
 
@@ -107,9 +107,9 @@ export function sandboxes(ctx: KindContext): ManagedKind<Sandbox, SandboxPlan> {
     inputs: (cr) => fingerprint((cr.spec.envFrom ?? []).map((e, i) => ctx.store.secretData(cr.metadata.namespace, e.secretRef.name, `spec.envFrom[${i}].secretRef.name`))),
     client: (handle) => new SandboxClient(handle, deps),
     watches(controller, own) {
-      const loading = referrers(own, "skill", (sb) => sb.spec.skills ?? []);
+      const loading = skillUsers(own);
       const usingSecret = sandboxesUsingSecret(own);
-      controller.watch(skills, (sk) => loading({ metadata: { namespace: sk.metadata.namespace, name: skillName(sk) } }).map(requestOf));
+      controller.watch(skills, (sk) => loading(sk).map(requestOf));
       controller.watch(ctx.secrets, (s) => usingSecret(s).map(requestOf));
       own.on("delete", (sb) => {
         deps.tallies.delete(sb.metadata.uid);

@@ -14,6 +14,7 @@ import { fingerprint, referrers, requestOf, type KindContext, type ManagedKind }
 import { changeObserved, goneSinceObserved, removeObject, staleFor } from "./marker.js";
 import type { ObjectStore } from "./object-store.js";
 import type { Informer } from "../runtime/informer.js";
+import type { KubeObject } from "../runtime/kube-client.js";
 
 export function skillName(cr: Skill): string {
   return cr.spec.name ?? cr.metadata.name;
@@ -27,6 +28,12 @@ export function skillsByName(ctx: KindContext): Informer<Skill> {
   const skills = ctx.informer<Skill>(kindNames.skill);
   if (!skills.hasIndex(SKILL_NAME_INDEX)) skills.addIndex(SKILL_NAME_INDEX, (s) => [`${s.metadata.namespace}/${skillName(s)}`]);
   return skills;
+}
+
+/** The resources of `own` whose spec.skills load a Skill's skill (by its name in the service): a change of the Skill brings them back. */
+export function skillUsers<T extends KubeObject & { spec: { skills?: string[] } }>(own: Informer<T>): (skill: Skill) => T[] {
+  const loading = referrers(own, "skill", (r) => r.spec.skills ?? []);
+  return (skill) => loading({ metadata: { namespace: skill.metadata.namespace, name: skillName(skill) } });
 }
 
 /** The Skill resource of `namespace` that makes the skill `name` in the service, if there is one. */
