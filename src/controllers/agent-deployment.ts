@@ -22,7 +22,7 @@ import { formatTime } from "../runtime/status.js";
 import { isNotFound, isOutcomeUnknown, type Deployment, type DeployOptions } from "../service/index.js";
 import type { ServiceHandle } from "./connection-pool.js";
 import { referrers, requestOf, type KindContext, type ManagedKind } from "./kind.js";
-import { changeObserved, findOwn, madeFor, removeObject } from "./marker.js";
+import { findOwn, goneSinceObserved, madeFor, removeObject } from "./marker.js";
 import { skillUsers, skillsByName, waitForSkills } from "./skill.js";
 
 export function deploymentExternalId(cr: AgentDeployment): string | undefined {
@@ -232,7 +232,7 @@ class DeploymentClient implements ExternalClient<AgentDeployment, DeploymentPlan
    * A stop or a redeploy of deployment `id`. Its 404 need not be about the deployment: a
    * redeploy takes its agent's image from the registry, and the agent may be gone (an external
    * spec.agentId deleted, or an Agent being made again). The deployment is asked for: gone, the
-   * pass waits and the next deploys again (changeObserved); there, the pass waits for the agent,
+   * pass waits and the next deploys again (as changeObserved does); there, the pass waits for the agent,
    * saying so, rather than take the deployment for gone at every pass.
    */
   private async change(id: string, verb: string, target: Target, call: () => Promise<Deployment>): Promise<Deployment> {
@@ -244,7 +244,10 @@ class DeploymentClient implements ExternalClient<AgentDeployment, DeploymentPlan
         if (isNotFound(e)) return undefined;
         throw e;
       });
-      if (still === undefined) return changeObserved(this.handle.deployments, id, `deployment ${id}`, () => Promise.reject(err));
+      if (still === undefined) {
+        this.handle.deployments.remove(id);
+        throw goneSinceObserved(`deployment ${id}`);
+      }
       this.handle.deployments.put(still);
       throw new NotReadyError("WaitingForAgent", `deployment ${id} is there, but its ${verb} was answered 404 (${errorMessage(err)}): its agent "${target.agentId}" may be gone from the registry`);
     }

@@ -80,6 +80,12 @@ export function agents(ctx: KindContext): ManagedKind<Agent, AgentPlan> {
   };
 }
 
+/** The registry agent that holds `name` in org `orgId` (one listed without an org is taken as the org's), if the list shows one. */
+export function agentNamed(agents: Iterable<RegistryAgent>, name: string, orgId: string): RegistryAgent | undefined {
+  for (const a of agents) if (a.name === name && (a.org_id ?? orgId) === orgId) return a;
+  return undefined;
+}
+
 /** The updatable fields as the spec wants them; fields the spec leaves out are not managed. */
 function desiredUpdatable(cr: Agent): UpdateAgentRequest {
   const { spec } = cr;
@@ -142,7 +148,7 @@ class AgentClient implements ExternalClient<Agent, AgentPlan> {
   refusalStands(cr: Agent, reason: string): boolean {
     if (reason !== "NameTaken") return true;
     const [name, orgId] = [cr.spec.name ?? cr.metadata.name, this.orgId(cr)];
-    return [...this.handle.agents.values()].some((a) => a.name === name && (a.org_id ?? orgId) === orgId);
+    return agentNamed(this.handle.agents.values(), name, orgId) !== undefined;
   }
 
   async create(cr: Agent): Promise<ActionResult<AgentStatus>> {
@@ -223,7 +229,7 @@ class AgentClient implements ExternalClient<Agent, AgentPlan> {
         event: { reason: "Adopted", message: `found agent ${ours.id} created earlier for this resource; adopted it` },
       };
     }
-    const other = [...this.handle.agents.values()].find((a) => a.name === name && (a.org_id ?? orgId) === orgId);
+    const other = agentNamed(this.handle.agents.values(), name, orgId);
     if (other === undefined && lostAt !== undefined && this.now() - lostAt < UNCERTAIN_CREATE_MS) {
       // The list does not show what took the name (it lags the registry): likely the create
       // this process lost the answer of. Not a refusal to stall on and tell the user to rename

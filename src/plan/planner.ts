@@ -6,7 +6,7 @@
 import { Annotations, ConditionType, DEFAULT_CONNECTION, GROUP, MARKER_KEY, VERSION, kindNames, type KindNames } from "../api/names.js";
 import { allKinds, type Agent, type AgentDeployment, type Connection, type Sandbox, type Skill } from "../api/index.js";
 import { agentDeployments, deploymentExternalId, type DeploymentPlan } from "../controllers/agent-deployment.js";
-import { agentExternalId, agentOrgId, agentRevision, agents, imagePullSecretOf, type AgentPlan } from "../controllers/agent.js";
+import { agentExternalId, agentNamed, agentOrgId, agentRevision, agents, imagePullSecretOf, type AgentPlan } from "../controllers/agent.js";
 import { ConnectionPool, type ServiceHandle } from "../controllers/connection-pool.js";
 import type { KindContext, ManagedKind } from "../controllers/kind.js";
 import { ObjectStore, type ConfigMapObject } from "../controllers/object-store.js";
@@ -504,7 +504,7 @@ async function observeOne(
       // As the operator tells a name taken (adoptAfterConflict): in the org the create is made in
       // (without one, the create stalls: beforeCreate says so).
       const orgId = (cr.spec as { orgId?: string }).orgId ?? handle.connection.spec.orgId;
-      const other = orgId === undefined ? undefined : [...handle.agents.values()].find((a) => a.name === name && (a.org_id ?? orgId) === orgId);
+      const other = orgId === undefined ? undefined : agentNamed(handle.agents.values(), name, orgId);
       if (other !== undefined) notes.push(`an agent named "${name}" (${other.id}) exists already and is not this resource's: the create will be refused (NameTaken)`);
     }
     const waits = beforeCreate(cr, handle, deps);
