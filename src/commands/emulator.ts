@@ -3,6 +3,7 @@
 // listens; everything else goes to stderr. The API key is never printed.
 import { parseArgs } from "node:util";
 import { startEmulator, type EmulatorOptions } from "../emulator/index.js";
+import { usageError } from "./usage.js";
 
 const HELP = `usage: agent-operator emulator [flags]
 
@@ -126,7 +127,7 @@ export async function main(argv: string[]): Promise<number> {
     opts = parseEmulatorArgs(argv);
   } catch (err) {
     if (!(err instanceof UsageError)) throw err;
-    console.error(`agent-operator emulator: ${err.message}\n\n${HELP}`);
+    console.error(usageError("agent-operator emulator", err));
     return 2;
   }
   if (opts === "help") {

@@ -21,6 +21,7 @@ import { goBooleans } from "./booleans.js";
 import { explainKubeError, kubeClientOf, kubeFlagOptions, kubeFlagsHelp, kubeFlagsOf, namespaceOf, type KubeFlags } from "./kube-flags.js";
 import { CLOSED_OUTPUT_EXIT_CODE, exitOnClosedOutput, whenOutputClosed, writeOut } from "./output.js";
 import { VMAccessError, connectVM, readObject, type Explain, type VMAccess } from "./vm-access.js";
+import { usageError } from "./usage.js";
 
 const help = (prog: string) => `usage: ${prog} [flags] <sandbox> -- <command> [args...]
 
@@ -148,7 +149,7 @@ export async function main(argv: string[], prog = "agent-operator exec"): Promis
   try {
     flags = parseExecFlags(argv);
   } catch (err) {
-    console.error(`${prog}: ${errorMessage(err)}\n\n${help(prog)}`);
+    console.error(usageError(prog, err));
     return 2;
   }
   if (flags === "help") {

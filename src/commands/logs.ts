@@ -20,6 +20,7 @@ import { goBooleans } from "./booleans.js";
 import { explainKubeError, kubeClientOf, kubeFlagOptions, kubeFlagsHelp, kubeFlagsOf, namespaceOf, type KubeFlags } from "./kube-flags.js";
 import { LiveOutput, type LiveIO } from "./live-output.js";
 import { exitOnClosedOutput } from "./output.js";
+import { usageError } from "./usage.js";
 
 const help = (prog: string) => `usage: ${prog} [flags] <sandboxrun>
 
@@ -75,7 +76,7 @@ export async function main(argv: string[], prog = "agent-operator logs", io: Log
   try {
     flags = parseLogsFlags(argv);
   } catch (err) {
-    io.err(`${prog}: ${errorMessage(err)}\n\n${help(prog)}`);
+    io.err(`${usageError(prog, err)}\n`);
     return 2;
   }
   if (flags === "help") {

@@ -15,6 +15,7 @@ import { parseSelector, type LabelMatcher } from "../plan/selector.js";
 import { goBooleans } from "./booleans.js";
 import { explainKubeError, kubeClientOf, kubeFlagOptions, kubeFlagsHelp, kubeFlagsOf, namespaceOf, type KubeFlags } from "./kube-flags.js";
 import { exitOnClosedOutput } from "./output.js";
+import { usageError } from "./usage.js";
 
 const help = (prog: string) => `usage: ${prog} (-f FILENAME | -k DIRECTORY) [flags]
 
@@ -85,7 +86,7 @@ export async function main(argv: string[], prog = "agent-operator plan"): Promis
   try {
     flags = parsePlanFlags(argv);
   } catch (err) {
-    console.error(`${prog}: ${errorMessage(err)}\n\n${help(prog)}`);
+    console.error(usageError(prog, err));
     return 1;
   }
   if (flags === "help") {

@@ -12,6 +12,7 @@ import { parseBindAddress } from "../runtime/probes.js";
 import { goBooleans } from "./booleans.js";
 import { setServiceReplica } from "../service/client.js";
 import { Sharding, replicaIdentity, thisProcess } from "../sharding/index.js";
+import { usageError } from "./usage.js";
 
 const HELP = `usage: agent-operator run [flags]
 
@@ -127,7 +128,7 @@ export async function main(argv: string[]): Promise<number> {
   try {
     flags = parseRunFlags(argv);
   } catch (err) {
-    console.error(`agent-operator run: ${err instanceof Error ? err.message : String(err)}\n\n${HELP}`);
+    console.error(usageError("agent-operator run", err));
     return 2;
   }
   if (flags === "help") {

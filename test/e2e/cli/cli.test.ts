@@ -208,14 +208,34 @@ describe("an API server that cannot be reached", () => {
   });
 });
 
+describe("a wrong command line", () => {
+  it("is answered in two lines, the fault naming the flag and where the flags are listed, not the whole help", async () => {
+    const cases: Array<[string[], number, RegExp]> = [
+      [["run", "--concurrency", "abc"], 2, /^agent-operator run: --concurrency: "abc" is not a whole number/],
+      [["plan", "-f", "x.yaml", "-o", "yml"], 1, /^agent-operator plan: --output: "yml" is not one of text, json, markdown$/],
+      [["exec", "box"], 2, /^agent-operator exec: give the command after --/],
+      [["logs", "--bogus", "r"], 2, /^agent-operator logs: unknown flag: --bogus$/],
+      [["emulator", "--port", "x"], 2, /^agent-operator emulator: --port/],
+    ];
+    for (const [args, code, fault] of cases) {
+      const r = await run(args);
+      expect(r.code, args.join(" ")).toBe(code);
+      const [first, hint, ...rest] = r.stderr.split("\n");
+      expect(first, args.join(" ")).toMatch(fault);
+      expect(hint).toBe(`Run 'agent-operator ${args[0] ?? ""} --help' for the flags.`);
+      expect(rest).toEqual([""]);
+      expect(r.stdout).toBe("");
+    }
+  });
+});
+
 describe("the kubectl plugin", () => {
   it("names plan as kubectl agentcompute plan in its errors and usage", async () => {
     const kubectlBin = process.env.KUBECTL ?? "kubectl";
     const env = { PATH: `${pluginDir}${delimiter}${process.env.PATH ?? ""}`, KUBECONFIG: kubeconfig };
     const r = await spawnRun(kubectlBin, ["agentcompute", "plan", "--bogus"], { env });
     expect(r.code).toBe(1);
-    expect(r.stderr).toMatch(/^kubectl agentcompute plan: Unknown option '--bogus'/);
-    expect(r.stderr).toContain("usage: kubectl agentcompute plan (-f FILENAME | -k DIRECTORY) [flags]");
+    expect(r.stderr).toMatch(/^kubectl agentcompute plan: unknown flag: --bogus\nRun 'kubectl agentcompute plan --help' for the flags\.\n$/);
     expect(r.stderr).not.toContain("agent-operator plan");
     const help = await spawnRun(kubectlBin, ["agentcompute", "plan", "--help"], { env });
     expect(help.stdout).toMatch(/^usage: kubectl agentcompute plan /);
