@@ -7,7 +7,7 @@
 import pino from "pino";
 import { InvalidEndpointError, ServiceError, isAuthError, isServiceErrorBody } from "./errors.js";
 import { HttpTransport, type HttpResponse } from "./http.js";
-import { OPERATIONS, REGISTRY, decodeJson, dedupe, pathOf, queryString } from "./operations.js";
+import { OPERATIONS, REGISTRY, decodeJson, pathOf, queryString } from "./operations.js";
 import type { AgentsAPI, ArgsOf, DeploymentsAPI, OperationName, OperationSpec, PoolAPI, ResultOf, SkillsAPI, UsageAPI, VMsAPI } from "./operations.js";
 import { DEFAULTS, resolveRetry } from "./options.js";
 import type { Forwarding, ServiceClientHooks, ServiceClientOptions } from "./options.js";
@@ -16,7 +16,7 @@ import { Requester } from "./request.js";
 import { userAgent } from "./user-agent.js";
 import { TokenSource, parseTokenResponse } from "./token.js";
 import type { IssuedToken } from "./token.js";
-import type { AccessClient, Agent, Credentials } from "./types.js";
+import type { AccessClient, Credentials } from "./types.js";
 
 /** How long a refusal of the credentials by the token service is answered again without asking. */
 export const REFUSAL_HOLD_MS = 30_000;
@@ -68,20 +68,17 @@ export class ServiceClient {
   readonly agents: AgentsAPI = {
     create: (req) => this.call("agents.create", req),
     list: (q) => this.call("agents.list", q),
-    listAll: async (q) => {
-      // The registry reports `total`: page until we have it, or until a page comes back
-      // empty (so a server-side page cap below 100 costs nothing). Deduplicated by id so
-      // that an agent shifting pages between two reads appears once.
-      const all: Agent[] = [];
-      let offset = 0;
-      for (;;) {
-        const page = await this.agents.list({ ...q, limit: PAGE_SIZE, offset });
-        for (const a of page.agents) all.push(a);
-        offset += page.agents.length;
-        if (page.agents.length === 0 || offset >= page.total) break;
-      }
-      return dedupe(all, (a) => a.id);
-    },
+    // The registry reports `total`: paged until that many are read, or a page comes back empty
+    // (so a server-side page cap below 100 costs nothing).
+    listAll: (q) =>
+      pageAll(
+        "agents.list",
+        async (limit, offset) => {
+          const page = await this.agents.list({ ...q, limit, offset });
+          return { items: page.agents, total: page.total };
+        },
+        (a) => a.id,
+      ),
     get: (id) => this.call("agents.get", id),
     update: (id, req) => this.call("agents.update", id, req),
     delete: (id) => this.call("agents.delete", id),
@@ -100,7 +97,7 @@ export class ServiceClient {
   readonly vms: VMsAPI = {
     allocate: (req, secretValues) => this.call("vms.allocate", req, secretValues),
     list: (q) => this.call("vms.list", q),
-    listAll: async (q) => dedupe(await pageAll((limit, offset) => this.vms.list({ ...q, limit, offset })), (v) => v.id),
+    listAll: (q) => pageAll("vms.list", async (limit, offset) => ({ items: await this.vms.list({ ...q, limit, offset }) }), (v) => v.id),
     get: (id) => this.call("vms.get", id),
     renew: (id, ttlSeconds) => this.call("vms.renew", id, ttlSeconds),
     release: (id, recycle) => this.call("vms.release", id, recycle),
@@ -126,7 +123,9 @@ export class ServiceClient {
       if (q.workspaceId === "" || q.environmentId === "") {
         throw new TypeError("usage.list: workspaceId and environmentId are required");
       }
-      return pageAll((limit, offset) => this.call("usage.list", q, limit, offset));
+      // A record has no id of its own: the whole record is its key (the same VM, tier and times
+      // twice is one record read twice).
+      return pageAll("usage.list", async (limit, offset) => ({ items: await this.call("usage.list", q, limit, offset) }), (r) => JSON.stringify(r));
     },
     summary: () => this.call("usage.summary"),
   };
@@ -381,22 +380,53 @@ function endpoint(raw: string, what: string): Endpoint {
 }
 
 /**
- * limit/offset paging over a bare array until a short page. The service's maximum page size
- * is not published: if the FIRST page is shorter than asked, that may be a server-side cap
- * rather than the end, so one more page is read; if it is not empty, the first page's length
- * is taken as the real page size from then on. Costs one extra request for lists shorter
- * than a page; never misses items behind a cap.
+ * limit/offset paging until the list is read whole: `total` items when the service reports it,
+ * else a short page. The service's maximum page size is not published: if the FIRST page of a
+ * bare array is shorter than asked, that may be a server-side cap rather than the end, so one
+ * more page is read; if it is not empty, the first page's length is taken as the real page size
+ * from then on (one extra request for lists shorter than a page; no item missed behind a cap).
+ *
+ * Items are deduplicated by `key` (the first copy kept): an insertion ahead of the offset between
+ * two reads shifts an item into the next page. A page that brings nothing new ends the listing
+ * with an error: a service that ignores offset (it is optional in the published descriptions)
+ * sends its first page again and again, which would be paged forever, or, with a total, cut
+ * short and passed off as the whole list, and a VM missing from it is allocated a second time.
  */
-export async function pageAll<T>(fetchPage: (limit: number, offset: number) => Promise<T[]>, pageSize = PAGE_SIZE): Promise<T[]> {
+export async function pageAll<T>(
+  operation: string,
+  fetchPage: (limit: number, offset: number) => Promise<{ items: T[]; total?: number }>,
+  key: (x: T) => string | undefined,
+  pageSize = PAGE_SIZE,
+): Promise<T[]> {
+  const seen = new Set<string>();
   const out: T[] = [];
   let offset = 0;
   let full = pageSize;
   let first = true;
   for (;;) {
-    const page = await fetchPage(pageSize, offset);
-    for (const x of page) out.push(x);
+    const { items: page, total } = await fetchPage(pageSize, offset);
+    let fresh = 0;
+    for (const x of page) {
+      const k = key(x) ?? JSON.stringify(x);
+      if (seen.has(k)) continue;
+      seen.add(k);
+      out.push(x);
+      fresh++;
+    }
+    if (page.length > 0 && fresh === 0) {
+      throw new ServiceError({
+        operation,
+        status: 200,
+        retryable: true,
+        message: `${operation}: the page at offset ${offset} holds only items already listed: the service seems to ignore offset, so the list cannot be read whole`,
+      });
+    }
     offset += page.length;
     if (page.length === 0) break;
+    if (total !== undefined) {
+      if (offset >= total) break;
+      continue;
+    }
     if (first && page.length < pageSize) {
       full = page.length;
       first = false;

@@ -204,6 +204,66 @@ describe("VMs", () => {
   });
 });
 
+describe("a service that ignores offset", () => {
+  // offset is optional in the published descriptions: a service without it answers every page
+  // with its first. Paging it would never end (bare arrays) or stop at the total with the first
+  // page counted over and over (the registry): either way the operator, missing a VM it looks
+  // for by its marker, would allocate it again.
+  it("ends the listing with an error naming the operation, rather than paging forever or passing off the first page as the whole list", async () => {
+    const agents = Array.from({ length: 250 }, (_, i) => ({ id: `a-${i}`, name: `n-${i}`, org_id: ORG, image: "img" }));
+    const vms = Array.from({ length: 150 }, (_, i) => ({ id: `vm-${i}`, state: "allocated", tier: "standard" }));
+    const pages: string[] = [];
+    const server = createServer((req, res) => {
+      const url = new URL(req.url ?? "/", "http://x");
+      pages.push(`${url.pathname}?${url.searchParams.toString()}`);
+      const limit = Number(url.searchParams.get("limit") ?? "20");
+      res.writeHead(200, { "content-type": "application/json" });
+      if (url.pathname.endsWith("/registry/v1/agents")) res.end(JSON.stringify({ agents: agents.slice(0, limit), total: agents.length }));
+      else res.end(JSON.stringify(vms.slice(0, limit)));
+    });
+    await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+    const { port } = server.address() as AddressInfo;
+    const base = `http://127.0.0.1:${port}/`;
+    const client = newClient(h.emu, { baseURL: base, registryURL: base });
+    try {
+      const agentsErr = await rejection(client.agents.listAll());
+      expect(agentsErr).toBeInstanceOf(ServiceError);
+      expect((agentsErr as ServiceError).message).toBe("agents.list: the page at offset 100 holds only items already listed: the service seems to ignore offset, so the list cannot be read whole");
+      const vmsErr = await rejection(client.vms.listAll());
+      expect((vmsErr as ServiceError).operation).toBe("vms.list");
+      expect((vmsErr as ServiceError).retryable).toBe(true);
+      expect(pages.filter((p) => p.includes("/vms"))).toEqual(["/compute/v1/vms?limit=100&offset=0", "/compute/v1/vms?limit=100&offset=100"]);
+    } finally {
+      await client.close();
+      await new Promise<void>((resolve) => server.close(() => resolve()));
+    }
+  });
+
+  it("still reads a list whose items shift by one between two pages (an insertion ahead of the offset) without an error, each once", async () => {
+    const vms = Array.from({ length: 150 }, (_, i) => ({ id: `vm-${i}`, state: "allocated", tier: "standard" }));
+    let listed = vms;
+    const server = createServer((req, res) => {
+      const url = new URL(req.url ?? "/", "http://x");
+      const limit = Number(url.searchParams.get("limit"));
+      const offset = Number(url.searchParams.get("offset"));
+      res.writeHead(200, { "content-type": "application/json" });
+      res.end(JSON.stringify(listed.slice(offset, offset + limit)));
+      // A VM allocated meanwhile, listed first (newest first).
+      listed = [{ id: "vm-new", state: "allocated", tier: "standard" }, ...vms];
+    });
+    await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+    const { port } = server.address() as AddressInfo;
+    const client = newClient(h.emu, { baseURL: `http://127.0.0.1:${port}/` });
+    try {
+      const all = await client.vms.listAll();
+      expect(all.map((v) => v.id)).toEqual(vms.map((v) => v.id));
+    } finally {
+      await client.close();
+      await new Promise<void>((resolve) => server.close(() => resolve()));
+    }
+  });
+});
+
 describe("skills", () => {
   it("creates, lists, gets, updates and deletes a skill", async () => {
     const { client, emu } = h;
