@@ -10,8 +10,8 @@ export type FlagOptions = Readonly<Record<string, { readonly type: "boolean" | "
 /**
  * `argv` with the boolean flags of `options` (long names, and their one-letter aliases)
  * rewritten for parseArgs: --flag=true (1, t, true, any case) becomes --flag, --flag=false (0,
- * f, false) is dropped (every boolean of the commands defaults to false, so =false is the flag
- * left out), anything else is an Error naming the flag. The argument after a flag that takes a
+ * f, false) is dropped, and so is the same flag given before it (every boolean of the commands
+ * defaults to false, so =false is the flag left out; the last one given counts), anything else is an Error naming the flag. The argument after a flag that takes a
  * value is that value, whatever it looks like (`-n -f=false`: the namespace "-f=false", as
  * pflag reads it; parseArgs refuses a separate value that starts with a dash, so it is handed
  * over as --namespace=-f=false). A one-letter flag given its value with "=" (-n=team) has
@@ -19,13 +19,15 @@ export type FlagOptions = Readonly<Record<string, { readonly type: "boolean" | "
  * left as they are.
  */
 export function goBooleans(argv: readonly string[], options: FlagOptions): string[] {
-  const booleans = new Set<string>();
+  /** Boolean flags, by long name and alias: how parseArgs is given them set (each spelling). */
+  const booleans = new Map<string, string[]>();
   /** Flags that take a value, by long name and alias: their long name. */
   const valued = new Map<string, string>();
   for (const [name, o] of Object.entries(options)) {
     if (o.type === "boolean") {
-      booleans.add(name);
-      if (o.short !== undefined) booleans.add(o.short);
+      const spellings = [`--${name}`, ...(o.short !== undefined ? [`-${o.short}`] : [])];
+      booleans.set(name, spellings);
+      if (o.short !== undefined) booleans.set(o.short, spellings);
     } else {
       valued.set(name, name);
       if (o.short !== undefined) valued.set(o.short, name);
@@ -72,7 +74,12 @@ export function goBooleans(argv: readonly string[], options: FlagOptions): strin
     const flag = short ? `-${name}` : `--${name}`;
     const value = m[3];
     if (value === undefined || ["1", "t", "true"].includes(value.toLowerCase())) out.push(flag);
-    else if (!["0", "f", "false"].includes(value.toLowerCase())) throw new Error(`${flag}: "${value}" is not true or false`);
+    else if (["0", "f", "false"].includes(value.toLowerCase())) {
+      // The last one given counts, as for any flag (a kustomize overlay appends
+      // --leader-elect=false to its base's --leader-elect): it unsets the flag given before.
+      const spellings = booleans.get(name) ?? [];
+      for (let j = out.length - 1; j >= 0; j--) if (spellings.includes(out[j]!)) out.splice(j, 1);
+    } else throw new Error(`${flag}: "${value}" is not true or false`);
   }
   return out;
 }

@@ -11,6 +11,9 @@ describe("kubectl-style booleans", () => {
     expect(parsePlanFlags(["-f", "d", "--prune=false", "-R=false"])).toMatchObject({ prune: false, recursive: false });
     expect(parsePlanFlags(["-f", "d", "--prune=true", "-R=true"])).toMatchObject({ prune: true, recursive: true });
     expect(parsePlanFlags(["-f", "d", "--recursive=True", "--prune=1"])).toMatchObject({ prune: true, recursive: true });
+    // The last one given counts, whichever spelling (pflag: -R and --recursive are one flag).
+    expect(parsePlanFlags(["-f", "d", "-R", "--prune", "--recursive=false", "--prune=false"])).toMatchObject({ prune: false, recursive: false });
+    expect(parsePlanFlags(["-f", "d", "--prune=false", "--prune"])).toMatchObject({ prune: true });
     expect(parsePlanFlags(["--help=true"])).toBe("help");
     expect(() => parsePlanFlags(["-f", "d", "--prune=maybe"])).toThrow('--prune: "maybe" is not true or false');
   });

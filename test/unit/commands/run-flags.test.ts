@@ -18,6 +18,11 @@ describe("agent-operator run flags", () => {
     expect(flags("--leader-elect=false").leaderElect).toBe(false);
     expect(flags().leaderElect).toBe(false);
     expect(() => flags("--leader-elect=maybe")).toThrow('--leader-elect: "maybe" is not true or false');
+    // The last one given counts (a kustomize overlay or the chart's extraArgs appends
+    // --flag=false to a base that sets the flag).
+    expect(flags("--leader-elect", "--leader-elect=false").leaderElect).toBe(false);
+    expect(flags("--leader-elect", "-leader-elect=false", "--leader-elect").leaderElect).toBe(true);
+    expect(flags("--sharding", "--sharding=false")).toMatchObject({ sharding: false, leaderElect: false });
     // A string flag's value that looks like a boolean flag stays its value.
     expect(flags("--leader-election-id=sharding").leaderElectionId).toBe("sharding");
   });
