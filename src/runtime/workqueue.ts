@@ -32,6 +32,7 @@
 import { Fifo } from "../lib/fifo.js";
 import { IndexedHeap, type HeapEntry } from "../lib/heap.js";
 import { TokenBucket } from "../lib/token-bucket.js";
+import { MAX_TIMER_MS } from "../lib/long-timer.js";
 import type { Metrics } from "./metrics.js";
 
 export interface AddOptions {
@@ -141,8 +142,6 @@ interface Waiting extends HeapEntry {
   priority: boolean;
 }
 
-/** Node's setTimeout overflows past 2^31-1 ms; longer delays re-arm on expiry. */
-const MAX_TIMER_MS = 2_147_483_647;
 
 // ---------------------------------------------------------------------------------------
 // The queue

@@ -8,6 +8,7 @@ import { StringDecoder } from "node:string_decoder";
 import { newId, rfc3339 } from "../util.js";
 import { Execution } from "./execution.js";
 import { exitCodeOf, killGroup, spawnGroup } from "./process-group.js";
+import { unrefTimeout } from "../../lib/long-timer.js";
 
 /** The exit code reported for a command killed by its timeout (as coreutils `timeout` does). */
 export const TIMEOUT_EXIT_CODE = 124;
@@ -39,7 +40,7 @@ export class Command {
   private finishedAt: number | undefined;
   private exitCode: number | undefined;
   private child: ChildProcess | undefined;
-  private timer: NodeJS.Timeout | undefined;
+  private cancelTimeout: (() => void) | undefined;
   private timedOut: number | undefined;
   private failure: string | undefined;
 
@@ -89,13 +90,12 @@ export class Command {
     });
     if (spec.timeoutMs !== undefined && spec.timeoutMs > 0) {
       const ms = spec.timeoutMs;
-      this.timer = setTimeout(() => {
+      this.cancelTimeout = unrefTimeout(() => {
         if (!this.running) return;
         this.timedOut = ms;
         this.execution.emit("timeout", { timeout_ms: ms });
         this.kill();
       }, ms);
-      this.timer.unref();
     }
   }
 
@@ -122,7 +122,7 @@ export class Command {
 
   private finish(exitCode: number): void {
     if (!this.running) return;
-    clearTimeout(this.timer);
+    this.cancelTimeout?.();
     const pid = this.child?.pid;
     if (pid !== undefined) killGroup(pid); // leftovers of the shell
     this.exitCode = exitCode;

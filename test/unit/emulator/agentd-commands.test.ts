@@ -117,6 +117,16 @@ describe("emulator agentd: commands (r/v1/commands)", () => {
     expect(endOf(events)).toEqual({ exit_code: 124, status: "error", error: "command timed out after 300 ms" });
   });
 
+  it("a timeout_ms longer than Node's longest timer (30 days: a VM's default maximum TTL) is no timeout yet", async () => {
+    const emu = await emulator();
+    const c = await client(emu);
+    const vm = await allocate(c);
+    const { events } = await agentd(c, vm.vm_id).run({ command: "sleep 0.3; echo done", timeout_ms: 2_592_000_000 });
+    expect(events.find((e) => e.event === "timeout")).toBeUndefined();
+    expect(streamText(events, "stdout")).toBe("done\n");
+    expect(endOf(events)).toEqual({ exit_code: 0, status: "ok" });
+  });
+
   it("a command still running is killed when its VM is released, deleted or expires; the VM then answers 404 on every r/ path", async () => {
     const emu = await emulator();
     const c = await client(emu);
