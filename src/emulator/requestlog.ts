@@ -1,7 +1,21 @@
 // The request log tests assert on, bounded for long benchmarks: the newest entries are kept
 // (trimmed a tenth at a time, so trimming is amortised O(1)), while counters by operation and
 // status count everything until clear().
+import type { IncomingMessage } from "node:http";
 import type { RequestLogEntry, RequestStats } from "./options.js";
+
+/** What the log keeps of a request, read the same way for HTTP calls and WebSocket upgrades. */
+export function requestLine(req: IncomingMessage): Pick<RequestLogEntry, "method" | "path" | "query" | "userAgent"> {
+  const url = req.url ?? "/";
+  const q = url.indexOf("?");
+  const userAgent = req.headers["user-agent"];
+  return {
+    method: (req.method ?? "GET").toUpperCase(),
+    path: q < 0 ? url : url.slice(0, q),
+    query: q < 0 ? "" : url.slice(q + 1),
+    ...(userAgent !== undefined && { userAgent }),
+  };
+}
 
 export class RequestLog {
   readonly entries: RequestLogEntry[] = [];

@@ -21,7 +21,7 @@ import type { EmulatorOptions, FaultRule, RequestLogEntry, RequestStats, Resolve
 import { resolveOptions } from "./options.js";
 import { loadState, STATE_FILE_VERSION, StateSaver } from "./persistence.js";
 import { callRateLimit, retryAfterSeconds } from "./ratelimit.js";
-import { RequestLog } from "./requestlog.js";
+import { RequestLog, requestLine } from "./requestlog.js";
 import { Router, type HandlerResult, type Match } from "./router.js";
 import { RuntimeManager } from "./runtime/manager.js";
 import { EmulatorState } from "./state.js";
@@ -184,16 +184,12 @@ export async function startEmulator(input: EmulatorOptions = {}): Promise<Emulat
 
   async function onRequest(req: IncomingMessage, res: ServerResponse): Promise<void> {
     const arrival = options.now();
-    const method = (req.method ?? "GET").toUpperCase();
-    const url = req.url ?? "/";
-    const q = url.indexOf("?");
-    const path = q < 0 ? url : url.slice(0, q);
-    const query = q < 0 ? "" : url.slice(q + 1);
+    const line = requestLine(req);
+    const { method, path, query } = line;
     const family = familyOf(path);
     const match = router.match(method, path);
     const operation = match.kind === "ok" ? match.route.operation : `route.${match.kind}`;
-    const userAgent = req.headers["user-agent"];
-    const record = (status: number | "dropped"): void => log.add({ time: arrival, method, path, query, status, operation, ...(userAgent !== undefined && { userAgent }) });
+    const record = (status: number | "dropped"): void => log.add({ time: arrival, ...line, status, operation });
     const drop = (): void => {
       req.socket.destroy();
       record("dropped");

@@ -23,6 +23,7 @@ import { WebSocketServer, type RawData, type WebSocket } from "ws";
 import type { TokenStore } from "../auth.js";
 import { errorBody, ServiceError } from "../errors.js";
 import type { RequestLogEntry } from "../options.js";
+import { requestLine } from "../requestlog.js";
 import { driverFor } from "../runtime/drivers.js";
 import type { Execution } from "../runtime/execution.js";
 import { StallWatch } from "../runtime/streams.js";
@@ -84,14 +85,11 @@ export class WebSocketEndpoint {
 
   private async upgrade(req: IncomingMessage, socket: Duplex, head: Buffer): Promise<void> {
     const time = this.deps.now();
-    const method = (req.method ?? "GET").toUpperCase();
-    const url = req.url ?? "/";
-    const q = url.indexOf("?");
-    const path = q < 0 ? url : url.slice(0, q);
-    const query = q < 0 ? "" : url.slice(q + 1);
+    const line = requestLine(req);
+    const { method, path } = line;
     const m = WS_PATH.exec(path);
     const operation = m ? WS_OPERATION : "route.not_found";
-    const record = (status: number | "dropped"): void => this.deps.log({ time, method, path, query, status, operation });
+    const record = (status: number | "dropped"): void => this.deps.log({ time, ...line, status, operation });
     const reject = (status: number, body: unknown, headers: Record<string, string> = {}): void => {
       writeRaw(socket, status, body, headers);
       record(status);

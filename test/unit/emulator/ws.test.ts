@@ -155,10 +155,12 @@ describe("emulator ws_url (the SDK's WebSocket protocol)", () => {
         });
         ws.once("error", () => {});
       });
-    expect(await statusOf(wsURL, {})).toBe(401);
+    expect(await statusOf(wsURL, { "User-Agent": "agent-operator/0.1.0 replica-1" })).toBe(401);
     expect(await statusOf(wsURL, { Authorization: "Bearer not-a-token" })).toBe(401);
     expect(await statusOf(wsURL.replace(/vms\/[^/]+/, "vms/nope"), { Authorization: `Bearer ${token}` })).toBe(404);
     expect(emu.requests.filter((r) => r.operation === "vms.ws").map((r) => r.status)).toEqual([401, 401, 404]);
+    // Told apart by User-Agent as any request is (which replica, which client made it).
+    expect(emu.requests.find((r) => r.operation === "vms.ws")?.userAgent).toBe("agent-operator/0.1.0 replica-1");
   });
 
   it("is rate limited and fault-injected like any request, and logged as vms.ws (101)", async () => {
