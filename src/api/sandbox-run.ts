@@ -200,7 +200,7 @@ const templateRules: ValidationRule[] = [
 export const sandboxRunKind: KindDefinition = {
   ...kindNames.sandboxRun,
   singular: "sandboxrun",
-  shortNames: ["sbxrun"],
+  shortNames: ["sbxr", "sbxrun"],
   description:
     "A SandboxRun runs steps (shell commands or code) to completion in a Sandbox's VM, like a Job: status reports each step's exit code and output, and Ready turns True once it has succeeded.",
   spec: SandboxRunSpecSchema,

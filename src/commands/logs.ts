@@ -53,7 +53,7 @@ export function parseLogsFlags(argv: string[]): LogsFlags | "help" {
   if (values.help) return "help";
   if (positionals.length !== 1) throw new Error(positionals.length === 0 ? "name the SandboxRun" : `unexpected argument "${positionals[1] ?? ""}"`);
   return {
-    run: positionals[0]!.replace(/^(sandboxrun|sandboxruns|sbxrun)(\.agentcompute\.dev)?\//, ""),
+    run: positionals[0]!.replace(/^(sandboxrun|sandboxruns|sbxr|sbxrun)(\.agentcompute\.dev)?\//, ""),
     follow: values.follow ?? false,
     ...kubeFlagsOf(values),
   };

@@ -92,6 +92,15 @@ describe("what kubectl shows", () => {
   it("every kind is in the agentcompute category, has a unique short name, and shows Ready and Age", () => {
     const shortNames = allKinds.flatMap((k) => k.shortNames);
     expect(new Set(shortNames).size).toBe(shortNames.length);
+    // The short names the design promises (kubectl get sbxr), each kind's first.
+    expect(Object.fromEntries(allKinds.map((k) => [k.kind, k.shortNames[0]]))).toEqual({
+      Connection: "conn",
+      Skill: "sk",
+      Agent: "ag",
+      AgentDeployment: "agd",
+      Sandbox: "sbx",
+      SandboxRun: "sbxr",
+    });
     for (const kind of allKinds) {
       const crd = toCRD(kind) as { spec: { names: { categories?: string[] }; versions: Array<{ subresources?: object; additionalPrinterColumns?: Array<{ name: string }> }> } };
       expect(crd.spec.names.categories, kind.kind).toContain("agentcompute");

@@ -23,6 +23,8 @@ describe("kubectl-style booleans", () => {
     expect(parseLogsFlags(["-f=false", "run"])).toMatchObject({ follow: false });
     expect(parseLogsFlags(["-f=true", "run"])).toMatchObject({ follow: true });
     expect(parseLogsFlags(["--follow=t", "run"])).toMatchObject({ follow: true });
+    // A run named as kubectl names it, by any of the kind's names.
+    for (const ref of ["sandboxrun/job", "sandboxruns/job", "sbxr/job", "sbxrun.agentcompute.dev/job"]) expect(parseLogsFlags([ref])).toMatchObject({ run: "job" });
     expect(() => parseLogsFlags(["-f=sometimes", "run"])).toThrow('-f: "sometimes" is not true or false');
   });
 
