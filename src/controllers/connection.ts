@@ -148,6 +148,11 @@ export class ConnectionReconciler implements Reconciler {
         observed.usage = usage;
         if (usage === null) this.opts.usage?.remove(handle.key);
         else this.opts.usage?.set(handle.key, usage.byTier);
+      } else if (conn.status?.usage !== undefined) {
+        // Read for this spec (a refresh is due at once otherwise), maybe by the process before
+        // this one (a restart, a new leader): exported now, not only at the next refresh,
+        // up to usageRefreshSeconds away, which left the dashboards blank after every deploy.
+        this.opts.usage?.set(handle.key, conn.status.usage.byTier);
       }
       const authenticated = "a token was obtained from the token service";
       const refusal = refusedAtRefresh

@@ -122,6 +122,16 @@ describe("Connection", () => {
     expect(() => w.pool.forResource(NS, { name: "c" })).not.toThrow();
   });
 
+  it("exports the usage its status holds at once after a restart (a new process, its gauges empty), not only at the next refresh", async () => {
+    await reportingUsage();
+    w.calls();
+    w.advance(60_000);
+    const registry = new Registry();
+    await reconcileWith({ usage: new UsageGauges(registry) });
+    expect(w.calls()).not.toContain("usage.list"); // not read again: not due
+    expect(await exportedTiers(registry)).toEqual(["standard"]);
+  });
+
   it("no longer shows nor exports usage once workspaceId and environmentId are removed", async () => {
     const { registry, usage } = await reportingUsage();
     const { workspaceId: _w, environmentId: _e, ...spec } = connection().spec;
