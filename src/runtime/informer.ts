@@ -98,7 +98,7 @@ class SelectorChanged extends Error {
   override readonly name = "SelectorChanged";
 }
 
-type Outcome = "closed" | "error" | "gone" | "stalled";
+type Outcome = "closed" | "error" | "list_error" | "gone" | "stalled";
 
 /** Insert `/namespaces/{ns}` before the plural of a cluster-wide collection path. */
 export function namespacedCollectionPath(clusterPath: string, namespace: string): string {
@@ -342,9 +342,13 @@ export class Informer<T extends KubeObject> {
           outcome = "gone";
           needList = true;
           log.info({ resourceVersion: r.resourceVersion }, "resourceVersion too old (410); relisting");
+        } else if (watchStartedAt === undefined) {
+          // No watch was started: the list failed (RBAC for a namespace, an API server down).
+          outcome = "list_error";
+          log.warn({ err: errorMessage(err) }, "list failed");
         } else {
           outcome = "error";
-          log.warn({ err: errorMessage(err), resourceVersion: r.resourceVersion }, "list/watch failed");
+          log.warn({ err: errorMessage(err), resourceVersion: r.resourceVersion }, "watch failed");
         }
       }
       if (this.stopped) break;
@@ -379,7 +383,6 @@ export class Informer<T extends KubeObject> {
   }
 
   private async relist(r: Reflector, signal: AbortSignal): Promise<void> {
-    this.metrics?.informerRelists.inc({ resource: this.path });
     const labelSelector = this.labelSelector;
     const items: T[] = [];
     let cont: string | undefined;
@@ -426,6 +429,8 @@ export class Informer<T extends KubeObject> {
       }
     }
     this.replace(r, items, rv);
+    // Lists that were had, not attempts: a list refused every backoff (RBAC) is list_error.
+    this.metrics?.informerRelists.inc({ resource: this.path });
     r.listedSelector = labelSelector;
     // Changed again meanwhile: that change aborted this list's watch-to-be too, and the next list tells.
     if (labelSelector === this.labelSelector) for (const resolve of r.reselected.splice(0)) resolve();
