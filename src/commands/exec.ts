@@ -138,6 +138,20 @@ export function processExitCode(code: number): number {
   return low === 0 ? 1 : low;
 }
 
+/** What exec exits with after --timeout killed the command (as coreutils timeout does). */
+export const TIMEOUT_EXIT_CODE = 124;
+
+/**
+ * How exec ends for a command that ended: 124 once the VM said it killed the command for
+ * --timeout, whatever code the end then carries (a killed process's -1 from a Go agentd would
+ * be 255, no code at all 0: a script would read a timeout as success); else the command's code,
+ * none being 0 (a Go server's omitempty).
+ */
+export function commandExitCode(end: { timedOut: boolean; exitCode?: number }): number {
+  if (end.timedOut) return TIMEOUT_EXIT_CODE;
+  return end.exitCode === undefined ? 0 : processExitCode(end.exitCode);
+}
+
 /** How the command ended cannot be told (exit 1), for a reason the message says. */
 class ExecError extends Error {
   override readonly name = "ExecError";
@@ -223,6 +237,7 @@ async function runStreaming(target: VMAccess, command: string, options: CommandO
   const undoClosed = whenOutputClosed(() => onSignal("SIGPIPE"));
   let exitCode: number | undefined;
   let ended = false;
+  let timedOut = false;
   try {
     try {
       for await (const e of stream) {
@@ -231,7 +246,10 @@ async function runStreaming(target: VMAccess, command: string, options: CommandO
           if (signal !== undefined) break;
         } else if (e.type === "stdout") await writeOut(process.stdout, e.text);
         else if (e.type === "stderr") await writeOut(process.stderr, e.text);
-        else if (e.type === "timeout") await writeOut(process.stderr, `${prog}: the command ran out of time (--timeout) and was killed\n`);
+        else if (e.type === "timeout") {
+          timedOut = true;
+          await writeOut(process.stderr, `${prog}: the command ran out of time (--timeout) and was killed\n`);
+        }
         else if (e.type === "error") await writeOut(process.stderr, `${prog}: the VM reported an error${e.name !== undefined ? ` (${e.name})` : ""}${e.value !== undefined ? `: ${e.value}` : ""}\n`);
         else if (e.type === "end") {
           ended = true;
@@ -249,11 +267,11 @@ async function runStreaming(target: VMAccess, command: string, options: CommandO
       if (id !== undefined && exitCode === undefined) await target.vm.killCommand(id).catch(() => false);
       return exitCodeAfter(signal);
     }
-    if (exitCode !== undefined) return processExitCode(exitCode);
+    if (exitCode !== undefined || (ended && timedOut)) return commandExitCode({ timedOut, exitCode });
     if (id === undefined) {
       // No id to ask about (the published stream format names none): the end without an exit
       // code is all there is, and it means 0 (a Go server's omitempty); no end, nothing known.
-      if (ended) return 0;
+      if (ended) return commandExitCode({ timedOut });
       throw new ExecError("the VM's answer ended without the command's id or its end: how the command ended is unknown");
     }
     // The stream broke off: the command may still run. (An end without an exit code, as a Go
@@ -278,8 +296,8 @@ async function runStreaming(target: VMAccess, command: string, options: CommandO
         continue;
       }
       if (!st.running) {
-        if (st.exitCode === undefined) throw new ExecError(`command ${id} ended without an exit code`);
-        return processExitCode(st.exitCode);
+        if (st.exitCode === undefined && !timedOut) throw new ExecError(`command ${id} ended without an exit code`);
+        return commandExitCode({ timedOut, exitCode: st.exitCode });
       }
       await new Promise((r) => setTimeout(r, STATUS_POLL_MS));
     }

@@ -2,7 +2,7 @@
 // usage errors, several arguments arriving in the VM's shell exactly as given.
 import { execFileSync } from "node:child_process";
 import { describe, expect, it } from "vitest";
-import { UsageError, parseExecFlags, processExitCode, shellQuote } from "../../../src/commands/exec.js";
+import { UsageError, commandExitCode, parseExecFlags, processExitCode, shellQuote } from "../../../src/commands/exec.js";
 
 describe("exec: parseExecFlags", () => {
   it("takes flags, the Sandbox and the command after --", () => {
@@ -73,5 +73,17 @@ describe("exec: processExitCode", () => {
     expect(processExitCode(256)).toBe(1);
     expect(processExitCode(257)).toBe(1);
     expect(processExitCode(-1)).toBe(255);
+  });
+});
+
+describe("exec: how it ends after the VM said --timeout killed the command", () => {
+  it("is 124 whatever the end carries (a Go agentd's -1, or no code), so that a script does not read a timeout as success", () => {
+    expect(commandExitCode({ timedOut: true, exitCode: 124 })).toBe(124);
+    expect(commandExitCode({ timedOut: true, exitCode: -1 })).toBe(124);
+    expect(commandExitCode({ timedOut: true })).toBe(124);
+    expect(commandExitCode({ timedOut: true, exitCode: 0 })).toBe(124);
+    // Without a timeout: the command's code, none being 0.
+    expect(commandExitCode({ timedOut: false, exitCode: -1 })).toBe(255);
+    expect(commandExitCode({ timedOut: false })).toBe(0);
   });
 });
