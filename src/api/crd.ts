@@ -25,6 +25,11 @@ export function toCRD(def: KindDefinition): Json {
     metadata: {
       name: `${def.plural}.${GROUP}`,
       labels: { "app.kubernetes.io/name": "agent-operator", "app.kubernetes.io/part-of": "agent-operator" },
+      // Deleting a CRD deletes every resource of its kind: with the operator gone in the same
+      // sweep, each then hangs on its finalizer and its service object is left behind. GitOps
+      // tools that prune what git drops (or delete an app's objects with the app) leave these
+      // alone, as Helm leaves its crds/; they go only when deleted by hand.
+      annotations: { "kustomize.toolkit.fluxcd.io/prune": "disabled", "argocd.argoproj.io/sync-options": "Prune=false,Delete=false" },
     },
     spec: {
       group: GROUP,

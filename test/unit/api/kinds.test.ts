@@ -120,3 +120,15 @@ describe("what kubectl shows", () => {
     expect(columns(sandboxKind)["Expires"]).toMatchObject({ type: "string", jsonPath: ".status.expiresAt", priority: 1 });
   });
 });
+
+describe("the CRDs under GitOps", () => {
+  it("are never pruned by Flux or Argo CD, nor deleted with an Argo CD Application: that would delete every resource of their kind, the operator gone with them", () => {
+    for (const kind of allKinds) {
+      const crd = toCRD(kind) as { metadata: { annotations?: Record<string, string> } };
+      expect(crd.metadata.annotations, kind.kind).toMatchObject({
+        "kustomize.toolkit.fluxcd.io/prune": "disabled",
+        "argocd.argoproj.io/sync-options": "Prune=false,Delete=false",
+      });
+    }
+  });
+});
