@@ -31,7 +31,7 @@ flags:
   --rate-limit <rps>       requests per second over service calls; beyond it 429 + Retry-After
   --pool-size <n>          max live VMs; allocate answers 503 beyond it (default unlimited)
   --state-file <path>      load at start, save on change and on exit
-  --max-page-size <n>      cap on list limits (default 100)
+  --max-page-size <n>      cap on list limits, silently (default none)
   --reject-tier <tier>     a tier allocate rejects with 400 (repeatable; default unknown-tier)
   --runtime-dir <path>     where the VMs' workspaces live (default: a temp dir, removed on exit)
   --output-limit <bytes>   output kept per command or code block (default 1048576)

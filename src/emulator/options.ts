@@ -31,7 +31,11 @@ export interface EmulatorOptions {
   poolSize?: number;
   /** Load at start if present, save on change (debounced) and on close. */
   stateFile?: string;
-  /** Cap on `limit` for list endpoints; default 100. */
+  /**
+   * Cap on `limit` for list endpoints; default none (Infinity). A cap tries a client against a
+   * service that caps its pages silently, which none is published to do: SERVICE.md has clients
+   * page until a short page, and a cap by default would fail those that ask for more than it.
+   */
   maxPageSize?: number;
   /** Clock in ms for expiry and timestamps; default Date.now. */
   now?: () => number;
@@ -137,7 +141,7 @@ export function resolveOptions(opts: EmulatorOptions): ResolvedOptions {
     rateLimit: opts.rateLimit,
     poolSize: opts.poolSize,
     stateFile: opts.stateFile,
-    maxPageSize: opts.maxPageSize ?? 100,
+    maxPageSize: opts.maxPageSize ?? Infinity,
     now: opts.now ?? Date.now,
     sweepIntervalMs: opts.sweepIntervalMs ?? 1000,
     orgId: opts.orgId ?? "org-emulator",
@@ -176,7 +180,7 @@ export function validateOptions(o: ResolvedOptions): void {
   if (o.poolSize !== undefined && (!Number.isInteger(o.poolSize) || o.poolSize < 0)) {
     throw new RangeError(`emulator option poolSize must be a non-negative integer, got ${o.poolSize}`);
   }
-  if (!Number.isInteger(o.maxPageSize) || o.maxPageSize < 1) {
+  if (o.maxPageSize !== Infinity && (!Number.isInteger(o.maxPageSize) || o.maxPageSize < 1)) {
     throw new RangeError(`emulator option maxPageSize must be a positive integer, got ${o.maxPageSize}`);
   }
   positive("sweepIntervalMs", o.sweepIntervalMs);

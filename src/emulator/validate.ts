@@ -96,7 +96,7 @@ export interface Page {
   offset: number;
 }
 
-/** limit/offset from a query; `limit` above maxPageSize is silently capped (D). */
+/** limit/offset from a query; `limit` above maxPageSize (when set) is silently capped (D). */
 export function pageParams(query: URLSearchParams, defaultLimit: number, maxPageSize: number): Page {
   const parse = (name: string, min: number): number | undefined => {
     const raw = query.get(name);

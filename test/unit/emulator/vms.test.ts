@@ -111,6 +111,14 @@ describe("emulator agent VMs", () => {
     expect(emu.state.usage.map((u) => u.reason)).toEqual(["expired"]);
   });
 
+  it("answers a limit above its default page in full: a client paging until a short page (SERVICE.md) reads everything in one page", async () => {
+    const emu = await emulator();
+    for (let i = 0; i < 150; i++) emu.state.allocateVM({ tier: "standard" });
+    const c = await client(emu);
+    expect((await c.get<AgentVM[]>("/compute/v1/vms")).body).toHaveLength(100);
+    expect((await c.get<AgentVM[]>("/compute/v1/vms?limit=500")).body).toHaveLength(150);
+  });
+
   it("lists the caller's org only, with state/tier filters and paging", async () => {
     const emu = await emulator({ orgId: "mine" });
     const c = await client(emu);

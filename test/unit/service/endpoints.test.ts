@@ -80,7 +80,7 @@ describe("registry", () => {
       const all = await client.agents.listAll({ author: "bulk" });
       expect(all).toHaveLength(expected);
     } finally {
-      emu.setOptions({ maxPageSize: 100 });
+      emu.setOptions({ maxPageSize: Infinity });
     }
   });
 
