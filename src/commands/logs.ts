@@ -114,8 +114,20 @@ export async function printLogs(kube: KubeClient, namespace: string, name: strin
     said.add(key);
     io.err(line);
   };
+  let seen: SandboxRun | undefined;
   for (;;) {
     const run = await readRun(kube, namespace, name);
+    if (run === undefined) {
+      if (seen === undefined) throw new Error(`SandboxRun "${name}" not found in namespace "${namespace}" (kubectl get sandboxruns -n ${namespace})`);
+      // Followed, then gone: deleted by hand, or by its TTL as it ended (0: at once, and its
+      // output ConfigMap with it), between two looks.
+      const ttl = seen.spec.ttlSecondsAfterFinished;
+      io.err(
+        `sandboxrun/${name} was deleted before its end could be read${ttl === 0 ? ": its spec.ttlSecondsAfterFinished is 0, which deletes it, and its output, as it ends; give it a few seconds (e.g. 60) to be followed to its end" : ""}\n`,
+      );
+      return 1;
+    }
+    seen = run;
     const st = run.status ?? {};
     const attempt = st.attempts ?? 1;
     const steps = st.steps ?? [];
@@ -236,11 +248,12 @@ function attemptBanner(st: SandboxRunStatus): string {
   return `--- attempt ${attempt} (attempt ${attempt - 1} failed${why === undefined ? "" : `: ${why}`}) ---\n`;
 }
 
-async function readRun(kube: KubeClient, namespace: string, name: string): Promise<SandboxRun> {
+/** The run, or undefined if there is none. */
+async function readRun(kube: KubeClient, namespace: string, name: string): Promise<SandboxRun | undefined> {
   try {
     return await kube.get<SandboxRun>(resourcePath({ group: GROUP, version: VERSION, plural: kindNames.sandboxRun.plural, namespace, name }));
   } catch (err) {
-    if (isNotFound(err)) throw new Error(`SandboxRun "${name}" not found in namespace "${namespace}" (kubectl get sandboxruns -n ${namespace})`, { cause: err });
+    if (isNotFound(err)) return undefined;
     throw err;
   }
 }

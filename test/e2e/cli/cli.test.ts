@@ -17,8 +17,8 @@ import { apply, installCRDs } from "../support/operator.js";
 const ns = useTestNamespace("cli");
 
 /** `agent-operator <args>`, without $KUBECONFIG; `closeAfterFirstChunk`: stdout closed once its first bytes arrived, as `| head -2` closes it. */
-const run = (args: string[], opts: { closeAfterFirstChunk?: boolean } = {}) =>
-  runCLI(args, { noKubeconfigEnv: true, ...(opts.closeAfterFirstChunk && { onStdout: (_s, child) => child.stdout?.destroy() }) });
+const run = (args: string[], opts: { closeAfterFirstChunk?: boolean; onStderr?: (text: string) => void } = {}) =>
+  runCLI(args, { noKubeconfigEnv: true, onStderr: opts.onStderr, ...(opts.closeAfterFirstChunk && { onStdout: (_s, child) => child.stdout?.destroy() }) });
 /** Another program (kubectl), without $KUBECONFIG unless `env` sets it. */
 const spawnRun = (cmd: string, args: string[], opts: { env?: NodeJS.ProcessEnv } = {}) => runProcess(cmd, args, { noKubeconfigEnv: true, ...opts });
 
@@ -140,6 +140,36 @@ describe("logs without -f", () => {
       stdout: "",
       stderr: '--- step "build" (attempt 1) is still running; its output is not printed yet (-f follows the run and prints it once the step has ended) ---\n',
     });
+  });
+});
+
+describe("logs -f of a run deleted while followed", () => {
+  it("says it was deleted (with ttlSecondsAfterFinished 0, that this deletes it as it ends, and the fix), not that it was never there; exit 1", async () => {
+    await apply(
+      `apiVersion: agentcompute.dev/v1alpha1
+kind: SandboxRun
+metadata: {name: brief}
+spec: {sandboxRef: {name: box}, ttlSecondsAfterFinished: 0, steps: [{name: check, command: "true"}]}`,
+      ns.name,
+    );
+    await setStatus("sandboxrun/brief", {
+      phase: "Running",
+      attempts: 1,
+      steps: [{ name: "check", commandId: "c2", startedAt: "2026-11-25T00:00:00Z" }],
+      conditions: [{ type: "Ready", status: "False", reason: "Running", message: 'step 1/1 "check" is running', lastTransitionTime: "2026-11-25T00:00:00Z" }],
+    });
+    let deleting: Promise<string> | undefined;
+    const r = await run(["logs", "--kubeconfig", testKubeconfig(), "-n", ns.name, "-f", "brief"], {
+      // Followed (it said the step runs): then deleted, as its TTL of 0 deletes it as it ends.
+      onStderr: (text) => {
+        if (deleting === undefined && text.includes('step "check"')) deleting = kubectlOk(["delete", "sandboxrun", "brief", "--wait=false"], { namespace: ns.name });
+      },
+    });
+    await deleting;
+    expect(r.code).toBe(1);
+    expect(r.stderr.split("\n").at(-2)).toBe(
+      "sandboxrun/brief was deleted before its end could be read: its spec.ttlSecondsAfterFinished is 0, which deletes it, and its output, as it ends; give it a few seconds (e.g. 60) to be followed to its end",
+    );
   });
 });
 

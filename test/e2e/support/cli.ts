@@ -24,6 +24,8 @@ export interface RunOptions {
   onStart?: (child: ChildProcess) => void;
   /** Each chunk of stdout as it arrives. */
   onStdout?: (text: string, child: ChildProcess) => void;
+  /** Each chunk of stderr as it arrives. */
+  onStderr?: (text: string, child: ChildProcess) => void;
 }
 
 /** Runs `cmd args` to its end. */
@@ -38,7 +40,10 @@ export function runProcess(cmd: string, args: string[], opts: RunOptions = {}): 
       out.push(s);
       opts.onStdout?.(s, child);
     });
-    child.stderr.setEncoding("utf8").on("data", (s: string) => err.push(s));
+    child.stderr.setEncoding("utf8").on("data", (s: string) => {
+      err.push(s);
+      opts.onStderr?.(s, child);
+    });
     child.on("error", reject);
     child.on("close", (code) => resolve({ code, stdout: out.join(""), stderr: err.join("") }));
     opts.onStart?.(child);
