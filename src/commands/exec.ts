@@ -11,6 +11,7 @@
 import { parseArgs } from "node:util";
 import { ConditionType, GROUP, VERSION, kindNames } from "../api/names.js";
 import type { Sandbox } from "../api/index.js";
+import { vmStateIsLive } from "../api/sandbox.js";
 import { durationMs } from "../lib/duration.js";
 import { errorMessage } from "../lib/errors.js";
 import { WORKSPACE } from "../runs/script.js";
@@ -175,7 +176,7 @@ export async function main(argv: string[], prog = "agent-operator exec"): Promis
   try {
     kube = kubeClientOf(flags);
     const [k, f] = [kube, flags];
-    target = await resolve(k, namespaceOf(f, k), f.sandbox, (err) => explainKubeError(err, k));
+    target = await resolve(k, namespaceOf(f, k), f.sandbox, (err) => explainKubeError(err, k), (note) => console.error(`${prog}: ${note}`));
     return await runStreaming(target, flags.command, flags.options, prog);
   } catch (err) {
     console.error(`${prog}: ${errorMessage(err)}`);
@@ -189,17 +190,24 @@ export async function main(argv: string[], prog = "agent-operator exec"): Promis
 // ---------------------------------------------------------------------------------------
 // Where the command goes: the Sandbox's VM, through its Connection
 
-async function resolve(kube: KubeClient, namespace: string, name: string, explain: Explain): Promise<VMAccess> {
+/**
+ * The Sandbox's VM, as kubectl exec takes a Pod's container: running is enough, Ready is not
+ * needed. A VM is kept and renewed while its Sandbox is not Ready for reasons of its own (the
+ * service's VM list failing, an endpoint not known yet, a change held back by the pause or
+ * being made): the command runs there all the same, and `note` says why it is not Ready.
+ */
+async function resolve(kube: KubeClient, namespace: string, name: string, explain: Explain, note: (line: string) => void): Promise<VMAccess> {
   const what = `Sandbox "${name}" in namespace "${namespace}"`;
   const reader = { kube, explain, needs: "get on sandboxes, connections and the Connection's Secret" };
   const sandbox = await readObject<Sandbox>(reader, resourcePath({ group: GROUP, version: VERSION, plural: kindNames.sandbox.plural, namespace, name }), what);
   if (sandbox === undefined) throw new VMAccessError(`${what} not found (kubectl get sandboxes -n ${namespace})`);
   const vmId = sandbox.status?.vmId;
   const ready = sandbox.status?.conditions?.find((c) => c.type === ConditionType.Ready);
-  if (vmId === undefined || vmId === "" || ready?.status !== "True") {
-    const why = ready === undefined ? "no Ready condition yet" : `Ready=${ready.status}${ready.reason ? ` (${ready.reason}${ready.message ? `: ${ready.message}` : ""})` : ""}`;
+  const why = ready === undefined ? "no Ready condition yet" : `Ready=${ready.status}${ready.reason ? ` (${ready.reason}${ready.message ? `: ${ready.message}` : ""})` : ""}`;
+  if (vmId === undefined || vmId === "" || !vmStateIsLive(sandbox.status?.state)) {
     throw new VMAccessError(`${what} has no running VM: ${why}; wait for it: kubectl wait --for=condition=Ready sandbox/${name} -n ${namespace}`);
   }
+  if (ready?.status !== "True") note(`${what} is not Ready: ${why}; running in its VM ${vmId} all the same`);
   return connectVM(reader, namespace, sandbox.spec.connectionRef, vmId, what);
 }
 

@@ -12,6 +12,7 @@
 import { createHash } from "node:crypto";
 import { Annotations, CONFIG_HASH_KEY, ConditionType, MARKER_KEY, SECRETS_HASH_KEY, kindNames } from "../api/names.js";
 import type { Sandbox, SandboxStatus, Skill } from "../api/index.js";
+import { vmStateIsLive } from "../api/sandbox.js";
 import { FailedAfterChange, NotReadyError, StalledError } from "../managed/errors.js";
 import type { ActionResult, ConnectionDetails, ExternalClient, Observation, Planned } from "../managed/external.js";
 import { managementOf } from "../managed/management-policies.js";
@@ -421,7 +422,7 @@ class SandboxClient implements ExternalClient<Sandbox, SandboxPlan> {
       inventory: this.handle.vms,
       get: (vmId) => this.handle.client.vms.get(vmId),
       // A snapshot that has run out counts as gone.
-      usable: (vm) => isLive(vm.state) && !(Date.parse(vm.expires_at ?? "") <= this.deps.now().getTime()),
+      usable: (vm) => vmStateIsLive(vm.state) && !(Date.parse(vm.expires_at ?? "") <= this.deps.now().getTime()),
       adoptAfterLoss: true,
       byIdWhenListFails: true,
     });
@@ -694,7 +695,7 @@ class SandboxClient implements ExternalClient<Sandbox, SandboxPlan> {
       // and died before status said so: observe again now and adopt that one rather than
       // allocate a third. The read waits only for a Sandbox that moved in since the last one.
       await this.handle.vms.readSinceArrival(cr.metadata.uid);
-      if (this.handle.vms.findByMarker(cr.metadata.uid).some((vm) => vm.id !== current.id && isLive(vm.state))) {
+      if (this.handle.vms.findByMarker(cr.metadata.uid).some((vm) => vm.id !== current.id && vmStateIsLive(vm.state))) {
         return { event: null, requeueAfterMs: 0, priority: true };
       }
       if (!(cr.spec.keepAlive ?? true)) return { status: { state: "expired" } };
@@ -889,10 +890,6 @@ async function poolMaxTtl(handle: ServiceHandle): Promise<number | undefined> {
     () => undefined,
   );
   return max !== undefined && Number.isSafeInteger(max) && max > 0 ? max : undefined;
-}
-
-function isLive(state: string | undefined): boolean {
-  return state !== "released" && state !== "expired" && state !== "terminated" && state !== "deleted";
 }
 
 function expiredCondition(id: string) {

@@ -143,6 +143,36 @@ describe("logs without -f", () => {
   });
 });
 
+describe("exec into a Sandbox that is not Ready", () => {
+  it("goes to its VM while the VM runs (as kubectl exec needs a running container, not a Ready one), saying why it is not Ready; refuses an expired one", async () => {
+    await apply(
+      `apiVersion: agentcompute.dev/v1alpha1
+kind: Sandbox
+metadata: {name: kept}
+spec: {tier: standard}
+---
+apiVersion: agentcompute.dev/v1alpha1
+kind: Sandbox
+metadata: {name: ended}
+spec: {tier: standard, keepAlive: false}`,
+      ns.name,
+    );
+    const notReady = (reason: string, message: string) => [{ type: "Ready", status: "False", reason, message, lastTransitionTime: "2026-11-25T00:00:00Z" }];
+    await setStatus("sandbox/kept", { vmId: "vm-kept", state: "allocated", conditions: notReady("ServiceUnavailable", "the VM list could not be read") });
+    await setStatus("sandbox/ended", { vmId: "vm-ended", state: "expired", conditions: notReady("Expired", "VM vm-ended expired; spec.keepAlive is false, so it is not replaced") });
+    const kept = await run(["exec", "--kubeconfig", testKubeconfig(), "-n", ns.name, "kept", "--", "true"]);
+    const [said, next] = kept.stderr.split("\n");
+    expect(said).toBe(
+      `agent-operator exec: Sandbox "kept" in namespace "${ns.name}" is not Ready: Ready=False (ServiceUnavailable: the VM list could not be read); running in its VM vm-kept all the same`,
+    );
+    // On to the VM: here, no Connection (no operator, no service) stops it.
+    expect(next).toMatch(/Connection "default"/);
+    expect(kept.code).toBe(1);
+    const ended = await run(["exec", "--kubeconfig", testKubeconfig(), "-n", ns.name, "ended", "--", "true"]);
+    expect(ended).toMatchObject({ code: 1, stderr: expect.stringMatching(/^agent-operator exec: Sandbox "ended" in namespace "[^"]+" has no running VM: Ready=False \(Expired: /) });
+  });
+});
+
 describe("logs -f of a run deleted while followed", () => {
   it("says it was deleted (with ttlSecondsAfterFinished 0, that this deletes it as it ends, and the fix), not that it was never there; exit 1", async () => {
     await apply(
