@@ -135,11 +135,6 @@ export const SandboxStatusSchema = statusSchema("Observed state of the sandbox V
 export type SandboxStatus = Static<typeof SandboxStatusSchema>;
 export type Sandbox = Resource<SandboxSpec, SandboxStatus>;
 
-/** Whether a VM in this service state (status.state) still runs: not released, expired or gone. */
-export function vmStateIsLive(state: string | undefined): boolean {
-  return state !== "released" && state !== "expired" && state !== "terminated" && state !== "deleted";
-}
-
 export const sandboxKind: KindDefinition = {
   ...kindNames.sandbox,
   singular: "sandbox",

@@ -11,7 +11,7 @@
 import { parseArgs } from "node:util";
 import { ConditionType, GROUP, VERSION, kindNames } from "../api/names.js";
 import type { Sandbox } from "../api/index.js";
-import { vmStateIsLive } from "../api/sandbox.js";
+import { vmStateIsLive } from "../api/vm-state.js";
 import { durationMs } from "../lib/duration.js";
 import { errorMessage } from "../lib/errors.js";
 import { WORKSPACE } from "../runs/script.js";

@@ -12,7 +12,7 @@
 import { createHash } from "node:crypto";
 import { Annotations, CONFIG_HASH_KEY, ConditionType, MARKER_KEY, SECRETS_HASH_KEY, kindNames } from "../api/names.js";
 import type { Sandbox, SandboxStatus, Skill } from "../api/index.js";
-import { vmStateIsLive } from "../api/sandbox.js";
+import { vmStateIsLive } from "../api/vm-state.js";
 import { FailedAfterChange, NotReadyError, StalledError } from "../managed/errors.js";
 import type { ActionResult, ConnectionDetails, ExternalClient, Observation, Planned } from "../managed/external.js";
 import { managementOf } from "../managed/management-policies.js";

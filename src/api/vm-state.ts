@@ -1,0 +1,7 @@
+// A VM's state as the service reports it (a Sandbox's status.state). Apart from the schemas, so
+// that the operator and the exec command read it without loading them.
+
+/** Whether a VM in this state still runs: not released, expired or gone. */
+export function vmStateIsLive(state: string | undefined): boolean {
+  return state !== "released" && state !== "expired" && state !== "terminated" && state !== "deleted";
+}
