@@ -27,10 +27,9 @@
 // in a row). Nothing else is retried here: a command sent once may have started, and the caller
 // knows whether running it twice is acceptable (commandStatus by id is the way to find out).
 import { StringDecoder } from "node:string_decoder";
-import { rootCertificates } from "node:tls";
-import { readFileSync } from "node:fs";
 import { createParser } from "eventsource-parser";
-import { Agent, type Dispatcher } from "undici";
+import type { Dispatcher } from "undici";
+import { serviceDispatcher } from "./dispatcher.js";
 import { ServiceError, httpErrorMessage, parseErrorBody } from "./errors.js";
 import { DEFAULTS } from "./options.js";
 import type { Forwarding } from "./options.js";
@@ -144,7 +143,7 @@ export class AgentdClient {
   private readonly origin: string;
   /** `<base path>/compute/v1/vms/<id>/r/` */
   private readonly prefix: string;
-  private readonly agent: Agent;
+  private readonly agent: Dispatcher;
   private readonly timeoutMs: number;
   /** Named after the replica in sharded mode, as the service client's. */
   private readonly userAgent = userAgent("agent-operator/agentd-client");
@@ -156,12 +155,10 @@ export class AgentdClient {
     this.origin = u.origin;
     this.prefix = `${u.pathname.replace(/\/+$/, "")}/compute/v1/vms/${encodeURIComponent(opts.vmId)}/r/`;
     this.timeoutMs = opts.timeoutMs ?? DEFAULTS.timeoutMs;
-    this.agent = new Agent({
-      headersTimeout: this.timeoutMs,
-      connect: {
-        rejectUnauthorized: opts.insecureSkipTLSVerify !== true,
-        ...(opts.caCert !== undefined ? { ca: [...rootCertificates, opts.caCert.includes("-----BEGIN") ? opts.caCert : readFileSync(opts.caCert, "utf8")] } : {}),
-      },
+    this.agent = serviceDispatcher({
+      headersTimeoutMs: this.timeoutMs,
+      insecureSkipTLSVerify: opts.insecureSkipTLSVerify,
+      caCert: opts.caCert,
     });
   }
 

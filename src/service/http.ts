@@ -3,9 +3,8 @@
 // deadline, and failures turned into a TransportError that says whether the request can
 // have reached the service. Retries, auth and parsing live above this layer.
 
-import { readFileSync } from "node:fs";
-import { rootCertificates } from "node:tls";
-import { Agent } from "undici";
+import type { Dispatcher } from "undici";
+import { serviceDispatcher } from "./dispatcher.js";
 import { isNotSentCode, isTLSCode } from "./retry.js";
 
 export type HttpMethod = "GET" | "POST" | "PUT" | "DELETE";
@@ -52,21 +51,18 @@ export class TransportError extends Error {
 }
 
 export class HttpTransport {
-  private readonly agent: Agent;
+  private readonly agent: Dispatcher;
   private readonly timeoutMs: number;
 
   constructor(o: TransportOptions) {
     this.timeoutMs = o.timeoutMs;
-    this.agent = new Agent({
+    this.agent = serviceDispatcher({
       connections: o.maxConnections,
       // Backstops to the per-attempt AbortSignal deadline (undici's default is 300 s).
-      headersTimeout: o.timeoutMs,
-      bodyTimeout: o.timeoutMs,
-      connect: {
-        rejectUnauthorized: o.insecureSkipTLSVerify !== true,
-        // `ca` replaces Node's bundled roots, so keep them and add the extra one.
-        ...(o.caCert !== undefined ? { ca: [...rootCertificates, loadPEM(o.caCert)] } : {}),
-      },
+      headersTimeoutMs: o.timeoutMs,
+      bodyTimeoutMs: o.timeoutMs,
+      insecureSkipTLSVerify: o.insecureSkipTLSVerify,
+      caCert: o.caCert,
     });
   }
 
@@ -105,10 +101,6 @@ const TIMEOUT_REASON = Object.assign(new Error("request timed out"), { name: "Ti
 
 function abortWithTimeout(ac: AbortController): void {
   ac.abort(TIMEOUT_REASON);
-}
-
-function loadPEM(caCert: string): string {
-  return caCert.includes("-----BEGIN") ? caCert : readFileSync(caCert, "utf8");
 }
 
 function errCode(e: unknown): string | undefined {
