@@ -272,6 +272,20 @@ describe("charts/agent-operator", () => {
     expect(svc?.metadata.labels).toMatchObject(sm.spec.selector.matchLabels);
     expect((await template()).filter((o) => o.kind === "ServiceMonitor")).toEqual([]);
 
+    // A private CA bundle and a proxy (docs/install.md#egress-proxy-and-private-ca).
+    const withCA = (
+      await template(
+        "--set-json", 'extraVolumes=[{"name":"corp-ca","configMap":{"name":"corp-ca"}}]',
+        "--set-json", 'extraVolumeMounts=[{"name":"corp-ca","mountPath":"/etc/corp-ca","readOnly":true}]',
+        "--set-json", 'extraEnv=[{"name":"NODE_EXTRA_CA_CERTS","value":"/etc/corp-ca/ca.crt"},{"name":"HTTPS_PROXY","value":"http://proxy:3128"}]',
+      )
+    ).find((o) => o.kind === "Deployment") as KubeObject & {
+      spec: { template: { spec: { volumes: Array<{ name: string }>; containers: Array<{ env: Array<{ name: string }>; volumeMounts: Array<{ name: string; mountPath: string }> }> } } };
+    };
+    expect(withCA.spec.template.spec.volumes.map((v) => v.name)).toEqual(["tmp", "corp-ca"]);
+    expect(withCA.spec.template.spec.containers[0]?.volumeMounts.map((m) => m.mountPath)).toEqual(["/tmp", "/etc/corp-ca"]);
+    expect(withCA.spec.template.spec.containers[0]?.env.map((e) => e.name)).toEqual(expect.arrayContaining(["NODE_EXTRA_CA_CERTS", "HTTPS_PROXY"]));
+
     // Two replicas without leader election would both reconcile: the chart refuses.
     const refused = await helm(["template", "x", CHART_DIR, "--set", "leaderElection.enabled=false"]);
     expect(refused.exitCode).not.toBe(0);
