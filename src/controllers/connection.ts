@@ -327,7 +327,7 @@ function describe(err: unknown, conn: Connection): Failure {
       return {
         kind: "stalled",
         reason: "TLSVerificationFailed",
-        message: `the TLS certificate of ${url} could not be verified (${tls}): give the server a certificate from a trusted CA, or (local development only) set spec.insecureSkipTLSVerify: true`,
+        message: `the TLS certificate of ${url} could not be verified (${tls}): give the server a certificate from a trusted CA, or have the operator trust its CA (NODE_EXTRA_CA_CERTS: docs/install.md), or (local development only) set spec.insecureSkipTLSVerify: true`,
       };
     }
     if (err.status === undefined) {
