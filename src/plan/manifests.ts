@@ -6,6 +6,7 @@ import { readFileSync, readdirSync, statSync } from "node:fs";
 import { join } from "node:path";
 import { parseAllDocuments, type Tags } from "yaml";
 import { GROUP, VERSION, kindNames } from "../api/names.js";
+import { yamlValue } from "../lib/yaml.js";
 import { specProblems } from "./admission.js";
 
 /** One object of the manifests, with where it came from. */
@@ -129,9 +130,8 @@ export function parseSources(sources: Source[], namespace: string, opts: ParseOp
     if (!Array.isArray(docs)) continue; // an empty file
     docs.forEach((doc, i) => {
       const where = docs.length > 1 ? `${source.name}: document ${i + 1}` : source.name;
-      const problem = doc.errors[0];
-      if (problem !== undefined) throw new ManifestError(`${where}: not valid YAML: ${(problem.message.split("\n")[0] ?? "").replace(/:$/, "")}`);
-      const value: unknown = doc.toJS();
+      // In words, never the library's message: it quotes the text, a Secret's value included.
+      const value = yamlValue(doc, source.text, (fault) => new ManifestError(`${where}: not valid YAML: ${fault}`));
       if (value === null || value === undefined) return; // an empty document
       for (const [obj, at] of expandList(value, where)) {
         const m = toManifest(obj, at, namespace, opts.enforceNamespace ?? false);

@@ -18,9 +18,10 @@ import type { RequestOptions as HttpsRequestOptions } from "node:https";
 import { isIPv6 } from "node:net";
 import { homedir } from "node:os";
 import { delimiter, dirname, isAbsolute, join, resolve } from "node:path";
-import { parse as parseYaml } from "yaml";
+import { parseDocument } from "yaml";
 import type * as ClientNodeModule from "@kubernetes/client-node";
 import { parseJsonOr } from "../lib/errors.js";
+import { yamlValue } from "../lib/yaml.js";
 
 export interface TlsOptions {
   ca?: Buffer;
@@ -117,16 +118,8 @@ interface MergedConfig {
 
 function readConfigFile(path: string, into: MergedConfig, from: string): void {
   const text = readNamed(path, `kubeconfig ${path}${from}`).toString("utf8");
-  let doc: unknown;
-  try {
-    doc = parseYaml(text);
-  } catch (err) {
-    // The first line only: the library quotes the lines around the fault, tokens included
-    // (and so would its error, kept as the cause).
-    const first = ((err as Error).message.split("\n")[0] ?? "").replace(/:$/, "");
-    // eslint-disable-next-line preserve-caught-error -- the cause quotes the file
-    throw new Error(`kubeconfig ${path}${from}: not valid YAML: ${first}`);
-  }
+  // Not yaml's parse(), which also prints its warnings with the lines around them, tokens included.
+  const doc = yamlValue(parseDocument(text), text, (fault) => new Error(`kubeconfig ${path}${from}: not valid YAML: ${fault}`));
   if (!doc || typeof doc !== "object") return;
   const d = doc as Record<string, unknown>;
   const dir = dirname(resolve(path));

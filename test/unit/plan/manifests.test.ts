@@ -39,6 +39,28 @@ describe("manifest loading", () => {
     expect(bad("kind: Skill\nmetadata: {name: [oops")).toThrow(ManifestError);
   });
 
+  it("says what is wrong with bad YAML in words, with the file, document, line and column, and quotes none of it (a Secret's value)", () => {
+    const secret = (password: string) => `${skill("a")}\n---\napiVersion: v1\nkind: Secret\nmetadata: {name: db}\nstringData:\n  password: ${password}\n`;
+    const refusal = (text: string) => {
+      try {
+        parseSources([{ name: "s.yaml", text }], "ns");
+      } catch (err) {
+        expect(err).toBeInstanceOf(ManifestError);
+        return (err as Error).message;
+      }
+      return "accepted";
+    };
+    // A password starting with * reads as an alias; one starting with | as a block scalar's header.
+    expect(refusal(secret("*Xy9k-prod-pw"))).toBe("s.yaml: document 2: not valid YAML: an alias (*name) names no anchor (&name) set before it at line 10, column 13");
+    expect(refusal(secret("|Xy9k-prod-pw"))).toBe(
+      "s.yaml: document 2: not valid YAML: unexpected characters (after a block scalar's | or >, a stray comma or bracket) at line 10, column 14",
+    );
+    expect(refusal(secret('"Xy9k\\qprod"'))).toBe("s.yaml: document 2: not valid YAML: a bad escape (\\) in a double-quoted string at line 10, column 18");
+    expect(refusal("apiVersion: v1\nkind: Secret\nmetadata: {name: db}\nstringData:\n  <<: Xy9k-prod-pw\n")).toBe(
+      "s.yaml: not valid YAML: a merge key (<<) whose value is not a mapping (or a list of them)",
+    );
+  });
+
   it("resolves YAML merge keys (<<: *anchor), as kubectl reads them", () => {
     const text = `apiVersion: agentcompute.dev/v1alpha1
 kind: Sandbox

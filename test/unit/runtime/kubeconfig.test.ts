@@ -1,7 +1,7 @@
 import { chmod, mkdtemp, readFile, rm, writeFile, mkdir } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { delimiter, join } from "node:path";
-import { afterEach, beforeEach, describe, expect, it } from "vitest";
+import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
 import { inClusterConfig, loadKubeconfig } from "../../../src/runtime/kubeconfig.js";
 
 let dir: string;
@@ -161,6 +161,15 @@ process.stdout.write(JSON.stringify({ apiVersion: info.apiVersion, kind: "ExecCr
     })();
     expect(err?.message).toMatch(new RegExp(`^kubeconfig ${p} \\(--kubeconfig\\): not valid YAML: .* at line \\d+, column \\d+$`));
     expect(err?.message).not.toContain("secret-token");
+    // A token starting with * reads as an alias, which the library's message names.
+    await writeFile(p, config(`- name: u1\n  user: {token: *secret-token-5e1b}`));
+    expect(() => loadKubeconfig({ path: p })).toThrow(`kubeconfig ${p} (--kubeconfig): not valid YAML: an alias (*name) names no anchor (&name) set before it at line 17, column 17`);
+    // Nor is a warning printed, which would show the line around it.
+    const warned = vi.spyOn(process, "emitWarning").mockImplementation(() => undefined);
+    await writeFile(p, config(`- name: u1\n  user: {token: !!int secret-token-5e1b}`));
+    loadKubeconfig({ path: p });
+    expect(warned).not.toHaveBeenCalled();
+    warned.mockRestore();
   });
 
   it("names the user and the file of a token-file that cannot be read, and the cluster a context names that is not there", async () => {
