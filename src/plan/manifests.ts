@@ -201,11 +201,19 @@ function toManifest(obj: unknown, where: string, namespace: string, enforceNames
     source: where,
     ...(foreign && { namespaceError: refusal }),
   };
-  if (isRecord(metadata.labels)) m.metadata.labels = stringMap(metadata.labels);
-  if (isRecord(metadata.annotations)) m.metadata.annotations = stringMap(metadata.annotations);
+  const at = `${where}: ${label}`;
+  const labels = stringMap(metadata.labels, "metadata.labels", at);
+  if (labels !== undefined) m.metadata.labels = labels;
+  const annotations = stringMap(metadata.annotations, "metadata.annotations", at);
+  if (annotations !== undefined) m.metadata.annotations = annotations;
   if (isRecord(obj.spec)) m.spec = obj.spec;
-  if (isRecord(obj.data)) m.data = stringMap(obj.data);
-  if (isRecord(obj.stringData)) m.stringData = stringMap(obj.stringData);
+  // Another kind's data may be anything: only a Secret's and a ConfigMap's are read (and typed).
+  if (apiVersion === "v1" && (kind === "Secret" || kind === "ConfigMap")) {
+    const data = stringMap(obj.data, "data", at);
+    if (data !== undefined) m.data = data;
+    const stringData = stringMap(obj.stringData, "stringData", at);
+    if (stringData !== undefined) m.stringData = stringData;
+  }
   return m;
 }
 
@@ -214,9 +222,23 @@ export function isPlanned(m: ManifestObject): boolean {
   return m.apiVersion === API_VERSION && PLANNED_KINDS.has(m.kind);
 }
 
-function stringMap(r: Record<string, unknown>): Record<string, string> {
+/**
+ * A map of strings (labels, annotations, a Secret's data), refused as the API server refuses it
+ * when a value is not a string: an unquoted `paused: true` is a boolean in YAML, which
+ * `kubectl apply` cannot apply, and must not be planned as the string "true".
+ */
+function stringMap(value: unknown, field: string, at: string): Record<string, string> | undefined {
+  if (value === undefined || value === null) return undefined;
+  if (!isRecord(value)) throw new ManifestError(`${at}: ${field}: must be a mapping of strings`);
   const out: Record<string, string> = {};
-  for (const [k, v] of Object.entries(r)) out[k] = typeof v === "string" ? v : JSON.stringify(v);
+  for (const [k, v] of Object.entries(value)) {
+    if (typeof v === "string") {
+      out[k] = v;
+      continue;
+    }
+    const hint = typeof v === "number" || typeof v === "boolean" ? `quote it: "${String(v)}"` : v === null ? 'an empty value is written ""' : `not a ${Array.isArray(v) ? "list" : "mapping"}`;
+    throw new ManifestError(`${at}: ${field}[${JSON.stringify(k)}]: must be a string (${hint})`);
+  }
   return out;
 }
 

@@ -61,6 +61,22 @@ describe("manifest loading", () => {
     );
   });
 
+  it("refuses a label, annotation or Secret value that is not a string, as the API server does, rather than plan it as one", () => {
+    const bad = (text: string) => () => parseSources([{ name: "f.yaml", text }], "ns");
+    // Unquoted, `true` is a boolean: kubectl apply refuses it, so the Skill is not paused.
+    expect(bad(`${skill("a")}\n---\n${skill("b").replace("{name: b}", "{name: b, annotations: {agentcompute.dev/paused: true}}")}`)).toThrow(
+      'f.yaml: document 2: Skill "b": metadata.annotations["agentcompute.dev/paused"]: must be a string (quote it: "true")',
+    );
+    expect(bad(skill("a").replace("{name: a}", "{name: a, labels: {tier: 2}}"))).toThrow('f.yaml: Skill "a": metadata.labels["tier"]: must be a string (quote it: "2")');
+    expect(bad(skill("a").replace("{name: a}", "{name: a, labels: [x]}"))).toThrow('f.yaml: Skill "a": metadata.labels: must be a mapping of strings');
+    expect(bad("apiVersion: v1\nkind: Secret\nmetadata: {name: db}\nstringData: {port: 5432, tls: {on: x}}")).toThrow('f.yaml: Secret "db": stringData["port"]: must be a string (quote it: "5432")');
+    expect(bad("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c}\ndata: {empty: null}")).toThrow('f.yaml: ConfigMap "c": data["empty"]: must be a string (an empty value is written "")');
+    // Another kind's data is its own business, and not read.
+    expect(bad("apiVersion: example.com/v1\nkind: Thing\nmetadata: {name: t}\ndata: {n: 1}")).not.toThrow();
+    const quoted = skill("a").replace("{name: a}", '{name: a, annotations: {agentcompute.dev/paused: "true"}}');
+    expect(parseSources([{ name: "f.yaml", text: quoted }], "ns")[0]?.metadata.annotations).toEqual({ "agentcompute.dev/paused": "true" });
+  });
+
   it("resolves YAML merge keys (<<: *anchor), as kubectl reads them", () => {
     const text = `apiVersion: agentcompute.dev/v1alpha1
 kind: Sandbox
