@@ -167,11 +167,26 @@ interface Live {
   configMaps: ConfigMapObject[];
 }
 
-async function readCluster(reader: ClusterReader, namespaces: string[]): Promise<Live> {
+/**
+ * `defined`: the kinds whose CustomResourceDefinitions are among the manifests (scopesDefined).
+ * A kind the cluster does not serve has no objects there yet when the manifests install its
+ * CRD (a first install planned whole); otherwise applying fails ("no matches for kind"), and so
+ * does the plan, saying how to install the CRDs rather than the API server's bare 404.
+ */
+async function readCluster(reader: ClusterReader, namespaces: string[], defined: Map<string, boolean>): Promise<Live> {
   const live: Live = { byKind: new Map(), secrets: [], configMaps: [] };
   for (const ns of namespaces) {
     for (const names of ORDER) {
-      const items = await reader.list<Obj>(collection(names, ns));
+      const path = collection(names, ns);
+      const items = await reader.list<Obj>(path).catch((err: unknown) => {
+        if (!(err instanceof KubeApiError) || err.status !== 404) throw err;
+        if (defined.has(`${GROUP}/${VERSION}/${names.kind}`)) return [];
+        throw new Error(
+          `the cluster serves no ${names.plural}.${GROUP} (GET ${path}: HTTP 404): the ${GROUP} CustomResourceDefinitions are not installed (or are older than this agent-operator): ` +
+            "install the operator first (kubectl apply -k manifests/ from its repository, or its Helm chart: docs/install.md), or plan its CRDs (crds/) with the manifests",
+          { cause: err },
+        );
+      });
       live.byKind.set(names.kind, [...(live.byKind.get(names.kind) ?? []), ...items]);
     }
     live.secrets.push(...(await reader.list<SecretObject>(resourcePath({ version: "v1", plural: "secrets", namespace: ns }))));
@@ -244,7 +259,7 @@ export async function plan(reader: ClusterReader, manifests: ManifestObject[], o
   // The namespaces the manifests touch (as kubectl apply --prune: those of namespaced objects).
   const clusterScoped = await clusterScopedKinds(reader, selected, manifests);
   const namespaces = [...new Set(selected.filter((m) => !clusterScoped.has(`${m.apiVersion}/${m.kind}`)).map((m) => m.metadata.namespace))].sort();
-  const live = await readCluster(reader, namespaces);
+  const live = await readCluster(reader, namespaces, scopesDefined(manifests));
   const liveOf = (kind: string, ns: string, name: string) =>
     live.byKind.get(kind)?.find((o) => o.metadata.namespace === ns && o.metadata.name === name);
   const planned = selected.filter(isPlanned);

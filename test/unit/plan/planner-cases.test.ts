@@ -13,6 +13,7 @@ import { allocationHash } from "../../../src/controllers/sandbox.js";
 import type { AllocateVMRequest } from "../../../src/service/index.js";
 import { ManifestError, parseSources } from "../../../src/plan/manifests.js";
 import { plan, type ClusterReader } from "../../../src/plan/planner.js";
+import { KubeApiError } from "../../../src/runtime/kube-client.js";
 import { exitCodeOf } from "../../../src/plan/model.js";
 import { renderText, renderJSON, renderMarkdown } from "../../../src/plan/render.js";
 import { NS, ORG, find, live, manifests, memoryCluster, ready } from "./helpers.js";
@@ -238,6 +239,24 @@ spec: {agentRef: {name: not-made}, tier: standard}`;
     await expect(plan({ list: reader.list }, parse(`${crd}\n---\napiVersion: example.com/v1\nkind: Widget\nmetadata: {name: w, namespace: elsewhere}`), { prune: false })).resolves.toMatchObject({ resources: [] });
     // Without -n, nothing is refused.
     await expect(plan(discovering, manifests(deployment), { prune: false })).resolves.toMatchObject({ resources: [] });
+  });
+
+  it("on a cluster without the CRDs, says they are not installed and how to install them; with them among the manifests, plans a first install", async () => {
+    const noCrds: ClusterReader = {
+      list: async (path) => {
+        if (path.startsWith("/apis/agentcompute.dev/")) throw new KubeApiError({ status: 404, reason: "NotFound", message: "404 page not found", method: "GET", path });
+        return reader.list(path);
+      },
+    };
+    const sandbox = `apiVersion: agentcompute.dev/v1alpha1\nkind: Sandbox\nmetadata: {name: first}\nspec: {tier: standard}`;
+    await expect(plan(noCrds, manifests(sandbox), { prune: false })).rejects.toThrow(
+      `the cluster serves no connections.agentcompute.dev (GET /apis/agentcompute.dev/v1alpha1/namespaces/${NS}/connections: HTTP 404): the agentcompute.dev CustomResourceDefinitions are not installed (or are older than this agent-operator): install the operator first (kubectl apply -k manifests/ from its repository, or its Helm chart: docs/install.md), or plan its CRDs (crds/) with the manifests`,
+    );
+    const crds = ["Connection", "Skill", "Agent", "AgentDeployment", "Sandbox", "SandboxRun"].map(
+      (kind) => `apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata: {name: ${kind.toLowerCase()}s.agentcompute.dev}\nspec: {group: agentcompute.dev, scope: Namespaced, names: {kind: ${kind}}, versions: [{name: v1alpha1}]}`,
+    );
+    const first = await plan(noCrds, manifests([...crds, sandbox].join("\n---\n")), { prune: true });
+    expect(first.resources).toMatchObject([{ kind: "Sandbox", name: "first", action: "create" }]);
   });
 
   it("notes what a new Sandbox's or Agent's create would wait for, as a Skill's", async () => {
