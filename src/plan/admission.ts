@@ -65,7 +65,10 @@ export function specProblems(kind: string, spec: object | undefined): string[] {
   const stored = withDefaults(kind, spec);
   const found: Array<{ path: string; message: string }> = [];
   unknownFields(stored, def.spec as SchemaNode, "spec", found);
-  for (const e of Value.Errors(def.spec, stored)) found.push({ path: `spec${e.instancePath.replaceAll("/", ".")}`, message: e.message });
+  for (const e of Value.Errors(def.spec, stored)) {
+    const { path, value } = located(stored, e.instancePath);
+    found.push({ path: `spec${path}`, message: e.keyword === "enum" ? unsupported(value, e.params) : e.message });
+  }
   // A map's value of the wrong type is said once, as the value's problem (env.A "must be
   // string"), not once more as the map's ("must not have additional properties").
   const echo = (p: { path: string; message: string }) => /additional properties/.test(p.message) && found.some((q) => q.path.startsWith(`${p.path}.`));
@@ -73,11 +76,32 @@ export function specProblems(kind: string, spec: object | undefined): string[] {
   return said.length > SHOWN ? [...said.slice(0, SHOWN), `and ${said.length - SHOWN} more`] : said;
 }
 
+/**
+ * A JSON pointer into the spec as the operator's messages write paths (`.envFrom[0].secretRef`,
+ * `.env.A`), and the value there.
+ */
+function located(spec: unknown, pointer: string): { path: string; value: unknown } {
+  let path = "";
+  let value = spec;
+  for (const raw of pointer.split("/").slice(1)) {
+    const key = raw.replaceAll("~1", "/").replaceAll("~0", "~");
+    path += Array.isArray(value) ? `[${key}]` : `.${key}`;
+    value = typeof value === "object" && value !== null ? (value as Record<string, unknown>)[key] : undefined;
+  }
+  return { path, value };
+}
+
+/** An enum's refusal in the API server's words, with the values it takes. */
+function unsupported(value: unknown, params: unknown): string {
+  const allowed = (params as { allowedValues?: unknown[] } | undefined)?.allowedValues ?? [];
+  return `Unsupported value: ${JSON.stringify(value)}: supported values: ${allowed.map((v) => JSON.stringify(v)).join(", ")}`;
+}
+
 /** Fields the schema does not declare, where it keeps none it does not declare. */
 function unknownFields(value: unknown, schema: SchemaNode | undefined, path: string, out: Array<{ path: string; message: string }>): void {
   if (schema === undefined || typeof value !== "object" || value === null || schema["x-kubernetes-preserve-unknown-fields"] === true) return;
   if (Array.isArray(value)) {
-    value.forEach((item, i) => unknownFields(item, schema.items, `${path}.${i}`, out));
+    value.forEach((item, i) => unknownFields(item, schema.items, `${path}[${i}]`, out));
     return;
   }
   for (const [key, v] of Object.entries(value)) {

@@ -132,7 +132,14 @@ spec:
     );
     expect(refusal(sandbox("{tierr: standard}"))).toBe('m.yaml: Sandbox "box": the API server would refuse it: spec.tierr: unknown field "tierr"; spec: must have required properties tier');
     expect(refusal(sandbox("{tier: standard, envFrom: [{secretRef: {}}]}"))).toBe(
-      'm.yaml: Sandbox "box": the API server would refuse it: spec.envFrom.0.secretRef: must have required properties name',
+      'm.yaml: Sandbox "box": the API server would refuse it: spec.envFrom[0].secretRef: must have required properties name',
+    );
+    // An enum's refusal says the value and the values it takes, as kubectl does; an index is [i], at any depth.
+    expect(refusal(sandbox("{tier: standard, onDelete: Destroy}"))).toBe(
+      'm.yaml: Sandbox "box": the API server would refuse it: spec.onDelete: Unsupported value: "Destroy": supported values: "Release", "Delete"',
+    );
+    expect(refusal(sandbox("{tier: standard, skills: [a, 3], envFrom: [{secretRef: {name: s, key: k}}]}"))).toBe(
+      'm.yaml: Sandbox "box": the API server would refuse it: spec.envFrom[0].secretRef.key: unknown field "key"; spec.skills[1]: must be string',
     );
     // Empty fields (nulls) are dropped before the check, as the API server drops them.
     expect(refusal(sandbox("{tier: standard, env: null}"))).toBe("accepted");
