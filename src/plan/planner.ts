@@ -352,6 +352,14 @@ export async function plan(reader: ClusterReader, manifests: ManifestObject[], o
     for (const m of sorted) {
       const l = liveOf(m.kind, m.metadata.namespace, m.metadata.name);
       const base: ResourcePlan = { kind: m.kind, namespace: m.metadata.namespace, name: m.metadata.name, action: "none", changes: [], notes: [], source: m.source };
+      if (l?.metadata.deletionTimestamp !== undefined) {
+        // Being deleted (held by a pause, a missing Connection, another finalizer): the operator
+        // finishes the deletion whatever the manifest says, and an apply does not bring it back.
+        const r = { ...base, action: "delete" as const, ...deletion(m.kind, plannedObject(m, l)) };
+        r.notes.push(`it is being deleted (metadata.deletionTimestamp ${l.metadata.deletionTimestamp}): applying does not stop that; apply again once it is gone to have it made anew`);
+        out.push(r);
+        continue;
+      }
       if (m.kind === "Connection") {
         out.push(planConnection(base, m, l));
         continue;
@@ -754,28 +762,27 @@ function pruned(live: Live, planned: ManifestObject[], namespaces: string[], sel
   for (const names of ORDER) {
     for (const o of live.byKind.get(names.kind) ?? []) {
       const { namespace, name, labels } = o.metadata;
-      const annotations = o.metadata.annotations ?? {};
       if (!namespaces.includes(namespace) || kept.has(`${names.kind}/${namespace}/${name}`)) continue;
       if (!applied(o)) continue; // created another way (kubectl create, a script): not pruned
       if (selector !== undefined && !selector(labels)) continue;
       if (o.metadata.deletionTimestamp !== undefined) continue;
-      const r: ResourcePlan = { kind: names.kind, namespace, name, action: "delete", changes: [], notes: [] };
-      if (names.kind === "Connection") {
-        r.notes.push("waits until no resource of the namespace uses it");
-      } else if (names.kind === kindNames.sandboxRun.kind) {
-        r.reason = "the run and its output ConfigMap go (a step still running is stopped)";
-      } else {
-        const id = EXTERNAL_IDS[names.kind]?.(o);
-        if (typeof id === "string") r.serviceId = id;
-        const management = managementOf(o.spec);
-        if (o.spec.deletionPolicy === "Orphan") r.reason = "the service object is left in place (deletionPolicy: Orphan)";
-        else if (!management.delete) r.reason = `the service object is left in place (spec.managementPolicies ${management.stated} leaves out Delete)`;
-        else if (names.kind === "Sandbox") r.reason = "its VM is released";
-        else r.reason = "its service object is deleted";
-        if (annotations[Annotations.paused] === "true") r.notes.push("paused: the deletion waits until the annotation is removed");
-      }
-      out.push(r);
+      out.push({ kind: names.kind, namespace, name, action: "delete", changes: [], ...deletion(names.kind, o) });
     }
   }
   return out;
+}
+
+/** What the deletion of `o` does, as the kind's finalizer does it (src/managed/reconciler.ts finalize). */
+function deletion(kind: string, o: Obj): Pick<ResourcePlan, "reason" | "serviceId" | "notes"> {
+  if (kind === "Connection") return { notes: ["waits until no resource of the namespace uses it"] };
+  if (kind === kindNames.sandboxRun.kind) return { reason: "the run and its output ConfigMap go (a step still running is stopped)", notes: [] };
+  const id = EXTERNAL_IDS[kind]?.(o);
+  const management = managementOf(o.spec);
+  let reason: string;
+  if (o.spec.deletionPolicy === "Orphan") reason = "the service object is left in place (deletionPolicy: Orphan)";
+  else if (!management.delete) reason = `the service object is left in place (spec.managementPolicies ${management.stated} leaves out Delete)`;
+  else if (kind === "Sandbox") reason = "its VM is released";
+  else reason = "its service object is deleted";
+  const notes = o.metadata.annotations?.[Annotations.paused] === "true" ? ["paused: the deletion waits until the annotation is removed"] : [];
+  return { reason, ...(typeof id === "string" && { serviceId: id }), notes };
 }

@@ -443,4 +443,29 @@ spec: {agentId: "${agent.id}", tier: standard${deployment}}`;
       notes: ['waits for Connection "typo", which is neither in the cluster nor in the manifests; not checked against the service'],
     });
   });
+
+  it("plans a resource being deleted (held by a pause) as the deletion the operator finishes, not as living on, and exits 2", async () => {
+    /** A live Sandbox deleted, its finalizer holding it, with `annotations` besides kubectl's. */
+    const deleted = (s: ReturnType<typeof liveSandbox>, annotations: Record<string, string> = {}) => ({
+      ...s,
+      metadata: { ...s.metadata, deletionTimestamp: "2030-01-02T00:00:00Z", finalizers: ["agentcompute.dev/finalizer"], annotations: { ...s.metadata.annotations, ...annotations } },
+    });
+    const box = liveSandbox("going-box", { tier: "standard" });
+    cluster.set("sandboxes", [deleted(box, { "agentcompute.dev/paused": "true" }), deleted(liveSandbox("going-orphan", { tier: "standard", deletionPolicy: "Orphan" }))]);
+    try {
+      const yaml = (name: string, meta: string, spec: string) => `apiVersion: agentcompute.dev/v1alpha1\nkind: Sandbox\nmetadata: {name: ${name}${meta}}\nspec: {tier: standard${spec}}`;
+      const p = await plan(reader, manifests([yaml("going-box", ', annotations: {agentcompute.dev/paused: "true"}', ""), yaml("going-orphan", "", ", deletionPolicy: Orphan")].join("\n---\n")), { prune: false });
+      const again = "it is being deleted (metadata.deletionTimestamp 2030-01-02T00:00:00Z): applying does not stop that; apply again once it is gone to have it made anew";
+      expect(find(p, "Sandbox", "going-box")).toMatchObject({
+        action: "delete",
+        serviceId: (box.status as Record<string, unknown>).vmId,
+        reason: "its VM is released",
+        notes: ["paused: the deletion waits until the annotation is removed", again],
+      });
+      expect(find(p, "Sandbox", "going-orphan")).toMatchObject({ action: "delete", reason: "the service object is left in place (deletionPolicy: Orphan)", notes: [again] });
+      expect(exitCodeOf(p)).toBe(2);
+    } finally {
+      cluster.set("sandboxes", []);
+    }
+  });
 });
