@@ -431,6 +431,15 @@ interface Deps {
   createWaits(kind: string, ns: string, name: string): string | undefined;
 }
 
+/** What observeOne saw besides the plan, for planManaged. */
+interface Seen {
+  upToDate: boolean;
+  /** The create would wait (or stall). */
+  createWaits: boolean;
+  /** Leftover service objects the operator gives back (none when it gives back nothing). */
+  leftovers: string[];
+}
+
 /**
  * The plan of one managed resource, and whether the operator brings its service object in line
  * with its spec (created, updated, or found up to date; not paused, not held back by its
@@ -442,8 +451,8 @@ async function planManaged(base: ResourcePlan, cr: Obj, l: Obj | undefined, kind
   const specChanges = diffFields(l === undefined ? undefined : withDefaults(cr.kind, l.spec), cr.spec, "spec");
   const notes = dependencyNotes(cr, deps);
   const paused = cr.metadata.annotations?.[Annotations.paused] === "true";
-  const seen = { upToDate: false, createWaits: false };
-  const result = withinPolicies(cr, await observeOne(base, cr, l, kind, deps, specChanges, notes, seen));
+  const seen: Seen = { upToDate: false, createWaits: false, leftovers: [] };
+  let result = withinPolicies(cr, await observeOne(base, cr, l, kind, deps, specChanges, notes, seen));
   if (paused && result.action !== "none") {
     const plan: ResourcePlan = {
       ...result,
@@ -454,6 +463,15 @@ async function planManaged(base: ResourcePlan, cr: Obj, l: Obj | undefined, kind
   }
   // A create that would wait (or stall) leaves its dependants waiting too.
   const inSync = (result.action === "create" && !seen.createWaits) || result.action === "update" || (result.action === "none" && seen.upToDate && !paused);
+  if (seen.leftovers.length > 0) {
+    // Given back first, whatever else is done: a change in the service even when nothing else is.
+    const giveBack = `gives back ${seen.leftovers.length} leftover service object(s) carrying its marker: ${seen.leftovers.join(", ")}`;
+    if (result.action === "none") {
+      result = { ...result, action: "update", reason: result.reason === undefined ? giveBack : `${giveBack}; ${result.reason}`, changes: result.changes.length > 0 ? result.changes : specChanges };
+    } else {
+      result.notes.push(giveBack);
+    }
+  }
   return { plan: specOnly(result, specChanges), inSync };
 }
 
@@ -481,7 +499,7 @@ async function observeOne(
   deps: Deps,
   specChanges: Change[],
   notes: string[],
-  seen: { upToDate: boolean; createWaits: boolean },
+  seen: Seen,
 ): Promise<ResourcePlan> {
   const { namespace } = cr.metadata;
   const connection = cr.spec.connectionRef?.name ?? DEFAULT_CONNECTION;
@@ -535,9 +553,9 @@ async function observeOne(
     seen.createWaits = waits !== undefined;
     return { ...base, action: "create", changes: specChanges, notes };
   }
-  if (observed.leftovers !== undefined && observed.leftovers.length > 0) {
-    notes.push(`gives back ${observed.leftovers.length} leftover service object(s) carrying its marker: ${observed.leftovers.join(", ")}`);
-  }
+  // As the reconciler: only what the resource may have created is its to give back, and a
+  // paused one gives back nothing.
+  if (managementOf(cr.spec).create && cr.metadata.annotations?.[Annotations.paused] !== "true") seen.leftovers = observed.leftovers ?? [];
   if (observed.unconfirmed !== undefined) {
     // The object is kept (a VM renewed), but whether it is what the spec asks for cannot be
     // told (a Secret or skill it needs is missing, the service's list cannot be read): the

@@ -468,4 +468,31 @@ spec: {agentId: "${agent.id}", tier: standard${deployment}}`;
       cluster.set("sandboxes", []);
     }
   });
+
+  it("plans leftover service objects given back as a change (exit 2), only where the operator gives them back: Create allowed, not paused", async () => {
+    const yaml = (name: string, meta = "", spec = "") => `apiVersion: agentcompute.dev/v1alpha1\nkind: Sandbox\nmetadata: {name: ${name}${meta}}\nspec: {tier: standard${spec}}`;
+    /** A live Sandbox up to date with its VM, and one more VM carrying its marker (what a lost create left). */
+    const withLeftover = (name: string, spec: Record<string, unknown> = {}) => {
+      const s = liveSandbox(name, { tier: "standard", ...spec });
+      return { live: s, leftover: emu.state.allocateVM({ tier: "standard", ttl_seconds: 3600, org_id: ORG, metadata: { [MARKER_KEY]: `uid-${name}` } }).vm_id };
+    };
+    const kept = withLeftover("kept-box");
+    const paused = withLeftover("paused-left");
+    const imported = withLeftover("imported-left", { managementPolicies: ["Observe", "Update", "Delete"] });
+    cluster.set("sandboxes", [kept.live, paused.live, imported.live]);
+    try {
+      const p = await plan(
+        reader,
+        manifests([yaml("kept-box"), yaml("paused-left", ', annotations: {agentcompute.dev/paused: "true"}'), yaml("imported-left", "", ", managementPolicies: [Observe, Update, Delete]")].join("\n---\n")),
+        { prune: false },
+      );
+      expect(find(p, "Sandbox", "kept-box")).toMatchObject({ action: "update", reason: `gives back 1 leftover service object(s) carrying its marker: ${kept.leftover}`, changes: [] });
+      expect(find(p, "Sandbox", "paused-left")).toMatchObject({ action: "none", notes: [] });
+      expect(find(p, "Sandbox", "imported-left")).toMatchObject({ action: "none", notes: [] });
+      expect(exitCodeOf(p)).toBe(2);
+      expect(exitCodeOf(await plan(reader, manifests(yaml("paused-left", ', annotations: {agentcompute.dev/paused: "true"}')), { prune: false }))).toBe(0);
+    } finally {
+      cluster.set("sandboxes", []);
+    }
+  });
 });
