@@ -1,6 +1,6 @@
 import { LocalObjectReference, FreeFormObject, StringMap, Type, type Static } from "./schema.js";
 import { AGENT_REVISION_KEY, MARKER_KEY, OPTIONS_HASH_KEY, kindNames } from "./names.js";
-import { ServiceMetadata, WriteConnectionSecretTo, managedSpecFields, managementPolicyRules, statusSchema, type Resource } from "./common.js";
+import { ServiceMetadata, WriteConnectionSecretTo, has, managedSpecFields, managementPolicyRules, statusSchema, type Resource } from "./common.js";
 import { readyColumns, type KindDefinition } from "./kind.js";
 
 export const AgentDeploymentSpecSchema = Type.Object(
@@ -78,7 +78,7 @@ export const agentDeploymentKind: KindDefinition = {
   spec: AgentDeploymentSpecSchema,
   specValidations: [
     ...managementPolicyRules(),
-    { rule: "has(self.agentRef) != has(self.agentId)", message: "set exactly one of spec.agentRef and spec.agentId" },
+    { rule: "has(self.agentRef) != has(self.agentId)", message: "set exactly one of spec.agentRef and spec.agentId", holds: (self) => has(self, "agentRef") !== has(self, "agentId") },
   ],
   status: AgentDeploymentStatusSchema,
   printerColumns: [

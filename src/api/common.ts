@@ -4,7 +4,7 @@
 import type { ObjectMeta as WireObjectMeta } from "../runtime/kube-client.js";
 import { DEFAULT_CONNECTION } from "./names.js";
 import { SecretReference } from "./refs.js";
-import { LocalObjectReference, StringEnum, StringMap, Type, type Static, type TSchema, type ValidationRule } from "./schema.js";
+import { LocalObjectReference, StringEnum, StringMap, Type, type Spec, type Static, type TSchema, type ValidationRule } from "./schema.js";
 
 export {
   API_VERSION,
@@ -117,6 +117,18 @@ export function managedSpecFields() {
 /** CEL: true when the policies let the operator create the service object. */
 export const MAY_CREATE = "(!has(self.managementPolicies) || '*' in self.managementPolicies || 'Create' in self.managementPolicies)";
 
+/** The spec's managementPolicies, as CEL's has() and `in` read them (undefined: not set). */
+const policiesOf = (self: Spec): unknown[] | undefined => (Array.isArray(self.managementPolicies) ? self.managementPolicies : undefined);
+
+/** MAY_CREATE in JavaScript. */
+export const mayCreate = (self: Spec): boolean => {
+  const p = policiesOf(self);
+  return p === undefined || p.includes("*") || p.includes("Create");
+};
+
+/** CEL's has(self.<field>): the field is set (the API server drops the nulls first). */
+export const has = (self: Spec, field: string): boolean => self[field] !== undefined;
+
 /** The rules every managed kind's spec carries for managementPolicies and deletionPolicy. */
 export function managementPolicyRules(): ValidationRule[] {
   return [
@@ -124,17 +136,26 @@ export function managementPolicyRules(): ValidationRule[] {
       rule: "!has(self.managementPolicies) || !('*' in self.managementPolicies) || size(self.managementPolicies) == 1",
       message: 'spec.managementPolicies: "*" means all of them and stands alone; list either "*" or the ones you want',
       fieldPath: ".managementPolicies",
+      holds: (self) => {
+        const p = policiesOf(self);
+        return p === undefined || !p.includes("*") || p.length === 1;
+      },
     },
     {
       rule: "!has(self.managementPolicies) || '*' in self.managementPolicies || 'Observe' in self.managementPolicies",
       message: "spec.managementPolicies must include Observe: the operator cannot create, update or delete what it does not read",
       fieldPath: ".managementPolicies",
+      holds: (self) => {
+        const p = policiesOf(self);
+        return p === undefined || p.includes("*") || p.includes("Observe");
+      },
     },
     {
       rule: "!has(self.deletionPolicy) || self.deletionPolicy != 'Orphan' || !has(self.managementPolicies) || !('Delete' in self.managementPolicies)",
       message:
         "spec.deletionPolicy: Orphan contradicts spec.managementPolicies listing Delete; remove Delete from the policies (which then orphan on their own), or set deletionPolicy: Delete",
       fieldPath: ".deletionPolicy",
+      holds: (self) => self.deletionPolicy !== "Orphan" || !(policiesOf(self)?.includes("Delete") ?? false),
     },
   ];
 }
@@ -149,6 +170,7 @@ export function requiredToCreate(field: string): ValidationRule {
     message: `spec.${field} is required (unless spec.managementPolicies leaves out Create, to import an existing object)`,
     fieldPath: `.${field}`,
     reason: "FieldValueRequired",
+    holds: (self) => has(self, field) || !mayCreate(self),
   };
 }
 

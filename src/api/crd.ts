@@ -10,14 +10,19 @@ function plainSchema(schema: unknown): unknown {
   return JSON.parse(JSON.stringify(schema, (key, value: unknown) => (key.startsWith("~") ? undefined : value)));
 }
 
+/** A rule as the CRD holds it: without its JavaScript twin, which is the plan's. */
+function inCRD({ holds: _twin, ...r }: ValidationRule): ValidationRule {
+  return r;
+}
+
 /** A creation rule at the object's root, where it holds once there is a status. */
 function atCreation(r: ValidationRule): ValidationRule {
-  return { ...r, rule: `has(self.status) || (${r.rule})` };
+  return { ...inCRD(r), rule: `has(self.status) || (${r.rule})` };
 }
 
 export function toCRD(def: KindDefinition): Json {
   const spec = plainSchema(def.spec) as Json;
-  if (def.specValidations.length > 0) spec["x-kubernetes-validations"] = def.specValidations;
+  if (def.specValidations.length > 0) spec["x-kubernetes-validations"] = def.specValidations.map(inCRD);
   const creation = (def.creationValidations ?? []).map(atCreation);
   return {
     apiVersion: "apiextensions.k8s.io/v1",

@@ -1,6 +1,6 @@
 import { CONFIG_HASH_KEY, MARKER_KEY, SECRETS_HASH_KEY, kindNames } from "./names.js";
 import { StringEnum, StringMap, Type, type Static } from "./schema.js";
-import { EnvFromSecrets, ServiceMetadata, WriteConnectionSecretTo, managedSpecFields, managementPolicyRules, statusSchema, type Resource } from "./common.js";
+import { EnvFromSecrets, ServiceMetadata, WriteConnectionSecretTo, has, managedSpecFields, managementPolicyRules, statusSchema, type Resource } from "./common.js";
 import { readyColumns, type KindDefinition } from "./kind.js";
 
 export const SandboxSpecSchema = Type.Object(
@@ -148,6 +148,7 @@ export const sandboxKind: KindDefinition = {
       rule: "!has(self.renewBeforeSeconds) || !has(self.ttlSeconds) || self.renewBeforeSeconds < self.ttlSeconds",
       message: "spec.renewBeforeSeconds must be less than spec.ttlSeconds",
       fieldPath: ".renewBeforeSeconds",
+      holds: (self) => !has(self, "renewBeforeSeconds") || !has(self, "ttlSeconds") || Number(self.renewBeforeSeconds) < Number(self.ttlSeconds),
     },
   ],
   status: SandboxStatusSchema,

@@ -15,7 +15,16 @@ export interface ValidationRule {
   /** Optional field path the error is reported on, e.g. ".orgId". */
   fieldPath?: string;
   reason?: "FieldValueInvalid" | "FieldValueForbidden" | "FieldValueRequired" | "FieldValueDuplicate";
+  /**
+   * The same rule in JavaScript, over the spec as stored (defaults applied): `plan` checks a
+   * new object with it, having no CEL engine. Written next to the rule, for the rules that read
+   * no oldSelf and are a line of JavaScript; not in the CRD.
+   */
+  holds?: (self: Spec) => boolean;
 }
+
+/** A spec as a rule's JavaScript twin reads it. */
+export type Spec = Record<string, unknown>;
 
 /** A map of string to string: labels-like free maps (env, metadata). */
 export function StringMap(description: string, extra: { maxProperties?: number; "x-kubernetes-validations"?: ValidationRule[] } = {}) {

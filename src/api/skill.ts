@@ -1,6 +1,6 @@
 import { ConfigMapKeySelector, ConfigMapReference } from "./refs.js";
 import { kindNames } from "./names.js";
-import { MAY_CREATE, immutableField, managedSpecFields, managementPolicyRules, statusSchema, type Resource } from "./common.js";
+import { MAY_CREATE, has, immutableField, mayCreate, managedSpecFields, managementPolicyRules, statusSchema, type Resource } from "./common.js";
 import { readyColumns, type KindDefinition } from "./kind.js";
 import { StringMap, Type, type Static } from "./schema.js";
 
@@ -64,16 +64,19 @@ export const skillKind: KindDefinition = {
     {
       rule: "!(has(self.content) && has(self.contentFrom))",
       message: "set at most one of spec.content and spec.contentFrom",
+      holds: (self) => !(has(self, "content") && has(self, "contentFrom")),
     },
     {
       rule: `has(self.content) || has(self.contentFrom) || !${MAY_CREATE}`,
       message:
         "set one of spec.content and spec.contentFrom (they may be left out only when spec.managementPolicies leaves out Create, to import an existing skill)",
       reason: "FieldValueRequired",
+      holds: (self) => has(self, "content") || has(self, "contentFrom") || !mayCreate(self),
     },
     {
       rule: "!(has(self.resources) && has(self.resourcesFrom))",
       message: "set at most one of spec.resources and spec.resourcesFrom",
+      holds: (self) => !(has(self, "resources") && has(self, "resourcesFrom")),
     },
     immutableField("name", "it is the skill's key in the service"),
   ],

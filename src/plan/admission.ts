@@ -3,7 +3,8 @@
 // (specProblems; kubectl's default, --validate=strict, refuses unknown fields too). A spec it
 // would refuse is not planned: the plan would describe a change that cannot be made, in words
 // about something else (a string of skills read letter by letter, a Secret "undefined").
-// The CEL rules (x-kubernetes-validations) are not checked here; the API server still does.
+// Of the CEL rules (x-kubernetes-validations), the spec's that have a JavaScript twin are
+// checked (ruleProblems); the others (oldSelf, the nested ones) are left to the API server.
 import Value from "typebox/value";
 import { allKinds } from "../api/index.js";
 
@@ -110,4 +111,15 @@ function unknownFields(value: unknown, schema: SchemaNode | undefined, path: str
     else if (typeof schema.additionalProperties === "object") unknownFields(v, schema.additionalProperties, `${path}.${key}`, out);
     else if (schema.additionalProperties !== true && schema.properties !== undefined) out.push({ path: `${path}.${key}`, message: `unknown field "${key}"` });
   }
+}
+
+/**
+ * The messages of the spec's CEL rules that `spec` of `kind`, stored as withDefaults stores it,
+ * breaks: those with a JavaScript twin (ValidationRule.holds), such as requiredToCreate.
+ */
+export function ruleProblems(kind: string, spec: object | undefined): string[] {
+  const def = allKinds.find((k) => k.kind === kind);
+  if (def === undefined) return [];
+  const stored = withDefaults(kind, spec);
+  return def.specValidations.filter((r) => r.holds !== undefined && !r.holds(stored)).map((r) => r.message);
 }

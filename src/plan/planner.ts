@@ -20,7 +20,7 @@ import type { Informer } from "../runtime/informer.js";
 import { KubeApiError, resourcePath, type KubeClient } from "../runtime/kube-client.js";
 import { silentLogger } from "../runtime/logging.js";
 import { change, diffFields, sameJSON } from "./diff.js";
-import { withDefaults } from "./admission.js";
+import { ruleProblems, withDefaults } from "./admission.js";
 import { ManifestError, isPlanned, type ManifestObject } from "./manifests.js";
 import { SENSITIVE, summarize, type Change, type PlanResult, type ResourcePlan } from "./model.js";
 import type { LabelMatcher } from "./selector.js";
@@ -263,6 +263,15 @@ export async function plan(reader: ClusterReader, manifests: ManifestObject[], o
   const liveOf = (kind: string, ns: string, name: string) =>
     live.byKind.get(kind)?.find((o) => o.metadata.namespace === ns && o.metadata.name === name);
   const planned = selected.filter(isPlanned);
+  // The spec's CEL rules, where the API server runs them: a new object, or a spec that changes
+  // (an unchanged one is let through by its ratcheting). One it refuses is a bad manifest, as
+  // one the schema refuses is, not a create the plan cannot keep.
+  for (const m of planned) {
+    const l = liveOf(m.kind, m.metadata.namespace, m.metadata.name);
+    if (l !== undefined && sameJSON(withDefaults(m.kind, l.spec), withDefaults(m.kind, m.spec))) continue;
+    const problems = ruleProblems(m.kind, m.spec);
+    if (problems.length > 0) throw new ManifestError(`${m.source}: ${m.kind} "${m.metadata.name}": the API server would refuse it: ${problems.join("; ")}`);
+  }
   const inManifests = (kind: string, ns: string, name: string) => planned.find((m) => m.kind === kind && m.metadata.namespace === ns && m.metadata.name === name);
 
   // What the kinds read, as it will be once the manifests are applied.

@@ -495,4 +495,27 @@ spec: {agentId: "${agent.id}", tier: standard${deployment}}`;
       cluster.set("sandboxes", []);
     }
   });
+
+  it("refuses a new resource the spec's CEL rules refuse (an Agent without image, a deployment naming its Agent twice) as the API server would, not plan its create", async () => {
+    const agent = (name: string, spec: string) => `apiVersion: agentcompute.dev/v1alpha1\nkind: Agent\nmetadata: {name: ${name}}\nspec: {${spec}}`;
+    await expect(plan(reader, manifests(agent("no-image", "description: d")), { prune: false })).rejects.toThrow(
+      new ManifestError('m.yaml: Agent "no-image": the API server would refuse it: spec.image is required (unless spec.managementPolicies leaves out Create, to import an existing object)'),
+    );
+    const deployment = 'apiVersion: agentcompute.dev/v1alpha1\nkind: AgentDeployment\nmetadata: {name: twice}\nspec: {agentId: "a-1", agentRef: {name: x}, tier: standard}';
+    await expect(plan(reader, manifests(deployment), { prune: false })).rejects.toThrow('m.yaml: AgentDeployment "twice": the API server would refuse it: set exactly one of spec.agentRef and spec.agentId');
+    const sandbox = "apiVersion: agentcompute.dev/v1alpha1\nkind: Sandbox\nmetadata: {name: short}\nspec: {tier: standard, ttlSeconds: 60, renewBeforeSeconds: 60, managementPolicies: ['*', Create]}";
+    await expect(plan(reader, manifests(sandbox), { prune: false })).rejects.toThrow(
+      'm.yaml: Sandbox "short": the API server would refuse it: spec.managementPolicies: "*" means all of them and stands alone; list either "*" or the ones you want; spec.renewBeforeSeconds must be less than spec.ttlSeconds',
+    );
+    // Without Create (an import), an image is not needed.
+    expect(find(await plan(reader, manifests(agent("imported", "managementPolicies: [Observe]")), { prune: false }), "Agent", "imported").action).toBe("none");
+    // One stored before the rule, unchanged, is let through, as the API server's ratcheting does.
+    cluster.set("agents", [live("old-no-image", { description: "d" }, {})]);
+    try {
+      await expect(plan(reader, manifests(agent("old-no-image", "description: d")), { prune: false })).resolves.toBeDefined();
+      await expect(plan(reader, manifests(agent("old-no-image", "description: e")), { prune: false })).rejects.toThrow("spec.image is required");
+    } finally {
+      cluster.set("agents", []);
+    }
+  });
 });
