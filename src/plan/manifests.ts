@@ -236,7 +236,13 @@ function stringMap(value: unknown, field: string, at: string): Record<string, st
       out[k] = v;
       continue;
     }
-    const hint = typeof v === "number" || typeof v === "boolean" ? `quote it: "${String(v)}"` : v === null ? 'an empty value is written ""' : `not a ${Array.isArray(v) ? "list" : "mapping"}`;
+    // `key:` with no value: the API server's decoder makes a new object's value empty (and
+    // kubectl apply's merge patch removes the key from an existing one).
+    if (v === null) {
+      out[k] = "";
+      continue;
+    }
+    const hint = typeof v === "number" || typeof v === "boolean" ? `quote it: "${String(v)}"` : `not a ${Array.isArray(v) ? "list" : "mapping"}`;
     throw new ManifestError(`${at}: ${field}[${JSON.stringify(k)}]: must be a string (${hint})`);
   }
   return out;
