@@ -1,0 +1,52 @@
+// The plan checks the CRDs' CEL rules with a JavaScript twin of each (ValidationRule.holds, in
+// src/api), having no CEL engine. Here the real API server judges the same specs (created with
+// --dry-run=server, defaults applied as when stored): a spec is refused with exactly the
+// messages of the rules whose twins say it breaks them, and accepted when none do. A twin that
+// drifts from its rule fails here.
+import { describe, expect, it } from "vitest";
+import { allKinds } from "../../../src/api/index.js";
+import { ruleProblems } from "../../../src/plan/admission.js";
+import { kubectl, useTestNamespace } from "../support/kube.js";
+import { installCRDs } from "../support/operator.js";
+
+const ns = useTestNamespace("rules");
+
+const CASES: Array<[kind: string, spec: Record<string, unknown>]> = [
+  ["Agent", { image: "img:1" }],
+  ["Agent", {}],
+  ["Agent", { managementPolicies: ["Observe"] }],
+  ["Agent", { managementPolicies: ["Create"] }],
+  ["Agent", { image: "img:1", managementPolicies: ["*", "Observe"] }],
+  ["Agent", { image: "img:1", deletionPolicy: "Orphan", managementPolicies: ["Observe", "Delete"] }],
+  ["Agent", { image: "img:1", deletionPolicy: "Orphan", managementPolicies: ["Observe", "Create"] }],
+  ["AgentDeployment", { agentRef: { name: "a" } }],
+  ["AgentDeployment", { agentId: "a-1" }],
+  ["AgentDeployment", {}],
+  ["AgentDeployment", { agentRef: { name: "a" }, agentId: "a-1" }],
+  ["Sandbox", { tier: "standard" }],
+  ["Sandbox", { tier: "standard", ttlSeconds: 60, renewBeforeSeconds: 60 }],
+  ["Sandbox", { tier: "standard", ttlSeconds: 60, renewBeforeSeconds: 30 }],
+  // Against the default ttlSeconds, applied before the rule is evaluated.
+  ["Sandbox", { tier: "standard", renewBeforeSeconds: 4000 }],
+  ["Sandbox", { tier: "standard", renewBeforeSeconds: 600 }],
+  ["Skill", { content: "# x" }],
+  ["Skill", {}],
+  ["Skill", { managementPolicies: ["Observe"] }],
+  ["Skill", { content: "# x", contentFrom: { configMapKeyRef: { name: "c", key: "k" } } }],
+  ["Skill", { content: "# x", resources: { a: "b" }, resourcesFrom: { configMapRef: { name: "c" } } }],
+];
+
+describe("the plan's twins of the CRDs' CEL rules", () => {
+  it("refuse exactly what the API server refuses, with its messages", async () => {
+    await installCRDs();
+    for (const [i, [kind, spec]] of CASES.entries()) {
+      const object = { apiVersion: "agentcompute.dev/v1alpha1", kind, metadata: { name: `case-${i}` }, spec };
+      const said = ruleProblems(kind, spec);
+      const res = await kubectl(["create", "--dry-run=server", "-o", "name", "-f", "-"], { namespace: ns.name, input: JSON.stringify(object) });
+      const what = `${kind} ${JSON.stringify(spec)}: ${res.stderr}`;
+      expect(res.exitCode === 0, what).toBe(said.length === 0);
+      const twinned = allKinds.find((k) => k.kind === kind)?.specValidations.filter((r) => r.holds !== undefined) ?? [];
+      for (const { message } of twinned) expect(res.stderr.includes(message), `${what} (${message})`).toBe(said.includes(message));
+    }
+  });
+});
