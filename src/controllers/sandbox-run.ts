@@ -7,7 +7,7 @@ import { createHash } from "node:crypto";
 import type { Logger } from "pino";
 import { API_VERSION, Annotations, DEFAULT_CONNECTION, FINALIZER, GROUP, RUN_LABEL, RunPhase, VERSION, kindNames, type RunPhaseName } from "../api/names.js";
 import type { RunStepStatus, Sandbox, SandboxRun, SandboxRunStatus, Skill } from "../api/index.js";
-import { errorMessage } from "../lib/errors.js";
+import { errorMessage, retold } from "../lib/errors.js";
 import { NotReadyError, classify } from "../managed/errors.js";
 import { patchFinalizers, removeFinalizer } from "../managed/finalizers.js";
 import { afterBackoff } from "../managed/requeue.js";
@@ -850,7 +850,7 @@ class Pass {
     // What is thrown is logged ("reconciler error"): with the run's secrets masked, as in status.
     const raw = errorMessage(err);
     const maskedRaw = this.masked(raw);
-    const retry = maskedRaw === raw ? err : new Error(maskedRaw);
+    const retry = maskedRaw === raw ? err : retold(err, maskedRaw);
     // The retry backs off, but comes back no later than the run's VM's next renewal (a failing
     // agentd or API server must not cost the run its VM), nor than its deadline (the failures
     // would otherwise hold the run up to the backoff's 1,000 s past it). A deadline passed

@@ -31,3 +31,22 @@ export function parseJsonOr(text: string, fail: (notJson: string) => Error): unk
     throw fail(`not JSON (${text.length} characters${at !== undefined ? `, fault at ${at}` : ""})`);
   }
 }
+
+/** How long the failure's source asked to be left alone (a Retry-After, as `retryAfterMs` anywhere in the cause chain). */
+export function retryAfterOf(err: unknown): number | undefined {
+  for (let e: unknown = err, depth = 0; e instanceof Error && depth < 8; e = e.cause, depth++) {
+    const ms = (e as { retryAfterMs?: unknown }).retryAfterMs;
+    if (typeof ms === "number" && ms > 0) return ms;
+  }
+  return undefined;
+}
+
+/**
+ * The same failure told in other words (a message with secrets masked): a new Error without
+ * the original as its cause (whose message is what is being replaced), but keeping when it asked
+ * to be tried again (retryAfterOf).
+ */
+export function retold(err: unknown, message: string): Error {
+  const retryAfterMs = retryAfterOf(err);
+  return Object.assign(new Error(message), retryAfterMs === undefined ? {} : { retryAfterMs });
+}

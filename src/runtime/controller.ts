@@ -11,7 +11,7 @@
 // controller_runtime_reconcile_panics_total: nothing a reconciler does kills the process.
 import type { Logger } from "pino";
 import { randomUUID } from "node:crypto";
-import { errorMessage } from "../lib/errors.js";
+import { errorMessage, retryAfterOf } from "../lib/errors.js";
 import type { Informer } from "./informer.js";
 import type { KubeObject } from "./kube-client.js";
 import type { Metrics } from "./metrics.js";
@@ -45,11 +45,8 @@ export const MAX_SERVER_ASKED_WAIT_MS = 10 * 60_000;
  * key comes back no sooner (a failure the client retried itself, waiting that long, too).
  */
 export function serverAskedWaitMs(err: unknown): number | undefined {
-  for (let e: unknown = err, depth = 0; e instanceof Error && depth < 8; e = e.cause, depth++) {
-    const ms = (e as { retryAfterMs?: unknown }).retryAfterMs;
-    if (typeof ms === "number" && ms > 0) return Math.min(ms, MAX_SERVER_ASKED_WAIT_MS);
-  }
-  return undefined;
+  const ms = retryAfterOf(err);
+  return ms === undefined ? undefined : Math.min(ms, MAX_SERVER_ASKED_WAIT_MS);
 }
 
 /** The soonest a failure's RetryNoLaterThan brings its key back. */

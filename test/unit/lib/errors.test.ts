@@ -1,6 +1,6 @@
-// errorMessage (src/lib/errors.ts): what logs, conditions and Events say about a thrown value.
+// errorMessage, retold (src/lib/errors.ts): what logs, conditions and Events say about a thrown value.
 import { describe, expect, it } from "vitest";
-import { errorMessage } from "../../../src/lib/errors.js";
+import { errorMessage, retold, retryAfterOf } from "../../../src/lib/errors.js";
 
 describe("errorMessage", () => {
   it("is an Error's message", () => {
@@ -21,5 +21,18 @@ describe("errorMessage", () => {
     const cyclic: Record<string, unknown> = {};
     cyclic.self = cyclic;
     expect(errorMessage(cyclic, { labelNonError: true })).toBe("non-Error thrown");
+  });
+});
+
+describe("retold", () => {
+  it("says the failure in other words (a secret masked) without the original as its cause, but still asks to wait as long as the service did", () => {
+    const original = Object.assign(new Error("429 for token s3cr3t-value"), { retryAfterMs: 30_000 });
+    const wrapped = new Error("step failed", { cause: original });
+    const told = retold(wrapped, "step failed: 429 for token ***");
+    expect(told.message).toBe("step failed: 429 for token ***");
+    expect(told.cause).toBeUndefined();
+    expect(JSON.stringify(told)).not.toContain("s3cr3t-value");
+    expect(retryAfterOf(told)).toBe(30_000);
+    expect(retryAfterOf(retold(new Error("x"), "y"))).toBeUndefined();
   });
 });
