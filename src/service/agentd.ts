@@ -29,7 +29,7 @@
 import { StringDecoder } from "node:string_decoder";
 import { createParser } from "eventsource-parser";
 import type { Dispatcher } from "undici";
-import { serviceDispatcher } from "./dispatcher.js";
+import { ServiceDispatchers } from "./dispatcher.js";
 import { ServiceError, httpErrorMessage, parseErrorBody } from "./errors.js";
 import { DEFAULTS } from "./options.js";
 import type { Forwarding } from "./options.js";
@@ -143,7 +143,7 @@ export class AgentdClient {
   private readonly origin: string;
   /** `<base path>/compute/v1/vms/<id>/r/` */
   private readonly prefix: string;
-  private readonly agent: Dispatcher;
+  private readonly dispatchers: ServiceDispatchers;
   private readonly timeoutMs: number;
   /** Named after the replica in sharded mode, as the service client's. */
   private readonly userAgent = userAgent("agent-operator/agentd-client");
@@ -155,7 +155,7 @@ export class AgentdClient {
     this.origin = u.origin;
     this.prefix = `${u.pathname.replace(/\/+$/, "")}/compute/v1/vms/${encodeURIComponent(opts.vmId)}/r/`;
     this.timeoutMs = opts.timeoutMs ?? DEFAULTS.timeoutMs;
-    this.agent = serviceDispatcher({
+    this.dispatchers = new ServiceDispatchers({
       headersTimeoutMs: this.timeoutMs,
       insecureSkipTLSVerify: opts.insecureSkipTLSVerify,
       caCert: opts.caCert,
@@ -353,7 +353,7 @@ export class AgentdClient {
   }
 
   close(): Promise<void> {
-    return this.agent.close();
+    return this.dispatchers.close();
   }
 
   // -------------------------------------------------------------------------------------
@@ -407,7 +407,7 @@ export class AgentdClient {
         this.opts.forwarding?.attempted({ operation: `agentd.${operation}`, method, status, durationSeconds: (performance.now() - started) / 1000, attempt });
       let res: Dispatcher.ResponseData;
       try {
-        res = await this.agent.request({
+        res = await this.dispatchers.for(this.origin).request({
           origin: this.origin,
           path: this.prefix + path,
           method,

@@ -3,8 +3,7 @@
 // deadline, and failures turned into a TransportError that says whether the request can
 // have reached the service. Retries, auth and parsing live above this layer.
 
-import type { Dispatcher } from "undici";
-import { serviceDispatcher } from "./dispatcher.js";
+import { ServiceDispatchers } from "./dispatcher.js";
 import { isNotSentCode, isTLSCode } from "./retry.js";
 
 export type HttpMethod = "GET" | "POST" | "PUT" | "DELETE";
@@ -51,12 +50,12 @@ export class TransportError extends Error {
 }
 
 export class HttpTransport {
-  private readonly agent: Dispatcher;
+  private readonly dispatchers: ServiceDispatchers;
   private readonly timeoutMs: number;
 
   constructor(o: TransportOptions) {
     this.timeoutMs = o.timeoutMs;
-    this.agent = serviceDispatcher({
+    this.dispatchers = new ServiceDispatchers({
       connections: o.maxConnections,
       // Backstops to the per-attempt AbortSignal deadline (undici's default is 300 s).
       headersTimeoutMs: o.timeoutMs,
@@ -73,7 +72,7 @@ export class HttpTransport {
     const ac = new AbortController();
     const timer = setTimeout(abortWithTimeout, this.timeoutMs, ac);
     try {
-      const res = await this.agent.request({
+      const res = await this.dispatchers.for(req.origin).request({
         origin: req.origin,
         path: req.path,
         method: req.method,
@@ -92,7 +91,7 @@ export class HttpTransport {
   }
 
   close(): Promise<void> {
-    return this.agent.close();
+    return this.dispatchers.close();
   }
 }
 

@@ -11,6 +11,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { AgentdClient } from "../../../src/service/agentd.js";
+import { proxyFor, proxySettings } from "../../../src/service/dispatcher.js";
 import type { ExecEvent } from "../../../src/service/agentd.js";
 import { ServiceError } from "../../../src/service/index.js";
 import { newClient, rejection, start, type Harness } from "./helpers.js";
@@ -26,7 +27,8 @@ beforeAll(async () => {
   proxy = createServer((req, res) => {
     const target = new URL(req.url ?? "");
     tunnels.push(target.host);
-    const upstream = request(target, { method: req.method, headers: req.headers }, (answer) => {
+    // The proxy resolves the names (here: every name is this machine).
+    const upstream = request({ host: "127.0.0.1", port: target.port, path: `${target.pathname}${target.search}`, method: req.method, headers: req.headers }, (answer) => {
       res.writeHead(answer.statusCode ?? 502, answer.headers);
       answer.pipe(res);
     });
@@ -35,8 +37,8 @@ beforeAll(async () => {
   });
   proxy.on("connect", (req, client, head) => {
     tunnels.push(req.url ?? "");
-    const [host, port] = (req.url ?? "").split(":");
-    const upstream = connect(Number(port), host, () => {
+    const [, port] = (req.url ?? "").split(":");
+    const upstream = connect(Number(port), "127.0.0.1", () => {
       client.write("HTTP/1.1 200 Connection Established\r\n\r\n");
       upstream.write(head);
       upstream.pipe(client);
@@ -55,9 +57,15 @@ afterAll(async () => {
   await h.close();
 });
 
-/** Builds what `make` builds with these proxy variables set in the environment (read when built). */
+const PROXY_VARIABLES = ["HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy"];
+
+/** A URL of the emulator's under a name only the proxy resolves (loopback is never proxied). */
+const viaName = (url: string) => url.replace("127.0.0.1", "emulator.test");
+
+/** Builds what `make` builds with these proxy variables (and no other) set in the environment (read when built). */
 function withEnv<T>(vars: Record<string, string>, make: () => T): T {
-  const before = Object.fromEntries(Object.keys(vars).map((k) => [k, process.env[k]]));
+  const before = Object.fromEntries(PROXY_VARIABLES.map((k) => [k, process.env[k]]));
+  for (const k of PROXY_VARIABLES) delete process.env[k];
   Object.assign(process.env, vars);
   try {
     return make();
@@ -71,17 +79,17 @@ function withEnv<T>(vars: Record<string, string>, make: () => T): T {
 
 describe("an egress proxy from the environment", () => {
   it("carries the token request, the service's API and agentd's commands", async () => {
-    const origin = new URL(h.emu.baseURL).host;
+    const [baseURL, authURL] = [viaName(h.emu.baseURL), viaName(h.emu.authURL)];
     tunnels.length = 0;
-    const client = withEnv({ HTTP_PROXY: proxyURL }, () => newClient(h.emu));
+    const client = withEnv({ HTTP_PROXY: proxyURL }, () => newClient(h.emu, { baseURL, authURL }));
     const vm = await client.vms.allocate({ tier: "standard" });
-    const agentd = withEnv({ HTTP_PROXY: proxyURL }, () => new AgentdClient({ baseURL: h.emu.baseURL, vmId: vm.vm_id, accessToken: (r) => client.accessToken(r) }));
+    const agentd = withEnv({ HTTP_PROXY: proxyURL }, () => new AgentdClient({ baseURL, vmId: vm.vm_id, accessToken: (r) => client.accessToken(r) }));
     try {
       const events: ExecEvent[] = [];
       for await (const e of agentd.runCommand("echo through")) events.push(e);
       expect(events.filter((e) => e.type === "stdout").map((e) => (e as { text: string }).text).join("")).toBe("through\n");
       expect(tunnels.length).toBeGreaterThanOrEqual(2);
-      expect(new Set(tunnels)).toEqual(new Set([origin, new URL(h.emu.authURL).host]));
+      expect(new Set(tunnels)).toEqual(new Set([new URL(baseURL).host, new URL(authURL).host]));
     } finally {
       await agentd.close();
       await client.close();
@@ -92,7 +100,7 @@ describe("an egress proxy from the environment", () => {
     // The service behind TLS with a certificate of its own CA (self-signed, made here).
     const dir = mkdtempSync(join(tmpdir(), "proxy-tls-"));
     const [keyFile, certFile] = [join(dir, "tls.key"), join(dir, "tls.crt")];
-    execFileSync("openssl", ["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", keyFile, "-out", certFile, "-days", "1", "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"], { stdio: "ignore" });
+    execFileSync("openssl", ["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", keyFile, "-out", certFile, "-days", "1", "-subj", "/CN=emulator.test", "-addext", "subjectAltName=DNS:emulator.test"], { stdio: "ignore" });
     const cert = readFileSync(certFile, "utf8");
     const upstream = new URL(h.emu.baseURL);
     const front = createHttpsServer({ key: readFileSync(keyFile), cert }, (req, res) => {
@@ -103,10 +111,11 @@ describe("an egress proxy from the environment", () => {
       req.pipe(out);
     });
     await new Promise<void>((resolve) => front.listen(0, "127.0.0.1", resolve));
-    const baseURL = `https://127.0.0.1:${(front.address() as AddressInfo).port}`;
+    const baseURL = `https://emulator.test:${(front.address() as AddressInfo).port}`;
     const env = { HTTPS_PROXY: proxyURL, HTTP_PROXY: proxyURL };
-    const trusting = withEnv(env, () => newClient(h.emu, { baseURL, caCert: cert }));
-    const untrusting = withEnv(env, () => newClient(h.emu, { baseURL }));
+    const authURL = viaName(h.emu.authURL);
+    const trusting = withEnv(env, () => newClient(h.emu, { baseURL, authURL, caCert: cert }));
+    const untrusting = withEnv(env, () => newClient(h.emu, { baseURL, authURL }));
     try {
       tunnels.length = 0;
       expect(Array.isArray(await trusting.vms.list({}))).toBe(true);
@@ -123,14 +132,51 @@ describe("an egress proxy from the environment", () => {
     }
   });
 
-  it("is not used for a host NO_PROXY names", async () => {
+  it("is not used for a host NO_PROXY names, nor for loopback", async () => {
     tunnels.length = 0;
-    const client = withEnv({ HTTP_PROXY: proxyURL, NO_PROXY: "127.0.0.1" }, () => newClient(h.emu));
+    const named = withEnv({ HTTP_PROXY: proxyURL, NO_PROXY: "example.com" }, () => newClient(h.emu));
     try {
-      await client.vms.list({});
-      expect(tunnels).toEqual([]);
+      await named.vms.list({});
+      expect(tunnels).toEqual([]); // 127.0.0.1: never proxied
     } finally {
-      await client.close();
+      await named.close();
     }
+  });
+});
+
+describe("which proxy an origin goes through, as Go programs decide it", () => {
+  const via = (url: string, env: Record<string, string>) => proxyFor(new URL(url), proxySettings(env));
+
+  it("takes HTTPS_PROXY for https and HTTP_PROXY for http, each on its own; a value without a scheme is http://", () => {
+    expect(via("https://api.example.com", { HTTP_PROXY: "http://p:3128" })).toBeUndefined();
+    expect(via("http://api.example.com", { HTTP_PROXY: "http://p:3128" })).toBe("http://p:3128/");
+    expect(via("https://api.example.com", { HTTPS_PROXY: "proxy.corp:3128" })).toBe("http://proxy.corp:3128/");
+    expect(via("https://api.example.com", { https_proxy: "http://lower:1" })).toBe("http://lower:1/");
+    expect(via("https://api.example.com", { HTTPS_PROXY: "http://upper:1", https_proxy: "http://lower:1" })).toBe("http://upper:1/");
+  });
+
+  it("leaves out loopback and what NO_PROXY lists: *, addresses, CIDR ranges, domains (with subdomains; .domain: subdomains only), ports", () => {
+    const env = (noProxy: string) => ({ HTTPS_PROXY: "http://p:1", NO_PROXY: noProxy });
+    expect(via("https://localhost:8443", env(""))).toBeUndefined();
+    expect(via("https://127.0.0.5", env(""))).toBeUndefined();
+    expect(via("https://[::1]:8443", env(""))).toBeUndefined();
+    expect(via("https://api.example.com", env("*"))).toBeUndefined();
+    expect(via("https://10.1.2.3", env("10.0.0.0/8"))).toBeUndefined();
+    expect(via("https://11.1.2.3", env("10.0.0.0/8"))).toBe("http://p:1/");
+    expect(via("https://192.168.1.9", env("192.168.1.9"))).toBeUndefined();
+    expect(via("https://api.example.com", env("example.com"))).toBeUndefined();
+    expect(via("https://example.com", env("example.com"))).toBeUndefined();
+    expect(via("https://example.com", env(".example.com"))).toBe("http://p:1/");
+    expect(via("https://a.example.com", env("*.example.com"))).toBeUndefined();
+    expect(via("https://notexample.com", env("example.com"))).toBe("http://p:1/");
+    expect(via("https://api.example.com", env("example.com:8443"))).toBe("http://p:1/");
+    expect(via("https://api.example.com:8443", env("example.com:8443"))).toBeUndefined();
+    expect(via("https://svc.ns.svc.cluster.local", env(" .svc.cluster.local , 10.96.0.0/12"))).toBeUndefined();
+  });
+
+  it("names a proxy variable that is not a URL, never its value (which may hold the proxy's password)", () => {
+    expect(() => proxySettings({ HTTPS_PROXY: "http://user:s3cret@[bad" })).toThrow(/^\$HTTPS_PROXY is not a proxy URL/);
+    expect(() => proxySettings({ HTTPS_PROXY: "http://user:s3cret@[bad" })).not.toThrow(/s3cret/);
+    expect(() => proxySettings({ https_proxy: "socks5://p:1080" })).toThrow("$https_proxy: a proxy must be http:// or https://, not socks5://");
   });
 });
