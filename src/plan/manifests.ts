@@ -242,7 +242,9 @@ function stringMap(value: unknown, field: string, at: string): Record<string, st
       out[k] = "";
       continue;
     }
-    const hint = typeof v === "number" || typeof v === "boolean" ? `quote it: "${String(v)}"` : `not a ${Array.isArray(v) ? "list" : "mapping"}`;
+    // The value is not repeated: it may be a Secret's (a PIN read as a number), and what YAML
+    // made of it (0755 read as 493) is not what was written.
+    const hint = typeof v === "number" || typeof v === "boolean" ? "quote the value" : `not a ${Array.isArray(v) ? "list" : "mapping"}`;
     throw new ManifestError(`${at}: ${field}[${JSON.stringify(k)}]: must be a string (${hint})`);
   }
   return out;

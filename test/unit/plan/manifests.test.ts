@@ -65,11 +65,13 @@ describe("manifest loading", () => {
     const bad = (text: string) => () => parseSources([{ name: "f.yaml", text }], "ns");
     // Unquoted, `true` is a boolean: kubectl apply refuses it, so the Skill is not paused.
     expect(bad(`${skill("a")}\n---\n${skill("b").replace("{name: b}", "{name: b, annotations: {agentcompute.dev/paused: true}}")}`)).toThrow(
-      'f.yaml: document 2: Skill "b": metadata.annotations["agentcompute.dev/paused"]: must be a string (quote it: "true")',
+      'f.yaml: document 2: Skill "b": metadata.annotations["agentcompute.dev/paused"]: must be a string (quote the value)',
     );
-    expect(bad(skill("a").replace("{name: a}", "{name: a, labels: {tier: 2}}"))).toThrow('f.yaml: Skill "a": metadata.labels["tier"]: must be a string (quote it: "2")');
+    expect(bad(skill("a").replace("{name: a}", "{name: a, labels: {tier: 2}}"))).toThrow('f.yaml: Skill "a": metadata.labels["tier"]: must be a string (quote the value)');
     expect(bad(skill("a").replace("{name: a}", "{name: a, labels: [x]}"))).toThrow('f.yaml: Skill "a": metadata.labels: must be a mapping of strings');
-    expect(bad("apiVersion: v1\nkind: Secret\nmetadata: {name: db}\nstringData: {port: 5432, tls: {on: x}}")).toThrow('f.yaml: Secret "db": stringData["port"]: must be a string (quote it: "5432")');
+    expect(bad("apiVersion: v1\nkind: Secret\nmetadata: {name: db}\nstringData: {port: 5432, tls: {on: x}}")).toThrow('f.yaml: Secret "db": stringData["port"]: must be a string (quote the value)');
+    // A Secret's value is never repeated (a PIN YAML reads as a number).
+    expect(bad("apiVersion: v1\nkind: Secret\nmetadata: {name: db}\nstringData: {pin: 84736251909}")).not.toThrow(/84736251909/);
     // A key without a value is an empty string, as the API server decodes it.
     expect(bad("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c}\ndata: {empty: null}")).not.toThrow();
     // Another kind's data is its own business, and not read.
