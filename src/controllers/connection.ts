@@ -299,8 +299,12 @@ async function notFoundEither(read: () => Promise<unknown>): Promise<boolean> {
   }
 }
 
-/** Answers to a report's read that the same read would get again: the account or the spec is at fault, not the service. */
-const REPORT_REFUSALS = new Set([400, 403, 404, 422]);
+/**
+ * Answers to a report's read that the same read would get again: the account or the spec is at
+ * fault, not the service; or (200) a listing answered but that cannot be read whole (pageAll: a
+ * service ignoring offset), which every resource does not meet.
+ */
+const REPORT_REFUSALS = new Set([200, 400, 403, 404, 422]);
 
 /** A Connection's own sorting of failures: what the token service and TLS say is about the Connection. */
 function describe(err: unknown, conn: Connection): Failure {

@@ -413,7 +413,9 @@ export async function pageAll<T>(
       out.push(x);
       fresh++;
     }
-    if (page.length > 0 && fresh === 0) {
+    // A full page of nothing new: a short one is the end of a list that shifted under the
+    // paging (an item inserted ahead of the offset moves the last one into the next page).
+    if (page.length >= full && fresh === 0) {
       throw new ServiceError({
         operation,
         status: 200,

@@ -132,6 +132,18 @@ describe("Connection", () => {
     expect(await exportedTiers(registry)).toEqual(["standard"]);
   });
 
+  it("stays Ready when the usage cannot be read whole (a service answering every page with its first), and says so", async () => {
+    await reportingUsage();
+    const record = { vm_id: "vm-1", tier: "standard", started_at: "2026-11-01T00:00:00Z", ended_at: "2026-11-01T01:00:00Z", duration_seconds: 3600, reason: "released" };
+    const page = Array.from({ length: 100 }, (_, i) => ({ ...record, vm_id: `vm-${i}` }));
+    w.emu.injectFault({ method: "GET", path: "/compute/v1/usage", times: Infinity, action: { status: 200, body: page } });
+    w.apply<Connection>("connections", { metadata: { name: "c" }, spec: { ...connection().spec, environmentId: "env-2" } });
+    await reconcile();
+    const ready = condition(connection(), "Ready");
+    expect(ready).toMatchObject({ status: "True", reason: "Authenticated" });
+    expect(ready?.message).toMatch(/the usage could not be read \(usage\.list: the page at offset 100 holds only items already listed/);
+  });
+
   it("no longer shows nor exports usage once workspaceId and environmentId are removed", async () => {
     const { registry, usage } = await reportingUsage();
     const { workspaceId: _w, environmentId: _e, ...spec } = connection().spec;

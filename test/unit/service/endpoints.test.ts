@@ -239,8 +239,8 @@ describe("a service that ignores offset", () => {
     }
   });
 
-  it("still reads a list whose items shift by one between two pages (an insertion ahead of the offset) without an error, each once", async () => {
-    const vms = Array.from({ length: 150 }, (_, i) => ({ id: `vm-${i}`, state: "allocated", tier: "standard" }));
+  it.each([150, 200])("still reads a list of %i whose items shift by one between two pages (an insertion ahead of the offset) without an error, each once", async (length) => {
+    const vms = Array.from({ length }, (_, i) => ({ id: `vm-${i}`, state: "allocated", tier: "standard" }));
     let listed = vms;
     const server = createServer((req, res) => {
       const url = new URL(req.url ?? "/", "http://x");
