@@ -239,7 +239,7 @@ describe("a service that ignores offset", () => {
     }
   });
 
-  it.each([150, 200])("still reads a list of %i whose items shift by one between two pages (an insertion ahead of the offset) without an error, each once", async (length) => {
+  it.each([100, 150])("still reads a list of %i whose items shift by one between two pages (an insertion ahead of the offset) without an error, each once", async (length) => {
     const vms = Array.from({ length }, (_, i) => ({ id: `vm-${i}`, state: "allocated", tier: "standard" }));
     let listed = vms;
     const server = createServer((req, res) => {
