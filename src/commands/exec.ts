@@ -9,7 +9,7 @@
 // usage error; 128+n after signal n (Ctrl-C: 130), once the remote command has been killed; 141
 // (128 + SIGPIPE) when its output was closed (`| head`), once the remote command has been killed.
 import { parseArgs } from "node:util";
-import { ConditionType, GROUP, VERSION, kindNames } from "../api/names.js";
+import { Annotations, ConditionType, GROUP, VERSION, kindNames } from "../api/names.js";
 import type { Sandbox } from "../api/index.js";
 import { vmStateIsLive } from "../api/vm-state.js";
 import { durationMs } from "../lib/duration.js";
@@ -204,8 +204,12 @@ async function resolve(kube: KubeClient, namespace: string, name: string, explai
   const vmId = sandbox.status?.vmId;
   const ready = sandbox.status?.conditions?.find((c) => c.type === ConditionType.Ready);
   const why = ready === undefined ? "no Ready condition yet" : `Ready=${ready.status}${ready.reason ? ` (${ready.reason}${ready.message ? `: ${ready.message}` : ""})` : ""}`;
-  if (vmId === undefined || vmId === "" || !vmStateIsLive(sandbox.status?.state)) {
-    throw new VMAccessError(`${what} has no running VM: ${why}; wait for it: kubectl wait --for=condition=Ready sandbox/${name} -n ${namespace}`);
+  // Not the VM of the Sandbox for long, or no more: one it is replacing, or one status still
+  // names while the adoption annotation names another.
+  const adopting = sandbox.metadata.annotations?.[Annotations.externalId];
+  const leaving = ready?.reason === "Replacing" || (adopting !== undefined && adopting !== "" && adopting !== vmId);
+  if (vmId === undefined || vmId === "" || !vmStateIsLive(sandbox.status?.state) || leaving) {
+    throw new VMAccessError(`${what} has no running VM${leaving ? " it keeps" : ""}: ${why}; wait for it: kubectl wait --for=condition=Ready sandbox/${name} -n ${namespace}`);
   }
   if (ready?.status !== "True") note(`${what} is not Ready: ${why}; running in its VM ${vmId} all the same`);
   return connectVM(reader, namespace, sandbox.spec.connectionRef, vmId, what);

@@ -144,7 +144,7 @@ describe("logs without -f", () => {
 });
 
 describe("exec into a Sandbox that is not Ready", () => {
-  it("goes to its VM while the VM runs (as kubectl exec needs a running container, not a Ready one), saying why it is not Ready; refuses an expired one", async () => {
+  it("goes to its VM while the VM runs (as kubectl exec needs a running container, not a Ready one), saying why it is not Ready; refuses an expired one, and one on its way out", async () => {
     await apply(
       `apiVersion: agentcompute.dev/v1alpha1
 kind: Sandbox
@@ -170,6 +170,13 @@ spec: {tier: standard, keepAlive: false}`,
     expect(kept.code).toBe(1);
     const ended = await run(["exec", "--kubeconfig", testKubeconfig(), "-n", ns.name, "ended", "--", "true"]);
     expect(ended).toMatchObject({ code: 1, stderr: expect.stringMatching(/^agent-operator exec: Sandbox "ended" in namespace "[^"]+" has no running VM: Ready=False \(Expired: /) });
+    // A VM on its way out: being replaced, or no longer the one the adoption annotation names.
+    await setStatus("sandbox/ended", { vmId: "vm-old", state: "allocated", conditions: notReady("Replacing", "VM vm-old was allocated for another spec, and is replaced") });
+    const replacing = await run(["exec", "--kubeconfig", testKubeconfig(), "-n", ns.name, "ended", "--", "true"]);
+    expect(replacing).toMatchObject({ code: 1, stderr: expect.stringMatching(/has no running VM it keeps: Ready=False \(Replacing: /) });
+    await kubectlOk(["annotate", "sandbox/kept", "agentcompute.dev/external-id=vm-other"], { namespace: ns.name });
+    const adopting = await run(["exec", "--kubeconfig", testKubeconfig(), "-n", ns.name, "kept", "--", "true"]);
+    expect(adopting).toMatchObject({ code: 1, stderr: expect.stringMatching(/^agent-operator exec: Sandbox "kept" in namespace "[^"]+" has no running VM it keeps: /) });
   });
 });
 
