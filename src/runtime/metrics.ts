@@ -191,13 +191,13 @@ export class Metrics {
 
     this.informerWatchRestarts = new Counter({
       name: "agentcompute_informer_watch_restarts_total",
-      help: "Watches of an informer that ended and were re-established, by reason (closed, error, gone, stalled)",
+      help: "Watches of an informer that ended and were re-established, by reason (closed, error, list_error: the list before the watch failed, gone, stalled)",
       labelNames: ["resource", "reason"],
       registers,
     });
     this.informerRelists = new Counter({
       name: "agentcompute_informer_relists_total",
-      help: "Full lists made by an informer (initial sync and after 410 Gone)",
+      help: "Full lists an informer had (initial sync and after 410 Gone); failed ones are watch restarts with reason list_error",
       labelNames: ["resource"],
       registers,
     });
