@@ -476,7 +476,9 @@ async function planManaged(base: ResourcePlan, cr: Obj, l: Obj | undefined, kind
     // Given back first, whatever else is done: a change in the service even when nothing else is.
     const giveBack = `gives back ${seen.leftovers.length} leftover service object(s) carrying its marker: ${seen.leftovers.join(", ")}`;
     if (result.action === "none") {
-      result = { ...result, action: "update", reason: result.reason === undefined ? giveBack : `${giveBack}; ${result.reason}`, changes: result.changes.length > 0 ? result.changes : specChanges };
+      // The give-back is the change: fields the plan found but does not make (drift its
+      // policies leave alone) are not listed as if they were updated.
+      result = { ...result, action: "update", reason: result.reason === undefined ? giveBack : `${giveBack}; ${result.reason}`, changes: [] };
     } else {
       result.notes.push(giveBack);
     }

@@ -479,7 +479,8 @@ spec: {agentId: "${agent.id}", tier: standard${deployment}}`;
     const kept = withLeftover("kept-box");
     const paused = withLeftover("paused-left");
     const imported = withLeftover("imported-left", { managementPolicies: ["Observe", "Update", "Delete"] });
-    cluster.set("sandboxes", [kept.live, paused.live, imported.live]);
+    const held = withLeftover("held-left", { managementPolicies: ["Observe", "Create", "Delete"] });
+    cluster.set("sandboxes", [kept.live, paused.live, imported.live, held.live]);
     try {
       const p = await plan(
         reader,
@@ -489,6 +490,10 @@ spec: {agentId: "${agent.id}", tier: standard${deployment}}`;
       expect(find(p, "Sandbox", "kept-box")).toMatchObject({ action: "update", reason: `gives back 1 leftover service object(s) carrying its marker: ${kept.leftover}`, changes: [] });
       expect(find(p, "Sandbox", "paused-left")).toMatchObject({ action: "none", notes: [] });
       expect(find(p, "Sandbox", "imported-left")).toMatchObject({ action: "none", notes: [] });
+      // A change its policies leave alone (no Update: a new tier is not made) is not listed as
+      // made: only the give-back is.
+      const heldPlan = await plan(reader, manifests(yaml("held-left", "", ", managementPolicies: [Observe, Create, Delete]").replace("tier: standard", "tier: large")), { prune: false });
+      expect(find(heldPlan, "Sandbox", "held-left")).toMatchObject({ action: "update", changes: [], reason: expect.stringContaining(`gives back 1 leftover service object(s) carrying its marker: ${held.leftover}`) });
       expect(exitCodeOf(p)).toBe(2);
       expect(exitCodeOf(await plan(reader, manifests(yaml("paused-left", ', annotations: {agentcompute.dev/paused: "true"}')), { prune: false }))).toBe(0);
     } finally {
