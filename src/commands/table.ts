@@ -50,8 +50,23 @@ async function dispatch(prog: string, names: readonly CommandName[], argv: strin
   return mod.main(rest, `${prog} ${name}`);
 }
 
+/** The Node.js major version the commands need (package.json's engines): their HTTP client fails on older ones, obscurely. */
+export const MIN_NODE_MAJOR = 24;
+
+/** Why this Node.js cannot run the commands, if it cannot. */
+export function nodeTooOld(prog: string, version: string = process.versions.node): string | undefined {
+  if (Number(version.split(".")[0]) >= MIN_NODE_MAJOR) return undefined;
+  return `${prog}: needs Node.js ${MIN_NODE_MAJOR} or later, not ${version} (from a checkout, \`npm run -s dev -- <command>\` runs the Node.js ${MIN_NODE_MAJOR} that npm ci installed)`;
+}
+
 /** Runs the command line with `names` of the table; sets the exit code (1 and the message on a throw). */
 export function runCommandLine(prog: string, names: readonly CommandName[]): void {
+  const tooOld = nodeTooOld(prog);
+  if (tooOld !== undefined) {
+    console.error(tooOld);
+    process.exitCode = 1;
+    return;
+  }
   dispatch(prog, names, process.argv.slice(2)).then(
     (code) => {
       process.exitCode = code;
