@@ -248,9 +248,12 @@ export class ConnectionPool {
     const clientId = read("clientId");
     const clientSecret = read("clientSecret");
     if (clientId && clientSecret) return { clientId, clientSecret };
+    // Present but empty (`--from-literal=apiKey="$KEY"` with $KEY unset) is said so: "has no
+    // key" would send one looking for a typo in the name.
+    const empty = ["apiKey", "clientId", "clientSecret"].filter((k) => data[k] !== undefined && !read(k));
     throw new NotReadyError(
       "SecretKeyMissing",
-      `credentials Secret "${secretName}" has neither the key "apiKey" nor both "clientId" and "clientSecret"`,
+      `credentials Secret "${secretName}" has neither the key "apiKey" nor both "clientId" and "clientSecret"${empty.length > 0 ? ` with a value (${empty.map((k) => `"${k}"`).join(", ")} ${empty.length === 1 ? "is" : "are"} empty)` : ""}`,
     );
   }
 

@@ -89,6 +89,17 @@ describe("Connection", () => {
     expect(condition(connection(), "Stalled")?.status).toBe("False");
   });
 
+  it("says a credentials key that is there but empty is empty (an unset variable in --from-literal), not missing", async () => {
+    w.secrets.set({ metadata: { name: "blank", namespace: NS }, data: { apiKey: "" } });
+    w.apply<Connection>("connections", { metadata: { name: "c" }, spec: { ...connection().spec, credentials: { secretRef: { name: "blank" } } } });
+    await reconcile();
+    expect(condition(connection(), "Ready")).toMatchObject({
+      status: "False",
+      reason: "SecretKeyMissing",
+      message: 'credentials Secret "blank" has neither the key "apiKey" nor both "clientId" and "clientSecret" with a value ("apiKey" is empty)',
+    });
+  });
+
   it("stalls on refused credentials and looks again within a minute", async () => {
     w.secrets.set({ metadata: { name: "bad", namespace: NS }, data: { apiKey: Buffer.from("wrong-key").toString("base64") } });
     w.apply<Connection>("connections", { metadata: { name: "c" }, spec: { ...connection().spec, credentials: { secretRef: { name: "bad" } } } });
