@@ -34,13 +34,47 @@ interface Listed {
 
 async function main(): Promise<number> {
   const started = Date.now();
+  // What is up so far, for Ctrl-C to stop at any point (not only once everything runs).
+  const up: { kube?: Awaited<ReturnType<typeof kubeUp>>; emulator?: Awaited<ReturnType<typeof startEmulator>>; manager?: Manager; pool?: { close(): Promise<void> } } = {};
+  let stopping = false;
+  const stop = async (code: number) => {
+    if (stopping) return;
+    stopping = true;
+    say(`stopping ${up.manager ? "the operator, " : ""}${up.emulator ? "the emulator, " : ""}the kube-apiserver`);
+    await up.manager?.stop();
+    await up.pool?.close();
+    await up.emulator?.close();
+    if (up.kube?.started) await kubeDown({ log: (l) => say(l) });
+    else if (up.kube !== undefined) say("the kube-apiserver was running before this and is left running: `npm run kube:down` stops it");
+    process.exit(code);
+  };
+  let interrupted = false;
+  const onSignal = () => {
+    // While the API server starts, what would be stopped is not known yet: once it is up.
+    if (up.kube === undefined) {
+      interrupted = true;
+      say("stopping once the kube-apiserver being started is up");
+      return;
+    }
+    void stop(0);
+  };
+  process.on("SIGINT", onSignal);
+  process.on("SIGTERM", onSignal);
+
   say("bringing up a local kube-apiserver (the first run builds it from source: several minutes)");
-  const kube = await kubeUp({ log: (l) => say(l) });
-  const { kubeconfig } = kube;
+  up.kube = await kubeUp({ log: (l) => say(l) });
+  if (interrupted) await stop(0);
+  const { kubeconfig } = up.kube;
 
   // A fresh emulator each time, like the API server's data: state kept on one side only would
   // meet resources it does not know (their names taken by objects nobody manages).
-  const emulator = await startEmulator({ port: EMULATOR_PORT });
+  try {
+    up.emulator = await startEmulator({ port: EMULATOR_PORT });
+  } catch (err) {
+    if ((err as { code?: unknown }).code !== "EADDRINUSE") throw err;
+    throw new Error(`port ${EMULATOR_PORT} is taken: is another \`npm start\` running? Stop it (Ctrl-C there); another port: EMULATOR_PORT=<port> (then change baseURL and authURL in examples/connection.yaml too)`, { cause: err });
+  }
+  const emulator = up.emulator;
   say(`service emulator on ${emulator.baseURL}`);
 
   say("installing the CRDs and applying examples/");
@@ -50,7 +84,8 @@ async function main(): Promise<number> {
   const logDir = join(REPO_ROOT, ".cache");
   mkdirSync(logDir, { recursive: true });
   const logFile = join(logDir, "operator.log");
-  const logger = createLogger({ level: "info", destination: createWriteStream(logFile, { flags: "a" }) });
+  // LOG_LEVEL as `agent-operator run` reads it (debug: every service call).
+  const logger = createLogger({ level: process.env.LOG_LEVEL ?? "info", destination: createWriteStream(logFile, { flags: "a" }) });
   const kubeConfig = new KubeConfig();
   kubeConfig.loadFromFile(kubeconfig);
   const manager = new Manager({
@@ -61,23 +96,10 @@ async function main(): Promise<number> {
     healthProbeBindAddress: "127.0.0.1:0",
     handleSignals: false,
   });
-  const operator = setupOperator(manager, { syncPeriodMs: 60_000, concurrency: 8 });
+  up.manager = manager;
+  up.pool = setupOperator(manager, { syncPeriodMs: 60_000, concurrency: 8 }).pool;
   await manager.start();
   say(`operator running (logs: ${logFile}; metrics: http://${manager.metricsAddress()?.address ?? "?"}/metrics)`);
-
-  let stopping = false;
-  const stop = async (code: number) => {
-    if (stopping) return;
-    stopping = true;
-    say("stopping the operator, the emulator and the kube-apiserver");
-    await manager.stop();
-    await operator.pool.close();
-    await emulator.close();
-    if (kube.started) await kubeDown({ log: (l) => say(l) });
-    process.exit(code);
-  };
-  process.on("SIGINT", () => void stop(0));
-  process.on("SIGTERM", () => void stop(0));
 
   let last = "";
   for (;;) {
@@ -104,7 +126,11 @@ Try next (in another terminal):
   kubectl get secret research-sandbox-agentcompute -o jsonpath='{.data}'   # VM token and endpoints
   kubectl edit agent triage-bot                  # change spec.image: the deployment rolls out
   kubectl annotate agentdeployment triage-bot-prod agentcompute.dev/redeploy-at="$(date)" --overwrite
+  npm run -s dev -- exec research-sandbox -- ls skills    # a command in the VM (its working directory is /workspace)
+  npm run -s dev -- logs -f nightly-eval         # a SandboxRun's output
+  npm run -s dev -- plan -k examples             # what applying examples/ would change now
 
+The examples are in namespace ${NAMESPACE}; the operator's log is ${logFile} (LOG_LEVEL=debug npm start: every call).
 Press Ctrl-C to stop everything.`);
   await manager.done();
   return 0;

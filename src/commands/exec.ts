@@ -31,7 +31,7 @@ code. One argument after -- is a shell command line (sh -c); several are a comma
 arguments, passed as they are. Ctrl-C kills the command in the VM. There is no stdin or tty.
 
 examples:
-  ${prog} box -- ls -la /workspace
+  ${prog} box -- ls -la skills         # in /workspace, where commands run
   ${prog} -n team-a box -- 'make test 2>&1 | tail -n 20'
 
 flags:
