@@ -40,7 +40,8 @@ async function main(): Promise<number> {
   const stop = async (code: number) => {
     if (stopping) return;
     stopping = true;
-    say(`stopping ${up.manager ? "the operator, " : ""}${up.emulator ? "the emulator, " : ""}the kube-apiserver`);
+    const parts = [...(up.manager ? ["the operator"] : []), ...(up.emulator ? ["the emulator"] : []), ...(up.kube?.started === false ? [] : ["the kube-apiserver"])];
+    if (parts.length > 0) say(`stopping ${parts.length > 1 ? `${parts.slice(0, -1).join(", ")} and ${parts.at(-1) ?? ""}` : parts[0]}`);
     await up.manager?.stop();
     await up.pool?.close();
     await up.emulator?.close();
