@@ -160,6 +160,8 @@ function toManifest(obj: unknown, where: string, namespace: string, enforceNames
   const { apiVersion, kind, metadata } = obj;
   if (typeof apiVersion !== "string" || apiVersion === "") throw new ManifestError(`${where}: apiVersion is missing`);
   if (typeof kind !== "string" || kind === "") throw new ManifestError(`${where}: kind is missing`);
+  // kustomize's own file in a directory given with -f (kubectl apply -f fails on it too).
+  if (apiVersion.startsWith("kustomize.config.k8s.io/")) throw new ManifestError(`${where}: a ${kind} is kustomize's, not an object to apply: plan its directory with -k`);
   if (!isRecord(metadata)) throw new ManifestError(`${where}: ${kind}: metadata.name is missing`);
   if (metadata.name === undefined || metadata.name === null || metadata.name === "") {
     // kubectl apply needs the name: it looks the object up by it.

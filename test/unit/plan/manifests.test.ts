@@ -61,6 +61,12 @@ describe("manifest loading", () => {
     );
   });
 
+  it("says a kustomization given with -f is planned with -k", () => {
+    expect(() => parseSources([{ name: "examples/kustomization.yaml", text: "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources: [a.yaml]" }], "ns")).toThrow(
+      "examples/kustomization.yaml: a Kustomization is kustomize's, not an object to apply: plan its directory with -k",
+    );
+  });
+
   it("refuses a label, annotation or Secret value that is not a string, as the API server does, rather than plan it as one", () => {
     const bad = (text: string) => () => parseSources([{ name: "f.yaml", text }], "ns");
     // Unquoted, `true` is a boolean: kubectl apply refuses it, so the Skill is not paused.
