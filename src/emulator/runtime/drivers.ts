@@ -20,9 +20,53 @@ export interface Driver {
   args: readonly string[];
 }
 
+// Python blocks are read as an IPython kernel (Jupyter's Python kernel) reads the commonest
+// notebook syntax: a line "!cmd" runs cmd in a shell (its output streamed, as IPython's
+// system()); "%pip ..." is "!pip ...", "%cd DIR" changes directory, "%pwd" shows it; a
+// top-level await runs on the context's event loop; display(x) shows x as the last expression
+// would. Other magics are a SyntaxError, naming the magic.
 const PYTHON = String.raw`
-import ast, json, os, signal, sys, traceback
+import ast, asyncio, inspect, json, os, re, signal, subprocess, sys, traceback
 _mark = os.environ.pop("EMU_KERNEL_MARK", "")
+_loop = asyncio.new_event_loop()
+
+def _shell(cmd):
+    sys.stdout.flush()
+    sys.stderr.flush()
+    subprocess.run(cmd, shell=True)
+
+def _cd(path):
+    os.chdir(os.path.expanduser(path or "~"))
+    print(os.getcwd())
+
+def display(*objs):
+    for o in objs:
+        if o is not None:
+            print(repr(o))
+
+_MAGICS = {"pip": lambda rest: "_shell(" + repr("pip " + rest) + ")", "cd": lambda rest: "_cd(" + repr(rest.strip()) + ")", "pwd": lambda rest: "print(__import__('os').getcwd())"}
+
+def _transform(code):
+    out = []
+    for line in code.split("\n"):
+        m = re.match(r"^(\s*)!(.*)$", line)
+        if m:
+            out.append(m.group(1) + "_shell(" + repr(m.group(2)) + ")")
+            continue
+        m = re.match(r"^(\s*)%(\w+)\s*(.*)$", line)
+        if m:
+            if m.group(2) not in _MAGICS:
+                raise SyntaxError("UsageError: Line magic function %" + m.group(2) + " not found (this kernel knows %cd, %pip, %pwd)")
+            out.append(m.group(1) + _MAGICS[m.group(2)](m.group(3)))
+            continue
+        out.append(line)
+    return "\n".join(out)
+
+def _run(code_obj):
+    result = eval(code_obj, _g)
+    if inspect.iscoroutine(result):
+        result = _loop.run_until_complete(result)
+    return result
 _cmd = os.fdopen(os.dup(0), "rb")
 _null = os.open(os.devnull, os.O_RDONLY)
 os.dup2(_null, 0)
@@ -34,7 +78,7 @@ def _on_sigint(signum, frame):
         raise KeyboardInterrupt()
 
 signal.signal(signal.SIGINT, _on_sigint)
-_g = {"__name__": "__main__", "__builtins__": __builtins__}
+_g = {"__name__": "__main__", "__builtins__": __builtins__, "_shell": _shell, "_cd": _cd, "display": display}
 
 def _end(status, ename="", evalue=""):
     for s in (sys.stdout, sys.stderr):
@@ -55,18 +99,18 @@ while True:
         break
     status, ename, evalue = "ok", "", ""
     try:
-        code = json.loads(line)["code"]
+        code = _transform(json.loads(line)["code"])
         tree = ast.parse(code, "<cell>", "exec")
         last = None
         if tree.body and isinstance(tree.body[-1], ast.Expr):
             last = ast.Interactive(body=[tree.body.pop()])
-        main = compile(tree, "<cell>", "exec")
-        tail = compile(last, "<cell>", "single") if last is not None else None
+        main = compile(tree, "<cell>", "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
+        tail = compile(last, "<cell>", "single", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT) if last is not None else None
         _running = True
         try:
-            exec(main, _g)
+            _run(main)
             if tail is not None:
-                exec(tail, _g)
+                _run(tail)
         finally:
             _running = False
     except KeyboardInterrupt:

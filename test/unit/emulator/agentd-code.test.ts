@@ -146,6 +146,23 @@ describe("emulator agentd: code contexts (r/v1/code)", () => {
     expect(emu.runtimes.executions).toBe(0);
   });
 
+  it("reads a Python block as a Jupyter (IPython) kernel reads the commonest notebook syntax: !shell, %pip/%cd/%pwd, top-level await, display()", async () => {
+    const emu = await emulator();
+    const c = await client(emu);
+    const vm = await allocate(c);
+    const a = agentd(c, vm.vm_id);
+    const ctx = await context(c, vm.vm_id);
+    const shell = await a.execute(ctx.id, "print('before')\n!echo from the shell\nprint('after')");
+    expect(streamText(shell, "stdout")).toBe("before\nfrom the shell\nafter\n");
+    expect(endOf(shell)).toEqual({ status: "ok" });
+    expect(streamText(await a.execute(ctx.id, "%cd ..\n%pwd"), "stdout")).toBe(`${emu.runtimes.get(vm.vm_id)!.workspace}/sessions\n`.repeat(2));
+    const awaited = await a.execute(ctx.id, "import asyncio\nasync def twice(x):\n    await asyncio.sleep(0)\n    return 2 * x\nv = await twice(21)\nawait twice(v)");
+    expect(streamText(awaited, "stdout")).toBe("84\n");
+    expect(streamText(await a.execute(ctx.id, "display({'v': v}, 'x')"), "stdout")).toBe("{'v': 42}\n'x'\n");
+    const unknown = await a.execute(ctx.id, "%timeit 1");
+    expect(endOf(unknown)).toEqual({ status: "error", error: expect.stringContaining("Line magic function %timeit not found") });
+  });
+
   it("runs javascript too, with state carried between blocks", async () => {
     const emu = await emulator();
     const c = await client(emu);
