@@ -20,6 +20,8 @@ export interface CommandSpec {
   /** Host directory to run in. */
   cwd: string;
   env: Record<string, string>;
+  /** The VM's cookie (process-group.ts: killCarrying). */
+  cookie: string;
   /** Kill after this long; 0 or undefined: no limit. */
   timeoutMs?: number;
 }
@@ -55,7 +57,7 @@ export class Command {
     this.execution.emit("start", { id: this.id });
     let child: ChildProcess;
     try {
-      child = spawnGroup("/bin/sh", ["-c", spec.command], { cwd: spec.cwd, env: spec.env });
+      child = spawnGroup("/bin/sh", ["-c", spec.command], { cwd: spec.cwd, env: spec.env, cookie: spec.cookie });
     } catch (err) {
       this.fail(err);
       return;

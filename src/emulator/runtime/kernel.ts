@@ -23,6 +23,8 @@ export interface KernelOptions {
   /** Host directory the interpreter runs in. */
   cwd: string;
   env: Record<string, string>;
+  /** The VM's cookie (process-group.ts: killCarrying). */
+  cookie: string;
   limitBytes: number;
   now: () => number;
   /** Called when a block is handed to the interpreter (the VM counts executions). */
@@ -107,7 +109,7 @@ export class Kernel {
     const marker = Buffer.from(`\x1e${mark}`);
     let proc: ChildProcess;
     try {
-      proc = spawnGroup(this.driver.command, this.driver.args, { cwd: this.opts.cwd, env: { ...this.opts.env, EMU_KERNEL_MARK: mark }, stdinPipe: true });
+      proc = spawnGroup(this.driver.command, this.driver.args, { cwd: this.opts.cwd, env: { ...this.opts.env, EMU_KERNEL_MARK: mark }, stdinPipe: true, cookie: this.opts.cookie });
     } catch (err) {
       // next() fails the block it wanted to run with this message.
       this.proc = undefined;

@@ -4,8 +4,19 @@
 // leader has exited, so a group id is never signalled after it could have been reused. Every
 // group still known is killed if the emulator's process exits without closing the emulator (a
 // crashed test run must not leave work running).
+//
+// A process can leave its group (setsid, a daemon's double fork): each VM's processes also carry
+// the VM's cookie in their environment (VM_COOKIE_VARIABLE), which children inherit whatever
+// group or session they move to, and a VM's end kills every process carrying it (where /proc
+// lists processes: Linux). Jenkins' ProcessTreeKiller finds a build's strays the same way.
 import { spawn, type ChildProcess } from "node:child_process";
+import { readFileSync, readdirSync } from "node:fs";
 import { constants } from "node:os";
+
+/** The environment variable a VM's processes carry its cookie in. */
+export const VM_COOKIE_VARIABLE = "AGENT_EMULATOR_VM_COOKIE";
+/** Cookies of the VMs that started a process and have not ended: for the exit hook. */
+const liveCookies = new Set<string>();
 
 const liveGroups = new Set<number>();
 let exitHookInstalled = false;
@@ -15,6 +26,7 @@ function installExitHook(): void {
   exitHookInstalled = true;
   process.on("exit", () => {
     for (const pgid of liveGroups) signalGroup(pgid, "SIGKILL");
+    for (const cookie of liveCookies) killCarrying(cookie);
   });
 }
 
@@ -23,14 +35,17 @@ export interface SpawnOptions {
   env: Record<string, string>;
   /** Keep stdin as a pipe (a kernel's command channel); default /dev/null. */
   stdinPipe?: boolean;
+  /** The VM's cookie, put in the environment last (see killCarrying). */
+  cookie: string;
 }
 
 /** Spawns `file args` as the leader of a new process group; `.pid` is the group id. */
 export function spawnGroup(file: string, args: readonly string[], opts: SpawnOptions): ChildProcess {
   installExitHook();
+  liveCookies.add(opts.cookie);
   const child = spawn(file, args, {
     cwd: opts.cwd,
-    env: opts.env,
+    env: { ...opts.env, [VM_COOKIE_VARIABLE]: opts.cookie },
     detached: true,
     stdio: [opts.stdinPipe === true ? "pipe" : "ignore", "pipe", "pipe"],
   });
@@ -52,6 +67,35 @@ export function signalGroup(pgid: number, signal: NodeJS.Signals): boolean {
 export function killGroup(pgid: number): void {
   signalGroup(pgid, "SIGKILL");
   liveGroups.delete(pgid);
+}
+
+/**
+ * Kills every process whose environment carries `cookie` (those that left their group too);
+ * a no-op where /proc does not list processes. Synchronous: the exit hook calls it.
+ */
+export function killCarrying(cookie: string): void {
+  liveCookies.delete(cookie);
+  let pids: string[];
+  try {
+    pids = readdirSync("/proc").filter((d) => /^\d+$/.test(d) && Number(d) !== process.pid);
+  } catch {
+    return;
+  }
+  const needle = `${VM_COOKIE_VARIABLE}=${cookie}\0`;
+  for (const pid of pids) {
+    let environ: string;
+    try {
+      environ = readFileSync(`/proc/${pid}/environ`, "latin1");
+    } catch {
+      continue; // gone meanwhile, or another user's
+    }
+    if (!environ.includes(needle)) continue;
+    try {
+      process.kill(Number(pid), "SIGKILL");
+    } catch {
+      // gone meanwhile
+    }
+  }
 }
 
 /** A shell's convention for a process ended by a signal: 128 + the signal's number. */

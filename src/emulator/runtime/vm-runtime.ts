@@ -3,6 +3,7 @@
 // code contexts created in it, and the count of executions started. Created when the VM is
 // allocated; closed (every process group killed, the directory removed) when it is released,
 // deleted or expires.
+import { randomUUID } from "node:crypto";
 import { mkdirSync, readdirSync, realpathSync, writeFileSync } from "node:fs";
 import { rm } from "node:fs/promises";
 import { dirname, join } from "node:path";
@@ -11,6 +12,7 @@ import { Command } from "./commands.js";
 import { driverFor, SUPPORTED_LANGUAGES } from "./drivers.js";
 import { Kernel } from "./kernel.js";
 import { hostPath, isPlainSegment, unsafeSegment, VM_WORKSPACE } from "./paths.js";
+import { killCarrying } from "./process-group.js";
 
 /** The file a skill's `content` is written to, in /workspace/skills/<name>/. */
 export const SKILL_CONTENT_FILE = "SKILL.md";
@@ -74,6 +76,9 @@ export class VMRuntime {
   private readonly loaded = new Map<string, SkillInfo>();
   private readonly closeHooks = new Set<() => void>();
   private readonly env: Record<string, string>;
+  /** Carried by every process the VM starts, so that its end finds those that left their group. */
+  private readonly cookie = randomUUID();
+  private spawned = false;
 
   constructor(private readonly opts: VMRuntimeOptions) {
     this.vmId = opts.vmId;
@@ -115,8 +120,9 @@ export class VMRuntime {
   /** Runs `/bin/sh -c command` now; env = the allocation's env plus `envs`. */
   runCommand(req: RunCommandRequest): Command {
     this.check();
+    this.spawned = true;
     const cmd = new Command(
-      { command: req.command, cwd: req.cwd ?? this.workspace, env: { ...this.env, ...req.envs }, ...(req.timeoutMs !== undefined && { timeoutMs: req.timeoutMs }) },
+      { command: req.command, cwd: req.cwd ?? this.workspace, env: { ...this.env, ...req.envs }, cookie: this.cookie, ...(req.timeoutMs !== undefined && { timeoutMs: req.timeoutMs }) },
       this.opts.limitBytes(),
       this.opts.now,
     );
@@ -148,9 +154,11 @@ export class VMRuntime {
       // sessions/ made a regular file by a command (ENOTDIR), ...: only the errno code, no host path.
       throw badRequest(`session_id ${JSON.stringify(sessionId)}: its directory cannot be created: ${(err as NodeJS.ErrnoException).code ?? "unexpected error"}`);
     }
+    this.spawned = true;
     const kernel = new Kernel(driver, sessionId, {
       cwd,
       env: this.env,
+      cookie: this.cookie,
       limitBytes: this.opts.limitBytes(),
       now: this.opts.now,
       onDispatch: () => this.counted(),
@@ -277,6 +285,8 @@ export class VMRuntime {
   private stopAll(reason: string): void {
     for (const cmd of this._commands.values()) cmd.kill();
     for (const k of this._contexts.values()) k.close(reason);
+    // What left its group (setsid, a daemon): a scan of the processes, only if any ran here.
+    if (this.spawned) killCarrying(this.cookie);
     this._contexts.clear();
     this.defaults.clear();
   }

@@ -105,6 +105,26 @@ describe("emulator agentd: commands (r/v1/commands)", () => {
     await eventually(() => !alive(pid), 5000, "the leftover to die");
   });
 
+  it.skipIf(process.platform !== "linux")("kills, when its VM ends, a process that left its group (setsid, a daemon), and nothing of another VM", async () => {
+    const emu = await emulator();
+    const c = await client(emu);
+    const [gone, kept] = [await allocate(c), await allocate(c)];
+    const start = async (vmId: string, name: string) => {
+      const pidFile = join(outside, `${name}.pid`);
+      // setsid: a new session and group, out of the command's; background: the command runs on.
+      await agentd(c, vmId).run({ command: `setsid sleep 300 >/dev/null 2>&1 < /dev/null & echo $! > ${pidFile}; sleep 0.2` });
+      return Number(readFileSync(pidFile, "utf8"));
+    };
+    const [strayGone, strayKept] = [await start(gone.vm_id, "stray-gone"), await start(kept.vm_id, "stray-kept")];
+    // Out of its group, it outlived the command's end.
+    expect(alive(strayGone)).toBe(true);
+    expect((await c.call("DELETE", `/compute/v1/vms/${gone.vm_id}`)).status).toBe(204);
+    await eventually(() => !alive(strayGone), 5000, "the stray of the deleted VM to die");
+    expect(alive(strayKept)).toBe(true);
+    await emu.close();
+    await eventually(() => !alive(strayKept), 5000, "the other VM's stray to die with the emulator");
+  });
+
   it("timeout_ms kills the command: a timeout event, then exit code 124", async () => {
     const emu = await emulator();
     const c = await client(emu);
