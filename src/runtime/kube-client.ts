@@ -200,6 +200,11 @@ export class KubeApiError extends Error {
     this.path = opts.path;
   }
 
+  /** The wait asked for in the unit the controller reads it in (serverAskedWaitMs): the key comes back no sooner. */
+  get retryAfterMs(): number | undefined {
+    return this.retryAfterSeconds === undefined ? undefined : this.retryAfterSeconds * 1000;
+  }
+
   static fromStatus(s: Status, fallbackCode: number, method: string, path: string, retryAfter?: number): KubeApiError {
     const status = typeof s.code === "number" && s.code > 0 ? s.code : fallbackCode;
     return new KubeApiError({

@@ -1,5 +1,6 @@
 import { describe, expect, it } from "vitest";
 import { Controller, RetryNoLaterThan, generationChanged, parseKey, requestKey, type ReconcileContext, type Request, type Result } from "../../../src/runtime/controller.js";
+import { KubeApiError } from "../../../src/runtime/kube-client.js";
 import { silentLogger } from "../../../src/runtime/logging.js";
 import { Metrics } from "../../../src/runtime/metrics.js";
 import { ItemExponentialFailureRateLimiter } from "../../../src/runtime/workqueue.js";
@@ -178,6 +179,21 @@ describe("Controller", () => {
     await c.start();
     c.enqueue({ namespace: "ns", name: "k" });
     await sleep(800); // the backoff alone would have brought it back after 1 ms
+    expect(calls).toBe(1);
+    await until(() => calls === 2, 5_000);
+    await c.stop(1_000);
+  });
+
+  it("a failure the API server asked to wait after (APF's 429 with Retry-After, once the client gave up) comes back no sooner", async () => {
+    let calls = 0;
+    const throttled = new KubeApiError({ status: 429, reason: "TooManyRequests", message: "too many requests", retryAfterSeconds: 1, method: "PATCH", path: "/apis/x" });
+    const { c } = make(async () => {
+      calls++;
+      if (calls === 1) throw throttled;
+    }, 1);
+    await c.start();
+    c.enqueue({ namespace: "ns", name: "k" });
+    await sleep(600);
     expect(calls).toBe(1);
     await until(() => calls === 2, 5_000);
     await c.stop(1_000);
