@@ -137,15 +137,20 @@ const MAX_MESSAGE = 1024;
 const MAX_REASON = 128;
 
 /**
- * Redact what looks like a credential: bearer tokens, JWTs, and `key=value` / `"key": "value"`
- * pairs whose key names a secret. Callers must not put secrets in messages; this is the net.
+ * Redact what looks like a credential: an Authorization value (scheme and credential), bearer
+ * and basic credentials, JWTs, PEM private keys, a URL's user:password@, and `key=value` /
+ * `"key": "value"` pairs whose key names a secret, camelCase too (apiToken, sessionToken,
+ * private_key). Callers must not put secrets in messages; this is the net.
  */
 export function scrubSecrets(message: string): string {
   return message
-    .replace(/\b(Bearer|Basic)\s+[A-Za-z0-9\-._~+/]+=*/gi, "$1 [REDACTED]")
+    .replace(/-----BEGIN [A-Z ]*PRIVATE KEY-----[\s\S]*?(?:-----END [A-Z ]*PRIVATE KEY-----|$)/g, "[REDACTED]")
+    .replace(/\b(authorization)(["']?\s*[:=]\s*["']?)(?!\[REDACTED\])[^"'\n,;&}]+/gi, "$1$2[REDACTED]")
+    .replace(/\b(Bearer|Basic|Token)\s+(?!\[REDACTED\])[A-Za-z0-9\-._~+/]+=*/g, "$1 [REDACTED]")
     .replace(/\beyJ[A-Za-z0-9_-]{5,}\.[A-Za-z0-9_-]{5,}\.[A-Za-z0-9_-]*/g, "[REDACTED]")
+    .replace(/\b([a-z][a-z0-9+.-]*:\/\/)[^/\s:@]+:[^/\s@]+@/gi, "$1[REDACTED]@")
     .replace(
-      /\b(authorization|api[_-]?key|apikey|access[_-]?token|refresh[_-]?token|id[_-]?token|client[_-]?secret|password|passwd|secret|token)(["']?\s*[:=]\s*["']?)(?!\[REDACTED\])[^\s"',;&}]+/gi,
+      /\b([\w-]*?(?:api[_-]?key|apikey|token|client[_-]?secret|secret|password|passwd|private[_-]?key))(["']?\s*[:=]\s*["']?)(?!\[REDACTED\])[^\s"',;&}]+/gi,
       "$1$2[REDACTED]",
     );
 }

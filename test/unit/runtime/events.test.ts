@@ -268,6 +268,23 @@ describe("scrubSecrets", () => {
     expect(scrubSecrets("the VM was renewed")).toBe("the VM was renewed");
   });
 
+  it("redacts the credential forms a service's error text carries: any Authorization value, camelCase keys, a URL's password, a private key", () => {
+    const cases: Array<[string, string]> = [
+      ["Authorization: Token abc123def", "abc123def"],
+      ['{"authorization":"Basic dXNlcjpwYXNz"}', "dXNlcjpwYXNz"],
+      ['{"apiToken":"sk-live-9f8e7d"}', "sk-live-9f8e7d"],
+      ["authToken=tok-5566&next=1", "tok-5566"],
+      ["sessionToken: st-778899", "st-778899"],
+      ["dial https://admin:hunter2@db.example.com:5432 failed", "hunter2"],
+      ['{"private_key":"-----BEGIN RSA PRIVATE KEY-----\\nMIIEpAIBAAKCAQEA7\\n-----END RSA PRIVATE KEY-----"}', "MIIEpAIBAAKCAQEA7"],
+      ["Bearer eyJhbGciOi.eyJzdWIiOi.c2ln", "eyJzdWIiOi"],
+    ];
+    for (const [message, secret] of cases) expect(scrubSecrets(message), message).not.toContain(secret);
+    // Words that only look like keys are left alone.
+    expect(scrubSecrets("tokens: 5, secretRef: creds, tokenExpiresAt: 2026-11-29T00:00:00Z")).toBe("tokens: 5, secretRef: creds, tokenExpiresAt: 2026-11-29T00:00:00Z");
+    expect(scrubSecrets("dial https://db.example.com:5432 failed")).toBe("dial https://db.example.com:5432 failed");
+  });
+
   it("rate-limits writes: a burst goes at once, the rest at qps", async () => {
     const { client, rec } = setup({ qps: 50, burst: 5 });
     const objects = Array.from({ length: 15 }, (_, i) => ({ ...sandbox, metadata: { ...sandbox.metadata, name: `sb-${i}`, uid: `u-${i}` } }));
