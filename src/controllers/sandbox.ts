@@ -73,6 +73,21 @@ export function renewAtOf(cr: Sandbox, vmId: string, expiresAt: number, ttl = tt
 }
 
 /**
+ * The TTL the next renewal's time is reckoned from, just after a renewal or an allocation: the
+ * one asked for, unless the service granted less (the VM's ttl_seconds, or how far off its new
+ * expiry is). A service that caps the TTL without an error (600 s for 3600) would otherwise
+ * have the next renewal due at once, and the pass renew again and again, a millisecond apart.
+ * (A pass that only observes still reckons with the spec's TTL: a VM whose window by it is
+ * longer than its time left is renewed at that pass, once, as after a change of ttlSeconds.)
+ */
+export function grantedTtl(asked: number, vm: { ttl_seconds?: number }, fresh?: { expiresAt: number; now: number }): number {
+  const candidates = [asked];
+  if (vm.ttl_seconds !== undefined && vm.ttl_seconds > 0) candidates.push(vm.ttl_seconds);
+  if (fresh !== undefined && fresh.expiresAt > fresh.now) candidates.push(Math.max(1, Math.round((fresh.expiresAt - fresh.now) / 1000)));
+  return Math.min(...candidates);
+}
+
+/**
  * Seconds between two renewals of a VM kept alive (a renewal lands up to 10 % of
  * renewBeforeSeconds earlier, the jitter); 0 for one that is not renewed (keepAlive false, or
  * management policies without Create and Update).
@@ -675,7 +690,7 @@ class SandboxClient implements ExternalClient<Sandbox, SandboxPlan> {
         result: {
           // No write unless a report is due: the renewal is in memory and in the metrics.
           status: { state: vm.state, ...this.report(cr, vm, tally, now.getTime()), ...(refused !== undefined && this.cadence(cr, ttl)) },
-          requeueAfterMs: Math.max(0, renewAtOf(cr, vm.id, expiresAt, ttl) - now.getTime()),
+          requeueAfterMs: Math.max(0, renewAtOf(cr, vm.id, expiresAt, grantedTtl(ttl, renewed, { expiresAt, now: now.getTime() })) - now.getTime()),
           priority: true,
           // Routine: status.renewals and lastRenewedAt tell it. An Event per renewal was 2,000
           // Sandboxes x 2 a minute, all of the Event rate limit, and warnings were dropped.
@@ -812,7 +827,7 @@ class SandboxClient implements ExternalClient<Sandbox, SandboxPlan> {
         ...this.cadence(cr),
       },
       connectionDetails: detailsOf(vm),
-      requeueAfterMs: Math.max(0, renewAtOf(cr, vm.vm_id, expiresAt) - now.getTime()),
+      requeueAfterMs: Math.max(0, renewAtOf(cr, vm.vm_id, expiresAt, grantedTtl(ttlSeconds(cr), {}, { expiresAt, now: now.getTime() })) - now.getTime()),
       priority: true,
     };
   }

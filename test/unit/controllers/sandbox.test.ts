@@ -84,6 +84,22 @@ describe("Sandbox", () => {
     expect(Date.parse(sandbox().status?.expiresAt ?? "")).toBe(w.clock.ms + 600_000);
   });
 
+  it("reckons the next renewal from the TTL the service granted when it grants less than asked, without an error (not again a millisecond later, and again)", async () => {
+    apply({ ttlSeconds: 3600 });
+    await w.reconcile(kind(), "sb");
+    const vmId = sandbox().status?.vmId as string;
+    w.advance(2_881_000); // due: 719 s left of 3600
+    // The service renews for 600 s only, and says so only in the answer.
+    const granted = { id: vmId, state: "allocated", tier: "standard", ttl_seconds: 600, expires_at: new Date(w.clock.ms + 600_000).toISOString() };
+    w.emu.injectFault({ method: "POST", path: `/compute/v1/vms/${vmId}/renew`, times: 1, action: { status: 200, body: granted } });
+    w.calls();
+    const result = (await w.reconcile(kind(), "sb")) as { requeueAfterMs: number };
+    expect(w.writes()).toEqual(["vms.renew"]);
+    // 600 s granted: renewed again a fifth of that (120 s, less up to 12 s of jitter) before it runs out.
+    expect(result.requeueAfterMs).toBeGreaterThan(468_000);
+    expect(result.requeueAfterMs).toBeLessThanOrEqual(480_000);
+  });
+
   it("retries a renewal the service failed no later than a quarter of the time the VM has left", async () => {
     apply({});
     await w.reconcile(kind(), "sb");
