@@ -385,6 +385,11 @@ export class ManagedReconciler<R extends ManagedResource, Plan = unknown> implem
   /** `kept`: the upkeep done although the spec could not be applied (a VM renewed meanwhile). */
   private async fail(cr: R, failure: Failure, ctx: ReconcileContext, err?: unknown, kept?: Upkeep<StatusOf<R>>): Promise<Result> {
     const stalled = failure.kind === "stalled";
+    // When to come back at the latest: the upkeep's next renewal, or what the failure itself
+    // asks (a renewal that failed, by a quarter of the time its VM has left), whatever the
+    // failure's kind: a renewal refused with 400 stalls the resource, and its VM must not run
+    // out over the sync period; nor over a backoff when the status write fails too.
+    const due = earliest(kept?.next, err instanceof RetryNoLaterThan ? { ms: err.ms, priority: err.priority } : undefined);
     if (stalled && REFUSED_WRITE_REASONS.has(failure.reason)) this.refusedWith.set(keyOf(cr), { uid: cr.metadata.uid, inputs: this.inputsOf(cr) });
     else this.refusedWith.delete(keyOf(cr));
     const previousReady = findCondition(cr, ConditionType.Ready);
@@ -406,13 +411,13 @@ export class ManagedReconciler<R extends ManagedResource, Plan = unknown> implem
         // Not reported yet: come back when the grace is over (or for the next renewal, if
         // sooner), or sooner still when the dependency's watch brings the resource back.
         ctx.log.debug({ reason: failure.reason }, `${failure.message} (not reported yet)`);
-        return soonest(Math.max(1, since + graceMs - now), kept);
+        return soonest(Math.max(1, since + graceMs - now), due);
       }
     } else {
       this.waitingSince.delete(keyOf(cr));
     }
     const message = withPollNote(cr, failure.message) + upkeepNote(kept, failure);
-    await this.writeStatusBeforeUpkeep(cr, kept, kept?.status ?? {}, kstatusConditions({ state: stalled ? "stalled" : "reconciling", reason: failure.reason, message }));
+    await this.writeStatusBeforeUpkeep(cr, due, kept?.status ?? {}, kstatusConditions({ state: stalled ? "stalled" : "reconciling", reason: failure.reason, message }));
     if (previousReady?.reason !== failure.reason) {
       this.opts.events.warning(cr, failure.reason, failure.message);
     }
@@ -420,16 +425,16 @@ export class ManagedReconciler<R extends ManagedResource, Plan = unknown> implem
       // Nothing changes until the user edits the spec (which triggers a reconcile); still look
       // again on the sync period in case the service's answer changes.
       ctx.log.info({ reason: failure.reason }, failure.message);
-      return soonest(this.jitteredSyncPeriod(cr), kept);
+      return soonest(this.jitteredSyncPeriod(cr), due);
     }
     if (failure.kind === "notReady") {
       // Waiting is not an error: back off per object without an error log on every retry.
       ctx.log.debug({ reason: failure.reason }, failure.message);
-      return afterBackoff(kept?.next);
+      return afterBackoff(due);
     }
     // Transient: rethrow so the queue backs off per object and the error is counted and logged,
     // but comes back no later than the upkeep due meanwhile (the next renewal).
-    throw noLaterThanUpkeep(err instanceof Error ? err : new Error(failure.message), kept);
+    throw noLaterThanUpkeep(err instanceof Error ? err : new Error(failure.message), due);
   }
 
   /**
@@ -465,7 +470,7 @@ export class ManagedReconciler<R extends ManagedResource, Plan = unknown> implem
     const state = unusable !== undefined ? `; ${unusable.message}` : "";
     const pending = held !== undefined && !deleting ? `; not applied yet: ${held.join(", ")}` : "";
     const message = `paused by the annotation ${Annotations.paused}: "true": the operator makes no change in the service${upkeep}${waiting} the annotation is removed${problem}${lost}${state}${pending}`;
-    await this.writeStatusBeforeUpkeep(cr, kept, kept?.status ?? {}, pausedConditions({ inSync, message, keepStalled: stalledAtThisGeneration(cr) !== undefined }));
+    await this.writeStatusBeforeUpkeep(cr, kept?.next, kept?.status ?? {}, pausedConditions({ inSync, message, keepStalled: stalledAtThisGeneration(cr) !== undefined }));
     // Said once the conditions remember the pause: a status write that fails says nothing, and
     // its retry says it once.
     if (previousReady?.reason !== PAUSED_REASON) {
@@ -473,7 +478,7 @@ export class ManagedReconciler<R extends ManagedResource, Plan = unknown> implem
     }
     if (trouble !== undefined) {
       logTrouble(ctx, trouble);
-      if (trouble.failure.kind === "transient") throw noLaterThanUpkeep(trouble.err instanceof Error ? trouble.err : new Error(trouble.failure.message), kept);
+      if (trouble.failure.kind === "transient") throw noLaterThanUpkeep(trouble.err instanceof Error ? trouble.err : new Error(trouble.failure.message), kept?.next);
       return afterBackoff(kept?.next);
     }
     return kept?.next !== undefined ? { requeueAfterMs: kept.next.ms, priority: kept.next.priority } : undefined;
@@ -641,11 +646,11 @@ export class ManagedReconciler<R extends ManagedResource, Plan = unknown> implem
    * A status write after upkeep (paused, or the spec not applied): if it fails (the API server
    * down), the retry backs off as any error does, but no later than the upkeep due meanwhile.
    */
-  private async writeStatusBeforeUpkeep(cr: R, kept: Upkeep<StatusOf<R>> | undefined, observed: Partial<StatusOf<R>>, conditions: StatedCondition[]): Promise<void> {
+  private async writeStatusBeforeUpkeep(cr: R, due: Due | undefined, observed: Partial<StatusOf<R>>, conditions: StatedCondition[]): Promise<void> {
     try {
       await this.writeStatus(cr, observed, conditions);
     } catch (err) {
-      throw noLaterThanUpkeep(err instanceof Error ? err : new Error(errorMessage(err)), kept);
+      throw noLaterThanUpkeep(err instanceof Error ? err : new Error(errorMessage(err)), due);
     }
   }
 
@@ -772,14 +777,21 @@ function outcome<S>(observed: Observation<S, unknown>, action: ActionResult<S> |
 }
 
 /** Come back after `ms`, or for the upkeep due sooner (a renewal, on its lane). */
-function soonest(ms: number, kept: Upkeep<unknown> | undefined): Result {
-  const next = kept?.next;
+function soonest(ms: number, next: Due | undefined): Result {
   return next !== undefined && next.ms < ms ? { requeueAfterMs: next.ms, priority: next.priority } : { requeueAfterMs: ms };
 }
 
+/** When to come back at the latest (and on which lane). */
+type Due = { ms: number; priority: boolean };
+
+function earliest(a: Due | undefined, b: Due | undefined): Due | undefined {
+  if (a === undefined) return b;
+  if (b === undefined) return a;
+  return b.ms < a.ms ? b : a;
+}
+
 /** An error to rethrow: retried with backoff, but no later than the upkeep due meanwhile. */
-function noLaterThanUpkeep(error: Error, kept: Upkeep<unknown> | undefined): Error {
-  const next = kept?.next;
+function noLaterThanUpkeep(error: Error, next: Due | undefined): Error {
   if (next === undefined || (error instanceof RetryNoLaterThan && error.ms <= next.ms)) return error;
   return new RetryNoLaterThan(error, next.ms, next.priority);
 }

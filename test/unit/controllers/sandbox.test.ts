@@ -100,6 +100,36 @@ describe("Sandbox", () => {
     expect(result.requeueAfterMs).toBeLessThanOrEqual(480_000);
   });
 
+  it("retries a renewal the service refused once (a 400: a proxy's page, a one-off) before the VM runs out, not a sync period later, and keeps the VM", async () => {
+    apply({});
+    await w.reconcile(kind(), "sb");
+    const vmId = sandbox().status?.vmId as string;
+    w.advance(481_000); // due; 119 s left
+    w.emu.injectFault({ method: "POST", path: `/compute/v1/vms/${vmId}/renew`, times: 1, action: { status: 400, body: "<html>400 Bad Request</html>" } });
+    const refused = (await w.reconcile(kind(), "sb")) as { requeueAfterMs: number; priority?: boolean };
+    expect(refused.requeueAfterMs).toBeLessThanOrEqual(29_750);
+    expect(refused.priority).toBe(true);
+    w.advance(refused.requeueAfterMs);
+    w.calls();
+    await w.reconcile(kind(), "sb");
+    expect(w.writes()).toEqual(["vms.renew"]);
+    expect(sandbox().status?.vmId).toBe(vmId);
+    expect(live(vmId)).toBe(true);
+  });
+
+  it("retries a failed renewal before the VM runs out when the API server fails the status write too (a network outage), not after a backoff", async () => {
+    apply({});
+    await w.reconcile(kind(), "sb");
+    const vmId = sandbox().status?.vmId as string;
+    unavailable("POST", `/compute/v1/vms/${vmId}/renew`);
+    w.writeFault = { path: /\/status$/, error: new Error("the API server cannot be reached") };
+    w.advance(481_000); // due; 119 s left
+    const failed: unknown = await reconcileError();
+    expect(failed).toBeInstanceOf(RetryNoLaterThan);
+    expect(failed).toMatchObject({ ms: 29_750, priority: true });
+    w.writeFault = undefined;
+  });
+
   it("retries a renewal the service failed no later than a quarter of the time the VM has left", async () => {
     apply({});
     await w.reconcile(kind(), "sb");
