@@ -9,7 +9,7 @@ import type { ServiceHandle } from "../controllers/connection-pool.js";
 import { desiredAllocation, envFromValues, holdsRotatedSecrets, renewAtOf, renewVMFor, ttlSeconds, type SandboxDeps } from "../controllers/sandbox.js";
 import { formatTime } from "../runtime/status.js";
 import { ServiceError, isNotFound, type AllocateVMRequest } from "../service/index.js";
-import { isLiveVMState } from "./vm.js";
+import { vmStateIsLive } from "../api/vm-state.js";
 
 /** What allocating needs of a Sandbox's dependencies: the Secrets (envFrom) and Skills to wait for. */
 export type AllocationDeps = Pick<SandboxDeps, "store" | "skills" | "now">;
@@ -54,7 +54,7 @@ function asSandbox(run: SandboxRun, opts: { lengthened: boolean }): Sandbox {
 async function liveVMsOf(run: SandboxRun, handle: ServiceHandle): Promise<string[]> {
   await handle.vms.ensureFresh();
   await handle.vms.readSinceArrival(run.metadata.uid);
-  return handle.vms.findByMarker(run.metadata.uid).filter((v) => isLiveVMState(v.state)).map((v) => v.id);
+  return handle.vms.findByMarker(run.metadata.uid).filter((v) => vmStateIsLive(v.state)).map((v) => v.id);
 }
 
 /**

@@ -12,6 +12,7 @@
 import { AgentdClient, isAgentdNotFound, type CommandStatus, type FileEnds } from "../service/agentd.js";
 import { isNotFound, type ServiceError } from "../service/errors.js";
 import type { ServiceClient } from "../service/index.js";
+import { vmStateIsLive } from "../api/vm-state.js";
 
 /** The VM itself is gone: every command in it is lost. */
 export class VMGoneError extends Error {
@@ -19,11 +20,6 @@ export class VMGoneError extends Error {
     super(`VM ${vmId} is gone`);
     this.name = "VMGoneError";
   }
-}
-
-/** Whether a VM in this state (the compute API's AgentVM.state) is still there. */
-export function isLiveVMState(state: string | undefined): boolean {
-  return state !== "released" && state !== "expired" && state !== "terminated" && state !== "deleted";
 }
 
 export interface RunVM {
@@ -135,7 +131,7 @@ export class ForwardedVM implements RunVM {
     if (err.status === 404 && err.operation === "files.download" && Date.now() - this.answeredAt < RECENTLY_ANSWERED_MS) return undefined;
     try {
       const vm = await this.target.client.vms.get(vmId);
-      return isLiveVMState(vm.state) ? undefined : new VMGoneError(vmId);
+      return vmStateIsLive(vm.state) ? undefined : new VMGoneError(vmId);
     } catch (lookup) {
       if (isNotFound(lookup)) return new VMGoneError(vmId);
       return lookup instanceof Error ? lookup : new Error(String(lookup));
