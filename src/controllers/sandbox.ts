@@ -398,6 +398,22 @@ class SandboxClient implements ExternalClient<Sandbox, SandboxPlan> {
    * renewal of this VM (refusedTtls); then the TTL the VM had, which it accepted. A refused
    * ttlSeconds must not cost the VM, as a refused tier must not.
    */
+  /**
+   * Whether a renewal answered 404 means the VM is gone: so the compute API says, in its error
+   * body; a bare 404 (a gateway's, a route briefly missing behind a load balancer) is asked
+   * about once more by GET, as a run's VM is (runs/vm.ts). Replacing a VM that is there would
+   * allocate a second, then release the first, the workload in it with it.
+   */
+  private async goneIndeed(vmId: string, err: unknown): Promise<boolean> {
+    if (isServiceError(err) && err.errorCode !== undefined) return true;
+    try {
+      return !vmStateIsLive((await this.handle.client.vms.get(vmId)).state);
+    } catch (lookup) {
+      // Not known either way: not gone, and the renewal is tried again while the VM has time.
+      return isNotFound(lookup);
+    }
+  }
+
   private renewalTtl(cr: Sandbox, vmId: string): number {
     return this.ttlRefused(cr, vmId)?.instead ?? ttlSeconds(cr);
   }
@@ -699,7 +715,7 @@ class SandboxClient implements ExternalClient<Sandbox, SandboxPlan> {
         ...(refused !== undefined && { refused: { err: refused, ttl: ttlSeconds(cr), instead: ttl } }),
       };
     } catch (err) {
-      if (!isNotFound(err)) throw retryWhileAlive(err, Date.parse(current.expires_at ?? ""), this.deps.now().getTime());
+      if (!isNotFound(err) || !(await this.goneIndeed(current.id, err))) throw retryWhileAlive(err, Date.parse(current.expires_at ?? ""), this.deps.now().getTime());
       // Gone between the snapshot and the renewal: replace it now rather than on the next pass
       // (not while paused: the replacement waits for the resume).
       this.handle.vms.remove(current.id);

@@ -130,6 +130,23 @@ describe("Sandbox", () => {
     w.writeFault = undefined;
   });
 
+  it("does not replace a VM whose renewal got a bare 404 (a gateway's) while the VM is there: it is renewed again soon; a 404 of the service's own is its end", async () => {
+    apply({});
+    await w.reconcile(kind(), "sb");
+    const vmId = sandbox().status?.vmId as string;
+    w.advance(481_000);
+    w.emu.injectFault({ method: "POST", path: `/compute/v1/vms/${vmId}/renew`, times: 1, action: { status: 404, body: "404 page not found" } });
+    w.calls();
+    const failed: unknown = await reconcileError();
+    expect(failed).toBeInstanceOf(RetryNoLaterThan);
+    expect(w.writes()).toEqual(["vms.renew"]); // and a GET of the VM, no allocation
+    expect(sandbox().status?.vmId).toBe(vmId);
+    await w.reconcile(kind(), "sb");
+    expect(w.writes()).toEqual(["vms.renew"]);
+    expect(live(vmId)).toBe(true);
+    expect(sandbox().status?.vmId).toBe(vmId);
+  });
+
   it("retries a renewal the service failed no later than a quarter of the time the VM has left", async () => {
     apply({});
     await w.reconcile(kind(), "sb");
