@@ -661,7 +661,20 @@ export class KubeClient {
       // At every attempt: one made after a Retry-After wait or a 401 must not go out once the
       // client is closed (the leadership lost: nothing here may write beside the next leader).
       if (this.closed) throw new Error("KubeClient is closed");
-      const auth = await this.authState(false);
+      // The request's deadline and its caller's signal bound the wait for credentials too (an
+      // exec plugin that hangs: a lease renewal must still give up by its deadline).
+      const timeoutSignal = isWatch ? undefined : AbortSignal.timeout(this.requestTimeoutMs);
+      const signals = [req.signal, timeoutSignal].filter((s): s is AbortSignal => s !== undefined);
+      const signal = signals.length === 0 ? undefined : signals.length === 1 ? signals[0] : AbortSignal.any(signals);
+      let auth: AuthState;
+      try {
+        auth = await untilAborted(this.authState(false), signal);
+      } catch (err) {
+        if (timeoutSignal?.aborted && !req.signal?.aborted) {
+          throw new KubeTimeoutError(`${req.method} ${req.path}: no credentials within ${this.requestTimeoutMs} ms`, { cause: err });
+        }
+        throw err;
+      }
       // After the wait for credentials or a Retry-After: what allowed the write may be over.
       req.gate?.();
       const agent = this.agent;
@@ -676,9 +689,6 @@ export class KubeClient {
         body = JSON.stringify(req.body);
         headers["content-type"] = req.contentType ?? "application/json";
       }
-      const timeoutSignal = isWatch ? undefined : AbortSignal.timeout(this.requestTimeoutMs);
-      const signals = [req.signal, timeoutSignal].filter((s): s is AbortSignal => s !== undefined);
-      const signal = signals.length === 0 ? undefined : signals.length === 1 ? signals[0] : AbortSignal.any(signals);
       let res: Dispatcher.ResponseData;
       const started = performance.now();
       try {
@@ -847,4 +857,24 @@ function stripUndefined<T extends object>(o: T): Partial<T> {
     if (v !== undefined) (out as Record<string, unknown>)[k] = v;
   }
   return out;
+}
+
+/** `p`, or the signal's reason once it aborts first (`p` goes on, unobserved). */
+function untilAborted<T>(p: Promise<T>, signal: AbortSignal | undefined): Promise<T> {
+  if (signal === undefined) return p;
+  if (signal.aborted) return Promise.reject(signal.reason as Error);
+  return new Promise<T>((resolve, reject) => {
+    const onAbort = () => reject(signal.reason as Error);
+    signal.addEventListener("abort", onAbort, { once: true });
+    p.then(
+      (v) => {
+        signal.removeEventListener("abort", onAbort);
+        resolve(v);
+      },
+      (e: unknown) => {
+        signal.removeEventListener("abort", onAbort);
+        reject(e instanceof Error ? e : new Error(String(e)));
+      },
+    );
+  });
 }

@@ -341,3 +341,31 @@ describe("withWriteGate", () => {
     expect(seen).toEqual([`PATCH ${path}`]);
   });
 });
+
+describe("credentials that take long (an exec plugin that hangs)", () => {
+  it("are waited for no longer than the request's deadline or its caller's signal: a lease renewal gives up by its own", async () => {
+    let asked = 0;
+    const hung = new KubeClient({
+      cluster: {
+        server: "http://127.0.0.1:9",
+        credentials: async () => {
+          asked++;
+          await new Promise((r) => setTimeout(r, 3_000));
+          return { headers: {}, tls: {} };
+        },
+      },
+      requestTimeoutMs: 400,
+    });
+    try {
+      let started = performance.now();
+      await expect(hung.get("/api/v1/namespaces/a/configmaps/x", { signal: AbortSignal.timeout(150) })).rejects.toThrow();
+      expect(performance.now() - started).toBeLessThan(1_500);
+      started = performance.now();
+      await expect(hung.get("/api/v1/namespaces/a/configmaps/x")).rejects.toThrow(/no credentials within 400 ms/);
+      expect(performance.now() - started).toBeLessThan(1_500);
+      expect(asked).toBe(1); // the one derivation under way is shared, not started again
+    } finally {
+      await hung.close();
+    }
+  });
+});
