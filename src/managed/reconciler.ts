@@ -13,7 +13,7 @@ import { errorMessage } from "../lib/errors.js";
 import { RetryNoLaterThan, type ReconcileContext, type Reconciler, type Request, type Result } from "../runtime/controller.js";
 import { boundedMessage } from "../runtime/status.js";
 import { PAUSED_REASON, kstatusConditions, pausedConditions, type StatedCondition } from "./conditions.js";
-import { patchFinalizers } from "./finalizers.js";
+import { patchFinalizers, removeFinalizer } from "./finalizers.js";
 import type { StatusWriter } from "./status-writer.js";
 import type { ConnectionSecretWriter } from "./connection-secret.js";
 import { ClaimTaken, FailedAfterChange, StalledError, classify, type Failure } from "./errors.js";
@@ -594,10 +594,10 @@ export class ManagedReconciler<R extends ManagedResource, Plan = unknown> implem
     await this.opts.secrets?.remove(cr);
     this.opts.status.forget(cr.metadata.uid);
     this.uncertainCreates.delete(keyOf(cr));
-    await this.setFinalizers(
-      cr,
-      (cr.metadata.finalizers ?? []).filter((f) => f !== FINALIZER),
-    );
+    // By a JSON patch that tests the entry, not the cached resourceVersion: a pass after a
+    // failed delete starts from a cache that lacks the failure's status write, and a stale
+    // version would be a 409 here, and the service's delete made again.
+    await removeFinalizer(this.opts.kube, this.path(cr), cr, FINALIZER);
     // Said once the finalizer is off: a removal that fails is retried, from the delete (a 404
     // then), and would say it all again.
     if (event !== undefined) this.opts.events.normal(cr, event.reason, event.message);

@@ -16,7 +16,7 @@ import { startEmulator, type Emulator } from "../../../src/emulator/index.js";
 import type { ReconcileContext, Result } from "../../../src/runtime/controller.js";
 import type { EventRecorder } from "../../../src/runtime/events.js";
 import type { Informer } from "../../../src/runtime/informer.js";
-import { secretsPath, type KubeClient } from "../../../src/runtime/kube-client.js";
+import { KubeApiError, secretsPath, type KubeClient } from "../../../src/runtime/kube-client.js";
 import { silentLogger } from "../../../src/runtime/logging.js";
 
 export const NS = "team-a";
@@ -294,6 +294,19 @@ export class World {
     return this.informer({ kind: plural, plural });
   }
 
+  /** The plural and name of an object's path (or its status subresource's). */
+  private objectAt(path: string): [plural: string, name: string] {
+    const m = /\/namespaces\/([^/]+)\/([^/]+)\/([^/]+)(\/status)?$/.exec(path);
+    if (m === null) throw new Error(`unexpected path ${path}`);
+    return [m[2] ?? "", m[3] ?? ""];
+  }
+
+  /** The object at `path` as the API server has it (the cache may lag: cacheLags). */
+  private stored(path: string): Stored {
+    const [plural, name] = this.objectAt(path);
+    return this.unseen.get(`${plural}/${name}`) ?? this.get<Stored>(plural, name);
+  }
+
   /**
    * The writes the reconcilers make: finalizers (metadata), the status subresource, and
    * connection Secrets (created, merged into, deleted).
@@ -310,8 +323,13 @@ export class World {
       failing(path);
       return secret(path, () => body);
     };
-    const patch = async (path: string, body: { data?: Record<string, string>; metadata?: { finalizers?: string[]; annotations?: Record<string, string | null> }; status?: Record<string, unknown> }) => {
+    type MergePatch = { data?: Record<string, string>; metadata?: { resourceVersion?: string; finalizers?: string[]; annotations?: Record<string, string | null> }; status?: Record<string, unknown> };
+    type JsonPatch = Array<{ op: "test" | "remove"; path: string; value?: unknown }>;
+    const patch = async (path: string, patchBody: MergePatch | JsonPatch) => {
       failing(path);
+      // A JSON patch of the finalizers (removeFinalizer: test the entry, then remove it), as a
+      // merge patch of what it leaves.
+      const body: MergePatch = Array.isArray(patchBody) ? { metadata: { finalizers: finalizersAfter(this.stored(path), patchBody) } } : patchBody;
       if (path.startsWith(`${secretsPath(NS)}/`)) {
         return secret(path, (name) => {
           const obj = this.secrets.get(NS, name);
@@ -319,10 +337,13 @@ export class World {
           return { ...obj, data: { ...obj.data, ...body.data } };
         });
       }
-      const m = /\/namespaces\/([^/]+)\/([^/]+)\/([^/]+)(\/status)?$/.exec(path);
-      if (m === null) throw new Error(`unexpected path ${path}`);
-      const [, , plural, name] = m as unknown as [string, string, string, string];
-      const obj = this.unseen.get(`${plural}/${name}`) ?? this.get<Stored>(plural, name);
+      const [plural, name] = this.objectAt(path);
+      const obj = this.stored(path);
+      // A resourceVersion in the patch is a precondition, as the API server holds it.
+      const expected = body.metadata?.resourceVersion;
+      if (expected !== undefined && expected !== obj.metadata.resourceVersion) {
+        throw new KubeApiError({ status: 409, reason: "Conflict", message: `the object has been modified (${expected} is not ${obj.metadata.resourceVersion ?? "?"})`, method: "PATCH", path });
+      }
       const next: Stored = { ...obj, metadata: { ...obj.metadata, resourceVersion: String(++uids) } };
       if (body.status !== undefined) next.status = mergeKeys(obj.status as Record<string, unknown> | undefined, body.status);
       if (body.metadata?.finalizers !== undefined) next.metadata.finalizers = body.metadata.finalizers;
@@ -342,6 +363,18 @@ export class World {
     };
     return { patch, create, delete: remove } as unknown as KubeClient;
   }
+}
+
+/** The finalizers a JSON patch of test and remove ops on /metadata/finalizers/<i> leaves. */
+function finalizersAfter(obj: Stored, ops: Array<{ op: "test" | "remove"; path: string; value?: unknown }>): string[] {
+  const finalizers = [...(obj.metadata.finalizers ?? [])];
+  for (const op of ops) {
+    const at = Number(/^\/metadata\/finalizers\/(\d+)$/.exec(op.path)?.[1]);
+    if (Number.isNaN(at)) throw new Error(`unexpected JSON patch path ${op.path}`);
+    if (op.op === "test" && finalizers[at] !== op.value) throw new Error(`JSON patch test failed at ${op.path}: ${JSON.stringify(finalizers)} ${JSON.stringify(op.value)}`);
+    if (op.op === "remove") finalizers.splice(at, 1);
+  }
+  return finalizers;
 }
 
 /** A JSON merge patch (RFC 7386), as the API server applies one: nested objects merged key by key, null removes a key. */

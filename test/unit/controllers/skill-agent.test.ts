@@ -361,6 +361,22 @@ describe("Agent", () => {
     expect(ours()).toEqual([]);
   });
 
+  it("deleted after a failed delete, its failure's status write not in the cache yet: removes its finalizer once, without a 409 and a second delete", async () => {
+    apply({});
+    await w.reconcile(kind(), "ag");
+    const id = agent().status?.agentId as string;
+    w.apply<Agent>("agents", { metadata: { name: "ag", deletionTimestamp: "2030-01-01T00:00:00Z", finalizers: agent().metadata.finalizers }, spec: agent().spec });
+    w.emu.injectFault({ method: "DELETE", path: `/registry/v1/agents/${id}`, times: 100, action: { status: 503 } });
+    w.cacheLags = true; // the failure's status write reaches the API server, not the cache
+    await w.reconcile(kind(), "ag").catch(() => undefined);
+    w.emu.clearFaults();
+    w.calls();
+    await w.reconcile(kind(), "ag");
+    expect(w.writes()).toEqual(["agents.delete"]);
+    w.catchUp();
+    expect(agent()?.metadata.finalizers ?? []).not.toContain(FINALIZER);
+  });
+
   it("deleted after a create whose outcome is unknown: keeps its finalizer and looks again a while later, so an agent that lands late goes too", async () => {
     const cr = apply({});
     w.emu.injectFault({ method: "POST", path: "/registry/v1/agents", times: 1, action: { drop: "before" } });
