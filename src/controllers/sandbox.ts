@@ -72,6 +72,20 @@ export function renewAtOf(cr: Sandbox, vmId: string, expiresAt: number, ttl = tt
   return expiresAt - windowMs - Math.floor((seed.readUInt32BE(0) / 0x1_0000_0000) * jitterMaxMs);
 }
 
+/** How soon a renewal counts as soon (renewalSoon): more than a pass through a long queue takes. */
+const SOON_MS = 120_000;
+
+/**
+ * Whether the Sandbox's VM is due for renewal within SOON_MS, by its status: expiresAt is
+ * reported every few minutes, so it is at most as late as the VM's expiry (a renewal since
+ * only moves that later), and the renewal is at least as soon as it says.
+ */
+export function renewalSoon(cr: Sandbox, now: number): boolean {
+  const expiresAt = Date.parse(cr.status?.expiresAt ?? "");
+  if (cr.status?.vmId === undefined || Number.isNaN(expiresAt) || !(cr.spec.keepAlive ?? true)) return false;
+  return expiresAt - renewBeforeSeconds(cr) * 1000 - now < SOON_MS;
+}
+
 /**
  * The TTL the next renewal's time is reckoned from, just after a renewal or an allocation: the
  * one asked for, unless the service granted less (the VM's ttl_seconds, or how far off its new
@@ -119,6 +133,7 @@ export function sandboxes(ctx: KindContext): ManagedKind<Sandbox, SandboxPlan> {
     // Pausing must not lose a VM: a paused Sandbox is still renewed.
     needsUpkeep: true,
     keepsAlive: (cr) => (cr.spec.keepAlive ?? true) && sandboxExternalId(cr) !== undefined && cr.status?.state !== "expired",
+    upkeepSoon: (cr) => renewalSoon(cr, ctx.now().getTime()),
     // The envFrom Secrets' values go into the VM's env: fixing one is a fix of a refused VM.
     inputs: (cr) => fingerprint((cr.spec.envFrom ?? []).map((e, i) => ctx.store.secretData(cr.metadata.namespace, e.secretRef.name, `spec.envFrom[${i}].secretRef.name`))),
     client: (handle) => new SandboxClient(handle, deps),

@@ -89,8 +89,8 @@ export type EventFilter<T> = (obj: T, oldObj?: T, event?: "add" | "update" | "de
 export interface WatchOptions<T> {
   /** Skip events the controller does not care about (controller-runtime's predicates). */
   filter?: EventFilter<T>;
-  /** Enqueue on the priority lane. */
-  priority?: boolean;
+  /** Enqueue on the priority lane: all of them, or those this says are urgent. */
+  priority?: boolean | ((obj: T) => boolean);
 }
 
 export interface ControllerOptions {
@@ -173,7 +173,8 @@ export class Controller {
         this.log.error({ err: errorMessage(err, { labelNonError: true }), informer: informer.path }, "map function threw; event dropped");
         return;
       }
-      for (const r of reqs) this.enqueue(r, { priority: opts.priority });
+      const priority = typeof opts.priority === "function" ? opts.priority(obj) : opts.priority;
+      for (const r of reqs) this.enqueue(r, { priority });
     };
     const filter = opts.filter;
     this.unsubscribers.push(

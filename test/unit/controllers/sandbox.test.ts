@@ -4,7 +4,7 @@
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { Annotations, CONFIG_HASH_KEY, MARKER_KEY, SECRETS_HASH_KEY } from "../../../src/api/names.js";
 import type { Connection, Sandbox, SandboxStatus, Skill } from "../../../src/api/index.js";
-import { allocationHash, sandboxes } from "../../../src/controllers/sandbox.js";
+import { allocationHash, renewalSoon, sandboxes } from "../../../src/controllers/sandbox.js";
 import { RetryNoLaterThan } from "../../../src/runtime/controller.js";
 import { condition, NS, ORG, secretOf, World } from "./helpers.js";
 
@@ -32,6 +32,21 @@ const reconcileError = (): Promise<unknown> =>
     () => undefined,
     (err: unknown) => err,
   );
+
+describe("a Sandbox's first pass after a restart (or a new leader, or a share moved in)", () => {
+  it("goes on the priority lane when its renewal is due within two minutes by its status, as the VM's expiry is at least that near", () => {
+    const now = Date.parse("2030-01-01T00:00:00Z");
+    const at = (s: number) => new Date(now + s * 1000).toISOString();
+    const box = (status: Partial<SandboxStatus>, spec: Partial<Sandbox["spec"]> = {}) =>
+      ({ metadata: { name: "sb", namespace: NS, uid: "u" }, spec: { tier: "standard", ttlSeconds: 600, ...spec }, status }) as unknown as Sandbox;
+    // ttl 600: renewed 120 s before it runs out.
+    expect(renewalSoon(box({ vmId: "vm-1", expiresAt: at(200) }), now)).toBe(true); // due in 80 s
+    expect(renewalSoon(box({ vmId: "vm-1", expiresAt: at(60) }), now)).toBe(true); // overdue
+    expect(renewalSoon(box({ vmId: "vm-1", expiresAt: at(500) }), now)).toBe(false); // due in 380 s
+    expect(renewalSoon(box({ expiresAt: at(60) }), now)).toBe(false); // no VM
+    expect(renewalSoon(box({ vmId: "vm-1", expiresAt: at(60) }, { keepAlive: false }), now)).toBe(false); // not renewed
+  });
+});
 
 describe("Sandbox", () => {
   it("allocates one VM and comes back, on the priority lane, when the renewal is due", async () => {

@@ -1,6 +1,7 @@
 import { describe, expect, it } from "vitest";
 import { Controller, RetryNoLaterThan, generationChanged, parseKey, requestKey, type ReconcileContext, type Request, type Result } from "../../../src/runtime/controller.js";
-import { KubeApiError } from "../../../src/runtime/kube-client.js";
+import type { Informer } from "../../../src/runtime/informer.js";
+import { KubeApiError, type KubeObject } from "../../../src/runtime/kube-client.js";
 import { silentLogger } from "../../../src/runtime/logging.js";
 import { Metrics } from "../../../src/runtime/metrics.js";
 import { ItemExponentialFailureRateLimiter } from "../../../src/runtime/workqueue.js";
@@ -27,6 +28,24 @@ function make(reconcile: (req: Request, ctx: ReconcileContext) => Promise<Result
   });
   return { c, metrics };
 }
+
+describe("watch", () => {
+  it("enqueues on the priority lane the objects the priority predicate says are urgent, ahead of those listed before them", async () => {
+    const handlers: Array<(obj: KubeObject) => void> = [];
+    const informer = { path: "/apis/x/v1/things", on: (event: string, fn: (obj: KubeObject) => void) => (event === "add" && handlers.push(fn), () => undefined) };
+    const order: string[] = [];
+    const { c } = make(async (req) => {
+      order.push(req.name);
+    }, 1);
+    c.watch(informer as unknown as Informer<KubeObject>, undefined, { priority: (obj) => obj.metadata.name === "due-now" });
+    // As a cold start lists them: three first, the urgent one last.
+    for (const name of ["a", "b", "c", "due-now"]) for (const h of handlers) h({ metadata: { namespace: "ns", name } });
+    await c.start();
+    await until(() => order.length === 4);
+    await c.stop(1_000);
+    expect(order[0]).toBe("due-now");
+  });
+});
 
 describe("keys", () => {
   it("round-trips namespace/name and cluster-scoped names", () => {
