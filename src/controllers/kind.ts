@@ -121,8 +121,9 @@ export class OperatorContext implements KindContext {
   readonly store: ObjectStore;
   /**
    * The API server, as the managed kinds' controllers write to it: in sharded mode through the
-   * membership's write gate (ShardingOptions.writeGate). The Connection controller, which runs
-   * on the leader, writes with the manager's client.
+   * membership's write gate (ShardingOptions.writeGate), else with leader election through the
+   * leadership's (Manager.leaderWriteGate). The Connection controller, which runs on the
+   * leader, writes with the manager's client.
    */
   readonly kube: KubeClient;
   /** The managed kinds' Events: in sharded mode, none while the write gate refuses. */
@@ -153,7 +154,8 @@ export class OperatorContext implements KindContext {
     this.secrets = manager.informerFor<SecretObject>(secretsPath(), { pageSize: 500, fieldSelector: `type!=${HELM_RELEASE_SECRET_TYPE}` });
     this.configMaps = manager.informerFor<ConfigMapObject>(configMapsPath(), { pageSize: 500 });
     this.store = new ObjectStore(this.secrets, this.configMaps);
-    const gate = options.sharding?.writeGate;
+    // Sharded mode: the replica's membership; else, with leader election, the leadership.
+    const gate = options.sharding?.writeGate ?? manager.leaderWriteGate();
     this.kube = gate === undefined ? manager.client : withWriteGate(manager.client, gate);
     this.events = gate === undefined ? manager.events : eventsWhile(manager.events, () => passes(gate));
     this.status = new StatusWriter(this.kube);

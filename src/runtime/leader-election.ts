@@ -29,6 +29,7 @@ import { setTimeout as sleep } from "node:timers/promises";
 import { errorMessage } from "../lib/errors.js";
 import { isConflict, isAlreadyExists, isNotFound, leasesPath, type KubeClient } from "./kube-client.js";
 import type { Metrics } from "./metrics.js";
+import { LeaseValidity, instant } from "./lease-validity.js";
 
 export interface Lease {
   apiVersion?: string;
@@ -96,6 +97,14 @@ export function defaultIdentity(): string {
   return `${hostname()}_${randomBytes(4).toString("hex")}`;
 }
 
+/** A write refused unsent: this leader's Lease was not renewed within the renew deadline (LeaderElector.mayLead). */
+export class LeadershipLapsed extends Error {
+  constructor() {
+    super("not sent: this replica's leadership is not current (its leader Lease not renewed within the renew deadline); another replica may lead by now");
+    this.name = "LeadershipLapsed";
+  }
+}
+
 export class LeaderElector {
   readonly identity: string;
   private readonly o: Required<Pick<LeaderElectorOptions, "leaseDurationMs" | "renewDeadlineMs" | "retryPeriodMs" | "releaseOnCancel">> &
@@ -110,6 +119,8 @@ export class LeaderElector {
   private leading = false;
   private reportedLeader = "";
   private leadingAbort: AbortController | undefined;
+  /** How long the last acquire or renewal lets this leader write (mayLead). */
+  private readonly validity = new LeaseValidity();
   /** Leave the lease to expire on stop, releaseOnCancel or not (see keepLeaseOnStop). */
   private keepLease = false;
 
@@ -135,6 +146,18 @@ export class LeaderElector {
 
   isLeader(): boolean {
     return this.leading;
+  }
+
+  /**
+   * Whether this leader may write now: leading, and an acquire or renewal sent less than the
+   * renew deadline ago succeeded. isLeader() alone stays true until the renew loop looks again:
+   * a process stopped for longer (a VM frozen, a CPU starved) wakes up with its work queue's
+   * timers due before that look, while another may have taken the Lease a lease duration after
+   * its last renewal. (client-go leaves this gap open; the sharded replicas' member Leases close
+   * it the same way.)
+   */
+  mayLead(): boolean {
+    return this.leading && this.validity.mayWork();
   }
 
   /**
@@ -172,6 +195,7 @@ export class LeaderElector {
       } finally {
         signal.removeEventListener("abort", onAbort);
         leading.abort(new Error("leadership ended"));
+        this.validity.end();
         this.setLeading(false);
         if (signal.aborted && this.o.releaseOnCancel && !this.keepLease) await this.release();
         try {
@@ -255,8 +279,10 @@ export class LeaderElector {
         },
       };
       try {
+        const sent = instant();
         const created = await this.o.client.create<Lease>(leasesPath(this.o.namespace), lease, { signal });
         this.observe(created);
+        this.validity.renewed(sent, this.o.renewDeadlineMs);
         return true;
       } catch (e) {
         if (!isAlreadyExists(e)) this.log.warn({ err: errorMessage(e) }, "error creating lease");
@@ -290,8 +316,10 @@ export class LeaderElector {
       },
     };
     try {
+      const sent = instant();
       const updated = await this.o.client.replace<Lease>(path, next, { signal });
       this.observe(updated);
+      this.validity.renewed(sent, this.o.renewDeadlineMs);
       return true;
     } catch (err) {
       // 409: someone else wrote first; we lost this round.

@@ -25,7 +25,7 @@ import { Controller, type ControllerOptions, type Reconciler } from "./controlle
 import { EventRecorder } from "./events.js";
 import { Informer, type CacheView, type InformerOptions } from "./informer.js";
 import { KubeClient, type KubeObject } from "./kube-client.js";
-import { LeaderElector, defaultIdentity, type HolderRecord } from "./leader-election.js";
+import { LeaderElector, LeadershipLapsed, defaultIdentity, type HolderRecord } from "./leader-election.js";
 import { createLogger } from "./logging.js";
 import { Metrics, kubeResourceOf } from "./metrics.js";
 import { HealthChecks, ProbeServer, metricsHandler, type BoundAddress, type Check } from "./probes.js";
@@ -275,6 +275,19 @@ export class Manager {
 
   isLeader(): boolean {
     return this.leading;
+  }
+
+  /**
+   * With leader election: the gate of the leader's writes (withWriteGate, ServiceClient's
+   * writeGate), which refuses them unsent once its Lease was not renewed within the renew
+   * deadline (LeaderElector.mayLead), so that a leader stalled past that writes nothing beside
+   * the next. Undefined without leader election (nothing to yield to).
+   */
+  leaderWriteGate(): (() => void) | undefined {
+    if (!this.o.leaderElection) return undefined;
+    return () => {
+      if (!(this.elector?.mayLead() ?? false)) throw new LeadershipLapsed();
+    };
   }
 
   metricsAddress(): BoundAddress | undefined {

@@ -47,6 +47,7 @@ import {
   inheritsOf,
   type SuccessionView,
 } from "./succession.js";
+import { LeaseValidity, instant } from "../runtime/lease-validity.js";
 
 export interface MembershipTimings {
   leaseDurationMs: number;
@@ -92,45 +93,6 @@ export class MembershipLapsed extends Error {
   }
 }
 
-/** A moment on both clocks. */
-interface Instant {
-  mono: number;
-  wall: number;
-}
-const instant = (): Instant => ({ mono: performance.now(), wall: Date.now() });
-
-/**
- * Until when a write of the member Lease lets this replica work, on two clocks. The monotonic
- * one is immune to steps of the wall clock, but does not advance while the machine is
- * suspended, nor (on some hypervisors) while a VM is paused; the wall clock does. Work stops
- * when either says the time ran out. The renewals' own deadline is the monotonic one alone: a
- * step forward of the wall clock only makes the replica wait for its next renewal, it does not
- * end the membership (a replica fenced while it slept learns it from that renewal's 409).
- */
-class Validity {
-  private until: Instant = { mono: -Infinity, wall: -Infinity };
-
-  /** A write sent at `sent` succeeded. */
-  renewed(sent: Instant, forMs: number): void {
-    this.until = { mono: sent.mono + forMs, wall: sent.wall + forMs };
-  }
-
-  end(): void {
-    this.until = { mono: -Infinity, wall: -Infinity };
-  }
-
-  /** Whether this replica may work: neither clock says the time ran out. */
-  mayWork(): boolean {
-    const at = instant();
-    return this.until.mono > at.mono && this.until.wall > at.wall;
-  }
-
-  /** What is left for the renewals, on the monotonic clock. */
-  renewalMs(at: number = performance.now()): number {
-    return this.until.mono - at;
-  }
-}
-
 /** This replica's own Lease: created on start, renewed every retry period, deleted on stop. */
 export class MemberLease {
   private readonly t: MembershipTimings;
@@ -143,7 +105,7 @@ export class MemberLease {
   /** The resourceVersion of this replica's last write of the Lease: renewals are made on it. */
   private version: string | undefined;
   /** Until when this replica may work: a successful write's sending + the renew deadline. */
-  private readonly validity = new Validity();
+  private readonly validity = new LeaseValidity();
   /** mayWork() said no since it joined: onJoined is called again once a renewal lets it work. */
   private refused = false;
   /** The fenced members this replica works for (succession.ts), as its Lease says or will say. */
