@@ -9,7 +9,7 @@ import { DEFAULT_CONNECTION, GROUP, VERSION, kindNames } from "../api/names.js";
 import type { SandboxRun } from "../api/index.js";
 import { heldConnection } from "../runs/template-vm.js";
 import { errorMessage } from "../lib/errors.js";
-import { Controller, type Request, type Result } from "../runtime/controller.js";
+import { Controller, RetryNoLaterThan, type Request, type Result } from "../runtime/controller.js";
 import { Informer } from "../runtime/informer.js";
 import { isConflict, isNotFound, resourcePath, type KubeClient, type KubeObject } from "../runtime/kube-client.js";
 import type { Metrics } from "../runtime/metrics.js";
@@ -18,6 +18,9 @@ import { OWNER_LABEL } from "./labels.js";
 import { Ring, objectKey } from "./ring.js";
 import { Succession, type SuccessionView } from "./succession.js";
 import { UrgentMoves } from "./urgent.js";
+
+/** How soon a failed placement of a Sandbox whose running VM nobody renews is tried again, at the latest. */
+const UNRENEWED_PLACEMENT_RETRY_MS = 2_000;
 
 /** A sharded kind: its plural and cluster-wide collection path. */
 export interface ShardedKind {
@@ -348,7 +351,14 @@ export class Sharder {
       return obj !== undefined && this.unrenewed(kind, obj);
     });
     try {
-      const result = await this.placeNow(kind, informer, req);
+      const result = await this.placeNow(kind, informer, req).catch((err: unknown) => {
+        // A running VM nobody renews: its placement is tried again within seconds, on the
+        // priority lane, not after a backoff grown through an API server outage (the VM runs
+        // out meanwhile; unsharded, the outage would not have stopped its renewals).
+        const obj = informer.get(req.namespace, req.name);
+        if (obj !== undefined && this.unrenewed(kind, obj)) throw new RetryNoLaterThan(err, UNRENEWED_PLACEMENT_RETRY_MS, true);
+        throw err;
+      });
       // Changed meanwhile: decided again on the newer object, in the lane it came in.
       return result === "changed" ? { requeue: true, priority } : undefined;
     } finally {

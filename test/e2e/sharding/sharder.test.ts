@@ -39,7 +39,7 @@ function objects(namespace: string, owner?: string): Array<{ plural: string; bod
   return out;
 }
 
-type Move = { at: "sent" | "answered"; object: string };
+type Move = { at: "sent" | "answered"; object: string; time?: number };
 
 /** Holds the PATCHes of the objects `of` picks until let go, one at a time or all. */
 class PatchHold {
@@ -75,6 +75,8 @@ function recordingSharder(
   /** Objects whose next PATCH is answered 409, as if the object had changed meanwhile. */
   conflicts = new Set<string>(),
   options: Partial<SharderOptions> = {},
+  /** Objects whose next PATCHes (so many) fail as an API server in trouble fails them (500). */
+  failures = new Map<string, number>(),
 ): { sharder: Sharder; moves: Move[]; metrics: Metrics; close(): Promise<void> } {
   const client = clientFor();
   const moves: Move[] = [];
@@ -89,8 +91,13 @@ function recordingSharder(
   client.patch = (async (p: string, body: unknown, type: "merge", opts: { discardResult: true }) => {
     const object = p.split("/").slice(-2).join("/"); // plural/name
     if (holdPatches?.of(object)) await holdPatches.hold();
-    moves.push({ at: "sent", object });
+    moves.push({ at: "sent", object, time: performance.now() });
     if (conflicts.delete(object)) throw new KubeApiError({ status: 409, reason: "Conflict", message: "the object has been modified", method: "PATCH", path: p });
+    const failing = failures.get(object) ?? 0;
+    if (failing > 0) {
+      failures.set(object, failing - 1);
+      throw new KubeApiError({ status: 500, reason: "InternalError", message: "etcdserver: request timed out", method: "PATCH", path: p });
+    }
     await patch(p, body, type, opts);
     moves.push({ at: "answered", object });
   }) as KubeClient["patch"];
@@ -347,6 +354,36 @@ describe("Sharder (real API server): a gone replica's Sandboxes with a running V
       await r.close();
     }
   });
+});
+
+describe("Sharder (real API server): a placement the API server keeps failing", () => {
+  const suite = adminAndNamespaces("sharder-failing");
+  let admin: KubeClient;
+  beforeAll(() => {
+    admin = suite.admin();
+  });
+
+  it("is tried again within seconds for a Sandbox whose running VM nobody renews, however many times it failed, not after a backoff grown past the VM's expiry", async () => {
+    const ns = await suite.namespace();
+    const name = "unrenewed";
+    await admin.create(path(kindNames.sandbox.plural, ns), { apiVersion: `${GROUP}/${VERSION}`, kind: "Sandbox", metadata: { name }, spec: { tier: "standard" } }, { discardResult: true });
+    await admin.patch(path(kindNames.sandbox.plural, ns, name, "status"), { status: { vmId: "vm-unrenewed", state: "running" } }, "merge", { discardResult: true });
+    // 13 failures: the queue's own backoff (5 ms doubling) would wait 20 s before the last try
+    // alone, and some 40 s in all.
+    const r = recordingSharder(ns, undefined, undefined, undefined, {}, new Map([[`${kindNames.sandbox.plural}/${name}`, 13]]));
+    try {
+      r.sharder.setMembers(LIVE);
+      await r.sharder.start();
+      await poll(() => r.moves.some((m) => m.at === "answered"), 90_000, "the placement answered");
+    } finally {
+      await r.close();
+    }
+    const tries = r.moves.filter((m) => m.at === "sent").map((m) => m.time ?? 0);
+    expect(tries).toHaveLength(14);
+    // Each try within seconds of the one before (at most 2 s asked; the backoff's last wait would be 20 s).
+    const longest = Math.max(...tries.slice(1).map((t, i) => t - (tries[i] ?? t)));
+    expect(longest).toBeLessThan(8_000);
+  }, 90_000);
 });
 
 describe("Sharder (real API server): the Connections' users", () => {
