@@ -24,6 +24,7 @@ import { formatTime } from "../runtime/status.js";
 import {
   isNotFound,
   isOutcomeUnknown,
+  isServiceNotFound,
   isServiceError,
   refusalOf,
   type AgentVM,
@@ -420,12 +421,13 @@ class SandboxClient implements ExternalClient<Sandbox, SandboxPlan> {
    * allocate a second, then release the first, the workload in it with it.
    */
   private async goneIndeed(vmId: string, err: unknown): Promise<boolean> {
-    if (isServiceError(err) && err.errorCode !== undefined) return true;
+    if (isServiceNotFound(err)) return true;
     try {
       return !vmStateIsLive((await this.handle.client.vms.get(vmId)).state);
     } catch (lookup) {
-      // Not known either way: not gone, and the renewal is tried again while the VM has time.
-      return isNotFound(lookup);
+      // Not known either way (the GET through the same gateway answered a bare 404 too, or
+      // failed): not gone, and the renewal is tried again while the VM has time.
+      return isServiceNotFound(lookup);
     }
   }
 

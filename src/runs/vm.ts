@@ -10,7 +10,7 @@
 // a 502, are asked about with GET /compute/v1/vms/{id} (a 404, or a state that is not live:
 // the VM is gone).
 import { AgentdClient, isAgentdNotFound, type CommandStatus, type FileEnds } from "../service/agentd.js";
-import { isNotFound, type ServiceError } from "../service/errors.js";
+import { isServiceNotFound, type ServiceError } from "../service/errors.js";
 import type { ServiceClient } from "../service/index.js";
 import { vmStateIsLive } from "../api/vm-state.js";
 
@@ -124,7 +124,7 @@ export class ForwardedVM implements RunVM {
    */
   private async explain(err: ServiceError): Promise<Error | undefined> {
     const { vmId } = this.target;
-    if (err.status === 404 && err.errorCode !== undefined) return new VMGoneError(vmId);
+    if (isServiceNotFound(err)) return new VMGoneError(vmId);
     // A file read just after the VM answered (observeStep reads the exit file right after a
     // command's status or the step's heartbeat): a bare 404 is agentd's (no exit file yet, which
     // a step followed by its files meets at every poll), not worth a look-up each time.
@@ -133,7 +133,8 @@ export class ForwardedVM implements RunVM {
       const vm = await this.target.client.vms.get(vmId);
       return vmStateIsLive(vm.state) ? undefined : new VMGoneError(vmId);
     } catch (lookup) {
-      if (isNotFound(lookup)) return new VMGoneError(vmId);
+      // Only the service's own 404: a bare one (the same gateway) says nothing of the VM.
+      if (isServiceNotFound(lookup)) return new VMGoneError(vmId);
       return lookup instanceof Error ? lookup : new Error(String(lookup));
     }
   }

@@ -123,6 +123,15 @@ export function isNotFound(e: unknown): boolean {
   return e instanceof ServiceError && e.status === 404;
 }
 
+/**
+ * A 404 the service itself answered, in its error body (compute's error_code, the registry's
+ * error): the object is not there. A bare 404 (a gateway's, a route briefly missing behind a
+ * load balancer) says nothing of the object.
+ */
+export function isServiceNotFound(e: unknown): boolean {
+  return isNotFound(e) && ((e as ServiceError).errorCode !== undefined || (e as ServiceError).serviceError !== undefined);
+}
+
 /** 409: e.g. an agent name already taken in the org. */
 export function isConflict(e: unknown): boolean {
   return e instanceof ServiceError && e.status === 409;

@@ -9,6 +9,7 @@ export {
   ServiceError,
   isServiceError,
   isNotFound,
+  isServiceNotFound,
   isConflict,
   isBadRequest,
   isOutcomeUnknown,

@@ -160,6 +160,14 @@ describe("Sandbox", () => {
     expect(w.writes()).toEqual(["vms.renew"]);
     expect(live(vmId)).toBe(true);
     expect(sandbox().status?.vmId).toBe(vmId);
+    // The gateway answers the GET that asks about the VM with the same bare 404: not known
+    // either way, so not gone.
+    w.advance(481_000);
+    w.emu.injectFault({ method: "POST", path: `/compute/v1/vms/${vmId}/renew`, times: 1, action: { status: 404, body: "404 page not found" } });
+    w.emu.injectFault({ method: "GET", path: `/compute/v1/vms/${vmId}`, times: 1, action: { status: 404, body: "404 page not found" } });
+    expect(await reconcileError()).toBeInstanceOf(RetryNoLaterThan);
+    expect(w.writes()).toEqual(["vms.renew"]);
+    expect(sandbox().status?.vmId).toBe(vmId);
   });
 
   it("retries a renewal the service failed no later than a quarter of the time the VM has left", async () => {
