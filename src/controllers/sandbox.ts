@@ -83,7 +83,7 @@ const SOON_MS = 120_000;
  */
 export function renewalSoon(cr: Sandbox, now: number): boolean {
   const expiresAt = Date.parse(cr.status?.expiresAt ?? "");
-  if (cr.status?.vmId === undefined || Number.isNaN(expiresAt) || !(cr.spec.keepAlive ?? true)) return false;
+  if (cr.status?.vmId === undefined || Number.isNaN(expiresAt) || !(cr.spec.keepAlive ?? true) || !vmStateIsLive(cr.status.state)) return false;
   return expiresAt - renewBeforeSeconds(cr) * 1000 - now < SOON_MS;
 }
 

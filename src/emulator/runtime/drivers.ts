@@ -22,11 +22,11 @@ export interface Driver {
 
 // Python blocks are read as an IPython kernel (Jupyter's Python kernel) reads the commonest
 // notebook syntax: a line "!cmd" runs cmd in a shell (its output streamed, as IPython's
-// system()); "%pip ..." is "!pip ...", "%cd DIR" changes directory, "%pwd" shows it; a
+// system()); "%pip ..." runs the kernel's own pip, "%cd DIR" changes directory, "%pwd" shows it; a
 // top-level await runs on the context's event loop; display(x) shows x as the last expression
 // would. Other magics are a SyntaxError, naming the magic.
 const PYTHON = String.raw`
-import ast, asyncio, inspect, json, os, re, signal, subprocess, sys, traceback
+import ast, asyncio, inspect, json, os, re, shlex, signal, subprocess, sys, traceback
 _mark = os.environ.pop("EMU_KERNEL_MARK", "")
 _loop = asyncio.new_event_loop()
 
@@ -44,12 +44,19 @@ def display(*objs):
         if o is not None:
             print(repr(o))
 
-_MAGICS = {"pip": lambda rest: "_shell(" + repr("pip " + rest) + ")", "cd": lambda rest: "_cd(" + repr(rest.strip()) + ")", "pwd": lambda rest: "print(__import__('os').getcwd())"}
+_MAGICS = {"pip": lambda rest: "_shell(" + repr(shlex.quote(sys.executable) + " -m pip " + rest) + ")", "cd": lambda rest: "_cd(" + repr(rest.strip()) + ")", "pwd": lambda rest: "print(__import__('os').getcwd())"}
 
 def _transform(code):
+    # Plain Python is run as it is: a line of a valid block that starts with ! or % (a != b
+    # continued, "%s" in a string) is not notebook syntax.
+    try:
+        ast.parse(code, "<cell>", "exec")
+        return code
+    except SyntaxError:
+        pass
     out = []
     for line in code.split("\n"):
-        m = re.match(r"^(\s*)!(.*)$", line)
+        m = re.match(r"^(\s*)!(?!=)(.*)$", line)
         if m:
             out.append(m.group(1) + "_shell(" + repr(m.group(2)) + ")")
             continue

@@ -45,6 +45,7 @@ describe("a Sandbox's first pass after a restart (or a new leader, or a share mo
     expect(renewalSoon(box({ vmId: "vm-1", expiresAt: at(500) }), now)).toBe(false); // due in 380 s
     expect(renewalSoon(box({ expiresAt: at(60) }), now)).toBe(false); // no VM
     expect(renewalSoon(box({ vmId: "vm-1", expiresAt: at(60) }, { keepAlive: false }), now)).toBe(false); // not renewed
+    expect(renewalSoon(box({ vmId: "vm-1", expiresAt: at(-600), state: "expired" }), now)).toBe(false); // gone: nothing to renew
   });
 });
 

@@ -159,6 +159,10 @@ describe("emulator agentd: code contexts (r/v1/code)", () => {
     const awaited = await a.execute(ctx.id, "import asyncio\nasync def twice(x):\n    await asyncio.sleep(0)\n    return 2 * x\nv = await twice(21)\nawait twice(v)");
     expect(streamText(awaited, "stdout")).toBe("84\n");
     expect(streamText(await a.execute(ctx.id, "display({'v': v}, 'x')"), "stdout")).toBe("{'v': 42}\n'x'\n");
+    // Plain Python is not read as notebook syntax: a line starting with != or %, or ! in a string.
+    const plain = await a.execute(ctx.id, 'a, b = 1, 2\nif (\n    a\n    != b\n):\n    print("differ")\ntext = """\n%s items\n![alt](img.png)\n"""\nprint(text.strip().splitlines()[1])');
+    expect(streamText(plain, "stdout")).toBe("differ\n![alt](img.png)\n");
+    expect(endOf(plain)).toEqual({ status: "ok" });
     const unknown = await a.execute(ctx.id, "%timeit 1");
     expect(endOf(unknown)).toEqual({ status: "error", error: expect.stringContaining("Line magic function %timeit not found") });
   });
