@@ -661,20 +661,10 @@ export class KubeClient {
       // At every attempt: one made after a Retry-After wait or a 401 must not go out once the
       // client is closed (the leadership lost: nothing here may write beside the next leader).
       if (this.closed) throw new Error("KubeClient is closed");
-      // The request's deadline and its caller's signal bound the wait for credentials too (an
-      // exec plugin that hangs: a lease renewal must still give up by its deadline).
-      const timeoutSignal = isWatch ? undefined : AbortSignal.timeout(this.requestTimeoutMs);
-      const signals = [req.signal, timeoutSignal].filter((s): s is AbortSignal => s !== undefined);
-      const signal = signals.length === 0 ? undefined : signals.length === 1 ? signals[0] : AbortSignal.any(signals);
-      let auth: AuthState;
-      try {
-        auth = await untilAborted(this.authState(false), signal);
-      } catch (err) {
-        if (timeoutSignal?.aborted && !req.signal?.aborted) {
-          throw new KubeTimeoutError(`${req.method} ${req.path}: no credentials within ${this.requestTimeoutMs} ms`, { cause: err });
-        }
-        throw err;
-      }
+      // The caller's signal bounds the wait for credentials (an exec plugin that hangs: a lease
+      // renewal must still give up by its deadline); the request's own timeout starts after it,
+      // as a slow plugin (an SSO round trip) is no slow API server.
+      const auth = await untilAborted(this.authState(false), req.signal);
       // After the wait for credentials or a Retry-After: what allowed the write may be over.
       req.gate?.();
       const agent = this.agent;
@@ -689,6 +679,9 @@ export class KubeClient {
         body = JSON.stringify(req.body);
         headers["content-type"] = req.contentType ?? "application/json";
       }
+      const timeoutSignal = isWatch ? undefined : AbortSignal.timeout(this.requestTimeoutMs);
+      const signals = [req.signal, timeoutSignal].filter((s): s is AbortSignal => s !== undefined);
+      const signal = signals.length === 0 ? undefined : signals.length === 1 ? signals[0] : AbortSignal.any(signals);
       let res: Dispatcher.ResponseData;
       const started = performance.now();
       try {
@@ -718,7 +711,7 @@ export class KubeClient {
         // Rotated token: drop the cached credentials and try once more.
         authRetried = true;
         await res.body.dump().catch(() => undefined);
-        await this.authState(true);
+        await untilAborted(this.authState(true), req.signal);
         attempt--;
         continue;
       }
