@@ -134,6 +134,8 @@ interface EventBody {
 }
 
 const MAX_MESSAGE = 1024;
+/** What of a message is scrubbed (and kept): well over MAX_MESSAGE, which is what is written. */
+const SCRUB_LIMIT = 4 * MAX_MESSAGE;
 const MAX_REASON = 128;
 
 /**
@@ -143,14 +145,17 @@ const MAX_REASON = 128;
  * private_key). Callers must not put secrets in messages; this is the net.
  */
 export function scrubSecrets(message: string): string {
+  // Bounded first: the patterns backtrack, and a message (a webhook's Status text) has no bound.
   return message
+    .slice(0, SCRUB_LIMIT)
     .replace(/-----BEGIN [A-Z ]*PRIVATE KEY-----[\s\S]*?(?:-----END [A-Z ]*PRIVATE KEY-----|$)/g, "[REDACTED]")
-    .replace(/\b(authorization)(["']?\s*[:=]\s*["']?)(?!\[REDACTED\])[^"'\n,;&}]+/gi, "$1$2[REDACTED]")
-    .replace(/\b(Bearer|Basic|Token)\s+(?!\[REDACTED\])[A-Za-z0-9\-._~+/]+=*/g, "$1 [REDACTED]")
+    .replace(/\b(authorization)(["']?\s*[:=]\s*["']?)(?!\[REDACTED\])(?:(?:Bearer|Basic|Token|Digest|Negotiate)\s+)?[^\s"',;&}]+/gi, "$1$2[REDACTED]")
+    .replace(/\b(Bearer|Basic)\s+(?!\[REDACTED\])[A-Za-z0-9\-._~+/]+=*/g, "$1 [REDACTED]")
+    .replace(/\b(Token)\s+(?!\[REDACTED\])[A-Za-z0-9\-._~+/]{16,}=*/g, "$1 [REDACTED]")
     .replace(/\beyJ[A-Za-z0-9_-]{5,}\.[A-Za-z0-9_-]{5,}\.[A-Za-z0-9_-]*/g, "[REDACTED]")
     .replace(/\b([a-z][a-z0-9+.-]*:\/\/)[^/\s:@]+:[^/\s@]+@/gi, "$1[REDACTED]@")
     .replace(
-      /\b([\w-]*?(?:api[_-]?key|apikey|token|client[_-]?secret|secret|password|passwd|private[_-]?key))(["']?\s*[:=]\s*["']?)(?!\[REDACTED\])[^\s"',;&}]+/gi,
+      /\b([\w-]{0,32}?(?:api[_-]?key|apikey|token|client[_-]?secret|secret|password|passwd|private[_-]?key))(["']?\s*[:=]\s*["']?)(?!\[REDACTED\])[^\s"',;&}]+/gi,
       "$1$2[REDACTED]",
     );
 }

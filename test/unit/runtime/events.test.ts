@@ -283,6 +283,13 @@ describe("scrubSecrets", () => {
     // Words that only look like keys are left alone.
     expect(scrubSecrets("tokens: 5, secretRef: creds, tokenExpiresAt: 2026-11-29T00:00:00Z")).toBe("tokens: 5, secretRef: creds, tokenExpiresAt: 2026-11-29T00:00:00Z");
     expect(scrubSecrets("dial https://db.example.com:5432 failed")).toBe("dial https://db.example.com:5432 failed");
+    // Prose about tokens and Authorization is left as it is said.
+    expect(scrubSecrets("Token service refused the credentials; Token has expired")).toBe("Token service refused the credentials; Token has expired");
+    expect(scrubSecrets("missing Authorization: the token service answered 401")).toBe("missing Authorization: [REDACTED] token service answered 401");
+  });
+
+  it("scrubs only the head of a long message (a webhook's Status text), well over what is written: its patterns backtrack", () => {
+    expect(scrubSecrets("a-".repeat(50_000)).length).toBe(4 * 1024);
   });
 
   it("rate-limits writes: a burst goes at once, the rest at qps", async () => {
