@@ -448,11 +448,13 @@ export class Manager {
       }
     }
     for (const hook of this.stoppedHooks) await hook(drained).catch((err: unknown) => this.logger.warn({ err: errorMessage(err) }, "stop hook failed"));
+    // The Events still waiting (aggregated, rate-limited) go out while the Lease is still held:
+    // once the election ends, the leader's write gate refuses them. Leadership lost: the client
+    // is closed without waiting for them, so that nothing still running here writes beside the
+    // next leader.
+    if (this.stopReason !== "leadership-lost") await Promise.race([this.events.flush(), delay(Math.max(1_000, Math.min(5_000, deadline - Date.now())))]);
     await this.endElection();
     await Promise.all([...this.informers.values()].map((i) => i.stop().catch(() => undefined)));
-    // Leadership lost: the client is closed without waiting for the Events, so that nothing
-    // still running here writes beside the next leader.
-    if (this.stopReason !== "leadership-lost") await Promise.race([this.events.flush(), delay(Math.max(1_000, Math.min(5_000, deadline - Date.now())))]);
     this.events.close(); // what is still waiting (rate limit) is dropped, not written through a closed client
     await Promise.all(this.servers.map((s) => s.close().catch(() => undefined)));
     await this.client.close();
