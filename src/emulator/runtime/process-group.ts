@@ -11,6 +11,7 @@
 // lists processes: Linux). Jenkins' ProcessTreeKiller finds a build's strays the same way.
 import { spawn, type ChildProcess } from "node:child_process";
 import { readFileSync, readdirSync } from "node:fs";
+import { readFile, readdir } from "node:fs/promises";
 import { constants } from "node:os";
 
 /** The environment variable a VM's processes carry its cookie in. */
@@ -26,7 +27,7 @@ function installExitHook(): void {
   exitHookInstalled = true;
   process.on("exit", () => {
     for (const pgid of liveGroups) signalGroup(pgid, "SIGKILL");
-    for (const cookie of liveCookies) killCarrying(cookie);
+    if (liveCookies.size > 0) killCarryingNow([...liveCookies]);
   });
 }
 
@@ -71,30 +72,54 @@ export function killGroup(pgid: number): void {
 
 /**
  * Kills every process whose environment carries `cookie` (those that left their group too);
- * a no-op where /proc does not list processes. Synchronous: the exit hook calls it.
+ * nothing where /proc does not list processes. Reads /proc without holding the event loop: a
+ * sweep ending hundreds of VMs must not stall the emulator's answers.
  */
-export function killCarrying(cookie: string): void {
+export async function killCarrying(cookie: string): Promise<void> {
   liveCookies.delete(cookie);
   let pids: string[];
   try {
-    pids = readdirSync("/proc").filter((d) => /^\d+$/.test(d) && Number(d) !== process.pid);
+    pids = (await readdir("/proc")).filter(isOtherPid);
   } catch {
     return;
   }
-  const needle = `${VM_COOKIE_VARIABLE}=${cookie}\0`;
+  const needle = needleOf(cookie);
+  await Promise.all(
+    pids.map(async (pid) => {
+      const environ = await readFile(`/proc/${pid}/environ`, "latin1").catch(() => ""); // gone meanwhile, or another user's
+      if (environ.includes(needle)) kill(pid);
+    }),
+  );
+}
+
+/** killCarrying for several cookies in one scan, synchronously: the process's exit hook. */
+function killCarryingNow(cookies: readonly string[]): void {
+  let pids: string[];
+  try {
+    pids = readdirSync("/proc").filter(isOtherPid);
+  } catch {
+    return;
+  }
+  const needles = cookies.map(needleOf);
   for (const pid of pids) {
     let environ: string;
     try {
       environ = readFileSync(`/proc/${pid}/environ`, "latin1");
     } catch {
-      continue; // gone meanwhile, or another user's
+      continue;
     }
-    if (!environ.includes(needle)) continue;
-    try {
-      process.kill(Number(pid), "SIGKILL");
-    } catch {
-      // gone meanwhile
-    }
+    if (needles.some((n) => environ.includes(n))) kill(pid);
+  }
+}
+
+const isOtherPid = (d: string): boolean => /^\d+$/.test(d) && Number(d) !== process.pid;
+const needleOf = (cookie: string): string => `${VM_COOKIE_VARIABLE}=${cookie}\0`;
+
+function kill(pid: string): void {
+  try {
+    process.kill(Number(pid), "SIGKILL");
+  } catch {
+    // gone meanwhile
   }
 }
 

@@ -252,7 +252,7 @@ export class VMRuntime {
   /** Kills every command and context, then empties the workspace but for skills/. */
   async resetWorkspace(): Promise<void> {
     this.check();
-    this.stopAll("the workspace was reset");
+    await this.stopAll("the workspace was reset");
     for (const name of readdirSync(this.workspace)) {
       if (name === "skills") continue;
       await rm(join(this.workspace, name), { recursive: true, force: true, maxRetries: 3 });
@@ -276,19 +276,21 @@ export class VMRuntime {
   async close(): Promise<void> {
     if (this._closed) return;
     this._closed = true;
-    this.stopAll("the VM is gone");
+    const strays = this.stopAll("the VM is gone");
     for (const fn of this.closeHooks) fn();
     this.closeHooks.clear();
+    await strays;
     await rm(this.dir, { recursive: true, force: true, maxRetries: 5, retryDelay: 50 });
   }
 
-  private stopAll(reason: string): void {
+  /** Returns when what left its group (setsid, a daemon) is killed too: a scan of the processes, only if any ran here. */
+  private stopAll(reason: string): Promise<void> {
     for (const cmd of this._commands.values()) cmd.kill();
     for (const k of this._contexts.values()) k.close(reason);
-    // What left its group (setsid, a daemon): a scan of the processes, only if any ran here.
-    if (this.spawned) killCarrying(this.cookie);
+    const strays = this.spawned ? killCarrying(this.cookie) : Promise.resolve();
     this._contexts.clear();
     this.defaults.clear();
+    return strays;
   }
 
   private counted(): void {
