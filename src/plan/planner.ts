@@ -15,6 +15,7 @@ import { skillExternalId, skillName, skillNamed, skills, waitForSkills, type Ski
 import type { SecretObject } from "../managed/connection-secret.js";
 import { NotReadyError, StalledError, classify } from "../managed/errors.js";
 import { managementOf } from "../managed/management-policies.js";
+import { isPaused } from "../managed/reconciler.js";
 import type { ManagedResource, Observation } from "../managed/external.js";
 import type { Informer } from "../runtime/informer.js";
 import { KubeApiError, resourcePath, type KubeClient } from "../runtime/kube-client.js";
@@ -459,7 +460,7 @@ async function planManaged(base: ResourcePlan, cr: Obj, l: Obj | undefined, kind
   // (managementPolicies) is on the live side too.
   const specChanges = diffFields(l === undefined ? undefined : withDefaults(cr.kind, l.spec), cr.spec, "spec");
   const notes = dependencyNotes(cr, deps);
-  const paused = cr.metadata.annotations?.[Annotations.paused] === "true";
+  const paused = isPaused(cr);
   const seen: Seen = { upToDate: false, createWaits: false, leftovers: [] };
   let result = withinPolicies(cr, await observeOne(base, cr, l, kind, deps, specChanges, notes, seen));
   if (paused && result.action !== "none") {
@@ -566,7 +567,7 @@ async function observeOne(
   }
   // As the reconciler: only what the resource may have created is its to give back, and a
   // paused one gives back nothing.
-  if (managementOf(cr.spec).create && cr.metadata.annotations?.[Annotations.paused] !== "true") seen.leftovers = observed.leftovers ?? [];
+  if (managementOf(cr.spec).create && !isPaused(cr)) seen.leftovers = observed.leftovers ?? [];
   if (observed.unconfirmed !== undefined) {
     // The object is kept (a VM renewed), but whether it is what the spec asks for cannot be
     // told (a Secret or skill it needs is missing, the service's list cannot be read): the
@@ -812,6 +813,6 @@ function deletion(kind: string, o: Obj): Pick<ResourcePlan, "reason" | "serviceI
   else if (!management.delete) reason = `the service object is left in place (spec.managementPolicies ${management.stated} leaves out Delete)`;
   else if (kind === "Sandbox") reason = "its VM is released";
   else reason = "its service object is deleted";
-  const notes = o.metadata.annotations?.[Annotations.paused] === "true" ? ["paused: the deletion waits until the annotation is removed"] : [];
+  const notes = isPaused(o) ? ["paused: the deletion waits until the annotation is removed"] : [];
   return { reason, ...(typeof id === "string" && { serviceId: id }), notes };
 }
