@@ -410,11 +410,6 @@ class SandboxClient implements ExternalClient<Sandbox, SandboxPlan> {
   }
 
   /**
-   * The TTL VM `vmId` is renewed with: the spec's, unless the service refused that one at a
-   * renewal of this VM (refusedTtls); then the TTL the VM had, which it accepted. A refused
-   * ttlSeconds must not cost the VM, as a refused tier must not.
-   */
-  /**
    * Whether a renewal answered 404 means the VM is gone: so the compute API says, in its error
    * body; a bare 404 (a gateway's, a route briefly missing behind a load balancer) is asked
    * about once more by GET, as a run's VM is (runs/vm.ts). Replacing a VM that is there would
@@ -431,6 +426,11 @@ class SandboxClient implements ExternalClient<Sandbox, SandboxPlan> {
     }
   }
 
+  /**
+   * The TTL VM `vmId` is renewed with: the spec's, unless the service refused that one at a
+   * renewal of this VM (refusedTtls); then the TTL the VM had, which it accepted. A refused
+   * ttlSeconds must not cost the VM, as a refused tier must not.
+   */
   private renewalTtl(cr: Sandbox, vmId: string): number {
     return this.ttlRefused(cr, vmId)?.instead ?? ttlSeconds(cr);
   }
