@@ -77,43 +77,34 @@ export function killGroup(pgid: number): void {
  */
 export async function killCarrying(cookie: string): Promise<void> {
   liveCookies.delete(cookie);
-  let pids: string[];
-  try {
-    pids = (await readdir("/proc")).filter(isOtherPid);
-  } catch {
-    return;
-  }
-  const needle = needleOf(cookie);
+  const pids = await readdir("/proc").catch(() => []);
   await Promise.all(
-    pids.map(async (pid) => {
-      const environ = await readFile(`/proc/${pid}/environ`, "latin1").catch(() => ""); // gone meanwhile, or another user's
-      if (environ.includes(needle)) kill(pid);
+    pids.filter(isOtherPid).map(async (pid) => {
+      // Gone meanwhile, or another user's: nothing to read, nothing of ours.
+      if (carries(await readFile(`/proc/${pid}/environ`, "latin1").catch(() => ""), [cookie])) kill(pid);
     }),
   );
 }
 
 /** killCarrying for several cookies in one scan, synchronously: the process's exit hook. */
 function killCarryingNow(cookies: readonly string[]): void {
-  let pids: string[];
-  try {
-    pids = readdirSync("/proc").filter(isOtherPid);
-  } catch {
-    return;
+  for (const pid of tryOr(() => readdirSync("/proc"), []).filter(isOtherPid)) {
+    if (carries(tryOr(() => readFileSync(`/proc/${pid}/environ`, "latin1"), ""), cookies)) kill(pid);
   }
-  const needles = cookies.map(needleOf);
-  for (const pid of pids) {
-    let environ: string;
-    try {
-      environ = readFileSync(`/proc/${pid}/environ`, "latin1");
-    } catch {
-      continue;
-    }
-    if (needles.some((n) => environ.includes(n))) kill(pid);
+}
+
+/** Whether a process's environment (/proc/<pid>/environ) carries one of the cookies. */
+const carries = (environ: string, cookies: readonly string[]): boolean => cookies.some((c) => environ.includes(`${VM_COOKIE_VARIABLE}=${c}\0`));
+
+function tryOr<T>(read: () => T, otherwise: T): T {
+  try {
+    return read();
+  } catch {
+    return otherwise;
   }
 }
 
 const isOtherPid = (d: string): boolean => /^\d+$/.test(d) && Number(d) !== process.pid;
-const needleOf = (cookie: string): string => `${VM_COOKIE_VARIABLE}=${cookie}\0`;
 
 function kill(pid: string): void {
   try {
