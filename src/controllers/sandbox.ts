@@ -908,10 +908,12 @@ function madeForOtherSpec(cr: Sandbox, vm: AgentVM, sameSpec: SameSpec): boolean
  * lowered since). The TTL it was renewed for, and the refusal if there was one. Throws the
  * refusal when no shorter TTL is taken, and any other error as it is.
  */
-export async function renewVMFor(handle: ServiceHandle, vm: AgentVM, ttl: number): Promise<{ renewed: AgentVM; ttl: number; refused?: unknown }> {
+export async function renewVMFor(handle: Pick<ServiceHandle, "client">, vm: AgentVM, ttl: number): Promise<{ renewed: AgentVM; ttl: number; refused?: unknown }> {
+  // Of use until the VM runs out: a hung attempt must leave time for another before then.
+  const by = { neededBy: Date.parse(vm.expires_at ?? "") || undefined };
   let refused: unknown;
   try {
-    return { renewed: await handle.client.vms.renew(vm.id, ttl), ttl };
+    return { renewed: await handle.client.vms.renew(vm.id, ttl, by), ttl };
   } catch (err) {
     if (refusalOf(err)?.permanent !== true) throw err;
     refused = err;
@@ -922,7 +924,7 @@ export async function renewVMFor(handle: ServiceHandle, vm: AgentVM, ttl: number
     const shorter = candidate === "pool" ? await poolMaxTtl(handle) : candidate;
     if (shorter === undefined || shorter >= ttl) continue;
     try {
-      return { renewed: await handle.client.vms.renew(vm.id, shorter), ttl: shorter, refused };
+      return { renewed: await handle.client.vms.renew(vm.id, shorter, by), ttl: shorter, refused };
     } catch (e) {
       if (refusalOf(e)?.permanent !== true) throw e;
       last = e;
@@ -932,7 +934,7 @@ export async function renewVMFor(handle: ServiceHandle, vm: AgentVM, ttl: number
 }
 
 /** The pool's max_vm_ttl_seconds, where it can be read and is a positive integer. */
-async function poolMaxTtl(handle: ServiceHandle): Promise<number | undefined> {
+async function poolMaxTtl(handle: Pick<ServiceHandle, "client">): Promise<number | undefined> {
   const max = await handle.client.pool.config().then(
     (c) => c.max_vm_ttl_seconds,
     () => undefined,

@@ -99,7 +99,7 @@ export class ServiceClient {
     list: (q) => this.call("vms.list", q),
     listAll: (q) => pageAll("vms.list", async (limit, offset) => ({ items: await this.vms.list({ ...q, limit, offset }) }), (v) => v.id),
     get: (id) => this.call("vms.get", id),
-    renew: (id, ttlSeconds) => this.call("vms.renew", id, ttlSeconds),
+    renew: (id, ttlSeconds, opts) => this.callBy(opts?.neededBy, "vms.renew", id, ttlSeconds),
     release: (id, recycle) => this.call("vms.release", id, recycle),
     delete: (id) => this.call("vms.delete", id),
     endpoint: (id) => this.call("vms.endpoint", id),
@@ -181,6 +181,8 @@ export class ServiceClient {
       transport: this.transport,
       limiter: this.limiter,
       retry: resolveRetry(opts.retry),
+      timeoutMs,
+      now: this.now,
       hooks,
       log,
       secrets,
@@ -265,7 +267,12 @@ export class ServiceClient {
   // -------------------------------------------------------------------------------------
 
   /** One call to the service, as its row of the operation table says. */
-  private async call<K extends OperationName>(operation: K, ...args: ArgsOf<K>): Promise<ResultOf<K>> {
+  private call<K extends OperationName>(operation: K, ...args: ArgsOf<K>): Promise<ResultOf<K>> {
+    return this.callBy(undefined, operation, ...args);
+  }
+
+  /** call(), for an answer of use only until `neededBy` (epoch ms; CallSpec.neededBy). */
+  private async callBy<K extends OperationName>(neededBy: number | undefined, operation: K, ...args: ArgsOf<K>): Promise<ResultOf<K>> {
     const spec = OPERATIONS[operation] as OperationSpec<ArgsOf<K>, ResultOf<K>>;
     const path = pathOf(operation, spec.path, args[0]);
     const target = path.startsWith(REGISTRY) ? this.registry : this.service;
@@ -284,6 +291,7 @@ export class ServiceClient {
         limited: true,
         secrets: spec.secrets?.(...args),
         writes: spec.method !== "GET",
+        neededBy,
       });
     } catch (err) {
       // A refusal in the service's own words (its error body) says baseURL is the service's too;

@@ -22,6 +22,8 @@ export interface HttpRequest {
   method: HttpMethod;
   headers: Record<string, string>;
   body?: string;
+  /** This attempt's deadline, when shorter than the transport's timeoutMs. */
+  timeoutMs?: number;
 }
 
 export interface HttpResponse {
@@ -69,8 +71,9 @@ export class HttpTransport {
     // A total deadline for the attempt (queueing in the pool, connect, headers and body). Our
     // own timer rather than AbortSignal.timeout(): it is cleared when the answer is in, so
     // at 200 req/s there are not thousands of spent 30 s timers waiting to fire.
+    const timeoutMs = Math.min(req.timeoutMs ?? this.timeoutMs, this.timeoutMs);
     const ac = new AbortController();
-    const timer = setTimeout(abortWithTimeout, this.timeoutMs, ac);
+    const timer = setTimeout(abortWithTimeout, timeoutMs, ac);
     try {
       const res = await this.dispatchers.for(req.origin).request({
         origin: req.origin,
@@ -84,7 +87,7 @@ export class HttpTransport {
       const text = await res.body.text();
       return { status: res.statusCode, statusText: res.statusText, headers: res.headers, text };
     } catch (e) {
-      throw toTransportError(e, this.timeoutMs);
+      throw toTransportError(e, timeoutMs);
     } finally {
       clearTimeout(timer);
     }

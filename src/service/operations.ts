@@ -68,7 +68,11 @@ export interface VMsAPI {
   list(q?: ListVMsQuery): Promise<AgentVM[]>;
   listAll(q?: Omit<ListVMsQuery, "limit" | "offset">): Promise<AgentVM[]>;
   get(id: string): Promise<AgentVM>;
-  renew(id: string, ttlSeconds: number): Promise<AgentVM>;
+  /**
+   * `neededBy`: when the renewal is too late (the VM's expiry, epoch ms): each attempt is
+   * shortened so that a hung one leaves time for another before then.
+   */
+  renew(id: string, ttlSeconds: number, opts?: { neededBy?: number }): Promise<AgentVM>;
   release(id: string, recycle?: boolean): Promise<AgentVM>;
   delete(id: string): Promise<void>;
   endpoint(id: string): Promise<Record<string, string>>;

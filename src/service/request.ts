@@ -11,7 +11,7 @@ import { TransportError } from "./http.js";
 import type { HttpMethod, HttpResponse, HttpTransport } from "./http.js";
 import type { ResolvedRetry, ServiceClientHooks } from "./options.js";
 import type { ClientRateLimiter } from "./rate-limit.js";
-import { backoffDelay, judge, parseRetryAfter, retryDelay } from "./retry.js";
+import { attemptTimeout, backoffDelay, judge, parseRetryAfter, retryDelay } from "./retry.js";
 import type { Failure, RetryClass } from "./retry.js";
 import { REGISTRY } from "./operations.js";
 import { RefusedTokens } from "./token.js";
@@ -38,6 +38,8 @@ export interface CallSpec {
   explain?: (status: number) => string | undefined;
   /** The call changes something in the service: each attempt passes the write gate first. */
   writes?: boolean;
+  /** When the answer stops being of use (epoch ms): attempts are shortened (attemptTimeout). */
+  neededBy?: number;
 }
 
 type HookEvent<K extends keyof ServiceClientHooks> = Parameters<NonNullable<ServiceClientHooks[K]>>[0];
@@ -51,6 +53,10 @@ export interface RequesterDeps {
   /** The client's own secrets (API key, client secret) to scrub from any text we keep. */
   secrets: readonly string[];
   userAgent: string;
+  /** The transport's timeout for one attempt (ServiceClientOptions.timeoutMs). */
+  timeoutMs: number;
+  /** The clock CallSpec.neededBy is on (ServiceClientOptions.now). */
+  now: () => number;
   /** ServiceClientOptions.writeGate. */
   writeGate?: () => void;
 }
@@ -125,7 +131,8 @@ export class Requester {
       let res: HttpResponse | undefined;
       let netErr: TransportError | undefined;
       try {
-        res = await d.transport.send({ origin: spec.origin, path: spec.path, method: spec.method, headers, body: spec.body });
+        const timeoutMs = attemptTimeout(d.timeoutMs, d.now(), spec.neededBy);
+        res = await d.transport.send({ origin: spec.origin, path: spec.path, method: spec.method, headers, body: spec.body, timeoutMs });
       } catch (e) {
         if (!(e instanceof TransportError)) throw e;
         netErr = e;

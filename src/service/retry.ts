@@ -133,6 +133,20 @@ export function retryDelay(
   return retryAfterMs + Math.floor(random() * Math.min(o.baseDelayMs, 1000));
 }
 
+/** The shortest attempt a deadline makes: an answer slower than this is not hurried further. */
+export const MIN_ATTEMPT_MS = 2_000;
+
+/**
+ * How long one attempt may take when the call's answer is of use only until `neededBy` (a VM's
+ * expiry, for its renewal): half the time left, so that a hung attempt (a black-holed backend, a
+ * half-open connection) leaves time for another, but never less than MIN_ATTEMPT_MS nor more
+ * than the client's timeout. Past `neededBy`, or without one, the client's timeout.
+ */
+export function attemptTimeout(timeoutMs: number, nowMs: number, neededBy: number | undefined): number {
+  if (neededBy === undefined || !(neededBy > nowMs)) return timeoutMs;
+  return Math.min(timeoutMs, Math.max(MIN_ATTEMPT_MS, Math.floor((neededBy - nowMs) / 2)));
+}
+
 /**
  * `Retry-After` as delay-seconds or an HTTP-date (RFC 9110 §10.2.3). Returns milliseconds,
  * or undefined when absent or unreadable (then our own backoff applies).

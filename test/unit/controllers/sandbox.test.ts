@@ -4,9 +4,10 @@
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { Annotations, CONFIG_HASH_KEY, MARKER_KEY, SECRETS_HASH_KEY } from "../../../src/api/names.js";
 import type { Connection, Sandbox, SandboxStatus, Skill } from "../../../src/api/index.js";
-import { allocationHash, renewalSoon, sandboxes } from "../../../src/controllers/sandbox.js";
+import { allocationHash, renewalSoon, renewVMFor, sandboxes } from "../../../src/controllers/sandbox.js";
 import { RetryNoLaterThan } from "../../../src/runtime/controller.js";
-import { condition, NS, ORG, secretOf, World } from "./helpers.js";
+import { ServiceClient } from "../../../src/service/index.js";
+import { API_KEY, condition, NS, ORG, secretOf, World } from "./helpers.js";
 
 let w: World;
 beforeEach(async () => {
@@ -46,6 +47,32 @@ describe("a Sandbox's first pass after a restart (or a new leader, or a share mo
     expect(renewalSoon(box({ expiresAt: at(60) }), now)).toBe(false); // no VM
     expect(renewalSoon(box({ vmId: "vm-1", expiresAt: at(60) }, { keepAlive: false }), now)).toBe(false); // not renewed
     expect(renewalSoon(box({ vmId: "vm-1", expiresAt: at(-600), state: "expired" }), now)).toBe(false); // gone: nothing to renew
+  });
+});
+
+describe("a renewal (renewVMFor)", () => {
+  it("is of use until the VM runs out: a hung attempt gives way to another before then, however long the client's timeout", async () => {
+    const statuses: (number | "error")[] = [];
+    const client = new ServiceClient({
+      baseURL: w.emu.baseURL,
+      authURL: w.emu.authURL,
+      credentials: { apiKey: API_KEY },
+      // The world's clock: the VM's expiry is on it.
+      now: () => w.clock.ms,
+      timeoutMs: 30_000,
+      hooks: { onRequest: (ev) => ev.operation === "vms.renew" && statuses.push(ev.status) },
+    });
+    try {
+      const vm = await client.vms.allocate({ tier: "standard", ttl_seconds: 600 });
+      w.emu.injectFault({ method: "POST", path: `/compute/v1/vms/${vm.vm_id}/renew`, action: { delayMs: 8_000 } });
+      // Due with 6 s left: the first attempt may take half of that.
+      const expiresAt = new Date(w.clock.ms + 6_000).toISOString();
+      const { renewed } = await renewVMFor({ client }, { id: vm.vm_id, state: "allocated", expires_at: expiresAt }, 600);
+      expect(renewed.id).toBe(vm.vm_id);
+      expect(statuses).toEqual(["error", 200]);
+    } finally {
+      await client.close();
+    }
   });
 });
 

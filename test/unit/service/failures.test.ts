@@ -278,6 +278,27 @@ describe("non-idempotent creates", () => {
   });
 });
 
+describe("a renewal of use only until the VM's expiry (neededBy)", () => {
+  it("a hung attempt is cut short, so that another is made before the VM runs out", async () => {
+    const seen: (number | "error")[] = [];
+    // The client's own timeout (30 s) is longer than the VM has left: one hung attempt would
+    // outlast it.
+    const client = newClient(h.emu, { timeoutMs: 30_000, hooks: { onRequest: (ev) => ev.operation === "vms.renew" && seen.push(ev.status) } });
+    try {
+      const vm = await client.vms.allocate({ tier: "standard", ttl_seconds: 60 });
+      h.emu.injectFault({ method: "POST", path: `/compute/v1/vms/${vm.vm_id}/renew`, action: { delayMs: 8_000 } });
+      const started = Date.now();
+      const renewed = await client.vms.renew(vm.vm_id, 60, { neededBy: started + 6_000 });
+      expect(renewed.id).toBe(vm.vm_id);
+      // The first attempt gave up at half the time left (3 s), the second was answered.
+      expect(seen).toEqual(["error", 200]);
+      expect(Date.now() - started).toBeLessThan(6_000);
+    } finally {
+      await client.close();
+    }
+  });
+});
+
 describe("network failures", () => {
   it("connection refused is retried for any call, even a create, and is not outcome-unknown", async () => {
     // A port that was just open and is now closed: nothing listens there.

@@ -3,7 +3,7 @@
 
 import { describe, expect, it } from "vitest";
 import { httpErrorMessage, parseErrorBody, scrub } from "../../../src/service/errors.js";
-import { backoffDelay, judge, parseRetryAfter, retryDelay } from "../../../src/service/retry.js";
+import { attemptTimeout, backoffDelay, judge, MIN_ATTEMPT_MS, parseRetryAfter, retryDelay } from "../../../src/service/retry.js";
 import { parseTokenResponse, TokenSource } from "../../../src/service/token.js";
 import type { IssuedToken } from "../../../src/service/token.js";
 
@@ -60,6 +60,19 @@ describe("backoff", () => {
   it("Retry-After wins, plus a little jitter", () => {
     expect(retryDelay(0, 5000, o, () => 0)).toBe(5000);
     expect(retryDelay(0, 5000, o, () => 0.999)).toBeLessThan(5200);
+  });
+});
+
+describe("attemptTimeout", () => {
+  it("is half the time left before neededBy, between MIN_ATTEMPT_MS and the client's timeout", () => {
+    const now = 1_000_000;
+    expect(attemptTimeout(30_000, now, undefined)).toBe(30_000);
+    expect(attemptTimeout(30_000, now, now + 20_000)).toBe(10_000);
+    expect(attemptTimeout(30_000, now, now + 600_000)).toBe(30_000);
+    expect(attemptTimeout(30_000, now, now + 1_000)).toBe(MIN_ATTEMPT_MS);
+    // Past it (a renewal of a VM the service may still keep a while): no hurry left to make.
+    expect(attemptTimeout(30_000, now, now - 1)).toBe(30_000);
+    expect(attemptTimeout(1_000, now, now + 1_000)).toBe(1_000);
   });
 });
 
