@@ -26,6 +26,7 @@ import {
   isOutcomeUnknown,
   isServiceNotFound,
   isServiceError,
+  ServiceError,
   refusalOf,
   type AgentVM,
   type AllocateVMRequest,
@@ -713,6 +714,12 @@ class SandboxClient implements ExternalClient<Sandbox, SandboxPlan> {
       const { renewed, ttl, refused } = await this.renewVM(cr, current, opts.upkeep === true);
       const now = this.deps.now();
       const expiresAt = Date.parse(renewed.expires_at ?? "") || now.getTime() + ttl * 1000;
+      // An answer whose expiry is already past (a service that answers without renewing) is
+      // no renewal: due again at once by it, the VM was renewed in a loop. A failure instead,
+      // asked again while the VM lives as after any other.
+      if (!(expiresAt > now.getTime())) {
+        throw new ServiceError({ operation: "vms.renew", message: `vms.renew: the service answered the renewal of VM ${current.id} with an expiry already past (${renewed.expires_at})`, retryable: true });
+      }
       const vm: AgentVM = { ...current, ...renewed, expires_at: renewed.expires_at ?? formatTime(new Date(expiresAt)) };
       this.handle.vms.put(vm);
       const tally: Tally = { vmId: current.id, renewals: before.renewals + 1, lastRenewedAt: formatTime(now) };

@@ -143,6 +143,26 @@ describe("Sandbox", () => {
     expect(result.requeueAfterMs).toBeLessThanOrEqual(480_000);
   });
 
+  it("takes a renewal answered with an expiry already past for a failure: asked again before the VM runs out, not at once, over and over", async () => {
+    apply({});
+    await w.reconcile(kind(), "sb");
+    const vmId = sandbox().status?.vmId as string;
+    w.advance(481_000); // due; 119 s left
+    const past = { id: vmId, state: "allocated", tier: "standard", ttl_seconds: 600, expires_at: new Date(w.clock.ms - 1_000).toISOString() };
+    w.emu.injectFault({ method: "POST", path: `/compute/v1/vms/${vmId}/renew`, times: 1, action: { status: 200, body: past } });
+    const failed: unknown = await reconcileError();
+    // A quarter of the time the VM has left, as after any failed renewal.
+    expect(failed).toBeInstanceOf(RetryNoLaterThan);
+    expect(failed).toMatchObject({ ms: 29_750, priority: true });
+    expect(condition(sandbox(), "Ready")).toMatchObject({ status: "False", message: expect.stringContaining(`renewal of VM ${vmId} with an expiry already past`) });
+    w.advance(29_750);
+    w.calls();
+    await w.reconcile(kind(), "sb");
+    expect(w.writes()).toEqual(["vms.renew"]);
+    expect(live(vmId)).toBe(true);
+    expect(condition(sandbox(), "Ready")?.status).toBe("True");
+  });
+
   it("retries a renewal the service refused once (a 400: a proxy's page, a one-off) before the VM runs out, not a sync period later, and keeps the VM", async () => {
     apply({});
     await w.reconcile(kind(), "sb");
