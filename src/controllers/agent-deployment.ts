@@ -21,7 +21,7 @@ import type { Informer } from "../runtime/informer.js";
 import { formatTime } from "../runtime/status.js";
 import { isNotFound, isOutcomeUnknown, type Deployment, type DeployOptions } from "../service/index.js";
 import type { ServiceHandle } from "./connection-pool.js";
-import { referrers, requestOf, type KindContext, type ManagedKind } from "./kind.js";
+import { fingerprint, referrers, requestOf, type KindContext, type ManagedKind } from "./kind.js";
 import { findOwn, goneSinceObserved, madeFor, removeObject } from "./marker.js";
 import { skillUsers, skillsByName, waitForSkills } from "./skill.js";
 
@@ -39,6 +39,11 @@ export function agentDeployments(ctx: KindContext): ManagedKind<AgentDeployment,
     inventory: "deployments",
     externalId: deploymentExternalId,
     connectionSecret: true,
+    // A deploy refused for its Agent (the image) is fixed in the Agent: its new revision.
+    inputs: (cr) => {
+      const agent = cr.spec.agentRef === undefined ? undefined : agents.get(cr.metadata.namespace, cr.spec.agentRef.name);
+      return agent === undefined ? undefined : fingerprint(agent.status?.agentId, agent.status?.revision);
+    },
     client: (handle) => new DeploymentClient(handle, agents, skills, () => ctx.now()),
     watches(controller, own) {
       const ofAgent = referrers(own, "agentRef", (d) => [d.spec.agentRef?.name]);

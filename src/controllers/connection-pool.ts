@@ -135,6 +135,21 @@ export class ConnectionPool {
     return handle;
   }
 
+  /**
+   * What a resource's Connection holds (its spec and credentials) as an opaque fingerprint, or
+   * undefined when there is none: a spec the service refused may have been the Connection's
+   * doing (its orgId, the account its credentials are of), so a change of it is a fix too.
+   */
+  inputsOf(namespace: string, connectionRef: { name?: string } | undefined): string | undefined {
+    const connection = this.opts.connections.get(namespace, connectionRef?.name ?? DEFAULT_CONNECTION);
+    if (connection === undefined) return undefined;
+    try {
+      return fingerprintOf(connection, this.credentialsOf(connection));
+    } catch {
+      return fingerprintOf(connection, undefined);
+    }
+  }
+
   /** Closes a replaced client once the calls begun on it have had time to end. */
   private retire(handle: ServiceHandle): void {
     const timer = setTimeout(() => {
@@ -344,7 +359,7 @@ function sameVM(a: AgentVM, b: AgentVM): boolean {
   );
 }
 
-function fingerprintOf(connection: Connection, credentials: Credentials): string {
+function fingerprintOf(connection: Connection, credentials: Credentials | undefined): string {
   return createHash("sha256")
     .update(JSON.stringify([connection.spec, credentials]))
     .digest("hex");

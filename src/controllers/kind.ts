@@ -341,6 +341,7 @@ export function poolConnector<R extends ManagedResource, Plan>(pool: ConnectionP
     connectForUpkeep(cr) {
       return kind.client(pool.forUpkeep(cr.metadata.namespace, cr.spec.connectionRef));
     },
+    inputs: (cr) => pool.inputsOf(cr.metadata.namespace, cr.spec.connectionRef),
   };
 }
 

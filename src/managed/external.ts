@@ -119,6 +119,11 @@ export interface Connector<R extends ManagedResource, Plan = unknown> {
    * because the Connection is not Ready; throws NotReadyError saying why there is none.
    */
   connectForUpkeep?(cr: R): ExternalClient<R, Plan>;
+  /**
+   * What the resource's Connection holds, as an opaque fingerprint (see
+   * ManagedReconcilerOptions.inputs): a refusal may be the Connection's doing (its orgId).
+   */
+  inputs?(cr: R): string | undefined;
 }
 
 export type { Connection };

@@ -111,7 +111,7 @@ export class ManagedReconciler<R extends ManagedResource, Plan = unknown> implem
    * in memory only: a process that did not see the refusal takes it as made with the inputs it
    * first sees, so a fix made while no operator ran waits for the spec or the inputs to change.
    */
-  private readonly refusedWith = new Map<string, { uid: string; inputs: string | undefined }>();
+  private readonly refusedWith = new Map<string, { uid: string; inputs: string }>();
   /**
    * namespace/name -> when a create of the resource (of that uid) failed with its outcome
    * unknown (a timeout, a cut connection, a 5xx): it may still land in the service. A deletion
@@ -332,7 +332,7 @@ export class ManagedReconciler<R extends ManagedResource, Plan = unknown> implem
    * restart sends nothing, and a later change of them is a change.
    */
   private inputsChangedSinceRefusal(cr: R): boolean {
-    if (this.opts.inputs === undefined) return false;
+    if (this.opts.inputs === undefined && this.opts.connector.inputs === undefined) return false;
     const key = keyOf(cr);
     const refused = this.refusedWith.get(key);
     const now = this.inputsOf(cr);
@@ -343,12 +343,16 @@ export class ManagedReconciler<R extends ManagedResource, Plan = unknown> implem
     return refused.inputs !== now;
   }
 
-  private inputsOf(cr: R): string | undefined {
-    try {
-      return this.opts.inputs?.(cr);
-    } catch {
-      return undefined;
-    }
+  /** The resource's inputs and its Connection's, as one opaque string. */
+  private inputsOf(cr: R): string {
+    const read = (inputs: ((cr: R) => string | undefined) | undefined): string => {
+      try {
+        return inputs?.(cr) ?? "";
+      } catch {
+        return "";
+      }
+    };
+    return `${read(this.opts.inputs)}/${read(this.opts.connector.inputs?.bind(this.opts.connector))}`;
   }
 
   /**

@@ -105,6 +105,24 @@ describe("AgentDeployment against the service", () => {
   const deployment = () => w.get<AgentDeployment>("agentdeployments", "d");
   const resync = () => w.handle().deployments.invalidate();
 
+  it("deploys again, once its Agent has a new revision, a deployment the service refused for the Agent (its image); not before", async () => {
+    w.emu.injectFault({ method: "POST", path: `/compute/v1/agents/${agentId}/deploy`, times: 1, action: { status: 400, body: { code: 400, error_code: "bad_image", message: "image registry.example/a:1 cannot be deployed" } } });
+    // One reconciler throughout: it remembers what the refusal was made with.
+    const kept = w.kindOf(agentDeployments);
+    apply();
+    await w.reconcile(kept, "d");
+    expect(condition(deployment(), "Stalled")).toMatchObject({ status: "True", reason: "ServiceRejected" });
+    w.calls();
+    await w.reconcile(kept, "d");
+    expect(w.writes()).toEqual([]);
+
+    w.apply<Agent>("agents", { metadata: { name: "a" }, spec: { image: "registry.example/a:2" } });
+    setAgentRevision("rev-2");
+    await w.reconcile(kept, "d");
+    expect(w.writes()).toEqual(["deployments.deploy"]);
+    expect(deployment().status?.agentRevision).toBe("rev-2");
+  });
+
   it("deploys and records the options hash, the service's config_hash and the agent revision", async () => {
     const cr = apply();
     await w.reconcile(kind(), "d");

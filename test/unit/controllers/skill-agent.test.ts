@@ -2,7 +2,7 @@
 // that is taken is told apart from one this resource claimed.
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { Annotations, FINALIZER, MARKER_KEY } from "../../../src/api/names.js";
-import type { Agent, Skill } from "../../../src/api/index.js";
+import type { Agent, Connection, Skill } from "../../../src/api/index.js";
 import { agentPatch, agentRevision, agents } from "../../../src/controllers/agent.js";
 import { skills } from "../../../src/controllers/skill.js";
 import { condition, NS, ORG, World } from "./helpers.js";
@@ -337,6 +337,28 @@ describe("Agent", () => {
   const agent = () => w.get<Agent>("agents", "ag");
   const registry = () => w.emu.state.agents.get(agent().status?.agentId as string);
   const resync = () => w.handle().agents.invalidate();
+
+  it("sends a create the registry refused for the org its Connection gives again once the Connection is fixed, not before", async () => {
+    const conn = w.get<Connection>("connections", "default");
+    const setOrg = (orgId: string) => {
+      w.apply<Connection>("connections", { metadata: { name: "default" }, spec: { ...conn.spec, orgId } });
+      const generation = w.get<Connection>("connections", "default").metadata.generation;
+      w.setStatus("connections", "default", { observedGeneration: generation, conditions: [{ type: "Ready", status: "True", lastTransitionTime: "2030-01-01T00:00:00Z", observedGeneration: generation }] });
+    };
+    setOrg("org-typo");
+    w.emu.injectFault({ method: "POST", path: "/registry/v1/agents", times: 1, action: { status: 400, body: { error: "bad_request", message: "unknown org org-typo" } } });
+    apply({});
+    await w.reconcile(kind(), "ag");
+    expect(condition(agent(), "Stalled")).toMatchObject({ status: "True", reason: "ServiceRejected" });
+    w.calls();
+    await w.reconcile(kind(), "ag");
+    expect(w.writes()).toEqual([]); // the same spec with the same Connection: refused again
+
+    setOrg(ORG);
+    await w.reconcile(kind(), "ag");
+    expect(w.writes()).toEqual(["agents.create"]);
+    expect(condition(agent(), "Ready")?.status).toBe("True");
+  });
 
   it("creates the agent with the crash-safety marker and records its revision", async () => {
     const cr = apply({});
