@@ -42,7 +42,8 @@ export const AgentSpecSchema = Type.Object(
     // Create-only in the registry.
     orgId: Type.Optional(
       Type.String({
-        description: "Organisation that owns the agent. Defaults to the Connection's orgId. Create-only (immutable).",
+        description: "Organisation that owns the agent. Defaults to the Connection's orgId (leave the field out, rather than set it empty). Create-only (immutable).",
+        minLength: 1,
         maxLength: 253,
       }),
     ),

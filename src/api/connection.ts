@@ -37,7 +37,7 @@ export const ConnectionSpecSchema = Type.Object(
       { description: "Where the service account's credentials are." },
     ),
     orgId: Type.Optional(
-      Type.String({ description: "Default organisation id for Agents and Sandboxes that do not set one.", maxLength: 253 }),
+      Type.String({ description: "Default organisation id for Agents and Sandboxes that do not set one.", minLength: 1, maxLength: 253 }),
     ),
     workspaceId: Type.Optional(
       Type.String({ description: "Workspace id sent as X-Workspace-Id when reading usage.", maxLength: 253 }),

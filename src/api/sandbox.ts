@@ -30,7 +30,8 @@ export const SandboxSpecSchema = Type.Object(
     orgId: Type.Optional(
       Type.String({
         description:
-          "Organisation of the VM. Defaults to the Connection's orgId. The service lists only the VMs of the org its credentials belong to: a VM of another org is found by the id status records only, so one allocated just before the operator crashed (its id not recorded yet) is not found again and runs until its TTL, unrenewed.",
+          "Organisation of the VM. Defaults to the Connection's orgId (leave the field out, rather than set it empty). The service lists only the VMs of the org its credentials belong to: a VM of another org is found by the id status records only, so one allocated just before the operator crashed (its id not recorded yet) is not found again and runs until its TTL, unrenewed.",
+        minLength: 1,
         maxLength: 253,
       }),
     ),

@@ -316,9 +316,12 @@ function statusOf(a: RegistryAgent): Partial<AgentStatus> {
   };
 }
 
-/** The org an Agent is registered in: its own, else its Connection's; neither stalls it. */
-export function agentOrgId(cr: Agent, connection: Connection): string {
-  const orgId = cr.spec.orgId ?? connection.spec.orgId;
+/**
+ * The org an Agent is registered in: its own, else its Connection's; neither stalls it. An
+ * empty one (stored before the CRD required a character; a template's empty value) is unset.
+ */
+export function agentOrgId(cr: Agent, connection: Pick<Connection, "metadata" | "spec">): string {
+  const orgId = cr.spec.orgId || connection.spec.orgId;
   if (!orgId) {
     throw new StalledError("OrgIdMissing", `spec.orgId is not set and Connection "${connection.metadata.name}" has no spec.orgId; set one of them`);
   }

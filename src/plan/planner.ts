@@ -556,8 +556,8 @@ async function observeOne(
       const name = (cr.spec as { name?: string }).name ?? cr.metadata.name;
       // As the operator tells a name taken (adoptAfterConflict): in the org the create is made in
       // (without one, the create stalls: beforeCreate says so).
-      const orgId = (cr.spec as { orgId?: string }).orgId ?? handle.connection.spec.orgId;
-      const other = orgId === undefined ? undefined : agentNamed(handle.agents.values(), name, orgId);
+      const orgId = (cr.spec as { orgId?: string }).orgId || handle.connection.spec.orgId;
+      const other = orgId ? agentNamed(handle.agents.values(), name, orgId) : undefined;
       if (other !== undefined) notes.push(`an agent named "${name}" (${other.id}) exists already and is not this resource's: the create will be refused (NameTaken)`);
     }
     const waits = beforeCreate(cr, handle, deps);

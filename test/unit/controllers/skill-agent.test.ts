@@ -360,6 +360,13 @@ describe("Agent", () => {
     expect(condition(agent(), "Ready")?.status).toBe("True");
   });
 
+  it("takes an empty spec.orgId (a template's empty value, stored before the CRD refused it) as unset: the Connection's org", async () => {
+    apply({ orgId: "" });
+    await w.reconcile(kind(), "ag");
+    expect(registry()?.org_id).toBe(ORG);
+    expect(condition(agent(), "Ready")?.status).toBe("True");
+  });
+
   it("creates the agent with the crash-safety marker and records its revision", async () => {
     const cr = apply({});
     await w.reconcile(kind(), "ag");
