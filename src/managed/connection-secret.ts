@@ -135,15 +135,21 @@ function isOwnedBy(secret: SecretObject, cr: ManagedResource): boolean {
 
 function assertOwned(secret: SecretObject, cr: ManagedResource): void {
   if (!isOwnedBy(secret, cr)) {
-    throw new ForeignSecretError(secret.metadata.name);
+    throw new ForeignSecretError(secret);
   }
 }
 
 export class ForeignSecretError extends StalledError {
-  constructor(name: string) {
+  constructor(secret: SecretObject) {
+    const { name } = secret.metadata;
+    // Another resource's (a Sandbox and an AgentDeployment of one name share the default
+    // name): deleted, it would be written again by its owner at once.
+    const owner = connectionSecretOwner(secret);
     super(
       "SecretConflict",
-      `Secret "${name}" exists and is not owned by this resource; set spec.writeConnectionSecretTo.name to another name or delete that Secret`,
+      owner !== undefined
+        ? `Secret "${name}" is the connection Secret of ${owner.kind} "${owner.name}"; set spec.writeConnectionSecretTo.name to another name`
+        : `Secret "${name}" exists and is not owned by this resource; set spec.writeConnectionSecretTo.name to another name or delete that Secret`,
     );
   }
 }

@@ -3,7 +3,8 @@
 // against the emulator: which calls are made, and what status records.
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { Annotations, FINALIZER, MARKER_KEY, OPTIONS_HASH_KEY } from "../../../src/api/names.js";
-import type { Agent, AgentDeployment, AgentDeploymentStatus, Skill } from "../../../src/api/index.js";
+import type { Agent, AgentDeployment, AgentDeploymentStatus, Sandbox, Skill } from "../../../src/api/index.js";
+import { sandboxes } from "../../../src/controllers/sandbox.js";
 import { agentDeployments, desiredOptions, optionsHash, planFor, type Target } from "../../../src/controllers/agent-deployment.js";
 import type { Deployment } from "../../../src/service/index.js";
 import { condition, NS, ORG, World } from "./helpers.js";
@@ -121,6 +122,20 @@ describe("AgentDeployment against the service", () => {
     await w.reconcile(kept, "d");
     expect(w.writes()).toEqual(["deployments.deploy"]);
     expect(deployment().status?.agentRevision).toBe("rev-2");
+  });
+
+  it("a Sandbox of its name has the Secret of the default name: says whose it is and how to move, not to delete it (its owner writes it again)", async () => {
+    w.apply<Sandbox>("sandboxes", { metadata: { name: "d" }, spec: { tier: "standard", ttlSeconds: 600 } });
+    await w.reconcile(w.kindOf(sandboxes), "d");
+    apply();
+    await w.reconcile(kind(), "d");
+    const ready = condition(deployment(), "Ready");
+    expect(ready).toMatchObject({ status: "False", reason: "SecretConflict" });
+    expect(ready?.message).toBe('Secret "d-agentcompute" is the connection Secret of Sandbox "d"; set spec.writeConnectionSecretTo.name to another name');
+
+    apply({ writeConnectionSecretTo: { name: "d-deployment" } });
+    await w.reconcile(kind(), "d");
+    expect(condition(deployment(), "Ready")?.status).toBe("True");
   });
 
   it("deploys and records the options hash, the service's config_hash and the agent revision", async () => {
