@@ -382,11 +382,11 @@ export function optionsHash(cr: AgentDeployment): string {
  * same image would most likely fail again, in a loop that hides why. A new revision of the
  * Agent redeploys it, as does the annotation.
  */
-function failedCondition(id: string, mayUpdate: boolean): { reason: string; message: string } {
+function failedCondition(id: string, mayUpdate: boolean): { reason: string; message: string; stalled: true } {
   const mend = mayUpdate
     ? `it is redeployed when its Agent changes, or on a new value of the annotation ${Annotations.redeployAt}`
     : "spec.managementPolicies leaves out Update, so the operator does not redeploy it: add Update, or redeploy it outside the operator";
-  return { reason: "DeploymentFailed", message: `the service reports deployment ${id} as failed; ${mend}` };
+  return { reason: "DeploymentFailed", message: `the service reports deployment ${id} as failed; ${mend}`, stalled: true };
 }
 
 function statusOf(d: Deployment): Partial<AgentDeploymentStatus> {

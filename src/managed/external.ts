@@ -29,8 +29,13 @@ export interface Observation<Status, Plan = unknown> {
   connectionDetails?: ConnectionDetails;
   /** Fields that differ from the spec; named in the drift Event. */
   differences?: string[];
-  /** The object exists but cannot be used and the operator will not fix it (e.g. an expired VM with keepAlive false). */
-  notReady?: { reason: string; message: string };
+  /**
+   * The object exists but cannot be used and the operator will not fix it (e.g. an expired VM
+   * with keepAlive false). `stalled`: a change by the user would (a failed deployment, which a
+   * new Agent revision or redeploy-at redeploys): Stalled=True, which GitOps tools report as
+   * failed, rather than a state nobody needs to act on.
+   */
+  notReady?: { reason: string; message: string; stalled?: boolean };
   /**
    * The object exists and is kept (a VM renewed), but whether it is what the spec asks for
    * cannot be told yet (a dependency of the spec not Ready, the service's list unreadable):

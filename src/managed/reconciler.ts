@@ -289,7 +289,7 @@ export class ManagedReconciler<R extends ManagedResource, Plan = unknown> implem
     const { notReady, unconfirmed } = observed;
     const conditions = kstatusConditions(
       notReady
-        ? { state: "unavailable", reason: notReady.reason, message: withPollNote(cr, notReady.message) }
+        ? { state: notReady.stalled === true ? "stalled" : "unavailable", reason: notReady.reason, message: withPollNote(cr, notReady.message) }
         : unconfirmed
           ? { state: "reconciling", reason: unconfirmed.reason, message: withPollNote(cr, unconfirmed.message) }
           : { state: "ready", reason: "Available", message: withPollNote(cr, availableMessage(management, drift)) },

@@ -69,6 +69,7 @@ spec: {image: "example/web:1"}`, t.namespace);
     const failed = await waitForReady(t.stack, "agentdeployments", "web", { status: "False", reason: "DeploymentFailed", timeoutMs: SYNC_MS * 3 });
     expect(failed.status?.state).toBe("failed");
     expect(condition(failed, "Ready")?.message).toContain("agentcompute.dev/redeploy-at");
+    expect(condition(failed, "Stalled")).toMatchObject({ status: "True", reason: "DeploymentFailed" });
     const events = await kubectlOk(["get", "events", "--field-selector", "reason=DeploymentFailed,type=Warning", "-o", "name"], { namespace: t.namespace });
     expect(events.trim().split("\n")).toHaveLength(1);
     expect(deployment(id)?.revision).toBe(revision); // not redeployed on the operator's own account

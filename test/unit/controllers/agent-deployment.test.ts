@@ -445,6 +445,8 @@ describe("AgentDeployment against the service", () => {
     expect(condition(deployment(), "Ready")).toMatchObject({ status: "False", reason: "DeploymentFailed" });
     expect(condition(deployment(), "Ready")?.message).toContain(id);
     expect(condition(deployment(), "Reconciling")?.status).toBe("False");
+    // Nothing happens until the user acts: stuck, as GitOps tools read it (Argo CD Degraded, Flux failed).
+    expect(condition(deployment(), "Stalled")).toMatchObject({ status: "True", reason: "DeploymentFailed" });
     expect(w.events.filter((e) => e.reason === "DeploymentFailed")).toEqual([expect.objectContaining({ type: "Warning" })]);
 
     setAgentRevision("rev-2");
