@@ -21,7 +21,7 @@ import type { Informer } from "../runtime/informer.js";
 import { formatTime } from "../runtime/status.js";
 import { isNotFound, isOutcomeUnknown, type Deployment, type DeployOptions } from "../service/index.js";
 import type { ServiceHandle } from "./connection-pool.js";
-import { fingerprint, referrers, requestOf, type KindContext, type ManagedKind } from "./kind.js";
+import { connectionName, fingerprint, referrers, requestOf, type KindContext, type ManagedKind } from "./kind.js";
 import { findOwn, goneSinceObserved, madeFor, removeObject } from "./marker.js";
 import { skillUsers, skillsByName, waitForSkills } from "./skill.js";
 
@@ -295,11 +295,21 @@ class DeploymentClient implements ExternalClient<AgentDeployment, DeploymentPlan
         const which = cr.spec.agentId !== undefined ? "spec.agentId" : `the id of Agent "${cr.spec.agentRef?.name ?? ""}"`;
         throw new NotReadyError(
           "WaitingForAgent",
-          `the registry has no agent "${target.agentId}" (${which}); deploy answered: ${errorMessage(err)}`,
+          `the registry has no agent "${target.agentId}" (${which})${this.otherConnection(cr)}; deploy answered: ${errorMessage(err)}`,
         );
       }
       throw err;
     }
+  }
+
+  /**
+   * Said when the deployment's Agent is registered through another Connection: an account
+   * the deploy's own Connection may not reach, so its registry lacks the id.
+   */
+  private otherConnection(cr: AgentDeployment): string {
+    const agent = cr.spec.agentRef === undefined ? undefined : this.agents.get(cr.metadata.namespace, cr.spec.agentRef.name);
+    if (agent === undefined || connectionName(agent) === connectionName(cr)) return "";
+    return `; Agent "${agent.metadata.name}" is registered through Connection "${connectionName(agent)}", this deployment deploys through "${connectionName(cr)}": if they reach different accounts, set spec.connectionRef.name to "${connectionName(agent)}"`;
   }
 
   /**

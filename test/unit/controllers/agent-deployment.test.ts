@@ -3,11 +3,12 @@
 // against the emulator: which calls are made, and what status records.
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { Annotations, FINALIZER, MARKER_KEY, OPTIONS_HASH_KEY } from "../../../src/api/names.js";
-import type { Agent, AgentDeployment, AgentDeploymentStatus, Sandbox, Skill } from "../../../src/api/index.js";
+import type { Agent, AgentDeployment, AgentDeploymentStatus, Connection, Sandbox, Skill } from "../../../src/api/index.js";
+import { startEmulator } from "../../../src/emulator/index.js";
 import { sandboxes } from "../../../src/controllers/sandbox.js";
 import { agentDeployments, desiredOptions, optionsHash, planFor, type Target } from "../../../src/controllers/agent-deployment.js";
 import type { Deployment } from "../../../src/service/index.js";
-import { condition, NS, ORG, World } from "./helpers.js";
+import { API_KEY, condition, NS, ORG, World } from "./helpers.js";
 
 describe("AgentDeployment plan", () => {
   const target: Target = { agentId: "ag-1", revision: "rev-1" };
@@ -136,6 +137,24 @@ describe("AgentDeployment against the service", () => {
     apply({ writeConnectionSecretTo: { name: "d-deployment" } });
     await w.reconcile(kind(), "d");
     expect(condition(deployment(), "Ready")?.status).toBe("True");
+  });
+
+  it("waiting for an Agent its registry lacks, says when the Agent is registered through another Connection, and how to deploy through that one", async () => {
+    // Another account: another service.
+    const other = await startEmulator({ apiKey: API_KEY, orgId: ORG });
+    try {
+      w.apply<Connection>("connections", { metadata: { name: "prod" }, spec: { baseURL: other.baseURL, authURL: other.authURL, orgId: ORG, credentials: { secretRef: { name: "creds" } } } });
+      w.setStatus("connections", "prod", { observedGeneration: 1, conditions: [{ type: "Ready", status: "True", lastTransitionTime: "2030-01-01T00:00:00Z" }] });
+      apply({ connectionRef: { name: "prod" } });
+      await w.reconcile(kind(), "d");
+      expect(condition(deployment(), "Ready")).toMatchObject({
+        status: "False",
+        reason: "WaitingForAgent",
+        message: expect.stringContaining('Agent "a" is registered through Connection "default", this deployment deploys through "prod": if they reach different accounts, set spec.connectionRef.name to "default"'),
+      });
+    } finally {
+      await other.close();
+    }
   });
 
   it("deploys and records the options hash, the service's config_hash and the agent revision", async () => {
