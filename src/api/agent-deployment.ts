@@ -1,7 +1,53 @@
-import { LocalObjectReference, FreeFormObject, StringMap, Type, type Static } from "./schema.js";
+import { LocalObjectReference, StringMap, Type, type JsonObject, type Spec, type Static, type ValidationRule } from "./schema.js";
 import { AGENT_REVISION_KEY, MARKER_KEY, OPTIONS_HASH_KEY, kindNames } from "./names.js";
 import { ServiceMetadata, WriteConnectionSecretTo, has, managedSpecFields, managementPolicyRules, statusSchema, type Resource } from "./common.js";
 import { readyColumns, type KindDefinition } from "./kind.js";
+
+/** The spec's own fields among the deploy options: set there, not in `options` too. */
+const FIRST_CLASS_OPTIONS = ["tier", "skills", "env"] as const;
+
+/** An object whose content is left free: typed, so that a CEL rule can ask whether it is there. */
+const anyObject = { type: "object", "x-kubernetes-preserve-unknown-fields": true };
+
+/**
+ * Free-form, with the keys the spec has fields for declared, so that the rules below can name
+ * them (CEL sees no field that has no type): the spec's field wins over them, silently, and
+ * options.metadata is never sent (the deployment's metadata is spec.metadata with the marker).
+ */
+const DeployOptionsSchema = Type.Unsafe<JsonObject>({
+  type: "object",
+  description:
+    "Further deploy options passed to the service unchanged (e.g. name, endpoint_name). Not metadata (spec.metadata is the deployment's), nor tier, skills or env when the spec's own field is set.",
+  "x-kubernetes-preserve-unknown-fields": true,
+  properties: {
+    tier: { type: "string", description: "Use spec.tier." },
+    skills: { type: "array", items: { type: "string" }, description: "Use spec.skills." },
+    env: { ...anyObject, description: "Use spec.env." },
+    metadata: { ...anyObject, description: "Use spec.metadata." },
+  },
+});
+
+const optionOf = (self: Spec, key: string): unknown => (self["options"] as Record<string, unknown> | undefined)?.[key];
+
+/** Options the spec's own fields shadow: refused, rather than dropped without a word. */
+const deployOptionRules: ValidationRule[] = [
+  {
+    rule: "!has(self.options) || !has(self.options.metadata)",
+    message: "spec.options.metadata is not sent: the deployment's metadata is spec.metadata; move it there",
+    fieldPath: ".options.metadata",
+    reason: "FieldValueForbidden",
+    holds: (self) => optionOf(self, "metadata") === undefined,
+  },
+  ...FIRST_CLASS_OPTIONS.map(
+    (key): ValidationRule => ({
+      rule: `!has(self.options) || !has(self.options.${key}) || !has(self.${key})`,
+      message: `set spec.${key} or spec.options.${key}, not both (spec.${key} is the one sent)`,
+      fieldPath: `.options.${key}`,
+      reason: "FieldValueForbidden",
+      holds: (self) => optionOf(self, key) === undefined || !has(self, key),
+    }),
+  ),
+];
 
 export const AgentDeploymentSpecSchema = Type.Object(
   {
@@ -26,9 +72,7 @@ export const AgentDeploymentSpecSchema = Type.Object(
     metadata: Type.Optional(
       ServiceMetadata("Free key/value metadata of the deployment.", [MARKER_KEY, OPTIONS_HASH_KEY, AGENT_REVISION_KEY]),
     ),
-    options: Type.Optional(
-      FreeFormObject("Further deploy options passed to the service unchanged (e.g. name, endpoint_name)."),
-    ),
+    options: Type.Optional(DeployOptionsSchema),
     suspend: Type.Optional(
       Type.Boolean({ description: "true stops the deployment; false starts it again (redeploy).", default: false }),
     ),
@@ -79,6 +123,7 @@ export const agentDeploymentKind: KindDefinition = {
   specValidations: [
     ...managementPolicyRules(),
     { rule: "has(self.agentRef) != has(self.agentId)", message: "set exactly one of spec.agentRef and spec.agentId", holds: (self) => has(self, "agentRef") !== has(self, "agentId") },
+    ...deployOptionRules,
   ],
   status: AgentDeploymentStatusSchema,
   printerColumns: [

@@ -76,6 +76,16 @@ const refused: Refused[] = [
     says: [/set exactly one of spec\.agentRef and spec\.agentId/],
   },
   {
+    what: "deploy options the spec's own fields shadow (options.metadata; options.tier with spec.tier)",
+    manifest: `kind: AgentDeployment\nmetadata: {name: shadowed-options}\nspec: {agentId: a, tier: standard, metadata: {team: a}, options: {tier: large, metadata: {team: b}, name: kept}}`,
+    says: [/spec\.options\.metadata is not sent: the deployment's metadata is spec\.metadata/, /set spec\.tier or spec\.options\.tier, not both/],
+  },
+  {
+    what: "an empty orgId (a template's empty value)",
+    manifest: `kind: Agent\nmetadata: {name: empty-org}\nspec: {image: x, orgId: ""}`,
+    says: [/spec\.orgId/],
+  },
+  {
     what: "renewBeforeSeconds not below ttlSeconds",
     manifest: `kind: Sandbox\nmetadata: {name: renew-late}\nspec: {tier: standard, ttlSeconds: 60, renewBeforeSeconds: 60}`,
     says: [/spec\.renewBeforeSeconds must be less than spec\.ttlSeconds/],
