@@ -10,7 +10,7 @@ import { NotReadyError, StalledError, classify, type Failure } from "../managed/
 import { patchFinalizers } from "../managed/finalizers.js";
 import { afterBackoff, jittered } from "../managed/requeue.js";
 import { StatusWriter } from "../managed/status-writer.js";
-import type { EventRecorder } from "../runtime/events.js";
+import type { Events } from "../runtime/events.js";
 import type { Informer } from "../runtime/informer.js";
 import { resourcePath, type KubeClient } from "../runtime/kube-client.js";
 import type { Controller, ReconcileContext, Reconciler, Request, Result } from "../runtime/controller.js";
@@ -18,7 +18,7 @@ import { boundedMessage, formatTime } from "../runtime/status.js";
 import { InvalidEndpointError, REFUSAL_HOLD_MS, ServiceError, isNotFound, tlsErrorCode, type ServiceClient, type UsageRecord } from "../service/index.js";
 import type { ServiceMetrics } from "../service/metrics.js";
 import type { ConnectionPool } from "./connection-pool.js";
-import { requestOf, specOrMetaChanged, type OperatorContext } from "./kind.js";
+import { gatedWrites, requestOf, specOrMetaChanged, type OperatorContext } from "./kind.js";
 import { UsageGauges } from "./usage-metrics.js";
 
 /**
@@ -27,18 +27,20 @@ import { UsageGauges } from "./usage-metrics.js";
  */
 export function setupConnection(ctx: OperatorContext): Controller {
   const { connections, secrets, manager } = ctx;
+  // The leader's writes, through the leadership's gate but not the managed kinds' (the leader
+  // writes Connections whether or not it has joined the shard ring): a leader stalled past its
+  // lease must not, on waking, let a deleting Connection go that a resource created meanwhile uses.
+  const { kube, events } = gatedWrites(manager, manager.leaderWriteGate());
   const controller = manager.newController({
     name: "connection",
     concurrency: 2,
     reconciler: new ConnectionReconciler({
       informer: connections,
       usersOf: (namespace, connection) => ctx.usersOf(namespace, connection),
-      kube: manager.client,
+      kube,
       pool: ctx.pool,
-      // Its own, without the managed kinds' write gate: the leader writes Connections' status
-      // whether or not it has joined the shard ring.
-      status: new StatusWriter(manager.client),
-      events: manager.events,
+      status: new StatusWriter(kube),
+      events,
       usage: new UsageGauges(manager.metrics.registry),
       service: manager.metrics.service,
     }),
@@ -61,7 +63,7 @@ export interface ConnectionReconcilerOptions {
   kube: KubeClient;
   pool: ConnectionPool;
   status: StatusWriter;
-  events: EventRecorder;
+  events: Events;
   usage?: UsageGauges;
   /** The service client's series (agentcompute_service_*): a deleted Connection's are removed. */
   service?: ServiceMetrics;

@@ -123,7 +123,7 @@ export class OperatorContext implements KindContext {
    * The API server, as the managed kinds' controllers write to it: in sharded mode through the
    * membership's write gate (ShardingOptions.writeGate), else with leader election through the
    * leadership's (Manager.leaderWriteGate). The Connection controller, which runs on the
-   * leader, writes with the manager's client.
+   * leader, writes through the leadership's gate only (gatedWrites).
    */
   readonly kube: KubeClient;
   /** The managed kinds' Events: in sharded mode, none while the write gate refuses. */
@@ -156,8 +156,7 @@ export class OperatorContext implements KindContext {
     this.store = new ObjectStore(this.secrets, this.configMaps);
     // Sharded mode: the replica's membership; else, with leader election, the leadership.
     const gate = options.sharding?.writeGate ?? manager.leaderWriteGate();
-    this.kube = gate === undefined ? manager.client : withWriteGate(manager.client, gate);
-    this.events = gate === undefined ? manager.events : eventsWhile(manager.events, () => passes(gate));
+    ({ kube: this.kube, events: this.events } = gatedWrites(manager, gate));
     this.status = new StatusWriter(this.kube);
     this.secretWriter = new ConnectionSecretWriter(this.kube, this.secrets);
     this.resourceMetrics = new ResourceMetrics(manager.metrics.registry);
@@ -321,6 +320,12 @@ export function setupManagedKind<R extends ManagedResource, Plan>(
 }
 
 /** Whether a write gate lets writes through now. */
+/** The manager's client and Events, writing only while `gate` lets them (none: always). */
+export function gatedWrites(manager: Pick<Manager, "client" | "events">, gate: (() => void) | undefined): { kube: KubeClient; events: Events } {
+  if (gate === undefined) return { kube: manager.client, events: manager.events };
+  return { kube: withWriteGate(manager.client, gate), events: eventsWhile(manager.events, () => passes(gate)) };
+}
+
 function passes(gate: () => void): boolean {
   try {
     gate();

@@ -3,7 +3,10 @@
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { FINALIZER } from "../../../src/api/names.js";
 import type { Connection } from "../../../src/api/index.js";
-import { ConnectionReconciler } from "../../../src/controllers/connection.js";
+import { ConnectionReconciler, type ConnectionReconcilerOptions } from "../../../src/controllers/connection.js";
+import { gatedWrites } from "../../../src/controllers/kind.js";
+import { LeadershipLapsed } from "../../../src/runtime/leader-election.js";
+import type { Manager } from "../../../src/runtime/manager.js";
 import { StatusWriter } from "../../../src/managed/status-writer.js";
 import { UsageGauges } from "../../../src/controllers/usage-metrics.js";
 import { Registry } from "prom-client";
@@ -28,7 +31,7 @@ afterEach(async () => {
 });
 
 const connection = (name = "c") => w.get<Connection>("connections", name);
-const reconcileWith = (opts: { usage?: UsageGauges; pool?: ConnectionPool; service?: ServiceMetrics } = {}) =>
+const reconcileWith = (opts: Partial<Pick<ConnectionReconcilerOptions, "usage" | "pool" | "service" | "kube" | "status" | "events">> = {}) =>
   new ConnectionReconciler({
     informer: w.informer({ kind: "Connection", plural: "connections" }).as<Connection>() as unknown as Informer<Connection>,
     usersOf: () => users,
@@ -280,6 +283,27 @@ describe("Connection", () => {
 
     users = [];
     await reconcile();
+    expect(connection().metadata.finalizers).toEqual([]);
+  });
+
+  it("through the leadership's gate (gatedWrites, as setupConnection writes): a leader stalled past its lease lets no deleting Connection go, and says nothing", async () => {
+    await reconcile();
+    w.apply<Connection>("connections", { metadata: { name: "c", deletionTimestamp: "2030-01-01T00:00:00Z" }, spec: connection().spec });
+    const events = w.events.length;
+    let leading = false;
+    const { kube, events: gated } = gatedWrites({ client: w.kube, events: w.recorder() } as unknown as Pick<Manager, "client" | "events">, () => {
+      if (!leading) throw new LeadershipLapsed();
+    });
+    const lapsed = await reconcileWith({ kube, status: new StatusWriter(kube), events: gated }).then(
+      () => undefined,
+      (err: unknown) => err,
+    );
+    expect(lapsed).toBeInstanceOf(LeadershipLapsed);
+    expect(connection().metadata.finalizers).toEqual([FINALIZER]);
+    expect(w.events.length).toBe(events);
+
+    leading = true;
+    await reconcileWith({ kube, status: new StatusWriter(kube), events: gated });
     expect(connection().metadata.finalizers).toEqual([]);
   });
 

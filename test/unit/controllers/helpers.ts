@@ -319,13 +319,17 @@ export class World {
       const name = /\/secrets\/([^/]+)$/.exec(path)?.[1];
       return this.secrets.set(write(name ?? ""));
     };
-    const create = async (path: string, body: SecretObject) => {
+    // A write's gate (withWriteGate) is asked before it is sent, as the KubeClient does.
+    type WriteOptions = { gate?: () => void } | undefined;
+    const create = async (path: string, body: SecretObject, opts?: WriteOptions) => {
+      opts?.gate?.();
       failing(path);
       return secret(path, () => body);
     };
     type MergePatch = { data?: Record<string, string>; metadata?: { resourceVersion?: string; finalizers?: string[]; annotations?: Record<string, string | null> }; status?: Record<string, unknown> };
     type JsonPatch = Array<{ op: "test" | "remove"; path: string; value?: unknown }>;
-    const patch = async (path: string, patchBody: MergePatch | JsonPatch) => {
+    const patch = async (path: string, patchBody: MergePatch | JsonPatch, _type?: string, opts?: WriteOptions) => {
+      opts?.gate?.();
       failing(path);
       // A JSON patch of the finalizers (removeFinalizer: test the entry, then remove it), as a
       // merge patch of what it leaves.
@@ -355,7 +359,8 @@ export class World {
       }
       return this.byPlural(plural).set(next);
     };
-    const remove = async (path: string) => {
+    const remove = async (path: string, opts?: WriteOptions) => {
+      opts?.gate?.();
       failing(path);
       const name = /\/secrets\/([^/]+)$/.exec(path)?.[1];
       if (name === undefined) throw new Error(`unexpected delete of ${path}`);
