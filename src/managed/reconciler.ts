@@ -117,8 +117,11 @@ export class ManagedReconciler<R extends ManagedResource, Plan = unknown> implem
    * unknown (a timeout, a cut connection, a 5xx): it may still land in the service. A deletion
    * meanwhile deletes what it finds and keeps the finalizer to look again LANDING_MS from
    * then, or an object that lands after its look would be left behind for good (agents and
-   * deployments do not run out). Dropped once a pass finds the object. In memory only: a
-   * restart takes longer than the wait.
+   * deployments do not run out). Kept whatever a later pass finds or creates: what it finds may
+   * be what its retry made (a deployment deployed again while the first deploy was still on its
+   * way), not what the lost create makes. Dropped when the resource goes or its finalizer is
+   * removed; once LANDING_MS has passed it holds no deletion up. In memory only: a restart
+   * takes longer than the wait.
    */
   private readonly uncertainCreates = new Map<string, { uid: string; at: number }>();
 
@@ -169,8 +172,6 @@ export class ManagedReconciler<R extends ManagedResource, Plan = unknown> implem
       const external = await this.opts.connector.connect(cr, ctx);
       connected = true;
       const seen = (observed = await external.observe(cr));
-      // Found: a create whose outcome was unknown has landed (one request makes one object).
-      if (seen.exists) this.uncertainCreates.delete(keyOf(cr));
       /**
        * Runs a change; if it fails, what runs is still kept alive before the failure is
        * reported: a replacement that cannot be allocated (a pool exhausted, refused) must not
@@ -228,7 +229,6 @@ export class ManagedReconciler<R extends ManagedResource, Plan = unknown> implem
         }
         try {
           action = await external.create(cr, { first });
-          this.uncertainCreates.delete(keyOf(cr));
         } catch (err) {
           if (err instanceof ClaimTaken) await this.withdrawClaim(cr, cachedVersion);
           this.noteUncertainCreate(cr, err, { wrappedOnly: false });

@@ -600,6 +600,52 @@ describe("AgentDeployment against the service", () => {
     expect(deployment()?.metadata.finalizers ?? []).not.toContain(FINALIZER);
   });
 
+  it("deleted after a deploy whose outcome is unknown and the retry's deploy: keeps its finalizer until a while after the first, so a deployment that lands late goes too", async () => {
+    const process = w.kindOf(agentDeployments); // one operator process: it remembers the unknown outcome
+    const cr = apply();
+    w.emu.injectFault({ method: "POST", path: /\/deploy$/, times: 1, action: { drop: "before" } });
+    await w.reconcile(process, "d").catch(() => undefined); // no answer: the deploy may still land
+    w.advance(5);
+    await w.reconcile(process, "d"); // the retry: nothing in the list yet, so it deploys again
+    const second = deployment().status?.deploymentId as string;
+    expect(second).toBeDefined();
+    w.advance(10_000);
+    w.apply<AgentDeployment>("agentdeployments", { metadata: { name: "d", deletionTimestamp: "2030-01-01T00:00:00Z", finalizers: deployment().metadata.finalizers }, spec: deployment().spec });
+    // What is there goes now; the finalizer stays until 60 s after the first deploy.
+    expect(await w.reconcile(process, "d")).toEqual({ requeueAfterMs: 60_000 - 10_005 });
+    expect(w.emu.state.deployments.has(second)).toBe(false);
+    expect(deployment().metadata.finalizers).toContain(FINALIZER);
+    // The first deploy lands now, after that look.
+    const late = w.emu.state.deploy(agentId, { tier: "standard", metadata: { [MARKER_KEY]: cr.metadata.uid } });
+    w.advance(60_000 - 10_005);
+    await w.reconcile(process, "d");
+    expect(w.emu.state.deployments.has(late.id)).toBe(false);
+    expect(deployment()?.metadata.finalizers ?? []).not.toContain(FINALIZER);
+  });
+
+  it("after a deploy whose outcome is unknown and the retry's deploy, passes that are not deletions go on as before: on the sync period, writing nothing, giving back the first if it lands", async () => {
+    const process = w.kindOf(agentDeployments);
+    const cr = apply();
+    w.emu.injectFault({ method: "POST", path: /\/deploy$/, times: 1, action: { drop: "before" } });
+    await w.reconcile(process, "d").catch(() => undefined);
+    w.calls();
+    const retried = (await w.reconcile(process, "d")) as { requeueAfterMs: number };
+    expect(w.writes()).toEqual(["deployments.deploy"]);
+    expect(retried.requeueAfterMs).toBeGreaterThanOrEqual(540_000); // the sync period (jittered), not the landing wait
+    const second = deployment().status?.deploymentId as string;
+    const again = (await w.reconcile(process, "d")) as { requeueAfterMs: number };
+    expect(w.writes()).toEqual([]);
+    expect(again.requeueAfterMs).toBeGreaterThanOrEqual(540_000);
+    // The first deploy lands: the next pass on a fresh list gives it back and keeps the one status names.
+    const late = w.emu.state.deploy(agentId, { tier: "standard", metadata: { [MARKER_KEY]: cr.metadata.uid } });
+    resync();
+    await w.reconcile(process, "d");
+    expect(w.writes()).toEqual(["deployments.delete"]);
+    expect(w.emu.state.deployments.has(late.id)).toBe(false);
+    expect(deployment().status?.deploymentId).toBe(second);
+    expect(w.emu.state.deployments.has(second)).toBe(true);
+  });
+
   it("reports a deployment a lost deploy left behind without deleting it; the reconcile deletes it", async () => {
     const cr = apply();
     await w.reconcile(kind(), "d");
