@@ -283,6 +283,10 @@ class SkillClient implements ExternalClient<Skill, SkillPlan> {
     return this.send(skillToSend(current, managed));
   }
 
+  /**
+   * By name, and a lost create's skill by a GET of the claimed name: no snapshot, so the look
+   * LANDING_MS after a create whose outcome was unknown sees a skill that landed since.
+   */
   async delete(cr: Skill): Promise<void> {
     const name = skillExternalId(cr) ?? (await this.madeByLostCreate(cr));
     if (name === undefined) return;

@@ -106,7 +106,12 @@ export interface ExternalClient<R extends ManagedResource, Plan = unknown> {
   refusalStands?(cr: R, reason: string): boolean;
   /** Gives back the leftovers observe reported (a 404 is success); needed if observe reports any. */
   cleanup?(cr: R, leftovers: string[]): Promise<void>;
-  /** Deletes (or releases) the service object; a 404 is success. */
+  /**
+   * Deletes (or releases) the service object, and whatever else carries this resource's marker
+   * (or its claim); a 404 is success. Reads afresh (not a snapshot kept for observe): it is
+   * called again LANDING_MS after a create whose outcome was unknown, to delete what that
+   * create made if it landed since the first call, and only a new read shows that.
+   */
   delete(cr: R): Promise<void>;
 }
 

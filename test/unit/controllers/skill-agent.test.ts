@@ -72,6 +72,22 @@ describe("Skill", () => {
     expect(w.emu.state.skills.get("sk")).toBeUndefined();
   });
 
+  it("deleted after a create whose outcome is unknown: looks again a while later, and deletes a skill that landed since (read afresh)", async () => {
+    apply({ content: "v1" });
+    w.emu.injectFault({ method: "POST", path: "/compute/v1/skills", times: 1, action: { drop: "before" } });
+    await w.reconcile(kind(), "sk").catch(() => undefined);
+    w.apply<Skill>("skills", { metadata: { name: "sk", deletionTimestamp: "2030-01-01T00:00:00Z" }, spec: skill().spec });
+    const result = (await w.reconcile(kind(), "sk")) as { requeueAfterMs: number };
+    expect(result.requeueAfterMs).toBeGreaterThan(0);
+    expect(skill().metadata.finalizers).toContain(FINALIZER);
+    // The create lands after the first look; no resync before the second.
+    w.emu.state.createSkill({ name: "sk", content: "v1" });
+    w.advance(60_001);
+    await w.reconcile(kind(), "sk");
+    expect(w.emu.state.skills.get("sk")).toBeUndefined();
+    expect(skill().metadata.finalizers ?? []).not.toContain(FINALIZER);
+  });
+
   it("knows the skill its lost create made after the spec changed, updates it, and deletes it with itself", async () => {
     apply({ content: "v1" });
     w.emu.injectFault({ method: "POST", path: "/compute/v1/skills", times: 1, action: { drop: "after" } });
@@ -418,7 +434,8 @@ describe("Agent", () => {
     // The create lands now, after the first look.
     w.emu.state.createAgent({ name: "ag", org_id: ORG, image: "registry.example/a:1", metadata: { [MARKER_KEY]: cr.metadata.uid } });
     w.advance(60_001);
-    resync();
+    // No resync: nothing marks the list stale within LANDING_MS (a snapshot lives a sync period),
+    // so the second look must read it again itself.
     await w.reconcile(kind(), "ag");
     expect([...w.emu.state.agents.values()].filter((a) => a.metadata?.[MARKER_KEY] === cr.metadata.uid)).toEqual([]);
     expect(agent()?.metadata.finalizers ?? []).not.toContain(FINALIZER);
