@@ -119,9 +119,11 @@ export class ManagedReconciler<R extends ManagedResource, Plan = unknown> implem
    * then, or an object that lands after its look would be left behind for good (agents and
    * deployments do not run out). Kept whatever a later pass finds or creates: what it finds may
    * be what its retry made (a deployment deployed again while the first deploy was still on its
-   * way), not what the lost create makes. Dropped when the resource goes or its finalizer is
-   * removed; once LANDING_MS has passed it holds no deletion up. In memory only: a restart
-   * takes longer than the wait.
+   * way), not what the lost create makes. A deletion that cannot reach the service (its
+   * Connection gone) keeps the finalizer while it is there, LANDING_MS past or not: status
+   * names nothing, yet the create may have made an object no look has found. Dropped when the
+   * resource goes or its finalizer is removed. In memory only: a restart takes longer than the
+   * wait, and after one only an id in status holds a deletion that cannot connect.
    */
   private readonly uncertainCreates = new Map<string, { uid: string; at: number }>();
 
@@ -531,6 +533,12 @@ export class ManagedReconciler<R extends ManagedResource, Plan = unknown> implem
     if (unknown) this.uncertainCreates.set(keyOf(cr), { uid: cr.metadata.uid, at: this.now().getTime() });
   }
 
+  /** The create of unknown outcome of this very resource (uncertainCreates), not of an earlier one of its name. */
+  private uncertainCreate(cr: R): { at: number } | undefined {
+    const entry = this.uncertainCreates.get(keyOf(cr));
+    return entry?.uid === cr.metadata.uid ? entry : undefined;
+  }
+
   /** The resource names a service object its upkeep keeps alive (a Sandbox's VM with keepAlive). */
   private namesKept(cr: R): boolean {
     return this.opts.keepsAlive?.(cr) ?? this.opts.externalId(cr) !== undefined;
@@ -565,31 +573,38 @@ export class ManagedReconciler<R extends ManagedResource, Plan = unknown> implem
     const management = managementOf(cr.spec);
     let event: { reason: string; message: string } | undefined;
     if (management.delete) {
+      const uncertain = this.uncertainCreate(cr);
       try {
         const external = await this.opts.connector.connect(cr, ctx);
         await external.delete(cr);
         event = { reason: "Deleted", message: "deleted the service object" };
         // What a create whose outcome is unknown makes may land after this look: the finalizer
         // stays, and the look is made again, until LANDING_MS after that create.
-        const uncertain = this.uncertainCreates.get(keyOf(cr));
-        const waitMs = uncertain?.uid === cr.metadata.uid ? uncertain.at + LANDING_MS - this.now().getTime() : 0;
+        const waitMs = uncertain !== undefined ? uncertain.at + LANDING_MS - this.now().getTime() : 0;
         if (waitMs > 0) {
           ctx.log.info({ waitMs }, "deleted what there is; a create whose outcome is unknown may still land: looking again before the finalizer goes");
           return { requeueAfterMs: waitMs };
         }
       } catch (err) {
         const failure = classify(err);
-        if (failure.kind === "notReady" && this.opts.externalId(cr) === undefined) {
-          // Never connected, never created: nothing to delete in the service.
-        } else if (failure.kind === "notReady") {
-          // Its Connection or credentials gone (a namespace deleted at once, then a restart): the
-          // service object is there, and only the user can choose between deleting and leaving it.
-          const id = this.opts.externalId(cr) ?? "";
-          const how = `the deletion waits to delete its service object ${id}: restore what is missing, or remove the finalizer ${FINALIZER} to leave the object there`;
+        if (failure.kind !== "notReady") return this.fail(cr, failure, ctx, err);
+        // Its Connection or credentials gone (a namespace deleted at once, then a restart): a
+        // service object is there (status names it), or may be (a create whose answer never
+        // came: no id in status does not mean nothing was made), and only the user can choose
+        // between deleting and leaving it.
+        const id = this.opts.externalId(cr);
+        const waitsFor =
+          id !== undefined
+            ? { what: `its service object ${id}`, left: "the object" }
+            : uncertain !== undefined
+              ? { what: `what a create sent at ${new Date(uncertain.at).toISOString()} may have made (its answer never came, so status names nothing)`, left: "anything it made" }
+              : undefined;
+        if (waitsFor !== undefined) {
+          const how = `the deletion waits to delete ${waitsFor.what}: restore what is missing, or remove the finalizer ${FINALIZER} to leave ${waitsFor.left} there`;
           return this.fail(cr, { ...failure, message: `${failure.message}; ${how}` }, ctx, err);
-        } else {
-          return this.fail(cr, failure, ctx, err);
         }
+        // No id and no create of unknown outcome: nothing was made, so a namespace deleted at
+        // once (its Connection first) is not held up.
       }
     } else {
       const why = cr.spec.deletionPolicy === "Orphan" ? "deletionPolicy: Orphan" : `spec.managementPolicies ${management.stated} leaves out Delete`;

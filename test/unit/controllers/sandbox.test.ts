@@ -2,7 +2,7 @@
 // allocation left behind: observe only reports them; the reconcile gives them back. Then a
 // Sandbox moved in from another replica (sharding).
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
-import { Annotations, CONFIG_HASH_KEY, MARKER_KEY, SECRETS_HASH_KEY } from "../../../src/api/names.js";
+import { Annotations, CONFIG_HASH_KEY, FINALIZER, MARKER_KEY, SECRETS_HASH_KEY } from "../../../src/api/names.js";
 import type { Connection, Sandbox, SandboxStatus, Skill } from "../../../src/api/index.js";
 import { allocationHash, renewalSoon, renewVMFor, sandboxes } from "../../../src/controllers/sandbox.js";
 import { RetryNoLaterThan } from "../../../src/runtime/controller.js";
@@ -1205,6 +1205,44 @@ describe("a Sandbox whose Connection cannot be used", () => {
       `Connection "default" not found in namespace "${NS}"; create it or set spec.connectionRef.name; the deletion waits to delete its service object ${vmId}: restore what is missing, or remove the finalizer agentcompute.dev/finalizer to leave the object there`,
     );
     expect(live(vmId)).toBe(true);
+  });
+
+  it("deleted while its Connection is gone after an allocation whose answer was lost: keeps its finalizer, says how to go on, and releases the VM once the Connection is back", async () => {
+    const cr = apply({});
+    w.emu.injectFault({ method: "POST", path: "/compute/v1/vms/allocate", times: 1, action: { drop: "after" } });
+    await w.reconcile(kind(), "sb").catch(() => undefined); // allocated; the answer lost
+    expect(sandbox().status?.vmId).toBeUndefined();
+    const made = [...w.emu.state.vms.values()].find((v) => v.metadata?.[MARKER_KEY] === cr.metadata.uid);
+    expect(made).toBeDefined();
+    const gone = connection();
+    w.informer({ kind: "connections", plural: "connections" }).delete(NS, "default");
+    w.apply<Sandbox>("sandboxes", { metadata: { name: "sb", deletionTimestamp: "2030-01-01T00:00:00Z", finalizers: sandbox().metadata.finalizers }, spec: sandbox().spec });
+    await w.reconcile(kind(), "sb").catch(() => undefined);
+    expect(sandbox().metadata.finalizers).toContain(FINALIZER);
+    expect(condition(sandbox(), "Ready")?.message).toBe(
+      `Connection "default" not found in namespace "${NS}"; create it or set spec.connectionRef.name; the deletion waits to delete what a create sent at 2030-01-01T00:00:00.000Z may have made (its answer never came, so status names nothing): restore what is missing, or remove the finalizer ${FINALIZER} to leave anything it made there`,
+    );
+    expect(live(made?.id ?? "")).toBe(true);
+    // Still so long after the create: no look has found what it made.
+    w.advance(120_000);
+    await w.reconcile(kind(), "sb").catch(() => undefined);
+    expect(sandbox().metadata.finalizers).toContain(FINALIZER);
+    w.informer({ kind: "connections", plural: "connections" }).set(gone);
+    await w.reconcile(kind(), "sb");
+    expect(live(made?.id ?? "")).toBe(false);
+    expect(sandbox().metadata.finalizers ?? []).not.toContain(FINALIZER);
+  });
+
+  it("deleted while its Connection is gone before it made anything (a namespace deleted at once): the finalizer goes at once", async () => {
+    w.informer({ kind: "connections", plural: "connections" }).delete(NS, "default");
+    apply({});
+    await w.reconcile(kind(), "sb");
+    expect(sandbox().metadata.finalizers).toContain(FINALIZER);
+    w.apply<Sandbox>("sandboxes", { metadata: { name: "sb", deletionTimestamp: "2030-01-01T00:00:00Z", finalizers: sandbox().metadata.finalizers }, spec: sandbox().spec });
+    w.calls();
+    await w.reconcile(kind(), "sb");
+    expect(w.writes()).toEqual([]);
+    expect(sandbox().metadata.finalizers ?? []).not.toContain(FINALIZER);
   });
 
   it("says nothing of renewals for a VM it does not keep alive (keepAlive false)", async () => {
