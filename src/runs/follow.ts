@@ -3,8 +3,9 @@
 // output is whole: the look that finds it prints all that is left.
 //
 // agentd publishes no ranged download: a look asks the file's size (files/info) and, if it
-// grew, downloads the whole file, keeping only what is new. So a look prints at most LOOK_BYTES
-// (more between two looks is skipped, with a line saying how much), and a file found larger
+// grew, downloads the whole file, keeping only its end. So what came between two looks (by the
+// download's end) is printed whole up to LOOK_BYTES and a masked value's length; beyond that,
+// all but its last LOOK_BYTES is skipped, with a line saying how much; and a file found larger
 // than MAX_FOLLOWED_BYTES is not downloaded any more (the caller prints what the run keeps
 // instead). A step whose output file is gone before its end was read (its run's directory
 // removed when the run ended) is never done here: the caller prints the rest as the run keeps it.
@@ -94,8 +95,10 @@ export class StepFollower {
     }
     let ends: FileEnds | undefined = { head: Buffer.alloc(0), tail: Buffer.alloc(0), size };
     if (size > this.offset) {
-      const lead = this.output.longest;
-      ends = await this.vm.downloadFileEnds(outputFile(this.dir), 0, Math.min(size - this.offset, this.limits.lookBytes) + lead);
+      // As much as a look prints, whatever the size just asked said: the step writes on between
+      // that answer and the download, and a tail cut to what was new then would not reach back
+      // to what was printed, skipping bytes that a look had room for.
+      ends = await this.vm.downloadFileEnds(outputFile(this.dir), 0, this.limits.lookBytes + this.output.longest);
       if (ends === undefined) return { text: "" };
       // Under a second's worth of reading: every look may read (looks come about once a second).
       const pause = (ends.size / this.limits.readBytesPerSecond) * 1000;
@@ -110,7 +113,7 @@ export class StepFollower {
   /**
    * The new bytes of `ends` (the file's last bytes, as many as were asked for, or the whole
    * file), masked. Where they do not reach back to what was read before (more came than a look
-   * prints, or the file grew while it was read), the bytes between are skipped, and at least
+   * prints, by the time it was read), the bytes between are skipped, and at least
    * the longest value's length of what was read goes before what is printed, so that a value
    * across the cut is masked whole.
    */

@@ -70,29 +70,52 @@ describe("a step's output followed as it is written", () => {
     expect(s.follower.printed).toBeUndefined(); // the kept output can no longer be matched with it
   });
 
-  it("masks a value across the cut when the file grew while it was read (more came than asked for)", async () => {
-    const s = step();
-    let grow = "";
-    // Its download comes after `grow` more bytes were written (a step writing fast).
-    const racing = new StepFollower(
+  /** A follower of `s` whose downloads come after `grow()` more bytes were written (a step writing fast). */
+  function racing(s: ReturnType<typeof step>, grow: () => string, limits?: { lookBytes: number }) {
+    return new StepFollower(
       {
         fileSize: (path) => vm.fileSize(path),
         downloadFileEnds: (path, head, tail) => {
-          s.write(grow);
+          s.write(grow());
           return vm.downloadFileEnds(path, head, tail);
         },
       },
       stepPath("run-uid", 1, steps - 1),
       [SECRET],
+      limits,
     );
+  }
+
+  it("prints all that came, nothing skipped, when the file grew while it was read by more than a value's length", async () => {
+    const s = step();
+    let grow = "";
+    const follower = racing(s, () => grow);
     s.write("start\n");
-    expect((await racing.look()).text).toBe("start\n");
-    s.write(`aaaaa${SECRET}`); // the value is bytes 11..34
-    grow = "b".repeat(40);
-    // It asked for the 28 new bytes and 23 before them; the file grew by 40 meanwhile, so what
-    // came back starts inside the value: that part is read only as a lead-in, never printed.
-    const { text } = await racing.look();
-    expect(text).toBe(`\n[... 40 bytes of output skipped here ...]\n${"b".repeat(28)}`);
+    expect((await follower.look()).text).toBe("start\n");
+    s.write(`aaaaa${SECRET}\n`);
+    grow = "b".repeat(40) + "\n"; // more than the value's 23 bytes, far less than a look prints
+    expect((await follower.look()).text).toBe(`aaaaa***\n${grow}`);
+    grow = "";
+    s.write("end\n");
+    s.exit();
+    expect((await follower.look()).text).toBe("end\n");
+    // What was printed still matches what the run keeps: its rest is not printed again.
+    expect(follower.printed).toBe(`start\naaaaa***\n${"b".repeat(40)}\nend\n`);
+    expect(follower.restFrom(`start\naaaaa***\n${"b".repeat(40)}\nend\n`)).toEqual({ text: "" });
+  });
+
+  it("masks a value across the cut when the file grew while it was read past what a look prints", async () => {
+    const s = step();
+    let grow = "";
+    const follower = racing(s, () => grow, { lookBytes: 20 });
+    s.write("start\n");
+    expect((await follower.look()).text).toBe("start\n");
+    s.write(`${"a".repeat(30)}${SECRET}`); // the value is bytes 36..59
+    grow = "b".repeat(10);
+    // It asked for the last 20 + 23 bytes of a file that was 69 by then: bytes 26..69, of which
+    // the last 20 are printed, starting inside the value: it is masked whole.
+    const { text } = await follower.look();
+    expect(text).toBe(`\n[... 43 bytes of output skipped here ...]\n***${"b".repeat(10)}`);
     for (let i = 0; i + 4 <= SECRET.length; i++) expect(text).not.toContain(SECRET.slice(i, i + 4));
   });
 
