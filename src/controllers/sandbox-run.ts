@@ -21,10 +21,9 @@ import { attemptFailed, attemptStarted, compareProgress, currentStep, deadlineAt
 import { boundedOutput, lastLine, mask, maskingSecretNames, outputWindow, perStepBudget, tail } from "../runs/output.js";
 import { outputFile, runPath, startedFile, stepPath, vmPath } from "../runs/script.js";
 import { Heartbeats, cancelStep, observeStep, startStep, stopStep, type StepRef } from "../runs/steps.js";
-import { ensureRunVM, heldConnection, keepRunVM, releaseRunVMs, runVMHoldsRotatedSecrets, type AllocationDeps } from "../runs/template-vm.js";
+import { ensureRunVM, heldConnection, keepRunVM, knownVM, releaseRunVMs, runVMHoldsRotatedSecrets, type AllocationDeps } from "../runs/template-vm.js";
 import { ForwardedVM, VMGoneError, type RunVM } from "../runs/vm.js";
 import { isServiceError } from "../service/errors.js";
-import type { AgentVM } from "../service/types.js";
 import type { ConnectionPool, ServiceHandle } from "./connection-pool.js";
 import { readinessChanged, referrers, requestOf, specOrMetaChanged, type OperatorContext } from "./kind.js";
 import { holdsRotatedSecrets, sandboxesUsingSecret } from "./sandbox.js";
@@ -316,17 +315,8 @@ export class SandboxRunReconciler implements Reconciler {
     const sb = this.sandboxOf(run);
     const envFrom = sb ? sb.spec.envFrom : run.spec.sandboxTemplate?.envFrom;
     if ((envFrom ?? []).length === 0) return false;
-    const handle = this.handleOf(run);
-    let vm: AgentVM | undefined = handle.vms.get(vmId);
-    if (vm === undefined) {
-      try {
-        vm = await handle.client.vms.get(vmId);
-      } catch (err) {
-        if (isNotFound(err)) return false; // gone: the start finds it so
-        throw err;
-      }
-      handle.vms.put(vm);
-    }
+    const vm = await knownVM(this.handleOf(run), vmId);
+    if (vm === undefined) return false; // gone: the start finds it so
     return sb ? holdsRotatedSecrets(sb, vm, this.o.store) : runVMHoldsRotatedSecrets(run, vm, this.o.store);
   }
 

@@ -8,7 +8,8 @@ import type { Sandbox, SandboxRun, SandboxRunSpec, SandboxRunStatus } from "../a
 import type { ServiceHandle } from "../controllers/connection-pool.js";
 import { desiredAllocation, envFromValues, holdsRotatedSecrets, renewAtOf, renewVMFor, ttlSeconds, type SandboxDeps } from "../controllers/sandbox.js";
 import { formatTime } from "../runtime/status.js";
-import { ServiceError, isNotFound, type AllocateVMRequest } from "../service/index.js";
+import { ServiceError, isNotFound, isServiceNotFound, type AllocateVMRequest } from "../service/index.js";
+import type { AgentVM } from "../service/types.js";
 import { vmStateIsLive } from "../api/vm-state.js";
 
 /** What allocating needs of a Sandbox's dependencies: the Secrets (envFrom) and Skills to wait for. */
@@ -105,13 +106,34 @@ async function allocateWithin(handle: ServiceHandle, request: AllocateVMRequest,
 }
 
 /**
+ * A run's VM (its own, or its Sandbox's) as the Connection's snapshot lists it, else as the
+ * service answers for it, kept in the snapshot; undefined when the service says it has no such
+ * VM (its own 404: a bare one, a gateway's, is thrown, as any failure). The list holds only the
+ * Connection's org's VMs, and a replica may not have listed them since another allocated it: a
+ * VM of a template with another orgId is never in it, and must still be found.
+ */
+export async function knownVM(handle: ServiceHandle, vmId: string): Promise<AgentVM | undefined> {
+  const listed = handle.vms.get(vmId);
+  if (listed !== undefined) return listed;
+  try {
+    const vm = await handle.client.vms.get(vmId);
+    handle.vms.put(vm);
+    return vm;
+  } catch (err) {
+    if (!isServiceNotFound(err)) throw err;
+    handle.vms.remove(vmId);
+    return undefined;
+  }
+}
+
+/**
  * Renews the run's VM if its renewal is due, as a Sandbox's is (renewBeforeSeconds of the
  * template before it runs out), with the template's own ttlSeconds: the one the service
  * accepted at allocation, lengthened or not, and never shorter than what is left by then.
  * When the next renewal is due (ms since the epoch); undefined when there is nothing to renew:
- * `keepAlive: false` in the template, or the VM's expiry not known (not in the snapshot even
- * read again) or the VM gone (renew's 404; dropped from the snapshot), which the step's next
- * look finds out.
+ * `keepAlive: false` in the template, or the VM's expiry not known (neither the snapshot, read
+ * again, nor the service's answer for it says it) or the VM gone (the service's 404 for it, or
+ * renew's 404; dropped from the snapshot), which the step's next look finds out.
  */
 export async function keepRunVM(run: SandboxRun, handle: ServiceHandle, vmId: string, now: () => number): Promise<number | undefined> {
   if (run.spec.sandboxTemplate?.keepAlive === false) return undefined;
@@ -121,7 +143,7 @@ export async function keepRunVM(run: SandboxRun, handle: ServiceHandle, vmId: st
   let vm = handle.vms.get(vmId);
   if (vm?.expires_at === undefined) {
     await handle.vms.ensureFresh(); // a restarted operator's snapshot may not be read yet
-    vm = handle.vms.get(vmId);
+    vm = await knownVM(handle, vmId);
   }
   const expiresAt = Date.parse(vm?.expires_at ?? "");
   if (vm === undefined || Number.isNaN(expiresAt)) return undefined;

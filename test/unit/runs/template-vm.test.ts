@@ -116,6 +116,30 @@ describe("keepRunVM", () => {
     }
   });
 
+  it("renews a VM of a template with another orgId, which the Connection's list never shows: asked for by its id", async () => {
+    const r = runOf("other-org", { ttlSeconds: 600, orgId: "org-other" });
+    const id = await ensureRunVM(r, w.handle(), deps());
+    expect(w.emu.state.vms.get(id)?.org_id).toBe("org-other");
+    await w.handle().vms.refresh(); // the sync period's read of the list: the Connection's org's VMs only
+    expect(w.handle().vms.get(id)).toBeUndefined();
+    const before = renewals().length;
+    const due = await keepRunVM(r, w.handle(), id, now);
+    expect(due).toBeGreaterThan(w.clock.ms);
+    w.advance(due! - w.clock.ms);
+    await w.handle().vms.refresh();
+    const next = await keepRunVM(r, w.handle(), id, now);
+    expect(renewals().length).toBe(before + 1);
+    expect(next).toBeGreaterThan(w.clock.ms + 600_000 - 132_000);
+    // A bare 404 for it (a gateway's) says nothing of the VM: a failure, tried again, not its end.
+    await w.handle().vms.refresh();
+    w.emu.injectFault({ method: "GET", path: `/compute/v1/vms/${id}`, times: 1, action: { status: 404, body: "404 page not found" } });
+    await expect(keepRunVM(r, w.handle(), id, now)).rejects.toMatchObject({ status: 404 });
+    // The service's own 404: gone, nothing to renew.
+    w.emu.state.expireVM(id);
+    expect(await keepRunVM(r, w.handle(), id, now)).toBeUndefined();
+    expect(renewals().length).toBe(before + 1);
+  });
+
   it("does not renew a VM whose template says keepAlive: false", async () => {
     const r = runOf("let-go", { ttlSeconds: 600, keepAlive: false });
     const id = await ensureRunVM(r, w.handle(), deps());
