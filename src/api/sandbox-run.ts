@@ -15,11 +15,11 @@ export type RunLanguage = (typeof RUN_LANGUAGES)[number];
 export const MAX_RUN_STEPS = 16;
 const MAX_SCRIPT = 65536;
 
-const KeySelector = (what: string) =>
+const KeySelector = (what: string, where: string) =>
   Type.Object(
     {
       name: Type.String({ description: `Name of the ${what}, in the same namespace.`, minLength: 1, maxLength: 253 }),
-      key: Type.String({ description: `Key in the ${what}'s data.`, minLength: 1, maxLength: 253 }),
+      key: Type.String({ description: `Key in the ${what}'s ${where}.`, minLength: 1, maxLength: 253 }),
     },
     { description: `A key of a ${what} in the same namespace.` },
   );
@@ -49,8 +49,8 @@ export const RunFileSchema = Type.Object(
       minLength: 1,
       maxLength: 1024,
     }),
-    configMapKeyRef: Type.Optional(KeySelector("ConfigMap")),
-    secretKeyRef: Type.Optional(KeySelector("Secret")),
+    configMapKeyRef: Type.Optional(KeySelector("ConfigMap", "data, or binaryData (a value that is not UTF-8), written as its bytes")),
+    secretKeyRef: Type.Optional(KeySelector("Secret", "data")),
   },
   { description: "A file uploaded before the first step of every attempt, from one key of a ConfigMap or a Secret." },
 );

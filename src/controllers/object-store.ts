@@ -8,6 +8,8 @@ import type { Informer } from "../runtime/informer.js";
 export interface ConfigMapObject {
   metadata: { name: string; namespace: string; resourceVersion?: string };
   data?: Record<string, string>;
+  /** Values that are not UTF-8, base64 (kubectl create configmap --from-file of such a file). */
+  binaryData?: Record<string, string>;
 }
 
 export class ObjectStore {
@@ -50,11 +52,29 @@ export class ObjectStore {
   }
 
   configMapData(namespace: string, name: string, field: string): Record<string, string> {
+    return this.configMap(namespace, name, field).data ?? {};
+  }
+
+  /**
+   * One key of a ConfigMap as a file's content: its text, else its bytes where Kubernetes keeps
+   * a value that is not UTF-8 (binaryData), written as they are, as a Secret's are
+   * (secretKeyBytes); a key in neither is waited for.
+   */
+  configMapKeyContent(namespace: string, name: string, field: string, key: string): string | Buffer {
+    const cm = this.configMap(namespace, name, field);
+    const text = cm.data?.[key];
+    if (text !== undefined) return text;
+    const bytes = cm.binaryData?.[key];
+    if (bytes !== undefined) return Buffer.from(bytes, "base64");
+    throw new NotReadyError("ConfigMapKeyMissing", `ConfigMap "${name}" (${field}) lacks the key "${key}"`);
+  }
+
+  private configMap(namespace: string, name: string, field: string): ConfigMapObject {
     const cm = this.configMaps.get(namespace, name);
     if (cm === undefined) {
       throw new NotReadyError("ConfigMapNotFound", `ConfigMap "${name}" not found in namespace "${namespace}" (${field})`);
     }
-    return cm.data ?? {};
+    return cm;
   }
 }
 

@@ -403,10 +403,7 @@ export class SandboxRunReconciler implements Reconciler {
         return { path, content };
       }
       const ref = f.configMapKeyRef!;
-      const data = this.o.store.configMapData(ns, ref.name, `spec.files[${i}].configMapKeyRef`);
-      const content = data[ref.key];
-      if (content === undefined) throw new NotReadyError("ConfigMapKeyMissing", `ConfigMap "${ref.name}" (spec.files[${i}].configMapKeyRef) lacks the key "${ref.key}"`);
-      return { path, content };
+      return { path, content: this.o.store.configMapKeyContent(ns, ref.name, `spec.files[${i}].configMapKeyRef`, ref.key) };
     });
     return { envs, files };
   }

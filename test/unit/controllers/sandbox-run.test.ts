@@ -24,9 +24,9 @@ const sandbox = (vmId: string): Sandbox =>
 
 const run = { metadata: { name: "job", namespace: NS, uid: "run-uid", generation: 1 }, spec: { sandboxRef: { name: "box" }, steps: [{ name: "s", command: "true" }] } } as unknown as SandboxRun;
 
-function reconciler(sandboxes: FakeInformer<Sandbox>, clock: { ms: number }, secrets = new FakeInformer<SecretObject>()): SandboxRunReconciler {
+function reconciler(sandboxes: FakeInformer<Sandbox>, clock: { ms: number }, secrets = new FakeInformer<SecretObject>(), configMaps = new FakeInformer<ConfigMapObject>()): SandboxRunReconciler {
   const options = {
-    store: new ObjectStore(secrets.as<SecretObject>(), new FakeInformer<ConfigMapObject>().as<ConfigMapObject>()),
+    store: new ObjectStore(secrets.as<SecretObject>(), configMaps.as<ConfigMapObject>()),
     runs: new FakeInformer<SandboxRun>().as<SandboxRun>(),
     sandboxes: sandboxes.as<Sandbox>(),
     // No usable Connection: the VMs cannot be read again, which the wait does not depend on.
@@ -121,6 +121,22 @@ describe("SandboxRun: masking when an input cannot be read", () => {
     expect(() => r.inputs(withFiles, { files: true })).toThrow(/pruned/);
     expect(r.inputs(withFiles, { files: false })).toEqual({ envs: { MODE: "fast" }, files: [] });
     expect(r.maskingSecrets(withFiles)).toEqual({ values: [], gone: undefined });
+  });
+});
+
+describe("SandboxRun: files from a ConfigMap", () => {
+  it("uploads a key kept in binaryData (a file that is not UTF-8, from kubectl create configmap --from-file) as its bytes, and waits for a key in neither", () => {
+    const configMaps = new FakeInformer<ConfigMapObject>();
+    const bytes = Buffer.from([0xff, 0x00, 0x9c, 0x80]);
+    configMaps.set({ metadata: { name: "model", namespace: NS }, data: { "labels.txt": "cat\ndog\n" }, binaryData: { "model.bin": bytes.toString("base64") } });
+    const r = reconciler(new FakeInformer<Sandbox>(), { ms: 0 }, new FakeInformer<SecretObject>(), configMaps);
+    const withFiles = (key: string) =>
+      ({ ...run, spec: { ...run.spec, files: [{ path: "in/file", configMapKeyRef: { name: "model", key } }] } }) as unknown as SandboxRun;
+    const [binary] = r.inputs(withFiles("model.bin"), { files: true }).files;
+    expect(binary?.path).toBe("/workspace/in/file");
+    expect(Buffer.isBuffer(binary?.content) && binary.content.equals(bytes)).toBe(true);
+    expect(r.inputs(withFiles("labels.txt"), { files: true }).files).toEqual([{ path: "/workspace/in/file", content: "cat\ndog\n" }]);
+    expect(() => r.inputs(withFiles("weights.bin"), { files: true })).toThrow(expect.objectContaining({ reason: "ConfigMapKeyMissing", message: 'ConfigMap "model" (spec.files[0].configMapKeyRef) lacks the key "weights.bin"' }));
   });
 });
 
