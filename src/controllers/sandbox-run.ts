@@ -19,8 +19,8 @@ import { configMapsPath, isAlreadyExists, isForbidden, isInvalid, isKubeApiError
 import { formatTime } from "../runtime/status.js";
 import { attemptFailed, attemptStarted, compareProgress, currentStep, deadlineAt, expiresAt, isFinished, next, pollDelayMs, RunReason, runConditions, runningMessage, type Next, type SandboxState, type StepToStop } from "../runs/machine.js";
 import { boundedOutput, lastLine, mask, maskingSecretNames, outputWindow, perStepBudget, tail } from "../runs/output.js";
-import { outputFile, runPath, startedFile, stepPath, vmPath } from "../runs/script.js";
-import { Heartbeats, cancelStep, observeStep, startStep, stopStep, type StepRef } from "../runs/steps.js";
+import { outputFile, startedFile, stepPath, vmPath } from "../runs/script.js";
+import { Heartbeats, cancelStep, observeStep, removeRunDir, startStep, stopStep, type StepRef } from "../runs/steps.js";
 import { ensureRunVM, heldConnection, keepRunVM, knownVM, releaseRunVMs, runVMHoldsRotatedSecrets, type AllocationDeps } from "../runs/template-vm.js";
 import { ForwardedVM, VMGoneError, type RunVM } from "../runs/vm.js";
 import { isServiceError } from "../service/errors.js";
@@ -240,6 +240,7 @@ export class SandboxRunReconciler implements Reconciler {
         // again. The run is gone or going: a replica it moved to meanwhile stops the same step.
         const handle = this.handleOf(run, true);
         for (const step of steps) await this.kill(run, handle, step, { gated: false });
+        await this.removeDeletedRunDirs(run, handle, steps, steps, this.o.log.child(log), { gated: false });
       })
       .catch((err: unknown) => this.o.log.info({ ...log, err: errorMessage(err) }, "could not stop the step of a deleted run"));
   }
@@ -573,7 +574,28 @@ export class SandboxRunReconciler implements Reconciler {
       return;
     }
     for (const step of steps) await this.kill(run, handle, step);
-    if (unrecorded !== undefined) await this.cancelIfStarted(run, handle, unrecorded, ctx.log);
+    const stopped = [...steps];
+    if (unrecorded !== undefined && (await this.cancelIfStarted(run, handle, unrecorded, ctx.log))) stopped.push(unrecorded);
+    // Where the next step never started, the steps before it still left their output there.
+    await this.removeDeletedRunDirs(run, handle, unrecorded === undefined ? steps : [...steps, unrecorded], stopped, ctx.log);
+  }
+
+  /**
+   * The deleted run's directory removed from each VM of `steps` (removeRunDir), the cancel files
+   * of those `stopped` written again. Best effort: the deletion does not wait on a VM that cannot
+   * be written (the files stay; a VM gone took them with it), and says so in the log.
+   */
+  private async removeDeletedRunDirs(run: SandboxRun, handle: ServiceHandle, steps: readonly StepToStop[], stopped: readonly StepToStop[], log: Logger, opts?: { gated?: boolean }): Promise<void> {
+    for (const vmId of new Set(steps.map((s) => s.vmId))) {
+      const vm = this.vmOf(handle, vmId, opts);
+      try {
+        await removeRunDir(vm, run.metadata.uid, stopped.filter((s) => s.vmId === vmId).map((s) => refOf(run, s)));
+      } catch (err) {
+        if (!(err instanceof VMGoneError)) log.info({ err: errorMessage(err), vmId }, "could not remove the deleted run's directory from the VM: its steps' output files stay there");
+      } finally {
+        await vm.close();
+      }
+    }
   }
 
   /**
@@ -597,12 +619,15 @@ export class SandboxRunReconciler implements Reconciler {
    * most likely never started (a run deleted while it waited) must not hold the deletion on a
    * VM that cannot be read; one that did runs on, and that is said in the log.
    */
-  private async cancelIfStarted(run: SandboxRun, handle: ServiceHandle, step: StepToStop, log: Logger): Promise<void> {
+  private async cancelIfStarted(run: SandboxRun, handle: ServiceHandle, step: StepToStop, log: Logger): Promise<boolean> {
     const vm = this.vmOf(handle, step.vmId);
     try {
-      if ((await vm.read(startedFile(stepPath(run.metadata.uid, step.attempt, step.index)))) !== undefined) await cancelStep(vm, refOf(run, step));
+      if ((await vm.read(startedFile(stepPath(run.metadata.uid, step.attempt, step.index)))) === undefined) return false;
+      await cancelStep(vm, refOf(run, step));
+      return true;
     } catch (err) {
       if (!(err instanceof VMGoneError)) log.warn({ err: errorMessage(err), attempt: step.attempt, index: step.index, vmId: step.vmId }, "could not tell whether the deleted run's next step was started (its start unrecorded); if it was, it may still run");
+      return false;
     } finally {
       await vm.close();
     }
@@ -1019,15 +1044,13 @@ class Pass {
     await this.flush(phase, reason, full);
     if (phase === RunPhase.Failed) this.r.events.warning(run, reason, full);
     else this.r.events.normal(run, "Completed", full);
-    // The markers are no longer needed once status says the run is over. A step stopped just
-    // now may not have read its cancel file yet (its watcher looks every 2 s; the file is the
-    // stop where the id is not known, or is a second start's): it is written again, alone.
-    // Also from a pass that did not reach the VM (a deadline met between two steps): the
-    // Sandbox's VM is shared, and the run's directory would stay there. (A run's own VM goes.)
+    // The files and markers are no longer needed once status says the run is over (a step
+    // stopped just now keeps its cancel file: removeRunDir). Also from a pass that did not reach
+    // the VM (a deadline met between two steps): the Sandbox's VM is shared, and the run's
+    // directory would stay there. (A run's own VM goes.)
     if (st.vmId && (this.handle !== undefined || run.spec.sandboxRef !== undefined)) {
       const vm = this.vmIfReachable(st.vmId);
-      await vm?.removeDir(runPath(run.metadata.uid)).catch(() => undefined);
-      if (vm !== undefined && this.stopped !== undefined) await cancelStep(vm, refOf(run, this.stopped)).catch(() => undefined);
+      if (vm !== undefined) await removeRunDir(vm, run.metadata.uid, this.stopped === undefined ? [] : [refOf(run, this.stopped)]).catch(() => undefined);
     }
     return this.r.afterFinish(run, st, this.log);
   }

@@ -1,5 +1,5 @@
 // Starting, following and stopping one step in a VM (./script.ts says what runs there).
-import { ALREADY_STARTED, HEARTBEAT_SECONDS, SETUP_FAILED, WORKSPACE, aliveFile, cancelFile, exitFile, outputFile, parseExit, startedFile, stepDir, stepPath, stepScript, type StepScript } from "./script.js";
+import { ALREADY_STARTED, HEARTBEAT_SECONDS, SETUP_FAILED, WORKSPACE, aliveFile, cancelFile, exitFile, outputFile, parseExit, runPath, startedFile, stepDir, stepPath, stepScript, type StepScript } from "./script.js";
 import type { RunVM } from "./vm.js";
 
 export type StepObservation =
@@ -149,4 +149,19 @@ export async function stopStep(vm: RunVM, ref: StepRef, commandId: string | unde
 /** Writes the step's `cancel` file: its watcher stops it within a heartbeat. */
 export function cancelStep(vm: RunVM, ref: StepRef): Promise<void> {
   return vm.upload(cancelFile(stepPath(ref.runUid, ref.attempt, ref.index)), "");
+}
+
+/**
+ * Removes the run's directory (its steps' output files and markers) from a VM, once the run is
+ * over or deleted: a Sandbox's VM is shared and outlives the run. A step stopped just before may
+ * not have read its cancel file yet (its watcher looks every heartbeat, and the file is the stop
+ * where the id is not known, or is a second start's): that file is written again, alone, even
+ * where the removal failed.
+ */
+export async function removeRunDir(vm: RunVM, runUid: string, stopped: readonly StepRef[]): Promise<void> {
+  try {
+    await vm.removeDir(runPath(runUid));
+  } finally {
+    for (const ref of stopped) await cancelStep(vm, ref).catch(() => undefined);
+  }
 }

@@ -2,18 +2,24 @@
 // Sandbox's VM gone waits for the Sandbox's next VM rather than start its next attempt in the
 // gone one, but not for ever (a 404 that passes, such as a service list lagging behind, must not
 // hold it); and what a message is masked with when the run's inputs cannot all be read; and
-// that it does not start in a VM holding values of a Secret rotated since (it could not mask them).
+// that it does not start in a VM holding values of a Secret rotated since (it could not mask them);
+// its files from a ConfigMap; and what a run deleted while it runs leaves in its Sandbox's VM.
+import { existsSync, mkdirSync, readdirSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
+import { waitFor } from "../../../dev/wait.js";
 import type { Sandbox, SandboxRun, Skill } from "../../../src/api/index.js";
-import { kindNames } from "../../../src/api/names.js";
+import { FINALIZER, kindNames } from "../../../src/api/names.js";
 import { SandboxRunReconciler, type SandboxRunReconcilerOptions } from "../../../src/controllers/sandbox-run.js";
+import { StatusWriter } from "../../../src/managed/status-writer.js";
+import { outputFile, runDir, stepDir } from "../../../src/runs/script.js";
 import { ObjectStore, type ConfigMapObject } from "../../../src/controllers/object-store.js";
 import { REFERENCE_VIEW } from "../../../src/controllers/reference-view.js";
 import type { KubeObject } from "../../../src/runtime/kube-client.js";
 import type { SecretObject } from "../../../src/managed/connection-secret.js";
 import { silentLogger } from "../../../src/runtime/logging.js";
 import { sandboxes as sandboxKind } from "../../../src/controllers/sandbox.js";
-import { FakeInformer, NS, World, secretOf } from "./helpers.js";
+import { FakeInformer, NS, World, reconcileContext, secretOf } from "./helpers.js";
 
 const sandbox = (vmId: string): Sandbox =>
   ({
@@ -239,5 +245,80 @@ describe("SandboxRun: a Sandbox whose VM holds values of a Secret rotated since"
     expect(await r.vmHoldsRotatedSecrets(run, first)).toBe(true);
     expect(await r.vmHoldsRotatedSecrets(run, first)).toBe(true);
     expect(world.calls()).toEqual(["vms.get"]); // once: the answer is kept in the snapshot
+  });
+});
+
+describe("SandboxRun: a sandboxRef run deleted while it runs", () => {
+  let w: World | undefined;
+  afterEach(async () => {
+    await w?.close();
+    w = undefined;
+  });
+
+  /** A Sandbox's VM, and a run reconciler over the world's API server. */
+  async function setUp() {
+    const world = (w = await World.start());
+    world.apply<Sandbox>("sandboxes", { metadata: { name: "box" }, spec: { tier: "standard", ttlSeconds: 600 } });
+    await world.reconcile(sandboxKind(world.ctx), "box");
+    const vmId = world.get<Sandbox>("sandboxes", "box").status?.vmId as string;
+    const r = new SandboxRunReconciler({
+      store: world.ctx.store,
+      runs: world.informer(kindNames.sandboxRun).as<SandboxRun>(),
+      sandboxes: world.informer(kindNames.sandbox).as<Sandbox>(),
+      kube: world.kube,
+      status: new StatusWriter(world.kube, () => new Date(world.clock.ms)),
+      pool: world.pool,
+      events: world.recorder(),
+      sandboxDeps: { store: world.ctx.store, skills: world.informer(kindNames.skill).as<Skill>(), now: () => new Date(world.clock.ms) },
+      log: silentLogger,
+      now: () => new Date(world.clock.ms),
+    } as unknown as SandboxRunReconcilerOptions);
+    const workspace = world.emu.runtimes.get(vmId)!.workspace;
+    const request = { namespace: NS, name: "job" };
+    /** The run deleted (its finalizer then does its work), and the files it left in the VM. */
+    const deleteRun = async (spec: unknown) => {
+      world.apply<SandboxRun>("sandboxruns", { metadata: { name: "job", deletionTimestamp: "2030-01-01T00:00:01Z" }, spec });
+      await r.reconcile(request, reconcileContext());
+      expect(world.get<SandboxRun>("sandboxruns", "job").metadata.finalizers ?? []).toEqual([]);
+      const dir = join(workspace, runDir(world.get<SandboxRun>("sandboxruns", "job").metadata.uid));
+      return existsSync(dir) ? readdirSync(dir, { recursive: true, withFileTypes: true }).filter((e) => e.isFile()).map((e) => e.name) : [];
+    };
+    return { world, r, workspace, request, deleteRun };
+  }
+
+  it("stops the step and removes the run's directory, with its output files, from the Sandbox's VM (shared, and outliving the run)", async () => {
+    const { world, r, workspace, request, deleteRun } = await setUp();
+    const spec = { sandboxRef: { name: "box" }, steps: [{ name: "s", command: "echo working; sleep 30" }] };
+    const job = world.apply<SandboxRun>("sandboxruns", { metadata: { name: "job" }, spec });
+    await r.reconcile(request, reconcileContext());
+    expect(world.get<SandboxRun>("sandboxruns", "job").status?.phase).toBe("Running");
+    const output = join(workspace, outputFile(stepDir(job.metadata.uid, 1, 0)));
+    await waitFor(() => existsSync(output) || undefined, { description: "the step's output file" });
+
+    const left = await deleteRun(spec);
+    // Only the stopped step's cancel file may be there again (and its markers, were it still
+    // dying): what the step wrote is gone.
+    expect(left).toContain("cancel");
+    expect(left).not.toContain("output");
+    expect(left).not.toContain("started");
+  });
+
+  it("removes the output of the steps before the next one, deleted between two steps", async () => {
+    const { world, workspace, deleteRun } = await setUp();
+    const spec = { sandboxRef: { name: "box" }, steps: [{ name: "a", command: "echo a" }, { name: "b", command: "echo b" }] };
+    const job = world.apply<SandboxRun>("sandboxruns", { metadata: { name: "job", finalizers: [FINALIZER] }, spec });
+    const vmId = world.get<Sandbox>("sandboxes", "box").status?.vmId as string;
+    // Step a ended; b is next, and not started.
+    world.setStatus("sandboxruns", "job", {
+      phase: "Running",
+      startTime: "2030-01-01T00:00:00Z",
+      attempts: 1,
+      vmId,
+      steps: [{ name: "a", startedAt: "2030-01-01T00:00:00Z", finishedAt: "2030-01-01T00:00:00Z", exitCode: 0 }],
+    });
+    const a = join(workspace, stepDir(job.metadata.uid, 1, 0));
+    mkdirSync(a, { recursive: true });
+    writeFileSync(join(a, "output"), "a\n");
+    expect(await deleteRun(spec)).toEqual([]);
   });
 });
