@@ -8,6 +8,8 @@
 // found or not Ready, Connection missing, credentials refused, service unreachable); 2 for a
 // usage error; 128+n after signal n (Ctrl-C: 130), once the remote command has been killed; 141
 // (128 + SIGPIPE) when its output was closed (`| head`), once the remote command has been killed.
+// Where it could not be killed (the VM named no id for it, or the kill failed), stderr says it
+// may still be running, and in which VM.
 import { parseArgs } from "node:util";
 import { Annotations, ConditionType, GROUP, VERSION, kindNames } from "../api/names.js";
 import type { Sandbox } from "../api/index.js";
@@ -28,7 +30,8 @@ const help = (prog: string) => `usage: ${prog} [flags] <sandbox> -- <command> [a
 
 Runs a command in the VM of a Sandbox, streams its stdout and stderr, and exits with its exit
 code. One argument after -- is a shell command line (sh -c); several are a command and its
-arguments, passed as they are. Ctrl-C kills the command in the VM. There is no stdin or tty.
+arguments, passed as they are. Ctrl-C kills the command in the VM (where it cannot, it says
+so). There is no stdin or tty.
 
 examples:
   ${prog} box -- ls -la skills         # in /workspace, where commands run
@@ -222,33 +225,54 @@ const SIGNALS = { SIGINT: 2, SIGTERM: 15, SIGHUP: 1 } as const;
 /** What ends the command early: a signal, or the output found closed (as SIGPIPE would). */
 type Signal = keyof typeof SIGNALS | "SIGPIPE";
 const exitCodeAfter = (s: Signal) => (s === "SIGPIPE" ? CLOSED_OUTPUT_EXIT_CODE : 128 + SIGNALS[s]);
-/** After Ctrl-C, how long to wait for the command's id before giving up on killing it. */
+/** After Ctrl-C, how long to wait for the command's id (not once its output has begun) before giving up on killing it. */
 const KILL_WAIT_MS = 5_000;
 /** How often to ask how the command ended when its stream broke off. */
 const STATUS_POLL_MS = 1_000;
 
-async function runStreaming(target: VMAccess, command: string, options: CommandOptions, prog: string): Promise<number> {
+/** Runs the command, its output to this process's stdout and stderr; how exec exits. */
+export async function runStreaming(target: VMAccess, command: string, options: CommandOptions, prog: string): Promise<number> {
   const stream: ExecStream = target.vm.runCommand(command, options);
   let id: string | undefined;
+  /** Output came: an id that has not come by then never will (it is the stream's first event). */
+  let begun = false;
   let signal: Signal | undefined;
   let giveUp: NodeJS.Timeout | undefined;
+  let exitCode: number | undefined;
+  let ended = false;
+  const mayStillRun = (what: string) => `${prog}: ${what}; it may still be running in VM ${target.vmId}\n`;
   const onSignal = (s: Signal) => {
     // A second Ctrl-C: leave now, whatever the remote command does. (Not the pipe found closed
     // meanwhile: the kill under way goes on.)
     if (signal !== undefined) {
       if (s === "SIGPIPE") return;
+      // Synchronous (a pipe's or a terminal's write is, on Linux and macOS): the exit is next.
+      if (!ended) process.stderr.write(mayStillRun("left before the command was stopped"));
       process.exit(exitCodeAfter(s));
     }
     signal = s;
-    if (id !== undefined) stream.close();
+    if (id !== undefined || begun) stream.close();
     else giveUp = setTimeout(() => stream.close(), KILL_WAIT_MS);
+  };
+  /**
+   * How exec ends after `s`: the command killed first, unless it has ended. One that cannot be
+   * (no id to kill it by, or the kill failed) is said to be running still: an exit code that
+   * reads as "killed" would leave a build or a server at work in the VM unseen.
+   */
+  const stopped = async (s: Signal): Promise<number> => {
+    if (!ended) {
+      const failure =
+        id === undefined
+          ? "the command could not be stopped: the VM named no id to kill it by"
+          : await target.vm.killCommand(id).then(() => undefined, (err: unknown) => `command ${id} could not be stopped: ${errorMessage(err)}`);
+      if (failure !== undefined) await writeOut(process.stderr, mayStillRun(failure));
+    }
+    return exitCodeAfter(s);
   };
   const handlers = (Object.keys(SIGNALS) as Array<keyof typeof SIGNALS>).map((s) => [s, () => onSignal(s)] as const);
   for (const [s, h] of handlers) process.on(s, h);
   // Output closed (`| head`): the command is killed as on Ctrl-C, and nothing more is written.
   const undoClosed = whenOutputClosed(() => onSignal("SIGPIPE"));
-  let exitCode: number | undefined;
-  let ended = false;
   let timedOut = false;
   try {
     try {
@@ -256,9 +280,11 @@ async function runStreaming(target: VMAccess, command: string, options: CommandO
         if (e.type === "start") {
           id = e.id;
           if (signal !== undefined) break;
-        } else if (e.type === "stdout") await writeOut(process.stdout, e.text);
-        else if (e.type === "stderr") await writeOut(process.stderr, e.text);
-        else if (e.type === "timeout") {
+        } else if (e.type === "stdout" || e.type === "stderr") {
+          begun = true;
+          if (signal !== undefined && id === undefined) break;
+          await writeOut(e.type === "stdout" ? process.stdout : process.stderr, e.text);
+        } else if (e.type === "timeout") {
           timedOut = true;
           await writeOut(process.stderr, `${prog}: the command ran out of time (--timeout) and was killed\n`);
         }
@@ -275,10 +301,7 @@ async function runStreaming(target: VMAccess, command: string, options: CommandO
       // how it ends is asked below.
       if (signal === undefined && !(id !== undefined && isTransportFailure(err))) throw err;
     }
-    if (signal !== undefined) {
-      if (id !== undefined && exitCode === undefined) await target.vm.killCommand(id).catch(() => false);
-      return exitCodeAfter(signal);
-    }
+    if (signal !== undefined) return await stopped(signal);
     if (exitCode !== undefined || (ended && timedOut)) return commandExitCode({ timedOut, exitCode });
     if (id === undefined) {
       // No id to ask about (the published stream format names none): the end without an exit
@@ -290,10 +313,7 @@ async function runStreaming(target: VMAccess, command: string, options: CommandO
     // server's omitempty sends for 0, is asked about the same way: its status says.)
     if (!ended) await writeOut(process.stderr, `${prog}: the output stream of command ${id} ended early; waiting for it to finish\n`);
     for (;;) {
-      if (signal !== undefined) {
-        await target.vm.killCommand(id).catch(() => false);
-        return exitCodeAfter(signal);
-      }
+      if (signal !== undefined) return await stopped(signal);
       const st = await target.vm.commandStatus(id).catch((err: unknown) => {
         // Still cut off, or the way to the VM failing for now (a proxy's 502/503/504, a 429):
         // asked again, until Ctrl-C.

@@ -31,6 +31,8 @@ export type Explain = (err: unknown) => unknown;
 
 export interface VMAccess {
   vm: AgentdClient;
+  /** The VM's id, to name it in what is said. */
+  vmId: string;
   close(): Promise<void>;
 }
 
@@ -113,7 +115,7 @@ export async function connectVM(r: Reader, namespace: string, connectionRef: { n
     }
     throw new VMAccessError(`Connection "${connectionName}" in namespace "${namespace}": ${errorMessage(err)}`, true);
   }
-  return { vm, close };
+  return { vm, vmId, close };
 }
 
 /** The one-object "informer" ConnectionPool reads (get by namespace and name). */
