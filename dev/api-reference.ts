@@ -173,10 +173,13 @@ export function examplesFor(kind: string, dir: string = examplesDir): Example[] 
     );
 }
 
-const ANNOTATIONS: Array<{ key: string; kinds: (k: string) => boolean; description: string }> = [
+/** The kinds that manage a service object (not a Connection, nor a SandboxRun, which runs steps). */
+const managesObject = (kind: string): boolean => kind !== "Connection" && kind !== "SandboxRun";
+
+const ANNOTATIONS: Array<{ key: string; kinds: (k: string) => boolean; description: string; operators?: true }> = [
   {
     key: Annotations.externalId,
-    kinds: (k) => k !== "Connection",
+    kinds: managesObject,
     description:
       "Adopt an existing service object with this id (for a Skill, its name) instead of creating one. An id that names nothing stalls the resource with reason `ExternalNotFound`. A Sandbox's VM or an AgentDeployment's deployment adopted this way is never replaced: a spec change that needs a new one stalls the resource with reason `AdoptedVMNotReplaced` (the VM still renewed) or `AdoptedDeploymentNotReplaced` until the annotation is removed.",
   },
@@ -187,17 +190,45 @@ const ANNOTATIONS: Array<{ key: string; kinds: (k: string) => boolean; descripti
   },
   {
     key: Annotations.paused,
-    kinds: (k) => k !== "Connection",
+    kinds: managesObject,
     description:
       '`"true"`: make no change in the service for this resource (no create, update, replace or delete; a deletion waits with the finalizer kept) until the annotation goes; what changed meanwhile is applied then. Ready says `ReconcilePaused`. A paused Sandbox\'s VM is still renewed.',
   },
   {
     key: Annotations.pollInterval,
-    kinds: (k) => k !== "Connection",
+    kinds: managesObject,
     description:
       "A duration (`30s`, `5m`, `1h`; at least `1s`): observe this resource at this period instead of `--sync-period`. A bad value keeps the sync period and is reported (`InvalidPollInterval`).",
   },
+  {
+    key: Annotations.claimedName,
+    kinds: (k) => k === "Skill",
+    operators: true,
+    description:
+      "The skill's name in the service, claimed before the create in the same write as the finalizer (a skill carries no marker, so this is how a skill whose create answer was lost is known as this resource's own). Do not set or remove it by hand.",
+  },
+  {
+    key: Annotations.claimedContent,
+    kinds: (k) => k === "Skill",
+    operators: true,
+    description:
+      "Beside `claimed-name`: a hash of what the create sends. A skill found under the claimed name is this resource's own only if it holds that (`NameTaken` otherwise). Do not set or remove it by hand.",
+  },
 ];
+
+/** What Ready=True says, and what the finalizer waits for, by kind. */
+function lifecycleOf(kind: string): { ready: string; finalizerWaitsFor: string } {
+  if (kind === "Connection") {
+    return { ready: "a token was obtained with the credentials", finalizerWaitsFor: "no resource of the namespace uses this Connection any more (reason `InUse` meanwhile)" };
+  }
+  if (kind === "SandboxRun") {
+    return {
+      ready: "the run has succeeded",
+      finalizerWaitsFor: "its running step is stopped (it is removed too when the run ends)",
+    };
+  }
+  return { ready: "the service object matches the spec", finalizerWaitsFor: "the service object is deleted (or orphaned, per `spec.deletionPolicy`)" };
+}
 
 export function fileNameOf(def: KindDefinition): string {
   return `${def.kind.toLowerCase()}.md`;
@@ -220,7 +251,7 @@ export function renderKind(def: KindDefinition, examples: Example[]): string {
     specDoc.rules.push({ path: r.fieldPath?.slice(1) ?? "spec", message: r.message ?? r.rule, rule: r.rule, onUpdate: false, onCreate: true });
   }
   const statusDoc = flatten(status, "status");
-  const managed = def.kind !== "Connection";
+  const lifecycle = lifecycleOf(def.kind);
   const out: string[] = [HEADER];
   out.push(`# ${def.kind}`, "");
   out.push(
@@ -249,7 +280,7 @@ export function renderKind(def: KindDefinition, examples: Example[]): string {
   if (status.description) out.push(cell(status.description), "");
   out.push(
     "Written by the operator only, through the status subresource. `conditions` follow kstatus: " +
-      `\`Ready\` (True when ${managed ? "the service object matches the spec" : "a token was obtained with the credentials"}), \`Reconciling\` (True while work is in progress), ` +
+      `\`Ready\` (True when ${lifecycle.ready}), \`Reconciling\` (True while work is in progress), ` +
       "`Stalled` (True when it cannot progress without a change by you); each carries the generation it was computed for. " +
       "The reasons are listed under [Troubleshooting](../../README.md#troubleshooting).",
     "",
@@ -266,11 +297,8 @@ export function renderKind(def: KindDefinition, examples: Example[]): string {
   const annotations = ANNOTATIONS.filter((a) => a.kinds(def.kind));
   out.push("## Metadata the operator reads or writes", "");
   out.push("| Key | Where | Meaning |", "|---|---|---|");
-  for (const a of annotations) out.push(`| \`${a.key}\` | annotation (yours) | ${cell(a.description)} |`);
-  const waitsFor = managed
-    ? "the service object is deleted (or orphaned, per `spec.deletionPolicy`)"
-    : "no resource of the namespace uses this Connection any more (reason `InUse` meanwhile)";
-  out.push(`| \`${FINALIZER}\` | finalizer (the operator's) | Added on first reconcile; deletion waits until ${waitsFor}, then the operator removes it. |`);
+  for (const a of annotations) out.push(`| \`${a.key}\` | annotation (${a.operators ? "the operator's" : "yours"}) | ${cell(a.description)} |`);
+  out.push(`| \`${FINALIZER}\` | finalizer (the operator's) | Added on first reconcile; deletion waits until ${lifecycle.finalizerWaitsFor}, then the operator removes it. |`);
   out.push("");
   return `${out.join("\n").trimEnd()}\n`;
 }

@@ -55,7 +55,7 @@ export const ConnectionSpecSchema = Type.Object(
             Type.Integer({ description: "Requests allowed in a burst above qps.", default: DEFAULTS.burst, minimum: 1 }),
           ),
         },
-        { description: "Client-side rate limit for the calls made through this Connection to the registry and compute APIs. A SandboxRun's calls to its VM's daemon (r/ paths: a step's start, its status, its output) are not limited by it.", default: {} },
+        { description: "Client-side rate limit for the calls made through this Connection to the registry and compute APIs, a SandboxRun's calls to its VM's daemon (r/ paths: a step's start, its status, its output) included: size it for those too.", default: {} },
       ),
     ),
     timeoutSeconds: Type.Optional(

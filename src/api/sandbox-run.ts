@@ -3,7 +3,7 @@
 // executes its steps in order in a Sandbox's VM (or a VM allocated for it from a template) and
 // reports each step's exit code and output. The spec is immutable once created, as a Job's is.
 import { RunPhase, kindNames } from "./names.js";
-import { StringEnum, StringMap, Type, type Static, type ValidationRule } from "./schema.js";
+import { StringEnum, StringMap, Type, type Static, type TSchema, type ValidationRule } from "./schema.js";
 import { EnvFromSecrets, statusSchema, type Resource } from "./common.js";
 import { readyColumns, type KindDefinition } from "./kind.js";
 import { SandboxSpecSchema } from "./sandbox.js";
@@ -56,6 +56,31 @@ export const RunFileSchema = Type.Object(
 );
 export type RunFile = Static<typeof RunFileSchema>;
 
+/** An optional field of `schema` with another description (a Sandbox's field, as a run's own VM takes it). */
+function describedAs<T extends TSchema>(schema: T, description: string) {
+  return Type.Optional({ ...schema, description });
+}
+
+/**
+ * A Sandbox's spec fields, described as a run takes them: its spec is immutable, its VM is its
+ * own and ends with it; what a Sandbox's field says of changes, imports and Secrets does not hold.
+ */
+const sandboxFields = SandboxSpecSchema.properties;
+const templateFields = {
+  ...sandboxFields,
+  managementPolicies: describedAs(sandboxFields.managementPolicies, "Refused: a run's own VM is created, renewed and given back by the run (for a VM under management policies, make it a Sandbox and name it in spec.sandboxRef)."),
+  deletionPolicy: describedAs(sandboxFields.deletionPolicy, "Only Delete (the default): a run's own VM is given back when the run ends or is deleted, as onDelete says."),
+  skills: describedAs(sandboxFields.skills, "Skills to load, by name. A name that is a Skill resource in this namespace waits for it to be Ready."),
+  metadata: describedAs(sandboxFields.metadata, "Free key/value metadata of the VM, given at allocation. The keys agentcompute.dev/uid, agentcompute.dev/config-hash and agentcompute.dev/secrets-hash are the operator's."),
+  ttlSeconds: describedAs(
+    sandboxFields.ttlSeconds,
+    "Time-to-live asked for at allocation (activeDeadlineSeconds + 300 instead, if that is longer) and at each renewal. At least 2. A TTL the service refuses at a renewal is replaced by the one the VM had, or the pool's maximum.",
+  ),
+  keepAlive: describedAs(sandboxFields.keepAlive, "true: renew the VM for as long as the run runs. false: never renew it, so a run that outlasts the TTL loses its VM."),
+  onDelete: describedAs(sandboxFields.onDelete, "How the VM is given back when the run ends or is deleted."),
+  writeConnectionSecretTo: describedAs(sandboxFields.writeConnectionSecretTo, "Refused: a run's own VM has no connection Secret, its steps reach the VM through the operator (for a VM others connect to, make it a Sandbox and name it in spec.sandboxRef)."),
+};
+
 export const SandboxRunSpecSchema = Type.Object(
   {
     sandboxRef: Type.Optional(
@@ -65,7 +90,7 @@ export const SandboxRunSpecSchema = Type.Object(
       ),
     ),
     sandboxTemplate: Type.Optional(
-      Type.Object(SandboxSpecSchema.properties, {
+      Type.Object(templateFields, {
         description:
           "A Sandbox spec: a VM is allocated for this run and released when it ends. Set sandboxRef or sandboxTemplate. The VM is asked for ttlSeconds (3600 unless set), or activeDeadlineSeconds + 300 if that is longer (and ttlSeconds again if the service refuses that), and renewed for ttlSeconds, renewBeforeSeconds before it runs out, for as long as the run runs (unless keepAlive is false). The VM is the run's: managementPolicies, deletionPolicy Orphan and writeConnectionSecretTo are refused (use a Sandbox and sandboxRef for those).",
       }),

@@ -54,7 +54,7 @@ export const SandboxSpecSchema = Type.Object(
     renewBeforeSeconds: Type.Optional(
       Type.Integer({
         description:
-          "Renew this long before the VM expires. Default: a fifth of ttlSeconds, at least 30. It must cover an operator failover (a 15 s lease and the takeover); with --sharding give short-TTL Sandboxes 45 or more (docs/sharding.md).",
+          "Renew this long before the VM expires. Default: a fifth of ttlSeconds, at least 30, and less than ttlSeconds (ttlSeconds - 1 for a TTL of 30 s or less). It must cover an operator failover (a 15 s lease and the takeover); with --sharding give short-TTL Sandboxes 45 or more (docs/sharding.md).",
         minimum: 1,
       }),
     ),
