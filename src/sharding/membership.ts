@@ -47,7 +47,7 @@ import {
   inheritsOf,
   type SuccessionView,
 } from "./succession.js";
-import { LeaseValidity, instant } from "../runtime/lease-validity.js";
+import { LeaseValidity, instant, type Instant } from "../runtime/lease-validity.js";
 
 export interface MembershipTimings {
   leaseDurationMs: number;
@@ -334,8 +334,18 @@ export class MemberLease {
   }
 
   private async renewLoop(): Promise<void> {
+    // Renewals sent since the last one known to have landed whose answer never came (a
+    // timeout, a cut connection): the API server may have applied any of them all the same.
+    let unanswered: Renewal[] = [];
+    // The Lease was just read after a 409 and still names this replica: renew on the version
+    // read at once, not a retry period later, which may be past the renew deadline.
+    let atOnce = false;
     while (await this.wait(this.t.retryPeriodMs)) {
+      const again = atOnce;
+      atOnce = false;
       const sent = instant();
+      // Its renewTime says which attempt a Lease read later carries: sent.wall itself.
+      const renewTime = microTime(sent.wall);
       // Whole milliseconds (AbortSignal.timeout throws on a fraction), rounded down: never past the deadline.
       const budgetMs = Math.max(1, Math.floor(Math.min(this.t.retryPeriodMs * 2, this.validity.renewalMs(sent.mono))));
       const signal = AbortSignal.any([this.abort.signal, AbortSignal.timeout(budgetMs)]);
@@ -346,7 +356,7 @@ export class MemberLease {
           leasesPath(this.o.namespace, this.o.name),
           {
             metadata: { resourceVersion: this.version, annotations: { [INHERITS_ANNOTATION]: this.inherits.length > 0 ? this.inherits.join(",") : null } },
-            spec: { holderIdentity: this.o.identity, renewTime: microTime(Date.now()) },
+            spec: { holderIdentity: this.o.identity, renewTime },
           },
           "merge",
           { signal },
@@ -354,17 +364,8 @@ export class MemberLease {
         for (const resolve of publishing.splice(0)) resolve();
         // Stopping: the membership is over, whatever the answer.
         if (this.abort.signal.aborted) return;
-        this.version = renewed.metadata.resourceVersion;
-        this.validity.renewed(sent, this.t.renewDeadlineMs);
-        // Work was refused since the last renewal (answered just past the deadline, the abort
-        // timer late on a busy event loop; a suspended machine; a wall clock step): what was
-        // set aside meanwhile is looked at again once work is allowed, or it would wait for a
-        // resync.
-        if (this.refused && this.validity.mayWork()) {
-          this.refused = false;
-          this.log.info("the member Lease was renewed after this replica had stopped working (past the renew deadline): working again");
-          this.o.onJoined?.();
-        }
+        unanswered = [];
+        this.renewedBy(sent, renewed.metadata.resourceVersion);
         continue;
       } catch (err) {
         this.publishing.unshift(...publishing.splice(0)); // with the next attempt
@@ -373,10 +374,21 @@ export class MemberLease {
           // Deleted by someone: the sharder may already have moved the share away.
           return this.lose("the member Lease was deleted");
         }
-        if (isConflict(err) && (await this.fenced(signal))) {
-          return this.lose("the member Lease was fenced: the sharder counted this replica gone and is moving its share");
+        if (isConflict(err)) {
+          const held = await this.readBack(signal, unanswered);
+          if (held === "fenced") return this.lose("the member Lease was fenced: the sharder counted this replica gone and is moving its share");
+          if (held === "held") {
+            unanswered = [];
+            // Once: a second 409 in a row (something else keeps writing the Lease) waits as any failure.
+            if (!again) {
+              atOnce = true;
+              this.soon = true;
+            }
+          }
+        } else {
+          unanswered.push({ renewTime, sent });
+          this.log.warn({ err: errorMessage(err) }, "error renewing the member Lease");
         }
-        if (!isConflict(err)) this.log.warn({ err: errorMessage(err) }, "error renewing the member Lease");
       }
       // Stopping (the read after a 409 cut short): stop() decides what becomes of the Lease.
       if (this.abort.signal.aborted) return;
@@ -384,19 +396,47 @@ export class MemberLease {
     }
   }
 
+  /** A write of the Lease sent at `sent` landed, leaving it at `version`: this replica may work until its renew deadline. */
+  private renewedBy(sent: Instant, version: string | undefined): void {
+    this.version = version;
+    this.validity.renewed(sent, this.t.renewDeadlineMs);
+    // Work was refused since the last renewal (answered just past the deadline, the abort
+    // timer late on a busy event loop; a suspended machine; a wall clock step): what was
+    // set aside meanwhile is looked at again once work is allowed, or it would wait for a
+    // resync.
+    if (this.refused && this.validity.mayWork()) {
+      this.refused = false;
+      this.log.info("the member Lease was renewed after this replica had stopped working (past the renew deadline): working again");
+      this.o.onJoined?.();
+    }
+  }
+
   /**
-   * After a renewal refused for its version: whether someone else wrote the Lease (fenced).
-   * Not if it still names this replica (a renewal whose answer was lost): its version is taken.
+   * After a renewal refused for its version: whether someone else wrote the Lease ("fenced"),
+   * or it still names this replica ("held": a renewal whose answer was lost landed), its
+   * version then taken; "unknown" if it could not be read. A Lease that carries the renewTime
+   * of one of the `unanswered` renewals is that renewal's write: it counts as a renewal sent
+   * when that one was, not when it was read (the sharder's lease counts from a moment after
+   * the sending; from the read, this replica could work past the time others count it gone).
    */
-  private async fenced(signal: AbortSignal): Promise<boolean> {
+  private async readBack(signal: AbortSignal, unanswered: readonly Renewal[]): Promise<"fenced" | "held" | "unknown"> {
+    let current: Lease;
     try {
-      const current = await this.o.client.get<Lease>(leasesPath(this.o.namespace, this.o.name), { signal });
-      if ((current.spec?.holderIdentity ?? "") !== this.o.identity) return true;
-      this.version = current.metadata.resourceVersion;
+      current = await this.o.client.get<Lease>(leasesPath(this.o.namespace, this.o.name), { signal });
     } catch (err) {
       if (!this.abort.signal.aborted) this.log.warn({ err: errorMessage(err) }, "could not read the member Lease after a refused renewal");
+      return "unknown";
     }
-    return false;
+    if ((current.spec?.holderIdentity ?? "") !== this.o.identity) return "fenced";
+    // Stopping: nothing is renewed now (stopRenewing's deadline stands), only the version taken for stop().
+    const landed = this.abort.signal.aborted ? undefined : unanswered.find((r) => r.renewTime === current.spec?.renewTime);
+    if (landed === undefined) {
+      this.version = current.metadata.resourceVersion;
+      return "held";
+    }
+    this.log.info({ sentMsAgo: Math.round(performance.now() - landed.sent.mono) }, "a renewal of the member Lease whose answer was lost had landed: it counts from when it was sent");
+    this.renewedBy(landed.sent, current.metadata.resourceVersion);
+    return "held";
   }
 
   private lose(reason: string): void {
@@ -454,6 +494,12 @@ function withoutFence(annotations: Record<string, string> | undefined): Record<s
 /** This process on the Lease it acquires at `acquireTime` (crash-report.ts). */
 function withProcess(annotations: Record<string, string> | undefined, proc: ProcessRecord | undefined, acquireTime: string): Record<string, string> | undefined {
   return proc === undefined ? annotations : { ...annotations, [PROCESS_ANNOTATION]: acquiringProcess(proc, acquireTime) };
+}
+
+/** A renewal of a member Lease: the renewTime it wrote, and when it was sent. */
+interface Renewal {
+  renewTime: string;
+  sent: Instant;
 }
 
 /** How soon a fence that could not be written (the API server down) is tried again. */

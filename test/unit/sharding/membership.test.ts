@@ -191,6 +191,105 @@ describe("MemberLease: work refused meanwhile", () => {
   });
 });
 
+describe("MemberLease: a renewal whose answer never came", () => {
+  const conflict = new KubeApiError({ status: 409, reason: "Conflict", message: "the object has been modified", method: "PATCH", path: "/lease" });
+  const unavailable = new KubeApiError({ status: 503, reason: "ServiceUnavailable", message: "etcd is slow", method: "PATCH", path: "/lease" });
+  /** Three times SHORT: wide enough margins between the renew deadlines compared below on a loaded machine. */
+  const SLOWER = { leaseDurationMs: 4_500, renewDeadlineMs: 3_000, retryPeriodMs: 600 };
+  /** What the API server does with the n-th renewal sent on the right version. */
+  type Fate = "ok" | "landed-unanswered" | "unanswered" | "fails";
+
+  /**
+   * Replica "a"'s MemberLease on a stub API server that keeps the Lease (version, holder,
+   * renewTime) and answers in 20 ms unless the request's signal aborts first, as the real
+   * client; `fate` decides each renewal sent on the current version (others get a 409).
+   */
+  function slowServer(fate: (n: number) => Fate) {
+    const lease = { version: 0, renewTime: "", holder: "" };
+    const renewals: Array<{ at: number; fate: Fate | "conflict" }> = [];
+    let reads = 0;
+    const answer = <T>(signal: AbortSignal, value: () => T, fail?: Error) =>
+      new Promise<T>((resolve, reject) => {
+        const timer = setTimeout(() => (fail ? reject(fail) : resolve(value())), 20);
+        signal.addEventListener("abort", () => {
+          clearTimeout(timer);
+          reject(signal.reason as Error);
+        });
+      });
+    const read = (): Lease => ({ metadata: { name: "m-a", resourceVersion: String(lease.version) }, spec: { holderIdentity: lease.holder, renewTime: lease.renewTime } });
+    const client = {
+      get: (_path: string, opts: { signal: AbortSignal }) => (lease.version === 0 ? Promise.reject(notFound) : (reads++, answer(opts.signal, read))),
+      create: (_path: string, body: Lease) => {
+        Object.assign(lease, { version: 1, holder: body.spec?.holderIdentity ?? "", renewTime: body.spec?.renewTime ?? "" });
+        return Promise.resolve(read());
+      },
+      patch: (_path: string, body: { metadata: { resourceVersion?: string }; spec: { renewTime: string } }, _type: string, opts: { signal: AbortSignal }) => {
+        const at = performance.now();
+        if (body.metadata.resourceVersion !== String(lease.version)) {
+          renewals.push({ at, fate: "conflict" });
+          return Promise.reject(conflict);
+        }
+        const f = fate(renewals.filter((r) => r.fate !== "conflict").length + 1);
+        renewals.push({ at, fate: f });
+        const apply = () => (lease.version++, (lease.renewTime = body.spec.renewTime), read());
+        if (f === "fails") return answer(opts.signal, read, unavailable);
+        if (f === "ok") return answer(opts.signal, apply);
+        if (f === "landed-unanswered") apply();
+        return new Promise((_resolve, reject) => opts.signal.addEventListener("abort", () => reject(opts.signal.reason as Error)));
+      },
+    } as unknown as KubeClient;
+    const lost: string[] = [];
+    const member = new MemberLease({ client, namespace: "ns", name: "m-a", identity: "a", ring: "ring", logger: silentLogger(), ...SLOWER, onLost: (reason) => lost.push(reason) });
+    /** Someone else writes the Lease without renewing it (kubectl annotate, a GitOps tool's label). */
+    const annotate = () => lease.version++;
+    return { member, lost, renewals, reads: () => reads, annotate };
+  }
+
+  it("counts it from when it was sent, if the Lease read after the next renewal's 409 carries its renewTime; never from the read", async () => {
+    // Renewal 2 is applied but its answer never comes (the API server's write was slow); the
+    // next one, on the version before it, gets a 409 with little time left; every renewal
+    // after that fails (the API server still struggling). The write that landed holds the
+    // membership for a renew deadline from its sending, and no longer.
+    const s = slowServer((n) => (n === 1 ? "ok" : n === 2 ? "landed-unanswered" : "fails"));
+    await s.member.start();
+    try {
+      await vi.waitFor(() => expect(s.reads()).toBe(1), { timeout: 10_000, interval: 10 });
+      const landed = s.renewals.find((r) => r.fate === "landed-unanswered")!;
+      expect(s.lost).toEqual([]);
+      // Past the deadline of renewal 1 (sent at least a retry period before renewal 2), before renewal 2's.
+      await sleep(landed.at + SLOWER.renewDeadlineMs - 300 - performance.now());
+      expect(s.member.mayWork()).toBe(true);
+      // Past renewal 2's deadline: counted from the read, it would still allow work here.
+      await sleep(landed.at + SLOWER.renewDeadlineMs + 50 - performance.now());
+      expect(s.member.mayWork()).toBe(false);
+      await vi.waitFor(() => expect(s.lost).toEqual([`the member Lease was not renewed for ${SLOWER.renewDeadlineMs} ms`]), { timeout: 5_000 });
+      // After the 409, the next renewal went at once on the version read, not a retry period later.
+      const conflictAt = s.renewals.findIndex((r) => r.fate === "conflict");
+      expect(s.renewals[conflictAt + 1]!.at - s.renewals[conflictAt]!.at).toBeLessThan(SLOWER.retryPeriodMs / 2);
+    } finally {
+      await s.member.stop({ leave: false });
+    }
+  });
+
+  it("renews at once on the version read after a 409 that shows the Lease still its own, not a retry period later, past the deadline", async () => {
+    // Renewal 2 never lands; meanwhile someone annotates the Lease, so renewal 3 (sent with
+    // little time left) gets a 409 on a Lease that still names this replica. Waiting a retry
+    // period before renewing on the version read would pass the renew deadline.
+    const s = slowServer((n) => (n === 2 ? "unanswered" : "ok"));
+    await s.member.start();
+    try {
+      await vi.waitFor(() => expect(s.renewals.some((r) => r.fate === "unanswered")).toBe(true), { timeout: 10_000, interval: 10 });
+      s.annotate();
+      // Two renewals on the version read, or the membership given up.
+      await vi.waitFor(() => expect(s.renewals.filter((r) => r.fate === "ok").length >= 3 || s.lost.length > 0).toBe(true), { timeout: 10_000, interval: 10 });
+      expect(s.lost).toEqual([]);
+      expect(s.member.mayWork()).toBe(true);
+    } finally {
+      await s.member.stop({ leave: false });
+    }
+  });
+});
+
 describe("MemberLease: a replica that is stopping", () => {
   function stoppingMember(timings = SHORT) {
     let renewals = 0;
