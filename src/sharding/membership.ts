@@ -521,20 +521,23 @@ export interface MemberRecord {
 /**
  * The record after seeing `lease` at `now`. As leader election does, expiry counts from when
  * this process saw the record change (clocks of different machines are not compared), except
- * for a Lease seen for the first time: its renewTime is believed if it is older, so that a
- * sharder that just took over does not give a replica that died long ago another full lease.
+ * for a Lease in the watch's initial list (`listed`, with the wall clock then): its renewTime
+ * is believed if it is older, so that a sharder that just started does not give a replica that
+ * died long ago another full lease. Not for a Lease first seen later (created, or taken back
+ * after a fence, while this process watches): it was written just now, and its renewTime, on a
+ * clock a lease duration behind this one's, would have it fenced as it joins.
  */
-export function observeLease(prev: MemberRecord | undefined, lease: Lease, now: number, defaultDurationMs: number, wallNow = now): MemberRecord | undefined {
+export function observeLease(prev: MemberRecord | undefined, lease: Lease, now: number, defaultDurationMs: number, listed?: { wallNow: number }): MemberRecord | undefined {
   const holder = lease.spec?.holderIdentity ?? "";
   if (holder === "") return undefined;
   const raw = JSON.stringify(lease.spec ?? {});
   if (prev !== undefined && prev.raw === raw && prev.holder === holder) return prev;
   const durationMs = (lease.spec?.leaseDurationSeconds ?? defaultDurationMs / 1000) * 1000;
   let seenAt = now;
-  if (prev === undefined) {
+  if (prev === undefined && listed !== undefined) {
     // renewTime is on the wall clock: how long ago it was, counted back from `now`.
     const renewed = Date.parse(lease.spec?.renewTime ?? "");
-    if (Number.isFinite(renewed) && renewed < wallNow) seenAt = now - (wallNow - renewed);
+    if (Number.isFinite(renewed) && renewed < listed.wallNow) seenAt = now - (listed.wallNow - renewed);
   }
   return { holder, raw, expiresAt: seenAt + durationMs, renewedAt: seenAt };
 }
@@ -772,7 +775,9 @@ export class MemberSet {
   private seen(lease: Lease): void {
     const name = lease.metadata.name ?? "";
     // Expiry on the monotonic clock: a step of the wall clock must not age every Lease at once.
-    const next = observeLease(this.records.get(name), lease, performance.now(), this.o.leaseDurationMs ?? DEFAULT_TIMINGS.leaseDurationMs, Date.now());
+    // The initial list's adds come before the informer counts as synced.
+    const listed = this.informer.hasSynced() ? undefined : { wallNow: Date.now() };
+    const next = observeLease(this.records.get(name), lease, performance.now(), this.o.leaseDurationMs ?? DEFAULT_TIMINGS.leaseDurationMs, listed);
     if (next === undefined) this.records.delete(name);
     else this.records.set(name, next);
     this.leases.set(name, lease);

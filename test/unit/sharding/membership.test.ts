@@ -3,7 +3,7 @@ import { describe, expect, it, vi } from "vitest";
 import { KubeApiError, type KubeClient } from "../../../src/runtime/kube-client.js";
 import type { Lease } from "../../../src/runtime/leader-election.js";
 import { silentLogger } from "../../../src/runtime/logging.js";
-import { labelValue, memberLeaseName, replicaIdentity } from "../../../src/sharding/labels.js";
+import { MEMBER_LABEL, labelValue, memberLeaseName, replicaIdentity } from "../../../src/sharding/labels.js";
 import { MemberLease, MemberSet, liveMembers, observeLease } from "../../../src/sharding/membership.js";
 
 const lease = (holder: string, renewTime: string, durationS = 15): Lease => ({
@@ -25,12 +25,18 @@ describe("member liveness", () => {
     expect(observeLease(renewed, lease("a", "1999-01-01T00:00:00Z"), t0 + 20_000, 15_000)).toBe(renewed);
   });
 
-  it("believes an old renewTime of a lease seen for the first time (a new sharder after a failover)", () => {
-    const stale = observeLease(undefined, lease("dead", new Date(t0 - 20_000).toISOString()), t0, 15_000)!;
+  it("believes an old renewTime of a lease in the watch's initial list (a sharder that just started)", () => {
+    const stale = observeLease(undefined, lease("dead", new Date(t0 - 20_000).toISOString()), t0, 15_000, { wallNow: t0 })!;
     expect(liveMembers([stale], t0)).toEqual([]);
     // ...but never a renewTime in its future.
-    const ahead = observeLease(undefined, lease("b", new Date(t0 + 60_000).toISOString()), t0, 15_000)!;
+    const ahead = observeLease(undefined, lease("b", new Date(t0 + 60_000).toISOString()), t0, 15_000, { wallNow: t0 })!;
     expect(ahead.expiresAt).toBe(t0 + 15_000);
+  });
+
+  it("counts a lease first seen after the initial list from when it is seen, whatever its renewTime (a member joining with its clock behind)", () => {
+    const joined = observeLease(undefined, lease("b", new Date(t0 - 20_000).toISOString()), t0, 15_000)!;
+    expect(joined.expiresAt).toBe(t0 + 15_000);
+    expect(liveMembers([joined], t0 + 14_000)).toEqual(["b"]);
   });
 
   it("ignores a lease without a holder", () => {
@@ -361,5 +367,50 @@ describe("another member that may be live, by a list of the Leases (not the watc
     expect(await set.othersMayBeLive()).toBe(true);
     items = items.slice(1); // h's Lease gone (it left)
     expect(await set.othersMayBeLive()).toBe(false);
+  });
+});
+
+describe("the leader's view of a member that joins with its clock behind the leader's", () => {
+  it("counts its new Lease from when the watch shows it, not from its renewTime; a Lease of the initial list by its renewTime still", async () => {
+    // The leader's watch of the member Leases: an initial list, then what the test pushes.
+    const stale = (name: string, holder: string, version: string): Lease => ({
+      metadata: { name, namespace: "ns", resourceVersion: version, labels: { [MEMBER_LABEL]: "r" } },
+      // 20 s old by the leader's clock: a replica that died long ago, or one whose clock is 20 s behind.
+      spec: { holderIdentity: holder, leaseDurationSeconds: 15, acquireTime: new Date(Date.now() - 20_000).toISOString(), renewTime: new Date(Date.now() - 20_000).toISOString() },
+    });
+    let push: ((event: unknown) => void) | undefined;
+    const fenced: string[] = [];
+    const client = {
+      list: () => Promise.resolve({ kind: "LeaseList", apiVersion: "coordination.k8s.io/v1", metadata: { resourceVersion: "1" }, items: [stale("r-shard-dead", "dead", "1")] }),
+      async *watch(_path: string, _opts: unknown, signal?: AbortSignal) {
+        const queue: unknown[] = [];
+        let wake: (() => void) | undefined;
+        push = (event) => {
+          queue.push(event);
+          wake?.();
+        };
+        while (!signal?.aborted) {
+          if (queue.length === 0) await new Promise<void>((resolve) => ((wake = resolve), signal?.addEventListener("abort", () => resolve(), { once: true })));
+          while (queue.length > 0) yield queue.shift() as never;
+        }
+      },
+      patch: (path: string) => (fenced.push(path.split("/").pop() ?? ""), Promise.resolve({})),
+    } as unknown as KubeClient;
+    const set = new MemberSet({ client, namespace: "ns", ring: "r", logger: silentLogger(), self: "leader", fencing: () => true, onChange: () => undefined });
+    await set.start();
+    try {
+      // A sharder that just started does not give the long-dead replica another lease.
+      await vi.waitFor(() => expect(fenced).toEqual(["r-shard-dead"]), { timeout: 2_000 });
+      await vi.waitFor(() => expect(push).toBeDefined());
+      // Replica b, its node's clock 20 s behind the leader's, creates its Lease now.
+      push!({ type: "ADDED", object: stale("r-shard-b", "b", "2") });
+      await vi.waitFor(() => expect(set.members()).toContain("b"), { timeout: 2_000 });
+      // Looked at every 500 ms: b is not counted expired, so not fenced.
+      await sleep(1_200);
+      expect(fenced).toEqual(["r-shard-dead"]);
+      expect(set.members()).toContain("b");
+    } finally {
+      await set.stop();
+    }
   });
 });
