@@ -1,7 +1,7 @@
 // The sharder: the elected leader's role in sharded mode. It watches every sharded object
-// (all namespaces the operator watches, cached as metadata, the connectionRef and a VM's id),
-// keeps the ring of live members, and labels each object with its owner, moving objects with
-// the drain handshake of src/sharding/assignment.ts. One Controller per kind gives it a work
+// (all namespaces the operator watches, cached as metadata, the connectionRef and the id of a
+// running VM), keeps the ring of live members, and labels each object with its owner, moving
+// objects with the drain handshake of src/sharding/assignment.ts. One Controller per kind gives it a work
 // queue with dedup, retries and backoff. It places the Sandboxes once their own list is in and
 // the other kinds once every list is; a membership change enqueues everything being placed.
 import type { Logger } from "pino";
@@ -19,7 +19,7 @@ import { Ring, objectKey } from "./ring.js";
 import { Succession, type SuccessionView } from "./succession.js";
 import { UrgentMoves } from "./urgent.js";
 
-/** How soon a failed placement of a Sandbox whose running VM nobody renews is tried again, at the latest. */
+/** How soon a failed placement of a Sandbox or template run whose running VM nobody renews is tried again, at the latest. */
 const UNRENEWED_PLACEMENT_RETRY_MS = 2_000;
 
 /** A sharded kind: its plural and cluster-wide collection path. */
@@ -42,7 +42,10 @@ export function collectionPath(kind: ShardedKind, namespace: string): string {
 export interface ShardedObject extends KubeObject {
   metadata: KubeObject["metadata"] & { labels?: Record<string, string>; deletionTimestamp?: string };
   spec?: { connectionRef?: { name?: string } };
-  /** A Sandbox's VM: renewals are due while it runs, so its moves go first. */
+  /**
+   * A VM only the object's owner renews (runningVM): a Sandbox's, a template run's not given
+   * back. Renewals are due while it runs, so its moves go first.
+   */
   status?: { vmId?: string };
 }
 
@@ -77,13 +80,13 @@ export interface SharderOptions {
 }
 
 /**
- * Keep the metadata that matters, the connectionRef and (`keepVM`: a Sandbox) the VM's id: a
- * few hundred bytes per object. A SandboxRun's connectionRef is the Connection it holds, if
- * any (heldConnection): none once its VM is given back, or with a sandboxRef.
+ * Keep the metadata that matters, the connectionRef and the id of a VM only the owner renews
+ * (runningVM): a few hundred bytes per object. A SandboxRun's connectionRef is the Connection
+ * it holds, if any (heldConnection): none once its VM is given back, or with a sandboxRef.
  */
 function slim(o: ShardedObject, kind: ShardedKind): ShardedObject {
   const m = o.metadata;
-  const keepVM = hasRunningVMs(kind);
+  const vmId = runningVM(kind, o);
   const connectionRef = isRuns(kind) ? runConnectionRef(o as unknown as SandboxRun) : o.spec?.connectionRef;
   return {
     apiVersion: o.apiVersion,
@@ -97,7 +100,7 @@ function slim(o: ShardedObject, kind: ShardedKind): ShardedObject {
       ...(m.deletionTimestamp !== undefined && { deletionTimestamp: m.deletionTimestamp }),
     },
     ...(connectionRef !== undefined && { spec: { connectionRef } }),
-    ...(keepVM && o.status?.vmId !== undefined && { status: { vmId: o.status.vmId } }),
+    ...(vmId !== undefined && { status: { vmId } }),
   };
 }
 
@@ -123,11 +126,22 @@ function usedConnection(kind: ShardedKind, o: ShardedObject): string | undefined
   return o.spec?.connectionRef?.name ?? DEFAULT_CONNECTION;
 }
 
-/** The kind whose objects have running VMs (a Sandbox's, renewed by its owner only). */
-const hasRunningVMs = (kind: ShardedKind): boolean => kind.plural === kindNames.sandbox.plural;
+const isSandboxes = (kind: ShardedKind): boolean => kind.plural === kindNames.sandbox.plural;
 
-/** What placement order needs of an object. A run's VM lives as long as the run may: only a Sandbox's waits for renewals. */
-const placeable = (kind: ShardedKind, o: ShardedObject): Placeable => ({ labels: o.metadata.labels, running: hasRunningVMs(kind) && o.status?.vmId !== undefined });
+/**
+ * The VM an object keeps running that only its owner renews: a Sandbox's, and a template
+ * run's until the run gives it back (keepRunVM renews it as a Sandbox's, for as long as the run
+ * runs). A sandboxRef run's vmId is its Sandbox's VM, renewed with that.
+ * Of a full object (slim's input); a slim copy keeps just this as its vmId.
+ */
+function runningVM(kind: ShardedKind, o: ShardedObject): string | undefined {
+  if (isSandboxes(kind)) return o.status?.vmId;
+  if (isRuns(kind) && heldConnection(o as unknown as SandboxRun) !== undefined) return o.status?.vmId;
+  return undefined;
+}
+
+/** What placement order needs of a slim copy (a run's is always one: it is never read from a shared cache). */
+const placeable = (kind: ShardedKind, o: ShardedObject): Placeable => ({ labels: o.metadata.labels, running: (isSandboxes(kind) || isRuns(kind)) && o.status?.vmId !== undefined });
 
 export class Sharder {
   private readonly log: Logger;
@@ -143,10 +157,10 @@ export class Sharder {
   private takingOn: ReadonlySet<string> = new Set();
   /** Who works on a gone owner's objects until they move (its heirs, named by its fence). */
   private readonly succession = new Succession();
-  /** Sandboxes with a running VM nobody renews (a gone replica's, or let go): placed before anything of any other kind. */
+  /** Sandboxes and template runs with a running VM nobody renews (a gone replica's, or let go): placed before anything of any other kind. */
   private readonly urgent: UrgentMoves;
   private stopped = false;
-  private urgentSince: { at: number; count: number } | undefined;
+  private urgentSince: { at: number; sandboxes: number; runs: number } | undefined;
   /** The sharder's own handlers on the caches, removed on stop (a shared cache outlives it). */
   private readonly unsubscribers: Array<() => void> = [];
 
@@ -168,15 +182,15 @@ export class Sharder {
         name: `sharder-${kind.plural}`,
         concurrency: o.concurrency ?? 16,
         // Its priority lane holds most placements (a gone owner's objects, new ones): a kept
-        // worker would be a 17th one; the running Sandboxes go first by their own rule.
+        // worker would be a 17th one; the running VMs go first by their own rule.
         priorityWorker: false,
         logger: o.logger,
         metrics: o.metrics,
         reconciler: { reconcile: (req, ctx) => this.place(kind, informer, req, ctx.priority) },
       });
       // New objects, and label changes (an owner's acknowledgement); status writes are not news.
-      // A Sandbox its owner let go with a running VM goes on the priority lane: its renewals
-      // wait for the next owner, while a cold start may queue thousands of placements.
+      // A Sandbox or template run its owner let go with a running VM goes on the priority lane:
+      // its renewals wait for the next owner, while a cold start may queue thousands of placements.
       const news = (obj: ShardedObject, old: ShardedObject | undefined, event: string | undefined): boolean =>
         event === "add" || (event === "update" && JSON.stringify(obj.metadata.labels ?? {}) !== JSON.stringify(old?.metadata.labels ?? {}));
       const urgent = (obj: ShardedObject): boolean => this.unrenewed(kind, obj);
@@ -205,7 +219,8 @@ export class Sharder {
    */
   async start(): Promise<void> {
     const lists = new Map(this.parts.map((p) => [p, p.informer.start()]));
-    const first = this.parts.filter((p) => hasRunningVMs(p.kind));
+    // Not the runs, whose VMs are as urgent: a run per job, their list may be the longest.
+    const first = this.parts.filter((p) => isSandboxes(p.kind));
     const rest = this.parts.filter((p) => !first.includes(p));
     await Promise.all(first.map((p) => lists.get(p)));
     await this.startPlacing(first);
@@ -322,22 +337,29 @@ export class Sharder {
   /**
    * Every object of `parts` is looked at again, those of a replica that is gone first
    * (placementOrder), and of those the ones with a running VM before anything of any kind
-   * (UrgentMoves: set anew only when the Sandboxes are among the parts, the one kind with
-   * running VMs).
+   * (UrgentMoves: set anew only when the Sandboxes are among the parts, as their placing
+   * starts and at a membership change, which looks at every part placing: a template run's
+   * VMs are among them then. The runs' own start only puts theirs on the runs' priority lane.)
    */
   private enqueue(parts: readonly Part[]): void {
     const urgent: string[] = [];
+    let runs = 0;
     const queues = parts.map(({ kind, informer, controller }) => {
       const objects = informer.list().map((o) => ({ request: { namespace: o.metadata.namespace ?? "", name: o.metadata.name ?? "" }, ...placeable(kind, o) }));
       const order = placementOrder(objects, this.live);
-      for (const { obj, priority } of order) if (priority && obj.running) urgent.push(objectKey(kind.plural, obj.request.namespace, obj.request.name));
+      for (const { obj, priority } of order) {
+        if (!priority || !obj.running) continue;
+        urgent.push(objectKey(kind.plural, obj.request.namespace, obj.request.name));
+        if (isRuns(kind)) runs++;
+      }
       return { controller, order };
     });
-    if (parts.some((p) => hasRunningVMs(p.kind))) {
+    if (parts.some((p) => isSandboxes(p.kind))) {
       this.urgent.set(urgent);
       // A failover's critical path, in the log: how many VMs wait for a move, and (place) how long they waited.
-      this.urgentSince = urgent.length > 0 ? { at: Date.now(), count: urgent.length } : undefined;
-      if (urgent.length > 0) this.log.info({ sandboxes: urgent.length }, "moving the Sandboxes with a running VM that nobody renews first (of gone replicas, or let go)");
+      // Its text as before the template runs were counted (docs/performance.md quotes it): they are a field of their own.
+      this.urgentSince = urgent.length > 0 ? { at: Date.now(), sandboxes: urgent.length - runs, runs } : undefined;
+      if (urgent.length > 0) this.log.info({ sandboxes: urgent.length - runs, runs }, "moving the Sandboxes with a running VM that nobody renews first (of gone replicas, or let go)");
     }
     for (const { controller, order } of queues) for (const { obj, priority } of order) controller.enqueue(obj.request, { priority });
   }
@@ -364,13 +386,14 @@ export class Sharder {
     } finally {
       this.urgent.done(key, epoch);
       if (this.urgentSince !== undefined && this.urgent.size === 0) {
-        this.log.info({ sandboxes: this.urgentSince.count, ms: Date.now() - this.urgentSince.at }, "the Sandboxes with a running VM have moved (or their 10 s head start is over)");
+        const { at, ...counts } = this.urgentSince;
+        this.log.info({ ...counts, ms: Date.now() - at }, "the Sandboxes with a running VM have moved (or their 10 s head start is over)");
         this.urgentSince = undefined;
       }
     }
   }
 
-  /** A Sandbox with a running VM nobody renews: no owner, or a gone one (on the members now). */
+  /** A Sandbox or template run with a running VM nobody renews: no owner, or a gone one (on the members now). */
   private unrenewed(kind: ShardedKind, obj: ShardedObject): boolean {
     return unrenewed(placeable(kind, obj), this.live);
   }
