@@ -2,15 +2,13 @@
 // option (their secret is in the options) and those created through
 // POST /compute/v1/access/clients (only a hash of the secret is kept: it is shown once).
 // Both kinds can be revoked; a revoked client stays listed with is_active false and its
-// credentials are refused. The API key is listed as a pseudo-client and cannot be revoked
-// here (it is the emulator's own configuration, not an OAuth client).
+// credentials are refused. The API key is not an OAuth client (the list's model is
+// iamclient.OAuthClient): it is not listed, and its id is unknown here.
 import { createHash } from "node:crypto";
-import { badRequest, notFound } from "./errors.js";
+import { notFound } from "./errors.js";
 import type { StoredAccessClient } from "./records.js";
 import { newId, newToken, rfc3339, secretEquals } from "./util.js";
 import type { AccessClient, CreatedAccessClient } from "./wire.js";
-
-export const API_KEY_CLIENT_ID = "api-key";
 
 export interface ConfiguredClient {
   clientId: string;
@@ -51,11 +49,10 @@ export class AccessClients {
     return { client_id: client.client_id, client_secret: secret, name };
   }
 
-  /** The API key, then configured clients, then created ones (in creation order). */
+  /** Configured clients, then created ones (in creation order). */
   list(): AccessClient[] {
     const startedAt = rfc3339(this.config.startedAt());
     return [
-      { client_id: API_KEY_CLIENT_ID, name: "API key", is_active: true, created_at: startedAt },
       ...this.config.configured().map((c) => ({ client_id: c.clientId, name: c.clientId, is_active: !this.revokedConfigured.has(c.clientId), created_at: startedAt })),
       ...[...this.created.values()].map((c) => ({ client_id: c.client_id, name: c.name, is_active: c.is_active, created_at: c.created_at })),
     ];
@@ -63,7 +60,6 @@ export class AccessClients {
 
   /** Revoking an already revoked client is a no-op (it still exists, inactive). */
   revoke(clientId: string): void {
-    if (clientId === API_KEY_CLIENT_ID) throw badRequest("the API key cannot be revoked through access clients");
     const created = this.created.get(clientId);
     if (created) {
       created.is_active = false;

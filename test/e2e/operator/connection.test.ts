@@ -91,14 +91,15 @@ spec: {tier: standard, ttlSeconds: 600}`, t.namespace);
     const sb = await waitForReady(t.stack, "sandboxes", "used-once");
     await kubectlOk(["delete", "sandbox", "used-once", "--wait=true", "--timeout=30s"], { namespace: t.namespace });
     expect(t.stack.emulator.state.usage.some((u) => u.vm_id === sb.status?.vmId)).toBe(true);
-    // A change of the Connection's spec refreshes usage at once (otherwise: every usageRefreshSeconds).
+    t.stack.emulator.state.createAccessClient("ci-pipeline");
+    // A change of the Connection's spec refreshes the reports at once (otherwise: every usageRefreshSeconds).
     await kubectlOk(["patch", "connection", "default", "--type=merge", "-p", '{"spec":{"usageRefreshSeconds":60}}'], { namespace: t.namespace });
     const conn = await waitFor(async () => {
       const c = await waitForReady(t.stack, "connections", "default");
       const usage = c.status?.usage as { byTier?: Array<{ tier: string; vmCount: number }> } | undefined;
       return usage?.byTier?.some((t) => t.tier === "standard" && t.vmCount >= 1) ? c : undefined;
     });
-    expect((conn.status?.accessClients as unknown[]).length).toBeGreaterThan(0);
+    expect(conn.status?.accessClients).toEqual(expect.arrayContaining([expect.objectContaining({ name: "ci-pipeline", active: true })]));
     expect(conn.status?.tokenExpiresAt).toBeTruthy();
   });
 });

@@ -20,10 +20,7 @@ describe("emulator token service", () => {
     expect(res.status).toBe(200);
     const clients = await raw<unknown[]>(`${emu.baseURL}/compute/v1/access/clients`, { headers: { authorization: `Bearer ${res.body.access_token}` } });
     expect(clients.status).toBe(200);
-    expect(clients.body).toEqual([
-      { client_id: "api-key", name: "API key", is_active: true, created_at: expect.any(String) },
-      { client_id: "ci", name: "ci", is_active: true, created_at: expect.any(String) },
-    ]);
+    expect(clients.body).toEqual([{ client_id: "ci", name: "ci", is_active: true, created_at: expect.any(String) }]);
     expect(clients.text).not.toContain(API_KEY);
   });
 
