@@ -85,12 +85,32 @@ function contentHash(s: { content?: string; resources?: Record<string, string>; 
   return fingerprint(s.content ?? "", files, s.description ?? "").slice(0, 32);
 }
 
+/** Whether status holds a service answer for the skill `name` (created by this resource, or adopted), not a bare claim. */
+function answered(status: SkillStatus | undefined, name: string): boolean {
+  return status?.skillName === name && (status.contentHash !== undefined || status.createdAt !== undefined);
+}
+
+/**
+ * Whether two created_at values say the same instant. As instants, not as text: a service
+ * that stores less precision than it answers a create with (nanoseconds in the answer,
+ * microseconds in the store) gives the same skill two spellings. Text that is no date (the
+ * published description says only "string") is compared as it is.
+ */
+function sameInstant(a: string, b: string): boolean {
+  const [x, y] = [Date.parse(a), Date.parse(b)];
+  return Number.isNaN(x) || Number.isNaN(y) ? a === b : x === y;
+}
+
 /**
  * Whether the skill `found` under the resource's name is its own. Status naming it, with what
  * only a service answer gives (created by this resource, or adopted), says so, as does the
- * adoption annotation. A claim alone says only that a create was tried: the skill is the one
- * it made (its answer lost) if it holds what that create, or one before it, sent (the
- * claimed-content hashes, see claimedContent);
+ * adoption annotation; but status names a name, and a skill made under it since (ours
+ * deleted outside the operator, then made again by a Skill of that name elsewhere, which was
+ * NameTaken until then) has a created_at of its own: status then says nothing of it, and the
+ * claim decides. (Status without createdAt, from operators before it was kept, or a service
+ * that answers none, cannot tell the two apart and is taken as before.) A claim alone says
+ * only that a create was tried: the skill is the one it made (its answer lost) if it holds
+ * what that create, or one before it, sent (the claimed-content hashes, see claimedContent);
  * otherwise someone else made it between this resource's look and its create (another Skill
  * of that name elsewhere, another replica, a script), and overwriting it would take it from
  * them. A claim made before the hash existed is compared with what a create would send now.
@@ -100,7 +120,9 @@ function isOwn(cr: Skill, found: ServiceSkill, desired: () => DesiredSkill): boo
   const annotations = cr.metadata.annotations ?? {};
   if (annotations[Annotations.externalId] === name) return true;
   const { status } = cr;
-  if (status?.skillName === name && (status.contentHash !== undefined || status.createdAt !== undefined)) return true;
+  const createdAt = status?.createdAt;
+  const anotherSkill = createdAt !== undefined && found.created_at !== undefined && !sameInstant(createdAt, found.created_at);
+  if (answered(status, name) && !anotherSkill) return true;
   if (!claimed(cr, name)) return false;
   const sent = annotations[Annotations.claimedContent];
   return sent === undefined ? contentHash(found) === contentHash(desired()) : claimedHashes(sent).includes(contentHash(found));
@@ -121,8 +143,7 @@ const claimedHashes = (annotation: string | undefined): string[] => (annotation 
 function claimedContent(cr: Skill, sent: string): string {
   const annotations = cr.metadata.annotations ?? {};
   const name = skillName(cr);
-  const answered = cr.status?.skillName === name && (cr.status.contentHash !== undefined || cr.status.createdAt !== undefined);
-  const before = annotations[Annotations.claimedName] === name && !answered ? claimedHashes(annotations[Annotations.claimedContent]) : [];
+  const before = annotations[Annotations.claimedName] === name && !answered(cr.status, name) ? claimedHashes(annotations[Annotations.claimedContent]) : [];
   return [...new Set([sent, ...before])].slice(0, MAX_CLAIMED_HASHES).join(",");
 }
 
@@ -284,28 +305,30 @@ class SkillClient implements ExternalClient<Skill, SkillPlan> {
   }
 
   /**
-   * By name, and a lost create's skill by a GET of the claimed name: no snapshot, so the look
-   * LANDING_MS after a create whose outcome was unknown sees a skill that landed since.
+   * The skill ownSkill finds, by a GET: no snapshot, so the look LANDING_MS after a create
+   * whose outcome was unknown sees a skill that landed since.
    */
   async delete(cr: Skill): Promise<void> {
-    const name = skillExternalId(cr) ?? (await this.madeByLostCreate(cr));
+    const name = await this.ownSkill(cr);
     if (name === undefined) return;
     await removeObject(this.handle.skills, name, (key) => this.handle.client.skills.delete(key));
   }
 
   /**
-   * The name of the skill a create whose answer was lost made (status never named it), if
-   * that skill is there and still holds what the create sent (isOwn); not one someone else
-   * made under the claimed name. Without the claimed-content hash (a claim made before it
-   * existed), the spec's inputs must be readable to tell.
+   * The name of the skill this resource deletes, read afresh and judged as observe judges it
+   * (isOwn): the one it adopted, the one status names, or the one a create whose answer was
+   * lost made (status never named it). Not one someone else made under the name, after ours
+   * was deleted outside the operator or between a look and a create. Without the
+   * claimed-content hash (a claim made before it existed), the spec's inputs must be readable
+   * to tell.
    */
-  private async madeByLostCreate(cr: Skill): Promise<string | undefined> {
-    const claim = cr.metadata.annotations?.[Annotations.claimedName];
-    if (claim === undefined) return undefined;
-    const found = await this.read(claim);
+  private async ownSkill(cr: Skill): Promise<string | undefined> {
+    const name = skillExternalId(cr) ?? cr.metadata.annotations?.[Annotations.claimedName];
+    if (name === undefined) return undefined;
+    const found = await this.read(name);
     if (found === undefined) return undefined;
     try {
-      return isOwn(cr, found, () => desiredSkill(cr, this.store)) ? claim : undefined;
+      return isOwn(cr, found, () => desiredSkill(cr, this.store)) ? name : undefined;
     } catch {
       return undefined;
     }

@@ -22,9 +22,28 @@ describe("Skill", () => {
   const skill = () => w.get<Skill>("skills", "sk");
   const resync = () => w.handle().skills.invalidate();
   /** The Skill deleted (kubectl delete: a deletion timestamp), and the pass that follows. */
-  const deleted = async () => {
-    w.apply<Skill>("skills", { metadata: { name: "sk", deletionTimestamp: "2030-01-01T00:00:00Z" }, spec: skill().spec });
-    await w.reconcile(kind(), "sk");
+  const deleted = async (name = "sk") => {
+    w.apply<Skill>("skills", { metadata: { name, deletionTimestamp: "2030-01-01T00:00:00Z" }, spec: w.get<Skill>("skills", name).spec });
+    await w.reconcile(kind(), name);
+  };
+  /**
+   * Skills "a" and "b" of one spec.name, "a" first: "b" is NameTaken. Then "web" is deleted
+   * outside the operator (as NameTaken's message says to), a while later, and "b"'s pass comes
+   * first: it makes "web" its own.
+   */
+  const takenAfterOutOfBandDelete = async (contentOfB: string) => {
+    w.apply<Skill>("skills", { metadata: { name: "a" }, spec: { name: "web", content: "A" } });
+    await w.reconcile(kind(), "a");
+    w.apply<Skill>("skills", { metadata: { name: "b" }, spec: { name: "web", content: contentOfB } });
+    await w.reconcile(kind(), "b");
+    expect(condition(w.get<Skill>("skills", "b"), "Ready")).toMatchObject({ status: "False", reason: "NameTaken" });
+    w.advance(60_000);
+    w.emu.state.deleteSkill("web");
+    resync();
+    await w.reconcile(kind(), "b");
+    expect(condition(w.get<Skill>("skills", "b"), "Ready")?.status).toBe("True");
+    resync();
+    w.calls();
   };
 
   it("claims the name with the finalizer, before the create, so a create whose answer is lost stays its own", async () => {
@@ -157,6 +176,34 @@ describe("Skill", () => {
     await w.reconcile(kind(), "sk");
     expect(condition(skill(), "Stalled")).toMatchObject({ status: "True", reason: "NameTaken" });
     expect(w.emu.state.skills.get("sk")?.content).toBe("someone else's");
+  });
+
+  it("never takes over a skill of its name another Skill made after its own was deleted outside the operator, nor deletes it with itself", async () => {
+    await takenAfterOutOfBandDelete("B");
+    await w.reconcile(kind(), "a");
+    expect(w.writes()).toEqual([]);
+    expect(w.emu.state.skills.get("web")?.content).toBe("B");
+    expect(condition(w.get<Skill>("skills", "a"), "Ready")).toMatchObject({ status: "False", reason: "NameTaken" });
+    await deleted("a");
+    expect(w.emu.state.skills.get("web")?.content).toBe("B");
+    await w.reconcile(kind(), "b");
+    expect(w.writes()).toEqual([]);
+    expect(condition(w.get<Skill>("skills", "b"), "Ready")?.status).toBe("True");
+  });
+
+  it("still takes the skill status names for its own with status from operators before createdAt was kept, or a createdAt spelled otherwise", async () => {
+    const made = w.emu.state.createSkill({ name: "sk", content: "v1" });
+    apply({ content: "v2" });
+    w.setStatus("skills", "sk", { skillName: "sk", contentHash: made.content_hash });
+    await w.reconcile(kind(), "sk");
+    expect(w.writes()).toEqual(["skills.update"]);
+    expect(skill().status?.createdAt).toBe(made.created_at);
+    w.setStatus("skills", "sk", { createdAt: (made.created_at ?? "").replace(/\.000Z$/, "+00:00") });
+    apply({ content: "v3" });
+    resync();
+    await w.reconcile(kind(), "sk");
+    expect(w.writes()).toEqual(["skills.update"]);
+    expect(condition(skill(), "Ready")?.status).toBe("True");
   });
 
   it("never takes over a skill someone else made under its name between its look and its create", async () => {

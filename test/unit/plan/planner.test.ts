@@ -27,7 +27,7 @@ const reader = memoryCluster(() => cluster);
 
 beforeAll(async () => {
   emu = await startEmulator({ apiKey: API_KEY, strictBodies: true, orgId: ORG });
-  emu.state.createSkill({ name: "paused-skill", content: "old" });
+  const pausedSkill = emu.state.createSkill({ name: "paused-skill", content: "old" });
   emu.state.createSkill({ name: "taken", content: "someone else's" });
   emu.state.createAgent({ name: "other-team", org_id: ORG, image: "x:1" });
   const drifted = emu.state.createAgent({ name: "drifted", org_id: ORG, image: "img:0", metadata: { [MARKER_KEY]: "uid-drifted" } });
@@ -41,7 +41,7 @@ beforeAll(async () => {
         { metadata: { name: "broken", namespace: NS, generation: 1 }, spec: { baseURL: emu.baseURL, authURL: emu.authURL, credentials: { secretRef: { name: "creds" } } }, status: { observedGeneration: 1, conditions: [{ type: "Ready", status: "False", reason: "SecretKeyMissing", message: "no key" }] } },
       ],
     ],
-    ["skills", [live("paused-skill", { content: "old" }, { skillName: "paused-skill", contentHash: "h-old", createdAt: "2030-01-01T00:00:00Z" })]],
+    ["skills", [live("paused-skill", { content: "old" }, { skillName: "paused-skill", contentHash: "h-old", createdAt: pausedSkill.created_at })]],
     [
       "agents",
       [
@@ -226,21 +226,21 @@ spec:
   });
 
   it("sees the pause annotation a server-side apply set go when its manifest drops it (as Flux applies)", async () => {
-    emu.state.createSkill({ name: "ssa-paused", content: "old" });
+    const made = emu.state.createSkill({ name: "ssa-paused", content: "old" });
     const ssa = {
       manager: "kustomize-controller",
       operation: "Apply",
       fieldsV1: { "f:metadata": { "f:annotations": { "f:agentcompute.dev/paused": {} } }, "f:spec": { "f:content": {} } },
     };
     const skills = cluster.get("skills")!;
-    cluster.set("skills", [...skills, live("ssa-paused", { content: "old" }, { skillName: "ssa-paused", contentHash: "h-old", createdAt: "2030-01-01T00:00:00Z" }, { annotations: { "agentcompute.dev/paused": "true" }, managedFields: [ssa] })]);
+    cluster.set("skills", [...skills, live("ssa-paused", { content: "old" }, { skillName: "ssa-paused", contentHash: "h-old", createdAt: made.created_at }, { annotations: { "agentcompute.dev/paused": "true" }, managedFields: [ssa] })]);
     try {
       const yaml = "apiVersion: agentcompute.dev/v1alpha1\nkind: Skill\nmetadata: {name: ssa-paused}\nspec: {content: new}";
       const p = await plan(reader, manifests(yaml), { prune: false });
       expect(find(p, "Skill", "ssa-paused")).toMatchObject({ action: "update", changes: [{ path: "spec.content", old: "old", new: "new" }] });
       // Set by someone else (no Apply of it): it stays, and the plan says paused.
       const other = { ...ssa, fieldsV1: { "f:spec": { "f:content": {} } } };
-      cluster.set("skills", [...skills, live("ssa-paused", { content: "old" }, { skillName: "ssa-paused", contentHash: "h-old", createdAt: "2030-01-01T00:00:00Z" }, { annotations: { "agentcompute.dev/paused": "true" }, managedFields: [other] })]);
+      cluster.set("skills", [...skills, live("ssa-paused", { content: "old" }, { skillName: "ssa-paused", contentHash: "h-old", createdAt: made.created_at }, { annotations: { "agentcompute.dev/paused": "true" }, managedFields: [other] })]);
       expect(find(await plan(reader, manifests(yaml), { prune: false }), "Skill", "ssa-paused").action).toBe("none");
     } finally {
       cluster.set("skills", skills);
