@@ -39,7 +39,17 @@ export const Annotations = {
    * under the name.
    */
   claimedContent: `${GROUP}/claimed-content`,
+  /**
+   * Written by the operator with the claim, before a create that makes its skill again (the
+   * one status names gone from the service): that skill's createdAt. A skill of the name with
+   * another created_at is this resource's only by such a create (its answer lost); otherwise
+   * someone else made it after ours went.
+   */
+  claimedReplacing: `${GROUP}/claimed-replacing`,
 } as const;
+
+/** The annotations a Skill's claim is made of (written by the operator, with the finalizer). */
+export const CLAIM_ANNOTATIONS: readonly string[] = [Annotations.claimedName, Annotations.claimedContent, Annotations.claimedReplacing];
 
 /** Crash-safety marker written into the `metadata` of every service object the operator creates. */
 export const MARKER_KEY = `${GROUP}/uid`;

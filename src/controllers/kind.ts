@@ -5,7 +5,7 @@
 // ManagedReconciler, the one connector (the resource's Connection from the pool), the status
 // writer's cache hooks, the Connection watches and the inventory-change mapping.
 import { createHash } from "node:crypto";
-import { Annotations, ConditionType, DEFAULT_CONNECTION, FINALIZER, GROUP, VERSION, kindNames, type KindNames } from "../api/names.js";
+import { CLAIM_ANNOTATIONS, ConditionType, DEFAULT_CONNECTION, FINALIZER, GROUP, VERSION, kindNames, type KindNames } from "../api/names.js";
 import type { Connection, ObjectMeta } from "../api/index.js";
 import { ConnectionSecretWriter, connectionSecretOwner, type SecretObject } from "../managed/connection-secret.js";
 import type { Connector, ExternalClient, ManagedResource } from "../managed/external.js";
@@ -405,9 +405,8 @@ export function specOrMetaChanged<T extends { metadata: ObjectMeta }>(obj: T, ol
   const o = old.metadata;
   if (m.deletionTimestamp !== o.deletionTimestamp) return true;
   // The operator's own claim, written with the finalizer, is not news either.
-  const { [Annotations.claimedName]: _claimNow, [Annotations.claimedContent]: _sentNow, ...annotations } = m.annotations ?? {};
-  const { [Annotations.claimedName]: _claimBefore, [Annotations.claimedContent]: _sentBefore, ...annotationsBefore } = o.annotations ?? {};
-  if (JSON.stringify(annotations) !== JSON.stringify(annotationsBefore)) return true;
+  const unclaimed = (a: Record<string, string> | undefined) => Object.entries(a ?? {}).filter(([k]) => !CLAIM_ANNOTATIONS.includes(k));
+  if (JSON.stringify(unclaimed(m.annotations)) !== JSON.stringify(unclaimed(o.annotations))) return true;
   const now = m.finalizers ?? [];
   const before = o.finalizers ?? [];
   if (JSON.stringify(now) === JSON.stringify(before)) return false;

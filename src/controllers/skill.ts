@@ -1,6 +1,7 @@
 // Skill: a named bundle of instructions and files in the Compute Service. Its key there is
 // its name; skills carry no metadata, so the name is claimed before the create (annotations
-// written with the finalizer: the name, and a hash of what the create sends; see isOwn).
+// written with the finalizer: the name, a hash of what the create sends, and the createdAt of
+// the skill a create makes again; see isOwn).
 import { Annotations, ConditionType, kindNames } from "../api/names.js";
 import { notReportedYet, troubleOf } from "../managed/conditions.js";
 import type { Skill, SkillStatus } from "../api/index.js";
@@ -120,9 +121,13 @@ function isOwn(cr: Skill, found: ServiceSkill, desired: () => DesiredSkill): boo
   const annotations = cr.metadata.annotations ?? {};
   if (annotations[Annotations.externalId] === name) return true;
   const { status } = cr;
-  const createdAt = status?.createdAt;
-  const anotherSkill = createdAt !== undefined && found.created_at !== undefined && !sameInstant(createdAt, found.created_at);
-  if (answered(status, name) && !anotherSkill) return true;
+  if (answered(status, name)) {
+    const createdAt = status?.createdAt;
+    if (createdAt === undefined || found.created_at === undefined || sameInstant(createdAt, found.created_at)) return true;
+    // Another skill of the name: ours only if a create was claimed after the one status names
+    // went. Its content alone cannot tell: the other Skill may hold the same manifest.
+    if (annotations[Annotations.claimedReplacing] !== createdAt) return false;
+  }
   if (!claimed(cr, name)) return false;
   const sent = annotations[Annotations.claimedContent];
   return sent === undefined ? contentHash(found) === contentHash(desired()) : claimedHashes(sent).includes(contentHash(found));
@@ -155,7 +160,8 @@ export function skills(ctx: KindContext): ManagedKind<Skill, SkillPlan> {
     inventory: "skills",
     externalId: skillExternalId,
     // A skill carries no marker: its name is claimed before the create, with the finalizer,
-    // and with a hash of what the create sends (isOwn).
+    // with a hash of what the create sends, and, when it makes its skill again, with the
+    // createdAt of the one that went (isOwn).
     claim: (cr) => {
       let sent: string | undefined;
       try {
@@ -163,7 +169,13 @@ export function skills(ctx: KindContext): ManagedKind<Skill, SkillPlan> {
       } catch {
         sent = undefined; // its ConfigMap not readable: nothing is created before it is
       }
-      return { [Annotations.claimedName]: skillName(cr), ...(sent !== undefined && { [Annotations.claimedContent]: claimedContent(cr, sent) }) };
+      const name = skillName(cr);
+      const replacing = answered(cr.status, name) ? cr.status?.createdAt : undefined;
+      return {
+        [Annotations.claimedName]: name,
+        ...(sent !== undefined && { [Annotations.claimedContent]: claimedContent(cr, sent) }),
+        ...(replacing !== undefined && { [Annotations.claimedReplacing]: replacing }),
+      };
     },
     // Content and files may come from ConfigMaps: fixing one is a fix of a refused skill.
     inputs: (cr) => fingerprint(desiredSkill(cr, ctx.store)),

@@ -4,6 +4,7 @@ import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { Annotations, FINALIZER, MARKER_KEY } from "../../../src/api/names.js";
 import type { Agent, Connection, Skill } from "../../../src/api/index.js";
 import { agentPatch, agentRevision, agents } from "../../../src/controllers/agent.js";
+import { specOrMetaChanged } from "../../../src/controllers/kind.js";
 import { skills } from "../../../src/controllers/skill.js";
 import { condition, NS, ORG, World } from "./helpers.js";
 
@@ -189,6 +190,46 @@ describe("Skill", () => {
     await w.reconcile(kind(), "b");
     expect(w.writes()).toEqual([]);
     expect(condition(w.get<Skill>("skills", "b"), "Ready")?.status).toBe("True");
+  });
+
+  it("never takes for its own a skill another Skill made after its own was deleted outside the operator though it holds what its claim sent, nor deletes it", async () => {
+    await takenAfterOutOfBandDelete("A"); // the same manifest applied in two places
+    await w.reconcile(kind(), "a");
+    expect(condition(w.get<Skill>("skills", "a"), "Ready")).toMatchObject({ status: "False", reason: "NameTaken" });
+    // A change of its spec is not sent to the other's skill...
+    w.apply<Skill>("skills", { metadata: { name: "a", annotations: w.get<Skill>("skills", "a").metadata.annotations }, spec: { name: "web", content: "A2" } });
+    resync();
+    await w.reconcile(kind(), "a");
+    expect(w.writes()).toEqual([]);
+    expect(w.emu.state.skills.get("web")?.content).toBe("A");
+    // ...nor is that skill deleted with it.
+    await deleted("a");
+    expect(w.emu.state.skills.get("web")).toBeDefined();
+  });
+
+  it("knows the skill it made again after its own was deleted outside the operator, that create's answer lost", async () => {
+    apply({ content: "v1" });
+    await w.reconcile(kind(), "sk");
+    w.advance(60_000);
+    w.emu.state.deleteSkill("sk");
+    resync();
+    w.emu.injectFault({ method: "POST", path: "/compute/v1/skills", times: 1, action: { drop: "after" } });
+    await w.reconcile(kind(), "sk").catch(() => undefined);
+    const made = w.emu.state.skills.get("sk");
+    expect(made?.created_at).not.toBe(skill().status?.createdAt);
+    resync();
+    await w.reconcile(kind(), "sk");
+    expect(condition(skill(), "Ready")?.status).toBe("True");
+    expect(skill().status?.createdAt).toBe(made?.created_at);
+    await deleted();
+    expect(w.emu.state.skills.get("sk")).toBeUndefined();
+  });
+
+  it("takes its own claim (written with the finalizer, or before a create that makes its skill again) for no news at its watch", () => {
+    const before = { metadata: { name: "sk", namespace: NS, uid: "u", generation: 1, annotations: { team: "a" } } };
+    const claim = { [Annotations.claimedName]: "sk", [Annotations.claimedContent]: "h", [Annotations.claimedReplacing]: "2030-01-01T00:00:00.000Z" };
+    expect(specOrMetaChanged({ metadata: { ...before.metadata, annotations: { team: "a", ...claim } } }, before)).toBe(false);
+    expect(specOrMetaChanged({ metadata: { ...before.metadata, annotations: { team: "b", ...claim } } }, before)).toBe(true);
   });
 
   it("still takes the skill status names for its own with status from operators before createdAt was kept, or a createdAt spelled otherwise", async () => {
