@@ -318,7 +318,7 @@ class DeploymentClient implements ExternalClient<AgentDeployment, DeploymentPlan
    * being made could be refused, and stall. A skill no Skill resource makes is the service's.
    */
   private waitForSkills(cr: AgentDeployment): void {
-    waitForSkills(this.skills, cr.metadata.namespace, cr.spec.skills ?? []);
+    waitForSkills(this.skills, cr, cr.spec.skills ?? []);
   }
 
   private remove(id: string): Promise<void> {

@@ -203,7 +203,7 @@ export function desiredAllocation(
   deps: Pick<SandboxDeps, "store" | "skills"> & Partial<SandboxDeps>,
 ): AllocateVMRequest {
   const { spec, metadata } = cr;
-  waitForSkills(deps.skills, metadata.namespace, spec.skills ?? [], (name) => {
+  waitForSkills(deps.skills, cr, spec.skills ?? [], (name) => {
     // Not managed here: it must exist in the service already. Order never matters, so a
     // skill that is missing is awaited rather than sent (and refused with a 400).
     if (handle.skills.get(name) === undefined) {

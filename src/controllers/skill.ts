@@ -6,12 +6,12 @@ import { Annotations, ConditionType, kindNames } from "../api/names.js";
 import { notReportedYet, troubleOf } from "../managed/conditions.js";
 import type { Skill, SkillStatus } from "../api/index.js";
 import { ClaimTaken, NotReadyError, StalledError } from "../managed/errors.js";
-import type { ActionResult, ExternalClient, Observation, Planned } from "../managed/external.js";
+import type { ActionResult, ExternalClient, ManagedResource, Observation, Planned } from "../managed/external.js";
 import { isBadRequest, isConflict, isNotFound, isOutcomeUnknown, type SkillRequest, type Skill as ServiceSkill } from "../service/index.js";
 import { deepEqual } from "../runtime/status.js";
 import { managementOf } from "../managed/management-policies.js";
 import type { ServiceHandle } from "./connection-pool.js";
-import { fingerprint, referrers, requestOf, type KindContext, type ManagedKind } from "./kind.js";
+import { connectionName, fingerprint, referrers, requestOf, type KindContext, type ManagedKind } from "./kind.js";
 import { changeObserved, goneSinceObserved, removeObject, staleFor } from "./marker.js";
 import type { ObjectStore } from "./object-store.js";
 import type { Informer } from "../runtime/informer.js";
@@ -37,28 +37,41 @@ export function skillUsers<T extends KubeObject & { spec: { skills?: string[] } 
   return (skill) => loading({ metadata: { namespace: skill.metadata.namespace, name: skillName(skill) } });
 }
 
-/** The Skill resource of `namespace` that makes the skill `name` in the service, if there is one. */
-export function skillNamed(skills: Informer<Skill>, namespace: string | undefined, name: string): Skill | undefined {
-  return skills.byIndex(SKILL_NAME_INDEX, `${namespace}/${name}`)[0];
+/**
+ * The Skill resource of the user's namespace that makes the skill `name` in the service for
+ * it (a Sandbox, a deployment), if there is one. Several may claim the name: one makes it and
+ * the others are NameTaken, or they are on Connections to different accounts. The user waits
+ * for the one on its own Connection that made the skill, else a Ready one; a NameTaken one
+ * only when no other claims the name, as it will never make it.
+ */
+export function skillNamed(skills: Informer<Skill>, user: ManagedResource, name: string): Skill | undefined {
+  const connection = connectionName(user);
+  // Lower is better; the terms in order of weight.
+  const rank = (s: Skill) =>
+    (troubleOf(s) === NAME_TAKEN ? 8 : 0) + (connectionName(s) === connection ? 0 : 4) + (isReady(s) ? 0 : 2) + (s.status?.skillName === name ? 0 : 1);
+  let best: Skill | undefined;
+  for (const s of skills.byIndex(SKILL_NAME_INDEX, `${user.metadata.namespace}/${name}`)) if (best === undefined || rank(s) < rank(best)) best = s;
+  return best;
 }
+
+const isReady = (skill: Skill) => skill.status?.conditions?.find((c) => c.type === ConditionType.Ready)?.status === "True";
 
 /** Why a user of a Skill resource's skill (a Sandbox, a deployment) waits for it: not Ready yet; undefined once it is. */
 export function skillNotReady(skill: Skill): NotReadyError | undefined {
-  const ready = skill.status?.conditions?.find((c) => c.type === ConditionType.Ready);
-  if (ready?.status === "True") return undefined;
+  if (isReady(skill)) return undefined;
   const trouble = troubleOf(skill);
   const why = trouble === undefined ? "" : `: ${trouble}`;
   return new NotReadyError("WaitingForSkill", `Skill "${skill.metadata.name}" (spec.skills) is not Ready yet${why}`, notReportedYet(skill));
 }
 
 /**
- * Throws WaitingForSkill for the first of `names` (spec.skills) whose Skill resource in
- * `namespace` is not Ready yet; a name no Skill resource makes is `unmanaged`'s to judge (a
- * Sandbox waits for it in the service; a deployment leaves it to the service).
+ * Throws WaitingForSkill for the first of `names` (the user's spec.skills) whose Skill
+ * resource (skillNamed) is not Ready yet; a name no Skill resource makes is `unmanaged`'s to
+ * judge (a Sandbox waits for it in the service; a deployment leaves it to the service).
  */
-export function waitForSkills(skills: Informer<Skill>, namespace: string | undefined, names: readonly string[], unmanaged: (name: string) => void = () => undefined): void {
+export function waitForSkills(skills: Informer<Skill>, user: ManagedResource, names: readonly string[], unmanaged: (name: string) => void = () => undefined): void {
   for (const name of names) {
-    const skill = skillNamed(skills, namespace, name);
+    const skill = skillNamed(skills, user, name);
     if (skill === undefined) {
       unmanaged(name);
       continue;
@@ -237,7 +250,7 @@ class SkillClient implements ExternalClient<Skill, SkillPlan> {
 
   /** NameTaken stands while the service's list (as last read) shows a skill of the name (observe found it gone, or it would say NameTaken itself). */
   refusalStands(cr: Skill, reason: string): boolean {
-    return reason !== "NameTaken" || this.handle.skills.get(skillName(cr)) !== undefined;
+    return reason !== NAME_TAKEN || this.handle.skills.get(skillName(cr)) !== undefined;
   }
 
   async observe(cr: Skill): Promise<Observation<SkillStatus, SkillPlan>> {
@@ -388,9 +401,11 @@ function skillToSend(found: ServiceSkill, managed: DesiredSkill): SkillRequest {
   };
 }
 
+const NAME_TAKEN = "NameTaken";
+
 function nameTaken(name: string, as: typeof StalledError = StalledError): StalledError {
   return new as(
-    "NameTaken",
+    NAME_TAKEN,
     `a skill named "${name}" already exists in the service and is not managed by this resource; delete that skill from the service (this resource creates its own once the service's list no longer shows it), adopt it with the annotation ${Annotations.externalId}: "${name}", or create this resource again with another spec.name (it is immutable)`,
   );
 }

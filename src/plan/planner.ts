@@ -599,7 +599,7 @@ function beforeCreate(cr: Obj, handle: ServiceHandle, deps: Deps): string | unde
   try {
     if (cr.kind === "Sandbox") desiredAllocation(cr as unknown as Sandbox, handle, { store: deps.store, skills: deps.skillInformer.as<Skill>() });
     if (cr.kind === "Agent") agentCreateChecks(cr as unknown as Agent, handle, deps.store);
-    if (cr.kind === "AgentDeployment") waitForSkills(deps.skillInformer.as<Skill>(), cr.metadata.namespace, (cr as unknown as AgentDeployment).spec.skills ?? []);
+    if (cr.kind === "AgentDeployment") waitForSkills(deps.skillInformer.as<Skill>(), cr, (cr as unknown as AgentDeployment).spec.skills ?? []);
     return undefined;
   } catch (err) {
     if (err instanceof NotReadyError) return `then waits: ${err.reason}: ${err.message}`;
@@ -761,7 +761,7 @@ function dependencyNotes(cr: Obj, deps: Deps): string[] {
   // A Sandbox's and a deployment's skills: both wait for the Skill resources that make them.
   if (cr.kind === "Sandbox" || cr.kind === "AgentDeployment") {
     for (const name of (cr as unknown as { spec: { skills?: string[] } }).spec.skills ?? []) {
-      const skill = skillNamed(deps.skillInformer.as<Skill>(), ns, name);
+      const skill = skillNamed(deps.skillInformer.as<Skill>(), cr, name);
       if (skill !== undefined) dep("Skill", skill.metadata.name);
     }
   }

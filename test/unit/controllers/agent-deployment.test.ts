@@ -7,6 +7,7 @@ import type { Agent, AgentDeployment, AgentDeploymentStatus, Connection, Sandbox
 import { startEmulator } from "../../../src/emulator/index.js";
 import { sandboxes } from "../../../src/controllers/sandbox.js";
 import { agentDeployments, desiredOptions, optionsHash, planFor, type Target } from "../../../src/controllers/agent-deployment.js";
+import { skills } from "../../../src/controllers/skill.js";
 import type { Deployment } from "../../../src/service/index.js";
 import { API_KEY, condition, NS, ORG, World } from "./helpers.js";
 
@@ -217,6 +218,34 @@ describe("AgentDeployment against the service", () => {
     await w.reconcile(kind(), "d");
     expect(w.writes()).toEqual(["deployments.deploy"]);
     expect(condition(deployment(), "Ready")?.status).toBe("True");
+  });
+
+  it("of two Skill resources claiming the skill it loads, waits for the one that makes it, not the NameTaken one", async () => {
+    w.apply<Skill>("skills", { metadata: { name: "copy" }, spec: { name: "triage", content: "# v2" } });
+    w.apply<Skill>("skills", { metadata: { name: "sk" }, spec: { name: "triage", content: "# v1" } });
+    await w.reconcile(w.kindOf(skills), "sk");
+    await w.reconcile(w.kindOf(skills), "copy");
+    expect(condition(w.get<Skill>("skills", "copy"), "Ready")).toMatchObject({ status: "False", reason: "NameTaken" });
+    apply({ skills: ["triage"] });
+    w.calls();
+    await w.reconcile(kind(), "d");
+    expect(w.writes()).toEqual(["deployments.deploy"]);
+  });
+
+  it("waits for the Skill resource of the skill it loads on its own Connection, not one of that name on another (another account)", async () => {
+    const ready = [{ type: "Ready", status: "True", lastTransitionTime: "2030-01-01T00:00:00Z" }];
+    w.apply<Skill>("skills", { metadata: { name: "elsewhere" }, spec: { name: "triage", content: "# c", connectionRef: { name: "other" } } });
+    w.setStatus("skills", "elsewhere", { skillName: "triage", conditions: ready });
+    w.apply<Skill>("skills", { metadata: { name: "sk" }, spec: { name: "triage", content: "# c" } });
+    w.setStatus("skills", "sk", { conditions: [{ type: "Ready", status: "False", reason: "ServiceUnavailable", lastTransitionTime: "2030-01-01T00:00:00Z" }] });
+    apply({ skills: ["triage"] });
+    w.calls();
+    await w.reconcile(kind(), "d");
+    expect(w.writes()).toEqual([]);
+    expect(condition(deployment(), "Ready")?.message).toBe('Skill "sk" (spec.skills) is not Ready yet: ServiceUnavailable');
+    w.setStatus("skills", "sk", { skillName: "triage", conditions: ready });
+    await w.reconcile(kind(), "d");
+    expect(w.writes()).toEqual(["deployments.deploy"]);
   });
 
   it("a replacement that adds a skill whose Skill resource is not Ready yet keeps the running deployment until it is", async () => {
