@@ -26,8 +26,16 @@ export const SKILL_NAME_INDEX = "skillName";
 
 /** The Skill informer, indexed by SKILL_NAME_INDEX: one index, however many kinds look Skills up by the name they use. */
 export function skillsByName(ctx: KindContext): Informer<Skill> {
+  return skillsIndexed(ctx, SKILL_NAME_INDEX, (s) => [`${s.metadata.namespace}/${skillName(s)}`]);
+}
+
+/** The Skills' index by the skill their status names in the service, whatever their namespace: who manages a skill. */
+const SKILL_MANAGED_INDEX = "skillManaged";
+
+/** The Skill informer with the index `index` (added once, whoever asks first). */
+function skillsIndexed(ctx: KindContext, index: string, values: (s: Skill) => string[]): Informer<Skill> {
   const skills = ctx.informer<Skill>(kindNames.skill);
-  if (!skills.hasIndex(SKILL_NAME_INDEX)) skills.addIndex(SKILL_NAME_INDEX, (s) => [`${s.metadata.namespace}/${skillName(s)}`]);
+  if (!skills.hasIndex(index)) skills.addIndex(index, values);
   return skills;
 }
 
@@ -167,6 +175,7 @@ function claimedContent(cr: Skill, sent: string): string {
 
 /** Skills: their key in the service is their name, so the name is claimed before the create. */
 export function skills(ctx: KindContext): ManagedKind<Skill, SkillPlan> {
+  const managed = skillsIndexed(ctx, SKILL_MANAGED_INDEX, (s) => (s.status?.skillName === undefined ? [] : [s.status.skillName]));
   return {
     names: kindNames.skill,
     controller: "skill",
@@ -193,7 +202,7 @@ export function skills(ctx: KindContext): ManagedKind<Skill, SkillPlan> {
     // Content and files may come from ConfigMaps: fixing one is a fix of a refused skill.
     inputs: (cr) => fingerprint(desiredSkill(cr, ctx.store)),
     connectionSecret: false,
-    client: (handle) => new SkillClient(handle, ctx.store),
+    client: (handle) => new SkillClient(handle, ctx.store, managed),
     watches(controller, own) {
       const usingConfigMap = referrers(own, "configMap", (s) => [s.spec.contentFrom?.configMapKeyRef.name, s.spec.resourcesFrom?.configMapRef.name]);
       controller.watch(ctx.configMaps, (cm) => usingConfigMap(cm).map(requestOf));
@@ -246,6 +255,8 @@ class SkillClient implements ExternalClient<Skill, SkillPlan> {
   constructor(
     private readonly handle: ServiceHandle,
     private readonly store: ObjectStore,
+    /** Indexed by SKILL_MANAGED_INDEX. */
+    private readonly skills: Informer<Skill>,
   ) {}
 
   /** NameTaken stands while the service's list (as last read) shows a skill of the name (observe found it gone, or it would say NameTaken itself). */
@@ -270,7 +281,7 @@ class SkillClient implements ExternalClient<Skill, SkillPlan> {
     // Moved in from another owner (sharding), which may have created it after this snapshot: read since.
     if (found === undefined && (await inventory.readSinceArrival(cr.metadata.uid))) found = inventory.get(name);
     if (found === undefined) return { exists: false, upToDate: false };
-    if (!isOwn(cr, found, () => desired)) throw nameTaken(name);
+    if (!isOwn(cr, found, () => desired)) throw nameTaken(name, this.managerOf(cr, found));
     const managed = managedFields(cr, desired);
     const differences = skillDifferences(found, managed);
     const plan: SkillPlan = { fields: managed, ...(reading && { answered: found }) };
@@ -313,8 +324,8 @@ class SkillClient implements ExternalClient<Skill, SkillPlan> {
       const existing = await this.read(desired.name);
       if (existing === undefined) throw err; // gone again meanwhile (the retry creates it), or a refusal of the spec
       // The first: the claim is withdrawn (ClaimTaken), so that later looks do not take it either.
-      if (opts.first === true) throw nameTaken(desired.name, ClaimTaken);
-      if (!isOwn(cr, existing, () => desired)) throw nameTaken(desired.name);
+      if (opts.first === true) throw nameTaken(desired.name, this.managerOf(cr, existing), ClaimTaken);
+      if (!isOwn(cr, existing, () => desired)) throw nameTaken(desired.name, this.managerOf(cr, existing));
       return { status: statusOf(existing), event: { reason: "Adopted", message: `adopted the existing skill "${desired.name}", which an earlier create whose answer was lost made` } };
     }
   }
@@ -357,6 +368,18 @@ class SkillClient implements ExternalClient<Skill, SkillPlan> {
     } catch {
       return undefined;
     }
+  }
+
+  /**
+   * The Skill resource, other than `cr`, that manages the skill `found` (made or adopted it),
+   * if the operator knows one: its status names the skill with its created_at (another skill
+   * of the name has its own; a service that answers none leaves it unknown).
+   */
+  private managerOf(cr: Skill, found: ServiceSkill): Skill | undefined {
+    const createdAt = found.created_at;
+    if (createdAt === undefined) return undefined;
+    const manages = (s: Skill) => s.metadata.uid !== cr.metadata.uid && s.status?.createdAt !== undefined && sameInstant(s.status.createdAt, createdAt);
+    return this.skills.byIndex(SKILL_MANAGED_INDEX, found.name).find(manages);
   }
 
   private async send(desired: SkillRequest): Promise<ActionResult<SkillStatus>> {
@@ -403,7 +426,19 @@ function skillToSend(found: ServiceSkill, managed: DesiredSkill): SkillRequest {
 
 const NAME_TAKEN = "NameTaken";
 
-function nameTaken(name: string, as: typeof StalledError = StalledError): StalledError {
+/**
+ * The skill `name` is someone else's. Managed by another Skill resource (`manager`), that one
+ * is named, and neither deleting the skill nor adopting it is offered: its manager would make
+ * it again, in a race with this resource, or both would write it; one of the two resources
+ * has to give the name up.
+ */
+function nameTaken(name: string, manager: Skill | undefined, as: typeof StalledError = StalledError): StalledError {
+  if (manager !== undefined) {
+    return new as(
+      NAME_TAKEN,
+      `a skill named "${name}" already exists in the service: Skill "${manager.metadata.namespace}/${manager.metadata.name}" manages it, and two resources cannot share one skill; create this resource again with another spec.name (it is immutable), or delete one of the two`,
+    );
+  }
   return new as(
     NAME_TAKEN,
     `a skill named "${name}" already exists in the service and is not managed by this resource; delete that skill from the service (this resource creates its own once the service's list no longer shows it), adopt it with the annotation ${Annotations.externalId}: "${name}", or create this resource again with another spec.name (it is immutable)`,

@@ -1,7 +1,7 @@
 // Skill and Agent: which differences are sent, which fields are left alone, and how a name
 // that is taken is told apart from one this resource claimed.
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
-import { Annotations, FINALIZER, MARKER_KEY } from "../../../src/api/names.js";
+import { Annotations, FINALIZER, MARKER_KEY, kindNames } from "../../../src/api/names.js";
 import type { Agent, Connection, Skill } from "../../../src/api/index.js";
 import { agentPatch, agentRevision, agents } from "../../../src/controllers/agent.js";
 import { specOrMetaChanged } from "../../../src/controllers/kind.js";
@@ -245,6 +245,31 @@ describe("Skill", () => {
     await w.reconcile(kind(), "sk");
     expect(w.writes()).toEqual(["skills.update"]);
     expect(condition(skill(), "Ready")?.status).toBe("True");
+  });
+
+  it("names, when NameTaken, the Skill resource of its namespace that manages the skill, rather than send the user to delete it", async () => {
+    w.apply<Skill>("skills", { metadata: { name: "web" }, spec: { content: "v1" } });
+    await w.reconcile(kind(), "web");
+    apply({ name: "web", content: "v2" });
+    await w.reconcile(kind(), "sk");
+    const message = condition(skill(), "Ready")?.message;
+    expect(message).toBe(`a skill named "web" already exists in the service: Skill "${NS}/web" manages it, and two resources cannot share one skill; create this resource again with another spec.name (it is immutable), or delete one of the two`);
+    // Its claim was withdrawn (a 409 at its first create): the next look says the same.
+    resync();
+    await w.reconcile(kind(), "sk");
+    expect(condition(skill(), "Ready")?.message).toBe(message);
+  });
+
+  it("names, when NameTaken, the Skill resource of another namespace that manages the skill, not one whose status names an earlier skill of that name", async () => {
+    const made = w.emu.state.createSkill({ name: "sk", content: "theirs" });
+    const elsewhere = (namespace: string, createdAt: string | undefined) =>
+      w.informer(kindNames.skill).set({ metadata: { name: "owner", namespace, uid: `uid-${namespace}` }, spec: { content: "theirs" }, status: { skillName: "sk", contentHash: made.content_hash, createdAt } });
+    elsewhere("team-c", "2029-12-31T00:00:00.000Z"); // its skill was deleted since
+    elsewhere("team-b", made.created_at);
+    apply({ content: "mine" });
+    await w.reconcile(kind(), "sk");
+    expect(condition(skill(), "Stalled")).toMatchObject({ status: "True", reason: "NameTaken" });
+    expect(condition(skill(), "Ready")?.message).toContain('Skill "team-b/owner" manages it');
   });
 
   it("never takes over a skill someone else made under its name between its look and its create", async () => {
