@@ -214,6 +214,13 @@ const ANNOTATIONS: Array<{ key: string; kinds: (k: string) => boolean; descripti
     description:
       "Beside `claimed-name`: a hash of what the create sends. A skill found under the claimed name is this resource's own only if it holds that (`NameTaken` otherwise). Do not set or remove it by hand.",
   },
+  {
+    key: Annotations.claimedReplacing,
+    kinds: (k) => k === "Skill",
+    operators: true,
+    description:
+      "Beside `claimed-name`, when the Skill makes its skill again (the one status names was deleted outside the operator): that skill's `createdAt`. A skill found since under the name with another creation time is this resource's own only by such a create, not by its content (`NameTaken` otherwise). Do not set or remove it by hand.",
+  },
 ];
 
 /** What Ready=True says, and what the finalizer waits for, by kind. */
