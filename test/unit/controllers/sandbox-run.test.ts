@@ -30,6 +30,20 @@ const sandbox = (vmId: string): Sandbox =>
 
 const run = { metadata: { name: "job", namespace: NS, uid: "run-uid", generation: 1 }, spec: { sandboxRef: { name: "box" }, steps: [{ name: "s", command: "true" }] } } as unknown as SandboxRun;
 
+/** A run reconciler over `world`'s service and Sandboxes (its runs, API server and status as `withParts` gives them). */
+function worldReconciler(world: World, withParts: Partial<SandboxRunReconcilerOptions>): SandboxRunReconciler {
+  return new SandboxRunReconciler({
+    store: world.ctx.store,
+    sandboxes: world.informer(kindNames.sandbox).as<Sandbox>(),
+    pool: world.pool,
+    events: world.recorder(),
+    sandboxDeps: { store: world.ctx.store, skills: world.informer(kindNames.skill).as<Skill>(), now: () => new Date(world.clock.ms) },
+    log: silentLogger,
+    now: () => new Date(world.clock.ms),
+    ...withParts,
+  } as unknown as SandboxRunReconcilerOptions);
+}
+
 function reconciler(sandboxes: FakeInformer<Sandbox>, clock: { ms: number }, secrets = new FakeInformer<SecretObject>(), configMaps = new FakeInformer<ConfigMapObject>()): SandboxRunReconciler {
   const options = {
     store: new ObjectStore(secrets.as<SecretObject>(), configMaps.as<ConfigMapObject>()),
@@ -163,16 +177,7 @@ describe("SandboxRun: a Sandbox whose VM holds values of a Secret rotated since"
       });
     const reconcileSandbox = () => world.reconcile(sandboxKind(world.ctx), "box");
     const vmId = () => world.get<Sandbox>("sandboxes", "box").status?.vmId as string;
-    const r = new SandboxRunReconciler({
-      store: world.ctx.store,
-      runs: new FakeInformer<SandboxRun>().as<SandboxRun>(),
-      sandboxes: world.informer(kindNames.sandbox).as<Sandbox>(),
-      pool: world.pool,
-      events: world.recorder(),
-      sandboxDeps: { store: world.ctx.store, skills: world.informer(kindNames.skill).as<Skill>(), now: () => new Date(world.clock.ms) },
-      log: silentLogger,
-      now: () => new Date(world.clock.ms),
-    } as unknown as SandboxRunReconcilerOptions);
+    const r = worldReconciler(world, { runs: new FakeInformer<SandboxRun>().as<SandboxRun>() });
     return { world, r, secret, apply, reconcileSandbox, vmId };
   }
 
@@ -261,18 +266,11 @@ describe("SandboxRun: a sandboxRef run deleted while it runs", () => {
     world.apply<Sandbox>("sandboxes", { metadata: { name: "box" }, spec: { tier: "standard", ttlSeconds: 600 } });
     await world.reconcile(sandboxKind(world.ctx), "box");
     const vmId = world.get<Sandbox>("sandboxes", "box").status?.vmId as string;
-    const r = new SandboxRunReconciler({
-      store: world.ctx.store,
+    const r = worldReconciler(world, {
       runs: world.informer(kindNames.sandboxRun).as<SandboxRun>(),
-      sandboxes: world.informer(kindNames.sandbox).as<Sandbox>(),
       kube: world.kube,
       status: new StatusWriter(world.kube, () => new Date(world.clock.ms)),
-      pool: world.pool,
-      events: world.recorder(),
-      sandboxDeps: { store: world.ctx.store, skills: world.informer(kindNames.skill).as<Skill>(), now: () => new Date(world.clock.ms) },
-      log: silentLogger,
-      now: () => new Date(world.clock.ms),
-    } as unknown as SandboxRunReconcilerOptions);
+    });
     const workspace = world.emu.runtimes.get(vmId)!.workspace;
     const request = { namespace: NS, name: "job" };
     /** The run deleted (its finalizer then does its work), and the files it left in the VM. */
