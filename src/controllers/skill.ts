@@ -301,7 +301,7 @@ class SkillClient implements ExternalClient<Skill, SkillPlan> {
     }
   }
 
-  async create(cr: Skill, opts: { first?: boolean } = {}): Promise<ActionResult<SkillStatus>> {
+  async create(cr: Skill, opts: { first?: boolean; claimedNow?: readonly string[] } = {}): Promise<ActionResult<SkillStatus>> {
     const desired = desiredSkill(cr, this.store);
     const { content } = desired;
     if (content === undefined) {
@@ -323,8 +323,13 @@ class SkillClient implements ExternalClient<Skill, SkillPlan> {
       // Skill of the same name and content through another Connection to the account).
       const existing = await this.read(desired.name);
       if (existing === undefined) throw err; // gone again meanwhile (the retry creates it), or a refusal of the spec
-      // The first: the claim is withdrawn (ClaimTaken), so that later looks do not take it either.
-      if (opts.first === true) throw nameTaken(desired.name, this.managerOf(cr, existing), ClaimTaken);
+      // The first, or the first to make it again (its claimed-replacing written by this pass: no
+      // create of ours since the one status names went can have made it; another Skill of the
+      // name made it meanwhile, maybe with the same content): the claim is withdrawn
+      // (ClaimTaken), so that later looks do not take it either.
+      if (opts.first === true || opts.claimedNow?.includes(Annotations.claimedReplacing) === true) {
+        throw nameTaken(desired.name, this.managerOf(cr, existing), ClaimTaken);
+      }
       if (!isOwn(cr, existing, () => desired)) throw nameTaken(desired.name, this.managerOf(cr, existing));
       return { status: statusOf(existing), event: { reason: "Adopted", message: `adopted the existing skill "${desired.name}", which an earlier create whose answer was lost made` } };
     }

@@ -85,9 +85,10 @@ export interface ExternalClient<R extends ManagedResource, Plan = unknown> {
   /**
    * `first`: the resource got its finalizer in this very pass, so no create of it can have been
    * made before (creates come after the finalizer): an object found in the way (a 409) is not
-   * one a lost create of its own made, whatever it holds.
+   * one a lost create of its own made, whatever it holds. `claimedNow`: the claim annotations
+   * this very pass wrote (new, or changed): what they claim, no create before it can have made.
    */
-  create(cr: R, opts?: { first?: boolean }): Promise<ActionResult<StatusOf<R>>>;
+  create(cr: R, opts?: { first?: boolean; claimedNow?: readonly string[] }): Promise<ActionResult<StatusOf<R>>>;
   update(cr: R, observed: Planned<StatusOf<R>, Plan>): Promise<ActionResult<StatusOf<R>>>;
   /**
    * For kinds whose service objects die unless written to (a VM's TTL): what to do after

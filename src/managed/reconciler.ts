@@ -223,6 +223,8 @@ export class ManagedReconciler<R extends ManagedResource, Plan = unknown> implem
           );
         }
         const claim = this.missingClaim(cr);
+        const had = cr.metadata.annotations ?? {};
+        const claimedNow = claim === undefined ? [] : Object.keys(claim).filter((k) => had[k] !== claim[k]);
         if (claim !== undefined) {
           // The finalizer was added without it (by an older version, or the claim changed).
           const claimed = await this.setFinalizers(cr, undefined, claim, { cachedVersion });
@@ -230,7 +232,7 @@ export class ManagedReconciler<R extends ManagedResource, Plan = unknown> implem
           cr = { ...claimed, status: cr.status };
         }
         try {
-          action = await external.create(cr, { first });
+          action = await external.create(cr, { first, claimedNow });
         } catch (err) {
           if (err instanceof ClaimTaken) await this.withdrawClaim(cr, cachedVersion);
           this.noteUncertainCreate(cr, err, { wrappedOnly: false });

@@ -207,6 +207,28 @@ describe("Skill", () => {
     expect(w.emu.state.skills.get("web")).toBeDefined();
   });
 
+  it("never takes for its own a skill another Skill of the same content made between its look and its create of its skill again (after its own was deleted outside the operator)", async () => {
+    w.apply<Skill>("skills", { metadata: { name: "a" }, spec: { name: "web", content: "A" } });
+    await w.reconcile(kind(), "a");
+    w.apply<Skill>("skills", { metadata: { name: "b" }, spec: { name: "web", content: "A" } });
+    await w.reconcile(kind(), "b");
+    w.advance(60_000);
+    w.emu.state.deleteSkill("web");
+    resync();
+    // A's look finds it gone; then B makes it, before A's create.
+    await w.handle().skills.ensureFresh();
+    w.emu.state.createSkill({ name: "web", content: "A" });
+    await w.reconcile(kind(), "a");
+    expect(condition(w.get<Skill>("skills", "a"), "Ready")).toMatchObject({ status: "False", reason: "NameTaken" });
+    expect(w.get<Skill>("skills", "a").metadata.annotations?.[Annotations.claimedReplacing]).toBeUndefined();
+    // Nor at the next look, nor at its deletion.
+    resync();
+    await w.reconcile(kind(), "a");
+    expect(condition(w.get<Skill>("skills", "a"), "Ready")).toMatchObject({ status: "False", reason: "NameTaken" });
+    await deleted("a");
+    expect(w.emu.state.skills.get("web")).toBeDefined();
+  });
+
   it("knows the skill it made again after its own was deleted outside the operator, that create's answer lost", async () => {
     apply({ content: "v1" });
     await w.reconcile(kind(), "sk");
