@@ -29,20 +29,23 @@ const DeployOptionsSchema = Type.Unsafe<JsonObject>({
 
 const optionOf = (self: Spec, key: string): unknown => (self["options"] as Record<string, unknown> | undefined)?.[key];
 
-/** Options the spec's own fields shadow: refused, rather than dropped without a word. */
+/**
+ * Options the spec's own fields shadow: refused, rather than dropped without a word. At
+ * creation (creationValidations): deployments stored before the rules keep their writes.
+ */
 const deployOptionRules: ValidationRule[] = [
   {
-    rule: "!has(self.options) || !has(self.options.metadata)",
+    rule: "!has(self.spec.options) || !has(self.spec.options.metadata)",
     message: "spec.options.metadata is not sent: the deployment's metadata is spec.metadata; move it there",
-    fieldPath: ".options.metadata",
+    fieldPath: ".spec.options.metadata",
     reason: "FieldValueForbidden",
     holds: (self) => optionOf(self, "metadata") === undefined,
   },
   ...FIRST_CLASS_OPTIONS.map(
     (key): ValidationRule => ({
-      rule: `!has(self.options) || !has(self.options.${key}) || !has(self.${key})`,
+      rule: `!has(self.spec.options) || !has(self.spec.options.${key}) || !has(self.spec.${key})`,
       message: `set spec.${key} or spec.options.${key}, not both (spec.${key} is the one sent)`,
-      fieldPath: `.options.${key}`,
+      fieldPath: `.spec.options.${key}`,
       reason: "FieldValueForbidden",
       holds: (self) => optionOf(self, key) === undefined || !has(self, key),
     }),
@@ -123,8 +126,8 @@ export const agentDeploymentKind: KindDefinition = {
   specValidations: [
     ...managementPolicyRules(),
     { rule: "has(self.agentRef) != has(self.agentId)", message: "set exactly one of spec.agentRef and spec.agentId", holds: (self) => has(self, "agentRef") !== has(self, "agentId") },
-    ...deployOptionRules,
   ],
+  creationValidations: deployOptionRules,
   status: AgentDeploymentStatusSchema,
   printerColumns: [
     { name: "Deployment ID", type: "string", jsonPath: ".status.deploymentId" },

@@ -1,6 +1,6 @@
 import { SecretReference } from "./refs.js";
 import { MARKER_KEY, kindNames } from "./names.js";
-import { ServiceMetadata, immutableField, managedSpecFields, managementPolicyRules, requiredToCreate, statusSchema, type Resource } from "./common.js";
+import { ServiceMetadata, immutableField, managedSpecFields, notEmptyAtCreation, managementPolicyRules, requiredToCreate, statusSchema, type Resource } from "./common.js";
 import { readyColumns, type KindDefinition } from "./kind.js";
 import { FreeFormObject, Type, type Static } from "./schema.js";
 
@@ -43,7 +43,6 @@ export const AgentSpecSchema = Type.Object(
     orgId: Type.Optional(
       Type.String({
         description: "Organisation that owns the agent. Defaults to the Connection's orgId (leave the field out, rather than set it empty). Create-only (immutable).",
-        minLength: 1,
         maxLength: 253,
       }),
     ),
@@ -125,6 +124,7 @@ export const agentKind: KindDefinition = {
     immutableField("author", "the registry sets it at creation only"),
     immutableField("imagePullSecretRef", "the registry reads it at creation only"),
   ],
+  creationValidations: [notEmptyAtCreation("orgId", "the Connection's orgId")],
   status: AgentStatusSchema,
   printerColumns: [
     { name: "Agent ID", type: "string", jsonPath: ".status.agentId" },

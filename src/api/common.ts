@@ -129,6 +129,23 @@ export const mayCreate = (self: Spec): boolean => {
 /** CEL's has(self.<field>): the field is set (the API server drops the nulls first). */
 export const has = (self: Spec, field: string): boolean => self[field] !== undefined;
 
+/**
+ * A creation rule (KindDefinition.creationValidations) refusing an empty `path` (an optional
+ * string under spec, e.g. "orgId"): an empty value (a template's) is not the default its
+ * absence gives. At creation only: objects stored before the rule keep their writes.
+ */
+export function notEmptyAtCreation(path: string, what: string): ValidationRule {
+  const at = `self.spec.${path}`;
+  const parents = path.split(".").map((_, i, parts) => `has(self.spec.${parts.slice(0, i + 1).join(".")})`);
+  const value = (spec: Spec): unknown => path.split(".").reduce<unknown>((o, key) => (o as Record<string, unknown> | undefined)?.[key], spec);
+  return {
+    rule: `!(${parents.join(" && ")}) || ${at} != ''`,
+    message: `spec.${path} must not be empty: leave it out for ${what}`,
+    fieldPath: `.spec.${path}`,
+    holds: (spec) => value(spec) !== "",
+  };
+}
+
 /** The rules every managed kind's spec carries for managementPolicies and deletionPolicy. */
 export function managementPolicyRules(): ValidationRule[] {
   return [

@@ -1,7 +1,7 @@
 import { DEFAULTS } from "../service/options.js";
 import { SecretReference } from "./refs.js";
 import { MAX_ACCESS_CLIENTS, kindNames } from "./names.js";
-import { statusSchema, type Resource } from "./common.js";
+import { notEmptyAtCreation, statusSchema, type Resource } from "./common.js";
 import { readyColumns, type KindDefinition } from "./kind.js";
 import { Type, type Static } from "./schema.js";
 
@@ -37,7 +37,7 @@ export const ConnectionSpecSchema = Type.Object(
       { description: "Where the service account's credentials are." },
     ),
     orgId: Type.Optional(
-      Type.String({ description: "Default organisation id for Agents and Sandboxes that do not set one.", minLength: 1, maxLength: 253 }),
+      Type.String({ description: "Default organisation id for Agents and Sandboxes that do not set one (leave the field out, rather than set it empty).", maxLength: 253 }),
     ),
     workspaceId: Type.Optional(
       Type.String({ description: "Workspace id sent as X-Workspace-Id when reading usage.", maxLength: 253 }),
@@ -130,6 +130,7 @@ export const connectionKind: KindDefinition = {
     "A Connection says how to reach the Agent Registry and Compute Service and which credentials to use. Every other agentcompute.dev resource uses the Connection named in spec.connectionRef (default: \"default\") of its own namespace.",
   spec: ConnectionSpecSchema,
   specValidations: [],
+  creationValidations: [notEmptyAtCreation("orgId", "no default organisation")],
   status: ConnectionStatusSchema,
   printerColumns: [
     { name: "Base URL", type: "string", jsonPath: ".spec.baseURL" },

@@ -4,7 +4,7 @@
 // reports each step's exit code and output. The spec is immutable once created, as a Job's is.
 import { RunPhase, kindNames } from "./names.js";
 import { StringEnum, StringMap, Type, type Static, type TSchema, type ValidationRule } from "./schema.js";
-import { EnvFromSecrets, statusSchema, type Resource } from "./common.js";
+import { EnvFromSecrets, notEmptyAtCreation, statusSchema, type Resource } from "./common.js";
 import { readyColumns, type KindDefinition } from "./kind.js";
 import { SandboxSpecSchema } from "./sandbox.js";
 
@@ -197,6 +197,7 @@ export type SandboxRun = Resource<SandboxRunSpec, SandboxRunStatus>;
  */
 const ifTemplate = (field: string, rule: string) => `!has(self.spec.sandboxTemplate) || !has(self.spec.sandboxTemplate.${field}) || ${rule}`;
 const templateRules: ValidationRule[] = [
+  notEmptyAtCreation("sandboxTemplate.orgId", "the Connection's orgId"),
   {
     rule: ifTemplate("renewBeforeSeconds", "!has(self.spec.sandboxTemplate.ttlSeconds) || self.spec.sandboxTemplate.renewBeforeSeconds < self.spec.sandboxTemplate.ttlSeconds"),
     message: "spec.sandboxTemplate.renewBeforeSeconds must be less than spec.sandboxTemplate.ttlSeconds",

@@ -1,6 +1,6 @@
 import { CONFIG_HASH_KEY, MARKER_KEY, SECRETS_HASH_KEY, kindNames } from "./names.js";
 import { StringEnum, StringMap, Type, type Static } from "./schema.js";
-import { EnvFromSecrets, ServiceMetadata, WriteConnectionSecretTo, has, managedSpecFields, managementPolicyRules, statusSchema, type Resource } from "./common.js";
+import { EnvFromSecrets, ServiceMetadata, WriteConnectionSecretTo, has, managedSpecFields, managementPolicyRules, notEmptyAtCreation, statusSchema, type Resource } from "./common.js";
 import { readyColumns, type KindDefinition } from "./kind.js";
 
 export const SandboxSpecSchema = Type.Object(
@@ -31,7 +31,6 @@ export const SandboxSpecSchema = Type.Object(
       Type.String({
         description:
           "Organisation of the VM. Defaults to the Connection's orgId (leave the field out, rather than set it empty). The service lists only the VMs of the org its credentials belong to: a VM of another org is found by the id status records only, so one allocated just before the operator crashed (its id not recorded yet) is not found again and runs until its TTL, unrenewed.",
-        minLength: 1,
         maxLength: 253,
       }),
     ),
@@ -152,6 +151,7 @@ export const sandboxKind: KindDefinition = {
       holds: (self) => !has(self, "renewBeforeSeconds") || !has(self, "ttlSeconds") || Number(self.renewBeforeSeconds) < Number(self.ttlSeconds),
     },
   ],
+  creationValidations: [notEmptyAtCreation("orgId", "the Connection's orgId")],
   status: SandboxStatusSchema,
   printerColumns: [
     { name: "VM ID", type: "string", jsonPath: ".status.vmId" },

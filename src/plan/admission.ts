@@ -115,11 +115,13 @@ function unknownFields(value: unknown, schema: SchemaNode | undefined, path: str
 
 /**
  * The messages of the spec's CEL rules that `spec` of `kind`, stored as withDefaults stores it,
- * breaks: those with a JavaScript twin (ValidationRule.holds), such as requiredToCreate.
+ * breaks: those with a JavaScript twin (ValidationRule.holds), such as requiredToCreate; and,
+ * for an object `creating`, its kind's creation rules (held by any object with a status).
  */
-export function ruleProblems(kind: string, spec: object | undefined): string[] {
+export function ruleProblems(kind: string, spec: object | undefined, { creating }: { creating: boolean }): string[] {
   const def = allKinds.find((k) => k.kind === kind);
   if (def === undefined) return [];
   const stored = withDefaults(kind, spec);
-  return def.specValidations.filter((r) => r.holds !== undefined && !r.holds(stored)).map((r) => r.message);
+  const rules = creating ? [...def.specValidations, ...(def.creationValidations ?? [])] : def.specValidations;
+  return rules.filter((r) => r.holds !== undefined && !r.holds(stored)).map((r) => r.message);
 }

@@ -26,6 +26,10 @@ const CASES: Array<[kind: string, spec: Record<string, unknown>]> = [
   ["AgentDeployment", { agentId: "a-1", options: { name: "n", tier: "large", env: { A: "1" } } }],
   ["AgentDeployment", { agentId: "a-1", tier: "standard", skills: ["s"], options: { tier: "large", skills: ["t"], metadata: { team: "a" } } }],
   ["AgentDeployment", { agentId: "a-1", env: { A: "1" }, options: { env: { A: "2" } } }],
+  ["Agent", { image: "img:1", orgId: "" }],
+  ["Sandbox", { tier: "standard", orgId: "" }],
+  ["Connection", { baseURL: "https://api.example.com", authURL: "https://auth.example.com", credentials: { secretRef: { name: "c" } }, orgId: "" }],
+  ["SandboxRun", { sandboxTemplate: { tier: "standard", orgId: "" }, steps: [{ name: "s", command: "true" }] }],
   ["Sandbox", { tier: "standard" }],
   ["Sandbox", { tier: "standard", ttlSeconds: 60, renewBeforeSeconds: 60 }],
   ["Sandbox", { tier: "standard", ttlSeconds: 60, renewBeforeSeconds: 30 }],
@@ -44,11 +48,12 @@ describe("the plan's twins of the CRDs' CEL rules", () => {
     await installCRDs();
     for (const [i, [kind, spec]] of CASES.entries()) {
       const object = { apiVersion: "agentcompute.dev/v1alpha1", kind, metadata: { name: `case-${i}` }, spec };
-      const said = ruleProblems(kind, spec);
+      const said = ruleProblems(kind, spec, { creating: true });
       const res = await kubectl(["create", "--dry-run=server", "-o", "name", "-f", "-"], { namespace: ns.name, input: JSON.stringify(object) });
       const what = `${kind} ${JSON.stringify(spec)}: ${res.stderr}`;
       expect(res.exitCode === 0, what).toBe(said.length === 0);
-      const twinned = allKinds.find((k) => k.kind === kind)?.specValidations.filter((r) => r.holds !== undefined) ?? [];
+      const def = allKinds.find((k) => k.kind === kind);
+      const twinned = [...(def?.specValidations ?? []), ...(def?.creationValidations ?? [])].filter((r) => r.holds !== undefined);
       for (const { message } of twinned) expect(res.stderr.includes(message), `${what} (${message})`).toBe(said.includes(message));
     }
   });
