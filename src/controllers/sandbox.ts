@@ -411,23 +411,6 @@ class SandboxClient implements ExternalClient<Sandbox, SandboxPlan> {
   }
 
   /**
-   * Whether a renewal answered 404 means the VM is gone: so the compute API says, in its error
-   * body; a bare 404 (a gateway's, a route briefly missing behind a load balancer) is asked
-   * about once more by GET, as a run's VM is (runs/vm.ts). Replacing a VM that is there would
-   * allocate a second, then release the first, the workload in it with it.
-   */
-  private async goneIndeed(vmId: string, err: unknown): Promise<boolean> {
-    if (isServiceNotFound(err)) return true;
-    try {
-      return !vmStateIsLive((await this.handle.client.vms.get(vmId)).state);
-    } catch (lookup) {
-      // Not known either way (the GET through the same gateway answered a bare 404 too, or
-      // failed): not gone, and the renewal is tried again while the VM has time.
-      return isServiceNotFound(lookup);
-    }
-  }
-
-  /**
    * The TTL VM `vmId` is renewed with: the spec's, unless the service refused that one at a
    * renewal of this VM (refusedTtls); then the TTL the VM had, which it accepted. A refused
    * ttlSeconds must not cost the VM, as a refused tier must not.
@@ -739,7 +722,7 @@ class SandboxClient implements ExternalClient<Sandbox, SandboxPlan> {
         ...(refused !== undefined && { refused: { err: refused, ttl: ttlSeconds(cr), instead: ttl } }),
       };
     } catch (err) {
-      if (!isNotFound(err) || !(await this.goneIndeed(current.id, err))) throw retryWhileAlive(err, Date.parse(current.expires_at ?? ""), this.deps.now().getTime());
+      if (!isNotFound(err) || !(await vmGoneIndeed(this.handle, current.id, err))) throw retryWhileAlive(err, Date.parse(current.expires_at ?? ""), this.deps.now().getTime());
       // Gone between the snapshot and the renewal: replace it now rather than on the next pass
       // (not while paused: the replacement waits for the resume).
       this.handle.vms.remove(current.id);
@@ -906,6 +889,24 @@ export function renewalOf(
 function madeForOtherSpec(cr: Sandbox, vm: AgentVM, sameSpec: SameSpec): boolean {
   const recorded = cr.status?.configHash;
   return recorded !== undefined && !sameSpec(recorded, vm) && cr.status?.vmId === vm.id;
+}
+
+/**
+ * Whether a renewal of `vmId` answered 404 (`err`) means the VM is gone: so the compute API
+ * says, in its error body; a bare 404 (a gateway's, a route briefly missing behind a load
+ * balancer) is asked about once more by GET, as a run's VM is (runs/vm.ts). Taking a VM that
+ * is there for gone would replace it (a Sandbox's: a second allocated, then the first released,
+ * the workload in it with it) or stop renewing it (a run's: it runs out mid-run).
+ */
+export async function vmGoneIndeed(handle: Pick<ServiceHandle, "client">, vmId: string, err: unknown): Promise<boolean> {
+  if (isServiceNotFound(err)) return true;
+  try {
+    return !vmStateIsLive((await handle.client.vms.get(vmId)).state);
+  } catch (lookup) {
+    // Not known either way (the GET through the same gateway answered a bare 404 too, or
+    // failed): not gone, and the renewal is tried again while the VM has time.
+    return isServiceNotFound(lookup);
+  }
 }
 
 /**

@@ -6,7 +6,7 @@
 import { API_VERSION, DEFAULT_CONNECTION, kindNames } from "../api/names.js";
 import type { Sandbox, SandboxRun, SandboxRunSpec, SandboxRunStatus } from "../api/index.js";
 import type { ServiceHandle } from "../controllers/connection-pool.js";
-import { desiredAllocation, envFromValues, holdsRotatedSecrets, renewAtOf, renewVMFor, ttlSeconds, type SandboxDeps } from "../controllers/sandbox.js";
+import { desiredAllocation, envFromValues, holdsRotatedSecrets, renewAtOf, renewVMFor, ttlSeconds, vmGoneIndeed, type SandboxDeps } from "../controllers/sandbox.js";
 import { formatTime } from "../runtime/status.js";
 import { ServiceError, isNotFound, isServiceNotFound, type AllocateVMRequest } from "../service/index.js";
 import type { AgentVM } from "../service/types.js";
@@ -108,17 +108,18 @@ async function allocateWithin(handle: ServiceHandle, request: AllocateVMRequest,
 /**
  * A run's VM (its own, or its Sandbox's) as the Connection's snapshot lists it, else as the
  * service answers for it, kept in the snapshot; undefined when the service says it has no such
- * VM (its own 404: a bare one, a gateway's, is thrown, as any failure). The list holds only the
+ * VM (its own 404: a bare one, a gateway's, is thrown, as any failure) or that it has ended
+ * (released, expired: as findOwn counts VMs). The list holds only the
  * Connection's org's VMs, and a replica may not have listed them since another allocated it: a
  * VM of a template with another orgId is never in it, and must still be found.
  */
 export async function knownVM(handle: ServiceHandle, vmId: string): Promise<AgentVM | undefined> {
   const listed = handle.vms.get(vmId);
-  if (listed !== undefined) return listed;
+  if (listed !== undefined) return vmStateIsLive(listed.state) ? listed : undefined;
   try {
     const vm = await handle.client.vms.get(vmId);
     handle.vms.put(vm);
-    return vm;
+    return vmStateIsLive(vm.state) ? vm : undefined;
   } catch (err) {
     if (!isServiceNotFound(err)) throw err;
     handle.vms.remove(vmId);
@@ -159,7 +160,7 @@ export async function keepRunVM(run: SandboxRun, handle: ServiceHandle, vmId: st
     // a shorter one the service takes, rather than lost mid-run.
     ({ renewed, ttl } = await renewVMFor(handle, vm, ttlSeconds(template)));
   } catch (err) {
-    if (!isNotFound(err)) throw err;
+    if (!isNotFound(err) || !(await vmGoneIndeed(handle, vmId, err))) throw err;
     handle.vms.remove(vmId);
     return undefined;
   }

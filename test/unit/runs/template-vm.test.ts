@@ -77,6 +77,23 @@ describe("keepRunVM", () => {
     expect(renewals().length).toBe(before + 1);
   });
 
+  it("keeps renewing a VM whose renewal got a bare 404 (a gateway's) while the VM is there; stops on the service's own 404", async () => {
+    const r = runOf("gateway", { ttlSeconds: 600 });
+    const id = await ensureRunVM(r, w.handle(), deps());
+    const due = await keepRunVM(r, w.handle(), id, now);
+    w.advance(due! - w.clock.ms);
+    w.emu.injectFault({ method: "POST", path: `/compute/v1/vms/${id}/renew`, times: 1, action: { status: 404, body: "404 page not found" } });
+    await expect(keepRunVM(r, w.handle(), id, now)).rejects.toThrow(/404/);
+    expect(w.handle().vms.get(id)).toBeDefined();
+    // Tried again: renewed.
+    expect(await keepRunVM(r, w.handle(), id, now)).toBeGreaterThan(w.clock.ms);
+    expect(expiresAt(id)).toBe(w.clock.ms + 600_000);
+
+    w.emu.state.releaseVM(id);
+    w.advance(600_000);
+    expect(await keepRunVM(r, w.handle(), id, now)).toBeUndefined();
+  });
+
   it("with a deadline, keeps the window of the template's own TTL, not of the lengthened one", async () => {
     const r = runOf("deadline", { ttlSeconds: 600 }, { activeDeadlineSeconds: 3600 });
     const id = await ensureRunVM(r, w.handle(), deps());
