@@ -319,13 +319,13 @@ export function setupManagedKind<R extends ManagedResource, Plan>(
   return controller;
 }
 
-/** Whether a write gate lets writes through now. */
 /** The manager's client and Events, writing only while `gate` lets them (none: always). */
 export function gatedWrites(manager: Pick<Manager, "client" | "events">, gate: (() => void) | undefined): { kube: KubeClient; events: Events } {
   if (gate === undefined) return { kube: manager.client, events: manager.events };
   return { kube: withWriteGate(manager.client, gate), events: eventsWhile(manager.events, () => passes(gate)) };
 }
 
+/** Whether a write gate lets writes through now. */
 function passes(gate: () => void): boolean {
   try {
     gate();

@@ -91,11 +91,11 @@ export class ConnectionSecretWriter {
         // writes), or one the cache leaves out (a Helm release's): patched only if it is ours.
         const { items } = await this.kube.list<SecretObject>(path, { fieldSelector: `metadata.name=${name}` });
         const found = items[0];
-        if (found !== undefined) assertOwned(found, cr);
+        if (found !== undefined) assertOwned(found, cr, kind);
         await this.kube.patch(`${path}/${name}`, { data }, "merge", { discardResult: true });
       }
     } else {
-      assertOwned(existing, cr);
+      assertOwned(existing, cr, kind);
       // Observations do not always carry every detail (a list may omit the token): a key is
       // overwritten when it is given, and kept when it is not.
       const current = existing.data ?? {};
@@ -133,21 +133,24 @@ function isOwnedBy(secret: SecretObject, cr: ManagedResource): boolean {
   return (secret.metadata.ownerReferences ?? []).some((o) => o.uid === cr.metadata.uid);
 }
 
-function assertOwned(secret: SecretObject, cr: ManagedResource): void {
+function assertOwned(secret: SecretObject, cr: ManagedResource, kind: string): void {
   if (!isOwnedBy(secret, cr)) {
-    throw new ForeignSecretError(secret);
+    throw new ForeignSecretError(secret, { kind, name: cr.metadata.name });
   }
 }
 
 export class ForeignSecretError extends StalledError {
-  constructor(secret: SecretObject) {
+  /** `writer`: the resource that would write it. */
+  constructor(secret: SecretObject, writer: { kind: string; name: string }) {
     const { name } = secret.metadata;
     // Another resource's (a Sandbox and an AgentDeployment of one name share the default
-    // name): deleted, it would be written again by its owner at once.
+    // name): deleted, it would be written again by its owner at once. Not an earlier
+    // resource of this kind and name (deleted and made again: its Secret goes with it).
     const owner = connectionSecretOwner(secret);
+    const other = owner !== undefined && (owner.name !== writer.name || owner.kind !== writer.kind);
     super(
       "SecretConflict",
-      owner !== undefined
+      other
         ? `Secret "${name}" is the connection Secret of ${owner.kind} "${owner.name}"; set spec.writeConnectionSecretTo.name to another name`
         : `Secret "${name}" exists and is not owned by this resource; set spec.writeConnectionSecretTo.name to another name or delete that Secret`,
     );

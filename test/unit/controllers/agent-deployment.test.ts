@@ -140,6 +140,20 @@ describe("AgentDeployment against the service", () => {
     expect(condition(deployment(), "Ready")?.status).toBe("True");
   });
 
+  it("the Secret of an earlier resource of its kind and name (deleted and made again, its Secret not collected yet): says to delete it", async () => {
+    w.secrets.set({
+      metadata: { name: "d-agentcompute", namespace: NS, ownerReferences: [{ uid: "earlier-uid", controller: true, kind: "AgentDeployment", name: "d" }] },
+      type: "agentcompute.dev/connection",
+      data: {},
+    });
+    apply();
+    await w.reconcile(kind(), "d");
+    expect(condition(deployment(), "Ready")).toMatchObject({
+      reason: "SecretConflict",
+      message: 'Secret "d-agentcompute" exists and is not owned by this resource; set spec.writeConnectionSecretTo.name to another name or delete that Secret',
+    });
+  });
+
   it("waiting for an Agent its registry lacks, says when the Agent is registered through another Connection, and how to deploy through that one", async () => {
     // Another account: another service.
     const other = await startEmulator({ apiKey: API_KEY, orgId: ORG });
