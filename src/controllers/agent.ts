@@ -192,12 +192,14 @@ class AgentClient implements ExternalClient<Agent, AgentPlan> {
   /**
    * The agent status names (or the annotation), and every agent carrying this resource's
    * marker: one created again after the named one vanished, whose status write was lost,
-   * would otherwise be left holding the name. On a list read now, as the contract asks: the
-   * look made LANDING_MS after a create whose outcome was unknown is for an agent that landed
-   * since the last one, which a snapshot up to a sync period old does not show.
+   * would otherwise be left holding the name. After a create whose outcome was unknown, on a
+   * list read now (the contract): the look made LANDING_MS after it is for an agent that
+   * landed since the last one, which a snapshot up to a sync period old does not show.
+   * Otherwise on the snapshot: a namespace of thousands of Agents deleted at once would read
+   * the whole registry once per few deletions.
    */
-  async delete(cr: Agent): Promise<void> {
-    await this.handle.agents.refresh();
+  async delete(cr: Agent, opts: { uncertainCreate?: boolean } = {}): Promise<void> {
+    await (opts.uncertainCreate === true ? this.handle.agents.refresh() : this.handle.agents.ensureFresh());
     await this.handle.agents.readSinceArrival(cr.metadata.uid); // moved in (sharding): its previous owner may have made one since
     const ids = new Set(this.handle.agents.findByMarker(cr.metadata.uid).map((a) => a.id));
     const id = agentExternalId(cr);

@@ -109,11 +109,12 @@ export interface ExternalClient<R extends ManagedResource, Plan = unknown> {
   cleanup?(cr: R, leftovers: string[]): Promise<void>;
   /**
    * Deletes (or releases) the service object, and whatever else carries this resource's marker
-   * (or its claim); a 404 is success. Reads afresh (not a snapshot kept for observe): it is
-   * called again LANDING_MS after a create whose outcome was unknown, to delete what that
-   * create made if it landed since the first call, and only a new read shows that.
+   * (or its claim); a 404 is success. `uncertainCreate`: a create of this resource's had an
+   * unknown outcome; delete is called again LANDING_MS after it, to delete what it made if it
+   * landed since the call before, which only a read made now shows (not a snapshot kept for
+   * observe).
    */
-  delete(cr: R): Promise<void>;
+  delete(cr: R, opts?: { uncertainCreate?: boolean }): Promise<void>;
 }
 
 /** An observation that found something to change, with the plan for it. */

@@ -578,7 +578,7 @@ export class ManagedReconciler<R extends ManagedResource, Plan = unknown> implem
       const uncertain = this.uncertainCreate(cr);
       try {
         const external = await this.opts.connector.connect(cr, ctx);
-        await external.delete(cr);
+        await external.delete(cr, { uncertainCreate: uncertain !== undefined });
         event = { reason: "Deleted", message: "deleted the service object" };
         // What a create whose outcome is unknown makes may land after this look: the finalizer
         // stays, and the look is made again, until LANDING_MS after that create.

@@ -541,6 +541,15 @@ describe("Agent", () => {
     expect(ours()).toEqual([]);
   });
 
+  it("deleted with nothing uncertain, deletes on the snapshot it has: no read of the whole registry per deletion (a namespace of thousands deleted at once)", async () => {
+    apply({});
+    await w.reconcile(kind(), "ag");
+    w.calls();
+    w.apply<Agent>("agents", { metadata: { name: "ag", deletionTimestamp: "2030-01-01T00:00:00Z", finalizers: agent().metadata.finalizers }, spec: agent().spec });
+    await w.reconcile(kind(), "ag");
+    expect(w.calls()).toEqual(["agents.delete"]);
+  });
+
   it("deleted after a failed delete, its failure's status write not in the cache yet: removes its finalizer once, without a 409 and a second delete", async () => {
     apply({});
     await w.reconcile(kind(), "ag");
