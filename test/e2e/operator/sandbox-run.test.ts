@@ -1,7 +1,7 @@
 // SandboxRun end to end: the real API server, the emulator (which really runs the commands),
 // the operator. A run is applied before its Sandbox and waits; then it runs its steps in the
 // Sandbox's VM and reports exit codes and output as a Job would.
-import { existsSync, mkdtempSync, readFileSync, realpathSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, realpathSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
@@ -1259,7 +1259,11 @@ ${stepsYaml}`;
       expect(existsSync(join(dir, "exit"))).toBe(false); // it runs on, as the Warning says
     } finally {
       t.stack.emulator.clearFaults();
-      if (dir !== undefined) writeFileSync(join(dir, "cancel"), ""); // not left running for the tests after
+      // Not left running for the tests after (its directory went with the run: made again).
+      if (dir !== undefined) {
+        mkdirSync(dir, { recursive: true });
+        writeFileSync(join(dir, "cancel"), "");
+      }
     }
   }, 90_000);
 });

@@ -6,6 +6,7 @@
 // the test opens and closes; the membership that drives it in `run --sharding` is
 // test/e2e/sharding/membership.test.ts's.
 import { describe, expect, it } from "vitest";
+import { MARKER_KEY } from "../../../src/api/names.js";
 import { OWNER_LABEL } from "../../../src/sharding/labels.js";
 import { MembershipLapsed } from "../../../src/sharding/membership.js";
 import { kubectlOk, waitFor } from "../support/kube.js";
@@ -59,9 +60,11 @@ describe("sharded mode: the membership's write gate", () => {
     // replica stopped mid-reconcile, its share handed over while it slept).
     t.stack.emulator.injectFault({ method: "POST", path: "/compute/v1/vms/allocate", action: { delayMs: 6_000 } });
     t.stack.emulator.clearRequests();
-    const vmsBefore = t.stack.emulator.state.vms.size;
     await applySandbox("midway");
-    await waitFor(() => t.stack.emulator.state.vms.size > vmsBefore, { timeoutMs: 30_000, intervalMs: 20, description: "the allocation made, its answer held" });
+    const uid = (await sandbox("midway")).metadata.uid;
+    // Its VM, by its marker (another test's Sandbox may get one meanwhile).
+    const made = () => [...t.stack.emulator.state.vms.values()].some((vm) => vm.metadata?.[MARKER_KEY] === uid);
+    await waitFor(made, { timeoutMs: 30_000, intervalMs: 20, description: "the allocation made, its answer held" });
     const closedAt = Date.now();
     open = false;
     await waitFor(() => t.stack.logs.some((l) => l.includes("shard membership is not current") && l.includes("midway")), {
