@@ -107,6 +107,11 @@ describe("AgentDeployment against the service", () => {
     w.apply<AgentDeployment>("agentdeployments", { metadata: { name: "d", annotations }, spec: { agentRef: { name: "a" }, tier: "standard", ...spec } });
   const deployment = () => w.get<AgentDeployment>("agentdeployments", "d");
   const resync = () => w.handle().deployments.invalidate();
+  /** The Skill resource "sk" making the skill "triage", not Ready yet (its create failing for now). */
+  const skillNotReadyYet = () => {
+    w.apply<Skill>("skills", { metadata: { name: "sk" }, spec: { name: "triage", content: "# c" } });
+    w.setStatus("skills", "sk", { conditions: [{ type: "Ready", status: "False", reason: "ServiceUnavailable", lastTransitionTime: "2030-01-01T00:00:00Z" }] });
+  };
 
   it("deploys again, once its Agent has a new revision, a deployment the service refused for the Agent (its image); not before", async () => {
     w.emu.injectFault({ method: "POST", path: `/compute/v1/agents/${agentId}/deploy`, times: 1, action: { status: 400, body: { code: 400, error_code: "bad_image", message: "image registry.example/a:1 cannot be deployed" } } });
@@ -250,8 +255,7 @@ describe("AgentDeployment against the service", () => {
     const ready = [{ type: "Ready", status: "True", lastTransitionTime: "2030-01-01T00:00:00Z" }];
     w.apply<Skill>("skills", { metadata: { name: "elsewhere" }, spec: { name: "triage", content: "# c", connectionRef: { name: "other" } } });
     w.setStatus("skills", "elsewhere", { skillName: "triage", conditions: ready });
-    w.apply<Skill>("skills", { metadata: { name: "sk" }, spec: { name: "triage", content: "# c" } });
-    w.setStatus("skills", "sk", { conditions: [{ type: "Ready", status: "False", reason: "ServiceUnavailable", lastTransitionTime: "2030-01-01T00:00:00Z" }] });
+    skillNotReadyYet();
     apply({ skills: ["triage"] });
     w.calls();
     await w.reconcile(kind(), "d");
@@ -266,8 +270,7 @@ describe("AgentDeployment against the service", () => {
     apply();
     await w.reconcile(kind(), "d");
     const running = deployment().status?.deploymentId as string;
-    w.apply<Skill>("skills", { metadata: { name: "sk" }, spec: { name: "triage", content: "# c" } });
-    w.setStatus("skills", "sk", { conditions: [{ type: "Ready", status: "False", reason: "ServiceUnavailable", lastTransitionTime: "2030-01-01T00:00:00Z" }] });
+    skillNotReadyYet();
     apply({ skills: ["triage"] });
     w.calls();
     await w.reconcile(kind(), "d");
