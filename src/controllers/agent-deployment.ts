@@ -41,7 +41,7 @@ export function agentDeployments(ctx: KindContext): ManagedKind<AgentDeployment,
     connectionSecret: true,
     // A deploy refused for its Agent (the image) is fixed in the Agent: its new revision.
     inputs: (cr) => {
-      const agent = cr.spec.agentRef === undefined ? undefined : agents.get(cr.metadata.namespace, cr.spec.agentRef.name);
+      const agent = referencedAgent(cr, agents);
       return agent === undefined ? undefined : fingerprint(agent.status?.agentId, agent.status?.revision);
     },
     client: (handle) => new DeploymentClient(handle, agents, skills, () => ctx.now()),
@@ -52,6 +52,11 @@ export function agentDeployments(ctx: KindContext): ManagedKind<AgentDeployment,
       controller.watch(skills, (sk) => loading(sk).map(requestOf));
     },
   };
+}
+
+/** The Agent resource spec.agentRef names, if the cache has it (none for an agentId). */
+function referencedAgent(cr: AgentDeployment, agents: Informer<Agent>): Agent | undefined {
+  return cr.spec.agentRef === undefined ? undefined : agents.get(cr.metadata.namespace, cr.spec.agentRef.name);
 }
 
 /** The agent to deploy: resolved from agentRef (which must have an id) or given as agentId. */
@@ -307,7 +312,7 @@ class DeploymentClient implements ExternalClient<AgentDeployment, DeploymentPlan
    * the deploy's own Connection may not reach, so its registry lacks the id.
    */
   private otherConnection(cr: AgentDeployment): string {
-    const agent = cr.spec.agentRef === undefined ? undefined : this.agents.get(cr.metadata.namespace, cr.spec.agentRef.name);
+    const agent = referencedAgent(cr, this.agents);
     if (agent === undefined || connectionName(agent) === connectionName(cr)) return "";
     return `; Agent "${agent.metadata.name}" is registered through Connection "${connectionName(agent)}", this deployment deploys through "${connectionName(cr)}": if they reach different accounts, set spec.connectionRef.name to "${connectionName(agent)}"`;
   }

@@ -322,7 +322,7 @@ function statusOf(a: RegistryAgent): Partial<AgentStatus> {
 
 /**
  * The org an Agent is registered in: its own, else its Connection's; neither stalls it. An
- * empty one (stored before the CRD required a character; a template's empty value) is unset.
+ * empty one (a template's empty value, stored before the CRD refused it at creation) is unset.
  */
 export function agentOrgId(cr: Agent, connection: Pick<Connection, "metadata" | "spec">): string {
   const orgId = cr.spec.orgId || connection.spec.orgId;

@@ -7,8 +7,7 @@ import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from "vitest
 import { waitFor } from "../../../dev/wait.js";
 import { runStreaming } from "../../../src/commands/exec.js";
 import type { VMAccess } from "../../../src/commands/vm-access.js";
-import { AgentdClient } from "../../../src/service/agentd.js";
-import { start, type Harness } from "../service/helpers.js";
+import { agentdOf, start, type Harness } from "../service/helpers.js";
 
 let h: Harness;
 let vmId: string;
@@ -17,7 +16,7 @@ let target: VMAccess;
 beforeAll(async () => {
   h = await start();
   vmId = (await h.client.vms.allocate({ tier: "standard" })).vm_id;
-  const vm = new AgentdClient({ baseURL: h.emu.baseURL, vmId, accessToken: (refused) => h.client.accessToken(refused) });
+  const vm = agentdOf(h, vmId);
   target = { vm, vmId, close: () => vm.close() };
 });
 afterAll(async () => {

@@ -6,8 +6,8 @@ import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { StepFollower } from "../../../src/runs/follow.js";
 import { stepDir, stepPath } from "../../../src/runs/script.js";
-import { AgentdClient } from "../../../src/service/agentd.js";
-import { start, type Harness } from "../service/helpers.js";
+import type { AgentdClient } from "../../../src/service/agentd.js";
+import { agentdOf, start, type Harness } from "../service/helpers.js";
 
 const SECRET = "s3cret-value-for-follow";
 let h: Harness;
@@ -19,7 +19,7 @@ beforeAll(async () => {
   h = await start();
   vmId = (await h.client.vms.allocate({ tier: "standard" })).vm_id;
   workspace = h.emu.runtimes.get(vmId)!.workspace;
-  vm = new AgentdClient({ baseURL: h.emu.baseURL, vmId, accessToken: (refused) => h.client.accessToken(refused) });
+  vm = agentdOf(h, vmId);
 });
 afterAll(async () => {
   await vm.close();

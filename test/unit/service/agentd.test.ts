@@ -10,7 +10,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { AgentdClient, toCommandStatus, toExecEvent, type ExecEvent } from "../../../src/service/agentd.js";
 import { ServiceError } from "../../../src/service/index.js";
 import { setServiceReplica } from "../../../src/service/user-agent.js";
-import { start, waitFor, type Harness } from "./helpers.js";
+import { agentdOf, start, waitFor, type Harness } from "./helpers.js";
 
 let h: Harness;
 let vmId: string;
@@ -18,7 +18,7 @@ const clients: AgentdClient[] = [];
 const dir = mkdtempSync(join(tmpdir(), "agentd-client-"));
 
 function vm(opts: Partial<ConstructorParameters<typeof AgentdClient>[0]> = {}): AgentdClient {
-  const c = new AgentdClient({ baseURL: h.emu.baseURL, vmId, accessToken: (r) => h.client.accessToken(r), ...opts });
+  const c = agentdOf(h, vmId, opts);
   clients.push(c);
   return c;
 }
@@ -249,7 +249,7 @@ describe("AgentdClient with its Connection's client", () => {
     setServiceReplica("shard-r1");
     try {
       const id = (await h.client.vms.allocate({ tier: "standard" })).vm_id;
-      const c = new AgentdClient({ baseURL: h.emu.baseURL, vmId: id, accessToken: (r) => h.client.accessToken(r) });
+      const c = agentdOf(h, id);
       clients.push(c);
       await c.uploadFile("/workspace/ua.txt", "x");
       const forwarded = h.emu.requests.filter((r) => r.operation === "vms.forward").at(-1);
@@ -391,7 +391,7 @@ describe("toExecEvent", () => {
   it("starts a command on an agentd whose background answer streams the whole run with no id, without waiting for its end (emulator knobs agentdBackgroundStreams, agentdNoStartEvent)", async () => {
     h.emu.setOptions({ agentdBackgroundStreams: true, agentdNoStartEvent: true });
     try {
-      const c = new AgentdClient({ baseURL: h.emu.baseURL, vmId, accessToken: (r) => h.client.accessToken(r), timeoutMs: 120_000 });
+      const c = agentdOf(h, vmId, { timeoutMs: 120_000 });
       clients.push(c);
       const rt = h.emu.runtimes.get(vmId)!;
       const gate = join(rt.workspace, "background-gate");

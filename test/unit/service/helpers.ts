@@ -3,6 +3,7 @@
 
 import { startEmulator } from "../../../src/emulator/index.js";
 import type { Emulator, EmulatorOptions } from "../../../src/emulator/index.js";
+import { AgentdClient } from "../../../src/service/agentd.js";
 import { ServiceClient } from "../../../src/service/index.js";
 import type { ServiceClientOptions } from "../../../src/service/index.js";
 
@@ -39,6 +40,11 @@ export function newClient(emu: Emulator, clientOpts: Partial<ServiceClientOption
     retry: { baseDelayMs: 5, maxDelayMs: 3_000 },
     ...clientOpts,
   });
+}
+
+/** A client of VM `vmId`'s agentd, through the harness's emulator, with its client's token. */
+export function agentdOf(h: Harness, vmId: string, opts: Partial<ConstructorParameters<typeof AgentdClient>[0]> = {}): AgentdClient {
+  return new AgentdClient({ baseURL: h.emu.baseURL, vmId, accessToken: (refused) => h.client.accessToken(refused), ...opts });
 }
 
 /** How many requests of this operation the emulator logged (optionally with this status). */
