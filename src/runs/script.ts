@@ -12,7 +12,8 @@
 // (written last, by rename), and while its shell lives a watcher beside it rewrites `alive`
 // every HEARTBEAT_SECONDS (a counter: no clock of the VM is compared with the operator's) and
 // stops the step when a `cancel` file appears (SIGTERM, then SIGKILL two seconds later, to the
-// process whose pid the step wrote to `pid` as it began and every process below it). A process
+// process whose pid the step wrote to `pid` as it began, or the wrapper's child that is not the
+// watcher where that file went before the watcher read it, and every process below it). A process
 // that left the step's tree (a daemon) is not reached that way; agentd's kill of a known
 // command reaches its whole process group.
 //
@@ -102,13 +103,15 @@ export function stepScript(dir: string, step: StepScript): string {
   // The watcher: a background subshell. It beats while the step's own process lives (its pid
   // from the pid file; the wrapper's $$ until that is there; by /proc too, as `kill -0` is
   // refused for a process of another user, a step that became `sudo ...`) and until the exit
-  // file is written, making the directory again if the step removed it. On a cancel file it
+  // file is written, making the directory again if the step removed it (or a deletion of the
+  // run did, whose cancel file then lands in it again). On a cancel file it
   // signals the step's process and every process below it (one scan of /proc, read before the
   // signals: once the step's shell dies its children belong to init; the step's pid alone
   // where there is no awk), SIGTERM, then SIGKILL two seconds later, and stops. Its output goes
   // nowhere, so that an agentd which waits for the command's pipes to close does not wait for it.
   const beat = [
     `[ -n "$p" ] || p=$(cat ${d}/pid 2>/dev/null)`,
+    '[ -n "$p" ] || p=$(kid)',
     'if [ -n "$p" ]; then live "$p" || break; else live $$ || break; fi',
     `[ -e ${d}/exit ] && break`,
     `n=$((n+1)); mkdir -p ${d}; echo "$n" > ${d}/alive.tmp && mv -f ${d}/alive.tmp ${d}/alive`,
@@ -122,7 +125,12 @@ export function stepScript(dir: string, step: StepScript): string {
   const tree =
     "tree() { cat /proc/[0-9]*/stat 2>/dev/null | awk -v root=\"$1\" '{ s = $0; sub(/^.*\\) /, \"\", s); split(s, a, \" \"); parent[$1] = a[2] } " +
     "END { n = 1; q[1] = root; out = root; for (i = 1; i <= n; i++) for (c in parent) if (parent[c] == q[i]) { q[++n] = c; out = out \" \" c }; print out }' 2>/dev/null; }";
-  const watcher = `(${live}; ${tree}; p=; n=0; while :; do ${beat}; done) > /dev/null 2>&1 < /dev/null &`;
+  // The step's process without its pid file (gone with the run's directory, removed at a
+  // deletion before the watcher read it): the wrapper's child that is not the watcher, which
+  // knows its own pid as the parent of a process it starts (its $$ is the wrapper's).
+  const kid =
+    "kid() { cat /proc/[0-9]*/stat 2>/dev/null | awk -v parent=\"$$\" -v me=\"$me\" '{ s = $0; sub(/^.*\\) /, \"\", s); split(s, a, \" \"); if (a[2] == parent && $1 != me) { print $1; exit } }' 2>/dev/null; }";
+  const watcher = `(${live}; ${tree}; ${kid}; me=$(exec sh -c 'echo $PPID'); p=; n=0; while :; do ${beat}; done) > /dev/null 2>&1 < /dev/null &`;
   return [
     `_ao_d="$PWD"/${shellQuote(dir)}`,
     `mkdir -p ${d} 2>/dev/null || exit ${SETUP_FAILED}`,

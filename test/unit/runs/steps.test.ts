@@ -223,6 +223,26 @@ describe("the step script", () => {
     }
   }, 20_000);
 
+  it("on a cancel file stops the step whose pid file the watcher could not read (the run's directory removed before it did)", async () => {
+    const root = mkdtempSync(join(tmpdir(), "step-nopid-"));
+    const dir = stepDir("uid-p", 1, 0);
+    // A directory where the pid file would go: the step cannot write its pid, as if the file had
+    // gone with the run's directory before the watcher's first read of it.
+    mkdirSync(join(root, dir, "pid"), { recursive: true });
+    const script = stepScript(dir, { command: "echo begun; sleep 30" });
+    const child = spawn("/bin/sh", ["-c", script], { cwd: root, stdio: "ignore" });
+    const exited = new Promise<number | null>((resolve) => child.once("exit", resolve));
+    try {
+      await waitFor(() => existsSync(join(root, dir, "alive")) && readFileSync(join(root, dir, "output"), "utf8") !== "");
+      writeFileSync(join(root, dir, "cancel"), "");
+      expect(await exited).toBe(143);
+      expect(readFileSync(join(root, dir, "exit"), "utf8")).toBe("143\n");
+    } finally {
+      child.kill("SIGKILL");
+      rmSync(root, { recursive: true, force: true });
+    }
+  }, 20_000);
+
   it("writes the exit code where the step's directory is, even if the step made its working directory anew", () => {
     const root = mkdtempSync(join(tmpdir(), "step-anew-"));
     const ws = join(root, "ws");
