@@ -146,6 +146,20 @@ export function notEmptyAtCreation(path: string, what: string): ValidationRule {
   };
 }
 
+/**
+ * notEmptyAtCreation's rule for updates (a transition rule of the spec: the API server runs it
+ * on updates only): `field` (an optional string directly under spec) is not made empty. An
+ * object stored empty before the creation rule keeps its writes.
+ */
+export function notMadeEmpty(field: string, what: string): ValidationRule {
+  return {
+    rule: `!has(self.${field}) || self.${field} != '' || (has(oldSelf.${field}) && oldSelf.${field} == '')`,
+    message: `spec.${field} must not be empty: leave it out for ${what}`,
+    fieldPath: `.${field}`,
+    holds: (spec, old) => spec[field] !== "" || old === undefined || old[field] === "",
+  };
+}
+
 /** The rules every managed kind's spec carries for managementPolicies and deletionPolicy. */
 export function managementPolicyRules(): ValidationRule[] {
   return [

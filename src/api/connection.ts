@@ -1,7 +1,7 @@
 import { DEFAULTS } from "../service/options.js";
 import { SecretReference } from "./refs.js";
 import { MAX_ACCESS_CLIENTS, kindNames } from "./names.js";
-import { notEmptyAtCreation, statusSchema, type Resource } from "./common.js";
+import { notEmptyAtCreation, notMadeEmpty, statusSchema, type Resource } from "./common.js";
 import { readyColumns, type KindDefinition } from "./kind.js";
 import { Type, type Static } from "./schema.js";
 
@@ -129,7 +129,7 @@ export const connectionKind: KindDefinition = {
   description:
     "A Connection says how to reach the Agent Registry and Compute Service and which credentials to use. Every other agentcompute.dev resource uses the Connection named in spec.connectionRef (default: \"default\") of its own namespace.",
   spec: ConnectionSpecSchema,
-  specValidations: [],
+  specValidations: [notMadeEmpty("orgId", "no default organisation")],
   creationValidations: [notEmptyAtCreation("orgId", "no default organisation")],
   status: ConnectionStatusSchema,
   printerColumns: [

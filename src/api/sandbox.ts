@@ -1,6 +1,6 @@
 import { CONFIG_HASH_KEY, MARKER_KEY, SECRETS_HASH_KEY, kindNames } from "./names.js";
 import { StringEnum, StringMap, Type, type Static } from "./schema.js";
-import { EnvFromSecrets, ServiceMetadata, WriteConnectionSecretTo, has, managedSpecFields, managementPolicyRules, notEmptyAtCreation, statusSchema, type Resource } from "./common.js";
+import { EnvFromSecrets, ServiceMetadata, WriteConnectionSecretTo, has, managedSpecFields, managementPolicyRules, notEmptyAtCreation, notMadeEmpty, statusSchema, type Resource } from "./common.js";
 import { readyColumns, type KindDefinition } from "./kind.js";
 
 export const SandboxSpecSchema = Type.Object(
@@ -150,6 +150,7 @@ export const sandboxKind: KindDefinition = {
       fieldPath: ".renewBeforeSeconds",
       holds: (self) => !has(self, "renewBeforeSeconds") || !has(self, "ttlSeconds") || Number(self.renewBeforeSeconds) < Number(self.ttlSeconds),
     },
+    notMadeEmpty("orgId", "the Connection's orgId"),
   ],
   creationValidations: [notEmptyAtCreation("orgId", "the Connection's orgId")],
   status: SandboxStatusSchema,

@@ -16,11 +16,12 @@ export interface ValidationRule {
   fieldPath?: string;
   reason?: "FieldValueInvalid" | "FieldValueForbidden" | "FieldValueRequired" | "FieldValueDuplicate";
   /**
-   * The same rule in JavaScript, over the spec as stored (defaults applied): `plan` checks a
-   * new object with it, having no CEL engine. Written next to the rule, for the rules that read
-   * no oldSelf and are a line of JavaScript; not in the CRD.
+   * The same rule in JavaScript, over the spec as stored (defaults applied), and for a rule
+   * that reads oldSelf (a transition rule, run on updates only) the stored spec before:
+   * `plan` checks a manifest with it, having no CEL engine. Written next to the rule, for the
+   * rules that are a line of JavaScript; not in the CRD.
    */
-  holds?: (self: Spec) => boolean;
+  holds?: (self: Spec, oldSelf?: Spec) => boolean;
 }
 
 /** A spec as a rule's JavaScript twin reads it. */

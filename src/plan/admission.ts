@@ -115,13 +115,15 @@ function unknownFields(value: unknown, schema: SchemaNode | undefined, path: str
 
 /**
  * The messages of the spec's CEL rules that `spec` of `kind`, stored as withDefaults stores it,
- * breaks: those with a JavaScript twin (ValidationRule.holds), such as requiredToCreate; and,
- * for an object `creating`, its kind's creation rules (held by any object with a status).
+ * breaks: those with a JavaScript twin (ValidationRule.holds), such as requiredToCreate; for an
+ * update of the object whose spec is `before`, its transition rules too; and for a new object
+ * (no `before`) its kind's creation rules (held by any object with a status).
  */
-export function ruleProblems(kind: string, spec: object | undefined, { creating }: { creating: boolean }): string[] {
+export function ruleProblems(kind: string, spec: object | undefined, before: object | undefined): string[] {
   const def = allKinds.find((k) => k.kind === kind);
   if (def === undefined) return [];
   const stored = withDefaults(kind, spec);
-  const rules = creating ? [...def.specValidations, ...(def.creationValidations ?? [])] : def.specValidations;
-  return rules.filter((r) => r.holds !== undefined && !r.holds(stored)).map((r) => r.message);
+  const old = before === undefined ? undefined : withDefaults(kind, before);
+  const rules = old === undefined ? [...def.specValidations, ...(def.creationValidations ?? [])] : def.specValidations;
+  return rules.filter((r) => r.holds !== undefined && !r.holds(stored, old)).map((r) => r.message);
 }

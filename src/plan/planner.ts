@@ -270,7 +270,7 @@ export async function plan(reader: ClusterReader, manifests: ManifestObject[], o
   for (const m of planned) {
     const l = liveOf(m.kind, m.metadata.namespace, m.metadata.name);
     if (l !== undefined && sameJSON(withDefaults(m.kind, l.spec), withDefaults(m.kind, m.spec))) continue;
-    const problems = ruleProblems(m.kind, m.spec, { creating: l === undefined });
+    const problems = ruleProblems(m.kind, m.spec, l?.spec);
     if (problems.length > 0) throw new ManifestError(`${m.source}: ${m.kind} "${m.metadata.name}": the API server would refuse it: ${problems.join("; ")}`);
   }
   const inManifests = (kind: string, ns: string, name: string) => planned.find((m) => m.kind === kind && m.metadata.namespace === ns && m.metadata.name === name);

@@ -11,6 +11,8 @@ import { installCRDs } from "../support/operator.js";
 
 const ns = useTestNamespace("rules");
 
+const CONNECTION = { baseURL: "https://api.example.com", authURL: "https://auth.example.com", credentials: { secretRef: { name: "c" } } };
+
 const CASES: Array<[kind: string, spec: Record<string, unknown>]> = [
   ["Agent", { image: "img:1" }],
   ["Agent", {}],
@@ -28,7 +30,7 @@ const CASES: Array<[kind: string, spec: Record<string, unknown>]> = [
   ["AgentDeployment", { agentId: "a-1", env: { A: "1" }, options: { env: { A: "2" } } }],
   ["Agent", { image: "img:1", orgId: "" }],
   ["Sandbox", { tier: "standard", orgId: "" }],
-  ["Connection", { baseURL: "https://api.example.com", authURL: "https://auth.example.com", credentials: { secretRef: { name: "c" } }, orgId: "" }],
+  ["Connection", { ...CONNECTION, orgId: "" }],
   ["SandboxRun", { sandboxTemplate: { tier: "standard", orgId: "" }, steps: [{ name: "s", command: "true" }] }],
   ["Sandbox", { tier: "standard" }],
   ["Sandbox", { tier: "standard", ttlSeconds: 60, renewBeforeSeconds: 60 }],
@@ -43,12 +45,22 @@ const CASES: Array<[kind: string, spec: Record<string, unknown>]> = [
   ["Skill", { content: "# x", resources: { a: "b" }, resourcesFrom: { configMapRef: { name: "c" } } }],
 ];
 
+/** Updates of a stored spec (`before`) to `after`: the transition rules, run on updates only. */
+const UPDATES: Array<[kind: string, before: Record<string, unknown>, after: Record<string, unknown>]> = [
+  ["Sandbox", { tier: "standard", orgId: "o" }, { tier: "standard", orgId: "" }],
+  ["Sandbox", { tier: "standard" }, { tier: "standard", orgId: "" }],
+  ["Sandbox", { tier: "standard", orgId: "o" }, { tier: "standard", orgId: "p" }],
+  ["Sandbox", { tier: "standard", orgId: "o" }, { tier: "standard" }],
+  ["Connection", { ...CONNECTION, orgId: "o" }, { ...CONNECTION, orgId: "" }],
+  ["Connection", CONNECTION, { ...CONNECTION, orgId: "o" }],
+];
+
 describe("the plan's twins of the CRDs' CEL rules", () => {
   it("refuse exactly what the API server refuses, with its messages", async () => {
     await installCRDs();
     for (const [i, [kind, spec]] of CASES.entries()) {
       const object = { apiVersion: "agentcompute.dev/v1alpha1", kind, metadata: { name: `case-${i}` }, spec };
-      const said = ruleProblems(kind, spec, { creating: true });
+      const said = ruleProblems(kind, spec, undefined);
       const res = await kubectl(["create", "--dry-run=server", "-o", "name", "-f", "-"], { namespace: ns.name, input: JSON.stringify(object) });
       const what = `${kind} ${JSON.stringify(spec)}: ${res.stderr}`;
       expect(res.exitCode === 0, what).toBe(said.length === 0);
@@ -56,5 +68,24 @@ describe("the plan's twins of the CRDs' CEL rules", () => {
       const twinned = [...(def?.specValidations ?? []), ...(def?.creationValidations ?? [])].filter((r) => r.holds !== undefined);
       for (const { message } of twinned) expect(res.stderr.includes(message), `${what} (${message})`).toBe(said.includes(message));
     }
+  });
+
+  it("refuse exactly the updates the API server refuses, with its messages", async () => {
+    await installCRDs();
+    const refused: number[] = [];
+    for (const [i, [kind, before, after]] of UPDATES.entries()) {
+      const object = (spec: Record<string, unknown>) => JSON.stringify({ apiVersion: "agentcompute.dev/v1alpha1", kind, metadata: { name: `update-${i}` }, spec });
+      const created = await kubectl(["create", "-o", "name", "-f", "-"], { namespace: ns.name, input: object(before) });
+      expect(created.exitCode, created.stderr).toBe(0);
+      const said = ruleProblems(kind, after, before);
+      const res = await kubectl(["replace", "--dry-run=server", "-o", "name", "-f", "-"], { namespace: ns.name, input: object(after) });
+      const what = `${kind} ${JSON.stringify(before)} -> ${JSON.stringify(after)}: ${res.stderr}`;
+      expect(res.exitCode === 0, what).toBe(said.length === 0);
+      if (res.exitCode !== 0) refused.push(i);
+      const twinned = (allKinds.find((k) => k.kind === kind)?.specValidations ?? []).filter((r) => r.holds !== undefined);
+      for (const { message } of twinned) expect(res.stderr.includes(message), `${what} (${message})`).toBe(said.includes(message));
+    }
+    // An orgId made empty, whatever it was before; not one changed, or left out.
+    expect(refused).toEqual([0, 1, 4]);
   });
 });
