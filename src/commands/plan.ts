@@ -108,6 +108,11 @@ export async function main(argv: string[], prog = "agent-operator plan"): Promis
     // As kubectl apply ("no objects passed to apply"): a plan of nothing is most likely a
     // wrong path, and "no changes" would pass a CI check.
     if (manifests.length === 0) throw new Error(noObjects(flags));
+    // The same for a selector that leaves nothing: most likely a mistyped label.
+    const { selector } = flags;
+    if (selector !== undefined && !manifests.some((m) => selector(m.metadata.labels))) {
+      throw new Error(`-l matches none of the ${manifests.length} object(s) in the manifests`);
+    }
     if (kube === undefined) throw kubeError;
     const result = await plan(kubeReader(kube), manifests, { prune: flags.prune, selector: flags.selector });
     const ours = manifests.filter(isPlanned).length;

@@ -71,7 +71,7 @@ export function parseRunFlags(argv: string[]): RunFlags | "help" {
     "health-probe-bind-address": { type: "string", default: ":8081" },
     "graceful-shutdown-timeout": { type: "string", default: "30s" },
     // The environment's LOG_LEVEL when the flag is not given (handy in a Deployment).
-    "log-level": { type: "string", default: process.env.LOG_LEVEL ?? "info" },
+    "log-level": { type: "string" },
   } as const;
   const { values } = parseArgs({ args: goBooleans(argv, options), strict: true, options });
   if (values.help) return "help";
@@ -80,9 +80,10 @@ export function parseRunFlags(argv: string[]): RunFlags | "help" {
     throw new Error(`--concurrency: "${values.concurrency}" is not a whole number of at least 1`);
   }
   const levels = ["trace", "debug", "info", "warn", "error", "fatal", "silent"];
-  if (!levels.includes(values["log-level"])) {
-    throw new Error(`--log-level: "${values["log-level"]}" is not one of ${levels.join(", ")}`);
-  }
+  const [logLevelGiven, logLevelFrom] = values["log-level"] !== undefined ? [values["log-level"], "--log-level"] : [process.env.LOG_LEVEL ?? "info", "--log-level (from $LOG_LEVEL)"];
+  // In any case, as LOG_LEVEL=DEBUG is often written.
+  const logLevel = logLevelGiven.toLowerCase();
+  if (!levels.includes(logLevel)) throw new Error(`${logLevelFrom}: "${logLevelGiven}" is not one of ${levels.join(", ")}`);
   // An empty value (--namespace=$(WATCH_NS) with the variable unset) would silently mean all
   // namespaces, under a Role for one.
   if ((values.namespace ?? []).some((ns) => ns.trim() === "")) throw new Error("--namespace: empty; leave the flag out to watch all namespaces");
@@ -119,7 +120,7 @@ export function parseRunFlags(argv: string[]): RunFlags | "help" {
     metricsBindAddress: values["metrics-bind-address"],
     healthProbeBindAddress: values["health-probe-bind-address"],
     gracefulShutdownTimeoutMs: parseDuration(values["graceful-shutdown-timeout"], "--graceful-shutdown-timeout"),
-    logLevel: values["log-level"],
+    logLevel,
   };
 }
 

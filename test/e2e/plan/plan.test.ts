@@ -273,6 +273,11 @@ spec: {content: "v9", connectionRef: {name: nowhere}}`;
     const empty = await run(["-f", "-", "-n", t.namespace], "\n");
     expect(empty.code).toBe(1);
     expect(empty.stderr).toContain("no objects in -f -");
+    // A selector that matches none of them (a mistyped label): the same.
+    const unmatched = await run(["-f", join(repo, "prod"), "-n", t.namespace, "-l", "app=typo"]);
+    expect(unmatched.code).toBe(1);
+    expect(unmatched.stdout).toBe("");
+    expect(unmatched.stderr).toContain("-l matches none of the 1 object(s) in the manifests");
     expect((await run(["-f", repo, "-R", "-n", t.namespace])).code).toBe(2);
   }, 60_000);
 });

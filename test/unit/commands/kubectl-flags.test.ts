@@ -51,6 +51,24 @@ describe("kubectl-style booleans", () => {
     expect(parseRunFlags(["--sharding=false", "--leader-elect=1"])).toMatchObject({ sharding: false, leaderElect: true });
   });
 
+  it("run: the log level from $LOG_LEVEL when --log-level is not given, in any case, and a bad one named where it came from", async () => {
+    const { parseRunFlags } = await import("../../../src/commands/run.js");
+    const before = process.env.LOG_LEVEL;
+    try {
+      process.env.LOG_LEVEL = "DEBUG";
+      expect(parseRunFlags([])).toMatchObject({ logLevel: "debug" });
+      expect(parseRunFlags(["--log-level", "Warn"])).toMatchObject({ logLevel: "warn" });
+      process.env.LOG_LEVEL = "verbose";
+      expect(() => parseRunFlags([])).toThrow('--log-level (from $LOG_LEVEL): "verbose" is not one of trace, debug');
+      expect(() => parseRunFlags(["--log-level=loud"])).toThrow(/^--log-level: "loud" is not one of/);
+      delete process.env.LOG_LEVEL;
+      expect(parseRunFlags([])).toMatchObject({ logLevel: "info" });
+    } finally {
+      if (before === undefined) delete process.env.LOG_LEVEL;
+      else process.env.LOG_LEVEL = before;
+    }
+  });
+
   it("exec: --help=false is no help; booleans after -- are the command's", () => {
     expect(parseExecFlags(["--help=false", "box", "--", "ls", "--prune=false"])).toMatchObject({ sandbox: "box", command: "ls --prune=false" });
     expect(parseExecFlags(["-h=true"])).toBe("help");
