@@ -113,7 +113,7 @@ export const SandboxStatusSchema = statusSchema("Observed state of the sandbox V
   renewEverySeconds: Type.Optional(
     Type.Integer({
       description:
-        "Seconds between two renewals: ttlSeconds - renewBeforeSeconds (each lands up to 10 % of renewBeforeSeconds earlier, to spread renewals). 0: the VM is not renewed (keepAlive false, or managementPolicies without Create and Update).",
+        "Seconds between two renewals: ttlSeconds - renewBeforeSeconds (each lands up to 10 % of renewBeforeSeconds earlier, to spread renewals), reckoned from the TTL the service granted where it granted less than ttlSeconds without refusing it (a cap). 0: the VM is not renewed (keepAlive false, or managementPolicies without Create and Update).",
       minimum: 0,
     }),
   ),

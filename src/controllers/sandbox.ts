@@ -93,8 +93,9 @@ export function renewalSoon(cr: Sandbox, now: number): boolean {
  * one asked for, unless the service granted less (the VM's ttl_seconds, or how far off its new
  * expiry is). A service that caps the TTL without an error (600 s for 3600) would otherwise
  * have the next renewal due at once, and the pass renew again and again, a millisecond apart.
- * (A pass that only observes still reckons with the spec's TTL: a VM whose window by it is
- * longer than its time left is renewed at that pass, once, as after a change of ttlSeconds.)
+ * What was granted is remembered (grantedTtls) for the passes between renewals; a process that
+ * has not renewed the VM yet reckons with the spec's TTL: a VM whose window by it is longer than
+ * its time left is renewed at that pass, once, as after a change of ttlSeconds.
  */
 export function grantedTtl(asked: number, vm: { ttl_seconds?: number }, fresh?: { expiresAt: number; now: number }): number {
   const candidates = [asked];
@@ -123,6 +124,7 @@ export function sandboxes(ctx: KindContext): ManagedKind<Sandbox, SandboxPlan> {
     statusIntervalMs: ctx.options?.sandboxStatusIntervalMs ?? 0,
     tallies: new Map(),
     refusedTtls: new Map(),
+    grantedTtls: new Map(),
     endpointsRead: new Map(),
     metrics: ctx.metrics,
   };
@@ -147,6 +149,7 @@ export function sandboxes(ctx: KindContext): ManagedKind<Sandbox, SandboxPlan> {
       own.on("delete", (sb) => {
         deps.tallies.delete(sb.metadata.uid);
         deps.refusedTtls.delete(sb.metadata.uid);
+        deps.grantedTtls.delete(sb.metadata.uid);
         deps.endpointsRead.delete(sb.metadata.uid);
       });
     },
@@ -168,6 +171,12 @@ export interface SandboxDeps {
    */
   refusedTtls: Map<string, RefusedTtl>;
   /**
+   * Per Sandbox (uid): a TTL the service granted less of than asked, without an error, for VM
+   * `vmId` (its cap: a pool's max_vm_ttl_seconds), which its renewals are timed by while the
+   * same TTL is asked. Not known after a restart: the first pass renews once, and learns it.
+   */
+  grantedTtls: Map<string, GrantedTtl>;
+  /**
    * Per Sandbox (uid): the VM whose endpoint this process read (GET /vms/{id}/endpoint
    * answered, whatever keys its map had). One whose read failed has status.endpoint "" and is
    * asked again until it is in here, once per process at most after that.
@@ -181,6 +190,15 @@ export interface RefusedTtl {
   ttl: number;
   instead: number;
 }
+
+export interface GrantedTtl {
+  vmId: string;
+  asked: number;
+  granted: number;
+}
+
+/** Seconds short of the TTL asked that are the answer's time on the way, not a cap. */
+const TRAVEL_SLACK_SECONDS = 2;
 
 /**
  * What is known of a VM's renewals, whether status says it yet or not. The count is absolute,
@@ -419,6 +437,24 @@ class SandboxClient implements ExternalClient<Sandbox, SandboxPlan> {
     return this.ttlRefused(cr, vmId)?.instead ?? ttlSeconds(cr);
   }
 
+  /**
+   * The TTL the renewals of VM `vmId` are timed by: the one it is renewed with (renewalTtl),
+   * or what the service granted of it when it granted less (grantedTtls). By the TTL asked, a
+   * capped VM would be due at every pass (resyncs, watch events), and its status would state a
+   * cadence it does not have.
+   */
+  private timedTtl(cr: Sandbox, vmId: string): number {
+    const asked = this.renewalTtl(cr, vmId);
+    const granted = this.deps.grantedTtls.get(cr.metadata.uid);
+    return granted?.vmId === vmId && granted.asked === asked ? granted.granted : asked;
+  }
+
+  /** Remembers (or forgets) that the service granted VM `vmId` less than the TTL asked. */
+  private noteGranted(cr: Sandbox, vmId: string, asked: number, granted: number): void {
+    if (asked - granted > TRAVEL_SLACK_SECONDS) this.deps.grantedTtls.set(cr.metadata.uid, { vmId, asked, granted });
+    else this.deps.grantedTtls.delete(cr.metadata.uid);
+  }
+
   /** The service refused the spec's ttlSeconds for VM `vmId` (refusedTtls), and what it is renewed with instead. */
   private ttlRefused(cr: Sandbox, vmId: string): RefusedTtl | undefined {
     const refused = this.deps.refusedTtls.get(cr.metadata.uid);
@@ -483,7 +519,7 @@ class SandboxClient implements ExternalClient<Sandbox, SandboxPlan> {
     const { found, leftovers } = this.replacementMadeAlready(cr, named.found, named.leftovers, sameSpec);
     const now = this.deps.now().getTime();
     const expiresAt = Date.parse(found.expires_at ?? "") || now;
-    const renewAt = renewAtOf(cr, found.id, expiresAt, this.renewalTtl(cr, found.id));
+    const renewAt = renewAtOf(cr, found.id, expiresAt, this.timedTtl(cr, found.id));
     const planned = renewalOf(cr, found, { now, renewAt, request, sameSpec });
     // A ttlSeconds the service refused for this VM is a spec not applied, whether a renewal is
     // due or not: not up to date, so that the refusal stands (the reconciler's refused-spec
@@ -542,7 +578,7 @@ class SandboxClient implements ExternalClient<Sandbox, SandboxPlan> {
         // resync after a cold start rewrites the status of every Sandbox for nothing.
         ...(sameVM && cr.status?.allocatedAt !== undefined ? { allocatedAt: cr.status.allocatedAt } : {}),
         ...(configHash !== undefined ? { configHash } : {}),
-        ...this.cadence(cr, this.renewalTtl(cr, found.id)),
+        ...this.cadence(cr, this.timedTtl(cr, found.id)),
         ...report,
       },
       connectionDetails: {
@@ -677,7 +713,7 @@ class SandboxClient implements ExternalClient<Sandbox, SandboxPlan> {
     const vm = observed.plan?.vm;
     if (!observed.exists || observed.notReady !== undefined || vm === undefined || !(cr.spec.keepAlive ?? true)) return undefined;
     const now = this.deps.now().getTime();
-    if (now < renewAtOf(cr, vm.id, Date.parse(vm.expires_at ?? "") || now, this.renewalTtl(cr, vm.id))) return undefined; // observe scheduled the renewal
+    if (now < renewAtOf(cr, vm.id, Date.parse(vm.expires_at ?? "") || now, this.timedTtl(cr, vm.id))) return undefined; // observe scheduled the renewal
     return this.renew(cr, vm, { replaceIfGone: false, upkeep: true });
   }
 
@@ -705,6 +741,7 @@ class SandboxClient implements ExternalClient<Sandbox, SandboxPlan> {
       }
       const vm: AgentVM = { ...current, ...renewed, expires_at: renewed.expires_at ?? formatTime(new Date(expiresAt)) };
       this.handle.vms.put(vm);
+      this.noteGranted(cr, vm.id, ttl, grantedTtl(ttl, renewed, { expiresAt, now: now.getTime() }));
       const tally: Tally = { vmId: current.id, renewals: before.renewals + 1, lastRenewedAt: formatTime(now) };
       this.deps.tallies.set(cr.metadata.uid, tally);
       this.deps.metrics?.sandboxRenewals.inc();
@@ -712,8 +749,9 @@ class SandboxClient implements ExternalClient<Sandbox, SandboxPlan> {
       renewal = {
         result: {
           // No write unless a report is due: the renewal is in memory and in the metrics.
-          status: { state: vm.state, ...this.report(cr, vm, tally, now.getTime()), ...(refused !== undefined && this.cadence(cr, ttl)) },
-          requeueAfterMs: Math.max(0, renewAtOf(cr, vm.id, expiresAt, grantedTtl(ttl, renewed, { expiresAt, now: now.getTime() })) - now.getTime()),
+          // (The cadence changes only with a TTL refused or granted in part: otherwise no write.)
+          status: { state: vm.state, ...this.report(cr, vm, tally, now.getTime()), ...this.cadence(cr, this.timedTtl(cr, vm.id)) },
+          requeueAfterMs: Math.max(0, renewAtOf(cr, vm.id, expiresAt, this.timedTtl(cr, vm.id)) - now.getTime()),
           priority: true,
           // Routine: status.renewals and lastRenewedAt tell it. An Event per renewal was 2,000
           // Sandboxes x 2 a minute, all of the Event rate limit, and warnings were dropped.
@@ -836,6 +874,7 @@ class SandboxClient implements ExternalClient<Sandbox, SandboxPlan> {
     const expiresAt = Date.parse(vm.expires_at ?? "") || now.getTime() + ttlSeconds(cr) * 1000;
     // A new VM is news: reported at once, and counted from 0.
     this.deps.tallies.set(cr.metadata.uid, { vmId: vm.vm_id, renewals: 0, lastRenewedAt: formatTime(now) });
+    this.noteGranted(cr, vm.vm_id, ttlSeconds(cr), grantedTtl(ttlSeconds(cr), {}, { expiresAt, now: now.getTime() }));
     return {
       status: {
         ...statusOf(vmOf(vm, request, now)),
@@ -847,10 +886,10 @@ class SandboxClient implements ExternalClient<Sandbox, SandboxPlan> {
         lastRenewedAt: formatTime(now),
         renewals: 0,
         reportedAt: formatTime(now),
-        ...this.cadence(cr),
+        ...this.cadence(cr, this.timedTtl(cr, vm.vm_id)),
       },
       connectionDetails: detailsOf(vm),
-      requeueAfterMs: Math.max(0, renewAtOf(cr, vm.vm_id, expiresAt, grantedTtl(ttlSeconds(cr), {}, { expiresAt, now: now.getTime() })) - now.getTime()),
+      requeueAfterMs: Math.max(0, renewAtOf(cr, vm.vm_id, expiresAt, this.timedTtl(cr, vm.vm_id)) - now.getTime()),
       priority: true,
     };
   }

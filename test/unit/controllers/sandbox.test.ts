@@ -141,6 +141,12 @@ describe("Sandbox", () => {
     // 600 s granted: renewed again a fifth of that (120 s, less up to 12 s of jitter) before it runs out.
     expect(result.requeueAfterMs).toBeGreaterThan(468_000);
     expect(result.requeueAfterMs).toBeLessThanOrEqual(480_000);
+    // A pass before then (a resync, a watch event) does not renew it again, and status states
+    // the cadence it has, not the spec's (2,880 s).
+    w.advance(60_000);
+    await w.reconcile(kind(), "sb");
+    expect(w.writes()).toEqual([]);
+    expect(sandbox().status?.renewEverySeconds).toBe(480);
   });
 
   it("takes a renewal answered with an expiry already past for a failure: asked again before the VM runs out, not at once, over and over", async () => {
