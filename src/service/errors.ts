@@ -196,15 +196,18 @@ export interface Refusal {
 
 export function refusalOf(e: unknown): Refusal | undefined {
   if (!(e instanceof ServiceError)) return undefined;
-  const why = e.serviceMessage ?? e.message;
+  // Which call, and its status: one resource makes several (an allocation, a renewal, a file
+  // upload), and the service's own words seldom say which.
+  const call = `${e.operation} (HTTP ${e.status})`;
+  const why = e.serviceMessage === undefined ? "" : `: ${e.serviceMessage}`;
   switch (e.status) {
     case 400:
     case 413:
     case 422:
-      return { reason: "ServiceRejected", permanent: true, message: `the service refused the request: ${why}` };
+      return { reason: "ServiceRejected", permanent: true, message: `the service refused ${call}${why}` };
     case 401:
     case 403:
-      return { reason: "Unauthorized", permanent: false, message: `the service refused the credentials: ${why}` };
+      return { reason: "Unauthorized", permanent: false, message: `the service refused the credentials at ${call}${why}` };
     default:
       return undefined;
   }

@@ -10,7 +10,7 @@ const http = (status: number, retryable = false) =>
 
 describe("classify", () => {
   it.each([400, 413, 422])("stalls on HTTP %i: the same spec gets the same answer", (status) => {
-    expect(classify(http(status))).toEqual({ kind: "stalled", reason: "ServiceRejected", message: "the service refused the request: why" });
+    expect(classify(http(status))).toEqual({ kind: "stalled", reason: "ServiceRejected", message: `the service refused skills.create (HTTP ${status}): why` });
   });
 
   it.each([429, 500, 502, 503])("retries HTTP %i with backoff", (status) => {

@@ -8,15 +8,15 @@ const http = (status: number | undefined, serviceMessage?: string, operation = "
 
 describe("refusalOf", () => {
   it.each([400, 413, 422])("HTTP %i: the input is refused, permanently (the same spec gets the same answer)", (status) => {
-    expect(refusalOf(http(status, "why"))).toEqual({ reason: "ServiceRejected", permanent: true, message: "the service refused the request: why" });
+    expect(refusalOf(http(status, "why"))).toEqual({ reason: "ServiceRejected", permanent: true, message: "the service refused skills.create (HTTP " + status + "): why" });
   });
 
   it.each([401, 403])("HTTP %i: the credentials are refused, not permanently (they are fixed outside the resource)", (status) => {
-    expect(refusalOf(http(status, "why"))).toEqual({ reason: "Unauthorized", permanent: false, message: "the service refused the credentials: why" });
+    expect(refusalOf(http(status, "why"))).toEqual({ reason: "Unauthorized", permanent: false, message: "the service refused the credentials at skills.create (HTTP " + status + "): why" });
   });
 
-  it("quotes our message when the service gave none", () => {
-    expect(refusalOf(http(400))?.message).toBe("the service refused the request: skills.create: HTTP 400");
+  it("names the call and its status, with the service's words when it gave some", () => {
+    expect(refusalOf(http(400))?.message).toBe("the service refused skills.create (HTTP 400)");
   });
 
   it("counts the token service's answers the same way", () => {
