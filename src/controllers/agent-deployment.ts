@@ -327,7 +327,7 @@ class DeploymentClient implements ExternalClient<AgentDeployment, DeploymentPlan
   }
 
   private remove(id: string): Promise<void> {
-    return removeObject(this.handle.deployments, id, (key) => this.handle.client.deployments.delete(key));
+    return removeObject(this.handle.deployments, id, (key) => this.handle.client.deployments.delete(key), { get: (key) => this.handle.client.deployments.get(key) });
   }
 
   private statusAfterDeploy(cr: AgentDeployment, d: Deployment, target: Target): Partial<AgentDeploymentStatus> {

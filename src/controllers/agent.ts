@@ -204,7 +204,7 @@ class AgentClient implements ExternalClient<Agent, AgentPlan> {
     const ids = new Set(this.handle.agents.findByMarker(cr.metadata.uid).map((a) => a.id));
     const id = agentExternalId(cr);
     if (id !== undefined) ids.add(id);
-    for (const each of ids) await removeObject(this.handle.agents, each, (key) => this.handle.client.agents.delete(key));
+    for (const each of ids) await removeObject(this.handle.agents, each, (key) => this.handle.client.agents.delete(key), { get: (key) => this.handle.client.agents.get(key) });
   }
 
   /**

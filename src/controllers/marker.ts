@@ -6,7 +6,7 @@ import { NotReadyError } from "../managed/errors.js";
 import type { ManagedResource } from "../managed/external.js";
 import type { Inventory } from "../managed/inventory.js";
 import { pollIntervalMs } from "../managed/poll-interval.js";
-import { isNotFound } from "../service/index.js";
+import { goneIndeed, isNotFound, isServiceNotFound } from "../service/index.js";
 
 interface Dated {
   created_at?: string;
@@ -37,7 +37,10 @@ export interface Found<T> {
 
 export interface FindOptions<T> {
   inventory: Inventory<T>;
-  /** Reads one object; a 404 means it is gone. */
+  /**
+   * Reads one object; the service's own 404 means it is gone. A bare 404 (a gateway's) says
+   * nothing of it, and is thrown as the failure it is.
+   */
   get(id: string): Promise<T>;
   /** Whether an object can still serve (a released or expired VM cannot); default: any can. */
   usable?(obj: T): boolean;
@@ -109,7 +112,9 @@ export async function findOwn<T extends Dated & { id: string }>(
     inventory.put(got);
     if (usable(got)) return keeping(got);
   } catch (err) {
-    if (!isNotFound(err)) throw err;
+    // Only the service's own 404 is gone: a bare one taken for it had a VM that runs replaced
+    // (a second allocated), then released as a leftover. Thrown, the read is tried again.
+    if (!isServiceNotFound(err)) throw err;
     inventory.remove(id);
   }
   if (annotated || !opts.adoptAfterLoss) return { found: undefined, leftovers: [] };
@@ -148,14 +153,22 @@ export async function changeObserved<T>(inventory: Inventory<unknown>, key: stri
 }
 
 /**
- * Deletes (or releases) a service object with `call`. A 404 is success: gone is what was
- * asked, and a retry after a lost answer must not fail on it. The inventory forgets it.
+ * Deletes (or releases) a service object with `call`. A 404 is success when it says the object
+ * is gone (goneIndeed: the service's own, or a bare one that a GET of it by `gone.get`
+ * confirms): gone is what was asked, and a retry after a lost answer must not fail on it. Any
+ * other 404 (a gateway's, the object still there) is thrown: taken for success, it let the
+ * finalizer go while the object ran on. The inventory forgets it.
  */
-export async function removeObject(inventory: Inventory<unknown>, key: string, call: (key: string) => Promise<unknown>): Promise<void> {
+export async function removeObject<T>(
+  inventory: Inventory<unknown>,
+  key: string,
+  call: (key: string) => Promise<unknown>,
+  gone: { get(key: string): Promise<T>; ended?(obj: T): boolean },
+): Promise<void> {
   try {
     await call(key);
   } catch (err) {
-    if (!isNotFound(err)) throw err;
+    if (!(await goneIndeed(err, () => gone.get(key), (obj) => gone.ended?.(obj) ?? false))) throw err;
   }
   inventory.remove(key);
 }

@@ -24,7 +24,7 @@ import { formatTime } from "../runtime/status.js";
 import {
   isNotFound,
   isOutcomeUnknown,
-  isServiceNotFound,
+  goneIndeed,
   isServiceError,
   ServiceError,
   refusalOf,
@@ -760,7 +760,7 @@ class SandboxClient implements ExternalClient<Sandbox, SandboxPlan> {
         ...(refused !== undefined && { refused: { err: refused, ttl: ttlSeconds(cr), instead: ttl } }),
       };
     } catch (err) {
-      if (!isNotFound(err) || !(await vmGoneIndeed(this.handle, current.id, err))) throw retryWhileAlive(err, Date.parse(current.expires_at ?? ""), this.deps.now().getTime());
+      if (!(await vmGoneIndeed(this.handle, current.id, err))) throw retryWhileAlive(err, Date.parse(current.expires_at ?? ""), this.deps.now().getTime());
       // Gone between the snapshot and the renewal: replace it now rather than on the next pass
       // (not while paused: the replacement waits for the resume).
       this.handle.vms.remove(current.id);
@@ -894,11 +894,14 @@ class SandboxClient implements ExternalClient<Sandbox, SandboxPlan> {
     };
   }
 
-  /** Release (optionally recycling) or delete, per spec.onDelete; a 404 is success. */
+  /** Release (optionally recycling) or delete, per spec.onDelete; a 404 that says the VM is gone is success (vmGoneIndeed). */
   private giveBack(cr: Sandbox, vmId: string): Promise<void> {
     const vms = this.handle.client.vms;
-    return removeObject(this.handle.vms, vmId, (id) =>
-      (cr.spec.onDelete ?? "Release") === "Delete" ? vms.delete(id) : vms.release(id, cr.spec.recycle ?? false),
+    return removeObject(
+      this.handle.vms,
+      vmId,
+      (id) => ((cr.spec.onDelete ?? "Release") === "Delete" ? vms.delete(id) : vms.release(id, cr.spec.recycle ?? false)),
+      vmLookup(this.handle),
     );
   }
 }
@@ -931,21 +934,24 @@ function madeForOtherSpec(cr: Sandbox, vm: AgentVM, sameSpec: SameSpec): boolean
 }
 
 /**
- * Whether a renewal of `vmId` answered 404 (`err`) means the VM is gone: so the compute API
- * says, in its error body; a bare 404 (a gateway's, a route briefly missing behind a load
- * balancer) is asked about once more by GET, as a run's VM is (runs/vm.ts). Taking a VM that
- * is there for gone would replace it (a Sandbox's: a second allocated, then the first released,
+ * Whether a 404 (`err`) of a call about VM `vmId` (a renewal, a release) means the VM is gone:
+ * so the compute API says, in its error body; a bare 404 (a gateway's, a route briefly missing
+ * behind a load balancer) is asked about once more by GET, as a run's VM is (runs/vm.ts), and a
+ * VM that answers as ended (released, expired) is gone too (goneIndeed). Taking a VM that is
+ * there for gone would replace it (a Sandbox's: a second allocated, then the first released,
  * the workload in it with it) or stop renewing it (a run's: it runs out mid-run).
  */
-export async function vmGoneIndeed(handle: Pick<ServiceHandle, "client">, vmId: string, err: unknown): Promise<boolean> {
-  if (isServiceNotFound(err)) return true;
-  try {
-    return !vmStateIsLive((await handle.client.vms.get(vmId)).state);
-  } catch (lookup) {
-    // Not known either way (the GET through the same gateway answered a bare 404 too, or
-    // failed): not gone, and the renewal is tried again while the VM has time.
-    return isServiceNotFound(lookup);
-  }
+export function vmGoneIndeed(handle: Pick<ServiceHandle, "client">, vmId: string, err: unknown): Promise<boolean> {
+  const { get, ended } = vmLookup(handle);
+  return goneIndeed(err, () => get(vmId), ended);
+}
+
+/**
+ * How a VM is asked about after a bare 404 (removeObject, vmGoneIndeed): by GET, and a record
+ * that no longer runs (released, expired...) is one gone.
+ */
+export function vmLookup(handle: Pick<ServiceHandle, "client">): { get(vmId: string): Promise<AgentVM>; ended(vm: AgentVM): boolean } {
+  return { get: (vmId) => handle.client.vms.get(vmId), ended: (vm) => !vmStateIsLive(vm.state) };
 }
 
 /**

@@ -7,7 +7,7 @@ import { notReportedYet, troubleOf } from "../managed/conditions.js";
 import type { Skill, SkillStatus } from "../api/index.js";
 import { ClaimTaken, NotReadyError, StalledError } from "../managed/errors.js";
 import type { ActionResult, ExternalClient, ManagedResource, Observation, Planned } from "../managed/external.js";
-import { isBadRequest, isConflict, isNotFound, isOutcomeUnknown, type SkillRequest, type Skill as ServiceSkill } from "../service/index.js";
+import { isBadRequest, isConflict, isServiceNotFound, isOutcomeUnknown, type SkillRequest, type Skill as ServiceSkill } from "../service/index.js";
 import { deepEqual } from "../runtime/status.js";
 import { managementOf } from "../managed/management-policies.js";
 import type { ServiceHandle } from "./connection-pool.js";
@@ -288,14 +288,17 @@ class SkillClient implements ExternalClient<Skill, SkillPlan> {
     return { exists: true, upToDate: differences.length === 0, differences, status: statusOf(found), plan };
   }
 
-  /** One GET, for a resource polled more often than the snapshot is read; a 404 is "gone". */
+  /**
+   * One GET, for a resource polled more often than the snapshot is read; the service's own 404
+   * is "gone". A bare one (a gateway's) says nothing of the skill: thrown, as findOwn does.
+   */
   private async read(name: string): Promise<ServiceSkill | undefined> {
     try {
       const got = await this.handle.client.skills.get(name);
       this.handle.skills.put(got);
       return got;
     } catch (err) {
-      if (!isNotFound(err)) throw err;
+      if (!isServiceNotFound(err)) throw err;
       this.handle.skills.remove(name);
       return undefined;
     }
@@ -352,7 +355,7 @@ class SkillClient implements ExternalClient<Skill, SkillPlan> {
   async delete(cr: Skill): Promise<void> {
     const name = await this.ownSkill(cr);
     if (name === undefined) return;
-    await removeObject(this.handle.skills, name, (key) => this.handle.client.skills.delete(key));
+    await removeObject(this.handle.skills, name, (key) => this.handle.client.skills.delete(key), { get: (key) => this.handle.client.skills.get(key) });
   }
 
   /**

@@ -6,9 +6,10 @@
 import { API_VERSION, DEFAULT_CONNECTION, kindNames } from "../api/names.js";
 import type { Sandbox, SandboxRun, SandboxRunSpec, SandboxRunStatus } from "../api/index.js";
 import type { ServiceHandle } from "../controllers/connection-pool.js";
-import { desiredAllocation, envFromValues, holdsRotatedSecrets, renewAtOf, renewVMFor, ttlSeconds, vmGoneIndeed, type SandboxDeps } from "../controllers/sandbox.js";
+import { desiredAllocation, envFromValues, holdsRotatedSecrets, renewAtOf, renewVMFor, ttlSeconds, vmGoneIndeed, vmLookup, type SandboxDeps } from "../controllers/sandbox.js";
+import { removeObject } from "../controllers/marker.js";
 import { formatTime } from "../runtime/status.js";
-import { ServiceError, isNotFound, isServiceNotFound, type AllocateVMRequest } from "../service/index.js";
+import { ServiceError, isServiceNotFound, type AllocateVMRequest } from "../service/index.js";
 import type { AgentVM } from "../service/types.js";
 import { vmStateIsLive } from "../api/vm-state.js";
 
@@ -160,7 +161,7 @@ export async function keepRunVM(run: SandboxRun, handle: ServiceHandle, vmId: st
     // a shorter one the service takes, rather than lost mid-run.
     ({ renewed, ttl } = await renewVMFor(handle, vm, ttlSeconds(template)));
   } catch (err) {
-    if (!isNotFound(err) || !(await vmGoneIndeed(handle, vmId, err))) throw err;
+    if (!(await vmGoneIndeed(handle, vmId, err))) throw err;
     handle.vms.remove(vmId);
     return undefined;
   }
@@ -177,13 +178,8 @@ export async function releaseRunVMs(run: SandboxRun, handle: ServiceHandle, vmId
   if (template === undefined) return;
   const ids = new Set(await liveVMsOf(run, handle));
   if (vmId) ids.add(vmId);
-  for (const id of ids) {
-    try {
-      if ((template.onDelete ?? "Release") === "Delete") await handle.client.vms.delete(id);
-      else await handle.client.vms.release(id, template.recycle ?? false);
-    } catch (err) {
-      if (!isNotFound(err)) throw err;
-    }
-    handle.vms.remove(id);
-  }
+  const vms = handle.client.vms;
+  const giveBack = (id: string) => ((template.onDelete ?? "Release") === "Delete" ? vms.delete(id) : vms.release(id, template.recycle ?? false));
+  // As a Sandbox's: a bare 404 (a gateway's) is success only once a GET says the VM is gone.
+  for (const id of ids) await removeObject(handle.vms, id, giveBack, vmLookup(handle));
 }

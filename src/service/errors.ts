@@ -132,6 +132,26 @@ export function isServiceNotFound(e: unknown): boolean {
   return isNotFound(e) && ((e as ServiceError).errorCode !== undefined || (e as ServiceError).serviceError !== undefined);
 }
 
+/**
+ * Whether a 404 (`err`) for an object means it is gone. The service's own 404 says so; a bare
+ * one says nothing of the object, which is asked about once by `lookup` (a GET of it): gone if
+ * that answers the service's own 404, or with an object that has `ended` (a released VM). Any
+ * other answer, or failure: not known to be gone, and the 404 stands as the failure it is
+ * (tried again). Taking an object that is there for gone would make a second one next to it
+ * (a VM allocated, then the first released with the workload in it), or drop a finalizer while
+ * the object runs on.
+ */
+export async function goneIndeed<T>(err: unknown, lookup: () => Promise<T>, ended: (obj: T) => boolean = () => false): Promise<boolean> {
+  if (!isNotFound(err)) return false;
+  if (isServiceNotFound(err)) return true;
+  try {
+    return ended(await lookup());
+  } catch (again) {
+    // The GET through the same gateway answered a bare 404 too, or failed: not known either way.
+    return isServiceNotFound(again);
+  }
+}
+
 /** 409: e.g. an agent name already taken in the org. */
 export function isConflict(e: unknown): boolean {
   return e instanceof ServiceError && e.status === 409;

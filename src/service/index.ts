@@ -10,6 +10,7 @@ export {
   isServiceError,
   isNotFound,
   isServiceNotFound,
+  goneIndeed,
   isConflict,
   isBadRequest,
   isOutcomeUnknown,

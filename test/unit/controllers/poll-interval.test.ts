@@ -64,6 +64,27 @@ describe("poll interval", () => {
     expect(w.emu.state.skills.get("sk")?.content).toBe("v1");
   });
 
+  it("takes a bare 404 (a gateway's) to that GET for a failed read, not for an object gone: nothing is created again", async () => {
+    apply("fast", { [Annotations.pollInterval]: "1s" });
+    w.apply<Skill>("skills", { metadata: { name: "sk", annotations: { [Annotations.pollInterval]: "1s" } }, spec: { content: "v1" } });
+    await w.reconcile(kind(), "fast");
+    await w.reconcile(skills(w.ctx), "sk");
+    const id = w.get<Agent>("agents", "fast").status?.agentId as string;
+    await sleep(1_000);
+    w.emu.injectFault({ method: "GET", path: `/registry/v1/agents/${id}`, times: 1, action: { status: 404, body: "404 page not found" } });
+    w.emu.injectFault({ method: "GET", path: "/compute/v1/skills/sk", times: 1, action: { status: 404, body: "404 page not found" } });
+    w.calls();
+    await expect(w.reconcile(kind(), "fast")).rejects.toMatchObject({ status: 404 });
+    await expect(w.reconcile(skills(w.ctx), "sk")).rejects.toMatchObject({ status: 404 });
+    expect(w.calls()).toEqual(["agents.get", "skills.get"]);
+    // Read again: there, as it was.
+    await w.reconcile(kind(), "fast");
+    await w.reconcile(skills(w.ctx), "sk");
+    expect(w.calls()).toEqual(["agents.get", "skills.get"]);
+    expect(w.get<Agent>("agents", "fast").status?.agentId).toBe(id);
+    expect([...w.emu.state.agents.values()].filter((a) => a.name === "fast")).toHaveLength(1);
+  });
+
   it("a bad value: one Warning Event, said in the Ready message, and the sync period kept", async () => {
     apply("bad", { [Annotations.pollInterval]: "every minute" });
     const first = requeue(await w.reconcile(kind(), "bad"));

@@ -224,6 +224,61 @@ describe("Sandbox", () => {
     expect(sandbox().status?.vmId).toBe(vmId);
   });
 
+  it("keeps its VM when the GET that reads it is answered a bare 404 (a gateway's): nothing allocated, nothing released; the service's own 404 is its end", async () => {
+    // Polled every second: its VM is read by its id (one GET) once the snapshot is older than that.
+    w.apply<Sandbox>("sandboxes", { metadata: { name: "sb", annotations: { [Annotations.pollInterval]: "1s" } }, spec: { tier: "standard", ttlSeconds: 600 } });
+    await w.reconcile(kind(), "sb");
+    const vmId = sandbox().status?.vmId as string;
+    await new Promise((r) => setTimeout(r, 1_000));
+    w.emu.injectFault({ method: "GET", path: `/compute/v1/vms/${vmId}`, times: 1, action: { status: 404, body: "404 page not found" } });
+    w.calls();
+    // A failed read, tried again before the VM runs out.
+    expect(await reconcileError()).toBeInstanceOf(RetryNoLaterThan);
+    expect(w.writes()).toEqual([]);
+    expect(sandbox().status).toMatchObject({ vmId, state: "allocated" });
+    expect(w.events.filter((e) => e.reason === "VMReplaced")).toEqual([]);
+    // The next list shows it, and nothing else of the Sandbox's to give back: it runs on.
+    resync();
+    await w.reconcile(kind(), "sb");
+    expect(w.writes()).toEqual([]);
+    expect(liveVMs()).toEqual([vmId]);
+    expect(sandbox().status?.vmId).toBe(vmId);
+    // The service's own 404 for it: gone, and replaced.
+    w.emu.state.deleteVM(vmId);
+    resync();
+    await w.reconcile(kind(), "sb");
+    expect(w.writes()).toEqual(["vms.allocate"]);
+    expect(sandbox().status?.vmId).not.toBe(vmId);
+    expect(w.events.at(-1)).toMatchObject({ type: "Warning", reason: "VMReplaced", message: expect.stringContaining(`VM ${vmId} is gone`) });
+  });
+
+  it("keeps its finalizer when the release at its deletion is answered a bare 404 (a gateway's) while the VM runs, and releases it on the retry", async () => {
+    apply({});
+    await w.reconcile(kind(), "sb");
+    const vmId = sandbox().status?.vmId as string;
+    w.apply<Sandbox>("sandboxes", { metadata: { name: "sb", deletionTimestamp: "2030-01-01T00:00:00Z", finalizers: sandbox().metadata.finalizers }, spec: sandbox().spec });
+    w.emu.injectFault({ method: "POST", path: `/compute/v1/vms/${vmId}/release`, times: 1, action: { status: 404, body: "404 page not found" } });
+    expect(await reconcileError()).toBeDefined();
+    expect(sandbox().metadata.finalizers).toContain(FINALIZER);
+    expect(live(vmId)).toBe(true);
+    w.calls();
+    await w.reconcile(kind(), "sb");
+    expect(w.writes()).toEqual(["vms.release"]);
+    expect(live(vmId)).toBe(false);
+    expect(sandbox().metadata.finalizers ?? []).not.toContain(FINALIZER);
+  });
+
+  it("lets its finalizer go when the release at its deletion is answered a bare 404 and the service says the VM is gone", async () => {
+    apply({});
+    await w.reconcile(kind(), "sb");
+    const vmId = sandbox().status?.vmId as string;
+    w.apply<Sandbox>("sandboxes", { metadata: { name: "sb", deletionTimestamp: "2030-01-01T00:00:00Z", finalizers: sandbox().metadata.finalizers }, spec: sandbox().spec });
+    w.emu.injectFault({ method: "POST", path: `/compute/v1/vms/${vmId}/release`, times: 1, action: { status: 404, body: "404 page not found" } });
+    w.emu.state.expireVM(vmId); // ran out meanwhile: the GET that asks about it answers the service's own 404
+    await w.reconcile(kind(), "sb");
+    expect(sandbox().metadata.finalizers ?? []).not.toContain(FINALIZER);
+  });
+
   it("retries a renewal the service failed no later than a quarter of the time the VM has left", async () => {
     apply({});
     await w.reconcile(kind(), "sb");

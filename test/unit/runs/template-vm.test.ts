@@ -4,7 +4,7 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { kindNames } from "../../../src/api/names.js";
 import type { SandboxRun, Skill } from "../../../src/api/index.js";
-import { ensureRunVM, keepRunVM, type AllocationDeps } from "../../../src/runs/template-vm.js";
+import { ensureRunVM, keepRunVM, releaseRunVMs, type AllocationDeps } from "../../../src/runs/template-vm.js";
 import { NS, World } from "../controllers/helpers.js";
 
 let w: World;
@@ -179,5 +179,29 @@ describe("keepRunVM", () => {
     const calls = renewals().length;
     expect(await keepRunVM(r, w.handle(), id, now)).toBeUndefined();
     expect(renewals().length).toBe(calls);
+  });
+});
+
+describe("releaseRunVMs", () => {
+  const deps = (): AllocationDeps => ({ store: w.ctx.store, skills: w.informer(kindNames.skill).as<Skill>() as never, now: w.ctx.now });
+  const live = (id: string) => w.emu.state.vms.get(id)?.state === "allocated";
+
+  it("does not take a release answered a bare 404 (a gateway's) for one done while the VM runs: it fails, and the retry releases it", async () => {
+    const r = runOf("released", { ttlSeconds: 600 });
+    const id = await ensureRunVM(r, w.handle(), deps());
+    w.emu.injectFault({ method: "POST", path: `/compute/v1/vms/${id}/release`, times: 1, action: { status: 404, body: "404 page not found" } });
+    await expect(releaseRunVMs(r, w.handle(), id)).rejects.toMatchObject({ status: 404 });
+    expect(live(id)).toBe(true);
+    await releaseRunVMs(r, w.handle(), id);
+    expect(live(id)).toBe(false);
+  });
+
+  it("takes a release answered a bare 404 for one done when the service says the VM is gone", async () => {
+    const r = runOf("ran-out", { ttlSeconds: 600 });
+    const id = await ensureRunVM(r, w.handle(), deps());
+    w.emu.state.expireVM(id);
+    w.emu.injectFault({ method: "POST", path: `/compute/v1/vms/${id}/release`, times: 1, action: { status: 404, body: "404 page not found" } });
+    await releaseRunVMs(r, w.handle(), id);
+    expect(w.handle().vms.get(id)).toBeUndefined();
   });
 });
