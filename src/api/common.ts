@@ -217,7 +217,7 @@ export function EnvFromSecrets(secretRefDescription: string, description: string
 }
 
 export const WriteConnectionSecretTo = LocalObjectReference(
-  "Secret (in the same namespace, owned by this resource) that receives the credentials and endpoints of the service object. Defaults to <metadata.name>-agentcompute (the same for a Sandbox and an AgentDeployment of one name: give one of them another). The operator keeps it: deleted or edited by someone else it is written again at once, and when this name changes the Secret of the old name is deleted (as is any other Secret of type agentcompute.dev/connection this resource controls, e.g. a copy that kept its ownerReferences). An AgentDeployment's is deleted while it has no deployment (the one it had deleted, to be replaced or outside the operator, and no new one deployed yet), and written again when one runs.",
+  "Secret (in the same namespace, owned by this resource) that receives the credentials and endpoints of the service object. Defaults to <metadata.name>-agentcompute (the same for a Sandbox and an AgentDeployment of one name: give one of them another). The operator keeps it: deleted or edited by someone else it is written again at once, and when this name changes the Secret of the old name is deleted (as is any other Secret of type agentcompute.dev/connection this resource controls, e.g. a copy that kept its ownerReferences). An AgentDeployment's is deleted while it has no deployment (the one it had deleted, to be replaced or outside the operator, and no new one deployed yet), and a Sandbox's while its VM is gone and no replacement is allocated yet; each is written again when one runs.",
 );
 
 /** A rule that makes an optional spec field create-only, reported on that field. */

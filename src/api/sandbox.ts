@@ -84,7 +84,12 @@ export type SandboxSpec = Static<typeof SandboxSpecSchema>;
 
 export const SandboxStatusSchema = statusSchema("Observed state of the sandbox VM.", {
   vmId: Type.Optional(Type.String({ description: "Id of the VM in the service." })),
-  state: Type.Optional(Type.String({ description: "The service's state: allocated, released, expired..." })),
+  state: Type.Optional(
+    Type.String({
+      description:
+        "The service's state: allocated, released, expired... Or gone: the VM vmId names is no longer in the service and its replacement is not allocated yet (the Ready message says why); endpoint and wsURL are removed, and the connection Secret is deleted until a VM runs again.",
+    }),
+  ),
   tier: Type.Optional(Type.String({ description: "Tier of the VM." })),
   skillsLoaded: Type.Optional(Type.Array(Type.String(), { description: "Skills the VM loaded.", maxItems: 256 })),
   endpoint: Type.Optional(Type.String({ description: "Endpoint of the VM (also in the connection Secret)." })),

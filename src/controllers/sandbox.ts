@@ -381,6 +381,13 @@ const ENDPOINT_UNKNOWN = { reason: "EndpointUnknown" } as const;
 /** status.endpoint and wsURL (and the connection Secret's) of an adopted VM whose endpoint could not be read. */
 const ENDPOINT_NOT_READ = "";
 
+/**
+ * Status while the VM it names is gone and no replacement is allocated yet: state "gone" (not
+ * live: `kubectl agentcompute exec` refuses it), without the endpoints of a VM that is no more.
+ * vmId still names it: the replacement's Event says which VM it took the place of.
+ */
+const VM_GONE = { state: "gone", endpoint: null, wsURL: null };
+
 /** The VM was last reported matching the spec of this very generation (Ready=True for it). */
 function matchedThisGeneration(cr: Sandbox): boolean {
   const ready = cr.status?.conditions?.find((c) => c.type === ConditionType.Ready);
@@ -649,8 +656,7 @@ class SandboxClient implements ExternalClient<Sandbox, SandboxPlan> {
 
   async create(cr: Sandbox): Promise<ActionResult<SandboxStatus>> {
     const replacing = sandboxExternalId(cr);
-    const request = this.desired(cr);
-    const vm = await this.allocate(cr, request);
+    const { vm, request } = await this.allocateInPlaceOf(cr, replacing);
     const result = this.afterAllocate(cr, vm, request);
     if (replacing !== undefined) {
       result.event = {
@@ -775,8 +781,7 @@ class SandboxClient implements ExternalClient<Sandbox, SandboxPlan> {
         return { event: null, requeueAfterMs: 0, priority: true };
       }
       if (!(cr.spec.keepAlive ?? true)) return { status: { state: "expired" } };
-      const request = this.desired(cr);
-      const vm = await this.allocate(cr, request);
+      const { vm, request } = await this.allocateInPlaceOf(cr, current.id);
       return {
         ...this.afterAllocate(cr, vm, request),
         event: { reason: "VMReplaced", message: `VM ${current.id} was gone at renewal; allocated ${vm.vm_id}`, warning: true },
@@ -866,6 +871,23 @@ class SandboxClient implements ExternalClient<Sandbox, SandboxPlan> {
     } catch (err) {
       if (isOutcomeUnknown(err)) this.handle.vms.invalidate();
       throw err;
+    }
+  }
+
+  /**
+   * A VM as the spec asks, in place of VM `gone` (the one status names, found gone) if there is
+   * one. While none can be allocated (a pool exhausted, a Skill or Secret to wait for), status
+   * must not go on describing the VM that is gone (state allocated, its endpoint) nor the
+   * connection Secret hand out its endpoint and token: the failure carries VM_GONE, and the
+   * Secret is deleted until a VM runs again, as an AgentDeployment's is.
+   */
+  private async allocateInPlaceOf(cr: Sandbox, gone: string | undefined): Promise<{ vm: Allocation; request: AllocateVMRequest }> {
+    try {
+      const request = this.desired(cr);
+      return { vm: await this.allocate(cr, request), request };
+    } catch (err) {
+      if (gone === undefined) throw err;
+      throw new FailedAfterChange(err, VM_GONE, `VM ${gone} is gone (expired or deleted) and no replacement is allocated yet; the connection Secret is deleted until one is`, true);
     }
   }
 

@@ -807,6 +807,60 @@ describe("Sandbox", () => {
     expect(w.events.filter((e) => e.reason === "Expired")).toEqual([expect.objectContaining({ type: "Warning" })]);
   });
 
+  it("says its VM is gone while no replacement can be allocated (the pool exhausted): state gone, no endpoint, no connection Secret; then names the replacement", async () => {
+    apply({});
+    await w.reconcile(kind(), "sb");
+    const vmId = sandbox().status?.vmId as string;
+    expect(w.secrets.get(NS, "sb-agentcompute")).toBeDefined();
+    w.emu.state.deleteVM(vmId); // out of band
+    resync();
+    unavailable("POST", "/compute/v1/vms/allocate", "pool_exhausted");
+    expect(await reconcileError()).toBeDefined();
+    const st = sandbox().status;
+    expect(st).toMatchObject({ vmId, state: "gone" });
+    expect(st?.endpoint).toBeUndefined();
+    expect(st?.wsURL).toBeUndefined();
+    expect(condition(sandbox(), "Ready")).toMatchObject({ status: "False", reason: "ServiceUnavailable", message: expect.stringContaining(`VM ${vmId} is gone`) });
+    // Nor does the connection Secret hand out the endpoint and token of a VM that is gone.
+    expect(w.secrets.get(NS, "sb-agentcompute")).toBeUndefined();
+
+    w.emu.clearFaults();
+    await w.reconcile(kind(), "sb");
+    const replacement = sandbox().status?.vmId as string;
+    expect(replacement).not.toBe(vmId);
+    expect(sandbox().status).toMatchObject({ state: "allocated", endpoint: w.emu.state.vms.get(replacement)?.endpoint });
+    expect(condition(sandbox(), "Ready")).toMatchObject({ status: "True" });
+    const secret = w.secrets.get(NS, "sb-agentcompute");
+    expect(Buffer.from(secret?.data?.vmId ?? "", "base64").toString()).toBe(replacement);
+  });
+
+  it("says its VM is gone, at once, while the replacement waits for a Skill", async () => {
+    apply({});
+    await w.reconcile(kind(), "sb");
+    const vmId = sandbox().status?.vmId as string;
+    w.apply<Skill>("skills", { metadata: { name: "sk" }, spec: { content: "# c" } });
+    apply({ skills: ["sk"] }); // a Skill still being made: no new VM can load it yet
+    w.emu.state.expireVM(vmId);
+    resync();
+    w.calls();
+    await w.reconcile(kind(), "sb");
+    expect(w.writes()).toEqual([]);
+    expect(sandbox().status).toMatchObject({ vmId, state: "gone" });
+    expect(condition(sandbox(), "Ready")).toMatchObject({ status: "False", reason: "WaitingForSkill", message: expect.stringContaining(`VM ${vmId} is gone`) });
+  });
+
+  it("says its VM is gone when it is found so at its renewal and no replacement can be allocated", async () => {
+    apply({});
+    await w.reconcile(kind(), "sb");
+    const vmId = sandbox().status?.vmId as string;
+    w.emu.state.deleteVM(vmId); // the snapshot still shows it live
+    unavailable("POST", "/compute/v1/vms/allocate", "pool_exhausted");
+    w.advance(481_000);
+    expect(await reconcileError()).toBeDefined();
+    expect(sandbox().status).toMatchObject({ vmId, state: "gone" });
+    expect(condition(sandbox(), "Ready")?.message).toContain(`VM ${vmId} is gone`);
+  });
+
   it("reports a VM a lost allocation left behind without releasing it; the reconcile gives it back", async () => {
     apply({});
     await w.reconcile(kind(), "sb");
