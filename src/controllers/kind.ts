@@ -101,6 +101,8 @@ export interface ManagedKind<R extends ManagedResource, Plan> {
   needsUpkeep?: boolean;
   /** With `needsUpkeep`: the resource names an object its upkeep keeps alive (ManagedReconcilerOptions.keepsAlive). */
   keepsAlive?(cr: R): boolean;
+  /** true: the client's update may create a service object (see ManagedReconcilerOptions.updateCreates). */
+  updateCreates?: boolean;
   /**
    * With `needsUpkeep`: the resource's upkeep is due soon, so that its first pass (a restart, a
    * new leader, a share moved in: thousands of resources listed at once) goes on the priority
@@ -277,6 +279,7 @@ export function setupManagedKind<R extends ManagedResource, Plan>(
     secrets: kind.connectionSecret ? ctx.secretWriter : undefined,
     needsUpkeep: kind.needsUpkeep ?? false,
     ...(kind.keepsAlive && { keepsAlive: kind.keepsAlive }),
+    updateCreates: kind.updateCreates ?? false,
     resourceMetrics,
   });
   const controller = ctx.manager.newController({ name: kind.controller, concurrency: ctx.options.concurrency, reconciler });

@@ -138,6 +138,11 @@ export function sandboxes(ctx: KindContext): ManagedKind<Sandbox, SandboxPlan> {
     needsUpkeep: true,
     keepsAlive: (cr) => (cr.spec.keepAlive ?? true) && sandboxExternalId(cr) !== undefined && cr.status?.state !== "expired",
     upkeepSoon: (cr) => renewalSoon(cr, ctx.now().getTime()),
+    // A replacement VM (for a changed spec, or one gone at its renewal) is allocated in update:
+    // one whose answer is lost may land after a deletion's look, and would run unrenewed and
+    // unreleased until its TTL. (The allocation is the only call of update whose outcome can
+    // be unknown: renewals and releases are repeated safely.)
+    updateCreates: true,
     // The envFrom Secrets' values go into the VM's env: fixing one is a fix of a refused VM.
     inputs: (cr) => fingerprint((cr.spec.envFrom ?? []).map((e, i) => ctx.store.secretData(cr.metadata.namespace, e.secretRef.name, `spec.envFrom[${i}].secretRef.name`))),
     client: (handle) => new SandboxClient(handle, deps),

@@ -80,6 +80,13 @@ export interface ManagedReconcilerOptions<R extends ManagedResource, Plan = unkn
    * Default: it has an external id.
    */
   keepsAlive?(cr: R): boolean;
+  /**
+   * The kind's update may create a service object (a Sandbox's replacement VM, allocated
+   * before the old one is released): an update that fails with its outcome unknown counts as
+   * a create that did (uncertainCreates), so that a deletion soon after looks again for what
+   * lands late. Without it, only the failure an update wraps (FailedAfterChange) counts.
+   */
+  updateCreates?: boolean;
   /** Per-resource metrics (drift_seconds): told of each drift put back and each success. */
   resourceMetrics?: ResourceMetricsRecorder;
   now?: () => Date;
@@ -256,7 +263,7 @@ export class ManagedReconciler<R extends ManagedResource, Plan = unknown> implem
         try {
           action = differs ? await changing(update) : await update();
         } catch (err) {
-          this.noteUncertainCreate(cr, err, { wrappedOnly: true });
+          this.noteUncertainCreate(cr, err, { wrappedOnly: this.opts.updateCreates !== true });
           throw err;
         }
         if (differs) this.opts.resourceMetrics?.drifted(cr, this.now());
@@ -528,7 +535,8 @@ export class ManagedReconciler<R extends ManagedResource, Plan = unknown> implem
    * A create whose outcome is unknown may still land (uncertainCreates). From create: its
    * failure, or the one it wraps (FailedAfterChange: a deployment deployed again in place of one
    * deleted outside the operator). From update (`wrappedOnly`): only one a replacement wraps,
-   * whose old object is gone already; an update's own unknown outcome creates nothing.
+   * whose old object is gone already; an update's own unknown outcome creates nothing, unless
+   * the kind's update creates (`updateCreates`: a Sandbox's replacement VM).
    */
   private noteUncertainCreate(cr: R, err: unknown, { wrappedOnly }: { wrappedOnly: boolean }): void {
     const unknown = err instanceof FailedAfterChange ? isOutcomeUnknown(err.cause) : !wrappedOnly && isOutcomeUnknown(err);

@@ -267,6 +267,7 @@ export class World {
       needsUpkeep: kind.needsUpkeep ?? false,
       ...(kind.connectionSecret && { secrets: new ConnectionSecretWriter(this.kube, this.secrets.as<SecretObject>()) }),
       ...(kind.keepsAlive && { keepsAlive: kind.keepsAlive }),
+      updateCreates: kind.updateCreates ?? false,
       now: () => new Date(this.clock.ms),
     });
   }
