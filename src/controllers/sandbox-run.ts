@@ -10,6 +10,7 @@ import type { RunStepStatus, Sandbox, SandboxRun, SandboxRunStatus, Skill } from
 import { errorMessage, retold } from "../lib/errors.js";
 import { NotReadyError, classify } from "../managed/errors.js";
 import { patchFinalizers, removeFinalizer } from "../managed/finalizers.js";
+import { landingWaitMs } from "../managed/reconciler.js";
 import { afterBackoff } from "../managed/requeue.js";
 import type { StatusWriter } from "../managed/status-writer.js";
 import { RetryNoLaterThan, type Controller, type ReconcileContext, type Reconciler, type Request, type Result } from "../runtime/controller.js";
@@ -23,7 +24,7 @@ import { outputFile, startedFile, stepPath, vmPath } from "../runs/script.js";
 import { Heartbeats, cancelStep, observeStep, removeRunDir, startStep, stopStep, type StepRef } from "../runs/steps.js";
 import { ensureRunVM, heldConnection, keepRunVM, knownVM, releaseRunVMs, runVMHoldsRotatedSecrets, type AllocationDeps } from "../runs/template-vm.js";
 import { ForwardedVM, VMGoneError, type RunVM } from "../runs/vm.js";
-import { isServiceError } from "../service/errors.js";
+import { isOutcomeUnknown, isServiceError } from "../service/errors.js";
 import type { ConnectionPool, ServiceHandle } from "./connection-pool.js";
 import { readinessChanged, referrers, requestOf, specOrMetaChanged, type OperatorContext } from "./kind.js";
 import { holdsRotatedSecrets, sandboxesUsingSecret } from "./sandbox.js";
@@ -157,6 +158,16 @@ export class SandboxRunReconciler implements Reconciler {
    * and the cache only the new.
    */
   private readonly seenSecretValues = new Map<string, Set<string>>();
+  /**
+   * Per run (uid): when an allocation of its own VM (sandboxTemplate) last failed with its
+   * outcome unknown (a timeout, a cut connection): the VM may still land. Its deletion, or its
+   * end, gives back what it finds and keeps the finalizer (and vmReleased unwritten) to look
+   * again LANDING_MS from then, as a managed resource's deletion does after such a create: a VM
+   * that landed after the last look would run, renewed by no one, until its TTL. Kept whatever
+   * a later pass found or allocated (what it found may be what a retry made); dropped once that
+   * look is made, or when the run leaves the cache. In memory only, as the managed reconciler's.
+   */
+  private readonly uncertainAllocations = new Map<string, number>();
   private readonly vmOf: (handle: ServiceHandle, vmId: string, opts?: { gated?: boolean }) => RunVM;
 
   constructor(private readonly o: SandboxRunReconcilerOptions) {
@@ -225,6 +236,7 @@ export class SandboxRunReconciler implements Reconciler {
   stopDeleted(run: SandboxRun): void {
     const uid = run.metadata.uid;
     this.written.delete(uid);
+    this.uncertainAllocations.delete(uid);
     const steps = this.stepsToStop(run);
     this.forget(uid);
     if (this.finalized.delete(uid) || run.spec.sandboxTemplate !== undefined) return;
@@ -511,16 +523,41 @@ export class SandboxRunReconciler implements Reconciler {
   }
 
   /** A VM allocated for the run from its template: allocated (or found by marker; not one an attempt found gone). */
-  allocate(run: SandboxRun): Promise<string> {
-    return ensureRunVM(run, this.handleOf(run), this.o.sandboxDeps, this.lostVMs.get(run.metadata.uid)?.vmId);
+  async allocate(run: SandboxRun): Promise<string> {
+    try {
+      return await ensureRunVM(run, this.handleOf(run), this.o.sandboxDeps, this.lostVMs.get(run.metadata.uid)?.vmId);
+    } catch (err) {
+      if (isOutcomeUnknown(err)) this.uncertainAllocations.set(run.metadata.uid, this.now().getTime());
+      throw err;
+    }
+  }
+
+  /**
+   * How long the give-back of the run's own VM still waits for what an allocation of unknown
+   * outcome may make (uncertainAllocations); 0 when none may land any more.
+   */
+  private landingWait(run: SandboxRun): number {
+    const at = this.uncertainAllocations.get(run.metadata.uid);
+    return at === undefined ? 0 : landingWaitMs(at, this.now().getTime());
   }
 
   /** A deleted run: its own VM given back, or the step it runs in its Sandbox's VM stopped; then its finalizer removed. */
-  private async finalize(run: SandboxRun, ctx: ReconcileContext): Promise<void> {
+  private async finalize(run: SandboxRun, ctx: ReconcileContext): Promise<Result | void> {
     const finalizers = run.metadata.finalizers ?? [];
     if (!finalizers.includes(FINALIZER)) return;
-    if (run.spec.sandboxTemplate !== undefined) await this.giveBackOwnVM(run, run.status?.vmId, ctx.log);
-    else await this.stopDeletedRunStep(this.latest(this.o.status.fresh(run)), ctx);
+    if (run.spec.sandboxTemplate !== undefined) {
+      const released = await this.giveBackOwnVM(run, run.status?.vmId, ctx.log);
+      // What an allocation of unknown outcome makes may land after this look: the finalizer
+      // stays, and the look is made again, until LANDING_MS after that allocation.
+      const waitMs = released ? this.landingWait(run) : 0;
+      if (waitMs > 0) {
+        ctx.log.info({ waitMs }, "gave back the run's VMs there are; an allocation whose outcome is unknown may still land: looking again before the finalizer goes");
+        return { requeueAfterMs: waitMs };
+      }
+      this.uncertainAllocations.delete(run.metadata.uid);
+    } else {
+      await this.stopDeletedRunStep(this.latest(this.o.status.fresh(run)), ctx);
+    }
     this.finalized.add(run.metadata.uid);
     await removeFinalizer(this.o.kube, this.path(run), run, FINALIZER);
     this.o.status.forget(run.metadata.uid);
@@ -535,6 +572,7 @@ export class SandboxRunReconciler implements Reconciler {
    * thrown: retried, and the deletion waits.
    */
   private async giveBackOwnVM(run: SandboxRun, vmId: string | undefined, log: Logger): Promise<boolean> {
+    const uncertainSince = this.uncertainAllocations.get(run.metadata.uid);
     let handle: ServiceHandle;
     try {
       handle = this.handleOf(run, true);
@@ -545,10 +583,16 @@ export class SandboxRunReconciler implements Reconciler {
       // its owner looks. Repeats (a finished run tries at every pass) fold into one Event.
       if (vmId !== undefined) {
         this.o.events.warning(run, "VMNotReleased", `VM ${vmId} was not given back and runs until its TTL: ${err.message}`);
+      } else if (uncertainSince !== undefined) {
+        // Status names none, yet an allocation whose answer never came may have made one.
+        const sent = new Date(uncertainSince).toISOString();
+        this.o.events.warning(run, "VMNotReleased", `a VM the allocation sent at ${sent} may have made (its answer never came) was not given back, and if it was made runs until its TTL: ${err.message}`);
       }
       return false;
     }
-    await releaseRunVMs(run, handle, vmId);
+    // After an allocation of unknown outcome, on a list read now: what it made may have landed
+    // since the snapshot was read.
+    await releaseRunVMs(run, handle, vmId, { fresh: uncertainSince !== undefined });
     return true;
   }
 
@@ -678,7 +722,8 @@ export class SandboxRunReconciler implements Reconciler {
   }
 
   /**
-   * A finished run: its own VM given back (then its finalizer removed), and the run deleted
+   * A finished run: its own VM given back (then its finalizer removed; after an allocation of
+   * unknown outcome, once it has been looked for again LANDING_MS after it), and the run deleted
    * once its ttlSecondsAfterFinished has passed.
    */
   async afterFinish(written: SandboxRun, st: SandboxRunStatus, log: Logger): Promise<Result | void> {
@@ -688,20 +733,26 @@ export class SandboxRunReconciler implements Reconciler {
     // gone): the finalizer stays, the give-back is tried again (the Connection's coming back
     // brings the run back too), and ttlSecondsAfterFinished still applies.
     let holding = false;
+    // Given back, but an allocation of unknown outcome may still make a VM (uncertainAllocations):
+    // vmReleased waits, with the finalizer, for the look again LANDING_MS after it.
+    let landingMs = 0;
     if (run.spec.sandboxTemplate !== undefined && run.status?.vmReleased !== true) {
       holding = !(await this.giveBackOwnVM(run, st.vmId, log));
-      if (!holding) {
+      landingMs = holding ? 0 : this.landingWait(run);
+      if (!holding && landingMs === 0) {
         await this.o.status.write(this.path(run, "status"), run, { vmReleased: true }, []);
         this.remember(run);
+        this.uncertainAllocations.delete(run.metadata.uid);
       }
     }
     // After the status this pass may have written: a JSON patch, which needs no resourceVersion.
-    if (!holding) await removeFinalizer(this.o.kube, this.path(run), run, FINALIZER);
+    if (!holding && landingMs === 0) await removeFinalizer(this.o.kube, this.path(run), run, FINALIZER);
     const at = expiresAt(run.spec.ttlSecondsAfterFinished, st);
     const left = at === undefined ? undefined : at - this.now().getTime();
     if (left === undefined || left > 0) {
       const deleteIn = left === undefined ? undefined : { ms: left + 50, priority: false };
       if (holding) return afterBackoff(deleteIn);
+      if (landingMs > 0) return { requeueAfterMs: Math.min(landingMs, deleteIn?.ms ?? Infinity) };
       return deleteIn && { requeueAfterMs: deleteIn.ms };
     }
     try {

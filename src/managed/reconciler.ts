@@ -590,7 +590,7 @@ export class ManagedReconciler<R extends ManagedResource, Plan = unknown> implem
         event = { reason: "Deleted", message: "deleted the service object" };
         // What a create whose outcome is unknown makes may land after this look: the finalizer
         // stays, and the look is made again, until LANDING_MS after that create.
-        const waitMs = uncertain !== undefined ? uncertain.at + LANDING_MS - this.now().getTime() : 0;
+        const waitMs = uncertain !== undefined ? landingWaitMs(uncertain.at, this.now().getTime()) : 0;
         if (waitMs > 0) {
           ctx.log.info({ waitMs }, "deleted what there is; a create whose outcome is unknown may still land: looking again before the finalizer goes");
           return { requeueAfterMs: waitMs };
@@ -793,6 +793,11 @@ const UNCONFIRMED_RECHECK_MS = 30_000;
  * by the service, or held by a proxy, a while longer.
  */
 export const LANDING_MS = 60_000;
+
+/** How long a deletion still waits, at `now`, for what a create of unknown outcome sent at `at` may make (0: no longer). */
+export function landingWaitMs(at: number, now: number): number {
+  return Math.max(0, at + LANDING_MS - now);
+}
 
 /** What an observation and the action after it leave to report, and when to come back. */
 function outcome<S>(observed: Observation<S, unknown>, action: ActionResult<S> | undefined, keeping: boolean): Upkeep<S> {

@@ -52,9 +52,11 @@ function asSandbox(run: SandboxRun, opts: { lengthened: boolean }): Sandbox {
 /**
  * The live VMs carrying the run's marker. A run moved in from another owner (sharding) is
  * looked up on a snapshot read since: that owner may have allocated its VM just before.
+ * `fresh`: on a list read now, not a snapshot read since the last stale mark (the look for what
+ * an allocation of unknown outcome made, which may have landed after the snapshot was read).
  */
-async function liveVMsOf(run: SandboxRun, handle: ServiceHandle): Promise<string[]> {
-  await handle.vms.ensureFresh();
+async function liveVMsOf(run: SandboxRun, handle: ServiceHandle, { fresh = false } = {}): Promise<string[]> {
+  await (fresh ? handle.vms.refresh() : handle.vms.ensureFresh());
   await handle.vms.readSinceArrival(run.metadata.uid);
   return handle.vms.findByMarker(run.metadata.uid).filter((v) => vmStateIsLive(v.state)).map((v) => v.id);
 }
@@ -172,11 +174,14 @@ export async function keepRunVM(run: SandboxRun, handle: ServiceHandle, vmId: st
   return Math.max(renewAtOf(template, vmId, next, ttl), at + 1_000);
 }
 
-/** Gives back `vmId` and any other VM carrying the run's marker (release or delete, per the template). */
-export async function releaseRunVMs(run: SandboxRun, handle: ServiceHandle, vmId: string | undefined): Promise<void> {
+/**
+ * Gives back `vmId` and any other VM carrying the run's marker (release or delete, per the
+ * template); `fresh`: found on a list read now (liveVMsOf).
+ */
+export async function releaseRunVMs(run: SandboxRun, handle: ServiceHandle, vmId: string | undefined, opts: { fresh?: boolean } = {}): Promise<void> {
   const template = run.spec.sandboxTemplate;
   if (template === undefined) return;
-  const ids = new Set(await liveVMsOf(run, handle));
+  const ids = new Set(await liveVMsOf(run, handle, opts));
   if (vmId) ids.add(vmId);
   const vms = handle.client.vms;
   const giveBack = (id: string) => ((template.onDelete ?? "Release") === "Delete" ? vms.delete(id) : vms.release(id, template.recycle ?? false));

@@ -3,13 +3,15 @@
 // gone one, but not for ever (a 404 that passes, such as a service list lagging behind, must not
 // hold it); and what a message is masked with when the run's inputs cannot all be read; and
 // that it does not start in a VM holding values of a Secret rotated since (it could not mask them);
-// its files from a ConfigMap; and what a run deleted while it runs leaves in its Sandbox's VM.
+// its files from a ConfigMap; and what a run deleted while it runs leaves in its Sandbox's VM;
+// and that a run's own VM whose allocation's answer was lost is looked for again before the run
+// lets go of it.
 import { existsSync, mkdirSync, readdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
 import { waitFor } from "../../../dev/wait.js";
 import type { Sandbox, SandboxRun, Skill } from "../../../src/api/index.js";
-import { FINALIZER, kindNames } from "../../../src/api/names.js";
+import { FINALIZER, MARKER_KEY, kindNames } from "../../../src/api/names.js";
 import { SandboxRunReconciler, type SandboxRunReconcilerOptions } from "../../../src/controllers/sandbox-run.js";
 import { StatusWriter } from "../../../src/managed/status-writer.js";
 import { outputFile, runDir, stepDir } from "../../../src/runs/script.js";
@@ -19,7 +21,7 @@ import type { KubeObject } from "../../../src/runtime/kube-client.js";
 import type { SecretObject } from "../../../src/managed/connection-secret.js";
 import { silentLogger } from "../../../src/runtime/logging.js";
 import { sandboxes as sandboxKind } from "../../../src/controllers/sandbox.js";
-import { FakeInformer, NS, World, reconcileContext, secretOf } from "./helpers.js";
+import { FakeInformer, NS, ORG, World, reconcileContext, secretOf } from "./helpers.js";
 
 const sandbox = (vmId: string): Sandbox =>
   ({
@@ -318,5 +320,77 @@ describe("SandboxRun: a sandboxRef run deleted while it runs", () => {
     mkdirSync(a, { recursive: true });
     writeFileSync(join(a, "output"), "a\n");
     expect(await deleteRun(spec)).toEqual([]);
+  });
+});
+
+describe("SandboxRun: a run's own VM (sandboxTemplate) whose allocation's answer was lost", () => {
+  let w: World | undefined;
+  afterEach(async () => {
+    await w?.close();
+    w = undefined;
+  });
+
+  /** A template run whose first allocation gets no answer (nothing made yet: it lands later, by `land`). */
+  async function setUp(extra: Record<string, unknown> = {}) {
+    const world = (w = await World.start());
+    const r = worldReconciler(world, {
+      runs: world.informer(kindNames.sandboxRun).as<SandboxRun>(),
+      kube: world.kube,
+      status: new StatusWriter(world.kube, () => new Date(world.clock.ms)),
+    });
+    const request = { namespace: NS, name: "job" };
+    const spec = { sandboxTemplate: { tier: "standard", ttlSeconds: 600 }, steps: [{ name: "s", command: "true" }], ...extra };
+    const job = world.apply<SandboxRun>("sandboxruns", { metadata: { name: "job" }, spec });
+    world.emu.injectFault({ method: "POST", path: "/compute/v1/vms/allocate", times: 1, action: { drop: "before" } });
+    await expect(r.reconcile(request, reconcileContext())).rejects.toThrow(/outcome unknown/);
+    const current = () => world.get<SandboxRun>("sandboxruns", "job");
+    const land = () => world.emu.state.allocateVM({ tier: "standard", ttl_seconds: 600, org_id: ORG, metadata: { [MARKER_KEY]: job.metadata.uid } }).vm_id;
+    const live = (id: string) => world.emu.state.vms.get(id)?.state === "allocated";
+    const pass = () => r.reconcile(request, reconcileContext()) as Promise<{ requeueAfterMs: number } | undefined>;
+    return { world, spec, current, land, live, pass };
+  }
+
+  it("deleted meanwhile: keeps its finalizer a while, so a VM that lands late is released too", async () => {
+    const { world, spec, current, land, live, pass } = await setUp();
+    world.advance(10_000);
+    world.apply<SandboxRun>("sandboxruns", { metadata: { name: "job", deletionTimestamp: "2030-01-01T00:00:10Z" }, spec });
+    // What is there goes now; the finalizer stays until 60 s after the allocation.
+    expect(await pass()).toEqual({ requeueAfterMs: 50_000 });
+    expect(current().metadata.finalizers).toContain(FINALIZER);
+    const late = land(); // after that look, on a list that is not stale yet
+    world.advance(50_000);
+    await pass();
+    expect(live(late)).toBe(false);
+    expect(current().metadata.finalizers ?? []).toEqual([]);
+  });
+
+  it("deleted meanwhile with its Connection gone: says a VM it may have made was not given back (the deletion does not wait for a Connection)", async () => {
+    const { world, spec, current, pass } = await setUp();
+    world.informer({ kind: "connections", plural: "connections" }).delete(NS, "default");
+    world.apply<SandboxRun>("sandboxruns", { metadata: { name: "job", deletionTimestamp: "2030-01-01T00:00:01Z" }, spec });
+    await pass();
+    expect(current().metadata.finalizers ?? []).toEqual([]);
+    expect(world.events).toContainEqual({
+      type: "Warning",
+      reason: "VMNotReleased",
+      message: expect.stringContaining("a VM the allocation sent at 2030-01-01T00:00:00.000Z may have made (its answer never came) was not given back"),
+    });
+  });
+
+  it("failed on its deadline meanwhile: says its VM is given back only after a while, so a VM that lands late is released too", async () => {
+    const { world, current, land, live, pass } = await setUp({ activeDeadlineSeconds: 10 });
+    world.advance(11_000);
+    const waiting = await pass();
+    expect(current().status).toMatchObject({ phase: "Failed" });
+    expect(current().status?.vmReleased).toBeUndefined();
+    expect(current().metadata.finalizers).toContain(FINALIZER);
+    expect(waiting?.requeueAfterMs).toBeGreaterThan(0);
+    expect(waiting?.requeueAfterMs).toBeLessThanOrEqual(49_000);
+    const late = land();
+    world.advance(49_001);
+    await pass();
+    expect(live(late)).toBe(false);
+    expect(current().status?.vmReleased).toBe(true);
+    expect(current().metadata.finalizers ?? []).toEqual([]);
   });
 });
