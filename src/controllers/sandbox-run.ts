@@ -117,7 +117,10 @@ export interface SandboxRunReconcilerOptions {
  */
 interface Inputs {
   envs: Record<string, string>;
-  files: Array<{ path: string; content: Buffer | string }>;
+  /** The values of `envs` read from Secrets (envFrom; spec.env may set a key over one). */
+  secretValues: string[];
+  /** `secret`: a secretKeyRef's content. */
+  files: Array<{ path: string; content: Buffer | string; secret: boolean }>;
 }
 
 export class SandboxRunReconciler implements Reconciler {
@@ -401,24 +404,26 @@ export class SandboxRunReconciler implements Reconciler {
   inputs(run: SandboxRun, opts: { files: boolean }): Inputs {
     const ns = run.metadata.namespace;
     const envs: Record<string, string> = {};
+    const secretValues: string[] = [];
     for (const [i, from] of (run.spec.envFrom ?? []).entries()) {
       const data = this.o.store.secretData(ns, from.secretRef.name, `spec.envFrom[${i}].secretRef.name`);
       for (const [k, v] of Object.entries(data)) envs[`${from.prefix ?? ""}${k}`] = v;
+      secretValues.push(...Object.values(data));
     }
     Object.assign(envs, run.spec.env);
-    if (!opts.files) return { envs, files: [] };
+    if (!opts.files) return { envs, secretValues, files: [] };
     // A relative path is relative to /workspace: sent absolute, as the published agentd API
     // does not say what a relative one is relative to.
     const files = (run.spec.files ?? []).map((f, i) => {
       const path = vmPath(f.path);
       if (f.secretKeyRef !== undefined) {
         const content = this.o.store.secretKeyBytes(ns, f.secretKeyRef.name, `spec.files[${i}].secretKeyRef`, f.secretKeyRef.key);
-        return { path, content };
+        return { path, content, secret: true };
       }
       const ref = f.configMapKeyRef!;
-      return { path, content: this.o.store.configMapKeyContent(ns, ref.name, `spec.files[${i}].configMapKeyRef`, ref.key) };
+      return { path, content: this.o.store.configMapKeyContent(ns, ref.name, `spec.files[${i}].configMapKeyRef`, ref.key), secret: false };
     });
-    return { envs, files };
+    return { envs, secretValues, files };
   }
 
   /**
@@ -981,19 +986,19 @@ class Pass {
     const { run, st } = this;
     const vm = this.vm(vmId);
     // What the step needs first (a missing Secret is waited for without a call to the VM).
-    const { envs } = this.r.inputs(run, { files: false });
+    const { envs, secretValues } = this.r.inputs(run, { files: false });
     this.r.maskingSecrets(run); // the values it starts with are masked in its output, even if rotated meanwhile
     // The files go up before the first step, and only if it has not started yet: a start whose
     // answer was lost (a crash, a status write that failed) may have begun it, and it may have
     // changed them since. Its marker is the first thing the step makes, before any of its work.
     if (index === 0 && (await vm.read(startedFile(stepPath(run.metadata.uid, attempt, 0)))) === undefined) {
-      for (const f of this.r.inputs(run, { files: true }).files) await vm.upload(f.path, f.content);
+      for (const f of this.r.inputs(run, { files: true }).files) await vm.upload(f.path, f.content, { secret: f.secret });
     }
     const deadline = deadlineAt(run.spec, st);
     const timeoutMs = deadline === undefined ? undefined : Math.max(1_000, deadline - this.now.getTime());
     const step = run.spec.steps[index]!;
     const commandId = await startStep(vm, { runUid: run.metadata.uid, attempt, index }, step, {
-      ...(Object.keys(envs).length > 0 && { envs }),
+      ...(Object.keys(envs).length > 0 && { envs, secretValues }),
       ...(timeoutMs !== undefined && { timeoutMs }),
     });
     this.r.stepStarted(run, { vmId, attempt, index, ...(commandId !== undefined && { commandId }) });

@@ -7,6 +7,7 @@
 // the cut never leaves part of a secret in clear (boundedOutput).
 import type { SandboxRunSpec, SandboxSpec } from "../api/index.js";
 import { mergeRanges, type Range } from "../lib/ranges.js";
+import { writtenForms } from "../lib/written-forms.js";
 import type { FileEnds } from "../service/agentd.js";
 
 /** Bytes of a step's output kept in status (its tail). */
@@ -69,9 +70,10 @@ export function cap(text: string, bytes: number): string {
 /**
  * What `mask` masks of each secret value: the value, the value without the line break it ends
  * with (a Secret made with `kubectl create secret --from-file` keeps the file's last newline,
- * and a step prints the value without it), each of those as a JSON string writes it and as a
- * URL encodes it, and each line of a value of several (a PEM key, printed a line at a time)
- * long enough not to be ordinary text, as CI systems mask theirs.
+ * and a step prints the value without it), each of those in every form the service clients
+ * scrub from error text (writtenForms: a JSON string as JavaScript and Go write it, a URL's
+ * path and query as JavaScript and Go encode them), and each line of a value of several (a PEM
+ * key, printed a line at a time) long enough not to be ordinary text, as CI systems mask theirs.
  */
 function maskedValues(secrets: Iterable<string>): string[] {
   const forms = new Set<string>();
@@ -84,9 +86,8 @@ function maskedValues(secrets: Iterable<string>): string[] {
     for (const whole of new Set([value, value.trim()])) {
       forms.add(whole);
       // As a step that prints its env as JSON (a string's escapes: a PEM key's line breaks) or
-      // puts a value in a URL would write it.
-      if (text) forms.add(JSON.stringify(whole).slice(1, -1));
-      if (text) forms.add(encodeURIComponent(whole));
+      // puts a value in a URL would write it, or an error from a Go service quoting it.
+      if (text) for (const form of writtenForms(whole)) forms.add(form);
     }
     const lines = value.trim().split(/\r?\n/);
     if (lines.length > 1) for (const line of lines) if (line.trim().length >= MIN_MASKED_LINE) forms.add(line.trim());

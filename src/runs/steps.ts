@@ -81,7 +81,7 @@ const stepKey = (ref: StepRef): string => `${ref.runUid}/${ref.attempt}/${ref.in
  * command's id, or undefined when the VM took the command without naming one (the step is
  * then followed by its files). A second start runs nothing.
  */
-export function startStep(vm: RunVM, ref: StepRef, step: StepScript, opts: { envs?: Record<string, string>; timeoutMs?: number }): Promise<string | undefined> {
+export function startStep(vm: RunVM, ref: StepRef, step: StepScript, opts: { envs?: Record<string, string>; secretValues?: readonly string[]; timeoutMs?: number }): Promise<string | undefined> {
   return vm.start(stepScript(stepDir(ref.runUid, ref.attempt, ref.index), step), { ...opts, cwd: WORKSPACE });
 }
 

@@ -23,8 +23,11 @@ export class VMGoneError extends Error {
 }
 
 export interface RunVM {
-  /** Starts `script` in the background; the command's id (undefined: the VM named none). */
-  start(script: string, opts: { cwd?: string; envs?: Record<string, string>; timeoutMs?: number }): Promise<string | undefined>;
+  /**
+   * Starts `script` in the background; the command's id (undefined: the VM named none).
+   * `secretValues`: those of `envs` read from Secrets, never quoted by an error.
+   */
+  start(script: string, opts: { cwd?: string; envs?: Record<string, string>; secretValues?: readonly string[]; timeoutMs?: number }): Promise<string | undefined>;
   /** The command's status; undefined if the VM does not know it. */
   status(commandId: string): Promise<CommandStatus | undefined>;
   kill(commandId: string): Promise<void>;
@@ -32,8 +35,8 @@ export interface RunVM {
   read(path: string): Promise<string | undefined>;
   /** A file's first and last bytes, however large it is; undefined if there is no such file. */
   readEnds(path: string, headBytes: number, tailBytes: number): Promise<FileEnds | undefined>;
-  /** Writes a file: bytes as they are, a string as UTF-8. */
-  upload(path: string, content: Buffer | string): Promise<void>;
+  /** Writes a file: bytes as they are, a string as UTF-8. `secret`: a Secret's content, never quoted by an error. */
+  upload(path: string, content: Buffer | string, opts?: { secret?: boolean }): Promise<void>;
   removeDir(path: string): Promise<void>;
   close(): Promise<void>;
 }
@@ -74,7 +77,7 @@ export class ForwardedVM implements RunVM {
     });
   }
 
-  start(script: string, opts: { cwd?: string; envs?: Record<string, string>; timeoutMs?: number }): Promise<string | undefined> {
+  start(script: string, opts: { cwd?: string; envs?: Record<string, string>; secretValues?: readonly string[]; timeoutMs?: number }): Promise<string | undefined> {
     return this.agentd.startCommand(script, opts);
   }
 
@@ -104,8 +107,8 @@ export class ForwardedVM implements RunVM {
     return this.agentd.downloadFileEnds(path, headBytes, tailBytes);
   }
 
-  upload(path: string, content: Buffer | string): Promise<void> {
-    return this.agentd.uploadFile(path, content);
+  upload(path: string, content: Buffer | string, opts: { secret?: boolean } = {}): Promise<void> {
+    return this.agentd.uploadFile(path, content, opts);
   }
 
   removeDir(path: string): Promise<void> {

@@ -26,11 +26,15 @@
 // Retries: a 401 gets a new token and another attempt (nothing ran; RefusedTokens says how many
 // in a row). Nothing else is retried here: a command sent once may have started, and the caller
 // knows whether running it twice is acceptable (commandStatus by id is the way to find out).
+//
+// Secrets: what agentd answers to a refused request may quote it (a command's envs, an uploaded
+// file), so the text of an error is scrubbed of what that call sent that may be secret (see
+// commandSecrets, contentSecrets), and of the token, before anything is kept.
 import { StringDecoder } from "node:string_decoder";
 import { createParser } from "eventsource-parser";
 import type { Dispatcher } from "undici";
 import { ServiceDispatchers } from "./dispatcher.js";
-import { ServiceError, httpErrorMessage, parseErrorBody } from "./errors.js";
+import { ServiceError, envSecrets, httpErrorMessage, parseErrorBody, scrub } from "./errors.js";
 import { DEFAULTS } from "./options.js";
 import type { Forwarding } from "./options.js";
 import { parseRetryAfter } from "./retry.js";
@@ -76,6 +80,12 @@ export interface CommandOptions {
   /** Working directory in the VM. */
   cwd?: string;
   envs?: Record<string, string>;
+  /**
+   * The values of `envs` read from Secrets (a SandboxRun's envFrom): kept out of the text of an
+   * error whatever their length, as the service client's vms.allocate keeps them (envSecrets).
+   * Not sent.
+   */
+  secretValues?: readonly string[];
   /** The VM kills the command after this long (0 or absent: no limit). */
   timeoutMs?: number;
   uid?: number;
@@ -164,7 +174,7 @@ export class AgentdClient {
 
   /** Runs a shell command (`/bin/sh -c`) and streams its events until it ends. */
   runCommand(command: string, opts: CommandOptions = {}): ExecStream {
-    return this.stream("commands.run", "v1/commands/run", commandBody(command, opts, false));
+    return this.stream("commands.run", "v1/commands/run", commandBody(command, opts, false), commandSecrets(opts));
   }
 
   /**
@@ -189,11 +199,13 @@ export class AgentdClient {
       clearTimeout(timer);
       timer = setTimeout(() => events.close(), Math.min(ID_WAIT_MS, this.timeoutMs));
     };
-    const events = this.stream("commands.run", "v1/commands/run", commandBody(command, opts, true), answered);
+    const secrets = commandSecrets(opts);
+    const events = this.stream("commands.run", "v1/commands/run", commandBody(command, opts, true), secrets, answered);
     try {
       for await (const e of events) {
         if (e.type === "start") return e.id;
-        if (e.type === "error") failure ??= [e.name, e.value].filter((x) => x !== undefined && x !== "").join(": ") || "an error event";
+        // agentd's words about the request, which may quote its envs.
+        if (e.type === "error") failure ??= scrub([e.name, e.value].filter((x) => x !== undefined && x !== "").join(": "), secrets) || "an error event";
         else if (e.type !== "other") break; // its output or its end: it runs, and no id came first
       }
     } finally {
@@ -244,7 +256,7 @@ export class AgentdClient {
 
   /** Runs code in a context and streams its events (end carries status ok or error). */
   executeCode(contextId: string, code: string): ExecStream {
-    return this.stream("code.execute", "v1/code/execute", { code, context_id: contextId });
+    return this.stream("code.execute", "v1/code/execute", { code, context_id: contextId }, []);
   }
 
   /** Interrupts what runs in a context (nothing running: still fine). */
@@ -330,8 +342,12 @@ export class AgentdClient {
     }
   }
 
-  /** Writes a file (multipart: path, file), creating its directories: bytes as they are, a string as UTF-8. */
-  async uploadFile(path: string, content: Buffer | string): Promise<void> {
+  /**
+   * Writes a file (multipart: path, file), creating its directories: bytes as they are, a string
+   * as UTF-8. `secret`: the content is a Secret's (a SandboxRun's secretKeyRef file), kept out of
+   * the text of an error that quotes it.
+   */
+  async uploadFile(path: string, content: Buffer | string, opts: { secret?: boolean } = {}): Promise<void> {
     const boundary = `----agent-operator-${Math.random().toString(36).slice(2)}${Date.now().toString(36)}`;
     const name = path.split("/").pop() || "file";
     const bytes = Buffer.concat([
@@ -340,7 +356,8 @@ export class AgentdClient {
       typeof content === "string" ? Buffer.from(content, "utf8") : content,
       Buffer.from(`\r\n--${boundary}--\r\n`),
     ]);
-    await this.call("files.upload", "POST", "v1/files/upload", new RawBody(bytes, `multipart/form-data; boundary=${boundary}`));
+    const secrets = opts.secret === true ? contentSecrets(content) : [];
+    await this.call("files.upload", "POST", "v1/files/upload", new RawBody(bytes, `multipart/form-data; boundary=${boundary}`), secrets);
   }
 
   /** Removes a directory and what is in it (gone already: fine). */
@@ -369,23 +386,23 @@ export class AgentdClient {
     }
   }
 
-  /** A plain call: the status and the body's text, within the timeout. */
-  private async call(operation: string, method: Method, path: string, body?: unknown): Promise<{ status: number; text: string }> {
+  /** A plain call: the status and the body's text, within the timeout. `secrets`: what it sends that an error must not quote. */
+  private async call(operation: string, method: Method, path: string, body?: unknown, secrets: readonly string[] = []): Promise<{ status: number; text: string }> {
     const ac = new AbortController();
     const timer = setTimeout(() => ac.abort(new Error(`no answer within ${this.timeoutMs} ms`)), this.timeoutMs);
     try {
-      const res = await this.send(operation, method, path, body, ac.signal, this.timeoutMs);
+      const res = await this.send(operation, method, path, body, ac.signal, this.timeoutMs, secrets);
       return { status: res.statusCode, text: await res.body.text() };
     } finally {
       clearTimeout(timer);
     }
   }
 
-  /** `answered`: told once the answer has begun (its status and headers are in). */
-  private stream(operation: string, path: string, body: unknown, answered?: () => void): ExecStream {
+  /** `secrets`: what it sends that an error must not quote; `answered`: told once the answer has begun (its status and headers are in). */
+  private stream(operation: string, path: string, body: unknown, secrets: readonly string[], answered?: () => void): ExecStream {
     const ac = new AbortController();
     const send = async (): Promise<Dispatcher.ResponseData> => {
-      const res = await this.send(operation, "POST", path, body, ac.signal, 0);
+      const res = await this.send(operation, "POST", path, body, ac.signal, 0, secrets);
       answered?.();
       return res;
     };
@@ -395,8 +412,11 @@ export class AgentdClient {
     };
   }
 
-  /** One request, with another (and a new token) after a 401. Non-2xx answers throw. */
-  private async send(operation: string, method: Method, path: string, body: unknown, signal: AbortSignal, bodyTimeout: number): Promise<Dispatcher.ResponseData> {
+  /**
+   * One request, with another (and a new token) after a 401. Non-2xx answers throw, their text
+   * scrubbed of the token and of `secrets` (what the request carries that may be secret).
+   */
+  private async send(operation: string, method: Method, path: string, body: unknown, signal: AbortSignal, bodyTimeout: number, secrets: readonly string[] = []): Promise<Dispatcher.ResponseData> {
     const refused = new RefusedTokens();
     for (let attempt = 1; ; attempt++) {
       await this.opts.forwarding?.take(operation);
@@ -430,8 +450,9 @@ export class AgentdClient {
       const text = await res.body.text().catch(() => "");
       if (res.statusCode === 429) this.opts.forwarding?.throttled(parseRetryAfter(res.headers["retry-after"], Date.now()));
       if (res.statusCode === 401 && refused.retryAfter(token)) continue;
-      // The token is the only secret this client holds; an echo of it never reaches a message.
-      const parsed = parseErrorBody(text, [token]);
+      // agentd may quote the request it refuses ("invalid envs: PIN=..."): neither the token nor
+      // what the request carried of a Secret reaches a message.
+      const parsed = parseErrorBody(text, [token, ...secrets]);
       const error = new ServiceError({
         operation,
         status: res.statusCode,
@@ -556,6 +577,21 @@ export function toExecEvent(event: string, data: string): ExecEvent {
     default:
       return { type: "other", event, data };
   }
+}
+
+/** What a command's request carries that an error must not quote: its envs' values (envSecrets). */
+function commandSecrets(o: CommandOptions): readonly string[] {
+  return envSecrets(o.envs, o.secretValues) ?? [];
+}
+
+/**
+ * A secret file's content as an error would quote it: its text, and without the line break it
+ * ends with (a Secret made with --from-file keeps the file's last newline). Bytes that are not
+ * UTF-8 are matched as they decode.
+ */
+function contentSecrets(content: Buffer | string): string[] {
+  const text = typeof content === "string" ? content : content.toString("utf8");
+  return [...new Set([text, text.trim()])].filter((t) => t !== "");
 }
 
 function commandBody(command: string, o: CommandOptions, background: boolean): Record<string, unknown> {

@@ -8,6 +8,7 @@
 
 import { STATUS_CODES } from "node:http";
 import { mergeRanges, type Range } from "../lib/ranges.js";
+import { writtenForms } from "../lib/written-forms.js";
 import { isTLSCode } from "./retry.js";
 
 /** Every operation name the client uses; identical to the emulator's request-log names. */
@@ -335,19 +336,14 @@ function standsAlone(text: string, start: number, end: number): boolean {
 }
 
 /**
- * A secret as it is written: itself; inside a JSON string (escaped quotes and backslashes, and
- * `<`, `>`, `&` as \u003c, \u003e, \u0026, as Go's encoder writes them); in a URL, as a path
- * segment or a query value, as JavaScript (URLSearchParams) and Go (url.QueryEscape: `~` kept,
- * `!'()*` escaped, space as +) write them.
+ * Environment values may come from Secrets (envFrom): keep them out of error text. Those the
+ * caller names as Secret values are kept out whatever their length (scrub matches one of under
+ * 4 characters only where it stands alone); of the others, only those long enough not to be
+ * ordinary words ("true", "prod") that an error message must keep.
  */
-function writtenForms(secret: string): string[] {
-  if (secret === "") return [];
-  const json = JSON.stringify(secret).slice(1, -1);
-  const goJson = json.replace(/[<>&]/g, (c) => `\\u00${c.charCodeAt(0).toString(16)}`);
-  const uri = encodeURIComponent(secret);
-  const query = new URLSearchParams({ s: secret }).toString().slice(2);
-  const goQuery = uri.replace(/[!'()*]/g, (c) => `%${c.charCodeAt(0).toString(16).toUpperCase()}`).replace(/%20/g, "+");
-  return [secret, json, goJson, uri, query, goQuery];
+export function envSecrets(env: Record<string, string> | undefined, secretValues: readonly string[] = []): string[] | undefined {
+  const vals = [...Object.values(env ?? {}).filter((v) => typeof v === "string" && v.length >= 8), ...secretValues.filter((v) => v !== "")];
+  return vals.length > 0 ? vals : undefined;
 }
 
 /**

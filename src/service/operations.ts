@@ -9,7 +9,7 @@
 
 import { createParser } from "eventsource-parser";
 import { parseJsonOr } from "../lib/errors.js";
-import { ServiceError } from "./errors.js";
+import { ServiceError, envSecrets } from "./errors.js";
 import type { Operation } from "./errors.js";
 import type { HttpMethod } from "./http.js";
 import type { RetryClass } from "./retry.js";
@@ -236,17 +236,6 @@ export function queryString(q: Query | undefined): string {
     out += `${out === "" ? "?" : "&"}${encodeURIComponent(k)}=${encodeURIComponent(String(v))}`;
   }
   return out;
-}
-
-/**
- * Environment values may come from Secrets (envFrom): keep them out of error text. Those the
- * caller names as Secret values are kept out whatever their length (scrub matches one of under
- * 4 characters only where it stands alone); of the others, only those long enough not to be
- * ordinary words ("true", "prod") that an error message must keep.
- */
-function envSecrets(env: Record<string, string> | undefined, secretValues: readonly string[] = []): string[] | undefined {
-  const vals = [...Object.values(env ?? {}).filter((v) => typeof v === "string" && v.length >= 8), ...secretValues.filter((v) => v !== "")];
-  return vals.length > 0 ? vals : undefined;
 }
 
 // ---------------------------------------------------------------------------------------

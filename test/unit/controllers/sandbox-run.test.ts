@@ -141,7 +141,7 @@ describe("SandboxRun: masking when an input cannot be read", () => {
     } as unknown as SandboxRun;
     const r = reconciler(new FakeInformer<Sandbox>(), { ms: 0 });
     expect(() => r.inputs(withFiles, { files: true })).toThrow(/pruned/);
-    expect(r.inputs(withFiles, { files: false })).toEqual({ envs: { MODE: "fast" }, files: [] });
+    expect(r.inputs(withFiles, { files: false })).toEqual({ envs: { MODE: "fast" }, secretValues: [], files: [] });
     expect(r.maskingSecrets(withFiles)).toEqual({ values: [], gone: undefined });
   });
 });
@@ -157,7 +157,7 @@ describe("SandboxRun: files from a ConfigMap", () => {
     const [binary] = r.inputs(withFiles("model.bin"), { files: true }).files;
     expect(binary?.path).toBe("/workspace/in/file");
     expect(Buffer.isBuffer(binary?.content) && binary.content.equals(bytes)).toBe(true);
-    expect(r.inputs(withFiles("labels.txt"), { files: true }).files).toEqual([{ path: "/workspace/in/file", content: "cat\ndog\n" }]);
+    expect(r.inputs(withFiles("labels.txt"), { files: true }).files).toEqual([{ path: "/workspace/in/file", content: "cat\ndog\n", secret: false }]);
     expect(() => r.inputs(withFiles("weights.bin"), { files: true })).toThrow(expect.objectContaining({ reason: "ConfigMapKeyMissing", message: 'ConfigMap "model" (spec.files[0].configMapKeyRef) lacks the key "weights.bin"' }));
   });
 });
@@ -320,6 +320,50 @@ describe("SandboxRun: a sandboxRef run deleted while it runs", () => {
     mkdirSync(a, { recursive: true });
     writeFileSync(join(a, "output"), "a\n");
     expect(await deleteRun(spec)).toEqual([]);
+  });
+});
+
+describe("SandboxRun: agentd refusing a step's start with its env quoted", () => {
+  let w: World | undefined;
+  afterEach(async () => {
+    await w?.close();
+    w = undefined;
+  });
+
+  // agentd's answer may quote the request it refuses: an envFrom Secret's value must not reach
+  // the run's status, its Events, or the error the pass ends with, whatever its length (a PIN
+  // under 4 characters) or however a Go service writes it in JSON (`&` as \u0026, in a body
+  // that is not a known error shape and is kept as a snippet).
+  it.each([
+    { what: "a value under 4 characters, in a known error body", value: "k9Z", body: { error: "invalid envs: PIN=k9Z" } as unknown, quoted: "k9Z" },
+    { what: "a value with & in a Go-encoded body kept as a snippet", value: "tok&en-value-42", body: '{"detail":"invalid envs: PIN=tok\\u0026en-value-42"}', quoted: "tok\\u0026en-value-42" },
+  ])("keeps $what out of status, Events and the error", async ({ value, body, quoted }) => {
+    const world = (w = await World.start());
+    world.apply<Sandbox>("sandboxes", { metadata: { name: "box" }, spec: { tier: "standard", ttlSeconds: 600 } });
+    await world.reconcile(sandboxKind(world.ctx), "box");
+    world.secrets.set(secretOf("run-env", { PIN: value }));
+    const r = worldReconciler(world, {
+      runs: world.informer(kindNames.sandboxRun).as<SandboxRun>(),
+      kube: world.kube,
+      status: new StatusWriter(world.kube, () => new Date(world.clock.ms)),
+    });
+    world.emu.injectFault({ method: "POST", path: /\/r\/v1\/commands\/run$/, action: { status: 400, body } });
+    world.apply<SandboxRun>("sandboxruns", {
+      metadata: { name: "job" },
+      spec: { sandboxRef: { name: "box" }, envFrom: [{ secretRef: { name: "run-env" } }], steps: [{ name: "s", command: "true" }] },
+    });
+    const thrown = await r.reconcile({ namespace: NS, name: "job" }, reconcileContext()).then(
+      () => undefined,
+      (err: unknown) => err,
+    );
+
+    const status = world.get<SandboxRun>("sandboxruns", "job").status;
+    // The refusal is reported (the run failed: the same spec gets the same answer), its words kept.
+    expect(status?.phase).toBe("Failed");
+    expect(JSON.stringify(status)).not.toContain(quoted);
+    expect(JSON.stringify(status)).toContain("invalid envs: PIN=[REDACTED]");
+    expect(JSON.stringify(world.events)).not.toContain(quoted);
+    expect(thrown === undefined ? "" : String(thrown)).not.toContain(quoted);
   });
 });
 

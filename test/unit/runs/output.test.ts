@@ -211,6 +211,11 @@ describe("secret values as a step may write them", () => {
     expect(mask(env, [pem, quoted])).toBe('{"KEY":"***","PASS":"***"}');
     expect(mask(`https://host/?p=${encodeURIComponent("p@ss word/1234")}`, ["p@ss word/1234"])).toBe("https://host/?p=***");
   });
+
+  it("masks a value as a Go program writes it (the service clients scrub the same forms): JSON's \\u0026, a query's + for a space", () => {
+    expect(mask('{"url":"https://x/?a=1\\u0026key=k3y-\\u003cv\\u003e"}', ["https://x/?a=1&key=k3y-<v>"])).toBe('{"url":"***"}');
+    expect(mask("GET /?p=p%40ss+word%2F1234", ["p@ss word/1234"])).toBe("GET /?p=***");
+  });
 });
 
 describe("what is too short, or not text, to mask in its other forms", () => {

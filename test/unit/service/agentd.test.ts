@@ -203,6 +203,27 @@ describe("AgentdClient", () => {
     expect((gone as ServiceError).message).toContain("commands.status");
   });
 
+  it("keeps what a refused request carried of a Secret out of the error that quotes it: its envs' Secret values, a secret file's content", async () => {
+    const refuse = (path: RegExp, body: unknown) => h.emu.injectFault({ method: "POST", path, action: { status: 400, body } });
+    // A Secret's value of any length; a plain value only when long enough not to be a word.
+    refuse(/\/r\/v1\/commands\/run$/, { error: "invalid envs: PIN=k9Z MODE=fast URL=https://db.internal:5432" });
+    const env = await vm()
+      .startCommand("true", { envs: { PIN: "k9Z", MODE: "fast", URL: "https://db.internal:5432" }, secretValues: ["k9Z"] })
+      .catch((e: unknown) => e);
+    expect((env as ServiceError).message).toBe("commands.run: invalid envs: PIN=[REDACTED] MODE=fast URL=[REDACTED] (HTTP 400)");
+
+    // The same for a command streamed to a person (exec), and in a body a Go service wrote.
+    refuse(/\/r\/v1\/commands\/run$/, '{"detail":"bad env TOKEN=tok\\u0026en-1234"}');
+    const streamed = await collect(vm().runCommand("true", { envs: { TOKEN: "tok&en-1234" }, secretValues: ["tok&en-1234"] })).catch((e: unknown) => e);
+    expect((streamed as ServiceError).message).toContain("TOKEN=[REDACTED]");
+
+    refuse(/\/r\/v1\/files\/upload$/, { error: "not a key: -----BEGIN KEY-----\nsecret-key-body\n-----END KEY-----" });
+    const upload = await vm()
+      .uploadFile("/workspace/id_rsa", Buffer.from("-----BEGIN KEY-----\nsecret-key-body\n-----END KEY-----\n"), { secret: true })
+      .catch((e: unknown) => e);
+    expect((upload as ServiceError).message).toBe("files.upload: not a key: [REDACTED] (HTTP 400)");
+  });
+
   it("uploads bytes as they are: a file that is not UTF-8 arrives unchanged", async () => {
     const bytes = Buffer.from([0x30, 0x82, 0x00, 0xff, 0xfe, 0x80, 0xc3, 0x28, 0x9f, 0x0d, 0x0a]);
     await vm().uploadFile("/workspace/bin/keystore.p12", bytes);
