@@ -3,40 +3,14 @@
 // Redaction is a safety net: code must not log secrets in the first place (log error
 // messages, not objects; never a Secret's data, a spec's env, or a service token).
 import { pino, type Logger, type LoggerOptions } from "pino";
+import { REDACTED, REDACT_PATHS } from "../lib/redact-paths.js";
 
 export type { Logger } from "pino";
 
 export type LogLevel = "fatal" | "error" | "warn" | "info" | "debug" | "trace" | "silent";
 
-/** Paths censored in every log line (pino/fast-redact syntax; `*` matches one level). */
-export const REDACT_PATHS: readonly string[] = [
-  "authorization",
-  "Authorization",
-  "headers.authorization",
-  "headers.Authorization",
-  "*.headers.authorization",
-  "*.headers.Authorization",
-  "apiKey",
-  "*.apiKey",
-  "token",
-  "*.token",
-  "password",
-  "*.password",
-  "clientSecret",
-  "*.clientSecret",
-  "client_secret",
-  "*.client_secret",
-  "access_token",
-  "*.access_token",
-  "refresh_token",
-  "*.refresh_token",
-  "api_key",
-  "*.api_key",
-  "secret.data",
-  "secret.stringData",
-  "*.secret.data",
-  "*.secret.stringData",
-];
+/** Paths censored in every log line (the service client's child logger carries the same list). */
+export { REDACT_PATHS };
 
 export interface CreateLoggerOptions {
   level?: LogLevel | string;
@@ -56,7 +30,7 @@ export function createLogger(opts: CreateLoggerOptions = {}): Logger {
     timestamp: pino.stdTimeFunctions.isoTime,
     // Level as a string ("info"), which log pipelines match on more readily than 30.
     formatters: { level: (label) => ({ level: label }) },
-    redact: { paths: [...REDACT_PATHS, ...(opts.redact ?? [])], censor: "[REDACTED]" },
+    redact: { paths: [...REDACT_PATHS, ...(opts.redact ?? [])], censor: REDACTED },
   };
   return opts.destination ? pino(options, opts.destination) : pino(options);
 }

@@ -4,7 +4,8 @@
 // decoding). The attempt loop (rate limit, token, retry) is in request.ts; this file wires
 // them together, pages through lists, and talks to the token service.
 
-import pino from "pino";
+import pino, { type Logger } from "pino";
+import { REDACTED, REDACT_PATHS } from "../lib/redact-paths.js";
 import { InvalidEndpointError, ServiceError, isAuthError, isServiceErrorBody } from "./errors.js";
 import { HttpTransport, type HttpResponse } from "./http.js";
 import { OPERATIONS, REGISTRY, decodeJson, pathOf, queryString } from "./operations.js";
@@ -31,30 +32,20 @@ export type { ServiceClientHooks, ServiceClientOptions } from "./options.js";
 export const PAGE_SIZE = 100;
 
 /**
- * Pino redaction paths for the client's child logger. The client never logs a body, a header
- * or a credential in the first place; these paths are a second line of defence should a
- * future log line carry one.
+ * Pino redaction paths of the client's child logger: the operator's one list. The client never
+ * logs a body, a header or a credential in the first place; these paths are a second line of
+ * defence should a future log line carry one.
  */
-export const REDACT_PATHS: string[] = [
-  "apiKey",
-  "clientSecret",
-  "client_secret",
-  "credentials",
-  "authorization",
-  "token",
-  "access_token",
-  "password",
-  "headers.authorization",
-  'headers["x-api-key"]',
-  "*.apiKey",
-  "*.clientSecret",
-  "*.client_secret",
-  "*.authorization",
-  "*.token",
-  "*.access_token",
-  "*.password",
-  "*.image_pull_secret",
-];
+export { REDACT_PATHS };
+
+/**
+ * The client's logger: a child of `parent` that censors REDACT_PATHS. Its `redact` replaces the
+ * parent's (pino 10), so it is given the whole list, the paths of the operator's logger
+ * (createLogger) with the rest, not a list of the client's own.
+ */
+export function clientLogger(parent: Logger | undefined): Logger {
+  return (parent ?? pino({ level: "silent" })).child({ component: "service-client" }, { redact: { paths: [...REDACT_PATHS], censor: REDACTED } });
+}
 
 interface Endpoint {
   origin: string;
@@ -156,10 +147,7 @@ export class ServiceClient {
     const secrets = "apiKey" in creds ? [creds.apiKey] : [creds.clientSecret];
     if (secrets[0] === undefined || secrets[0] === "") throw new TypeError("service client: empty credentials");
 
-    const log = (opts.logger ?? pino({ level: "silent" })).child(
-      { component: "service-client" },
-      { redact: { paths: REDACT_PATHS, censor: "[REDACTED]" } },
-    );
+    const log = clientLogger(opts.logger);
     const timeoutMs = opts.timeoutMs ?? DEFAULTS.timeoutMs;
     if (!(timeoutMs > 0)) throw new RangeError(`timeoutMs must be > 0, got ${timeoutMs}`);
     const maxConnections = opts.maxConnections ?? DEFAULTS.maxConnections;
