@@ -6,34 +6,44 @@
 //
 // Redaction is a safety net: code must not log secrets in the first place.
 
-/** pino (fast-redact) syntax: `*` matches one level, `a["x-y"]` a key that is not an identifier. */
-export const REDACT_PATHS: readonly string[] = [
+/**
+ * Keys whose values are censored wherever they stand up to two levels below the top: a log
+ * line's field, a field's (`err.token`, `headers.authorization`), and one below that
+ * (`a.b.token`, `items[0].token`: pino matches an array's index as a key). pino's paths cannot
+ * say "at any depth", so the shapes are listed; a key three levels down goes uncensored, which
+ * is why code logs messages, not objects. The spellings a header, an SDK or a config file uses
+ * for the same thing are listed as they are written (pino matches keys exactly).
+ */
+const SECRET_KEYS: readonly string[] = [
   "authorization",
   "Authorization",
-  "*.authorization",
-  "headers.authorization",
-  "headers.Authorization",
-  'headers["x-api-key"]',
-  "*.headers.authorization",
-  "*.headers.Authorization",
-  "credentials",
-  "apiKey",
-  "*.apiKey",
+  '["x-api-key"]',
   "token",
-  "*.token",
-  "password",
-  "*.password",
-  "clientSecret",
-  "*.clientSecret",
-  "client_secret",
-  "*.client_secret",
+  "Token",
+  "accessToken",
   "access_token",
-  "*.access_token",
+  "refreshToken",
   "refresh_token",
-  "*.refresh_token",
+  "apiKey",
+  "apikey",
   "api_key",
-  "*.api_key",
-  "*.image_pull_secret",
+  '["api-key"]',
+  "password",
+  "clientSecret",
+  "client_secret",
+  "image_pull_secret",
+];
+
+/** `key` one level below `parent` (`*`, `*.*`), in pino's syntax: a bracketed key takes no dot. */
+const below = (parent: string, key: string): string => (key.startsWith("[") ? `${parent}${key}` : `${parent}.${key}`);
+
+/** pino (@pinojs/redact, fast-redact's syntax): `*` matches one level, `["x-y"]` a key that is not an identifier. */
+export const REDACT_PATHS: readonly string[] = [
+  ...SECRET_KEYS.flatMap((key) => [key, below("*", key), below("*.*", key)]),
+  // The client's credentials as handed to it ({apiKey} or {clientId, clientSecret}); deeper, a
+  // `credentials` is a Connection's reference to its Secret, worth seeing.
+  "credentials",
+  // A Secret object's values; its metadata says which one it is.
   "secret.data",
   "secret.stringData",
   "*.secret.data",
