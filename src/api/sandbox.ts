@@ -95,7 +95,10 @@ export const SandboxStatusSchema = statusSchema("Observed state of the sandbox V
   endpoint: Type.Optional(Type.String({ description: "Endpoint of the VM (also in the connection Secret)." })),
   wsURL: Type.Optional(Type.String({ description: "WebSocket URL of the VM (also in the connection Secret)." })),
   configHash: Type.Optional(
-    Type.String({ description: "Hash of the allocation options of the current VM: of the env its envFrom Secrets give, the keys only, never the values." }),
+    Type.String({
+      description:
+        "Hash of the allocation options of the current VM, salted with this resource's uid: of the env its envFrom Secrets give, the keys only, not the values. Except for a VM allocated by an older operator, before it recorded the VM's agentcompute.dev/secrets-hash metadata: there, until the VM is replaced, it is the hash that operator recorded, with the values in (SHA-256, cut to 64 bits), the only record of the values that VM holds.",
+    }),
   ),
   allocatedAt: Type.Optional(Type.String({ description: "When the current VM was allocated.", format: "date-time" })),
   expiresAt: Type.Optional(
