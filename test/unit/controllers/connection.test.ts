@@ -99,8 +99,31 @@ describe("Connection", () => {
     expect(condition(connection(), "Ready")).toMatchObject({
       status: "False",
       reason: "SecretKeyMissing",
-      message: 'credentials Secret "blank" has neither the key "apiKey" nor both "clientId" and "clientSecret" with a value ("apiKey" is empty)',
+      message: 'credentials Secret "blank" has neither the key "apiKey" nor both "clientId" and "clientSecret" with a value ("apiKey" is empty); its keys: "apiKey"',
     });
+  });
+
+  it("names the keys a credentials Secret has when none is the one read (a typo shows at once), never their values", async () => {
+    const secretWith = (name: string, keys: string[]) =>
+      w.secrets.set({ metadata: { name, namespace: NS }, data: Object.fromEntries(keys.map((k) => [k, Buffer.from(`value-of-${k}`).toString("base64")])) });
+    const messageFor = async (name: string) => {
+      w.apply<Connection>("connections", { metadata: { name: "c" }, spec: { ...connection().spec, credentials: { secretRef: { name } } } });
+      await reconcile();
+      const ready = condition(connection(), "Ready");
+      expect(ready).toMatchObject({ status: "False", reason: "SecretKeyMissing" });
+      return ready?.message ?? "";
+    };
+    secretWith("typo", ["api-key", "API_KEY", "clientId"]);
+    const typo = await messageFor("typo");
+    expect(typo).toBe('credentials Secret "typo" has neither the key "apiKey" nor both "clientId" and "clientSecret"; its keys: "API_KEY", "api-key", "clientId"');
+    expect(typo).not.toContain("value-of-");
+
+    // Many keys: the first ten, sorted, and how many more.
+    secretWith("many", Array.from({ length: 12 }, (_, i) => `key${String(i).padStart(2, "0")}`));
+    expect(await messageFor("many")).toMatch(/; its keys: "key00", "key01", .*"key09" and 2 more$/);
+
+    w.secrets.set({ metadata: { name: "bare", namespace: NS }, data: {} });
+    expect(await messageFor("bare")).toMatch(/; it has no keys$/);
   });
 
   it("stalls on refused credentials and looks again within a minute", async () => {
