@@ -218,17 +218,17 @@ export interface Refusal {
 export function refusalOf(e: unknown): Refusal | undefined {
   if (!(e instanceof ServiceError)) return undefined;
   // Which call, and its status: one resource makes several (an allocation, a renewal, a file
-  // upload), and the service's own words seldom say which.
-  const call = `${e.operation} (HTTP ${e.status})`;
-  const why = e.serviceMessage === undefined ? "" : `: ${e.serviceMessage}`;
+  // upload), and the service's own words seldom say which. Without them, the client's message
+  // (which names the call, and what it kept of an answer of another shape).
+  const why = e.serviceMessage === undefined ? e.message : `${e.operation} (HTTP ${e.status}): ${e.serviceMessage}`;
   switch (e.status) {
     case 400:
     case 413:
     case 422:
-      return { reason: "ServiceRejected", permanent: true, message: `the service refused ${call}${why}` };
+      return { reason: "ServiceRejected", permanent: true, message: `the service refused ${why}` };
     case 401:
     case 403:
-      return { reason: "Unauthorized", permanent: false, message: `the service refused the credentials at ${call}${why}` };
+      return { reason: "Unauthorized", permanent: false, message: `the service refused the credentials at ${why}` };
     default:
       return undefined;
   }

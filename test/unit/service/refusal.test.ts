@@ -15,8 +15,8 @@ describe("refusalOf", () => {
     expect(refusalOf(http(status, "why"))).toEqual({ reason: "Unauthorized", permanent: false, message: "the service refused the credentials at skills.create (HTTP " + status + "): why" });
   });
 
-  it("names the call and its status, with the service's words when it gave some", () => {
-    expect(refusalOf(http(400))?.message).toBe("the service refused skills.create (HTTP 400)");
+  it("names the call and its status, with the service's words when it gave some, else in our message's", () => {
+    expect(refusalOf(http(400))?.message).toBe("the service refused skills.create: HTTP 400");
   });
 
   it("counts the token service's answers the same way", () => {
