@@ -202,8 +202,12 @@ export interface GrantedTtl {
   granted: number;
 }
 
-/** Seconds short of the TTL asked that are the answer's time on the way, not a cap. */
-const TRAVEL_SLACK_SECONDS = 2;
+/**
+ * How much shorter than the TTL asked an expiry's distance must be to count as a cap: it also
+ * holds the answer's time on the way and the clocks' skew, which must not make a cadence of
+ * their own (a status write at every renewal, for a second's difference).
+ */
+const CAPPED_BELOW = 0.9;
 
 /**
  * What is known of a VM's renewals, whether status says it yet or not. The count is absolute,
@@ -461,9 +465,15 @@ class SandboxClient implements ExternalClient<Sandbox, SandboxPlan> {
     return granted?.vmId === vmId && granted.asked === asked ? granted.granted : asked;
   }
 
-  /** Remembers (or forgets) that the service granted VM `vmId` less than the TTL asked. */
-  private noteGranted(cr: Sandbox, vmId: string, asked: number, granted: number): void {
-    if (asked - granted > TRAVEL_SLACK_SECONDS) this.deps.grantedTtls.set(cr.metadata.uid, { vmId, asked, granted });
+  /**
+   * Remembers (or forgets) that the service granted VM `vmId` less than the TTL asked: so its
+   * answer says (the VM's ttl_seconds), or its expiry is well short of it (CAPPED_BELOW).
+   */
+  private noteGranted(cr: Sandbox, vmId: string, asked: number, answer: { ttl_seconds?: number }, fresh: { expiresAt: number; now: number }): void {
+    const said = answer.ttl_seconds !== undefined && answer.ttl_seconds > 0 && answer.ttl_seconds < asked ? answer.ttl_seconds : undefined;
+    const left = grantedTtl(asked, {}, fresh);
+    const granted = Math.min(said ?? asked, left < asked * CAPPED_BELOW ? left : asked);
+    if (granted < asked) this.deps.grantedTtls.set(cr.metadata.uid, { vmId, asked, granted });
     else this.deps.grantedTtls.delete(cr.metadata.uid);
   }
 
@@ -752,7 +762,7 @@ class SandboxClient implements ExternalClient<Sandbox, SandboxPlan> {
       }
       const vm: AgentVM = { ...current, ...renewed, expires_at: renewed.expires_at ?? formatTime(new Date(expiresAt)) };
       this.handle.vms.put(vm);
-      this.noteGranted(cr, vm.id, ttl, grantedTtl(ttl, renewed, { expiresAt, now: now.getTime() }));
+      this.noteGranted(cr, vm.id, ttl, renewed, { expiresAt, now: now.getTime() });
       const tally: Tally = { vmId: current.id, renewals: before.renewals + 1, lastRenewedAt: formatTime(now) };
       this.deps.tallies.set(cr.metadata.uid, tally);
       this.deps.metrics?.sandboxRenewals.inc();
@@ -849,7 +859,7 @@ class SandboxClient implements ExternalClient<Sandbox, SandboxPlan> {
 
   /**
    * The cadences a reader needs to judge expiresAt and reportedAt; they change only with the
-   * spec (`ttl`: the one the VM is renewed with, renewalTtl) or the flag.
+   * spec, a TTL the service refused or granted in part (`ttl`: timedTtl), or the flag.
    */
   private cadence(cr: Sandbox, ttl = ttlSeconds(cr)): Partial<SandboxStatus> {
     return { renewEverySeconds: renewEverySeconds(cr, ttl), reportEverySeconds: Math.round(this.deps.statusIntervalMs / 1000) };
@@ -901,7 +911,7 @@ class SandboxClient implements ExternalClient<Sandbox, SandboxPlan> {
     const expiresAt = Date.parse(vm.expires_at ?? "") || now.getTime() + ttlSeconds(cr) * 1000;
     // A new VM is news: reported at once, and counted from 0.
     this.deps.tallies.set(cr.metadata.uid, { vmId: vm.vm_id, renewals: 0, lastRenewedAt: formatTime(now) });
-    this.noteGranted(cr, vm.vm_id, ttlSeconds(cr), grantedTtl(ttlSeconds(cr), {}, { expiresAt, now: now.getTime() }));
+    this.noteGranted(cr, vm.vm_id, ttlSeconds(cr), {}, { expiresAt, now: now.getTime() });
     return {
       status: {
         ...statusOf(vmOf(vm, request, now)),

@@ -149,6 +149,21 @@ describe("Sandbox", () => {
     expect(sandbox().status?.renewEverySeconds).toBe(480);
   });
 
+  it("does not take an expiry a few seconds short of the TTL asked (the answer's travel, the clocks' skew) for a cap: the cadence in status stays", async () => {
+    apply({});
+    await w.reconcile(kind(), "sb");
+    const vmId = sandbox().status?.vmId as string;
+    expect(sandbox().status?.renewEverySeconds).toBe(480);
+    w.advance(481_000); // due
+    const skewed = { id: vmId, state: "allocated", tier: "standard", expires_at: new Date(w.clock.ms + 596_000).toISOString() };
+    w.emu.injectFault({ method: "POST", path: `/compute/v1/vms/${vmId}/renew`, times: 1, action: { status: 200, body: skewed } });
+    await w.reconcile(kind(), "sb");
+    expect(w.writes()).toContain("vms.renew");
+    w.advance(10_000);
+    await w.reconcile(kind(), "sb");
+    expect(sandbox().status?.renewEverySeconds).toBe(480);
+  });
+
   it("takes a renewal answered with an expiry already past for a failure: asked again before the VM runs out, not at once, over and over", async () => {
     apply({});
     await w.reconcile(kind(), "sb");
