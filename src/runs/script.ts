@@ -111,7 +111,8 @@ export function stepScript(dir: string, step: StepScript): string {
   // nowhere, so that an agentd which waits for the command's pipes to close does not wait for it.
   const beat = [
     `[ -n "$p" ] || p=$(cat ${d}/pid 2>/dev/null)`,
-    '[ -n "$p" ] || p=$(kid)',
+    // (Not once the step has ended: the wrapper's children then are its mkdir and mv.)
+    `[ -n "$p" ] || [ -e ${d}/exit ] || p=$(kid)`,
     'if [ -n "$p" ]; then live "$p" || break; else live $$ || break; fi',
     `[ -e ${d}/exit ] && break`,
     `n=$((n+1)); mkdir -p ${d}; echo "$n" > ${d}/alive.tmp && mv -f ${d}/alive.tmp ${d}/alive`,
@@ -129,8 +130,8 @@ export function stepScript(dir: string, step: StepScript): string {
   // deletion before the watcher read it): the wrapper's child that is not the watcher, which
   // knows its own pid as the parent of a process it starts (its $$ is the wrapper's).
   const kid =
-    "kid() { cat /proc/[0-9]*/stat 2>/dev/null | awk -v parent=\"$$\" -v me=\"$me\" '{ s = $0; sub(/^.*\\) /, \"\", s); split(s, a, \" \"); if (a[2] == parent && $1 != me) { print $1; exit } }' 2>/dev/null; }";
-  const watcher = `(${live}; ${tree}; ${kid}; me=$(exec sh -c 'echo $PPID'); p=; n=0; while :; do ${beat}; done) > /dev/null 2>&1 < /dev/null &`;
+    "kid() { [ -n \"$me\" ] && cat /proc/[0-9]*/stat 2>/dev/null | awk -v parent=\"$$\" -v me=\"$me\" '{ s = $0; sub(/^.*\\) /, \"\", s); split(s, a, \" \"); if (a[2] == parent && $1 != me) { print $1; exit } }' 2>/dev/null; }";
+  const watcher = `(${live}; ${tree}; ${kid}; me=$(exec /bin/sh -c 'echo $PPID'); p=; n=0; while :; do ${beat}; done) > /dev/null 2>&1 < /dev/null &`;
   return [
     `_ao_d="$PWD"/${shellQuote(dir)}`,
     `mkdir -p ${d} 2>/dev/null || exit ${SETUP_FAILED}`,
