@@ -6,7 +6,7 @@ import { NotReadyError } from "../managed/errors.js";
 import type { ManagedResource } from "../managed/external.js";
 import type { Inventory } from "../managed/inventory.js";
 import { pollIntervalMs } from "../managed/poll-interval.js";
-import { goneIndeed, isNotFound, isServiceNotFound } from "../service/index.js";
+import { ServiceError, goneIndeed, isNotFound, isServiceNotFound } from "../service/index.js";
 
 interface Dated {
   created_at?: string;
@@ -168,7 +168,19 @@ export async function removeObject<T>(
   try {
     await call(key);
   } catch (err) {
-    if (!(await goneIndeed(err, () => gone.get(key), (obj) => gone.ended?.(obj) ?? false))) throw err;
+    if (await goneIndeed(err, () => gone.get(key), (obj) => gone.ended?.(obj) ?? false)) {
+      inventory.remove(key);
+      return;
+    }
+    // Said so: "HTTP 404" alone, in a deletion that never ends, reads as a bug of ours.
+    if (err instanceof ServiceError && err.status === 404) {
+      throw new ServiceError({
+        ...err,
+        message: `${err.message}, without the service's error body (a gateway's?), and a GET of ${key} did not say it is gone either: tried again, the finalizer kept (behind a gateway that rewrites every 404, an object that is gone stays so: remove the finalizer by hand once you have checked)`,
+        retryable: true,
+      });
+    }
+    throw err;
   }
   inventory.remove(key);
 }
