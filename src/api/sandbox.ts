@@ -87,7 +87,7 @@ export const SandboxStatusSchema = statusSchema("Observed state of the sandbox V
   state: Type.Optional(
     Type.String({
       description:
-        "The service's state: allocated, released, expired... Or gone: the VM vmId names is no longer in the service and its replacement is not allocated yet (the Ready message says why); endpoint and wsURL are removed, and the connection Secret is deleted until a VM runs again.",
+        "The service's state: allocated, released, expired... Or gone: the VM vmId names is no longer in the service and the allocation of its replacement failed, or waits for what the spec needs (the Ready message says why); endpoint and wsURL are removed, and the connection Secret is deleted until a VM runs again. (A Sandbox that makes no replacement, paused or without Create in its managementPolicies, says its VM is gone in its Ready message only.)",
     }),
   ),
   tier: Type.Optional(Type.String({ description: "Tier of the VM." })),

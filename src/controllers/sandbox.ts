@@ -136,7 +136,7 @@ export function sandboxes(ctx: KindContext): ManagedKind<Sandbox, SandboxPlan> {
     connectionSecret: true,
     // Pausing must not lose a VM: a paused Sandbox is still renewed.
     needsUpkeep: true,
-    keepsAlive: (cr) => (cr.spec.keepAlive ?? true) && sandboxExternalId(cr) !== undefined && cr.status?.state !== "expired",
+    keepsAlive: (cr) => (cr.spec.keepAlive ?? true) && sandboxExternalId(cr) !== undefined && vmStateIsLive(cr.status?.state),
     upkeepSoon: (cr) => renewalSoon(cr, ctx.now().getTime()),
     // A replacement VM (for a changed spec, or one gone at its renewal) is allocated in update:
     // one whose answer is lost may land after a deletion's look, and would run unrenewed and
