@@ -19,7 +19,7 @@ import { errorMessage } from "../lib/errors.js";
 import type { ActionResult, ConnectionDetails, ExternalClient, Observation, Planned } from "../managed/external.js";
 import type { Informer } from "../runtime/informer.js";
 import { formatTime } from "../runtime/status.js";
-import { isNotFound, isOutcomeUnknown, type Deployment, type DeployOptions } from "../service/index.js";
+import { isNotFound, isOutcomeUnknown, isServiceNotFound, type Deployment, type DeployOptions } from "../service/index.js";
 import type { ServiceHandle } from "./connection-pool.js";
 import { connectionName, fingerprint, referrers, requestOf, type KindContext, type ManagedKind } from "./kind.js";
 import { findOwn, goneSinceObserved, madeFor, removeObject } from "./marker.js";
@@ -250,8 +250,9 @@ class DeploymentClient implements ExternalClient<AgentDeployment, DeploymentPlan
       return await call();
     } catch (err) {
       if (!isNotFound(err)) throw err;
+      // Gone by the service's own 404; a bare one (a gateway's) is a failed read, tried again.
       const still = await this.handle.client.deployments.get(id).catch((e: unknown) => {
-        if (isNotFound(e)) return undefined;
+        if (isServiceNotFound(e)) return undefined;
         throw e;
       });
       if (still === undefined) {

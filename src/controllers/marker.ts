@@ -138,15 +138,16 @@ export function goneSinceObserved(what: string): NotReadyError {
 }
 
 /**
- * Changes service object `key` with `call`. A 404 means it went since it was observed: the
- * inventory forgets it and the pass waits (ExternalGone), so that the next one finds it gone and
- * makes it again, rather than send the same call, on the same snapshot, until the next list.
+ * Changes service object `key` with `call`. The service's own 404 means it went since it was
+ * observed: the inventory forgets it and the pass waits (ExternalGone), so that the next one
+ * finds it gone and makes it again, rather than send the same call, on the same snapshot, until
+ * the next list. A bare 404 (a gateway's) says nothing of the object: a failure, tried again.
  */
 export async function changeObserved<T>(inventory: Inventory<unknown>, key: string, what: string, call: () => Promise<T>): Promise<T> {
   try {
     return await call();
   } catch (err) {
-    if (!isNotFound(err)) throw err;
+    if (!isServiceNotFound(err)) throw err;
     inventory.remove(key);
     throw goneSinceObserved(what);
   }

@@ -600,6 +600,21 @@ describe("Agent", () => {
     expect(registry()?.description).toBe("changed");
   });
 
+  it("an update answered a bare 404 (a gateway's) is a failure, tried again: the agent is not taken for gone, nor made a second time", async () => {
+    apply({});
+    await w.reconcile(kind(), "ag");
+    const first = agent().status?.agentId as string;
+    apply({ description: "changed" });
+    w.emu.injectFault({ method: "PUT", path: `/registry/v1/agents/${first}`, times: 1, action: { status: 404, body: "404 page not found" } });
+    w.calls();
+    await w.reconcile(kind(), "ag").catch(() => undefined);
+    expect(condition(agent(), "Reconciling")?.reason).not.toBe("ExternalGone");
+    await w.reconcile(kind(), "ag");
+    expect(w.writes()).toEqual(["agents.update", "agents.update"]);
+    expect(agent().status?.agentId).toBe(first);
+    expect(registry()?.description).toBe("changed");
+  });
+
   it("does not manage fields the spec leaves out: values set in the registry stay", async () => {
     apply({});
     await w.reconcile(kind(), "ag");
