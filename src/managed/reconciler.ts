@@ -121,7 +121,8 @@ export class ManagedReconciler<R extends ManagedResource, Plan = unknown> implem
   private readonly refusedWith = new Map<string, { uid: string; inputs: string }>();
   /**
    * namespace/name -> when a create of the resource (of that uid) failed with its outcome
-   * unknown (a timeout, a cut connection, a 5xx): it may still land in the service. A deletion
+   * unknown (a timeout, a cut connection, a 5xx), or an update that creates (updateCreates: a
+   * Sandbox's replacement VM): it may still land in the service. A deletion
    * meanwhile deletes what it finds and keeps the finalizer to look again LANDING_MS from
    * then, or an object that lands after its look would be left behind for good (agents and
    * deployments do not run out). Kept whatever a later pass finds or creates: what it finds may

@@ -10,7 +10,6 @@ export type { Logger } from "pino";
 export type LogLevel = "fatal" | "error" | "warn" | "info" | "debug" | "trace" | "silent";
 
 /** Paths censored in every log line (the service client's child logger carries the same list). */
-export { REDACT_PATHS };
 
 export interface CreateLoggerOptions {
   level?: LogLevel | string;
@@ -24,7 +23,8 @@ export interface CreateLoggerOptions {
 
 export function createLogger(opts: CreateLoggerOptions = {}): Logger {
   const options: LoggerOptions = {
-    level: opts.level ?? process.env.LOG_LEVEL ?? "info",
+    // In any case, as the run command takes it (LOG_LEVEL=DEBUG is often written).
+    level: (opts.level ?? process.env.LOG_LEVEL ?? "info").toLowerCase(),
     base: { name: "agent-operator", ...(opts.base ?? {}) },
     // ISO timestamps read better in `kubectl logs` than epoch millis.
     timestamp: pino.stdTimeFunctions.isoTime,

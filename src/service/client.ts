@@ -36,7 +36,6 @@ export const PAGE_SIZE = 100;
  * logs a body, a header or a credential in the first place; these paths are a second line of
  * defence should a future log line carry one.
  */
-export { REDACT_PATHS };
 
 /**
  * The client's logger: a child of `parent` that censors REDACT_PATHS. Its `redact` replaces the

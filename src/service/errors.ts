@@ -8,6 +8,7 @@
 
 import { STATUS_CODES } from "node:http";
 import { mergeRanges, type Range } from "../lib/ranges.js";
+import { REDACTED } from "../lib/redact-paths.js";
 import { writtenForms } from "../lib/written-forms.js";
 import { isTLSCode } from "./retry.js";
 
@@ -300,7 +301,6 @@ function snippet(text: string, secrets: readonly string[]): string {
   return flat.length > SNIPPET_MAX ? `${flat.slice(0, SNIPPET_MAX)}…` : flat;
 }
 
-const REDACTED = "[REDACTED]";
 
 /**
  * Replaces every occurrence of a known secret, also in the forms a body or a URL carries it

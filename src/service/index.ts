@@ -1,6 +1,6 @@
 // The service client's public surface. Import from "src/service/index.js" only.
 
-export { ServiceClient, PAGE_SIZE, REDACT_PATHS, REFUSAL_HOLD_MS, pageAll } from "./client.js";
+export { ServiceClient, PAGE_SIZE, REFUSAL_HOLD_MS, pageAll } from "./client.js";
 export type { AgentsAPI, CredentialsVerdict, DeploymentsAPI, VMsAPI, SkillsAPI, UsageAPI } from "./client.js";
 export type { ServiceClientOptions, ServiceClientHooks } from "./options.js";
 export { DEFAULTS } from "./options.js";

@@ -39,3 +39,16 @@ describe("createLogger's redaction", () => {
     expect(line).toMatchObject({ tokens: 5, secretRef: { name: "creds" }, spec: { credentials: { secretRef: { name: "creds" } } } });
   });
 });
+
+describe("createLogger's level", () => {
+  it("takes $LOG_LEVEL in any case, as the run command does", () => {
+    const before = process.env.LOG_LEVEL;
+    try {
+      process.env.LOG_LEVEL = "DEBUG";
+      expect(createLogger().level).toBe("debug");
+    } finally {
+      if (before === undefined) delete process.env.LOG_LEVEL;
+      else process.env.LOG_LEVEL = before;
+    }
+  });
+});
