@@ -10,6 +10,7 @@ import { Inventory } from "../managed/inventory.js";
 import { notReportedYet } from "../managed/conditions.js";
 import { NotReadyError } from "../managed/errors.js";
 import type { Informer } from "../runtime/informer.js";
+import { keysListed } from "./object-store.js";
 import type { SecretObject } from "../managed/connection-secret.js";
 import { DEFAULTS, ServiceClient, type ServiceClientHooks } from "../service/index.js";
 import type { Agent, AgentVM, Credentials, Deployment, Skill } from "../service/index.js";
@@ -268,7 +269,7 @@ export class ConnectionPool {
     const empty = ["apiKey", "clientId", "clientSecret"].filter((k) => data[k] !== undefined && !read(k));
     throw new NotReadyError(
       "SecretKeyMissing",
-      `credentials Secret "${secretName}" has neither the key "apiKey" nor both "clientId" and "clientSecret"${empty.length > 0 ? ` with a value (${empty.map((k) => `"${k}"`).join(", ")} ${empty.length === 1 ? "is" : "are"} empty)` : ""}; ${keysOf(data)}`,
+      `credentials Secret "${secretName}" has neither the key "apiKey" nor both "clientId" and "clientSecret"${empty.length > 0 ? ` with a value (${empty.map((k) => `"${k}"`).join(", ")} ${empty.length === 1 ? "is" : "are"} empty)` : ""}; ${keysListed(Object.keys(data))}`,
     );
   }
 
@@ -363,18 +364,4 @@ function fingerprintOf(connection: Connection, credentials: Credentials | undefi
   return createHash("sha256")
     .update(JSON.stringify([connection.spec, credentials]))
     .digest("hex");
-}
-
-/** Key names listed at most in a message (a Secret may hold many). */
-const KEYS_LISTED = 10;
-
-/**
- * The Secret's key names, sorted, for a message saying which one it lacks: a typo (`api-key`,
- * `API_KEY`) shows at once. Names only, never a value: key names are not secret.
- */
-function keysOf(data: Record<string, string>): string {
-  const keys = Object.keys(data).sort();
-  if (keys.length === 0) return "it has no keys";
-  const listed = keys.slice(0, KEYS_LISTED).map((k) => `"${k}"`).join(", ");
-  return `its keys: ${listed}${keys.length > KEYS_LISTED ? ` and ${keys.length - KEYS_LISTED} more` : ""}`;
 }

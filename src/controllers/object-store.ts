@@ -29,7 +29,7 @@ export class ObjectStore {
   secretKeys<K extends string>(namespace: string, name: string, field: string, keys: readonly K[]): Record<K, string> {
     const data = this.secretData(namespace, name, field);
     const missing = keys.filter((k) => data[k] === undefined);
-    if (missing.length > 0) throw keysMissing(name, field, missing);
+    if (missing.length > 0) throw keysMissing(name, field, missing, Object.keys(data));
     return data as Record<K, string>;
   }
 
@@ -38,8 +38,9 @@ export class ObjectStore {
    * keystore or a DER certificate is not UTF-8, and text would replace its bytes).
    */
   secretKeyBytes(namespace: string, name: string, field: string, key: string): Buffer {
-    const value = this.secret(namespace, name, field).data?.[key];
-    if (value === undefined) throw keysMissing(name, field, [key]);
+    const data = this.secret(namespace, name, field).data ?? {};
+    const value = data[key];
+    if (value === undefined) throw keysMissing(name, field, [key], Object.keys(data));
     return Buffer.from(value, "base64");
   }
 
@@ -66,7 +67,7 @@ export class ObjectStore {
     if (text !== undefined) return text;
     const bytes = cm.binaryData?.[key];
     if (bytes !== undefined) return Buffer.from(bytes, "base64");
-    throw new NotReadyError("ConfigMapKeyMissing", `ConfigMap "${name}" (${field}) lacks the key "${key}"`);
+    throw new NotReadyError("ConfigMapKeyMissing", `ConfigMap "${name}" (${field}) lacks the key "${key}"; ${keysListed([...Object.keys(cm.data ?? {}), ...Object.keys(cm.binaryData ?? {})])}`);
   }
 
   private configMap(namespace: string, name: string, field: string): ConfigMapObject {
@@ -78,6 +79,20 @@ export class ObjectStore {
   }
 }
 
-function keysMissing(name: string, field: string, missing: readonly string[]): NotReadyError {
-  return new NotReadyError("SecretKeyMissing", `Secret "${name}" (${field}) lacks the key${missing.length > 1 ? "s" : ""} ${missing.map((k) => `"${k}"`).join(", ")}`);
+function keysMissing(name: string, field: string, missing: readonly string[], present: readonly string[]): NotReadyError {
+  return new NotReadyError("SecretKeyMissing", `Secret "${name}" (${field}) lacks the key${missing.length > 1 ? "s" : ""} ${missing.map((k) => `"${k}"`).join(", ")}; ${keysListed(present)}`);
+}
+
+/** Key names listed at most in a message (a Secret may hold many). */
+const KEYS_LISTED = 10;
+
+/**
+ * A Secret's or ConfigMap's key names, sorted, for a message saying which one it lacks: a typo
+ * (`api-key`, `API_KEY`) shows at once. Names only, never a value: key names are not secret.
+ */
+export function keysListed(keys: readonly string[]): string {
+  const sorted = [...keys].sort();
+  if (sorted.length === 0) return "it has no keys";
+  const listed = sorted.slice(0, KEYS_LISTED).map((k) => `"${k}"`).join(", ");
+  return `its keys: ${listed}${sorted.length > KEYS_LISTED ? ` and ${sorted.length - KEYS_LISTED} more` : ""}`;
 }

@@ -13,7 +13,7 @@ import { managementOf } from "../managed/management-policies.js";
 import type { ServiceHandle } from "./connection-pool.js";
 import { connectionName, fingerprint, referrers, requestOf, type KindContext, type ManagedKind } from "./kind.js";
 import { changeObserved, goneSinceObserved, removeObject, staleFor } from "./marker.js";
-import type { ObjectStore } from "./object-store.js";
+import { keysListed, type ObjectStore } from "./object-store.js";
 import type { Informer } from "../runtime/informer.js";
 import type { KubeObject } from "../runtime/kube-client.js";
 
@@ -220,11 +220,12 @@ export function desiredSkill(cr: Skill, store: ObjectStore): DesiredSkill {
   let content = spec.content;
   if (content === undefined && spec.contentFrom) {
     const ref = spec.contentFrom.configMapKeyRef;
-    content = store.configMapData(namespace, ref.name, "spec.contentFrom.configMapKeyRef.name")[ref.key];
+    const data = store.configMapData(namespace, ref.name, "spec.contentFrom.configMapKeyRef.name");
+    content = data[ref.key];
     if (content === undefined) {
       throw new NotReadyError(
         "ConfigMapKeyMissing",
-        `ConfigMap "${ref.name}" has no key "${ref.key}" (spec.contentFrom.configMapKeyRef.key)`,
+        `ConfigMap "${ref.name}" has no key "${ref.key}" (spec.contentFrom.configMapKeyRef.key); ${keysListed(Object.keys(data))}`,
       );
     }
   }

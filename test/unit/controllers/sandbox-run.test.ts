@@ -158,7 +158,7 @@ describe("SandboxRun: files from a ConfigMap", () => {
     expect(binary?.path).toBe("/workspace/in/file");
     expect(Buffer.isBuffer(binary?.content) && binary.content.equals(bytes)).toBe(true);
     expect(r.inputs(withFiles("labels.txt"), { files: true }).files).toEqual([{ path: "/workspace/in/file", content: "cat\ndog\n", secret: false }]);
-    expect(() => r.inputs(withFiles("weights.bin"), { files: true })).toThrow(expect.objectContaining({ reason: "ConfigMapKeyMissing", message: 'ConfigMap "model" (spec.files[0].configMapKeyRef) lacks the key "weights.bin"' }));
+    expect(() => r.inputs(withFiles("weights.bin"), { files: true })).toThrow(expect.objectContaining({ reason: "ConfigMapKeyMissing", message: 'ConfigMap "model" (spec.files[0].configMapKeyRef) lacks the key "weights.bin"; its keys: "labels.txt", "model.bin"' }));
   });
 });
 

@@ -47,6 +47,18 @@ describe("Skill", () => {
     w.calls();
   };
 
+  it("waits for a contentFrom key its ConfigMap lacks, naming the keys it has", async () => {
+    w.configMaps.set({ metadata: { name: "cm", namespace: NS }, data: { "skill.md": "# x", "README.md": "r" } });
+    apply({ contentFrom: { configMapKeyRef: { name: "cm", key: "SKILL.md" } } });
+    await w.reconcile(kind(), "sk");
+    expect(w.writes()).toEqual([]);
+    expect(condition(skill(), "Ready")).toMatchObject({
+      status: "False",
+      reason: "ConfigMapKeyMissing",
+      message: 'ConfigMap "cm" has no key "SKILL.md" (spec.contentFrom.configMapKeyRef.key); its keys: "README.md", "skill.md"',
+    });
+  });
+
   it("claims the name with the finalizer, before the create, so a create whose answer is lost stays its own", async () => {
     apply({ content: "v1" });
     w.emu.injectFault({ method: "POST", path: "/compute/v1/skills", times: 1, action: { status: 400, body: { code: 400, error_code: "bad", message: "no" } } });
@@ -716,6 +728,15 @@ describe("Agent", () => {
     expect(w.writes()).toEqual([]);
     expect(condition(agent(), "Ready")).toMatchObject({ status: "False", reason: "SecretKeyMissing" });
     expect(condition(agent(), "Ready")?.message).toBe('Secret "pull" (spec.imagePullSecretRef.name) has an empty "password": set it');
+  });
+
+  it("waits for an image pull Secret that lacks a key, naming the keys it has (a typo shows), never a value", async () => {
+    const b64 = (v: string) => Buffer.from(v).toString("base64");
+    w.secrets.set({ metadata: { name: "pull", namespace: NS }, data: { registry: b64("r.example"), username: b64("u"), Password: b64("s3cret-pull-pass") } });
+    w.apply<Agent>("agents", { metadata: { name: "ag" }, spec: { image: "registry.example/a:1", imagePullSecretRef: { name: "pull" } } });
+    await w.reconcile(kind(), "ag");
+    expect(w.writes()).toEqual([]);
+    expect(condition(agent(), "Ready")?.message).toBe('Secret "pull" (spec.imagePullSecretRef.name) lacks the key "password"; its keys: "Password", "registry", "username"');
   });
 
   it("takes a cleared field as matching a registry that leaves empty fields out, or sends null", () => {
