@@ -620,6 +620,24 @@ describe("Sandbox", () => {
     expect(sandbox().status?.vmId).toBe(replacement);
   });
 
+  /**
+   * The Sandbox deleted after an allocation whose answer was lost: its finalizer stays for a
+   * while (LANDING_MS), and the VM that lands meanwhile (of `tier`) is released at the next look.
+   */
+  async function deletedThenLandsLate(process: ReturnType<typeof kind>, cr: Sandbox, tier: string): Promise<void> {
+    w.apply<Sandbox>("sandboxes", { metadata: { name: "sb", deletionTimestamp: "2030-01-01T00:00:00Z", finalizers: sandbox().metadata.finalizers }, spec: sandbox().spec });
+    const result = (await w.reconcile(process, "sb")) as { requeueAfterMs: number } | undefined;
+    expect(sandbox().metadata.finalizers).toContain(FINALIZER);
+    expect(result?.requeueAfterMs).toBeGreaterThan(0);
+    expect(result?.requeueAfterMs).toBeLessThanOrEqual(60_000);
+    // The allocation lands now, after the first look.
+    const late = w.emu.state.allocateVM({ tier, ttl_seconds: 600, org_id: ORG, metadata: { [MARKER_KEY]: cr.metadata.uid } });
+    w.advance(60_001);
+    await w.reconcile(process, "sb");
+    expect(live(late.vm_id)).toBe(false);
+    expect(sandbox().metadata.finalizers ?? []).not.toContain(FINALIZER);
+  }
+
   it("deleted after a replacement whose allocation's answer was lost: keeps its finalizer a while, so a VM that lands late is released too", async () => {
     const process = kind(); // one operator process: it remembers the unknown outcome
     const cr = apply({});
@@ -629,18 +647,8 @@ describe("Sandbox", () => {
     apply({ tier: "large" });
     await w.reconcile(process, "sb").catch(() => undefined); // no answer: the VM may still be allocated
     expect(condition(sandbox(), "Ready")).toMatchObject({ status: "False", reason: "OutcomeUnknown" });
-    w.apply<Sandbox>("sandboxes", { metadata: { name: "sb", deletionTimestamp: "2030-01-01T00:00:00Z", finalizers: sandbox().metadata.finalizers }, spec: sandbox().spec });
-    const result = (await w.reconcile(process, "sb")) as { requeueAfterMs: number } | undefined;
+    await deletedThenLandsLate(process, cr, "large");
     expect(live(old)).toBe(false);
-    expect(sandbox().metadata.finalizers).toContain(FINALIZER);
-    expect(result?.requeueAfterMs).toBeGreaterThan(0);
-    expect(result?.requeueAfterMs).toBeLessThanOrEqual(60_000);
-    // The allocation lands now, after the first look.
-    const late = w.emu.state.allocateVM({ tier: "large", ttl_seconds: 600, org_id: ORG, metadata: { [MARKER_KEY]: cr.metadata.uid } });
-    w.advance(60_001);
-    await w.reconcile(process, "sb");
-    expect(live(late.vm_id)).toBe(false);
-    expect(sandbox().metadata.finalizers ?? []).not.toContain(FINALIZER);
   });
 
   it("deleted after the VM gone at its renewal was replaced by an allocation whose answer was lost: keeps its finalizer a while, so a VM that lands late is released too", async () => {
@@ -654,15 +662,7 @@ describe("Sandbox", () => {
     w.calls();
     await w.reconcile(process, "sb").catch(() => undefined);
     expect(w.writes()).toEqual(["vms.renew", "vms.allocate"]);
-    w.apply<Sandbox>("sandboxes", { metadata: { name: "sb", deletionTimestamp: "2030-01-01T00:00:00Z", finalizers: sandbox().metadata.finalizers }, spec: sandbox().spec });
-    const result = (await w.reconcile(process, "sb")) as { requeueAfterMs: number } | undefined;
-    expect(sandbox().metadata.finalizers).toContain(FINALIZER);
-    expect(result?.requeueAfterMs).toBeGreaterThan(0);
-    const late = w.emu.state.allocateVM({ tier: "standard", ttl_seconds: 600, org_id: ORG, metadata: { [MARKER_KEY]: cr.metadata.uid } });
-    w.advance(60_001);
-    await w.reconcile(process, "sb");
-    expect(live(late.vm_id)).toBe(false);
-    expect(sandbox().metadata.finalizers ?? []).not.toContain(FINALIZER);
+    await deletedThenLandsLate(process, cr, "standard");
   });
 
   it("adopts the VM a crash left mid-replacement, and keeps it: the VM says which spec it was made for", async () => {
