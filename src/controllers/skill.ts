@@ -90,7 +90,17 @@ export function waitForSkills(skills: Informer<Skill>, user: ManagedResource, na
 }
 
 export function skillExternalId(cr: Skill): string | undefined {
-  return cr.metadata.annotations?.[Annotations.externalId] ?? cr.status?.skillName;
+  return adoptedName(cr) ?? cr.status?.skillName;
+}
+
+/**
+ * The skill the external-id annotation imports, where it names this resource's skill: one that
+ * names another (refused: ExternalIdMismatch) is no one's to read or delete as this resource's,
+ * or a deletion would take that other skill and leave its own.
+ */
+function adoptedName(cr: Skill): string | undefined {
+  const annotated = cr.metadata.annotations?.[Annotations.externalId];
+  return annotated === skillName(cr) ? annotated : undefined;
 }
 
 /**
@@ -140,7 +150,7 @@ function sameInstant(a: string, b: string): boolean {
 function isOwn(cr: Skill, found: ServiceSkill, desired: () => DesiredSkill): boolean {
   const name = found.name;
   const annotations = cr.metadata.annotations ?? {};
-  if (annotations[Annotations.externalId] === name) return true;
+  if (adoptedName(cr) === name) return true;
   const { status } = cr;
   if (answered(status, name)) {
     const createdAt = status?.createdAt;

@@ -392,6 +392,19 @@ describe("Skill", () => {
     expect((await kind().client(w.handle()).observe(skill())).differences).toEqual(["description"]);
   });
 
+  it("refuses an external-id annotation naming another skill, and deleted then deletes its own skill, never the one the annotation names", async () => {
+    apply({ content: "ours" });
+    await w.reconcile(kind(), "sk");
+    w.emu.state.createSkill({ name: "foo", content: "another team's" });
+    apply({ content: "ours" }, { [Annotations.externalId]: "foo" });
+    await w.reconcile(kind(), "sk");
+    expect(condition(skill(), "Ready")).toMatchObject({ status: "False", reason: "ExternalIdMismatch" });
+    await deleted();
+    expect(w.emu.state.skills.get("foo")?.content).toBe("another team's");
+    expect(w.emu.state.skills.get("sk")).toBeUndefined();
+    expect(skill()?.metadata.finalizers ?? []).toEqual([]);
+  });
+
   it("imports a skill without naming its content ([Observe]): in sync, nothing written, only the fields named compared; Drifted cleared once Update is allowed", async () => {
     w.emu.state.createSkill({ name: "sk", content: "theirs", description: "shared", resources: { "a.md": "a" } });
     apply({ managementPolicies: ["Observe"] }, { [Annotations.externalId]: "sk" });
