@@ -257,6 +257,11 @@ class AgentClient implements ExternalClient<Agent, AgentPlan> {
 /** The fields to send so the registry matches the spec (empty when it already does). */
 export function agentPatch(cr: Agent, found: RegistryAgent): UpdateAgentRequest {
   const desired = desiredUpdatable(cr);
+  // Without Create the marker is not this resource's to set, nor to take off: one the registry
+  // holds (set while the policies were "*", or another resource's) is kept as it is. Compared,
+  // it read as drift in spec.metadata, which cannot name the key, and Update sent it away.
+  const marker = found.metadata?.[MARKER_KEY];
+  if (desired.metadata !== undefined && !(MARKER_KEY in desired.metadata) && marker !== undefined) desired.metadata = { ...desired.metadata, [MARKER_KEY]: marker };
   const patch: Record<string, unknown> = {};
   for (const [k, v] of Object.entries(desired)) {
     const asAnswered = k === "manifest" ? manifestAsAnswered : emptyAsAbsent;

@@ -514,6 +514,25 @@ describe("Agent", () => {
   const registry = () => w.emu.state.agents.get(agent().status?.agentId as string);
   const resync = () => w.handle().agents.invalidate();
 
+  it("switched to policies without Create, takes the marker it set for no drift, and an update keeps it", async () => {
+    apply({ metadata: { team: "a" } });
+    await w.reconcile(kind(), "ag");
+    const uid = agent().metadata.uid;
+    expect(registry()?.metadata).toEqual({ team: "a", [MARKER_KEY]: uid });
+    apply({ metadata: { team: "a" }, managementPolicies: ["Observe"] });
+    resync();
+    w.calls();
+    await w.reconcile(kind(), "ag");
+    expect(w.writes()).toEqual([]);
+    expect(condition(agent(), "Drifted")).toMatchObject({ status: "False" });
+    expect(w.events.map((e) => e.reason)).not.toContain("DriftNotCorrected");
+    // With Update, a change is sent with the marker the registry holds, not without it.
+    apply({ metadata: { team: "b" }, managementPolicies: ["Observe", "Update"] });
+    await w.reconcile(kind(), "ag");
+    expect(w.writes()).toEqual(["agents.update"]);
+    expect(registry()?.metadata).toEqual({ team: "b", [MARKER_KEY]: uid });
+  });
+
   it("sends a create the registry refused for the org its Connection gives again once the Connection is fixed, not before", async () => {
     const conn = w.get<Connection>("connections", "default");
     const setOrg = (orgId: string) => {
