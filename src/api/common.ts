@@ -72,7 +72,7 @@ export function statusSchema<P extends Record<string, TSchema>>(description: str
 
 export const DeletionPolicy = StringEnum(["Delete", "Orphan"] as const, {
   description:
-    "What happens to the service object when this resource is deleted: Delete removes it from the service, Orphan leaves it there.",
+    "What happens to the service object when this resource is deleted: Delete removes it from the service, Orphan leaves it there (a Sandbox's VM so left is renewed by no one, and runs out within its TTL).",
   default: "Delete",
 });
 

@@ -60,7 +60,7 @@ export const SandboxSpecSchema = Type.Object(
     keepAlive: Type.Optional(
       Type.Boolean({
         description:
-          "true: renew the VM for as long as this resource exists, and replace it if it disappears. false: let it expire and report Expired.",
+          "true: renew the VM for as long as this resource exists, and replace it if it disappears, as far as managementPolicies allow (renewals need Create or Update, a replacement Create: an import, [Observe], is never renewed). false: let it expire and report Expired.",
         default: true,
       }),
     ),

@@ -482,7 +482,8 @@ export class ManagedReconciler<R extends ManagedResource, Plan = unknown> implem
     const upkeep = kept?.keeping && trouble === undefined ? " (its VM is still renewed)" : "";
     const waiting = deleting ? "; deletion waits, with the finalizer kept, until" : "; changes made meanwhile are applied when";
     const problem = trouble ? `; cannot keep its VM alive: ${trouble.failure.reason}: ${trouble.failure.message}` : "";
-    const lost = gone ? `; its VM is gone (expired or deleted)${deleting ? "" : ": a new one is allocated once the annotation is removed"}` : "";
+    const replaced = !deleting && managementOf(cr.spec).create;
+    const lost = gone ? `; its VM is gone (expired or deleted)${replaced ? ": a new one is allocated once the annotation is removed" : ""}` : "";
     const state = unusable !== undefined ? `; ${unusable.message}` : "";
     const pending = held !== undefined && !deleting ? `; not applied yet: ${held.join(", ")}` : "";
     const message = `paused by the annotation ${Annotations.paused}: "true": the operator makes no change in the service${upkeep}${waiting} the annotation is removed${problem}${lost}${state}${pending}`;
@@ -503,16 +504,18 @@ export class ManagedReconciler<R extends ManagedResource, Plan = unknown> implem
   /**
    * Upkeep and nothing else, for a kind whose service objects die unless written to
    * (`needsUpkeep`): observe, and keep the object alive if that is due (`upkeep`: a
-   * VM's renewal). For when nothing else may be done: paused, or no client for changes (the
-   * Connection is not Ready). Undefined if there is nothing to keep: another kind, a resource
-   * that made nothing yet (no finalizer), policies without upkeep, no client.
+   * VM's renewal) and the policies allow it. For when nothing else may be done: paused, or no
+   * client for changes (the Connection is not Ready). Observed without upkeep too (reads are
+   * allowed): an imported VM ([Observe]) that ran out while paused must not stay Ready. Undefined
+   * if there is nothing to look at: another kind, a resource that made nothing yet (no
+   * finalizer), no client.
    */
   private async upkeepOnly(cr: R, connect: () => Promise<ExternalClient<R, Plan>>): Promise<Upkeep<StatusOf<R>> | undefined> {
-    if (!this.upkeepAllowed(cr)) return undefined;
+    if (this.opts.needsUpkeep !== true || !hasFinalizer(cr)) return undefined;
     try {
       const external = await connect();
       const observed = await external.observe(cr);
-      const kept = await this.keepAlive(cr, external, observed);
+      const kept = this.upkeepAllowed(cr) ? await this.keepAlive(cr, external, observed) : outcome(observed, undefined, false);
       // Named in status, but not found: nothing left to keep alive, and not to be called in sync.
       if (!observed.exists && this.namesKept(cr)) return { ...kept, gone: true };
       if (!observed.exists) return kept;

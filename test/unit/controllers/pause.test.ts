@@ -312,6 +312,27 @@ describe("paused Sandbox", () => {
     expect(sandbox().status?.vmId).not.toBe(vmId);
   });
 
+  it("imported read-only ([Observe]) and paused: still looked at, so a VM that ran out is not Ready, and no replacement is promised", async () => {
+    const vm = w.emu.state.allocateVM({ tier: "standard", ttl_seconds: 600, org_id: ORG, metadata: {} });
+    const imported = (annotations: Record<string, string>) =>
+      w.apply<Sandbox>("sandboxes", {
+        metadata: { name: "sb", annotations: { [Annotations.externalId]: vm.vm_id, ...annotations } },
+        spec: { tier: "standard", ttlSeconds: 600, managementPolicies: ["Observe"] },
+      });
+    imported({});
+    await w.reconcile(kind(), "sb");
+    imported(PAUSED);
+    await w.reconcile(kind(), "sb");
+    expect(condition(sandbox(), "Ready")).toMatchObject({ status: "True", reason: "ReconcilePaused" });
+    w.advance(601_000); // it runs out: nothing renews an imported VM
+    w.handle().vms.invalidate();
+    w.calls();
+    await w.reconcile(kind(), "sb");
+    expect(w.writes()).toEqual([]);
+    expect(condition(sandbox(), "Ready")).toMatchObject({ status: "False", reason: "ReconcilePaused", message: expect.stringContaining("its VM is gone") });
+    expect(condition(sandbox(), "Ready")?.message).not.toContain("a new one is allocated");
+  });
+
   it("a paused Sandbox being deleted keeps its VM, renewed, and its finalizer", async () => {
     apply({});
     await w.reconcile(kind(), "sb");
