@@ -433,7 +433,7 @@ export class ManagedReconciler<R extends ManagedResource, Plan = unknown> implem
       this.waitingSince.delete(keyOf(cr));
     }
     const message = withPollNote(cr, failure.message) + upkeepNote(kept, failure);
-    await this.writeStatusBeforeUpkeep(cr, due, kept?.status ?? {}, kstatusConditions({ state: stalled ? "stalled" : "reconciling", reason: failure.reason, message }));
+    await this.writeStatusBeforeUpkeep(cr, due, kept?.status ?? {}, [...kstatusConditions({ state: stalled ? "stalled" : "reconciling", reason: failure.reason, message }), ...this.driftNoLongerReported(cr)]);
     if (previousReady?.reason !== failure.reason) {
       this.opts.events.warning(cr, failure.reason, failure.message);
     }
@@ -487,7 +487,7 @@ export class ManagedReconciler<R extends ManagedResource, Plan = unknown> implem
     const state = unusable !== undefined ? `; ${unusable.message}` : "";
     const pending = held !== undefined && !deleting ? `; not applied yet: ${held.join(", ")}` : "";
     const message = `paused by the annotation ${Annotations.paused}: "true": the operator makes no change in the service${upkeep}${waiting} the annotation is removed${problem}${lost}${state}${pending}`;
-    await this.writeStatusBeforeUpkeep(cr, kept?.next, kept?.status ?? {}, pausedConditions({ inSync, message, keepStalled: stalledAtThisGeneration(cr) !== undefined }));
+    await this.writeStatusBeforeUpkeep(cr, kept?.next, kept?.status ?? {}, [...pausedConditions({ inSync, message, keepStalled: stalledAtThisGeneration(cr) !== undefined }), ...this.driftNoLongerReported(cr)]);
     // Said once the conditions remember the pause: a status write that fails says nothing, and
     // its retry says it once.
     if (previousReady?.reason !== PAUSED_REASON) {
@@ -642,6 +642,17 @@ export class ManagedReconciler<R extends ManagedResource, Plan = unknown> implem
    * The Drifted condition of a resource whose policies leave out Update: True with the fields
    * that differ (and one Warning Event each time the set changes), False once they agree.
    */
+  /**
+   * Drifted=True of policies that left out Update, once they allow it, on a pass that cannot
+   * put the drift back (it fails, or the resource is paused): Unknown, not the old verdict,
+   * which would still say the policies leave Update out until a pass gets through.
+   */
+  private driftNoLongerReported(cr: R): StatedCondition[] {
+    const drifted = findCondition(cr, ConditionType.Drifted);
+    if (drifted?.status !== "True" || !managementOf(cr.spec).update) return [];
+    return [{ type: ConditionType.Drifted, status: "Unknown", reason: "UpdateAllowed", message: "spec.managementPolicies allows Update now: what drifted is put back by the next pass that gets through" }];
+  }
+
   private driftCondition(cr: R, management: Management, drift: string[]): StatedCondition {
     if (drift.length === 0) {
       return { type: ConditionType.Drifted, status: "False", reason: "InSync", message: "the service object matches the spec" };

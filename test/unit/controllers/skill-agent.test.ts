@@ -422,7 +422,13 @@ describe("Skill", () => {
     expect(condition(skill(), "Drifted")?.message).toContain("content");
     expect(condition(skill(), "Drifted")?.message).not.toContain("resources");
 
-    // Update allowed now: the content is put back, and Drifted says so.
+    // Update allowed while paused: nothing is put back yet, and Drifted no longer says Update is left out.
+    apply({ managementPolicies: ["Observe", "Update"], content: "ours" }, { [Annotations.externalId]: "sk", [Annotations.paused]: "true" });
+    await w.reconcile(kind(), "sk");
+    expect(w.writes()).toEqual([]);
+    expect(condition(skill(), "Drifted")).toMatchObject({ status: "Unknown", reason: "UpdateAllowed" });
+
+    // Resumed: the content is put back, and Drifted says so.
     apply({ managementPolicies: ["Observe", "Update"], content: "ours" }, { [Annotations.externalId]: "sk" });
     await w.reconcile(kind(), "sk");
     expect(w.writes()).toEqual(["skills.update"]);
