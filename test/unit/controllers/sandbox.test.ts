@@ -28,6 +28,21 @@ const resync = () => w.handle().vms.invalidate();
 /** The service answers 503 to every `method` on `path` from now on. */
 const unavailable = (method: string, path: string | RegExp, errorCode = "unavailable") =>
   w.emu.injectFault({ method, path, times: 1_000, action: { status: 503, body: { code: 503, error_code: errorCode, message: "try again" } } });
+/** The Sandbox deleted (kubectl delete: a deletion timestamp, the finalizer still there). */
+const markDeleted = (): void => {
+  w.apply<Sandbox>("sandboxes", { metadata: { name: "sb", deletionTimestamp: "2030-01-01T00:00:00Z", finalizers: sandbox().metadata.finalizers }, spec: sandbox().spec });
+};
+
+/** A Sandbox with its VM, deleted, whose VM's release will be answered a bare 404 (a gateway's) once: the VM's id. */
+async function deletedWithBare404ToRelease(): Promise<string> {
+  apply({});
+  await w.reconcile(kind(), "sb");
+  const vmId = sandbox().status?.vmId as string;
+  markDeleted();
+  w.emu.injectFault({ method: "POST", path: `/compute/v1/vms/${vmId}/release`, times: 1, action: { status: 404, body: "404 page not found" } });
+  return vmId;
+}
+
 /** The error a reconcile threw (undefined if it did not). */
 const reconcileError = (): Promise<unknown> =>
   w.reconcile(kind(), "sb").then(
@@ -269,11 +284,7 @@ describe("Sandbox", () => {
   });
 
   it("keeps its finalizer when the release at its deletion is answered a bare 404 (a gateway's) while the VM runs, and releases it on the retry", async () => {
-    apply({});
-    await w.reconcile(kind(), "sb");
-    const vmId = sandbox().status?.vmId as string;
-    w.apply<Sandbox>("sandboxes", { metadata: { name: "sb", deletionTimestamp: "2030-01-01T00:00:00Z", finalizers: sandbox().metadata.finalizers }, spec: sandbox().spec });
-    w.emu.injectFault({ method: "POST", path: `/compute/v1/vms/${vmId}/release`, times: 1, action: { status: 404, body: "404 page not found" } });
+    const vmId = await deletedWithBare404ToRelease();
     // Said so, with the way out should every 404 of the service come bare.
     expect(errorMessage(await reconcileError())).toMatch(/^vms.release: Not Found: 404 page not found.*, without the service's error body \(a gateway's\?\).*remove the finalizer by hand/);
     expect(sandbox().metadata.finalizers).toContain(FINALIZER);
@@ -286,11 +297,7 @@ describe("Sandbox", () => {
   });
 
   it("lets its finalizer go when the release at its deletion is answered a bare 404 and the service says the VM is gone", async () => {
-    apply({});
-    await w.reconcile(kind(), "sb");
-    const vmId = sandbox().status?.vmId as string;
-    w.apply<Sandbox>("sandboxes", { metadata: { name: "sb", deletionTimestamp: "2030-01-01T00:00:00Z", finalizers: sandbox().metadata.finalizers }, spec: sandbox().spec });
-    w.emu.injectFault({ method: "POST", path: `/compute/v1/vms/${vmId}/release`, times: 1, action: { status: 404, body: "404 page not found" } });
+    const vmId = await deletedWithBare404ToRelease();
     w.emu.state.expireVM(vmId); // ran out meanwhile: the GET that asks about it answers the service's own 404
     await w.reconcile(kind(), "sb");
     expect(sandbox().metadata.finalizers ?? []).not.toContain(FINALIZER);
@@ -625,7 +632,7 @@ describe("Sandbox", () => {
    * while (LANDING_MS), and the VM that lands meanwhile (of `tier`) is released at the next look.
    */
   async function deletedThenLandsLate(process: ReturnType<typeof kind>, cr: Sandbox, tier: string): Promise<void> {
-    w.apply<Sandbox>("sandboxes", { metadata: { name: "sb", deletionTimestamp: "2030-01-01T00:00:00Z", finalizers: sandbox().metadata.finalizers }, spec: sandbox().spec });
+    markDeleted();
     const result = (await w.reconcile(process, "sb")) as { requeueAfterMs: number } | undefined;
     expect(sandbox().metadata.finalizers).toContain(FINALIZER);
     expect(result?.requeueAfterMs).toBeGreaterThan(0);
@@ -1375,7 +1382,7 @@ describe("a Sandbox whose Connection cannot be used", () => {
     await w.reconcile(kind(), "sb");
     const vmId = sandbox().status?.vmId as string;
     w.informer({ kind: "connections", plural: "connections" }).delete(NS, "default");
-    w.apply<Sandbox>("sandboxes", { metadata: { name: "sb", deletionTimestamp: "2030-01-01T00:00:00Z", finalizers: sandbox().metadata.finalizers }, spec: sandbox().spec });
+    markDeleted();
     await w.reconcile(kind(), "sb").catch(() => undefined);
     expect(sandbox().metadata.finalizers).toContain("agentcompute.dev/finalizer");
     expect(condition(sandbox(), "Ready")?.message).toBe(
@@ -1393,7 +1400,7 @@ describe("a Sandbox whose Connection cannot be used", () => {
     expect(made).toBeDefined();
     const gone = connection();
     w.informer({ kind: "connections", plural: "connections" }).delete(NS, "default");
-    w.apply<Sandbox>("sandboxes", { metadata: { name: "sb", deletionTimestamp: "2030-01-01T00:00:00Z", finalizers: sandbox().metadata.finalizers }, spec: sandbox().spec });
+    markDeleted();
     await w.reconcile(kind(), "sb").catch(() => undefined);
     expect(sandbox().metadata.finalizers).toContain(FINALIZER);
     expect(condition(sandbox(), "Ready")?.message).toBe(
@@ -1415,7 +1422,7 @@ describe("a Sandbox whose Connection cannot be used", () => {
     apply({});
     await w.reconcile(kind(), "sb");
     expect(sandbox().metadata.finalizers).toContain(FINALIZER);
-    w.apply<Sandbox>("sandboxes", { metadata: { name: "sb", deletionTimestamp: "2030-01-01T00:00:00Z", finalizers: sandbox().metadata.finalizers }, spec: sandbox().spec });
+    markDeleted();
     w.calls();
     await w.reconcile(kind(), "sb");
     expect(w.writes()).toEqual([]);
