@@ -301,7 +301,6 @@ function snippet(text: string, secrets: readonly string[]): string {
   return flat.length > SNIPPET_MAX ? `${flat.slice(0, SNIPPET_MAX)}…` : flat;
 }
 
-
 /**
  * Replaces every occurrence of a known secret, also in the forms a body or a URL carries it
  * (see writtenForms); where two overlap, both go under one [REDACTED]. A secret under 4
