@@ -89,19 +89,19 @@ export function renewalSoon(cr: Sandbox, now: number): boolean {
 }
 
 /**
- * The TTL the next renewal's time is reckoned from, just after a renewal or an allocation: the
- * one asked for, unless the service granted less (the VM's ttl_seconds, or how far off its new
- * expiry is). A service that caps the TTL without an error (600 s for 3600) would otherwise
- * have the next renewal due at once, and the pass renew again and again, a millisecond apart.
- * What was granted is remembered (grantedTtls) for the passes between renewals; a process that
- * has not renewed the VM yet reckons with the spec's TTL: a VM whose window by it is longer than
- * its time left is renewed at that pass, once, as after a change of ttlSeconds.
+ * The TTL the service granted, just after a renewal or an allocation: the one asked for, unless
+ * its answer says less (the VM's ttl_seconds) or its new expiry is well short of it
+ * (CAPPED_BELOW: a second or two is the answer's travel and the clocks' skew, not a cap). A
+ * service that caps the TTL without an error (600 s for 3600) would otherwise have the next
+ * renewal due at once, and the pass renew again and again, a millisecond apart. What was
+ * granted is remembered (grantedTtls) for the passes between renewals; a process that has not
+ * renewed the VM yet reckons with the spec's TTL: a VM whose window by it is longer than its
+ * time left is renewed at that pass, once, as after a change of ttlSeconds.
  */
-export function grantedTtl(asked: number, vm: { ttl_seconds?: number }, fresh?: { expiresAt: number; now: number }): number {
-  const candidates = [asked];
-  if (vm.ttl_seconds !== undefined && vm.ttl_seconds > 0) candidates.push(vm.ttl_seconds);
-  if (fresh !== undefined && fresh.expiresAt > fresh.now) candidates.push(Math.max(1, Math.round((fresh.expiresAt - fresh.now) / 1000)));
-  return Math.min(...candidates);
+function grantedTtl(asked: number, answer: { ttl_seconds?: number }, fresh: { expiresAt: number; now: number }): number {
+  const said = answer.ttl_seconds !== undefined && answer.ttl_seconds > 0 ? answer.ttl_seconds : asked;
+  const left = fresh.expiresAt > fresh.now ? Math.max(1, Math.round((fresh.expiresAt - fresh.now) / 1000)) : asked;
+  return Math.min(asked, said, left < asked * CAPPED_BELOW ? left : asked);
 }
 
 /**
@@ -465,14 +465,9 @@ class SandboxClient implements ExternalClient<Sandbox, SandboxPlan> {
     return granted?.vmId === vmId && granted.asked === asked ? granted.granted : asked;
   }
 
-  /**
-   * Remembers (or forgets) that the service granted VM `vmId` less than the TTL asked: so its
-   * answer says (the VM's ttl_seconds), or its expiry is well short of it (CAPPED_BELOW).
-   */
+  /** Remembers (or forgets) that the service granted VM `vmId` less than the TTL asked (grantedTtl). */
   private noteGranted(cr: Sandbox, vmId: string, asked: number, answer: { ttl_seconds?: number }, fresh: { expiresAt: number; now: number }): void {
-    const said = answer.ttl_seconds !== undefined && answer.ttl_seconds > 0 && answer.ttl_seconds < asked ? answer.ttl_seconds : undefined;
-    const left = grantedTtl(asked, {}, fresh);
-    const granted = Math.min(said ?? asked, left < asked * CAPPED_BELOW ? left : asked);
+    const granted = grantedTtl(asked, answer, fresh);
     if (granted < asked) this.deps.grantedTtls.set(cr.metadata.uid, { vmId, asked, granted });
     else this.deps.grantedTtls.delete(cr.metadata.uid);
   }

@@ -9,8 +9,6 @@ export type { Logger } from "pino";
 
 export type LogLevel = "fatal" | "error" | "warn" | "info" | "debug" | "trace" | "silent";
 
-/** Paths censored in every log line (the service client's child logger carries the same list). */
-
 export interface CreateLoggerOptions {
   level?: LogLevel | string;
   /** Fields on every line (default: name "agent-operator"). */

@@ -32,15 +32,10 @@ export type { ServiceClientHooks, ServiceClientOptions } from "./options.js";
 export const PAGE_SIZE = 100;
 
 /**
- * Pino redaction paths of the client's child logger: the operator's one list. The client never
- * logs a body, a header or a credential in the first place; these paths are a second line of
- * defence should a future log line carry one.
- */
-
-/**
  * The client's logger: a child of `parent` that censors REDACT_PATHS. Its `redact` replaces the
  * parent's (pino 10), so it is given the whole list, the paths of the operator's logger
- * (createLogger) with the rest, not a list of the client's own.
+ * (createLogger), not a list of the client's own. (The client never logs a body, a header or a
+ * credential in the first place: the paths are a second line of defence.)
  */
 export function clientLogger(parent: Logger | undefined): Logger {
   return (parent ?? pino({ level: "silent" })).child({ component: "service-client" }, { redact: { paths: [...REDACT_PATHS], censor: REDACTED } });
